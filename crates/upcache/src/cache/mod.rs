@@ -1,0 +1,464 @@
+//! The cache: an array of devices, a frame table, and the files on top.
+//!
+//! [`Cache`] is the user's handle; [`CacheInner`] is shared by the handle, every [`File`],
+//! and the flusher threads. Page access (hit, miss, eviction) is in [`page`].
+
+pub(crate) mod page;
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::AsRawFd;
+
+use crate::alloc::FreeFrames;
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
+use crate::file::namespace::{NameEntry, Namespace};
+use crate::file::{validate_name, File, FileInner};
+use crate::frame::FrameTable;
+use crate::index::ShardedIndex;
+use crate::io::device::{self, backing_path, BackingFile};
+use crate::io::engine::{IoEngine, PsyncEngine};
+use crate::io::layout::StripeLayout;
+use crate::metrics::{Metrics, Stats};
+use crate::policy::{ClockPolicy, Policy};
+use crate::sync::{self, Arc, Mutex, Ordering, RwLock};
+use crate::writeback::flusher::Flushers;
+use crate::writeback::Writeback;
+
+const LOCK_NAME: &str = "upcache.lock";
+
+/// State shared by the cache handle, files and flusher threads.
+pub(crate) struct CacheInner {
+    pub(crate) config: Config,
+    pub(crate) layout: StripeLayout,
+    pub(crate) frames: FrameTable,
+    pub(crate) free: FreeFrames,
+    pub(crate) policy: Box<dyn Policy>,
+    pub(crate) engine: Arc<dyn IoEngine>,
+    /// Files opened since the cache started, by id. Held briefly; never while waiting.
+    pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
+    pub(crate) namespace: Mutex<Namespace>,
+    pub(crate) writeback: Writeback,
+    pub(crate) metrics: Metrics,
+    /// Holds an exclusive flock on the array for the life of the cache.
+    _lock_file: fs::File,
+}
+
+/// A user-space page cache over an array of device directories.
+///
+/// Dropping it stops the flusher threads and writes every dirty page back.
+pub struct Cache {
+    inner: Arc<CacheInner>,
+    flushers: Flushers,
+}
+
+fn random_id() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn lock_array(dir: &std::path::Path) -> Result<fs::File> {
+    let path = dir.join(LOCK_NAME);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(Error::with_source(
+                ErrorKind::Busy,
+                format!("the array in {} is already open", dir.display()),
+                e,
+            ));
+        }
+        return Err(Error::io(format!("lock {}", path.display()), e));
+    }
+    Ok(f)
+}
+
+impl Cache {
+    /// Makes a new array in the config's device directories (created if missing) and opens
+    /// it. Fails with `AlreadyExists` if any directory already holds an array.
+    pub fn create(config: Config) -> Result<Cache> {
+        config.validate()?;
+        for dir in &config.device_dirs {
+            fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+            for name in [CATALOG_NAME, MARKER_NAME] {
+                if dir.join(name).exists() {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!(
+                            "{} already holds an upcache array (or an interrupted create: remove \
+                             its upcache.* files)",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let lock = lock_array(&config.device_dirs[0])?;
+        let layout = ArrayLayout {
+            array_id: random_id(),
+            devices: config.device_dirs.len() as u32,
+            page_size: config.page_size as u32,
+            stripe_unit: config.stripe_unit,
+        };
+        for (i, dir) in config.device_dirs.iter().enumerate() {
+            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }.store(dir)?;
+        }
+        let catalog = Catalog { layout, next_file_id: 1, files: Vec::new() };
+        // The catalog is written last: a crash before it leaves markers without a catalog,
+        // which `open` refuses as not an array and `create` refuses as taken.
+        catalog.store(&config.device_dirs[0])?;
+        Cache::start(config, catalog, lock)
+    }
+
+    /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
+    /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
+    /// from the config.
+    pub fn open(config: Config) -> Result<Cache> {
+        config.validate()?;
+        let dir0 = &config.device_dirs[0];
+        if !dir0.is_dir() {
+            return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
+        }
+        let catalog = Catalog::load(dir0)?;
+        let lock = lock_array(dir0)?;
+        let l = catalog.layout;
+        let want = (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit);
+        if (l.devices, l.page_size, l.stripe_unit) != want {
+            return Err(Error::new(
+                ErrorKind::LayoutMismatch,
+                format!(
+                    "array in {} has {} devices, page size {}, stripe unit {}; the config asks for \
+                     {} devices, page size {}, stripe unit {}",
+                    dir0.display(),
+                    l.devices,
+                    l.page_size,
+                    l.stripe_unit,
+                    want.0,
+                    want.1,
+                    want.2
+                ),
+            ));
+        }
+        for (i, dir) in config.device_dirs.iter().enumerate() {
+            let m = DeviceMarker::load(dir)?;
+            if m.array_id != l.array_id {
+                return Err(Error::new(
+                    ErrorKind::NotAnArray,
+                    format!("{} belongs to another array", dir.display()),
+                ));
+            }
+            if m.index != i as u32 || m.devices != l.devices {
+                return Err(Error::new(
+                    ErrorKind::LayoutMismatch,
+                    format!("{} is device {} of {}, but is listed as device {i}", dir.display(), m.index, m.devices),
+                ));
+            }
+        }
+        Cache::start(config, catalog, lock)
+    }
+
+    fn start(config: Config, catalog: Catalog, lock: fs::File) -> Result<Cache> {
+        let frames = FrameTable::new(config.frame_count(), config.page_size)?;
+        let engine = config.engine.clone().unwrap_or_else(|| Arc::new(PsyncEngine));
+        let writeback = Writeback::new(&config, frames.len());
+        let inner = Arc::new(CacheInner {
+            layout: StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len()),
+            free: FreeFrames::full(frames.len()),
+            frames,
+            policy: Box::new(ClockPolicy::default()),
+            engine,
+            files: RwLock::new(HashMap::new()),
+            namespace: Mutex::new(Namespace::from_catalog(catalog)),
+            writeback,
+            metrics: Metrics::default(),
+            config,
+            _lock_file: lock,
+        });
+        let flushers = Flushers::start(&inner)?;
+        Ok(Cache { inner, flushers })
+    }
+
+    /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
+    pub fn create_file(&self, name: &str) -> Result<File> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let mut ns = sync::lock(&inner.namespace);
+        if ns.names.contains_key(name) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
+        }
+        let id = ns.next_file_id;
+        let backing = inner.open_backing(id, true)?;
+        for b in &backing {
+            // A crash after an earlier create with the same id may have left a backing file.
+            device::truncate(b, 0)?;
+        }
+        ns.next_file_id += 1;
+        ns.names.insert(name.to_owned(), NameEntry { id, len: 0 });
+        if let Err(e) = inner.store_catalog_locked(&mut ns) {
+            ns.names.remove(name);
+            return Err(e);
+        }
+        let file = Arc::new(FileInner::new(id, name.to_owned(), 0, inner.new_index(), backing));
+        write_files(&inner.files).insert(id, file.clone());
+        Ok(File::new(file, inner.clone()))
+    }
+
+    /// Opens an existing file. Fails with `NotFound` if there is none by that name.
+    pub fn open_file(&self, name: &str) -> Result<File> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let ns = sync::lock(&inner.namespace);
+        let e = *ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        if let Some(f) = read_files(&inner.files).get(&e.id) {
+            return Ok(File::new(f.clone(), inner.clone()));
+        }
+        let backing = inner.open_backing(e.id, false)?;
+        let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(), backing));
+        inner.recover_tail(&file)?;
+        write_files(&inner.files).insert(e.id, file.clone());
+        Ok(File::new(file, inner.clone()))
+    }
+
+    /// Removes a file: waits for operations in flight on it, drops its cached pages (dirty ones
+    /// included), removes it from the catalog and deletes its backing files. Open handles then
+    /// fail with `NotFound`.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let mut ns = sync::lock(&inner.namespace);
+        let e = *ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        let open = read_files(&inner.files).get(&e.id).cloned();
+        if let Some(f) = &open {
+            let _all = f.range.write(0, u64::MAX);
+            // Release: handles that see `removed` also see everything before it.
+            f.removed.store(true, Ordering::Release);
+            inner.drop_pages_from(f, 0);
+            write_files(&inner.files).remove(&e.id);
+        }
+        ns.names.remove(name);
+        if let Err(err) = inner.store_catalog_locked(&mut ns) {
+            // The file's pages are gone already; keep the name so a retry can finish.
+            ns.names.insert(name.to_owned(), e);
+            return Err(err);
+        }
+        for dir in &inner.config.device_dirs {
+            let p = backing_path(dir, e.id);
+            if let Err(err) = fs::remove_file(&p) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("removing {}: {err}", p.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a file of that name exists.
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        Ok(sync::lock(&self.inner.namespace).names.contains_key(name))
+    }
+
+    /// Every file name, sorted.
+    pub fn list(&self) -> Vec<String> {
+        sync::lock(&self.inner.namespace).names.keys().cloned().collect()
+    }
+
+    /// Writes back every dirty page of every file, syncs the backing files and the catalog.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.sync_everything()
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Page size of the array.
+    pub fn page_size(&self) -> usize {
+        self.inner.config.page_size
+    }
+
+    /// Number of page frames.
+    pub fn frame_count(&self) -> usize {
+        self.inner.frames.len()
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.flushers.stop();
+        if let Err(e) = self.inner.sync_everything() {
+            log::error!("writing the cache back on close failed; dirty data is kept only in memory: {e}");
+        }
+    }
+}
+
+fn read_files(l: &RwLock<HashMap<u64, Arc<FileInner>>>) -> impl std::ops::Deref<Target = HashMap<u64, Arc<FileInner>>> + '_ {
+    // The map is only inserted into or removed from; a panic cannot leave it half-changed.
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write_files(
+    l: &RwLock<HashMap<u64, Arc<FileInner>>>,
+) -> impl std::ops::DerefMut<Target = HashMap<u64, Arc<FileInner>>> + '_ {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CacheInner {
+    fn new_index(&self) -> Box<dyn crate::index::PageIndex> {
+        Box::new(ShardedIndex::default())
+    }
+
+    fn open_backing(&self, id: u64, create: bool) -> Result<Vec<BackingFile>> {
+        let dirs = &self.config.device_dirs;
+        let mut out = Vec::with_capacity(dirs.len());
+        for (i, dir) in dirs.iter().enumerate() {
+            out.push(device::open_backing(dir, i, id, create, self.config.allow_buffered)?);
+        }
+        Ok(out)
+    }
+
+    /// The open file with id `id`, if any.
+    pub(crate) fn file_by_id(&self, id: u64) -> Option<Arc<FileInner>> {
+        read_files(&self.files).get(&id).cloned()
+    }
+
+    /// Re-establishes the zero invariant on a file opened for the first time since start: a
+    /// crash may have left written-back pages past its recorded length.
+    fn recover_tail(&self, file: &FileInner) -> Result<()> {
+        let ps = self.config.page_size as u64;
+        let len = file.len.load(Ordering::Relaxed); // Relaxed: the file is not shared yet.
+        let pages = len.div_ceil(ps);
+        for b in &file.backing {
+            let want = self.layout.device_len(b.device(), pages);
+            let have = b.file().metadata().map_err(|e| Error::io("stat backing file", e))?.len();
+            if have > want {
+                device::truncate(b, want)?;
+            }
+        }
+        if len % ps != 0 {
+            // Zero the tail of the last page through the cache; it is written back as usual.
+            let page = len / ps;
+            let lp = self.page_for_write(file, page, page::Fill::Read)?;
+            let tail = (len % ps) as usize;
+            // SAFETY: we hold the frame LOCKED, so no one else writes it, and readers of this
+            // file cannot exist yet (the file is not published).
+            let bytes = unsafe { std::slice::from_raw_parts(lp.ptr().add(tail), ps as usize - tail) };
+            if bytes.iter().any(|&b| b != 0) {
+                // SAFETY: as above; the range is inside the frame.
+                unsafe { std::ptr::write_bytes(lp.ptr().add(tail), 0, ps as usize - tail) };
+                lp.commit(true);
+            } else {
+                lp.commit(false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the catalog with current lengths; the caller holds the namespace lock.
+    pub(crate) fn store_catalog_locked(&self, ns: &mut Namespace) -> Result<()> {
+        let files = read_files(&self.files);
+        // Acquire: the length we persist includes every write that extended it.
+        let catalog = ns.to_catalog(|id| files.get(&id).map(|f| f.len.load(Ordering::Acquire)));
+        drop(files);
+        catalog.store(&self.config.device_dirs[0])?;
+        for f in &catalog.files {
+            if let Some(file) = self.file_by_id(f.id) {
+                // Relaxed: only compared by later syncs, which take the namespace lock.
+                file.persisted_len.store(f.len, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Persists the file's length if it changed since the catalog was last written.
+    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
+        let mut ns = sync::lock(&self.namespace);
+        // Acquire: see every write that extended the length.
+        let changed = file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Relaxed);
+        if changed || force {
+            self.store_catalog_locked(&mut ns)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sync_everything(&self) -> Result<()> {
+        let files: Vec<_> = read_files(&self.files).values().cloned().collect();
+        let mut first = None;
+        for f in files {
+            if f.removed.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Err(e) = self.sync_file_data(&f) {
+                first.get_or_insert(e);
+            }
+        }
+        let mut ns = sync::lock(&self.namespace);
+        if let Err(e) = self.store_catalog_locked(&mut ns) {
+            first.get_or_insert(e);
+        }
+        for dir in &self.config.device_dirs {
+            if let Err(e) = sync_dir(dir) {
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes back the file's dirty pages and syncs its backing files. Reports (once) any
+    /// earlier write-back error of the file.
+    pub(crate) fn sync_file_data(&self, file: &FileInner) -> Result<()> {
+        let mut first = self.flush_file(file).err();
+        if let Some(e) = file.take_write_error() {
+            first.get_or_insert(e);
+        }
+        for b in &file.backing {
+            if let Err(e) = self.engine.sync_data(b) {
+                first.get_or_insert(Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e));
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        // Relaxed: a gauge for reports.
+        let dirty = self.writeback.dirty.load(Ordering::Relaxed) as u64;
+        self.metrics.snapshot(dirty, self.frames.len() as u64)
+    }
+}
+
+impl Drop for CacheInner {
+    fn drop(&mut self) {
+        // Handles that outlived the Cache may have dirtied pages after it was dropped.
+        if self.writeback.dirty.load(Ordering::Acquire) > 0 {
+            if let Err(e) = self.sync_everything() {
+                log::error!("final write-back failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! Page access: find a page's frame or load it, and make room by eviction.
+//!
+//! # A read hit
+//! `index.get(page)` gives a frame id; `try_pin` pins it unless it is unowned; the key is
+//! re-read to check the frame still holds this page (it may have been evicted and given to
+//! another page between the lookup and the pin: "has the page moved?"); if `VALID` is not
+//! yet set, the thread sleeps until the loader unlocks. No lock is taken beyond the index
+//! shard's read side.
+//!
+//! # A miss
+//! The thread takes a free frame (or evicts one), writes the key, publishes the frame as
+//! pinned + `LOCKED` + not `VALID`, and inserts it into the index. If another thread inserted
+//! the page first, the frame goes back and the thread takes the hit path, so a page is
+//! loaded once however many threads miss on it at the same time: the others find the locked
+//! frame and sleep until the loader unlocks it. A load that fails removes the frame from the
+//! index and unlocks it without `VALID`; sleepers wake, see that, and retry.
+
+use std::io::IoSliceMut;
+
+use super::CacheInner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::FileInner;
+use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID};
+use crate::frame::{FrameId, PageKey};
+use crate::policy::Victim;
+use crate::sync::Ordering;
+
+/// How a missing page's frame is filled before a writer gets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Read it from the device (a partial write: read, modify, write).
+    Read,
+    /// Zero it: the page is wholly past end of file, so the device holds nothing for it.
+    Zero,
+    /// Leave it: the caller overwrites the whole page.
+    Overwrite,
+}
+
+/// Consecutive idle eviction sweeps (every frame pinned or under I/O) before a miss gives up
+/// with `CacheFull`.
+const IDLE_SWEEPS_BEFORE_FULL: u32 = 10_000;
+/// Failed write-backs of dirty victims before a miss gives up with the device's error.
+const FAILED_WRITEBACKS_BEFORE_ERROR: u32 = 8;
+
+/// A pinned, valid page; unpinned on drop.
+pub(crate) struct PinnedPage<'a> {
+    cache: &'a CacheInner,
+    id: FrameId,
+}
+
+impl PinnedPage<'_> {
+    /// Start of the frame's bytes: readable while the pin is held.
+    pub(crate) fn ptr(&self) -> *const u8 {
+        self.cache.frames.ptr(self.id)
+    }
+}
+
+impl Drop for PinnedPage<'_> {
+    fn drop(&mut self) {
+        self.cache.frames.state(self.id).unpin();
+    }
+}
+
+/// A pinned page held `LOCKED` for writing. [`LockedPage::commit`] publishes it; dropping it
+/// uncommitted undoes a fresh load (the frame leaves the index and waiters retry).
+#[must_use = "a locked page must be committed, or its load is undone"]
+pub(crate) struct LockedPage<'a> {
+    cache: &'a CacheInner,
+    file: &'a FileInner,
+    page: u64,
+    id: FrameId,
+    /// The frame was loaded for this call and is not `VALID` yet.
+    fresh: bool,
+    committed: bool,
+}
+
+impl<'a> LockedPage<'a> {
+    /// Start of the frame's bytes: writable while `LOCKED` is held.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.cache.frames.ptr(self.id)
+    }
+
+    /// Unlocks the page as valid and clean, keeping the pin for reading.
+    fn into_pinned(mut self) -> PinnedPage<'a> {
+        self.committed = true;
+        self.cache.frames.unlock(self.id, VALID, 0);
+        PinnedPage { cache: self.cache, id: self.id }
+    }
+
+    /// Unlocks the page as valid, dirty if `dirty`, and unpins it.
+    pub(crate) fn commit(mut self, dirty: bool) {
+        self.committed = true;
+        let set = if dirty { VALID | DIRTY } else { VALID };
+        let old = self.cache.frames.state(self.id).unlock(set, 0);
+        if dirty && old & DIRTY == 0 {
+            self.cache.account_dirtied(self.file);
+        }
+        self.cache.frames.waits.wake_if_waiters(self.id, old);
+        self.cache.frames.state(self.id).unpin();
+    }
+}
+
+impl Drop for LockedPage<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        if self.fresh {
+            self.cache.abort_load(self.file, self.page, self.id);
+        } else {
+            self.cache.frames.unlock(self.id, 0, 0);
+            self.cache.frames.state(self.id).unpin();
+        }
+    }
+}
+
+impl CacheInner {
+    /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
+    fn lookup_pinned(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+        let key = PageKey { file: file.id, page };
+        loop {
+            let id = file.index.get(page)?;
+            let st = self.frames.state(id);
+            match st.try_pin() {
+                Ok(_) => {}
+                // Being evicted: the evictor removes the index entry next. Look again.
+                Err(PinError::Unowned) | Err(PinError::Overflow) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
+            // Has the page moved? The frame may have been re-assigned after our lookup.
+            if self.frames.key(id) != key {
+                st.unpin();
+                continue;
+            }
+            let w = self.frames.waits.wait_until(id, st, |w| w & VALID != 0 || w & LOCKED == 0);
+            if w & VALID == 0 {
+                // Its load failed (or it was dropped): the entry is gone or going. Retry.
+                st.unpin();
+                std::thread::yield_now();
+                continue;
+            }
+            self.policy.on_hit(id);
+            return Some(id);
+        }
+    }
+
+    /// A pinned, valid page of `file`, loaded from the device on a miss.
+    pub(crate) fn page_for_read<'a>(&'a self, file: &'a FileInner, page: u64) -> Result<PinnedPage<'a>> {
+        loop {
+            if let Some(id) = self.lookup_pinned(file, page) {
+                self.metrics.hits.add(1);
+                return Ok(PinnedPage { cache: self, id });
+            }
+            if let Some(lp) = self.load_locked(file, page, Fill::Read)? {
+                return Ok(lp.into_pinned());
+            }
+        }
+    }
+
+    /// A pinned, `LOCKED` page of `file` ready to be written; a miss fills it per `fill`.
+    pub(crate) fn page_for_write<'a>(&'a self, file: &'a FileInner, page: u64, fill: Fill) -> Result<LockedPage<'a>> {
+        loop {
+            if let Some(id) = self.lookup_pinned(file, page) {
+                self.frames.lock_pinned(id);
+                self.metrics.hits.add(1);
+                return Ok(LockedPage { cache: self, file, page, id, fresh: false, committed: false });
+            }
+            if let Some(lp) = self.load_locked(file, page, fill)? {
+                return Ok(lp);
+            }
+        }
+    }
+
+    /// Takes a frame for `page`, publishes it locked in the index and fills it. Returns None
+    /// if another thread published the page first.
+    fn load_locked<'a>(&'a self, file: &'a FileInner, page: u64, fill: Fill) -> Result<Option<LockedPage<'a>>> {
+        let id = self.alloc_frame()?;
+        self.frames.set_key(id, PageKey { file: file.id, page });
+        self.frames.state(id).assign_locked();
+        if file.index.insert_if_absent(page, id).is_err() {
+            // Another thread published the page first; give the frame back and use theirs.
+            self.frames.unlock(id, 0, 0);
+            self.release_frame(id);
+            return Ok(None);
+        }
+        self.metrics.misses.add(1);
+        let lp = LockedPage { cache: self, file, page, id, fresh: true, committed: false };
+        let ps = self.frames.page_size();
+        match fill {
+            Fill::Overwrite => {}
+            // SAFETY: the frame is LOCKED and not VALID: nobody else reads or writes its bytes.
+            Fill::Zero => unsafe { std::ptr::write_bytes(lp.ptr(), 0, ps) },
+            Fill::Read => {
+                let (dev, off) = self.layout.locate(page);
+                // SAFETY: as above; the slice covers exactly this frame and lives only for the
+                // read call.
+                let buf = unsafe { std::slice::from_raw_parts_mut(lp.ptr(), ps) };
+                let n = self
+                    .engine
+                    .read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)])
+                    .map_err(|e| Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e))?;
+                self.metrics.read_ios.add(1);
+                self.metrics.read_bytes.add(n as u64);
+                if n < ps {
+                    // Past the end of the backing file: unwritten pages read as zeros.
+                    // SAFETY: as above, within the frame.
+                    unsafe { std::ptr::write_bytes(lp.ptr().add(n), 0, ps - n) };
+                }
+            }
+        }
+        Ok(Some(lp))
+    }
+
+    /// Undoes a fresh load: out of the index, unlocked without `VALID` (sleepers retry), and
+    /// back to the free list.
+    fn abort_load(&self, file: &FileInner, page: u64, id: FrameId) {
+        file.index.remove_if(page, id);
+        self.frames.unlock(id, 0, VALID | DIRTY);
+        self.release_frame(id);
+    }
+
+    /// Returns to the free list a frame that is in no index, not `VALID`, unlocked, and
+    /// pinned once by the caller, after any transient pins are dropped: a stale lookup that
+    /// pinned it sees a foreign key, or no `VALID` and no `LOCKED`, and unpins at once.
+    fn release_frame(&self, id: FrameId) {
+        let st = self.frames.state(id);
+        loop {
+            let w = st.load();
+            debug_assert!(w & VALID == 0);
+            if state::pins(w) == 1 && w & LOCKED == 0 && st.try_release(w) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        self.free.push(id);
+    }
+
+    /// A frame for a new page: from the free list, else evicted by the policy.
+    fn alloc_frame(&self) -> Result<FrameId> {
+        let mut idle = 0u32;
+        let mut failed = 0u32;
+        loop {
+            if let Some(id) = self.free.pop() {
+                return Ok(id);
+            }
+            match self.policy.pick_victim(&self.frames) {
+                Victim::Claimed(id) => {
+                    self.detach_claimed(id);
+                    self.metrics.evictions.add(1);
+                    return Ok(id);
+                }
+                Victim::Dirty(id) => {
+                    if let Err(e) = self.write_back_victim(id) {
+                        failed += 1;
+                        if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
+                            return Err(e);
+                        }
+                    }
+                }
+                Victim::None => {
+                    idle += 1;
+                    if idle >= IDLE_SWEEPS_BEFORE_FULL {
+                        return Err(Error::new(
+                            ErrorKind::CacheFull,
+                            format!("all {} frames are pinned or under I/O", self.frames.len()),
+                        ));
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Removes a just-claimed frame from its old file's index.
+    fn detach_claimed(&self, id: FrameId) {
+        let key = self.frames.key(id);
+        if let Some(f) = self.file_by_id(key.file) {
+            f.index.remove_if(key.page, id);
+        }
+    }
+
+    /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
+    fn write_back_victim(&self, id: FrameId) -> Result<()> {
+        if !self.frames.state(id).try_lock_dirty() {
+            return Ok(()); // someone else is on it
+        }
+        let key = self.frames.key(id);
+        let Some(file) = self.file_by_id(key.file) else {
+            self.frames.unlock(id, 0, 0);
+            return Ok(());
+        };
+        self.write_run(&file, key.page, id).map(|_| ()).inspect_err(|e| {
+            log::warn!("write-back of an eviction victim failed, page stays dirty: {e}");
+            file.record_write_error(e);
+        })
+    }
+
+    /// Drops every cached page of `file` from `first_page` on, discarding dirty data. The
+    /// caller holds the file's range lock over those pages exclusively.
+    pub(crate) fn drop_pages_from(&self, file: &FileInner, first_page: u64) {
+        let key = |page| PageKey { file: file.id, page };
+        for (page, id) in file.index.entries_from(first_page) {
+            let st = self.frames.state(id);
+            if st.try_pin().is_err() {
+                continue; // being evicted: clean, and its entry is going away
+            }
+            if self.frames.key(id) != key(page) {
+                st.unpin();
+                continue;
+            }
+            self.frames.lock_pinned(id); // waits out a write-back in flight
+            if !file.index.remove_if(page, id) {
+                // Someone else took it out of the index (a failed load undoing itself).
+                self.frames.unlock(id, 0, 0);
+                st.unpin();
+                continue;
+            }
+            let old = st.unlock(0, VALID | DIRTY | REFERENCED);
+            self.frames.waits.wake_if_waiters(id, old);
+            if old & DIRTY != 0 {
+                self.account_cleaned(file, 1);
+            }
+            self.release_frame(id);
+        }
+    }
+
+    /// A page of `file` went from clean to dirty.
+    pub(crate) fn account_dirtied(&self, file: &FileInner) {
+        // Relaxed: a counter; sync re-checks each page's DIRTY bit for correctness.
+        file.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        self.writeback.page_dirtied();
+    }
+
+    /// `n` pages of `file` went from dirty to clean (written back or dropped).
+    pub(crate) fn account_cleaned(&self, file: &FileInner, n: u64) {
+        // Relaxed: a counter, as above.
+        file.dirty_pages.fetch_sub(n, Ordering::Relaxed);
+        self.writeback.pages_cleaned(n as usize);
+    }
+}

@@ -1,0 +1,161 @@
+//! Cache configuration: where the devices are, how much memory, and the array's layout.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::engine::IoEngine;
+
+/// Smallest and largest page sizes (powers of two).
+pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest supported page size.
+pub const MAX_PAGE_SIZE: usize = 64 * 1024;
+/// Most device directories in one array.
+pub const MAX_DEVICES: usize = 64;
+/// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
+/// for write-back to make progress.
+pub const MIN_FRAMES: usize = 16;
+
+/// How a [`crate::Cache`] is built. Start from [`Config::new`] and adjust with `with_*`.
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) device_dirs: Vec<PathBuf>,
+    pub(crate) memory_budget: u64,
+    pub(crate) page_size: usize,
+    pub(crate) stripe_unit: u64,
+    pub(crate) dirty_background_ratio: f64,
+    pub(crate) dirty_foreground_ratio: f64,
+    pub(crate) flusher_threads: usize,
+    pub(crate) allow_buffered: bool,
+    pub(crate) engine: Option<Arc<dyn IoEngine>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("device_dirs", &self.device_dirs)
+            .field("memory_budget", &self.memory_budget)
+            .field("page_size", &self.page_size)
+            .field("stripe_unit", &self.stripe_unit)
+            .field("dirty_background_ratio", &self.dirty_background_ratio)
+            .field("dirty_foreground_ratio", &self.dirty_foreground_ratio)
+            .field("flusher_threads", &self.flusher_threads)
+            .field("allow_buffered", &self.allow_buffered)
+            .field("custom_engine", &self.engine.is_some())
+            .finish()
+    }
+}
+
+impl Config {
+    /// A config over `device_dirs` (one per SSD mount point, 1 to 64) with a memory budget
+    /// of `memory_budget` bytes for page frames.
+    pub fn new<P: Into<PathBuf>>(device_dirs: impl IntoIterator<Item = P>, memory_budget: u64) -> Self {
+        Config {
+            device_dirs: device_dirs.into_iter().map(Into::into).collect(),
+            memory_budget,
+            page_size: 4096,
+            stripe_unit: 128 * 1024,
+            dirty_background_ratio: 0.10,
+            dirty_foreground_ratio: 0.20,
+            flusher_threads: 1,
+            allow_buffered: false,
+            engine: None,
+        }
+    }
+
+    /// Page size in bytes: a power of two from 4 KiB to 64 KiB. Default 4 KiB.
+    pub fn with_page_size(mut self, page_size: usize) -> Self {
+        self.page_size = page_size;
+        self
+    }
+
+    /// Stripe unit in bytes: a multiple of the page size. Default 128 KiB.
+    pub fn with_stripe_unit(mut self, stripe_unit: u64) -> Self {
+        self.stripe_unit = stripe_unit;
+        self
+    }
+
+    /// Fraction of frames that may be dirty before flusher threads start writing back.
+    /// Default 0.10.
+    pub fn with_dirty_background_ratio(mut self, ratio: f64) -> Self {
+        self.dirty_background_ratio = ratio;
+        self
+    }
+
+    /// Fraction of frames that may be dirty before writers write back pages themselves
+    /// (dflush). Default 0.20.
+    pub fn with_dirty_foreground_ratio(mut self, ratio: f64) -> Self {
+        self.dirty_foreground_ratio = ratio;
+        self
+    }
+
+    /// Number of background flusher threads (1 to 64). Default 1.
+    pub fn with_flusher_threads(mut self, n: usize) -> Self {
+        self.flusher_threads = n;
+        self
+    }
+
+    /// Allow buffered backing files when the file system refuses O_DIRECT. Default false:
+    /// refusing O_DIRECT is an [`ErrorKind::Unsupported`] error, because the kernel page
+    /// cache under ours would double-cache every page.
+    pub fn with_allow_buffered(mut self, allow: bool) -> Self {
+        self.allow_buffered = allow;
+        self
+    }
+
+    /// Replace the I/O engine (default: [`crate::io::engine::PsyncEngine`]). Used to inject
+    /// faults in tests and to plug in other engines.
+    pub fn with_io_engine(mut self, engine: Arc<dyn IoEngine>) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Number of page frames this config gives: the budget divided by the page size.
+    pub fn frame_count(&self) -> usize {
+        (self.memory_budget / self.page_size as u64) as usize
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::new(ErrorKind::InvalidConfig, msg));
+        let n = self.device_dirs.len();
+        if n == 0 || n > MAX_DEVICES {
+            return bad(format!("need 1 to {MAX_DEVICES} device directories, got {n}"));
+        }
+        for (i, a) in self.device_dirs.iter().enumerate() {
+            if self.device_dirs[..i].contains(a) {
+                return bad(format!("device directory {} is listed twice", a.display()));
+            }
+        }
+        let ps = self.page_size;
+        if !ps.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&ps) {
+            return bad(format!("page size must be a power of two from 4 KiB to 64 KiB, got {ps}"));
+        }
+        let su = self.stripe_unit;
+        if su == 0 || su % ps as u64 != 0 {
+            return bad(format!("stripe unit {su} must be a non-zero multiple of the page size {ps}"));
+        }
+        if su > (1 << 40) {
+            return bad(format!("stripe unit {su} is too large"));
+        }
+        let frames = self.frame_count();
+        if frames < MIN_FRAMES {
+            return bad(format!(
+                "memory budget {} gives {frames} frames of {ps} bytes; need at least {MIN_FRAMES}",
+                self.memory_budget
+            ));
+        }
+        if frames > u32::MAX as usize / 2 {
+            return bad(format!("memory budget {} is too large", self.memory_budget));
+        }
+        let (bg, fg) = (self.dirty_background_ratio, self.dirty_foreground_ratio);
+        if !(bg > 0.0 && bg <= 1.0) || !(fg > 0.0 && fg <= 1.0) || bg > fg {
+            return bad(format!(
+                "dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"
+            ));
+        }
+        if self.flusher_threads == 0 || self.flusher_threads > 64 {
+            return bad(format!("flusher threads must be 1 to 64, got {}", self.flusher_threads));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! The public file handle, modelled on `std::os::unix::fs::FileExt`.
+//!
+//! # Locking
+//! `write_at` takes its byte range exclusive and `read_at` shared, so a read sees all or none
+//! of an overlapping write and disjoint writes run in parallel. `set_len` takes everything
+//! from the smaller of the old and new lengths to the end exclusive. dflush runs before the
+//! range lock is taken, so a writer never flushes while holding one.
+
+use std::fmt;
+
+use super::{FileInner, MAX_FILE_SIZE};
+use crate::cache::page::Fill;
+use crate::cache::CacheInner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::device;
+use crate::sync::{Arc, Ordering};
+
+/// An open file of a [`crate::Cache`]. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct File {
+    file: Arc<FileInner>,
+    cache: Arc<CacheInner>,
+}
+
+impl fmt::Debug for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("File").field("name", &self.file.name).field("id", &self.file.id).finish()
+    }
+}
+
+fn end_of(offset: u64, len: usize) -> Result<u64> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= MAX_FILE_SIZE => Ok(end),
+        _ => Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("offset {offset} + length {len} is past the maximum file size {MAX_FILE_SIZE}"),
+        )),
+    }
+}
+
+impl File {
+    pub(crate) fn new(file: Arc<FileInner>, cache: Arc<CacheInner>) -> Self {
+        File { file, cache }
+    }
+
+    /// The file's name.
+    pub fn name(&self) -> &str {
+        &self.file.name
+    }
+
+    /// Current length in bytes.
+    pub fn len(&self) -> u64 {
+        // Acquire: pairs with the Release that extended it, so a reader that sees the new
+        // length also finds the pages written up to it.
+        self.file.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; like pread, returns fewer at end of file and
+    /// 0 at or past it.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let end = offset.saturating_add(buf.len() as u64);
+        let _range = self.file.range.read(offset, end);
+        self.file.check_live()?;
+        let len = self.len();
+        if buf.is_empty() || offset >= len {
+            return Ok(0);
+        }
+        let end = end.min(len);
+        let ps = self.cache.config.page_size as u64;
+        let mut pos = offset;
+        while pos < end {
+            let page = pos / ps;
+            let in_page = (pos % ps) as usize;
+            let n = ((ps - pos % ps).min(end - pos)) as usize;
+            let pinned = self.cache.page_for_read(&self.file, page)?;
+            let at = (pos - offset) as usize;
+            // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
+            // writers of these bytes out; the source range lies inside the frame and the
+            // destination inside `buf`.
+            unsafe { std::ptr::copy_nonoverlapping(pinned.ptr().add(in_page), buf[at..at + n].as_mut_ptr(), n) };
+            pos += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+
+    /// Writes `buf` at `offset`, extending the file if needed. Returns `buf.len()`, or fewer
+    /// bytes if an error stopped it after some pages were written (like pwrite).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let end = end_of(offset, buf.len())?;
+        if buf.is_empty() {
+            self.file.check_live()?;
+            return Ok(0);
+        }
+        let ps = self.cache.config.page_size as u64;
+        let pages = (end.div_ceil(ps) - offset / ps) as usize;
+        self.cache.balance_dirty(pages);
+        let _range = self.file.range.write(offset, end);
+        self.file.check_live()?;
+        let mut pos = offset;
+        while pos < end {
+            let page = pos / ps;
+            let in_page = (pos % ps) as usize;
+            let n = ((ps - pos % ps).min(end - pos)) as usize;
+            let fill = if n as u64 == ps {
+                Fill::Overwrite
+            } else if page * ps >= self.len() {
+                Fill::Zero
+            } else {
+                Fill::Read
+            };
+            let locked = match self.cache.page_for_write(&self.file, page, fill) {
+                Ok(l) => l,
+                Err(e) if pos > offset => {
+                    log::debug!("short write of {:?} at {pos}: {e}", self.file.name);
+                    return Ok((pos - offset) as usize);
+                }
+                Err(e) => return Err(e),
+            };
+            let at = (pos - offset) as usize;
+            // SAFETY: the frame is LOCKED by us, so no other thread writes it or writes it
+            // back; the range lock keeps readers of these bytes out. Both ranges are in bounds.
+            unsafe { std::ptr::copy_nonoverlapping(buf[at..at + n].as_ptr(), locked.ptr().add(in_page), n) };
+            locked.commit(true);
+            pos += n as u64;
+            // Release: readers that see the new length see these bytes (they also go through
+            // the frame's state word, but this keeps `len` alone meaningful).
+            self.file.len.fetch_max(pos, Ordering::Release);
+        }
+        Ok(buf.len())
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
+    pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => {
+                    return Err(Error::new(
+                        ErrorKind::UnexpectedEof,
+                        format!("end of file {:?} at {offset}", self.file.name),
+                    ))
+                }
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` at `offset`.
+    pub fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset)? {
+                0 => {
+                    return Err(Error::new(
+                        ErrorKind::WriteZero,
+                        format!("wrote nothing to {:?} at {offset}", self.file.name),
+                    ))
+                }
+                n => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Shrinks or extends the file. Bytes past the old end read as zeros after an extension;
+    /// a shrink drops cached pages past the new end, dirty or not.
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        if size > MAX_FILE_SIZE {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("length {size} is past the maximum file size {MAX_FILE_SIZE}"),
+            ));
+        }
+        self.cache.balance_dirty(1);
+        // `from <= size` covers every byte a shrink drops, and any write that could extend the
+        // file past `from` while we wait conflicts with this range.
+        let from = size.min(self.len());
+        let _range = self.file.range.write(from, u64::MAX);
+        self.file.check_live()?;
+        let old = self.len();
+        if size >= old {
+            // Zero invariant: everything past `old` already reads as zero.
+            self.file.len.store(size, Ordering::Release);
+            return Ok(());
+        }
+        let ps = self.cache.config.page_size as u64;
+        if size % ps != 0 {
+            let tail = (size % ps) as usize;
+            let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read)?;
+            // SAFETY: LOCKED by us and inside our exclusive range; in bounds of the frame.
+            unsafe { std::ptr::write_bytes(locked.ptr().add(tail), 0, ps as usize - tail) };
+            locked.commit(true);
+        }
+        let pages = size.div_ceil(ps);
+        self.cache.drop_pages_from(&self.file, pages);
+        self.file.len.store(size, Ordering::Release);
+        for b in &self.file.backing {
+            device::truncate(b, self.cache.layout.device_len(b.device(), pages))?;
+        }
+        Ok(())
+    }
+
+    /// Writes back the file's dirty pages and syncs its backing files (fdatasync). Returns
+    /// once every page dirtied before the call is on its device; reports, once, any earlier
+    /// write-back error. Persists the length too if it changed.
+    pub fn sync_data(&self) -> Result<()> {
+        self.file.check_live()?;
+        self.cache.sync_file_data(&self.file)?;
+        self.cache.persist_len(&self.file, false)
+    }
+
+    /// Like `sync_data`, and also persists the file's metadata (the catalog) unconditionally.
+    pub fn sync_all(&self) -> Result<()> {
+        self.file.check_live()?;
+        self.cache.sync_file_data(&self.file)?;
+        self.cache.persist_len(&self.file, true)
+    }
+}

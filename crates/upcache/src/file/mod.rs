@@ -1,0 +1,122 @@
+//! Files: names, per-file state, the range lock and the public [`File`] handle.
+//!
+//! A cache file is a name in the catalog, an id, a length, a page index, a range lock and one
+//! backing file per device. Its bytes live in frames (while cached) and in the backing files.
+//!
+//! # The zero invariant
+//! Every byte at or past a file's length reads as zero from wherever it is kept: a cached
+//! frame or a backing file. Writes extend the length as they go, a shrink zeroes the tail of
+//! the last page and drops or truncates everything after it, and opening a file after a crash
+//! re-establishes it. This is what lets `set_len` extend a file without writing, and lets a
+//! write to a page wholly past the end skip reading it.
+
+pub mod catalog;
+pub mod handle;
+pub mod namespace;
+pub mod range_lock;
+
+pub use handle::File;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::index::PageIndex;
+use crate::io::device::BackingFile;
+use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
+use range_lock::RangeLock;
+
+/// Largest file size: keeps every byte and device offset representable as a signed 64-bit
+/// `off_t` with room for page rounding.
+pub const MAX_FILE_SIZE: u64 = 1 << 62;
+
+/// Shared state of one open file.
+pub(crate) struct FileInner {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    /// Current length in bytes.
+    pub(crate) len: AtomicU64,
+    /// Length last written to the catalog.
+    pub(crate) persisted_len: AtomicU64,
+    /// Set when the file is removed; handles then fail with `NotFound`.
+    pub(crate) removed: AtomicBool,
+    /// Pages of this file that are dirty.
+    pub(crate) dirty_pages: AtomicU64,
+    pub(crate) index: Box<dyn PageIndex>,
+    pub(crate) range: RangeLock,
+    /// One backing file per device, in device order.
+    pub(crate) backing: Vec<BackingFile>,
+    /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
+    write_error: Mutex<Option<Error>>,
+}
+
+impl FileInner {
+    pub(crate) fn new(id: u64, name: String, len: u64, index: Box<dyn PageIndex>, backing: Vec<BackingFile>) -> Self {
+        FileInner {
+            id,
+            name,
+            len: AtomicU64::new(len),
+            persisted_len: AtomicU64::new(len),
+            removed: AtomicBool::new(false),
+            dirty_pages: AtomicU64::new(0),
+            index,
+            range: RangeLock::default(),
+            backing,
+            write_error: Mutex::new(None),
+        }
+    }
+
+    /// Fails if the file was removed. Acquire pairs with the Release in `remove`.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.removed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::NotFound, format!("file {:?} was removed", self.name)));
+        }
+        Ok(())
+    }
+
+    /// Remembers a write-back error for the next sync (keeps the first one).
+    pub(crate) fn record_write_error(&self, e: &Error) {
+        let mut g = sync::lock(&self.write_error);
+        if g.is_none() {
+            *g = Some(e.duplicate());
+        }
+    }
+
+    /// Takes the pending write-back error, if any: each error is reported once.
+    pub(crate) fn take_write_error(&self) -> Option<Error> {
+        sync::lock(&self.write_error).take()
+    }
+}
+
+/// Checks a file name: 1 to 255 bytes, no `/`, no NUL, not `.` or `..`.
+pub fn validate_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::new(ErrorKind::InvalidName, format!("invalid file name {name:?}: {why}")));
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > 255 {
+        return bad("longer than 255 bytes");
+    }
+    if name.contains('/') {
+        return bad("contains '/'");
+    }
+    if name.contains('\0') {
+        return bad("contains NUL");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are reserved");
+    }
+    Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["a", "file.dat", "..a", ".hidden", &"x".repeat(255), "ünï"] {
+            assert!(validate_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", ".", "..", "a/b", "/", "a\0b", &"x".repeat(256)] {
+            assert_eq!(validate_name(bad).unwrap_err().kind(), ErrorKind::InvalidName, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Page frames: the arena of bytes, each frame's state word and key, and the wait table.
+//!
+//! A frame is bound to one (file, page) key at a time. The key is written only while the
+//! frame is `UNOWNED` (so by one thread) and published by the Release store that hands the
+//! frame to its page; see [`state`] for the protocol.
+
+pub mod arena;
+pub mod state;
+pub mod wait;
+
+pub use arena::{Arena, FrameId};
+pub use state::FrameState;
+
+use crate::error::Result;
+use crate::sync::{AtomicU64, Ordering};
+use wait::WaitTable;
+
+/// Which page a frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageKey {
+    /// File id from the catalog.
+    pub file: u64,
+    /// Page number within the file.
+    pub page: u64,
+}
+
+/// Per-frame metadata kept beside the arena.
+#[derive(Debug)]
+pub struct FrameMeta {
+    /// The packed state word.
+    pub state: FrameState,
+    file: AtomicU64,
+    page: AtomicU64,
+}
+
+/// All frames of a cache.
+pub struct FrameTable {
+    arena: Arena,
+    metas: Box<[FrameMeta]>,
+    /// Sleepers waiting for a frame to be unlocked.
+    pub waits: WaitTable,
+}
+
+impl FrameTable {
+    /// `count` unowned frames of `page_size` bytes.
+    pub fn new(count: usize, page_size: usize) -> Result<Self> {
+        let arena = Arena::new(count, page_size)?;
+        let metas = (0..count)
+            .map(|_| FrameMeta {
+                state: FrameState::new_unowned(),
+                file: AtomicU64::new(u64::MAX),
+                page: AtomicU64::new(u64::MAX),
+            })
+            .collect();
+        Ok(FrameTable { arena, metas, waits: WaitTable::default() })
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// Whether the table has no frames (never true for a running cache).
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Bytes per frame.
+    pub fn page_size(&self) -> usize {
+        self.arena.page_size()
+    }
+
+    /// The state word of frame `id`.
+    pub fn state(&self, id: FrameId) -> &FrameState {
+        &self.metas[id as usize].state
+    }
+
+    /// The key of frame `id`. Meaningful only while the caller keeps the frame owned (a pin
+    /// or `LOCKED`) and read after acquiring that right.
+    pub fn key(&self, id: FrameId) -> PageKey {
+        let m = &self.metas[id as usize];
+        // Relaxed: ordered by the Acquire of the pin/lock that follows the Release store in
+        // `assign_locked`, which happens after these fields were written.
+        PageKey { file: m.file.load(Ordering::Relaxed), page: m.page.load(Ordering::Relaxed) }
+    }
+
+    /// Sets the key of an unowned frame the caller owns.
+    pub fn set_key(&self, id: FrameId, key: PageKey) {
+        let m = &self.metas[id as usize];
+        debug_assert!(m.state.load() & state::UNOWNED != 0);
+        // Relaxed: published by the Release store in `assign_locked`.
+        m.file.store(key.file, Ordering::Relaxed);
+        m.page.store(key.page, Ordering::Relaxed);
+    }
+
+    /// Raw start of frame `id`'s bytes; see [`Arena::frame_ptr`] for the rules.
+    pub fn ptr(&self, id: FrameId) -> *mut u8 {
+        self.arena.frame_ptr(id)
+    }
+
+    /// Releases `LOCKED` on `id` (setting and clearing bits as in [`FrameState::unlock`]) and
+    /// wakes anyone waiting on it.
+    pub fn unlock(&self, id: FrameId, set: u64, clear: u64) {
+        let old = self.state(id).unlock(set, clear);
+        self.waits.wake_if_waiters(id, old);
+    }
+
+    /// Takes `LOCKED` on a frame the caller has pinned, sleeping while another thread holds
+    /// it. The pin keeps the frame owned, so `try_lock` can only fail on `LOCKED`.
+    pub fn lock_pinned(&self, id: FrameId) {
+        loop {
+            if self.state(id).try_lock() {
+                return;
+            }
+            self.waits.wait_until(id, self.state(id), |w| w & state::LOCKED == 0);
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The per-frame atomic state word.
+//!
+//! Every frame has one `AtomicU64` that says who may touch it and how. All transitions are
+//! single CAS or fetch-and-op steps on this word, so a hit never takes a lock.
+//!
+//! # Bit layout
+//!
+//! ```text
+//!  63            32 31   30  29      28      27   26    25    24   23            0
+//! +----------------+----+---+-------+-------+----+-----+-----+----+--------------+
+//! |   (reserved)   |  0 | 0 |WAITERS|UNOWNED| REF|DIRTY|VALID|LOCK|  pin count   |
+//! +----------------+----+---+-------+-------+----+-----+-----+----+--------------+
+//! ```
+//!
+//! - `pin count` (24 bits): threads currently using the frame's page. A pinned frame is never
+//!   evicted or re-assigned.
+//! - `LOCKED`: one thread has exclusive access to the frame's bytes for a load, a copy-in by a
+//!   writer, or a write-back. Readers do not take it: they only need `VALID`, and the file's
+//!   range lock keeps them apart from overlapping writers.
+//! - `VALID`: the frame holds the page's data. A loader clears it until the load completes.
+//! - `DIRTY`: the frame differs from the device. Set by writers under `LOCKED`, cleared by a
+//!   successful write-back under `LOCKED`.
+//! - `REFERENCED`: set on every pin; CLOCK clears it as its hand passes.
+//! - `UNOWNED`: the frame belongs to no page (free, or being evicted). Pins fail on it, and the
+//!   thread that set it owns the frame outright until it publishes a new state.
+//! - `WAITERS`: some thread sleeps in the [`super::wait::WaitTable`] for this frame; whoever
+//!   clears `LOCKED` must wake it.
+//!
+//! # Invariants
+//! - A frame with `UNOWNED` has pin count 0, and only its owner writes its key and bytes.
+//! - Eviction is a CAS from "pin 0, not LOCKED, not DIRTY, not REFERENCED" to `UNOWNED`, so it
+//!   can never take a pinned, in-flight or dirty frame.
+//! - The key (file, page) of an owned frame changes only while it is `UNOWNED`; a thread that
+//!   pins a frame found in an index re-reads the key after the pin to catch a frame that was
+//!   re-assigned in between ("has the page moved?").
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Mask of the pin count.
+pub const PIN_MASK: u64 = (1 << 24) - 1;
+/// Exclusive access to the frame's bytes (load, copy-in, write-back).
+pub const LOCKED: u64 = 1 << 24;
+/// The frame holds its page's data.
+pub const VALID: u64 = 1 << 25;
+/// The frame differs from the device.
+pub const DIRTY: u64 = 1 << 26;
+/// Recently used (CLOCK's reference bit).
+pub const REFERENCED: u64 = 1 << 27;
+/// Bound to no page; pins fail.
+pub const UNOWNED: u64 = 1 << 28;
+/// A thread waits on this frame in the wait table.
+pub const WAITERS: u64 = 1 << 29;
+
+const _: () = assert!(std::mem::size_of::<FrameState>() == 8);
+const _: () = assert!(PIN_MASK & (LOCKED | VALID | DIRTY | REFERENCED | UNOWNED | WAITERS) == 0);
+
+/// Why a pin failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinError {
+    /// The frame is free or being evicted: look the page up again.
+    Unowned,
+    /// 2^24 - 1 pins are already held.
+    Overflow,
+}
+
+/// The packed state word of one frame.
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct FrameState(AtomicU64);
+
+impl FrameState {
+    /// A free frame.
+    pub fn new_unowned() -> Self {
+        FrameState(AtomicU64::new(UNOWNED))
+    }
+
+    /// The current word. Acquire: a caller that sees `VALID` must also see the bytes the
+    /// loader wrote before its Release store.
+    pub fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Pins the frame and sets its reference bit, unless it is unowned.
+    ///
+    /// Acquire on success pairs with the Release that published the frame's key and bytes.
+    pub fn try_pin(&self) -> Result<u64, PinError> {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            if cur & UNOWNED != 0 {
+                return Err(PinError::Unowned);
+            }
+            if cur & PIN_MASK == PIN_MASK {
+                return Err(PinError::Overflow);
+            }
+            let new = (cur + 1) | REFERENCED;
+            match self.0.compare_exchange_weak(cur, new, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Ok(new),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Drops one pin. Release: our reads of the bytes happen before an evictor's claim.
+    pub fn unpin(&self) {
+        let old = self.0.fetch_sub(1, Ordering::Release);
+        debug_assert!(old & PIN_MASK != 0, "unpin of an unpinned frame");
+    }
+
+    /// Takes `LOCKED` if it is free and the frame is owned. Acquire pairs with the Release of
+    /// the previous unlock, so we see the bytes its holder wrote.
+    pub fn try_lock(&self) -> bool {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            if cur & (LOCKED | UNOWNED) != 0 {
+                return false;
+            }
+            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Takes `LOCKED` only if the frame is dirty, owned and unlocked (write-back's probe).
+    pub fn try_lock_dirty(&self) -> bool {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            if cur & (LOCKED | UNOWNED) != 0 || cur & DIRTY == 0 {
+                return false;
+            }
+            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Releases `LOCKED`, setting `set` and clearing `clear` in the same step. Returns the
+    /// previous word; the caller must wake waiters if it had `WAITERS`.
+    /// Release: the bytes we wrote are visible to whoever next sees the word.
+    pub fn unlock(&self, set: u64, clear: u64) -> u64 {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            debug_assert!(cur & LOCKED != 0, "unlock of an unlocked frame");
+            let new = (cur | set) & !(clear | LOCKED | WAITERS);
+            match self.0.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return cur,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Claims an unpinned, unlocked frame for eviction by setting `UNOWNED`.
+    /// With `allow_dirty` false a dirty frame is refused. A referenced frame is refused and
+    /// its reference bit cleared (CLOCK's second chance). Acquire: we see every byte written
+    /// by the last holder before its unpin/unlock.
+    pub fn try_claim(&self) -> ClaimResult {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            if cur & UNOWNED != 0 {
+                return ClaimResult::Busy;
+            }
+            if cur & (PIN_MASK | LOCKED) != 0 {
+                return ClaimResult::Busy;
+            }
+            if cur & REFERENCED != 0 {
+                // Relaxed: the reference bit is a hint; losing a race with a pin that sets it
+                // again only gives the page one more round.
+                self.0.fetch_and(!REFERENCED, Ordering::Relaxed);
+                return ClaimResult::Referenced;
+            }
+            if cur & DIRTY != 0 {
+                return ClaimResult::Dirty;
+            }
+            match self.0.compare_exchange_weak(cur, UNOWNED, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return ClaimResult::Claimed,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Hands an unowned frame to a page: pinned once by the caller, `LOCKED`, not yet valid.
+    /// Release publishes the key the owner wrote while the frame was unowned.
+    pub fn assign_locked(&self) {
+        debug_assert!(self.0.load(Ordering::Relaxed) & UNOWNED != 0);
+        self.0.store(1 | LOCKED | REFERENCED, Ordering::Release);
+    }
+
+    /// Gives back a frame whose only pin is the caller's and that nobody holds `LOCKED`:
+    /// CAS from `expected` (such a word) to `UNOWNED`. Fails if the word changed, for example
+    /// because a stale lookup pinned it for a moment.
+    pub fn try_release(&self, expected: u64) -> bool {
+        debug_assert!(pins(expected) == 1 && expected & (LOCKED | UNOWNED) == 0);
+        // AcqRel: Acquire sees the bytes last written under the word; Release orders our own
+        // use of the frame before whoever owns it next.
+        self.0.compare_exchange(expected, UNOWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Clears the reference bit so CLOCK takes a detached frame on its next pass.
+    pub fn clear_referenced(&self) {
+        // Relaxed: a hint for the policy; no data is published through it.
+        self.0.fetch_and(!REFERENCED, Ordering::Relaxed);
+    }
+
+    /// Sets `WAITERS` before a thread sleeps; returns the word after the change.
+    pub fn mark_waiter(&self) -> u64 {
+        // AcqRel: ordered against the unlocker's Release CAS on the same word, so either the
+        // unlocker sees WAITERS or we see its unlock.
+        self.0.fetch_or(WAITERS, Ordering::AcqRel) | WAITERS
+    }
+}
+
+/// Outcome of [`FrameState::try_claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimResult {
+    /// The frame is now unowned and belongs to the caller.
+    Claimed,
+    /// Pinned, locked or already unowned.
+    Busy,
+    /// Had its reference bit, which is now cleared.
+    Referenced,
+    /// Otherwise claimable, but dirty: it must be written back first.
+    Dirty,
+}
+
+/// Pin count of a state word.
+pub fn pins(word: u64) -> u64 {
+    word & PIN_MASK
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_do_not_overlap_and_fit_in_u32() {
+        let flags = [LOCKED, VALID, DIRTY, REFERENCED, UNOWNED, WAITERS];
+        for (i, a) in flags.iter().enumerate() {
+            assert_eq!(a.count_ones(), 1);
+            assert_eq!(a & PIN_MASK, 0);
+            for b in &flags[i + 1..] {
+                assert_eq!(a & b, 0);
+            }
+        }
+        assert!(WAITERS < (1 << 32));
+    }
+
+    #[test]
+    fn pin_fails_on_unowned_and_sets_referenced() {
+        let s = FrameState::new_unowned();
+        assert_eq!(s.try_pin(), Err(PinError::Unowned));
+        s.assign_locked();
+        let w = s.try_pin().unwrap();
+        assert_eq!(pins(w), 2);
+        assert!(w & REFERENCED != 0);
+    }
+
+    #[test]
+    fn pinned_locked_dirty_or_referenced_frames_are_not_claimed() {
+        let s = FrameState::new_unowned();
+        s.assign_locked();
+        assert_eq!(s.try_claim(), ClaimResult::Busy, "locked and pinned");
+        s.unlock(VALID, 0);
+        assert_eq!(s.try_claim(), ClaimResult::Busy, "pinned");
+        s.unpin();
+        assert_eq!(s.try_claim(), ClaimResult::Referenced);
+        assert!(s.try_lock());
+        s.unlock(DIRTY, 0);
+        assert_eq!(s.try_claim(), ClaimResult::Dirty);
+        assert!(s.try_lock_dirty());
+        s.unlock(0, DIRTY);
+        assert_eq!(s.try_claim(), ClaimResult::Claimed);
+        assert_eq!(s.load(), UNOWNED);
+        assert!(!s.try_lock());
+    }
+
+    #[test]
+    fn unlock_clears_waiters_and_reports_them() {
+        let s = FrameState::new_unowned();
+        s.assign_locked();
+        s.mark_waiter();
+        let old = s.unlock(VALID, 0);
+        assert!(old & WAITERS != 0);
+        let now = s.load();
+        assert_eq!(now & (WAITERS | LOCKED), 0);
+        assert!(now & VALID != 0);
+    }
+
+    #[test]
+    fn try_lock_dirty_needs_dirty() {
+        let s = FrameState::new_unowned();
+        s.assign_locked();
+        s.unlock(VALID, 0);
+        assert!(!s.try_lock_dirty());
+        assert!(s.try_lock());
+        assert!(!s.try_lock(), "second lock must fail");
+        s.unlock(DIRTY, 0);
+        assert!(s.try_lock_dirty());
+    }
+}

@@ -1,0 +1,64 @@
+//! Sleeping until a frame's state changes, without a lock or condvar per frame.
+//!
+//! Like the kernel's `page_wait_table`, a small table of (mutex, condvar) pairs is shared by
+//! all frames, hashed by frame id. A waiter sets `WAITERS` in the frame's state word and
+//! re-checks its condition under the bucket mutex before sleeping; the thread that releases
+//! `LOCKED` sees `WAITERS` in the word it replaced and wakes the bucket. Because the waker
+//! takes the bucket mutex before notifying, a waiter that saw the old state is already asleep
+//! (or has not yet re-checked) and cannot miss the wake-up.
+//!
+//! # Locking
+//! A bucket mutex is a leaf: nothing else is taken while it is held.
+
+use super::arena::FrameId;
+use super::state::{FrameState, WAITERS};
+use crate::sync::{self, Condvar, Mutex};
+
+const BUCKETS: usize = 256;
+
+/// The shared wait table.
+pub struct WaitTable {
+    buckets: Vec<(Mutex<()>, Condvar)>,
+}
+
+impl Default for WaitTable {
+    fn default() -> Self {
+        WaitTable { buckets: (0..BUCKETS).map(|_| (Mutex::new(()), Condvar::new())).collect() }
+    }
+}
+
+impl WaitTable {
+    fn bucket(&self, id: FrameId) -> &(Mutex<()>, Condvar) {
+        &self.buckets[(id as usize).wrapping_mul(0x9E37_79B9) % BUCKETS]
+    }
+
+    /// Sleeps until `done(word)` holds for the frame's state word, and returns that word.
+    /// The caller must keep the frame from being re-assigned meanwhile (by holding a pin).
+    pub fn wait_until(&self, id: FrameId, state: &FrameState, done: impl Fn(u64) -> bool) -> u64 {
+        let w = state.load();
+        if done(w) {
+            return w;
+        }
+        let (m, cv) = self.bucket(id);
+        let mut g = sync::lock(m);
+        loop {
+            // Set WAITERS, then re-check: an unlock after this point sees the bit and takes
+            // the bucket mutex, which we hold until cv.wait releases it.
+            let w = state.mark_waiter();
+            if done(w) {
+                return w;
+            }
+            g = sync::wait(cv, g);
+        }
+    }
+
+    /// Wakes the sleepers of frame `id` if `old_word` (the word an unlock replaced) had
+    /// `WAITERS`.
+    pub fn wake_if_waiters(&self, id: FrameId, old_word: u64) {
+        if old_word & WAITERS != 0 {
+            let (m, cv) = self.bucket(id);
+            drop(sync::lock(m));
+            cv.notify_all();
+        }
+    }
+}

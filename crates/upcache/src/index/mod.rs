@@ -1,0 +1,46 @@
+//! The page index: for one file, which frame holds page `p`.
+//!
+//! # Lookup protocol
+//! The index maps page numbers to frame ids and nothing more; it is a hint that the frame's
+//! own state word confirms. A reader does `get`, pins the frame, then re-reads the frame's key:
+//! if the frame was evicted and re-assigned between the two steps, the key differs and the
+//! reader unpins and looks up again. So an implementation may return a stale frame id, but
+//! must never lose an entry it was asked to keep.
+//!
+//! An entry is added only by the thread that owns a freshly assigned frame
+//! ([`PageIndex::insert_if_absent`]) and removed only by a thread that has claimed the frame
+//! or holds it `LOCKED` ([`PageIndex::remove_if`]), so an entry never points at a frame that
+//! another page has since been given *and published under the same page number*.
+//!
+//! Implementations: [`sharded::ShardedIndex`] (hash shards, each under its own reader-writer
+//! lock). The lock-free ccXArray radix tree (seed 000 §3.2) and SAFS's set-associative cache
+//! (seed 002 §4) plug in here.
+
+pub mod sharded;
+
+pub use sharded::ShardedIndex;
+
+use crate::frame::FrameId;
+
+/// A per-file map from page number to frame.
+pub trait PageIndex: Send + Sync {
+    /// The frame recorded for `page`, if any.
+    fn get(&self, page: u64) -> Option<FrameId>;
+
+    /// Records `frame` for `page` unless an entry exists; returns the existing frame then.
+    fn insert_if_absent(&self, page: u64, frame: FrameId) -> Result<(), FrameId>;
+
+    /// Removes the entry for `page` if it still names `frame`; returns whether it did.
+    fn remove_if(&self, page: u64, frame: FrameId) -> bool;
+
+    /// Every entry with `page >= from`, in no particular order.
+    fn entries_from(&self, from: u64) -> Vec<(u64, FrameId)>;
+
+    /// Number of entries.
+    fn len(&self) -> usize;
+
+    /// Whether the index is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,97 @@
+//! Device directories and the backing files inside them.
+//!
+//! Each cache file has one backing file per device, `f<id>.data` in that device's
+//! directory, holding the file's stripe units for that device back to back (see
+//! [`super::layout`]). Backing files are opened with O_DIRECT so that data is cached once,
+//! by us; a file system that refuses O_DIRECT is an error unless the config allows buffered
+//! backing files. Backing files are created with mode 0600.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::layout::DeviceId;
+use crate::error::{Error, ErrorKind, Result};
+
+/// One open backing file: a cache file's share of one device.
+#[derive(Debug)]
+pub struct BackingFile {
+    file: File,
+    device: DeviceId,
+    file_id: u64,
+}
+
+impl BackingFile {
+    /// The device this file is on.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// The cache file this backs.
+    pub fn file_id(&self) -> u64 {
+        self.file_id
+    }
+
+    /// The open OS file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl AsRawFd for BackingFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// Path of file `id`'s backing file in `dir`.
+pub fn backing_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("f{id:016x}.data"))
+}
+
+/// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`.
+pub fn open_backing(dir: &Path, device: DeviceId, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
+    let path = backing_path(dir, file_id);
+    let open = |direct: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(create).mode(0o600);
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        o.open(&path)
+    };
+    let file = match open(true) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            if !allow_buffered {
+                return Err(Error::with_source(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "the file system of {} refuses O_DIRECT; use a file system that supports \
+                         it or allow buffered backing files (Config::with_allow_buffered)",
+                        dir.display()
+                    ),
+                    e,
+                ));
+            }
+            log::warn!("{}: O_DIRECT refused, using buffered backing files", dir.display());
+            open(false).map_err(|e| Error::io(format!("open {}", path.display()), e))?
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::with_source(
+                ErrorKind::NotAnArray,
+                format!("backing file {} is missing", path.display()),
+                e,
+            ))
+        }
+        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+    };
+    Ok(BackingFile { file, device, file_id })
+}
+
+/// Sets a backing file's length.
+pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
+    file.file.set_len(len).map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
+}

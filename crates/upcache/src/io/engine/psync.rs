@@ -1,0 +1,88 @@
+//! The synchronous engine: `preadv` / `pwritev` / `fdatasync` from the calling thread.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::AsRawFd;
+
+use super::IoEngine;
+use crate::io::device::BackingFile;
+
+/// Positional vectored syscalls, issued by whichever thread needs the I/O.
+#[derive(Debug, Default)]
+pub struct PsyncEngine;
+
+/// Most iovecs passed to one syscall (Linux's UIO_MAXIOV).
+const MAX_IOV: usize = 1024;
+
+impl IoEngine for PsyncEngine {
+    fn name(&self) -> &'static str {
+        "psync"
+    }
+
+    fn read_vectored(&self, file: &BackingFile, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let want: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut done = 0usize;
+        let mut bufs = bufs;
+        while done < want && !bufs.is_empty() {
+            let cnt = bufs.len().min(MAX_IOV);
+            // SAFETY: IoSliceMut is ABI-compatible with iovec; the slices are valid for
+            // writes of their lengths for the duration of the call, and the fd is open.
+            let n = unsafe {
+                libc::preadv(
+                    file.as_raw_fd(),
+                    bufs.as_mut_ptr() as *const libc::iovec,
+                    cnt as libc::c_int,
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                break; // end of file
+            }
+            done += n as usize;
+            IoSliceMut::advance_slices(&mut bufs, n as usize);
+        }
+        Ok(done)
+    }
+
+    fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        let mut storage: Vec<IoSlice<'_>> = bufs.to_vec();
+        let mut bufs = &mut storage[..];
+        let mut done = 0u64;
+        while !bufs.is_empty() {
+            let cnt = bufs.len().min(MAX_IOV);
+            // SAFETY: IoSlice is ABI-compatible with iovec; the slices are valid for reads of
+            // their lengths for the duration of the call, and the fd is open.
+            let n = unsafe {
+                libc::pwritev(
+                    file.as_raw_fd(),
+                    bufs.as_ptr() as *const libc::iovec,
+                    cnt as libc::c_int,
+                    (offset + done) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            }
+            done += n as u64;
+            IoSlice::advance_slices(&mut bufs, n as usize);
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
+        file.file().sync_data()
+    }
+}

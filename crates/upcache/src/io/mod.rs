@@ -1,0 +1,6 @@
+//! Everything between page frames and the devices: where a page lives ([`layout`]), the
+//! backing files on each device ([`device`]) and how bytes move ([`engine`]).
+
+pub mod device;
+pub mod engine;
+pub mod layout;

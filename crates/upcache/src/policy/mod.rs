@@ -1,0 +1,45 @@
+//! Replacement policy: which resident page gives up its frame when a miss needs one.
+//!
+//! # Contract
+//! - The caller MUST call [`Policy::pick_victim`] only when the free list is empty, and MUST
+//!   detach a [`Victim::Claimed`] frame from its old file's index before reusing it.
+//! - An implementation MUST claim frames only through [`crate::frame::FrameState::try_claim`],
+//!   which refuses pinned, locked (in-flight) and dirty frames, so a policy cannot evict a page
+//!   that is in use or lose written data. It SHOULD prefer clean pages and report a dirty
+//!   candidate only when no clean one was found, for the caller to write back.
+//! - Reference information comes from the state word's `REFERENCED` bit, which every pin sets;
+//!   policies that need more per-frame history keep it themselves and are told of hits via
+//!   [`Policy::on_hit`].
+//!
+//! Implementations: [`clock::ClockPolicy`]. GClock, LRU, LFU, S3-FIFO, SIEVE and the
+//! GC-aware modifier (seeds 002 §4, 004 §5.4) plug in here.
+
+pub mod clock;
+
+pub use clock::ClockPolicy;
+
+use crate::frame::{FrameId, FrameTable};
+
+/// What [`Policy::pick_victim`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Victim {
+    /// This frame is now unowned and belongs to the caller.
+    Claimed(FrameId),
+    /// No clean frame could be claimed; this dirty, unpinned frame could be written back and
+    /// then claimed.
+    Dirty(FrameId),
+    /// Every frame is pinned or under I/O.
+    None,
+}
+
+/// A page replacement policy.
+pub trait Policy: Send + Sync {
+    /// Short name for reports.
+    fn name(&self) -> &'static str;
+
+    /// A frame was pinned on a hit. Default: nothing beyond the `REFERENCED` bit.
+    fn on_hit(&self, _frame: FrameId) {}
+
+    /// Finds a frame to evict, clean pages first.
+    fn pick_victim(&self, frames: &FrameTable) -> Victim;
+}

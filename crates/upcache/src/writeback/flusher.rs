@@ -1,0 +1,73 @@
+//! Background flusher threads.
+//!
+//! Each flusher sleeps until the dirty count passes the background threshold (or a period
+//! passes with dirty pages, so that data does not stay dirty forever), then writes back until
+//! the count falls to half the threshold. Several flushers scan disjoint chunks of the frame
+//! table, so they write in parallel.
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::cache::CacheInner;
+use crate::error::{Error, Result};
+use crate::sync::{Arc, Ordering};
+
+/// How often a flusher wakes by itself to write back pages dirty for a while.
+const PERIOD: Duration = Duration::from_secs(5);
+
+/// The running flusher threads.
+pub(crate) struct Flushers {
+    cache: Arc<CacheInner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Flushers {
+    pub(crate) fn start(cache: &Arc<CacheInner>) -> Result<Flushers> {
+        let mut threads = Vec::new();
+        for i in 0..cache.config.flusher_threads {
+            let c = cache.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("upcache-flush-{i}"))
+                .spawn(move || run(&c))
+                .map_err(|e| Error::io("spawn flusher thread", e))?;
+            threads.push(t);
+        }
+        Ok(Flushers { cache: cache.clone(), threads })
+    }
+
+    /// Stops and joins every flusher.
+    pub(crate) fn stop(&mut self) {
+        // Release: pairs with the Acquire in the flusher loop and wait_for_kick.
+        self.cache.writeback.shutdown.store(true, Ordering::Release);
+        self.cache.writeback.kick_flushers();
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                log::error!("a flusher thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Flushers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(cache: &CacheInner) {
+    let wb = &cache.writeback;
+    let n = cache.frames.len();
+    while !wb.shutdown.load(Ordering::Acquire) {
+        let kicked = wb.wait_for_kick(PERIOD);
+        if wb.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        // Kicked: write back to half the background threshold. Period: everything.
+        let stop_at = if kicked { wb.background / 2 } else { 0 };
+        while wb.dirty() > stop_at && !wb.shutdown.load(Ordering::Acquire) {
+            if cache.flush_some(n, stop_at) == 0 {
+                break; // nothing writable now (all failing or locked); wait for the next kick
+            }
+        }
+    }
+}
