@@ -1,0 +1,204 @@
+//! Model-based tests: random operation sequences against an in-memory oracle.
+//!
+//! Each case picks a layout (page size, stripe unit, 1 to 8 devices) and a cache of a few dozen
+//! frames, far smaller than the data the sequence writes, so eviction, write-back of dirty
+//! victims and reloads happen all the time. After every read the bytes must equal the
+//! oracle's; after a close and reopen every file must equal it byte for byte.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use upcache::{Cache, Config, ErrorKind, File};
+
+const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+const MAX_OFFSET: u64 = 300_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(usize),
+    Write { f: usize, offset: u64, len: usize, seed: u64 },
+    Read { f: usize, offset: u64, len: usize },
+    SetLen { f: usize, len: u64 },
+    SyncData(usize),
+    SyncAll(usize),
+    CacheSync,
+    Remove(usize),
+    Close(usize),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let f = 0..NAMES.len();
+    prop_oneof![
+        2 => f.clone().prop_map(Op::Create),
+        8 => (f.clone(), 0..MAX_OFFSET, 0usize..40_000, any::<u64>())
+            .prop_map(|(f, offset, len, seed)| Op::Write { f, offset, len, seed }),
+        8 => (f.clone(), 0..MAX_OFFSET + 10_000, 0usize..40_000).prop_map(|(f, offset, len)| Op::Read { f, offset, len }),
+        2 => (f.clone(), 0..MAX_OFFSET).prop_map(|(f, len)| Op::SetLen { f, len }),
+        1 => f.clone().prop_map(Op::SyncData),
+        1 => f.clone().prop_map(Op::SyncAll),
+        1 => Just(Op::CacheSync),
+        1 => f.clone().prop_map(Op::Remove),
+        1 => f.prop_map(Op::Close),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Layout {
+    page_size: usize,
+    stripe_pages: u64,
+    devices: usize,
+    frames: usize,
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    (prop_oneof![Just(4096usize), Just(8192), Just(16384)], 1u64..=4, 1usize..=8, 16usize..48)
+        .prop_map(|(page_size, stripe_pages, devices, frames)| Layout { page_size, stripe_pages, devices, frames })
+}
+
+struct Harness {
+    root: tempfile::TempDir,
+    layout: Layout,
+    cache: Option<Cache>,
+    handles: BTreeMap<usize, File>,
+    oracle: BTreeMap<usize, Vec<u8>>,
+}
+
+impl Harness {
+    fn config(&self) -> Config {
+        let l = &self.layout;
+        Config::new(common::dirs(self.root.path(), l.devices), (l.frames * l.page_size) as u64)
+            .with_page_size(l.page_size)
+            .with_stripe_unit(l.stripe_pages * l.page_size as u64)
+            .with_dirty_background_ratio(0.25)
+            .with_dirty_foreground_ratio(0.5)
+    }
+
+    fn cache(&self) -> &Cache {
+        self.cache.as_ref().unwrap()
+    }
+
+    fn handle(&mut self, f: usize) -> File {
+        if let Some(h) = self.handles.get(&f) {
+            return h.clone();
+        }
+        let h = self.cache().open_file(NAMES[f]).unwrap();
+        self.handles.insert(f, h.clone());
+        h
+    }
+
+    fn check_all(&mut self) {
+        let mut names = self.cache().list();
+        names.sort();
+        let want: Vec<String> = self.oracle.keys().map(|&f| NAMES[f].to_string()).collect();
+        assert_eq!(names, want);
+        for (f, data) in self.oracle.clone() {
+            let h = self.handle(f);
+            assert_eq!(h.len(), data.len() as u64, "length of {}", NAMES[f]);
+            let mut back = vec![0xAAu8; data.len()];
+            h.read_exact_at(&mut back, 0).unwrap();
+            assert!(back == data, "contents of {} differ", NAMES[f]);
+        }
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match *op {
+            Op::Create(f) => {
+                let r = self.cache().create_file(NAMES[f]);
+                if self.oracle.contains_key(&f) {
+                    assert_eq!(r.unwrap_err().kind(), ErrorKind::AlreadyExists);
+                } else {
+                    self.handles.insert(f, r.unwrap());
+                    self.oracle.insert(f, Vec::new());
+                }
+            }
+            Op::Write { f, offset, len, seed } => {
+                if !self.oracle.contains_key(&f) {
+                    return;
+                }
+                let data = common::pattern(seed, len);
+                self.handle(f).write_all_at(&data, offset).unwrap();
+                let o = self.oracle.get_mut(&f).unwrap();
+                if len > 0 {
+                    let end = offset as usize + len;
+                    if o.len() < end {
+                        o.resize(end, 0);
+                    }
+                    o[offset as usize..end].copy_from_slice(&data);
+                }
+            }
+            Op::Read { f, offset, len } => {
+                if !self.oracle.contains_key(&f) {
+                    return;
+                }
+                let mut buf = vec![0xAAu8; len];
+                let n = self.handle(f).read_at(&mut buf, offset).unwrap();
+                let o = &self.oracle[&f];
+                let want = if (offset as usize) >= o.len() {
+                    &[][..]
+                } else {
+                    &o[offset as usize..(offset as usize + len).min(o.len())]
+                };
+                assert_eq!(n, want.len(), "read length at {offset}+{len}");
+                assert!(&buf[..n] == want, "read of {}+{} differs", offset, len);
+            }
+            Op::SetLen { f, len } => {
+                if !self.oracle.contains_key(&f) {
+                    return;
+                }
+                self.handle(f).set_len(len).unwrap();
+                self.oracle.get_mut(&f).unwrap().resize(len as usize, 0);
+            }
+            Op::SyncData(f) => {
+                if self.oracle.contains_key(&f) {
+                    self.handle(f).sync_data().unwrap();
+                }
+            }
+            Op::SyncAll(f) => {
+                if self.oracle.contains_key(&f) {
+                    self.handle(f).sync_all().unwrap();
+                }
+            }
+            Op::CacheSync => self.cache().sync().unwrap(),
+            Op::Remove(f) => {
+                let r = self.cache().remove_file(NAMES[f]);
+                if self.oracle.remove(&f).is_some() {
+                    r.unwrap();
+                    if let Some(h) = self.handles.remove(&f) {
+                        let mut b = [0u8; 1];
+                        assert_eq!(h.read_at(&mut b, 0).unwrap_err().kind(), ErrorKind::NotFound);
+                    }
+                } else {
+                    assert_eq!(r.unwrap_err().kind(), ErrorKind::NotFound);
+                }
+            }
+            Op::Close(f) => {
+                self.handles.remove(&f);
+            }
+            Op::Reopen => {
+                self.handles.clear();
+                self.cache = None; // drop writes everything back
+                self.cache = Some(Cache::open(self.config()).unwrap());
+                self.check_all();
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_ops_match_the_oracle(layout in layout(), ops in proptest::collection::vec(op(), 1..100)) {
+        let root = tempfile::tempdir().unwrap();
+        let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new() };
+        h.cache = Some(Cache::create(h.config()).unwrap());
+        for op in &ops {
+            h.apply(op);
+        }
+        h.apply(&Op::Reopen);
+    }
+}
