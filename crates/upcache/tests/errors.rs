@@ -1,0 +1,314 @@
+//! Error paths: bad config, bad names, bad arrays, and device faults injected through a
+//! wrapping I/O engine. A failed write-back must keep pages dirty, be reported by the next
+//! sync (once), be retried, and lose nothing.
+
+mod common;
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+
+use upcache::io::device::BackingFile;
+use upcache::io::engine::{IoEngine, PsyncEngine};
+use upcache::{Cache, Config, ErrorKind};
+
+/// Fails reads, writes or syncs with a chosen errno while the matching switch is on.
+#[derive(Default)]
+struct FaultyEngine {
+    inner: PsyncEngine,
+    fail_reads: AtomicBool,
+    fail_writes: AtomicBool,
+    fail_syncs: AtomicBool,
+    errno: AtomicI32,
+}
+
+impl FaultyEngine {
+    fn err(&self) -> io::Error {
+        io::Error::from_raw_os_error(match self.errno.load(Ordering::SeqCst) {
+            0 => libc_eio(),
+            e => e,
+        })
+    }
+}
+
+fn libc_eio() -> i32 {
+    5
+}
+const ENOSPC: i32 = 28;
+
+impl IoEngine for FaultyEngine {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn read_vectored(&self, f: &BackingFile, off: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        if self.fail_reads.load(Ordering::SeqCst) {
+            return Err(self.err());
+        }
+        self.inner.read_vectored(f, off, bufs)
+    }
+    fn write_vectored(&self, f: &BackingFile, off: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(self.err());
+        }
+        self.inner.write_vectored(f, off, bufs)
+    }
+    fn sync_data(&self, f: &BackingFile) -> io::Result<()> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(self.err());
+        }
+        self.inner.sync_data(f)
+    }
+}
+
+fn faulty(root: &std::path::Path, frames: usize) -> (Arc<FaultyEngine>, Config) {
+    let e = Arc::new(FaultyEngine::default());
+    (e.clone(), common::config(root, 2, 4096, frames).with_io_engine(e))
+}
+
+#[test]
+fn failed_sync_keeps_pages_dirty_and_a_retry_succeeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 64);
+    let data = common::pattern(3, 5 * 4096 + 100);
+    {
+        let cache = Cache::create(cfg.clone()).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        e.fail_writes.store(true, Ordering::SeqCst);
+        let err = f.sync_data().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+        assert_eq!(err.raw_os_error(), Some(libc_eio()));
+        assert!(cache.stats().dirty_pages >= 6, "pages must stay dirty: {:?}", cache.stats());
+        let mut back = vec![0u8; data.len()];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data, "dirty data must still be readable");
+        e.fail_writes.store(false, Ordering::SeqCst);
+        f.sync_data().unwrap();
+        assert_eq!(cache.stats().dirty_pages, 0);
+    }
+    let cache = Cache::open(cfg).unwrap();
+    let f = cache.open_file("f").unwrap();
+    let mut back = vec![0u8; data.len()];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn enospc_is_reported_as_no_space() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 64);
+    let cache = Cache::create(cfg).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&[1u8; 8192], 0).unwrap();
+    e.errno.store(ENOSPC, Ordering::SeqCst);
+    e.fail_writes.store(true, Ordering::SeqCst);
+    assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::NoSpace);
+    e.fail_writes.store(false, Ordering::SeqCst);
+    f.sync_data().unwrap();
+}
+
+#[test]
+fn background_write_back_failure_is_sticky_and_nothing_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 16);
+    let cfg = cfg.with_dirty_background_ratio(0.1).with_dirty_foreground_ratio(0.2);
+    let mut written = 0u64;
+    {
+        let cache = Cache::create(cfg.clone()).unwrap();
+        let f = cache.create_file("f").unwrap();
+        e.fail_writes.store(true, Ordering::SeqCst);
+        // Dirty pages until the cache cannot take more: flushers, dflush and eviction all
+        // fail, so a write must finally fail instead of dropping data.
+        let err = loop {
+            match f.write_all_at(&common::pattern(written, 4096), written * 4096) {
+                Ok(()) => written += 1,
+                Err(err) => break err,
+            }
+            assert!(written <= 16, "more pages dirty than frames");
+        };
+        assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+        assert!(written > 0);
+        e.fail_writes.store(false, Ordering::SeqCst);
+        // The earlier background failure is reported once, even though this sync's own
+        // write-back succeeds...
+        assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::Io);
+        // ...and then not again.
+        f.sync_data().unwrap();
+        // The cache works again.
+        f.write_all_at(&common::pattern(written, 4096), written * 4096).unwrap();
+        written += 1;
+    }
+    let cache = Cache::open(cfg).unwrap();
+    let f = cache.open_file("f").unwrap();
+    assert_eq!(f.len(), written * 4096);
+    for p in 0..written {
+        let mut back = vec![0u8; 4096];
+        f.read_exact_at(&mut back, p * 4096).unwrap();
+        assert!(back == common::pattern(p, 4096), "page {p} lost");
+    }
+}
+
+#[test]
+fn read_and_sync_failures_are_clean_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 16);
+    let cache = Cache::create(cfg).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&common::pattern(9, 40 * 4096), 0).unwrap(); // more than the cache holds
+    e.fail_reads.store(true, Ordering::SeqCst);
+    let mut buf = vec![0u8; 40 * 4096];
+    let err = f.read_exact_at(&mut buf, 0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    e.fail_reads.store(false, Ordering::SeqCst);
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == common::pattern(9, 40 * 4096));
+    e.fail_syncs.store(true, Ordering::SeqCst);
+    assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(cache.sync().unwrap_err().kind(), ErrorKind::Io);
+    e.fail_syncs.store(false, Ordering::SeqCst);
+    cache.sync().unwrap();
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let ok = || Config::new(common::dirs(root, 2), 1 << 20);
+    let cases: Vec<(&str, Config)> = vec![
+        ("no devices", Config::new(Vec::<std::path::PathBuf>::new(), 1 << 20)),
+        ("65 devices", Config::new(common::dirs(root, 65), 1 << 20)),
+        ("duplicate dir", Config::new(vec![root.join("a"), root.join("a")], 1 << 20)),
+        ("page 3000", ok().with_page_size(3000)),
+        ("page 2048", ok().with_page_size(2048)),
+        ("page 128k", ok().with_page_size(128 * 1024)),
+        ("stripe not a multiple", ok().with_stripe_unit(6000)),
+        ("stripe zero", ok().with_stripe_unit(0)),
+        ("tiny budget", Config::new(common::dirs(root, 1), 4096 * 3)),
+        ("bg above fg", ok().with_dirty_background_ratio(0.5).with_dirty_foreground_ratio(0.4)),
+        ("ratio zero", ok().with_dirty_background_ratio(0.0)),
+        ("ratio nan", ok().with_dirty_foreground_ratio(f64::NAN)),
+        ("no flushers", ok().with_flusher_threads(0)),
+    ];
+    for (what, cfg) in cases {
+        let err = Cache::create(cfg.clone()).err().unwrap_or_else(|| panic!("{what} accepted"));
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err}");
+        assert_eq!(Cache::open(cfg).err().unwrap().kind(), ErrorKind::InvalidConfig, "{what}");
+    }
+}
+
+#[test]
+fn bad_names_are_refused_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 16)).unwrap();
+    let long = "n".repeat(256);
+    for name in ["", ".", "..", "a/b", "/abs", "nul\0byte", long.as_str()] {
+        assert_eq!(cache.create_file(name).unwrap_err().kind(), ErrorKind::InvalidName, "{name:?}");
+        assert_eq!(cache.open_file(name).unwrap_err().kind(), ErrorKind::InvalidName);
+        assert_eq!(cache.remove_file(name).unwrap_err().kind(), ErrorKind::InvalidName);
+        assert_eq!(cache.exists(name).unwrap_err().kind(), ErrorKind::InvalidName);
+    }
+    cache.create_file(&"n".repeat(255)).unwrap();
+    assert!(cache.exists(&"n".repeat(255)).unwrap());
+    assert!(tmp.path().read_dir().unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains('/')));
+}
+
+#[test]
+fn bad_offsets_and_lengths_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 16)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    assert_eq!(f.write_at(&[1], u64::MAX).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(f.write_at(&[1], 1 << 62).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(f.set_len(u64::MAX).unwrap_err().kind(), ErrorKind::InvalidInput);
+    let mut b = [0u8; 4];
+    assert_eq!(f.read_at(&mut b, u64::MAX).unwrap(), 0);
+    assert_eq!(f.read_exact_at(&mut b, 0).unwrap_err().kind(), ErrorKind::UnexpectedEof);
+    assert_eq!(f.len(), 0);
+}
+
+#[test]
+fn arrays_are_checked_on_open_and_create() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let cfg = common::config(root, 3, 4096, 16);
+    // Not an array: missing or empty directory.
+    assert_eq!(Cache::open(cfg.clone()).err().unwrap().kind(), ErrorKind::NotAnArray);
+    std::fs::create_dir_all(root.join("dev0")).unwrap();
+    assert_eq!(Cache::open(cfg.clone()).err().unwrap().kind(), ErrorKind::NotAnArray);
+    drop(Cache::create(cfg.clone()).unwrap());
+    // Already an array.
+    assert_eq!(Cache::create(cfg.clone()).err().unwrap().kind(), ErrorKind::AlreadyExists);
+    // Open twice at once.
+    let c = Cache::open(cfg.clone()).unwrap();
+    assert_eq!(Cache::open(cfg.clone()).err().unwrap().kind(), ErrorKind::Busy);
+    drop(c);
+    // Layout differs from the config.
+    for bad in [
+        Config::new(common::dirs(root, 3), 1 << 20).with_page_size(8192).with_stripe_unit(16384),
+        cfg.clone().with_stripe_unit(4096),
+        Config::new(common::dirs(root, 2), 1 << 20).with_stripe_unit(8192),
+    ] {
+        assert_eq!(Cache::open(bad).err().unwrap().kind(), ErrorKind::LayoutMismatch);
+    }
+    // Devices listed in the wrong order.
+    let mut swapped = common::dirs(root, 3);
+    swapped.swap(1, 2);
+    let swapped_cfg = Config::new(swapped, 16 * 4096).with_stripe_unit(8192);
+    assert_eq!(Cache::open(swapped_cfg).err().unwrap().kind(), ErrorKind::LayoutMismatch);
+    // A device of another array.
+    let other = tempfile::tempdir().unwrap();
+    drop(Cache::create(common::config(other.path(), 3, 4096, 16)).unwrap());
+    let mut mixed = common::dirs(root, 3);
+    mixed[2] = other.path().join("dev2");
+    let mixed_cfg = Config::new(mixed, 16 * 4096).with_stripe_unit(8192);
+    assert_eq!(Cache::open(mixed_cfg).err().unwrap().kind(), ErrorKind::NotAnArray);
+    // A damaged catalog.
+    let cat = root.join("dev0").join("upcache.catalog");
+    let mut bytes = std::fs::read(&cat).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    std::fs::write(&cat, &bytes).unwrap();
+    let err = Cache::open(cfg).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotAnArray);
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+#[test]
+fn o_direct_refusal_is_an_error_unless_buffered_is_allowed() {
+    // tmpfs refuses O_DIRECT on older kernels; on newer ones there is nothing to test here.
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let cfg = common::config(shm.path(), 1, 4096, 16);
+    let cache = Cache::create(cfg.clone()).unwrap();
+    match cache.create_file("f") {
+        Ok(_) => eprintln!("skipped: this kernel's tmpfs accepts O_DIRECT"),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Unsupported);
+            assert!(e.to_string().contains("O_DIRECT"), "{e}");
+            drop(cache);
+            let cache = Cache::open(cfg.with_allow_buffered(true)).unwrap();
+            let f = cache.create_file("f").unwrap();
+            f.write_all_at(b"hello", 0).unwrap();
+            f.sync_all().unwrap();
+        }
+    }
+}
+
+#[test]
+fn backing_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 2, 4096, 16)).unwrap();
+    cache.create_file("f").unwrap().write_all_at(&[1; 100], 0).unwrap();
+    cache.sync().unwrap();
+    for dev in common::dirs(tmp.path(), 2) {
+        for e in std::fs::read_dir(dev).unwrap() {
+            let e = e.unwrap();
+            if e.file_name().to_string_lossy().ends_with(".data") {
+                assert_eq!(e.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+            }
+        }
+    }
+}
