@@ -3,7 +3,9 @@
 //! Counters are striped over cache-line-padded slots picked per thread, so that threads
 //! counting hits on different cores do not fight over one cache line.
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+// Counters are statistics outside the concurrency model, so they use std atomics even under
+// loom (whose atomics cannot live in statics).
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const SLOTS: usize = 16;
 

@@ -27,3 +27,12 @@ pub(crate) fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, 
         Err(poisoned) => poisoned.into_inner(),
     }
 }
+
+/// Lets other threads run while we wait for a short, bounded state change (a racing evictor
+/// finishing its detach, a stale pin being dropped).
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}

@@ -36,7 +36,8 @@ pub(crate) struct CacheInner {
     pub(crate) frames: FrameTable,
     pub(crate) free: FreeFrames,
     pub(crate) policy: Box<dyn Policy>,
-    pub(crate) engine: Arc<dyn IoEngine>,
+    /// A std Arc even under loom: engines are outside the concurrency model.
+    pub(crate) engine: std::sync::Arc<dyn IoEngine>,
     /// Files opened since the cache started, by id. Held briefly; never while waiting.
     pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
     pub(crate) namespace: Mutex<Namespace>,
@@ -172,7 +173,7 @@ impl Cache {
 
     fn start(config: Config, catalog: Catalog, lock: fs::File) -> Result<Cache> {
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
-        let engine = config.engine.clone().unwrap_or_else(|| Arc::new(PsyncEngine));
+        let engine = config.engine.clone().unwrap_or_else(|| std::sync::Arc::new(PsyncEngine));
         let writeback = Writeback::new(&config, frames.len());
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len()),

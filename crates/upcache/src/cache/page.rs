@@ -125,7 +125,7 @@ impl CacheInner {
                 Ok(_) => {}
                 // Being evicted: the evictor removes the index entry next. Look again.
                 Err(PinError::Unowned) | Err(PinError::Overflow) => {
-                    std::thread::yield_now();
+                    crate::sync::yield_now();
                     continue;
                 }
             }
@@ -138,7 +138,7 @@ impl CacheInner {
             if w & VALID == 0 {
                 // Its load failed (or it was dropped): the entry is gone or going. Retry.
                 st.unpin();
-                std::thread::yield_now();
+                crate::sync::yield_now();
                 continue;
             }
             self.policy.on_hit(id);
@@ -232,7 +232,7 @@ impl CacheInner {
             if state::pins(w) == 1 && w & LOCKED == 0 && st.try_release(w) {
                 break;
             }
-            std::thread::yield_now();
+            crate::sync::yield_now();
         }
         self.free.push(id);
     }
@@ -267,7 +267,7 @@ impl CacheInner {
                             format!("all {} frames are pinned or under I/O", self.frames.len()),
                         ));
                     }
-                    std::thread::yield_now();
+                    crate::sync::yield_now();
                 }
             }
         }

@@ -1,0 +1,430 @@
+//! The engines under test, behind one trait: upcache, the kernel page cache (buffered
+//! pread/pwrite) and O_DIRECT (no cache at all).
+//!
+//! Each engine owns a directory of its own (`<dir>/<engine>`) and the files `f0..fN-1` in it,
+//! so engines never share data or cache state. Teardown removes only what setup created.
+
+use std::alloc::{self, Layout};
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use upcache::{Cache, Config, ErrorKind, Stats};
+
+/// Alignment of every I/O buffer: what O_DIRECT needs on 4 KiB-sector devices. The other
+/// engines get the same alignment so that no engine's copies are penalised by it.
+pub const ALIGN: usize = 4096;
+
+/// Which engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// The upcache user-space page cache.
+    Upcache,
+    /// Buffered pread/pwrite through the kernel page cache.
+    Kernel,
+    /// O_DIRECT pread/pwrite: every op goes to the device.
+    Direct,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Upcache => "upcache",
+            EngineKind::Kernel => "kernel",
+            EngineKind::Direct => "direct",
+        }
+    }
+}
+
+/// A zeroed heap buffer aligned to [`ALIGN`], allocated once per thread (never per op).
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the buffer is uniquely owned heap memory, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> Result<AlignedBuf> {
+        let layout = Layout::from_size_align(len.max(1), ALIGN).context("buffer size")?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(p) else { alloc::handle_alloc_error(layout) };
+        Ok(AlignedBuf { ptr, layout })
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `layout.size()` initialised (zeroed) bytes that we own.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this same layout, and freed only here.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// upcache's settings (ignored by the other engines).
+#[derive(Debug, Clone)]
+pub struct UpcacheOpts {
+    /// Explicit device directories; else `<root>/dev0..dev{devices-1}`.
+    pub device_dirs: Option<Vec<PathBuf>>,
+    pub devices: usize,
+    pub cache: u64,
+    pub page_size: usize,
+    pub stripe_unit: u64,
+    pub flushers: usize,
+    pub allow_buffered: bool,
+}
+
+/// What an engine is set up with.
+pub struct Setup<'a> {
+    /// The engine's own directory, `<dir>/<engine>`.
+    pub root: &'a Path,
+    pub files: usize,
+    pub upcache: &'a UpcacheOpts,
+}
+
+/// An engine: files it can read and write at offsets from many threads at once.
+pub trait Engine: Sync + Sized {
+    /// Creates the engine's (empty) files.
+    fn setup(s: &Setup) -> Result<Self>;
+    /// Reads exactly `buf.len()` bytes of file `file` at `offset`.
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Writes all of `buf` to file `file` at `offset`.
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()>;
+    /// After the prefill: make the data durable, so the measured phase does not also pay for
+    /// writing back the prefill; then, unless `warm`, drop every cached page so it starts cold.
+    fn settle(&mut self, warm: bool) -> Result<()>;
+    /// After the measured phase (untimed): write back everything the phase dirtied.
+    fn flush(&self) -> Result<()>;
+    /// Cache counters, for engines that have them.
+    fn stats(&self) -> Option<Stats> {
+        None
+    }
+    /// Removes the files and directories setup created (unless `keep`) and closes everything.
+    fn teardown(self, keep: bool) -> Result<()>;
+}
+
+fn file_name(i: usize) -> String {
+    format!("f{i}")
+}
+
+/// Creates `dir` (and parents); returns the directories that did not exist before, outermost
+/// first, so teardown removes exactly those.
+fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.as_os_str().is_empty() || p.exists() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        d = p.parent();
+    }
+    missing.reverse();
+    fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(missing)
+}
+
+/// Removes directories we created, innermost first; one that is not empty is left alone.
+fn remove_created_dirs(created: &[PathBuf]) {
+    for d in created.iter().rev() {
+        let _ = fs::remove_dir(d);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The upcache engine.
+pub struct UpcacheEngine {
+    config: Config,
+    dirs: Vec<PathBuf>,
+    created: Vec<PathBuf>,
+    cache: Option<Cache>,
+    files: Vec<upcache::File>,
+}
+
+/// Files the library keeps in each device directory besides the backing files (which
+/// `remove_file` deletes). The library has no "destroy array" call, so teardown names them.
+const UPCACHE_META: [&str; 4] = ["upcache.catalog", "upcache.catalog.tmp", "upcache.device", "upcache.lock"];
+
+impl UpcacheEngine {
+    fn cache(&self) -> &Cache {
+        // `cache` is None only inside `settle` and `teardown`.
+        self.cache.as_ref().expect("cache is open")
+    }
+}
+
+impl Engine for UpcacheEngine {
+    fn setup(s: &Setup) -> Result<Self> {
+        let o = s.upcache;
+        let dirs: Vec<PathBuf> = match &o.device_dirs {
+            Some(d) => d.clone(),
+            None => (0..o.devices).map(|i| s.root.join(format!("dev{i}"))).collect(),
+        };
+        let mut created = Vec::new();
+        for d in &dirs {
+            created.extend(create_dirs(d)?);
+        }
+        let config = Config::new(dirs.clone(), o.cache)
+            .with_page_size(o.page_size)
+            .with_stripe_unit(o.stripe_unit)
+            .with_flusher_threads(o.flushers)
+            .with_allow_buffered(o.allow_buffered);
+        let cache = match Cache::create(config.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                remove_created_dirs(&created);
+                let hint = match e.kind() {
+                    ErrorKind::AlreadyExists => " (left by --keep? remove it or use another --dir)",
+                    ErrorKind::Unsupported => " (the file system refuses O_DIRECT; try --allow-buffered)",
+                    _ => "",
+                };
+                bail!("creating the upcache array in {}: {e}{hint}", dirs[0].display());
+            }
+        };
+        let mut files = Vec::with_capacity(s.files);
+        for i in 0..s.files {
+            files.push(cache.create_file(&file_name(i)).with_context(|| format!("create upcache file f{i}"))?);
+        }
+        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files })
+    }
+
+    #[inline]
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.files[file].read_exact_at(buf, offset)?)
+    }
+
+    #[inline]
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
+        Ok(self.files[file].write_all_at(buf, offset)?)
+    }
+
+    fn settle(&mut self, warm: bool) -> Result<()> {
+        self.cache().sync().context("upcache sync after prefill")?;
+        if !warm {
+            // Close and reopen: the only way to empty the cache, and what a cold start is.
+            let n = self.files.len();
+            self.files.clear();
+            drop(self.cache.take());
+            let cache = Cache::open(self.config.clone()).context("reopen the upcache array")?;
+            for i in 0..n {
+                self.files.push(cache.open_file(&file_name(i)).with_context(|| format!("reopen f{i}"))?);
+            }
+            self.cache = Some(cache);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(self.cache().sync()?)
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        Some(self.cache().stats())
+    }
+
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        let files = std::mem::take(&mut self.files);
+        let cache = self.cache.take().expect("cache is open");
+        if keep {
+            drop(files);
+            drop(cache); // writes back anything still dirty
+            return Ok(());
+        }
+        for f in files {
+            let name = f.name().to_owned();
+            drop(f);
+            cache.remove_file(&name).with_context(|| format!("remove upcache file {name}"))?;
+        }
+        drop(cache);
+        for d in &self.dirs {
+            for m in UPCACHE_META {
+                let _ = fs::remove_file(d.join(m));
+            }
+        }
+        remove_created_dirs(&self.created);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Plain files in `root`, shared by the kernel and direct engines.
+struct PlainFiles {
+    paths: Vec<PathBuf>,
+    files: Vec<fs::File>,
+    created: Vec<PathBuf>,
+}
+
+impl PlainFiles {
+    fn create(s: &Setup, direct: bool) -> Result<PlainFiles> {
+        let created = create_dirs(s.root)?;
+        let mut out = PlainFiles { paths: Vec::new(), files: Vec::new(), created };
+        for i in 0..s.files {
+            let path = s.root.join(file_name(i));
+            let mut oo = OpenOptions::new();
+            oo.read(true).write(true).create(true).truncate(true);
+            if direct {
+                oo.custom_flags(libc::O_DIRECT);
+            }
+            let f = match oo.open(&path) {
+                Ok(f) => f,
+                Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    let _ = out.remove();
+                    bail!("the file system of {} does not support O_DIRECT", s.root.display())
+                }
+                Err(e) => {
+                    let _ = out.remove();
+                    return Err(e).with_context(|| format!("create {}", path.display()));
+                }
+            };
+            out.paths.push(path);
+            out.files.push(f);
+        }
+        Ok(out)
+    }
+
+    fn sync(&self) -> Result<()> {
+        for (f, p) in self.files.iter().zip(&self.paths) {
+            f.sync_data().with_context(|| format!("fsync {}", p.display()))?;
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        self.files.clear();
+        for p in &self.paths {
+            fs::remove_file(p).with_context(|| format!("remove {}", p.display()))?;
+        }
+        remove_created_dirs(&self.created);
+        Ok(())
+    }
+}
+
+/// Buffered I/O through the kernel page cache.
+pub struct KernelEngine(PlainFiles);
+
+impl Engine for KernelEngine {
+    fn setup(s: &Setup) -> Result<Self> {
+        PlainFiles::create(s, false).map(KernelEngine)
+    }
+
+    #[inline]
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.0.files[file].read_exact_at(buf, offset)?)
+    }
+
+    #[inline]
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
+        Ok(self.0.files[file].write_all_at(buf, offset)?)
+    }
+
+    fn settle(&mut self, warm: bool) -> Result<()> {
+        self.0.sync()?;
+        if !warm {
+            use std::os::fd::AsRawFd;
+            for (f, p) in self.0.files.iter().zip(&self.0.paths) {
+                // DONTNEED drops only clean pages, hence the fsync above.
+                // SAFETY: an advisory call on an fd we own; no memory is involved.
+                let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+                if r != 0 {
+                    let e = std::io::Error::from_raw_os_error(r);
+                    return Err(e).with_context(|| format!("posix_fadvise DONTNEED {}", p.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.0.sync()
+    }
+
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        if keep {
+            return Ok(());
+        }
+        self.0.remove()
+    }
+}
+
+/// O_DIRECT I/O: no cache, every op reaches the device. Buffers, offsets and lengths must be
+/// multiples of [`ALIGN`]; the caller checks `--bs` and `--size`.
+pub struct DirectEngine(PlainFiles);
+
+impl Engine for DirectEngine {
+    fn setup(s: &Setup) -> Result<Self> {
+        PlainFiles::create(s, true).map(DirectEngine)
+    }
+
+    #[inline]
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.0.files[file].read_exact_at(buf, offset)?)
+    }
+
+    #[inline]
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
+        Ok(self.0.files[file].write_all_at(buf, offset)?)
+    }
+
+    fn settle(&mut self, _warm: bool) -> Result<()> {
+        // The data is on the device already; this persists the file sizes.
+        self.0.sync()
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.0.sync()
+    }
+
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        if keep {
+            return Ok(());
+        }
+        self.0.remove()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_buf() {
+        for len in [1, 4096, 5000, 1 << 20] {
+            let mut b = AlignedBuf::new(len).unwrap();
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+            assert!(b.iter().all(|&x| x == 0));
+            b[len - 1] = 7;
+        }
+    }
+
+    #[test]
+    fn create_dirs_reports_only_new_ones() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("a/b/c");
+        let created = create_dirs(&d).unwrap();
+        assert_eq!(created, vec![t.path().join("a"), t.path().join("a/b"), d.clone()]);
+        assert!(create_dirs(&d).unwrap().is_empty());
+        remove_created_dirs(&created);
+        assert!(!t.path().join("a").exists());
+    }
+}

@@ -1,0 +1,254 @@
+//! Results: latency histograms, one report per engine run, the table and the JSON.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Latencies are recorded in nanoseconds, up to this (longer ops are clamped to it).
+const MAX_LATENCY_NS: u64 = 3_600 * 1_000_000_000;
+
+/// A per-thread latency histogram (ns, 3 significant digits: about 300 KiB each).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("constant histogram bounds are valid")
+}
+
+/// Merges the threads' histograms into one.
+pub fn merge(hists: &[Histogram<u64>]) -> Histogram<u64> {
+    let mut all = new_histogram();
+    for h in hists {
+        // Same bounds and precision, so adding cannot fail.
+        all.add(h).expect("histograms with equal bounds merge");
+    }
+    all
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+/// One engine's run of the measured phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub engine: String,
+    /// 1-based index of the repetition (`--repeat`).
+    pub run: usize,
+    pub rw: String,
+    pub bs: u64,
+    pub threads: usize,
+    pub files: usize,
+    /// Bytes per file.
+    pub size: u64,
+    pub warm: bool,
+    pub zipf: Option<f64>,
+    /// Wall time of the measured phase: first thread's start to last thread's end.
+    pub seconds: f64,
+    pub ops: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub bytes: u64,
+    pub iops: f64,
+    pub mib_s: f64,
+    pub lat_us: Latency,
+    /// upcache counters over the measured phase only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub misses: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evictions: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writeback_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dflush_pages: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writeback_errors: Option<u64>,
+    /// Untimed write-back after the measured phase (sync / fsync), in seconds.
+    pub flush_seconds: f64,
+    /// Peak resident set (VmHWM) during this engine's run, if the peak could be reset before
+    /// it; else the process-wide peak so far.
+    pub rss_peak_mib: f64,
+    /// Resident set at the end of the measured phase (VmRSS).
+    pub rss_mib: f64,
+}
+
+/// The median of `v` (mean of the two middle values for an even count); 0 for none.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One table row: an engine's median over its runs (each column's own median).
+struct Row {
+    engine: String,
+    iops: f64,
+    mib_s: f64,
+    lat: Latency,
+    hits: Option<f64>,
+    misses: Option<f64>,
+    evictions: Option<f64>,
+    wb_mib: Option<f64>,
+    rss_peak: f64,
+    rss: f64,
+}
+
+fn median_of(runs: &[&Report], f: impl Fn(&Report) -> f64) -> f64 {
+    median(&mut runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+}
+
+fn median_opt(runs: &[&Report], f: impl Fn(&Report) -> Option<u64>) -> Option<f64> {
+    let v: Option<Vec<f64>> = runs.iter().map(|r| f(r).map(|x| x as f64)).collect();
+    v.map(|mut v| median(&mut v))
+}
+
+fn row(engine: &str, runs: &[&Report]) -> Row {
+    Row {
+        engine: engine.to_owned(),
+        iops: median_of(runs, |r| r.iops),
+        mib_s: median_of(runs, |r| r.mib_s),
+        lat: Latency {
+            p50: median_of(runs, |r| r.lat_us.p50),
+            p99: median_of(runs, |r| r.lat_us.p99),
+            p999: median_of(runs, |r| r.lat_us.p999),
+            max: median_of(runs, |r| r.lat_us.max),
+            mean: median_of(runs, |r| r.lat_us.mean),
+        },
+        hits: median_opt(runs, |r| r.hits),
+        misses: median_opt(runs, |r| r.misses),
+        evictions: median_opt(runs, |r| r.evictions),
+        wb_mib: median_opt(runs, |r| r.writeback_bytes).map(|b| b / (1 << 20) as f64),
+        rss_peak: median_of(runs, |r| r.rss_peak_mib),
+        rss: median_of(runs, |r| r.rss_mib),
+    }
+}
+
+fn num(v: f64) -> String {
+    if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+/// The table: one row per engine, in `engines` order, with medians over `repeat` runs.
+pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
+    let rows: Vec<Row> = engines
+        .iter()
+        .map(|e| row(e, &reports.iter().filter(|r| r.engine == *e).collect::<Vec<_>>()))
+        .collect();
+    let base = rows.first().map(|r| r.iops).unwrap_or(0.0);
+    let head = [
+        "engine", "iops", "MiB/s", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "vs first", "hits", "misses",
+        "evictions", "wb MiB", "peak RSS MiB", "RSS MiB",
+    ];
+    let mut cells: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for r in &rows {
+        let ratio = if base > 0.0 { format!("{:.2}x", r.iops / base) } else { "-".into() };
+        cells.push(vec![
+            r.engine.clone(),
+            format!("{:.0}", r.iops),
+            num(r.mib_s),
+            num(r.lat.p50),
+            num(r.lat.p99),
+            num(r.lat.p999),
+            num(r.lat.max),
+            ratio,
+            opt(r.hits, |v| format!("{v:.0}")),
+            opt(r.misses, |v| format!("{v:.0}")),
+            opt(r.evictions, |v| format!("{v:.0}")),
+            opt(r.wb_mib, num),
+            format!("{:.0}", r.rss_peak),
+            format!("{:.0}", r.rss),
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..head.len()).map(|c| cells.iter().map(|row| row[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in &cells {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                // The engine name reads best left-aligned, numbers right-aligned.
+                if c == 0 {
+                    format!("{s:<w$}", w = widths[c])
+                } else {
+                    format!("{s:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    if repeat > 1 {
+        out.push_str(&format!("medians of {repeat} runs; iops per run:\n"));
+        for e in engines {
+            let v: Vec<String> =
+                reports.iter().filter(|r| r.engine == *e).map(|r| format!("{:.0}", r.iops)).collect();
+            out.push_str(&format!("  {e}: {}\n", v.join(", ")));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&mut [3.0]), 3.0);
+        assert_eq!(median(&mut [5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn merged_percentiles() {
+        let mut a = new_histogram();
+        let mut b = new_histogram();
+        for ns in 1..=500u64 {
+            a.record(ns * 1000).unwrap();
+            b.record((500 + ns) * 1000).unwrap();
+        }
+        let lat = Latency::from_histogram(&merge(&[a, b]));
+        assert!((lat.p50 - 500.0).abs() < 1.0, "{lat:?}");
+        assert!((lat.max - 1000.0).abs() < 1.0, "{lat:?}");
+    }
+}
