@@ -131,7 +131,7 @@ impl Config {
             return bad(format!("page size must be a power of two from 4 KiB to 64 KiB, got {ps}"));
         }
         let su = self.stripe_unit;
-        if su == 0 || su % ps as u64 != 0 {
+        if su == 0 || !su.is_multiple_of(ps as u64) {
             return bad(format!("stripe unit {su} must be a non-zero multiple of the page size {ps}"));
         }
         if su > (1 << 40) {
@@ -148,10 +148,8 @@ impl Config {
             return bad(format!("memory budget {} is too large", self.memory_budget));
         }
         let (bg, fg) = (self.dirty_background_ratio, self.dirty_foreground_ratio);
-        if !(bg > 0.0 && bg <= 1.0) || !(fg > 0.0 && fg <= 1.0) || bg > fg {
-            return bad(format!(
-                "dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"
-            ));
+        if !(0.0 < bg && bg <= fg && fg <= 1.0) {
+            return bad(format!("dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"));
         }
         if self.flusher_threads == 0 || self.flusher_threads > 64 {
             return bad(format!("flusher threads must be 1 to 64, got {}", self.flusher_threads));

@@ -55,8 +55,9 @@ struct Layout {
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
-    (prop_oneof![Just(4096usize), Just(8192), Just(16384)], 1u64..=4, 1usize..=8, 16usize..48)
-        .prop_map(|(page_size, stripe_pages, devices, frames)| Layout { page_size, stripe_pages, devices, frames })
+    (prop_oneof![Just(4096usize), Just(8192), Just(16384)], 1u64..=4, 1usize..=8, 16usize..48).prop_map(
+        |(page_size, stripe_pages, devices, frames)| Layout { page_size, stripe_pages, devices, frames },
+    )
 }
 
 struct Harness {

@@ -113,9 +113,8 @@ fn reader(f: File, r: u64, stop: &AtomicBool) -> u64 {
 #[test]
 fn concurrent_writers_and_readers_never_tear_and_nothing_is_lost() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = || {
-        common::config(tmp.path(), 4, 4096, 48).with_flusher_threads(2).with_dirty_background_ratio(0.2)
-    };
+    let config =
+        || common::config(tmp.path(), 4, 4096, 48).with_flusher_threads(2).with_dirty_background_ratio(0.2);
     let cache = Cache::create(config()).unwrap();
     let f = cache.create_file("records").unwrap();
     let total_slots = SHARED_SLOTS + WRITERS * PRIVATE_SLOTS;

@@ -57,7 +57,9 @@ pub struct Cache {
 
 fn random_id() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
     h.write_u32(std::process::id());
     h.finish()
 }
@@ -115,7 +117,8 @@ impl Cache {
             stripe_unit: config.stripe_unit,
         };
         for (i, dir) in config.device_dirs.iter().enumerate() {
-            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }.store(dir)?;
+            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
+                .store(dir)?;
         }
         let catalog = Catalog { layout, next_file_id: 1, files: Vec::new() };
         // The catalog is written last: a crash before it leaves markers without a catalog,
@@ -164,7 +167,12 @@ impl Cache {
             if m.index != i as u32 || m.devices != l.devices {
                 return Err(Error::new(
                     ErrorKind::LayoutMismatch,
-                    format!("{} is device {} of {}, but is listed as device {i}", dir.display(), m.index, m.devices),
+                    format!(
+                        "{} is device {} of {}, but is listed as device {i}",
+                        dir.display(),
+                        m.index,
+                        m.devices
+                    ),
                 ));
             }
         }
@@ -313,7 +321,9 @@ impl Drop for Cache {
     }
 }
 
-fn read_files(l: &RwLock<HashMap<u64, Arc<FileInner>>>) -> impl std::ops::Deref<Target = HashMap<u64, Arc<FileInner>>> + '_ {
+fn read_files(
+    l: &RwLock<HashMap<u64, Arc<FileInner>>>,
+) -> impl std::ops::Deref<Target = HashMap<u64, Arc<FileInner>>> + '_ {
     // The map is only inserted into or removed from; a panic cannot leave it half-changed.
     l.read().unwrap_or_else(|p| p.into_inner())
 }
@@ -356,7 +366,7 @@ impl CacheInner {
                 device::truncate(b, want)?;
             }
         }
-        if len % ps != 0 {
+        if !len.is_multiple_of(ps) {
             // Zero the tail of the last page through the cache; it is written back as usual.
             let page = len / ps;
             let lp = self.page_for_write(file, page, page::Fill::Read)?;
@@ -379,7 +389,7 @@ impl CacheInner {
     pub(crate) fn store_catalog_locked(&self, ns: &mut Namespace) -> Result<()> {
         let files = read_files(&self.files);
         // Acquire: the length we persist includes every write that extended it.
-        let catalog = ns.to_catalog(|id| files.get(&id).map(|f| f.len.load(Ordering::Acquire)));
+        let catalog = ns.snapshot_catalog(|id| files.get(&id).map(|f| f.len.load(Ordering::Acquire)));
         drop(files);
         catalog.store(&self.config.device_dirs[0])?;
         for f in &catalog.files {
@@ -437,7 +447,10 @@ impl CacheInner {
         }
         for b in &file.backing {
             if let Err(e) = self.engine.sync_data(b) {
-                first.get_or_insert(Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e));
+                first.get_or_insert(Error::io(
+                    format!("sync file {:?} on device {}", file.name, b.device()),
+                    e,
+                ));
             }
         }
         match first {

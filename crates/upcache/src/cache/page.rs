@@ -160,7 +160,12 @@ impl CacheInner {
     }
 
     /// A pinned, `LOCKED` page of `file` ready to be written; a miss fills it per `fill`.
-    pub(crate) fn page_for_write<'a>(&'a self, file: &'a FileInner, page: u64, fill: Fill) -> Result<LockedPage<'a>> {
+    pub(crate) fn page_for_write<'a>(
+        &'a self,
+        file: &'a FileInner,
+        page: u64,
+        fill: Fill,
+    ) -> Result<LockedPage<'a>> {
         loop {
             if let Some(id) = self.lookup_pinned(file, page) {
                 self.frames.lock_pinned(id);
@@ -175,7 +180,12 @@ impl CacheInner {
 
     /// Takes a frame for `page`, publishes it locked in the index and fills it. Returns None
     /// if another thread published the page first.
-    fn load_locked<'a>(&'a self, file: &'a FileInner, page: u64, fill: Fill) -> Result<Option<LockedPage<'a>>> {
+    fn load_locked<'a>(
+        &'a self,
+        file: &'a FileInner,
+        page: u64,
+        fill: Fill,
+    ) -> Result<Option<LockedPage<'a>>> {
         let id = self.alloc_frame()?;
         self.frames.set_key(id, PageKey { file: file.id, page });
         self.frames.state(id).assign_locked();
@@ -197,10 +207,10 @@ impl CacheInner {
                 // SAFETY: as above; the slice covers exactly this frame and lives only for the
                 // read call.
                 let buf = unsafe { std::slice::from_raw_parts_mut(lp.ptr(), ps) };
-                let n = self
-                    .engine
-                    .read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)])
-                    .map_err(|e| Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e))?;
+                let n =
+                    self.engine.read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)]).map_err(
+                        |e| Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e),
+                    )?;
                 self.metrics.read_ios.add(1);
                 self.metrics.read_bytes.add(n as u64);
                 if n < ps {

@@ -147,12 +147,8 @@ impl Catalog {
     /// Parses a catalog, checking magic, version and checksum. Never panics.
     pub fn decode(bytes: &[u8]) -> Result<Catalog> {
         let mut r = Reader(unframe(CATALOG_MAGIC, bytes, "catalog")?);
-        let layout = ArrayLayout {
-            array_id: r.u64()?,
-            devices: r.u32()?,
-            page_size: r.u32()?,
-            stripe_unit: r.u64()?,
-        };
+        let layout =
+            ArrayLayout { array_id: r.u64()?, devices: r.u32()?, page_size: r.u32()?, stripe_unit: r.u64()? };
         let next_file_id = r.u64()?;
         let count = r.u32()? as usize;
         let mut files = Vec::with_capacity(count.min(r.0.len() / 18));

@@ -82,7 +82,9 @@ impl File {
             // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
             // writers of these bytes out; the source range lies inside the frame and the
             // destination inside `buf`.
-            unsafe { std::ptr::copy_nonoverlapping(pinned.ptr().add(in_page), buf[at..at + n].as_mut_ptr(), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(pinned.ptr().add(in_page), buf[at..at + n].as_mut_ptr(), n)
+            };
             pos += n as u64;
         }
         Ok((end - offset) as usize)
@@ -194,7 +196,7 @@ impl File {
             return Ok(());
         }
         let ps = self.cache.config.page_size as u64;
-        if size % ps != 0 {
+        if !size.is_multiple_of(ps) {
             let tail = (size % ps) as usize;
             let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read)?;
             // SAFETY: LOCKED by us and inside our exclusive range; in bounds of the frame.

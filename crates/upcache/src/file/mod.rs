@@ -48,7 +48,13 @@ pub(crate) struct FileInner {
 }
 
 impl FileInner {
-    pub(crate) fn new(id: u64, name: String, len: u64, index: Box<dyn PageIndex>, backing: Vec<BackingFile>) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        len: u64,
+        index: Box<dyn PageIndex>,
+        backing: Vec<BackingFile>,
+    ) -> Self {
         FileInner {
             id,
             name,
@@ -87,7 +93,8 @@ impl FileInner {
 
 /// Checks a file name: 1 to 255 bytes, no `/`, no NUL, not `.` or `..`.
 pub fn validate_name(name: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::new(ErrorKind::InvalidName, format!("invalid file name {name:?}: {why}")));
+    let bad =
+        |why: &str| Err(Error::new(ErrorKind::InvalidName, format!("invalid file name {name:?}: {why}")));
     if name.is_empty() {
         return bad("empty");
     }

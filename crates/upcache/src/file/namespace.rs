@@ -33,7 +33,7 @@ impl Namespace {
 
     /// The catalog to store, with each file's length taken from `current_len` where the
     /// file is open (and its entry updated to match).
-    pub(crate) fn to_catalog(&mut self, current_len: impl Fn(u64) -> Option<u64>) -> Catalog {
+    pub(crate) fn snapshot_catalog(&mut self, current_len: impl Fn(u64) -> Option<u64>) -> Catalog {
         let mut files = Vec::with_capacity(self.names.len());
         for (name, e) in self.names.iter_mut() {
             if let Some(len) = current_len(e.id) {

@@ -93,7 +93,7 @@ impl Drop for RangeGuard<'_> {
         if let Some(pos) = q.requests.iter().position(|r| r.ticket == self.ticket) {
             q.requests.remove(pos);
         }
-        let waiters = q.requests.len() > 0;
+        let waiters = !q.requests.is_empty();
         drop(q);
         if waiters {
             self.lock.released.notify_all();

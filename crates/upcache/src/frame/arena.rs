@@ -45,11 +45,6 @@ impl Arena {
         Ok(Arena { base, layout, page_size, count })
     }
 
-    /// Number of frames.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
     /// Bytes per frame.
     pub fn page_size(&self) -> usize {
         self.page_size

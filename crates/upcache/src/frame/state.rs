@@ -52,6 +52,8 @@ pub const UNOWNED: u64 = 1 << 28;
 pub const WAITERS: u64 = 1 << 29;
 
 const _: () = assert!(std::mem::size_of::<FrameState>() == 8);
+// The upper half stays free for a generation count.
+const _: () = assert!(WAITERS < (1 << 32));
 const _: () = assert!(PIN_MASK & (LOCKED | VALID | DIRTY | REFERENCED | UNOWNED | WAITERS) == 0);
 
 /// Why a pin failed.
@@ -114,8 +116,7 @@ impl FrameState {
             if cur & (LOCKED | UNOWNED) != 0 {
                 return false;
             }
-            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            {
+            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(actual) => cur = actual,
             }
@@ -129,8 +130,7 @@ impl FrameState {
             if cur & (LOCKED | UNOWNED) != 0 || cur & DIRTY == 0 {
                 return false;
             }
-            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            {
+            match self.0.compare_exchange_weak(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(actual) => cur = actual,
             }
@@ -244,7 +244,6 @@ mod tests {
                 assert_eq!(a & b, 0);
             }
         }
-        assert!(WAITERS < (1 << 32));
     }
 
     #[test]

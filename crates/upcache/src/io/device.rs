@@ -52,7 +52,13 @@ pub fn backing_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 /// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`.
-pub fn open_backing(dir: &Path, device: DeviceId, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
+pub fn open_backing(
+    dir: &Path,
+    device: DeviceId,
+    file_id: u64,
+    create: bool,
+    allow_buffered: bool,
+) -> Result<BackingFile> {
     let path = backing_path(dir, file_id);
     let open = |direct: bool| {
         let mut o = OpenOptions::new();
@@ -93,5 +99,7 @@ pub fn open_backing(dir: &Path, device: DeviceId, file_id: u64, create: bool, al
 
 /// Sets a backing file's length.
 pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
-    file.file.set_len(len).map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
+    file.file
+        .set_len(len)
+        .map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
 }

@@ -44,7 +44,7 @@ impl StripeLayout {
 
     /// The page stored right after `page` in the same backing file.
     pub fn next_on_device(&self, page: u64) -> Option<u64> {
-        if (page + 1) % self.stripe_pages != 0 {
+        if !(page + 1).is_multiple_of(self.stripe_pages) {
             page.checked_add(1)
         } else {
             page.checked_add(1 + (self.devices - 1) * self.stripe_pages)
@@ -53,7 +53,7 @@ impl StripeLayout {
 
     /// The page stored right before `page` in the same backing file.
     pub fn prev_on_device(&self, page: u64) -> Option<u64> {
-        if page % self.stripe_pages != 0 {
+        if !page.is_multiple_of(self.stripe_pages) {
             Some(page - 1)
         } else {
             page.checked_sub(1 + (self.devices - 1) * self.stripe_pages)

@@ -27,7 +27,12 @@ pub trait IoEngine: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Reads into `bufs` from `offset` of `file`; returns bytes read (short only at EOF).
-    fn read_vectored(&self, file: &BackingFile, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize>;
+    fn read_vectored(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> io::Result<usize>;
 
     /// Writes all of `bufs` at `offset` of `file`.
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()>;

@@ -18,7 +18,12 @@ impl IoEngine for PsyncEngine {
         "psync"
     }
 
-    fn read_vectored(&self, file: &BackingFile, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+    fn read_vectored(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> io::Result<usize> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         let mut done = 0usize;
         let mut bufs = bufs;
