@@ -239,8 +239,15 @@ impl Cache {
         }
         let backing = inner.open_backing(e.id, false)?;
         let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(), backing));
-        inner.recover_tail(&file)?;
+        // Registered before its first page is cached, so that eviction can always find the
+        // file to detach that page from its index.
         write_files(&inner.files).insert(e.id, file.clone());
+        if let Err(err) = inner.recover_tail(&file) {
+            let _all = file.range.write(0, u64::MAX);
+            inner.drop_pages_from(&file, 0);
+            write_files(&inner.files).remove(&e.id);
+            return Err(err);
+        }
         Ok(File::new(file, inner.clone()))
     }
 
@@ -256,19 +263,20 @@ impl Cache {
             .get(name)
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
         let open = read_files(&inner.files).get(&e.id).cloned();
+        let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
+        // The catalog first: if it cannot be written, the file stays whole and usable.
+        ns.names.remove(name);
+        if let Err(err) = inner.store_catalog_locked(&mut ns) {
+            ns.names.insert(name.to_owned(), e);
+            return Err(err);
+        }
         if let Some(f) = &open {
-            let _all = f.range.write(0, u64::MAX);
             // Release: handles that see `removed` also see everything before it.
             f.removed.store(true, Ordering::Release);
             inner.drop_pages_from(f, 0);
             write_files(&inner.files).remove(&e.id);
         }
-        ns.names.remove(name);
-        if let Err(err) = inner.store_catalog_locked(&mut ns) {
-            // The file's pages are gone already; keep the name so a retry can finish.
-            ns.names.insert(name.to_owned(), e);
-            return Err(err);
-        }
+        drop(all);
         for dir in &inner.config.device_dirs {
             let p = backing_path(dir, e.id);
             if let Err(err) = fs::remove_file(&p) {

@@ -28,10 +28,15 @@ use crate::sync::Ordering;
 /// How a missing page's frame is filled before a writer gets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fill {
-    /// Read it from the device (a partial write: read, modify, write).
+    /// Read it from the device (a partial write: read, modify, write). Past the end of the
+    /// backing file the read is short and the rest zero-filled, so a page past end of file
+    /// costs one syscall, not a device read.
+    ///
+    /// There is deliberately no "zero it because it is past end of file" fill: the length a
+    /// writer sees before its miss can be stale by the time its frame is published (another
+    /// writer of other bytes of the page may have written it, had it written back and evicted
+    /// meanwhile), and zeroing would then erase that writer's bytes.
     Read,
-    /// Zero it: the page is wholly past end of file, so the device holds nothing for it.
-    Zero,
     /// Leave it: the caller overwrites the whole page.
     Overwrite,
 }
@@ -90,13 +95,16 @@ impl<'a> LockedPage<'a> {
     /// Unlocks the page as valid, dirty if `dirty`, and unpins it.
     pub(crate) fn commit(mut self, dirty: bool) {
         self.committed = true;
-        let set = if dirty { VALID | DIRTY } else { VALID };
-        let old = self.cache.frames.state(self.id).unlock(set, 0);
-        if dirty && old & DIRTY == 0 {
+        let st = self.cache.frames.state(self.id);
+        // Count before publishing: DIRTY cannot change while we hold LOCKED, and a cleaner can
+        // only subtract after it takes LOCKED from us, so the counters never run below the
+        // number of dirty pages (sync's fast path relies on this).
+        if dirty && st.load() & DIRTY == 0 {
             self.cache.account_dirtied(self.file);
         }
-        self.cache.frames.waits.wake_if_waiters(self.id, old);
-        self.cache.frames.state(self.id).unpin();
+        let set = if dirty { VALID | DIRTY } else { VALID };
+        self.cache.frames.unlock(self.id, set, 0);
+        st.unpin();
     }
 }
 
@@ -131,6 +139,9 @@ impl CacheInner {
             }
             // Has the page moved? The frame may have been re-assigned after our lookup.
             if self.frames.key(id) != key {
+                // While we pin it under another key the frame cannot come back to this page,
+                // so an entry page → id still here is stale; drop it rather than spin on it.
+                file.index.remove_if(page, id);
                 st.unpin();
                 continue;
             }
@@ -200,8 +211,6 @@ impl CacheInner {
         let ps = self.frames.page_size();
         match fill {
             Fill::Overwrite => {}
-            // SAFETY: the frame is LOCKED and not VALID: nobody else reads or writes its bytes.
-            Fill::Zero => unsafe { std::ptr::write_bytes(lp.ptr(), 0, ps) },
             Fill::Read => {
                 let (dev, off) = self.layout.locate(page);
                 // SAFETY: as above; the slice covers exactly this frame and lives only for the
@@ -261,14 +270,16 @@ impl CacheInner {
                     self.metrics.evictions.add(1);
                     return Ok(id);
                 }
-                Victim::Dirty(id) => {
-                    if let Err(e) = self.write_back_victim(id) {
+                Victim::Dirty(id) => match self.write_back_victim(id) {
+                    Ok(true) => {}
+                    Ok(false) => idle += 1, // someone else is writing it; sweep again
+                    Err(e) => {
                         failed += 1;
                         if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
                             return Err(e);
                         }
                     }
-                }
+                },
                 Victim::None => {
                     idle += 1;
                     if idle >= IDLE_SWEEPS_BEFORE_FULL {
@@ -292,16 +303,17 @@ impl CacheInner {
     }
 
     /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
-    fn write_back_victim(&self, id: FrameId) -> Result<()> {
+    /// Returns whether it wrote anything.
+    fn write_back_victim(&self, id: FrameId) -> Result<bool> {
         if !self.frames.state(id).try_lock_dirty() {
-            return Ok(()); // someone else is on it
+            return Ok(false); // someone else is on it
         }
         let key = self.frames.key(id);
         let Some(file) = self.file_by_id(key.file) else {
             self.frames.unlock(id, 0, 0);
-            return Ok(());
+            return Ok(false);
         };
-        self.write_run(&file, key.page, id).map(|_| ()).inspect_err(|e| {
+        self.write_run(&file, key.page, id).map(|_| true).inspect_err(|e| {
             log::warn!("write-back of an eviction victim failed, page stays dirty: {e}");
             file.record_write_error(e);
         })

@@ -4,7 +4,8 @@
 //! `write_at` takes its byte range exclusive and `read_at` shared, so a read sees all or none
 //! of an overlapping write and disjoint writes run in parallel. `set_len` takes everything
 //! from the smaller of the old and new lengths to the end exclusive. dflush runs before the
-//! range lock is taken, so a writer never flushes while holding one.
+//! range lock is taken; a miss may still write back a dirty eviction victim while holding
+//! one, which the lock order allows because write-back only try-locks frames.
 
 use std::fmt;
 
@@ -108,13 +109,7 @@ impl File {
             let page = pos / ps;
             let in_page = (pos % ps) as usize;
             let n = ((ps - pos % ps).min(end - pos)) as usize;
-            let fill = if n as u64 == ps {
-                Fill::Overwrite
-            } else if page * ps >= self.len() {
-                Fill::Zero
-            } else {
-                Fill::Read
-            };
+            let fill = if n as u64 == ps { Fill::Overwrite } else { Fill::Read };
             let locked = match self.cache.page_for_write(&self.file, page, fill) {
                 Ok(l) => l,
                 Err(e) if pos > offset => {
@@ -205,10 +200,13 @@ impl File {
         }
         let pages = size.div_ceil(ps);
         self.cache.drop_pages_from(&self.file, pages);
-        self.file.len.store(size, Ordering::Release);
+        // Truncate before publishing the length: if it fails, the length stays the old one,
+        // so no byte that the device still holds past `size` is ever past the reported end.
+        // (Bytes between `size` and the old end are then unspecified, as after a failed write.)
         for b in &self.file.backing {
             device::truncate(b, self.cache.layout.device_len(b.device(), pages))?;
         }
+        self.file.len.store(size, Ordering::Release);
         Ok(())
     }
 

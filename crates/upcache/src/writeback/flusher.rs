@@ -12,8 +12,9 @@ use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Ordering};
 
-/// How often a flusher wakes by itself to write back pages dirty for a while.
-const PERIOD: Duration = Duration::from_secs(5);
+/// How often a flusher wakes by itself to write back everything dirty, so that data does not
+/// stay only in memory for long (the kernel's dirty_expire_centisecs is 30 s too).
+const PERIOD: Duration = Duration::from_secs(30);
 
 /// The running flusher threads.
 pub(crate) struct Flushers {
