@@ -1,1 +1,40 @@
-fn main(){}
+//! The `upcache` command: benchmarks of the upcache page cache against the kernel's.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod bench;
+mod size;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "upcache", version, about = "The upcache user-space page cache: benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure iops and latency of upcache, the kernel page cache and O_DIRECT (fio-like)
+    #[command(after_long_help = bench::DEFAULT_HELP)]
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    // The library logs through `log`; show its warnings unless RUST_LOG says otherwise.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

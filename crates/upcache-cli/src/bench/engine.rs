@@ -202,7 +202,8 @@ impl Engine for UpcacheEngine {
         };
         let mut files = Vec::with_capacity(s.files);
         for i in 0..s.files {
-            files.push(cache.create_file(&file_name(i)).with_context(|| format!("create upcache file f{i}"))?);
+            files
+                .push(cache.create_file(&file_name(i)).with_context(|| format!("create upcache file f{i}"))?);
         }
         Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files })
     }

@@ -174,8 +174,20 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
         .collect();
     let base = rows.first().map(|r| r.iops).unwrap_or(0.0);
     let head = [
-        "engine", "iops", "MiB/s", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "vs first", "hits", "misses",
-        "evictions", "wb MiB", "peak RSS MiB", "RSS MiB",
+        "engine",
+        "iops",
+        "MiB/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "vs first",
+        "hits",
+        "misses",
+        "evictions",
+        "wb MiB",
+        "peak RSS MiB",
+        "RSS MiB",
     ];
     let mut cells: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in &rows {

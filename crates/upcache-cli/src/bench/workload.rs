@@ -37,11 +37,6 @@ impl Rw {
     pub fn is_random(self) -> bool {
         matches!(self, Rw::Randread | Rw::Randwrite | Rw::Randrw)
     }
-
-    /// Whether the workload reads at all (so a warm cache matters).
-    pub fn reads(self) -> bool {
-        !matches!(self, Rw::Write | Rw::Randwrite)
-    }
 }
 
 /// The data set: `files` files of `blocks_per_file` blocks of `bs` bytes (a tail shorter
@@ -110,7 +105,9 @@ impl OpGen {
             let first = (thread as u128 * total as u128 / n) as u64;
             let end = ((thread as u128 + 1) * total as u128 / n) as u64;
             if end == first {
-                return Err(format!("{threads} threads need at least {threads} blocks for a sequential workload"));
+                return Err(format!(
+                    "{threads} threads need at least {threads} blocks for a sequential workload"
+                ));
             }
             Pick::Seq { first, count: end - first, next: 0 }
         } else if let Some(theta) = zipf {
@@ -256,7 +253,10 @@ mod tests {
             let mut g = OpGen::new(s, Rw::Read, 50, None, t, 3, 1).unwrap();
             let ops: Vec<Op> = (0..2 * len).map(|_| g.next(&mut rng)).collect();
             assert_eq!(ops[..len], ops[len..], "thread {t} wraps to its own start");
-            assert!(ops.windows(2).take(len - 1).all(|w| (w[0].file, w[0].offset) < (w[1].file, w[1].offset)));
+            assert!(ops
+                .windows(2)
+                .take(len - 1)
+                .all(|w| (w[0].file, w[0].offset) < (w[1].file, w[1].offset)));
             seen.extend(ops[..len].iter().map(|o| (o.file, o.offset)));
         }
         seen.sort();

@@ -1,0 +1,700 @@
+//! `upcache bench`: flags, and running each engine in turn on the same data set.
+//!
+//! Per engine and repetition: set up its files, prefill them with deterministic content,
+//! settle (write back; drop caches unless --warm), warm (read everything once, checking the
+//! content), measure, flush (untimed), tear down. Only the measured phase is timed.
+
+mod engine;
+mod progress;
+mod report;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use self::engine::{
+    AlignedBuf, DirectEngine, Engine, EngineKind, KernelEngine, Setup, UpcacheEngine, UpcacheOpts, ALIGN,
+};
+use self::progress::Progress;
+use self::report::{Latency, Report};
+use self::workload::{fill_content, OpGen, Rw, Shape};
+use crate::size::{fmt_size, parse_duration, parse_size};
+
+/// Flags of `upcache bench`. Workload flags left unset take the defaults shown; with no
+/// workload flag at all, the default comparison runs (see the command's long help).
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Engine to run [default: upcache]
+    #[arg(long, value_enum, conflicts_with = "compare")]
+    engine: Option<EngineKind>,
+    /// Engines to run in turn on the same data set, e.g. upcache,kernel,direct; the table
+    /// gives iops ratios against the first
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "ENGINE,...")]
+    compare: Option<Vec<EngineKind>>,
+    /// Access pattern [default: randread]
+    #[arg(long, value_enum)]
+    rw: Option<Rw>,
+    /// Percentage of reads for randrw [default: 50]
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    rwmixread: Option<u32>,
+    /// Block size of each op, e.g. 4k, 64KiB [default: 4k]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    bs: Option<u64>,
+    /// Size of each file [default: 256m]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    size: Option<u64>,
+    /// Number of files [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    files: Option<u64>,
+    /// Number of threads issuing ops [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: Option<u64>,
+    /// Length of the measured phase, e.g. 10s, 500ms, 1m [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ops")]
+    runtime: Option<Duration>,
+    /// Total ops of the measured phase, split between the threads (instead of --runtime)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    ops: Option<u64>,
+    /// upcache memory budget [default: 512m]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    cache: Option<u64>,
+    /// Number of upcache device directories, <dir>/upcache/dev0.. [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=upcache::MAX_DEVICES as u64),
+          conflicts_with = "device_dirs")]
+    devices: Option<u64>,
+    /// upcache device directories (one per SSD), comma-separated
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    device_dirs: Option<Vec<PathBuf>>,
+    /// Where the engines' data goes (in <dir>/<engine>) [default: a fresh temporary directory]
+    #[arg(long, value_name = "PATH")]
+    dir: Option<PathBuf>,
+    /// Read the whole data set once before measuring, so reads hit the cache (no effect on direct)
+    #[arg(long)]
+    warm: bool,
+    /// Zipf-distributed offsets with this exponent (e.g. 0.99, 1.2) instead of uniform
+    #[arg(long, value_name = "THETA", allow_negative_numbers = true)]
+    zipf: Option<f64>,
+    /// Print JSON to stdout instead of the table
+    #[arg(long)]
+    json: bool,
+    /// upcache page size [default: 4k]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    page_size: Option<u64>,
+    /// upcache stripe unit [default: 128k]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    stripe_unit: Option<u64>,
+    /// upcache flusher threads [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    flushers: Option<u64>,
+    /// Let upcache use buffered backing files where the file system refuses O_DIRECT
+    #[arg(long)]
+    allow_buffered: bool,
+    /// Run the whole comparison N times; the table shows each engine's medians
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    repeat: u64,
+    /// Seed of the offsets and the data content
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Keep the engines' data (of the last repetition) instead of removing it
+    #[arg(long)]
+    keep: bool,
+}
+
+/// The long help's description of the no-flag default.
+pub const DEFAULT_HELP: &str = "\
+With no workload flag (only --json, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
+--flushers, --allow-buffered), runs the default comparison:
+  --compare upcache,kernel --rw randread --bs 4k --files 1 --size 256m --warm --threads 1
+  --runtime 5s --cache 512m --devices 4
+The data set fits in both caches, so this compares the hit paths: what each cache costs per read
+when the data is in memory. Other flags take the defaults in brackets above.";
+
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Runtime(Duration),
+    Ops(u64),
+}
+
+/// The resolved, validated plan.
+#[derive(Debug)]
+struct Plan {
+    engines: Vec<EngineKind>,
+    rw: Rw,
+    read_pct: u32,
+    bs: u64,
+    size: u64,
+    shape: Shape,
+    threads: usize,
+    stop: Stop,
+    warm: bool,
+    zipf: Option<f64>,
+    seed: u64,
+    repeat: usize,
+    keep: bool,
+    json: bool,
+    upcache: UpcacheOpts,
+}
+
+impl BenchArgs {
+    /// Whether no workload flag was given, which selects the default comparison.
+    fn is_default_profile(&self) -> bool {
+        self.engine.is_none()
+            && self.compare.is_none()
+            && self.rw.is_none()
+            && self.rwmixread.is_none()
+            && self.bs.is_none()
+            && self.size.is_none()
+            && self.files.is_none()
+            && self.threads.is_none()
+            && self.runtime.is_none()
+            && self.ops.is_none()
+            && self.cache.is_none()
+            && self.devices.is_none()
+            && self.device_dirs.is_none()
+            && !self.warm
+            && self.zipf.is_none()
+    }
+}
+
+fn resolve(a: BenchArgs) -> Result<Plan> {
+    let profile = a.is_default_profile();
+    let engines = match (&a.compare, a.engine) {
+        (Some(c), _) => c.clone(),
+        (None, Some(e)) => vec![e],
+        (None, None) if profile => vec![EngineKind::Upcache, EngineKind::Kernel],
+        (None, None) => vec![EngineKind::Upcache],
+    };
+    ensure!(!engines.is_empty(), "--compare needs at least one engine");
+    for (i, e) in engines.iter().enumerate() {
+        ensure!(!engines[..i].contains(e), "--compare lists {} twice", e.name());
+    }
+    let rw = a.rw.unwrap_or(Rw::Randread);
+    let bs = a.bs.unwrap_or(4096);
+    let size = a.size.unwrap_or(256 << 20);
+    let files = a.files.unwrap_or(1) as usize;
+    let threads = a.threads.unwrap_or(1) as usize;
+    let stop = match (a.runtime, a.ops) {
+        (_, Some(n)) => Stop::Ops(n),
+        (Some(d), None) => Stop::Runtime(d),
+        (None, None) if profile => Stop::Runtime(Duration::from_secs(5)),
+        (None, None) => Stop::Runtime(Duration::from_secs(10)),
+    };
+    if let Stop::Runtime(d) = stop {
+        ensure!(!d.is_zero(), "--runtime must be more than 0");
+    }
+    ensure!(bs > 0, "--bs must be more than 0");
+    ensure!(bs <= 256 << 20, "--bs {} is too large (at most 256MiB)", fmt_size(bs));
+    ensure!(size >= bs, "--size {} is smaller than one block (--bs {})", fmt_size(size), fmt_size(bs));
+    ensure!(size.checked_mul(files as u64).is_some_and(|t| t <= 1 << 50), "--files x --size is too large");
+    if engines.contains(&EngineKind::Direct) {
+        ensure!(
+            bs.is_multiple_of(ALIGN as u64),
+            "the direct engine needs --bs to be a multiple of 4096 (O_DIRECT), got {bs}"
+        );
+        ensure!(
+            size.is_multiple_of(ALIGN as u64),
+            "the direct engine needs --size to be a multiple of 4096 (O_DIRECT), got {size}"
+        );
+    }
+    if let Some(z) = a.zipf {
+        ensure!(z.is_finite() && z >= 0.0, "--zipf must be a number >= 0, got {z}");
+        ensure!(rw.is_random(), "--zipf applies only to random workloads (randread, randwrite, randrw)");
+    }
+    if a.rwmixread.is_some() && rw != Rw::Randrw {
+        eprintln!("note: --rwmixread applies only to --rw randrw; ignored");
+    }
+    let warm = a.warm || profile;
+    if warm && engines.contains(&EngineKind::Direct) {
+        eprintln!("note: --warm has no effect on the direct engine (it has no cache)");
+    }
+
+    // upcache's settings, checked now so that a bad one fails before any engine runs.
+    let page_size = a.page_size.unwrap_or(4096);
+    let stripe_unit = a.stripe_unit.unwrap_or(128 << 10);
+    let cache = a.cache.unwrap_or(512 << 20);
+    ensure!(
+        page_size.is_power_of_two()
+            && (upcache::MIN_PAGE_SIZE as u64..=upcache::MAX_PAGE_SIZE as u64).contains(&page_size),
+        "--page-size must be a power of two from 4KiB to 64KiB, got {}",
+        fmt_size(page_size)
+    );
+    ensure!(
+        stripe_unit > 0 && stripe_unit.is_multiple_of(page_size),
+        "--stripe-unit {} must be a multiple of the page size {}",
+        fmt_size(stripe_unit),
+        fmt_size(page_size)
+    );
+    ensure!(
+        cache / page_size >= upcache::MIN_FRAMES as u64,
+        "--cache {} is too small: upcache needs at least {} pages of {}",
+        fmt_size(cache),
+        upcache::MIN_FRAMES,
+        fmt_size(page_size)
+    );
+    let devices = match (&a.device_dirs, a.devices) {
+        (Some(d), _) => {
+            ensure!(
+                (1..=upcache::MAX_DEVICES).contains(&d.len()),
+                "--device-dirs needs 1 to {} directories",
+                upcache::MAX_DEVICES
+            );
+            d.len()
+        }
+        (None, Some(n)) => n as usize,
+        (None, None) if profile => 4,
+        (None, None) => 1,
+    };
+    let data = size * files as u64;
+    if warm && data > cache && engines.contains(&EngineKind::Upcache) {
+        eprintln!(
+            "note: the data set ({}) is larger than --cache ({}): --warm leaves only part of it in upcache",
+            fmt_size(data),
+            fmt_size(cache)
+        );
+    }
+    if data > cache && engines.contains(&EngineKind::Kernel) && engines.contains(&EngineKind::Upcache) {
+        eprintln!("note: --cache bounds upcache only; the kernel page cache may use all free RAM");
+    }
+    let shape = Shape { files, blocks_per_file: size / bs, bs };
+    let plan = Plan {
+        engines,
+        rw,
+        read_pct: a.rwmixread.unwrap_or(50),
+        bs,
+        size,
+        shape,
+        threads,
+        stop,
+        warm,
+        zipf: a.zipf,
+        seed: a.seed,
+        repeat: a.repeat as usize,
+        keep: a.keep,
+        json: a.json,
+        upcache: UpcacheOpts {
+            device_dirs: a.device_dirs,
+            devices,
+            cache,
+            page_size: page_size as usize,
+            stripe_unit,
+            flushers: a.flushers.unwrap_or(1) as usize,
+            allow_buffered: a.allow_buffered,
+        },
+    };
+    // Builds every thread's generator once, to report a bad combination (e.g. more threads
+    // than blocks for a sequential workload) before any work.
+    op_gens(&plan).map_err(anyhow::Error::msg)?;
+    Ok(plan)
+}
+
+fn op_gens(p: &Plan) -> Result<Vec<OpGen>, String> {
+    (0..p.threads).map(|t| OpGen::new(p.shape, p.rw, p.read_pct, p.zipf, t, p.threads, p.seed)).collect()
+}
+
+/// Runs `upcache bench`.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let dir = args.dir.clone();
+    let plan = resolve(args)?;
+    let (tmp, base) = match dir {
+        Some(d) => (None, d),
+        None => {
+            let t =
+                tempfile::Builder::new().prefix("upcache-bench-").tempdir().context("create a temp dir")?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    check_no_leftovers(&plan, &base)?;
+    if !plan.json {
+        println!("{}", header(&plan, &base));
+    }
+    let mut reports = Vec::new();
+    for run in 1..=plan.repeat {
+        for &kind in &plan.engines {
+            let r = match kind {
+                EngineKind::Upcache => run_engine::<UpcacheEngine>(kind, &plan, &base, run),
+                EngineKind::Kernel => run_engine::<KernelEngine>(kind, &plan, &base, run),
+                EngineKind::Direct => run_engine::<DirectEngine>(kind, &plan, &base, run),
+            }
+            .with_context(|| format!("{} engine (run {run})", kind.name()))?;
+            reports.push(r);
+        }
+    }
+    if plan.json {
+        let out = if plan.engines.len() > 1 || plan.repeat > 1 {
+            serde_json::to_string_pretty(&reports)?
+        } else {
+            serde_json::to_string_pretty(&reports[0])?
+        };
+        println!("{out}");
+    } else {
+        let names: Vec<&str> = plan.engines.iter().map(|e| e.name()).collect();
+        print!("{}", report::table(&names, &reports, plan.repeat));
+    }
+    if let Some(t) = tmp {
+        if plan.keep {
+            eprintln!("kept the data in {}", t.keep().display());
+        } else {
+            t.close().context("remove the temp dir")?;
+        }
+    }
+    Ok(())
+}
+
+/// Fails if an engine's directory already holds data (say from a run with --keep), before
+/// any engine runs rather than halfway through a comparison.
+fn check_no_leftovers(p: &Plan, base: &Path) -> Result<()> {
+    let mut dirs: Vec<PathBuf> = p.engines.iter().map(|e| base.join(e.name())).collect();
+    if p.engines.contains(&EngineKind::Upcache) {
+        dirs.extend(p.upcache.device_dirs.iter().flatten().cloned());
+    }
+    for d in dirs {
+        let busy = match std::fs::read_dir(&d) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(_) => false,
+        };
+        let is_device_dir = p.upcache.device_dirs.as_ref().is_some_and(|v| v.contains(&d));
+        // A given device directory may hold other things; only an array in it is in the way.
+        if (is_device_dir && d.join("upcache.catalog").exists()) || (!is_device_dir && busy) {
+            bail!("{} already holds data (left by --keep?); remove it or use another --dir", d.display());
+        }
+    }
+    Ok(())
+}
+
+fn header(p: &Plan, base: &Path) -> String {
+    let stop = match p.stop {
+        Stop::Runtime(d) => format!("runtime {:?}", d),
+        Stop::Ops(n) => format!("ops {n}"),
+    };
+    let mix = if p.rw == Rw::Randrw { format!(" rwmixread {}%", p.read_pct) } else { String::new() };
+    let zipf = p.zipf.map(|z| format!(" zipf {z}")).unwrap_or_default();
+    let u = &p.upcache;
+    let devs = match &u.device_dirs {
+        Some(d) => d.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","),
+        None => u.devices.to_string(),
+    };
+    let mut h = format!(
+        "{}{mix}{zipf} bs {} threads {} files {} x {} {}{stop} seed {}; dir {}",
+        p.rw.name(),
+        fmt_size(p.bs),
+        p.threads,
+        p.shape.files,
+        fmt_size(p.size),
+        if p.warm { "warm " } else { "cold " },
+        p.seed,
+        base.display(),
+    );
+    if p.engines.contains(&EngineKind::Upcache) {
+        h += &format!(
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {}",
+            fmt_size(u.cache),
+            fmt_size(u.page_size as u64),
+            fmt_size(u.stripe_unit),
+            u.flushers,
+        );
+    }
+    h
+}
+
+/// Prefill and warm move data in chunks of this size.
+const CHUNK: u64 = 1 << 20;
+
+/// One engine, one repetition: setup, prefill, settle, warm, measure, flush, teardown.
+fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) -> Result<Report> {
+    let root = base.join(kind.name());
+    let peak_reset = reset_peak_rss();
+    let mut eng = E::setup(&Setup { root: &root, files: p.shape.files, upcache: &p.upcache })?;
+    let warm = p.warm && kind != EngineKind::Direct;
+    let result = (|| -> Result<Report> {
+        prefill(&eng, kind, p)?;
+        eng.settle(warm)?;
+        if warm {
+            warm_and_check(&eng, kind, p)?;
+        }
+        let before = eng.stats();
+        let m = measure(&eng, kind, p)?;
+        let after = eng.stats();
+        let rss = mem_mib("VmRSS:");
+        let t = Instant::now();
+        eng.flush().context("flush after the measured phase")?;
+        let flush_seconds = t.elapsed().as_secs_f64();
+        let rss_peak = mem_mib("VmHWM:");
+        let d = |f: fn(&upcache::Stats) -> u64| before.zip(after).map(|(b, a)| f(&a).wrapping_sub(f(&b)));
+        if kind == EngineKind::Upcache {
+            let limit = (p.upcache.cache >> 20) as f64 + 64.0;
+            if peak_reset && rss_peak > limit {
+                eprintln!(
+                    "warning: upcache peak RSS {rss_peak:.0} MiB is over the cache budget + 64 MiB ({limit:.0} MiB)"
+                );
+            }
+        }
+        let bytes = m.ops * p.bs;
+        Ok(Report {
+            engine: kind.name().into(),
+            run,
+            rw: p.rw.name().into(),
+            bs: p.bs,
+            threads: p.threads,
+            files: p.shape.files,
+            size: p.size,
+            warm,
+            zipf: p.zipf,
+            seconds: m.seconds,
+            ops: m.ops,
+            read_ops: m.reads,
+            write_ops: m.ops - m.reads,
+            bytes,
+            iops: m.ops as f64 / m.seconds,
+            mib_s: bytes as f64 / m.seconds / (1 << 20) as f64,
+            lat_us: Latency::from_histogram(&m.hist),
+            hits: d(|s| s.hits),
+            misses: d(|s| s.misses),
+            evictions: d(|s| s.evictions),
+            writeback_bytes: d(|s| s.writeback_bytes),
+            read_bytes: d(|s| s.read_bytes),
+            dflush_pages: d(|s| s.dflush_pages),
+            writeback_errors: d(|s| s.writeback_errors),
+            flush_seconds,
+            rss_peak_mib: rss_peak,
+            rss_mib: rss,
+        })
+    })();
+    // Tear down even after a failure, so a failed run leaves no data behind.
+    let keep = p.keep && run == p.repeat;
+    let torn = eng.teardown(keep).context("teardown");
+    let report = result?;
+    torn?;
+    Ok(report)
+}
+
+/// Writes every file fully, sequentially, in 1 MiB writes of the data set's content.
+fn prefill<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<()> {
+    let mut buf = AlignedBuf::new(CHUNK as usize)?;
+    let total = p.size * p.shape.files as u64;
+    let mut bar = Progress::new(&format!("{} prefill", kind.name()), total, false);
+    for f in 0..p.shape.files {
+        let mut off = 0;
+        while off < p.size {
+            let n = CHUNK.min(p.size - off) as usize;
+            fill_content(&mut buf[..n], p.seed, f, off);
+            eng.write(f, &buf[..n], off).with_context(|| format!("prefill f{f} at {off}"))?;
+            off += n as u64;
+            bar.set(f as u64 * p.size + off);
+        }
+    }
+    bar.finish();
+    Ok(())
+}
+
+/// Reads the whole data set once so that it is cached, checking every byte against the
+/// content the prefill wrote (a free correctness check of the engine).
+fn warm_and_check<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<()> {
+    let mut buf = AlignedBuf::new(CHUNK as usize)?;
+    let mut want = vec![0u8; CHUNK as usize];
+    let total = p.size * p.shape.files as u64;
+    let mut bar = Progress::new(&format!("{} warm", kind.name()), total, false);
+    for f in 0..p.shape.files {
+        let mut off = 0;
+        while off < p.size {
+            let n = CHUNK.min(p.size - off) as usize;
+            eng.read(f, &mut buf[..n], off).with_context(|| format!("warm read f{f} at {off}"))?;
+            fill_content(&mut want[..n], p.seed, f, off);
+            if buf[..n] != want[..n] {
+                let i = buf[..n].iter().zip(&want[..n]).position(|(a, b)| a != b).unwrap_or(0);
+                bail!(
+                    "data check failed: f{f} byte {} read back differs from what the prefill wrote",
+                    off + i as u64
+                );
+            }
+            off += n as u64;
+            bar.set(f as u64 * p.size + off);
+        }
+    }
+    bar.finish();
+    Ok(())
+}
+
+/// The measured phase's result, all threads merged.
+struct Measured {
+    seconds: f64,
+    ops: u64,
+    reads: u64,
+    hist: Histogram<u64>,
+}
+
+struct ThreadResult {
+    start: Instant,
+    end: Instant,
+    ops: u64,
+    reads: u64,
+    hist: Histogram<u64>,
+}
+
+/// A per-thread op counter on its own cache line, so publishing progress costs a plain store.
+#[repr(align(128))]
+#[derive(Default)]
+struct Counter(AtomicU64);
+
+/// If no op completes for this long, the engine is taken to be stuck and the process exits.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
+    let gens = op_gens(p).map_err(anyhow::Error::msg)?;
+    // Each thread gets its buffer here (the thread first touches it); no allocation per op.
+    let bufs = (0..p.threads).map(|_| AlignedBuf::new(p.bs as usize)).collect::<Result<Vec<_>>>()?;
+    let barrier = Barrier::new(p.threads + 1);
+    let abort = AtomicBool::new(false);
+    let counters: Vec<Counter> = (0..p.threads).map(|_| Counter::default()).collect();
+    let quota = |t: usize| match p.stop {
+        Stop::Ops(n) => n / p.threads as u64 + u64::from((t as u64) < n % p.threads as u64),
+        Stop::Runtime(_) => u64::MAX,
+    };
+    let results: Vec<Result<ThreadResult>> = thread::scope(|s| {
+        let handles: Vec<_> = gens
+            .into_iter()
+            .zip(bufs)
+            .enumerate()
+            .map(|(t, (gen, buf))| {
+                let w = Worker {
+                    eng,
+                    gen,
+                    buf,
+                    seed: p.seed,
+                    thread: t,
+                    quota: quota(t),
+                    runtime: match p.stop {
+                        Stop::Runtime(d) => Some(d),
+                        Stop::Ops(_) => None,
+                    },
+                    barrier: &barrier,
+                    abort: &abort,
+                    done: &counters[t].0,
+                };
+                s.spawn(move || w.run())
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let (len, long) = match p.stop {
+            Stop::Runtime(d) => (d.as_millis() as u64, d > Duration::from_secs(2)),
+            Stop::Ops(n) => (n, false),
+        };
+        let mut bar = Progress::new(&format!("{} {}", kind.name(), p.rw.name()), len, long);
+        let (mut last_done, mut last_change) = (0, Instant::now());
+        while !handles.iter().all(|h| h.is_finished()) {
+            thread::sleep(Duration::from_millis(50));
+            let done: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+            let secs = start.elapsed().as_secs_f64();
+            match p.stop {
+                Stop::Runtime(_) => bar.set(start.elapsed().as_millis() as u64),
+                Stop::Ops(_) => bar.set(done),
+            }
+            bar.set_message(format!("{:.0} iops", done as f64 / secs.max(1e-9)));
+            if done != last_done {
+                (last_done, last_change) = (done, Instant::now());
+            } else if last_change.elapsed() > STALL_LIMIT {
+                // The threads cannot be cancelled; report and leave rather than hang.
+                eprintln!(
+                    "error: the {} engine completed no op for {} s: it looks stuck (deadlock?)",
+                    kind.name(),
+                    STALL_LIMIT.as_secs()
+                );
+                std::process::exit(3);
+            }
+        }
+        bar.finish();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a benchmark thread panicked"))))
+            .collect()
+    });
+    let results = results.into_iter().collect::<Result<Vec<_>>>()?;
+    let start = results.iter().map(|r| r.start).min().context("no threads")?;
+    let end = results.iter().map(|r| r.end).max().context("no threads")?;
+    let ops = results.iter().map(|r| r.ops).sum();
+    let reads = results.iter().map(|r| r.reads).sum();
+    let hists: Vec<Histogram<u64>> = results.into_iter().map(|r| r.hist).collect();
+    Ok(Measured { seconds: (end - start).as_secs_f64().max(1e-9), ops, reads, hist: report::merge(&hists) })
+}
+
+/// One benchmark thread's state, all allocated before the clock starts.
+struct Worker<'a, E> {
+    eng: &'a E,
+    gen: OpGen,
+    buf: AlignedBuf,
+    seed: u64,
+    thread: usize,
+    quota: u64,
+    runtime: Option<Duration>,
+    barrier: &'a Barrier,
+    abort: &'a AtomicBool,
+    done: &'a AtomicU64,
+}
+
+impl<E: Engine> Worker<'_, E> {
+    fn run(mut self) -> Result<ThreadResult> {
+        let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
+        let mut hist = report::new_histogram();
+        // The write pattern: non-zero pseudo-random bytes, filled once.
+        fill_content(&mut self.buf, !self.seed, usize::MAX - self.thread, 0);
+        let stamp = self.buf.len().min(8);
+        self.barrier.wait();
+        let start = Instant::now();
+        let deadline = self.runtime.map(|d| start + d);
+        let (mut n, mut reads, mut end) = (0u64, 0u64, start);
+        while n < self.quota {
+            let op = self.gen.next(&mut rng);
+            let t0 = Instant::now();
+            let r = if op.read {
+                self.eng.read(op.file, &mut self.buf, op.offset)
+            } else {
+                // Stamp the op number so successive writes differ (cheap: 8 bytes).
+                self.buf[..stamp].copy_from_slice(&n.to_le_bytes()[..stamp]);
+                self.eng.write(op.file, &self.buf, op.offset)
+            };
+            let t1 = Instant::now();
+            if let Err(e) = r {
+                self.abort.store(true, Ordering::Relaxed);
+                let what = if op.read { "read" } else { "write" };
+                return Err(e.context(format!("{what} of f{} at offset {}", op.file, op.offset)));
+            }
+            hist.saturating_record((t1 - t0).as_nanos() as u64);
+            n += 1;
+            reads += u64::from(op.read);
+            end = t1;
+            // Relaxed: progress display and stall detection only.
+            self.done.store(n, Ordering::Relaxed);
+            if deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        Ok(ThreadResult { start, end, ops: n, reads, hist })
+    }
+}
+
+/// Resets the process's peak RSS (VmHWM) to the current RSS, so each engine's peak is its own.
+/// Returns false if the kernel refused (then VmHWM is the process-wide peak so far).
+fn reset_peak_rss() -> bool {
+    // "5" resets the peak resident set size (Linux 4.0+).
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// A `kB` field of /proc/self/status (VmRSS, VmHWM), in MiB; 0 if unavailable.
+fn mem_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
