@@ -5,6 +5,7 @@
 //! frame to its page; see [`state`] for the protocol.
 
 pub mod arena;
+pub mod huge;
 pub mod state;
 pub mod wait;
 
@@ -36,7 +37,7 @@ pub struct FrameMeta {
 /// All frames of a cache.
 pub struct FrameTable {
     arena: Arena,
-    metas: Box<[FrameMeta]>,
+    metas: huge::HugeArray<FrameMeta>,
     /// Sleepers waiting for a frame to be unlocked.
     pub waits: WaitTable,
 }
@@ -45,13 +46,11 @@ impl FrameTable {
     /// `count` unowned frames of `page_size` bytes.
     pub fn new(count: usize, page_size: usize) -> Result<Self> {
         let arena = Arena::new(count, page_size)?;
-        let metas = (0..count)
-            .map(|_| FrameMeta {
-                state: FrameState::new_unowned(),
-                file: AtomicU64::new(u64::MAX),
-                page: AtomicU64::new(u64::MAX),
-            })
-            .collect();
+        let metas = huge::HugeArray::new(count, |_| FrameMeta {
+            state: FrameState::new_unowned(),
+            file: AtomicU64::new(u64::MAX),
+            page: AtomicU64::new(u64::MAX),
+        })?;
         Ok(FrameTable { arena, metas, waits: WaitTable::default() })
     }
 
