@@ -53,3 +53,65 @@ fn shrink_then_extend_reads_zeros() {
     f.read_exact_at(&mut back[..15010], 0).unwrap();
     assert!(back[5000..15000].iter().all(|&b| b == 0));
 }
+
+fn quiet_config(root: &std::path::Path, devices: usize) -> upcache::Config {
+    // Thresholds high enough that no background write-back interferes with the counts.
+    common::config(root, devices, 4096, 64).with_dirty_background_ratio(0.9).with_dirty_foreground_ratio(1.0)
+}
+
+#[test]
+fn whole_page_writes_never_read_and_partial_writes_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let cache = Cache::create(quiet_config(tmp.path(), 2)).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&common::pattern(1, 10 * 4096), 0).unwrap();
+        assert_eq!(cache.stats().read_ios, 0, "whole-page writes must not read");
+    }
+    let cache = Cache::open(quiet_config(tmp.path(), 2)).unwrap();
+    let f = cache.open_file("f").unwrap();
+    f.write_all_at(&[1, 2, 3], 4096 * 3 + 10).unwrap();
+    assert_eq!(cache.stats().read_ios, 1, "a partial write of a cold page reads it once");
+    f.write_all_at(&[4; 4096], 4096 * 5).unwrap();
+    assert_eq!(cache.stats().read_ios, 1);
+}
+
+#[test]
+fn concurrent_misses_on_one_page_load_it_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop({
+        let cache = Cache::create(quiet_config(tmp.path(), 1)).unwrap();
+        cache.create_file("f").unwrap().write_all_at(&common::pattern(2, 4096), 0).unwrap();
+        cache
+    });
+    let cache = Cache::open(quiet_config(tmp.path(), 1)).unwrap();
+    let f = cache.open_file("f").unwrap();
+    let barrier = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                barrier.wait();
+                let mut b = vec![0u8; 4096];
+                f.read_exact_at(&mut b, 0).unwrap();
+                assert!(b == common::pattern(2, 4096));
+            });
+        }
+    });
+    let st = cache.stats();
+    assert_eq!(st.read_ios, 1, "8 threads missing on one page must load it once: {st:?}");
+    assert_eq!(st.misses + st.hits, 8);
+}
+
+#[test]
+fn contiguous_dirty_pages_on_a_device_go_out_in_one_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Stripe unit 2 pages, 2 devices: pages 0,1,4,5 are adjacent on device 0 and 2,3,6,7 on
+    // device 1, so 8 dirty pages need exactly 2 writes.
+    let cache = Cache::create(quiet_config(tmp.path(), 2)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&common::pattern(3, 8 * 4096), 0).unwrap();
+    f.sync_data().unwrap();
+    let st = cache.stats();
+    assert_eq!(st.writeback_ios, 2, "{st:?}");
+    assert_eq!(st.writeback_bytes, 8 * 4096);
+}
