@@ -320,12 +320,19 @@ impl PlainFiles {
     }
 }
 
-/// Buffered I/O through the kernel page cache.
-pub struct KernelEngine(PlainFiles);
+/// Plain files read and written with pread/pwrite: through the kernel page cache
+/// ([`KernelEngine`]) or with O_DIRECT, every op reaching the device ([`DirectEngine`]; buffers,
+/// offsets and lengths must be multiples of [`ALIGN`], which the caller checks).
+pub struct PlainEngine<const DIRECT: bool>(PlainFiles);
 
-impl Engine for KernelEngine {
+/// Buffered I/O through the kernel page cache.
+pub type KernelEngine = PlainEngine<false>;
+/// O_DIRECT I/O: no cache.
+pub type DirectEngine = PlainEngine<true>;
+
+impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
     fn setup(s: &Setup) -> Result<Self> {
-        PlainFiles::create(s, false).map(KernelEngine)
+        PlainFiles::create(s, DIRECT).map(PlainEngine)
     }
 
     #[inline]
@@ -339,8 +346,9 @@ impl Engine for KernelEngine {
     }
 
     fn settle(&mut self, warm: bool) -> Result<()> {
+        // With O_DIRECT the data is on the device already; this persists the file sizes.
         self.0.sync()?;
-        if !warm {
+        if !DIRECT && !warm {
             use std::os::fd::AsRawFd;
             for (f, p) in self.0.files.iter().zip(&self.0.paths) {
                 // DONTNEED drops only clean pages, hence the fsync above.
@@ -353,42 +361,6 @@ impl Engine for KernelEngine {
             }
         }
         Ok(())
-    }
-
-    fn flush(&self) -> Result<()> {
-        self.0.sync()
-    }
-
-    fn teardown(mut self, keep: bool) -> Result<()> {
-        if keep {
-            return Ok(());
-        }
-        self.0.remove()
-    }
-}
-
-/// O_DIRECT I/O: no cache, every op reaches the device. Buffers, offsets and lengths must be
-/// multiples of [`ALIGN`]; the caller checks `--bs` and `--size`.
-pub struct DirectEngine(PlainFiles);
-
-impl Engine for DirectEngine {
-    fn setup(s: &Setup) -> Result<Self> {
-        PlainFiles::create(s, true).map(DirectEngine)
-    }
-
-    #[inline]
-    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
-        Ok(self.0.files[file].read_exact_at(buf, offset)?)
-    }
-
-    #[inline]
-    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
-        Ok(self.0.files[file].write_all_at(buf, offset)?)
-    }
-
-    fn settle(&mut self, _warm: bool) -> Result<()> {
-        // The data is on the device already; this persists the file sizes.
-        self.0.sync()
     }
 
     fn flush(&self) -> Result<()> {

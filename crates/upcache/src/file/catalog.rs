@@ -169,25 +169,27 @@ impl Catalog {
 
     /// Reads and decodes the catalog in `dir`.
     pub fn load(dir: &Path) -> Result<Catalog> {
-        let path = dir.join(CATALOG_NAME);
-        let bytes = fs::read(&path).map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                Error::with_source(
-                    ErrorKind::NotAnArray,
-                    format!("{} is not an upcache array (no {CATALOG_NAME})", dir.display()),
-                    e,
-                )
-            } else {
-                Error::io(format!("read {}", path.display()), e)
-            }
-        })?;
-        Catalog::decode(&bytes).map_err(|e| Error::new(e.kind(), format!("{}: {}", path.display(), e)))
+        load_decoded(dir, CATALOG_NAME, "an upcache array", Catalog::decode)
     }
 
     /// Atomically replaces the catalog in `dir` (write temp, sync, rename, sync directory).
     pub fn store(&self, dir: &Path) -> Result<()> {
         write_atomic(dir, CATALOG_TMP, CATALOG_NAME, &self.encode())
     }
+}
+
+/// Reads `dir/name` and decodes it; a missing file means `dir` is not `what`.
+fn load_decoded<T>(dir: &Path, name: &str, what: &str, decode: fn(&[u8]) -> Result<T>) -> Result<T> {
+    let path = dir.join(name);
+    let bytes = fs::read(&path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            let msg = format!("{} is not {what} (no {name})", dir.display());
+            Error::with_source(ErrorKind::NotAnArray, msg, e)
+        } else {
+            Error::io(format!("read {}", path.display()), e)
+        }
+    })?;
+    decode(&bytes).map_err(|e| Error::new(e.kind(), format!("{}: {}", path.display(), e)))
 }
 
 fn write_atomic(dir: &Path, tmp: &str, name: &str, bytes: &[u8]) -> Result<()> {
@@ -258,19 +260,7 @@ impl DeviceMarker {
 
     /// Reads the marker in `dir`.
     pub fn load(dir: &Path) -> Result<DeviceMarker> {
-        let path = dir.join(MARKER_NAME);
-        let bytes = fs::read(&path).map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                Error::with_source(
-                    ErrorKind::NotAnArray,
-                    format!("{} is not an upcache device directory (no {MARKER_NAME})", dir.display()),
-                    e,
-                )
-            } else {
-                Error::io(format!("read {}", path.display()), e)
-            }
-        })?;
-        DeviceMarker::decode(&bytes).map_err(|e| Error::new(e.kind(), format!("{}: {}", path.display(), e)))
+        load_decoded(dir, MARKER_NAME, "an upcache device directory", DeviceMarker::decode)
     }
 
     /// Atomically writes the marker into `dir`.
