@@ -115,3 +115,21 @@ fn contiguous_dirty_pages_on_a_device_go_out_in_one_write() {
     assert_eq!(st.writeback_ios, 2, "{st:?}");
     assert_eq!(st.writeback_bytes, 8 * 4096);
 }
+
+#[test]
+fn orphaned_backing_files_are_removed_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = || common::config(tmp.path(), 2, 4096, 16);
+    {
+        let cache = Cache::create(cfg()).unwrap();
+        cache.create_file("keep").unwrap().write_all_at(b"data", 0).unwrap();
+    }
+    // What a crash between a remove's catalog write and its deletes leaves behind.
+    let orphan = tmp.path().join("dev1").join(format!("f{:016x}.data", 999));
+    std::fs::write(&orphan, b"stale").unwrap();
+    let cache = Cache::open(cfg()).unwrap();
+    assert!(!orphan.exists());
+    let mut b = [0u8; 4];
+    cache.open_file("keep").unwrap().read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"data");
+}

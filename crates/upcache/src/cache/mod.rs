@@ -176,6 +176,10 @@ impl Cache {
                 ));
             }
         }
+        let known = catalog.files.iter().map(|f| f.id).collect();
+        for dir in &config.device_dirs {
+            device::remove_orphans(dir, &known)?;
+        }
         Cache::start(config, catalog, lock)
     }
 

@@ -271,8 +271,12 @@ impl CacheInner {
                     return Ok(id);
                 }
                 Victim::Dirty(id) => match self.write_back_victim(id) {
-                    Ok(true) => {}
-                    Ok(false) => idle += 1, // someone else is writing it; sweep again
+                    Ok(true) => idle = 0,
+                    Ok(false) => {
+                        // Someone else is writing it back; let them finish, then sweep again.
+                        idle += 1;
+                        crate::sync::yield_now();
+                    }
                     Err(e) => {
                         failed += 1;
                         if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
@@ -282,14 +286,14 @@ impl CacheInner {
                 },
                 Victim::None => {
                     idle += 1;
-                    if idle >= IDLE_SWEEPS_BEFORE_FULL {
-                        return Err(Error::new(
-                            ErrorKind::CacheFull,
-                            format!("all {} frames are pinned or under I/O", self.frames.len()),
-                        ));
-                    }
                     crate::sync::yield_now();
                 }
+            }
+            if idle >= IDLE_SWEEPS_BEFORE_FULL {
+                return Err(Error::new(
+                    ErrorKind::CacheFull,
+                    format!("all {} frames are pinned or under I/O", self.frames.len()),
+                ));
             }
         }
     }

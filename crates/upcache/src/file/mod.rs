@@ -7,8 +7,8 @@
 //! Every byte at or past a file's length reads as zero from wherever it is kept: a cached
 //! frame or a backing file. Writes extend the length as they go, a shrink zeroes the tail of
 //! the last page and drops or truncates everything after it, and opening a file after a crash
-//! re-establishes it. This is what lets `set_len` extend a file without writing, and lets a
-//! write to a page wholly past the end skip reading it.
+//! re-establishes it. This is what lets `set_len` extend a file without writing anything.
+//! (It does not let a partial write of a page past the end skip reading it: see `Fill::Read`.)
 
 pub mod catalog;
 pub mod handle;

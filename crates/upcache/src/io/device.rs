@@ -51,6 +51,32 @@ pub fn backing_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("f{id:016x}.data"))
 }
 
+/// The file id a backing file name encodes, if `name` is one.
+pub fn backing_id(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix('f')?.strip_suffix(".data")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Deletes backing files in `dir` that belong to no file in `known`: left by a crash between
+/// a remove's catalog write and its deletes, or a create's backing files and its catalog write.
+pub fn remove_orphans(dir: &Path, known: &std::collections::HashSet<u64>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(backing_id) else { continue };
+        if !known.contains(&id) {
+            log::info!("removing orphaned backing file {}", entry.path().display());
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("remove {}", entry.path().display()), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`.
 pub fn open_backing(
     dir: &Path,
@@ -95,6 +121,24 @@ pub fn open_backing(
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
     Ok(BackingFile { file, device, file_id })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backing_names_round_trip() {
+        for id in [0u64, 1, 0xdead_beef, u64::MAX] {
+            let p = backing_path(Path::new("/x"), id);
+            assert_eq!(backing_id(p.file_name().unwrap().to_str().unwrap()), Some(id));
+        }
+        for bad in
+            ["f.data", "f123.data", "g0000000000000001.data", "f000000000000000z.data", "upcache.catalog"]
+        {
+            assert_eq!(backing_id(bad), None, "{bad}");
+        }
+    }
 }
 
 /// Sets a backing file's length.

@@ -8,6 +8,7 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::Wake;
 use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Ordering};
@@ -59,12 +60,16 @@ fn run(cache: &CacheInner) {
     let wb = &cache.writeback;
     let n = cache.frames.len();
     while !wb.shutdown.load(Ordering::Acquire) {
-        let kicked = wb.wait_for_kick(PERIOD);
+        let wake = wb.wait_for_kick(PERIOD);
         if wb.shutdown.load(Ordering::Acquire) {
             break;
         }
         // Kicked: write back to half the background threshold. Period: everything.
-        let stop_at = if kicked { wb.background / 2 } else { 0 };
+        let stop_at = match wake {
+            Wake::Kicked => wb.background / 2,
+            Wake::Period => 0,
+            Wake::Spurious => continue,
+        };
         while wb.dirty() > stop_at && !wb.shutdown.load(Ordering::Acquire) {
             if cache.flush_some(n, stop_at) == 0 {
                 break; // nothing writable now (all failing or locked); wait for the next kick

@@ -23,6 +23,17 @@ pub(crate) mod run;
 use crate::config::Config;
 use crate::sync::{self, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
+/// Why a flusher woke up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The dirty count passed the background threshold (or shutdown).
+    Kicked,
+    /// The period passed: write back everything.
+    Period,
+    /// A spurious condvar wake-up: nothing to do.
+    Spurious,
+}
+
 /// Dirty accounting and the flusher wake-up channel.
 pub(crate) struct Writeback {
     /// Dirty pages in the cache.
@@ -78,15 +89,25 @@ impl Writeback {
         self.kicked.notify_all();
     }
 
-    /// Sleeps until kicked or `timeout` passes; returns whether it was kicked.
-    pub(crate) fn wait_for_kick(&self, timeout: std::time::Duration) -> bool {
+    /// Sleeps until kicked, shut down, or `timeout` passes.
+    pub(crate) fn wait_for_kick(&self, timeout: std::time::Duration) -> Wake {
         let mut g = sync::lock(&self.kick);
+        let mut timed_out = false;
         if !*g && !self.shutdown.load(Ordering::Acquire) {
-            g = match self.kicked.wait_timeout(g, timeout) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
+            (g, timed_out) = match self.kicked.wait_timeout(g, timeout) {
+                Ok((g, t)) => (g, t.timed_out()),
+                Err(p) => {
+                    let (g, t) = p.into_inner();
+                    (g, t.timed_out())
+                }
             };
         }
-        std::mem::replace(&mut *g, false)
+        if std::mem::replace(&mut *g, false) {
+            Wake::Kicked
+        } else if timed_out {
+            Wake::Period
+        } else {
+            Wake::Spurious
+        }
     }
 }
