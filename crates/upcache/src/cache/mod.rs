@@ -406,8 +406,8 @@ impl CacheInner {
         catalog.store(&self.config.device_dirs[0])?;
         for f in &catalog.files {
             if let Some(file) = self.file_by_id(f.id) {
-                // Relaxed: only compared by later syncs, which take the namespace lock.
-                file.persisted_len.store(f.len, Ordering::Relaxed);
+                // Release: pairs with the Acquire in persist_len's unlocked check.
+                file.persisted_len.store(f.len, Ordering::Release);
             }
         }
         Ok(())
@@ -415,10 +415,15 @@ impl CacheInner {
 
     /// Persists the file's length if it changed since the catalog was last written.
     pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
+        // Acquire on len: see every write that extended it. persisted_len is stored only after
+        // a catalog holding that length is durable, so if the two agree there is nothing to do,
+        // and a sync_data that changed nothing does not take the namespace lock.
+        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        if !force && !changed() {
+            return Ok(());
+        }
         let mut ns = sync::lock(&self.namespace);
-        // Acquire: see every write that extended the length.
-        let changed = file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Relaxed);
-        if changed || force {
+        if force || changed() {
             self.store_catalog_locked(&mut ns)?;
         }
         Ok(())
