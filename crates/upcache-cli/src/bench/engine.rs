@@ -90,6 +90,8 @@ pub struct UpcacheOpts {
     pub page_size: usize,
     pub stripe_unit: u64,
     pub flushers: usize,
+    /// Background and foreground dirty ratios.
+    pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
 }
 
@@ -187,6 +189,8 @@ impl Engine for UpcacheEngine {
             .with_page_size(o.page_size)
             .with_stripe_unit(o.stripe_unit)
             .with_flusher_threads(o.flushers)
+            .with_dirty_background_ratio(o.dirty_ratios.0)
+            .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,

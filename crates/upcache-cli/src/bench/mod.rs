@@ -95,6 +95,10 @@ pub struct BenchArgs {
     /// upcache flusher threads [default: 1]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     flushers: Option<u64>,
+    /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
+    /// start, and past which writers write back themselves [default: 0.1,0.2]
+    #[arg(long, value_name = "BG,FG", value_parser = parse_ratios)]
+    dirty_ratios: Option<(f64, f64)>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
@@ -112,7 +116,7 @@ pub struct BenchArgs {
 /// The long help's description of the no-flag default.
 pub const DEFAULT_HELP: &str = "\
 With no workload flag (only --json, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
---flushers, --allow-buffered), runs the default comparison:
+--flushers, --dirty-ratios, --allow-buffered), runs the default comparison:
   --compare upcache,kernel --rw randread --bs 4k --files 1 --size 256m --warm --threads 1
   --runtime 5s --cache 512m --devices 4
 The data set fits in both caches, so this compares the hit paths: what each cache costs per read
@@ -287,6 +291,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             page_size: page_size as usize,
             stripe_unit,
             flushers: a.flushers.unwrap_or(1) as usize,
+            dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
         },
     };
@@ -396,11 +401,13 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
             u.flushers,
+            u.dirty_ratios.0,
+            u.dirty_ratios.1,
         );
     }
     h
@@ -697,4 +704,11 @@ fn mem_mib(field: &str) -> f64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Parses `BG,FG` dirty ratios; the library checks their range when the cache is created.
+fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
+    let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.1,0.2; got {s:?}"))?;
+    let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
+    Ok((num(bg)?, num(fg)?))
 }
