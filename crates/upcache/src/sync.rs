@@ -20,6 +20,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// Read-locks a reader-writer lock, ignoring poisoning (see [`lock`]).
+pub(crate) fn read<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write-locks a reader-writer lock, ignoring poisoning (see [`lock`]).
+pub(crate) fn write<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Waits on a condition variable, ignoring poisoning (see [`lock`]).
 pub(crate) fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     match cv.wait(g) {

@@ -225,7 +225,7 @@ impl Cache {
             return Err(e);
         }
         let file = Arc::new(FileInner::new(id, name.to_owned(), 0, inner.new_index(), backing));
-        write_files(&inner.files).insert(id, file.clone());
+        sync::write(&inner.files).insert(id, file.clone());
         Ok(File::new(file, inner.clone()))
     }
 
@@ -238,18 +238,18 @@ impl Cache {
             .names
             .get(name)
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
-        if let Some(f) = read_files(&inner.files).get(&e.id) {
+        if let Some(f) = sync::read(&inner.files).get(&e.id) {
             return Ok(File::new(f.clone(), inner.clone()));
         }
         let backing = inner.open_backing(e.id, false)?;
         let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(), backing));
         // Registered before its first page is cached, so that eviction can always find the
         // file to detach that page from its index.
-        write_files(&inner.files).insert(e.id, file.clone());
+        sync::write(&inner.files).insert(e.id, file.clone());
         if let Err(err) = inner.recover_tail(&file) {
             let _all = file.range.write(0, u64::MAX);
             inner.drop_pages_from(&file, 0);
-            write_files(&inner.files).remove(&e.id);
+            sync::write(&inner.files).remove(&e.id);
             return Err(err);
         }
         Ok(File::new(file, inner.clone()))
@@ -266,7 +266,7 @@ impl Cache {
             .names
             .get(name)
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
-        let open = read_files(&inner.files).get(&e.id).cloned();
+        let open = sync::read(&inner.files).get(&e.id).cloned();
         let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
         // The catalog first: if it cannot be written, the file stays whole and usable.
         ns.names.remove(name);
@@ -278,7 +278,7 @@ impl Cache {
             // Release: handles that see `removed` also see everything before it.
             f.removed.store(true, Ordering::Release);
             inner.drop_pages_from(f, 0);
-            write_files(&inner.files).remove(&e.id);
+            sync::write(&inner.files).remove(&e.id);
         }
         drop(all);
         for dir in &inner.config.device_dirs {
@@ -333,19 +333,6 @@ impl Drop for Cache {
     }
 }
 
-fn read_files(
-    l: &RwLock<HashMap<u64, Arc<FileInner>>>,
-) -> impl std::ops::Deref<Target = HashMap<u64, Arc<FileInner>>> + '_ {
-    // The map is only inserted into or removed from; a panic cannot leave it half-changed.
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write_files(
-    l: &RwLock<HashMap<u64, Arc<FileInner>>>,
-) -> impl std::ops::DerefMut<Target = HashMap<u64, Arc<FileInner>>> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}
-
 impl CacheInner {
     fn new_index(&self) -> Box<dyn crate::index::PageIndex> {
         Box::new(ShardedIndex::default())
@@ -362,7 +349,7 @@ impl CacheInner {
 
     /// The open file with id `id`, if any.
     pub(crate) fn file_by_id(&self, id: u64) -> Option<Arc<FileInner>> {
-        read_files(&self.files).get(&id).cloned()
+        sync::read(&self.files).get(&id).cloned()
     }
 
     /// Re-establishes the zero invariant on a file opened for the first time since start: a
@@ -399,7 +386,7 @@ impl CacheInner {
 
     /// Writes the catalog with current lengths; the caller holds the namespace lock.
     pub(crate) fn store_catalog_locked(&self, ns: &mut Namespace) -> Result<()> {
-        let files = read_files(&self.files);
+        let files = sync::read(&self.files);
         // Acquire: the length we persist includes every write that extended it.
         let catalog = ns.snapshot_catalog(|id| files.get(&id).map(|f| f.len.load(Ordering::Acquire)));
         drop(files);
@@ -430,7 +417,7 @@ impl CacheInner {
     }
 
     pub(crate) fn sync_everything(&self) -> Result<()> {
-        let files: Vec<_> = read_files(&self.files).values().cloned().collect();
+        let files: Vec<_> = sync::read(&self.files).values().cloned().collect();
         let mut first = None;
         for f in files {
             if f.removed.load(Ordering::Acquire) {

@@ -328,14 +328,10 @@ impl CacheInner {
     pub(crate) fn drop_pages_from(&self, file: &FileInner, first_page: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first_page) {
+            if !self.frames.pin_if_holds(id, key(page)) {
+                continue; // evicted (clean, its entry going away) or re-assigned
+            }
             let st = self.frames.state(id);
-            if st.try_pin().is_err() {
-                continue; // being evicted: clean, and its entry is going away
-            }
-            if self.frames.key(id) != key(page) {
-                st.unpin();
-                continue;
-            }
             self.frames.lock_pinned(id); // waits out a write-back in flight
             if !file.index.remove_if(page, id) {
                 // Someone else took it out of the index (a failed load undoing itself).

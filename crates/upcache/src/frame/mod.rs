@@ -97,6 +97,20 @@ impl FrameTable {
         m.page.store(key.page, Ordering::Relaxed);
     }
 
+    /// Pins frame `id` if it still holds `key`; false if it was evicted or re-assigned since
+    /// the caller found it in an index (the pin is then not held).
+    pub fn pin_if_holds(&self, id: FrameId, key: PageKey) -> bool {
+        let st = self.state(id);
+        if st.try_pin().is_err() {
+            return false;
+        }
+        if self.key(id) != key {
+            st.unpin();
+            return false;
+        }
+        true
+    }
+
     /// Raw start of frame `id`'s bytes; see [`Arena::frame_ptr`] for the rules.
     pub fn ptr(&self, id: FrameId) -> *mut u8 {
         self.arena.frame_ptr(id)

@@ -14,7 +14,7 @@
 
 use super::PageIndex;
 use crate::frame::FrameId;
-use crate::sync::RwLock;
+use crate::sync::{read, write, RwLock};
 
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
@@ -150,16 +150,6 @@ impl ShardedIndex {
     fn shard(&self, page: u64) -> &RwLock<Table> {
         &self.shards[(hash(page) >> (64 - SHARD_BITS)) as usize]
     }
-}
-
-fn read<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    // A panic while holding a shard lock cannot happen midway through a table operation
-    // (no user code runs under it), so poisoning is ignored.
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PageIndex for ShardedIndex {

@@ -108,12 +108,8 @@ impl CacheInner {
             if st.load() & DIRTY == 0 {
                 continue;
             }
-            if st.try_pin().is_err() {
-                continue; // being evicted, hence clean
-            }
-            if self.frames.key(id) != (PageKey { file: file.id, page }) {
-                st.unpin();
-                continue;
+            if !self.frames.pin_if_holds(id, PageKey { file: file.id, page }) {
+                continue; // evicted (hence clean) or re-assigned
             }
             loop {
                 if st.try_lock_dirty() {
