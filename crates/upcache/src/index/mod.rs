@@ -16,8 +16,12 @@
 //! lock). The lock-free ccXArray radix tree (seed 000 §3.2) and SAFS's set-associative cache
 //! (seed 002 §4) plug in here.
 
+pub mod locked;
+pub mod radix;
 pub mod sharded;
 
+pub use locked::LockedIndex;
+pub use radix::RadixIndex;
 pub use sharded::ShardedIndex;
 
 use crate::frame::FrameId;
@@ -30,6 +34,10 @@ pub trait PageIndex: Send + Sync {
     /// Records `frame` for `page` unless an entry exists; returns the existing frame then.
     fn insert_if_absent(&self, page: u64, frame: FrameId) -> Result<(), FrameId>;
 
+    /// The frame of `page`'s entry was filled and is `VALID`: lock-free readers may use it.
+    /// Default: nothing (the kind has no [`PageIndex::read_optimistic`]).
+    fn mark_ready(&self, _page: u64, _frame: FrameId) {}
+
     /// Removes the entry for `page` if it still names `frame`; returns whether it did.
     fn remove_if(&self, page: u64, frame: FrameId) -> bool;
 
@@ -39,8 +47,20 @@ pub trait PageIndex: Send + Sync {
     /// Number of entries.
     fn len(&self) -> usize;
 
+    /// A seqlock read: if `page` has a ready entry, calls `read(frame)` and returns whether
+    /// the entry was the same after the call, i.e. the frame kept this page's contents all
+    /// through it (frames are reused only after their entry is removed). `read` may see a
+    /// frame being reused and must not act on what it read unless this returns true.
+    /// Default: false without calling `read` (the caller takes the pinned path).
+    fn read_optimistic(&self, _page: u64, _read: &mut dyn FnMut(FrameId)) -> bool {
+        false
+    }
+
     /// Whether the index is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;

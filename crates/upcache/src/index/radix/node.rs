@@ -1,0 +1,142 @@
+//! A ccXArray node: 64 slots and one state word that packs the paper's `count`, `del` and the
+//! terminal `DEAD` mark into a single atomic, so "empty and not in use" and "mark deleted" are
+//! one CAS instead of the paper's three fields and its `ldflag` handshake.
+//!
+//! # The state word
+//! - bits 0-31, `count`: occupied slots (a leaf) or live children (an inner node), plus one
+//!   per thread that holds a *reservation* on the node (it is descending through it or about
+//!   to fill one of its slots).
+//! - `DEL` (bit 62): logically deleted. Only set by a CAS from exactly `0` (count 0, live),
+//!   so a deleted node has no entries, no live children and no reservations.
+//! - `DEAD` (bit 63): unlinked or about to be; set only by a CAS from exactly `DEL`, never
+//!   cleared. The thread that then removes the node from its parent's slot retires it.
+
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+
+/// Page bits per level: 64-way nodes as in the kernel's XArray; 4-way under loom so that
+/// models reach expansion and multi-level deletion with a handful of pages.
+#[cfg(not(loom))]
+pub(super) const BITS: u32 = 6;
+#[cfg(loom)]
+pub(super) const BITS: u32 = 2;
+pub(super) const FANOUT: usize = 1 << BITS;
+pub(super) const MASK: u64 = FANOUT as u64 - 1;
+
+pub(super) const DEL: u64 = 1 << 62;
+pub(super) const DEAD: u64 = 1 << 63;
+const COUNT_MASK: u64 = u32::MAX as u64;
+
+/// What trying to reserve a child found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reserve {
+    /// It was live; the caller now holds a reservation on it.
+    Live,
+    /// It was logically deleted and the caller brought it back with a reservation; the
+    /// caller must credit the parent with a live child again.
+    Revived,
+    /// It is being unlinked; the caller must read the parent's slot again.
+    Dead,
+}
+
+/// One node. Inner nodes hold child pointers in `slots`; leaves (`shift == 0`) hold entry
+/// words cast to pointers without provenance (never dereferenced).
+pub(super) struct Node {
+    pub(super) state: AtomicU64,
+    /// The parent, or null for the root. Set before the node is published, except for a root
+    /// that a concurrent expansion pushed down: that one gets its parent right after the
+    /// expansion's CAS, and until then is treated as a root (never deleted), which is safe.
+    pub(super) parent: AtomicPtr<Node>,
+    /// Page bits below this node's slot index: 0 for a leaf.
+    pub(super) shift: u32,
+    pub(super) slots: [AtomicPtr<Node>; FANOUT],
+}
+
+impl Node {
+    pub(super) fn new(shift: u32, parent: *mut Node, count: u64) -> Box<Node> {
+        Box::new(Node {
+            state: AtomicU64::new(count),
+            parent: AtomicPtr::new(parent),
+            shift,
+            slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+        })
+    }
+
+    pub(super) fn is_leaf(&self) -> bool {
+        self.shift == 0
+    }
+
+    /// The slot `page` goes through in this node.
+    pub(super) fn slot(&self, page: u64) -> &AtomicPtr<Node> {
+        let i = if self.shift >= 64 { 0 } else { (page >> self.shift) & MASK };
+        &self.slots[i as usize]
+    }
+
+    /// Whether this node's subtree spans `page` (as a root: its range starts at page 0).
+    pub(super) fn covers(&self, page: u64) -> bool {
+        let span = self.shift + BITS;
+        span >= 64 || page >> span == 0
+    }
+
+    /// Reserves a node that is live; fails on a deleted or dead one. A live node is counted
+    /// by its parent, so its ancestors are live too and a reservation on it alone keeps the
+    /// path to it from being deleted.
+    pub(super) fn try_reserve_live(&self) -> bool {
+        let mut cur = self.state.load(Ordering::SeqCst);
+        loop {
+            if cur & (DEL | DEAD) != 0 {
+                return false;
+            }
+            match self.state.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Reserves a child through a parent the caller holds a reservation on, reviving it if it
+    /// was logically deleted (the paper's reuse).
+    pub(super) fn reserve_child(&self) -> Reserve {
+        let mut cur = self.state.load(Ordering::SeqCst);
+        loop {
+            let (new, outcome) = if cur & DEAD != 0 {
+                return Reserve::Dead;
+            } else if cur & DEL != 0 {
+                (1, Reserve::Revived)
+            } else {
+                (cur + 1, Reserve::Live)
+            };
+            match self.state.compare_exchange_weak(cur, new, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return outcome,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Adds one to `count` on a node the caller holds a reservation on (so it is live).
+    pub(super) fn credit(&self) {
+        let old = self.state.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(old & (DEL | DEAD) == 0 && old & COUNT_MASK > 0);
+    }
+
+    /// Takes one from `count`; returns the new count. Zero means the caller should try to
+    /// delete the node logically.
+    pub(super) fn debit(&self) -> u64 {
+        let old = self.state.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(old & (DEL | DEAD) == 0 && old & COUNT_MASK > 0, "debit of {old:#x}");
+        (old & COUNT_MASK) - 1
+    }
+
+    /// Marks an empty, unreserved node deleted; fails if anything got in first.
+    pub(super) fn try_mark_deleted(&self) -> bool {
+        self.state.compare_exchange(0, DEL, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Marks a deleted node dead so that nobody can revive it; fails if it was revived.
+    pub(super) fn try_mark_dead(&self) -> bool {
+        self.state.compare_exchange(DEL, DEAD, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    pub(super) fn is_deleted(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & (DEL | DEAD) != 0
+    }
+}

@@ -1,0 +1,121 @@
+use super::tree::Tree;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[test]
+fn deleted_leaf_is_reused() {
+    let t = Tree::default();
+    t.insert_if_absent(65, 1).unwrap(); // root (shift 6) + leaf for pages 64..128
+    assert_eq!(t.node_counts(), (2, 0));
+    assert!(t.remove_if(65, |_| true));
+    // The leaf emptied and was deleted logically; the root stays.
+    assert_eq!(t.node_counts(), (2, 1));
+    assert_eq!(t.get(65), 0);
+    t.insert_if_absent(100, 2).unwrap();
+    assert_eq!(t.node_counts(), (2, 0), "the deleted leaf is revived, not replaced");
+    assert_eq!(t.get(100), 2);
+    t.check_counts();
+}
+
+#[test]
+fn expansion_keeps_entries() {
+    let t = Tree::default();
+    t.insert_if_absent(3, 7).unwrap();
+    for b in [6, 12, 30, 50, 63] {
+        t.insert_if_absent(1 << b, b).unwrap();
+        assert_eq!(t.get(3), 7);
+    }
+    t.insert_if_absent(u64::MAX, 99).unwrap();
+    assert_eq!(t.get(u64::MAX), 99);
+    assert_eq!(t.len(), 7);
+    t.check_counts();
+}
+
+#[test]
+fn churn_over_far_apart_pages_frees_nodes() {
+    let t = Tree::default();
+    // A sliding window over a huge file: every leaf empties behind it.
+    for p in 0..200_000u64 {
+        t.insert_if_absent(p * 64, p + 1).unwrap();
+        if p >= 4 {
+            assert!(t.remove_if((p - 4) * 64, |_| true));
+        }
+    }
+    let (nodes, deleted) = t.node_counts();
+    // 4 live leaves and their ancestors, plus a bounded pool of deleted nodes.
+    assert!(nodes < 600, "{nodes} nodes ({deleted} deleted) for 4 entries");
+    assert_eq!(t.len(), 4);
+    t.check_counts();
+}
+
+proptest! {
+    #[test]
+    fn counts_match_contents(ops in proptest::collection::vec((any::<bool>(), 0u64..5000, 1u64..4), 1..500)) {
+        let t = Tree::default();
+        let mut model = BTreeMap::new();
+        for (insert, page, v) in ops {
+            if insert {
+                let want = match model.get(&page) { Some(&e) => Err(e), None => { model.insert(page, v); Ok(()) } };
+                prop_assert_eq!(t.insert_if_absent(page, v), want);
+            } else {
+                prop_assert_eq!(t.remove_if(page, |_| true), model.remove(&page).is_some());
+            }
+        }
+        t.check_counts();
+        let mut all = Vec::new();
+        t.for_each_from(0, |p, e| all.push((p, e)));
+        prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+}
+
+/// Threads insert and delete pages that share leaves and inner nodes, some of them racing
+/// for the same pages, so node creation, deletion and reuse interleave; afterwards every
+/// page holds exactly what the last successful operation left and the counts are exact.
+#[test]
+fn concurrent_inserts_and_deletes_keep_the_tree_exact() {
+    const THREADS: u64 = 8;
+    const ROUNDS: u64 = 3000;
+    let t = Arc::new(Tree::default());
+    let handles: Vec<_> = (0..THREADS)
+        .map(|id| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut mine = BTreeMap::new();
+                let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                for r in 0..ROUNDS {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Own pages: interleaved with other threads' in the same leaves.
+                    let own = (x % 512) * THREADS + id;
+                    let v = (id << 32) | r | 1;
+                    if mine.contains_key(&own) {
+                        assert!(t.remove_if(own, |e| e == mine[&own]));
+                        mine.remove(&own);
+                    } else {
+                        t.insert_if_absent(own, v).unwrap();
+                        mine.insert(own, v);
+                    }
+                    // A shared page: whoever wins owns it until it removes it.
+                    let shared = (x >> 20) % 64 + 1_000_000;
+                    if t.insert_if_absent(shared, v).is_ok() {
+                        assert_eq!(t.get(shared), v);
+                        assert!(t.remove_if(shared, |e| e == v));
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut want = BTreeMap::new();
+    for h in handles {
+        want.extend(h.join().unwrap());
+    }
+    let mut got = BTreeMap::new();
+    t.for_each_from(0, |p, e| {
+        got.insert(p, e);
+    });
+    assert_eq!(got, want);
+    t.check_counts();
+}
