@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::IndexKind;
 use crate::io::engine::IoEngine;
 
 /// Smallest and largest page sizes (powers of two).
@@ -27,6 +28,7 @@ pub struct Config {
     pub(crate) dirty_foreground_ratio: f64,
     pub(crate) flusher_threads: usize,
     pub(crate) allow_buffered: bool,
+    pub(crate) index: IndexKind,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
 
@@ -41,6 +43,7 @@ impl std::fmt::Debug for Config {
             .field("dirty_foreground_ratio", &self.dirty_foreground_ratio)
             .field("flusher_threads", &self.flusher_threads)
             .field("allow_buffered", &self.allow_buffered)
+            .field("index", &self.index)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -59,8 +62,15 @@ impl Config {
             dirty_foreground_ratio: 0.20,
             flusher_threads: 1,
             allow_buffered: false,
+            index: IndexKind::default(),
             engine: None,
         }
+    }
+
+    /// The page index files use. Default [`IndexKind::Radix`].
+    pub fn with_index(mut self, index: IndexKind) -> Self {
+        self.index = index;
+        self
     }
 
     /// Page size in bytes: a power of two from 4 KiB to 64 KiB. Default 4 KiB.

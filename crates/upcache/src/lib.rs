@@ -59,4 +59,5 @@ pub use cache::Cache;
 pub use config::{Config, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
 pub use error::{Error, ErrorKind, Result};
 pub use file::File;
+pub use index::IndexKind;
 pub use metrics::Stats;

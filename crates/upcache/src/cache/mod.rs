@@ -17,7 +17,6 @@ use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG
 use crate::file::namespace::{NameEntry, Namespace};
 use crate::file::{validate_name, File, FileInner};
 use crate::frame::FrameTable;
-use crate::index::ShardedIndex;
 use crate::io::device::{self, backing_path, BackingFile};
 use crate::io::engine::{IoEngine, PsyncEngine};
 use crate::io::layout::StripeLayout;
@@ -335,7 +334,7 @@ impl Drop for Cache {
 
 impl CacheInner {
     fn new_index(&self) -> Box<dyn crate::index::PageIndex> {
-        Box::new(ShardedIndex::default())
+        self.config.index.build()
     }
 
     fn open_backing(&self, id: u64, create: bool) -> Result<Vec<BackingFile>> {

@@ -89,6 +89,9 @@ impl<'a> LockedPage<'a> {
     fn into_pinned(mut self) -> PinnedPage<'a> {
         self.committed = true;
         self.cache.frames.unlock(self.id, VALID, 0);
+        if self.fresh {
+            self.file.index.mark_ready(self.page, self.id);
+        }
         PinnedPage { cache: self.cache, id: self.id }
     }
 
@@ -104,6 +107,11 @@ impl<'a> LockedPage<'a> {
         }
         let set = if dirty { VALID | DIRTY } else { VALID };
         self.cache.frames.unlock(self.id, set, 0);
+        if self.fresh {
+            // Still pinned, so the frame cannot have left the page: lock-free readers may
+            // now copy from it.
+            self.file.index.mark_ready(self.page, self.id);
+        }
         st.unpin();
     }
 }

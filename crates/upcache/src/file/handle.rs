@@ -64,6 +64,9 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`; like pread, returns fewer at end of file and
     /// 0 at or past it.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if let Some(n) = self.read_lock_free(buf, offset) {
+            return Ok(n);
+        }
         let end = offset.saturating_add(buf.len() as u64);
         let _range = self.file.range.read(offset, end);
         self.file.check_live()?;
@@ -91,6 +94,57 @@ impl File {
         Ok((end - offset) as usize)
     }
 
+    /// The hit path: copies from resident frames without a lock, a pin or a write to shared
+    /// memory, validating afterwards that no write to the file began or was in flight
+    /// ([`super::write_seq`]) and that no frame left its page ([`PageIndex::read_optimistic`]).
+    /// None if anything was missing, in flight or changed: the caller takes the locked path.
+    /// Reads within a few pages only, so a retry never throws much work away.
+    ///
+    /// [`PageIndex::read_optimistic`]: crate::index::PageIndex::read_optimistic
+    fn read_lock_free(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        const MAX_PAGES: u64 = 4;
+        let file = &*self.file;
+        let seq = file.writes.quiet()?;
+        // Acquire (both): pair with the Release stores of `remove` and of a length change.
+        if file.removed.load(Ordering::Acquire) {
+            return None;
+        }
+        let len = file.len.load(Ordering::Acquire);
+        let ps = self.cache.config.page_size as u64;
+        let end = offset.checked_add(buf.len() as u64)?.min(len);
+        if offset >= end || (end - 1) / ps - offset / ps >= MAX_PAGES {
+            return None;
+        }
+        let frames = &self.cache.frames;
+        let mut pos = offset;
+        while pos < end {
+            let page = pos / ps;
+            let in_page = (pos % ps) as usize;
+            let n = ((ps - pos % ps).min(end - pos)) as usize;
+            let at = (pos - offset) as usize;
+            let dst = buf[at..at + n].as_mut_ptr();
+            let ok = file.index.read_optimistic(page, &mut |id| {
+                // SAFETY: source and destination are in bounds (a frame is `ps` bytes, `dst`
+                // has `n`). This is a seqlock read: a frame being reused or written may change
+                // under the copy. That is a data race by the letter of the Rust memory model,
+                // as in every seqlock (crossbeam's AtomicCell, the kernel's seqcount); the
+                // bytes are plain integers with no validity invariant, land only in the
+                // caller's buffer, and are kept only if validation below passes.
+                unsafe { std::ptr::copy_nonoverlapping(frames.ptr(id).add(in_page), dst, n) };
+                frames.touch(id);
+            });
+            if !ok {
+                return None;
+            }
+            pos += n as u64;
+        }
+        if !file.writes.unchanged_since(seq) {
+            return None;
+        }
+        self.cache.metrics.hits.add(end.div_ceil(ps) - offset / ps);
+        Some((end - offset) as usize)
+    }
+
     /// Writes `buf` at `offset`, extending the file if needed. Returns `buf.len()`, or fewer
     /// bytes if an error stopped it after some pages were written (like pwrite).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
@@ -104,6 +158,7 @@ impl File {
         self.cache.balance_dirty(pages);
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
+        let _change = self.file.writes.begin();
         let mut pos = offset;
         while pos < end {
             let page = pos / ps;
@@ -184,6 +239,7 @@ impl File {
         let from = size.min(self.len());
         let _range = self.file.range.write(from, u64::MAX);
         self.file.check_live()?;
+        let _change = self.file.writes.begin();
         let old = self.len();
         if size >= old {
             // Zero invariant: everything past `old` already reads as zero.

@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod handle;
 pub mod namespace;
 pub mod range_lock;
+pub(crate) mod write_seq;
 
 pub use handle::File;
 
@@ -22,6 +23,7 @@ use crate::index::PageIndex;
 use crate::io::device::BackingFile;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use range_lock::RangeLock;
+use write_seq::WriteSeq;
 
 /// Largest file size: keeps every byte and device offset representable as a signed 64-bit
 /// `off_t` with room for page rounding.
@@ -41,6 +43,8 @@ pub(crate) struct FileInner {
     pub(crate) dirty_pages: AtomicU64,
     pub(crate) index: Box<dyn PageIndex>,
     pub(crate) range: RangeLock,
+    /// Content changes begun and finished, for lock-free readers.
+    pub(crate) writes: WriteSeq,
     /// One backing file per device, in device order.
     pub(crate) backing: Vec<BackingFile>,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
@@ -64,6 +68,7 @@ impl FileInner {
             dirty_pages: AtomicU64::new(0),
             index,
             range: RangeLock::default(),
+            writes: WriteSeq::default(),
             backing,
             write_error: Mutex::new(None),
         }

@@ -43,6 +43,9 @@ const _: () = assert!(std::mem::size_of::<FrameMeta>() == 32);
 pub struct FrameTable {
     arena: Arena,
     metas: huge::HugeArray<FrameMeta>,
+    /// One bit per frame, set by lock-free hits (which touch neither pin nor state word):
+    /// the reference bit of a hit that did not pin. Dense, so it stays in cache.
+    touched: huge::HugeArray<AtomicU64>,
     /// Sleepers waiting for a frame to be unlocked.
     pub waits: WaitTable,
 }
@@ -56,7 +59,8 @@ impl FrameTable {
             file: AtomicU64::new(u64::MAX),
             page: AtomicU64::new(u64::MAX),
         })?;
-        Ok(FrameTable { arena, metas, waits: WaitTable::default() })
+        let touched = huge::HugeArray::new(count.div_ceil(64), |_| AtomicU64::new(0))?;
+        Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
     }
 
     /// Number of frames.
@@ -109,6 +113,23 @@ impl FrameTable {
             return false;
         }
         true
+    }
+
+    /// Records a hit on `id` that did not pin it.
+    pub fn touch(&self, id: FrameId) {
+        let (word, bit) = (&self.touched[id as usize / 64], 1u64 << (id % 64));
+        // Relaxed: a replacement hint. Test first so a hot frame's word stays shared in every
+        // core's cache instead of bouncing on each hit.
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `id` was touched since the last call, clearing the mark.
+    pub fn take_touched(&self, id: FrameId) -> bool {
+        let (word, bit) = (&self.touched[id as usize / 64], 1u64 << (id % 64));
+        // Relaxed: a hint, as in `touch`.
+        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
     /// Raw start of frame `id`'s bytes; see [`Arena::frame_ptr`] for the rules.

@@ -24,7 +24,56 @@ pub use locked::LockedIndex;
 pub use radix::RadixIndex;
 pub use sharded::ShardedIndex;
 
+use crate::error::{Error, ErrorKind};
 use crate::frame::FrameId;
+
+/// Which page index files use ([`crate::Config::with_index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexKind {
+    /// ccXArray: lock-free radix tree (seed 000 §3.2). The default.
+    #[default]
+    Radix,
+    /// The same tree with updates under one lock per file (the kernel's XArray).
+    Locked,
+    /// Hash shards under reader-writer locks (the walking skeleton's index).
+    Sharded,
+}
+
+impl IndexKind {
+    /// Every kind, for benchmarks and tests.
+    pub const ALL: [IndexKind; 3] = [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Radix => "radix",
+            IndexKind::Locked => "locked",
+            IndexKind::Sharded => "sharded",
+        }
+    }
+
+    /// A new, empty index of this kind.
+    pub fn build(self) -> Box<dyn PageIndex> {
+        match self {
+            IndexKind::Radix => Box::<RadixIndex>::default(),
+            IndexKind::Locked => Box::<LockedIndex>::default(),
+            IndexKind::Sharded => Box::<ShardedIndex>::default(),
+        }
+    }
+}
+
+impl std::str::FromStr for IndexKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        IndexKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!("unknown index {s:?}: expected radix, locked or sharded"),
+            )
+        })
+    }
+}
 
 /// A per-file map from page number to frame.
 pub trait PageIndex: Send + Sync {

@@ -1,7 +1,8 @@
 //! CLOCK with clean-first preference.
 //!
 //! One hand sweeps the frames. A referenced frame loses its bit and is passed over; the first
-//! unreferenced, unpinned, clean frame is claimed. Dirty frames are passed over too (writing
+//! unreferenced, unpinned, clean frame is claimed. A frame counts as referenced if a pin set
+//! its state word's bit or a lock-free hit marked it in the frame table's touched bitmap. Dirty frames are passed over too (writing
 //! them back costs a device write, evicting a clean one costs nothing, as in SAFS §4.2), but
 //! the first one seen is remembered and returned when a sweep of the whole table found no
 //! clean frame.
@@ -33,6 +34,9 @@ impl Policy for ClockPolicy {
             // Relaxed: the hand only spreads evictors over the table; the claim CAS orders
             // everything that matters.
             let id = (self.hand.fetch_add(1, Ordering::Relaxed) % n) as FrameId;
+            if frames.take_touched(id) {
+                continue; // hit without a pin since the hand last passed: a second chance
+            }
             match frames.state(id).try_claim() {
                 ClaimResult::Claimed => return Victim::Claimed(id),
                 ClaimResult::Dirty => {

@@ -7,7 +7,8 @@
 //!   which refuses pinned, locked (in-flight) and dirty frames, so a policy cannot evict a page
 //!   that is in use or lose written data. It SHOULD prefer clean pages and report a dirty
 //!   candidate only when no clean one was found, for the caller to write back.
-//! - Reference information comes from the state word's `REFERENCED` bit, which every pin sets;
+//! - Reference information comes from the state word's `REFERENCED` bit, which every pin sets,
+//!   and from [`crate::frame::FrameTable::take_touched`], which lock-free hits (no pin) set;
 //!   policies that need more per-frame history keep it themselves and are told of hits via
 //!   [`Policy::on_hit`].
 //!

@@ -74,13 +74,23 @@ proptest! {
 /// page holds exactly what the last successful operation left and the counts are exact.
 #[test]
 fn concurrent_inserts_and_deletes_keep_the_tree_exact() {
+    // Dense: pages share leaves. Sparse: one page per leaf, so leaves and their parents are
+    // deleted, revived and freed all the time.
+    concurrent_churn(1);
+    concurrent_churn(64);
+}
+
+fn concurrent_churn(stride: u64) {
     const THREADS: u64 = 8;
-    const ROUNDS: u64 = 3000;
+    const ROUNDS: u64 = 20_000;
     let t = Arc::new(Tree::default());
+    let start = Arc::new(std::sync::Barrier::new(THREADS as usize));
     let handles: Vec<_> = (0..THREADS)
         .map(|id| {
             let t = t.clone();
+            let start = start.clone();
             std::thread::spawn(move || {
+                start.wait();
                 let mut mine = BTreeMap::new();
                 let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                 for r in 0..ROUNDS {
@@ -88,7 +98,7 @@ fn concurrent_inserts_and_deletes_keep_the_tree_exact() {
                     x ^= x >> 7;
                     x ^= x << 17;
                     // Own pages: interleaved with other threads' in the same leaves.
-                    let own = (x % 512) * THREADS + id;
+                    let own = ((x % 512) * THREADS + id) * stride;
                     let v = (id << 32) | r | 1;
                     if mine.contains_key(&own) {
                         assert!(t.remove_if(own, |e| e == mine[&own]));
@@ -98,7 +108,7 @@ fn concurrent_inserts_and_deletes_keep_the_tree_exact() {
                         mine.insert(own, v);
                     }
                     // A shared page: whoever wins owns it until it removes it.
-                    let shared = (x >> 20) % 64 + 1_000_000;
+                    let shared = ((x >> 20) % 64 + 1_000_000) * stride;
                     if t.insert_if_absent(shared, v).is_ok() {
                         assert_eq!(t.get(shared), v);
                         assert!(t.remove_if(shared, |e| e == v));

@@ -225,7 +225,12 @@ impl Tree {
                     shift += BITS;
                 }
                 let new = Box::into_raw(Node::new(shift, std::ptr::null_mut(), 0));
-                match self.head.compare_exchange(std::ptr::null_mut(), new, Ordering::SeqCst, Ordering::SeqCst) {
+                match self.head.compare_exchange(
+                    std::ptr::null_mut(),
+                    new,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
                     Ok(_) => {
                         self.nodes.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
                         return self.node(new, g);
@@ -381,7 +386,9 @@ impl Tree {
                 // Take each child out by CAS, so a thread unlinking it concurrently (it saw it
                 // dead) and we never both retire it.
                 if !c.is_null()
-                    && slot.compare_exchange(c, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst).is_ok()
+                    && slot
+                        .compare_exchange(c, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
                 {
                     self.retire_subtree(c, freed, deleted, g);
                 }
