@@ -50,6 +50,7 @@ impl Counter {
 #[derive(Default)]
 pub struct Metrics {
     pub(crate) hits: Counter,
+    pub(crate) lock_free_hits: Counter,
     pub(crate) misses: Counter,
     pub(crate) evictions: Counter,
     pub(crate) read_ios: Counter,
@@ -65,6 +66,8 @@ pub struct Metrics {
 pub struct Stats {
     /// Page lookups that found the page resident.
     pub hits: u64,
+    /// Of those, pages copied by a lock-free read (no lock, no pin).
+    pub lock_free_hits: u64,
     /// Page lookups that had to load or create the page.
     pub misses: u64,
     /// Pages evicted to make room.
@@ -92,6 +95,7 @@ impl Metrics {
     pub fn snapshot(&self, dirty_pages: u64, frames: u64) -> Stats {
         Stats {
             hits: self.hits.get(),
+            lock_free_hits: self.lock_free_hits.get(),
             misses: self.misses.get(),
             evictions: self.evictions.get(),
             read_ios: self.read_ios.get(),

@@ -258,3 +258,65 @@ fn shrink_and_extend_race_with_writers_and_write_back() {
         assert!(buf == common::pattern(slot, 300), "slot {slot} lost");
     }
 }
+
+/// Lock-free reads against multi-page writes: the whole record stays resident, so readers
+/// take the lock-free path whenever no write is in flight as they start, and writers keep
+/// rewriting the record across four pages. A reader whose copy overlapped a write must
+/// notice (the file's write sequence moved) and retry; one that did not would mix two
+/// versions and fail the checksum.
+#[test]
+fn lock_free_reads_never_see_part_of_a_multi_page_write() {
+    const LEN: usize = 3 * 4096 + 1000; // at offset 1000: pages 0 to 3
+    const WRITES: u64 = 20_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 2, 4096, 64)).unwrap();
+    let f = cache.create_file("hot").unwrap();
+    let version = |w: u64, seq: u64| {
+        let mut r = common::pattern(w << 32 | seq, LEN);
+        let h = hash(&r[..LEN - 8]);
+        r[LEN - 8..].copy_from_slice(&h.to_le_bytes());
+        r
+    };
+    f.write_all_at(&version(9, 0), 1000).unwrap();
+    let stop = AtomicBool::new(false);
+    let lock_free_before = cache.stats().lock_free_hits;
+    thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; LEN];
+                    let mut reads = 0u64;
+                    // Keep reading after the writers stop, so the lock-free path surely runs.
+                    let mut after = 0;
+                    while after < 1000 {
+                        if stop.load(Ordering::Relaxed) {
+                            after += 1;
+                        }
+                        f.read_exact_at(&mut buf, 1000).unwrap();
+                        let h = u64::from_le_bytes(buf[LEN - 8..].try_into().unwrap());
+                        assert_eq!(hash(&buf[..LEN - 8]), h, "torn read after {reads} reads");
+                        reads += 1;
+                    }
+                })
+            })
+            .collect();
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (f, version) = (&f, &version);
+                s.spawn(move || {
+                    for seq in 0..WRITES / 2 {
+                        f.write_all_at(&version(w, seq), 1000).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+    assert!(cache.stats().lock_free_hits > lock_free_before, "the lock-free path never ran");
+}

@@ -141,7 +141,9 @@ impl File {
         if !file.writes.unchanged_since(seq) {
             return None;
         }
-        self.cache.metrics.hits.add(end.div_ceil(ps) - offset / ps);
+        let pages = end.div_ceil(ps) - offset / ps;
+        self.cache.metrics.hits.add(pages);
+        self.cache.metrics.lock_free_hits.add(pages);
         Some((end - offset) as usize)
     }
 
