@@ -93,6 +93,7 @@ pub struct UpcacheOpts {
     /// Background and foreground dirty ratios.
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
+    pub index: upcache::IndexKind,
 }
 
 /// What an engine is set up with.
@@ -191,7 +192,8 @@ impl Engine for UpcacheEngine {
             .with_flusher_threads(o.flushers)
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
-            .with_allow_buffered(o.allow_buffered);
+            .with_allow_buffered(o.allow_buffered)
+            .with_index(o.index);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
             Err(e) => {

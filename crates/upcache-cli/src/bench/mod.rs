@@ -99,6 +99,10 @@ pub struct BenchArgs {
     /// start, and past which writers write back themselves [default: 0.1,0.2]
     #[arg(long, value_name = "BG,FG", value_parser = parse_ratios)]
     dirty_ratios: Option<(f64, f64)>,
+    /// upcache page index: radix (ccXArray), locked (the same tree, updates under one lock per
+    /// file) or sharded (hash shards) [default: radix]
+    #[arg(long, value_name = "KIND", value_parser = parse_index)]
+    index: Option<upcache::IndexKind>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
@@ -293,6 +297,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             flushers: a.flushers.unwrap_or(1) as usize,
             dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
+            index: a.index.unwrap_or_default(),
         },
     };
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
@@ -401,13 +406,14 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
             u.flushers,
             u.dirty_ratios.0,
             u.dirty_ratios.1,
+            u.index.name(),
         );
     }
     h
@@ -711,4 +717,8 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
     let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.1,0.2; got {s:?}"))?;
     let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
     Ok((num(bg)?, num(fg)?))
+}
+
+fn parse_index(s: &str) -> Result<upcache::IndexKind, String> {
+    s.parse().map_err(|e: upcache::Error| e.to_string())
 }
