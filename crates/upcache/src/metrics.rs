@@ -31,6 +31,11 @@ thread_local! {
     static MY_SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS;
 }
 
+/// This thread's stripe number, for any structure striped per thread like the counters.
+pub(crate) fn thread_slot() -> usize {
+    MY_SLOT.with(|s| *s)
+}
+
 impl Counter {
     /// Adds `n`.
     pub fn add(&self, n: u64) {

@@ -182,8 +182,11 @@ impl File {
             locked.commit(true);
             pos += n as u64;
             // Release: readers that see the new length see these bytes (they also go through
-            // the frame's state word, but this keeps `len` alone meaningful).
-            self.file.len.fetch_max(pos, Ordering::Release);
+            // the frame's state word, but this keeps `len` alone meaningful). The Relaxed
+            // check first spares parallel writers inside the file a shared read-modify-write.
+            if pos > self.file.len.load(Ordering::Relaxed) {
+                self.file.len.fetch_max(pos, Ordering::Release);
+            }
         }
         Ok(buf.len())
     }

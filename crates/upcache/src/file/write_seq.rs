@@ -1,7 +1,7 @@
 //! A seqlock over a file's contents, for lock-free readers.
 //!
 //! Writers of disjoint ranges run at the same time, so one odd/even sequence cannot say
-//! "nobody is writing"; two counters can: `begun` counts content changes started, `done`
+//! "nobody is writing"; two counters can (striped, see [`WriteSeq::quiet`]): `begun` counts content changes started, `done`
 //! those finished. A reader that loads `done` and then `begun` and finds them equal knows no
 //! change was in flight at the second load; if `begun` is still the same after its copy
 //! (behind an Acquire fence), no change started meanwhile either, so what it copied is the
@@ -9,15 +9,26 @@
 
 use crate::sync::{fence, AtomicU64, Ordering};
 
-/// The two counters.
+/// Stripes of counters: writers on different threads count on different cache lines, so
+/// parallel writers of one file do not bounce a line per write; readers add up all stripes.
+const STRIPES: usize = 8;
+
+/// One stripe; 128-byte aligned so the adjacent-line prefetcher does not pair two stripes.
 #[derive(Debug, Default)]
-pub(crate) struct WriteSeq {
+#[repr(align(128))]
+struct Stripe {
     begun: AtomicU64,
     done: AtomicU64,
 }
 
+/// The counters.
+#[derive(Debug, Default)]
+pub(crate) struct WriteSeq {
+    stripes: [Stripe; STRIPES],
+}
+
 /// A content change in progress; finishes on drop.
-pub(crate) struct WriteTicket<'a>(&'a WriteSeq);
+pub(crate) struct WriteTicket<'a>(&'a Stripe);
 
 impl Drop for WriteTicket<'_> {
     fn drop(&mut self) {
@@ -30,26 +41,35 @@ impl WriteSeq {
     /// Announces a change of the file's contents (bytes, length, or pages dropped). Hold the
     /// ticket until the change is complete.
     pub(crate) fn begin(&self) -> WriteTicket<'_> {
+        let stripe = &self.stripes[crate::metrics::thread_slot() % STRIPES];
         // Relaxed + the Release fence: the seqlock writer's half; the fence keeps every byte
         // written after it from being seen by a reader that then misses this increment.
-        self.begun.fetch_add(1, Ordering::Relaxed);
+        stripe.begun.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
-        WriteTicket(self)
+        WriteTicket(stripe)
     }
 
-    /// The current sequence if no change is in flight.
+    /// The sequence (total of `begun`) if no change was in flight at one instant during
+    /// the call. All `done` are read before any `begun`: at the instant between the two
+    /// passes, each stripe's `begun` was at most what we read and its `done` at least, so
+    /// equal totals mean every stripe was idle then.
     pub(crate) fn quiet(&self) -> Option<u64> {
-        // Acquire on both: `done` is read before `begun`, and the reader's copy after both.
-        let done = self.done.load(Ordering::Acquire);
-        let begun = self.begun.load(Ordering::Acquire);
+        // Acquire (all): `done` before `begun`, and the reader's copy after both.
+        let done: u64 = self.stripes.iter().map(|s| s.done.load(Ordering::Acquire)).sum();
+        let begun = self.begun();
         (begun == done).then_some(begun)
     }
 
-    /// Whether no change began since `quiet` returned `seq`. Call after the copy.
+    fn begun(&self) -> u64 {
+        self.stripes.iter().map(|s| s.begun.load(Ordering::Acquire)).sum()
+    }
+
+    /// Whether no change began since `quiet` returned `seq` (counts only grow, so an equal
+    /// total means no stripe moved). Call after the copy.
     pub(crate) fn unchanged_since(&self, seq: u64) -> bool {
-        // The seqlock reader's fence: the copy happens before this load.
+        // The seqlock reader's fence: the copy happens before these loads.
         fence(Ordering::Acquire);
-        self.begun.load(Ordering::Relaxed) == seq
+        self.begun() == seq
     }
 }
 

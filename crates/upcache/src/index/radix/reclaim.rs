@@ -21,7 +21,9 @@ pub(super) unsafe fn retire(guard: &Guard, node: *mut Node, _graveyard: &Graveya
 /// Nothing to keep outside loom.
 #[cfg(not(loom))]
 #[derive(Default)]
-pub(super) struct Graveyard;
+pub(super) struct Graveyard {
+    _nothing: (),
+}
 
 #[cfg(loom)]
 pub(crate) struct Guard;

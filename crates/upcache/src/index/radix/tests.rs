@@ -100,9 +100,8 @@ fn concurrent_churn(stride: u64) {
                     // Own pages: interleaved with other threads' in the same leaves.
                     let own = ((x % 512) * THREADS + id) * stride;
                     let v = (id << 32) | r | 1;
-                    if mine.contains_key(&own) {
-                        assert!(t.remove_if(own, |e| e == mine[&own]));
-                        mine.remove(&own);
+                    if let Some(had) = mine.remove(&own) {
+                        assert!(t.remove_if(own, |e| e == had));
                     } else {
                         t.insert_if_absent(own, v).unwrap();
                         mine.insert(own, v);

@@ -435,9 +435,7 @@ fn check_node(n: &Node, g: &Guard, t: &Tree) -> bool {
         if p.is_null() {
             continue;
         }
-        if n.is_leaf() {
-            live += 1;
-        } else if check_node(t.node(p, g), g, t) {
+        if n.is_leaf() || check_node(t.node(p, g), g, t) {
             live += 1;
         }
     }
