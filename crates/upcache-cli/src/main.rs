@@ -3,6 +3,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod bench;
+mod micro;
 mod size;
 
 use std::process::ExitCode;
@@ -21,6 +22,10 @@ enum Command {
     /// Measure iops and latency of upcache, the kernel page cache and O_DIRECT (fio-like)
     #[command(after_long_help = bench::DEFAULT_HELP)]
     Bench(bench::BenchArgs),
+    /// Page index operations per second, per index kind and thread count
+    IndexBench(micro::index::IndexBenchArgs),
+    /// Free-frame allocation cost, per allocator and thread count
+    AllocBench(micro::alloc::AllocBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +34,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::IndexBench(args) => micro::index::run(args),
+        Command::AllocBench(args) => micro::alloc::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

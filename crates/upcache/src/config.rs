@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::alloc::AllocKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::IndexKind;
 use crate::io::engine::IoEngine;
@@ -29,6 +30,7 @@ pub struct Config {
     pub(crate) flusher_threads: usize,
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
+    pub(crate) alloc: AllocKind,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
 
@@ -44,6 +46,7 @@ impl std::fmt::Debug for Config {
             .field("flusher_threads", &self.flusher_threads)
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
+            .field("alloc", &self.alloc)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -63,6 +66,7 @@ impl Config {
             flusher_threads: 1,
             allow_buffered: false,
             index: IndexKind::default(),
+            alloc: AllocKind::default(),
             engine: None,
         }
     }
@@ -70,6 +74,12 @@ impl Config {
     /// The page index files use. Default [`IndexKind::Radix`].
     pub fn with_index(mut self, index: IndexKind) -> Self {
         self.index = index;
+        self
+    }
+
+    /// The free-frame allocator. Default [`AllocKind::TwoLayer`].
+    pub fn with_alloc(mut self, alloc: AllocKind) -> Self {
+        self.alloc = alloc;
         self
     }
 

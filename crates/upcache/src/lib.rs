@@ -4,6 +4,7 @@
 //! ```text
 //!  Cache / File (file/handle.rs)      FileExt-like API; range lock per file
 //!     │
+//!  lock-free hit (file/handle.rs)     seqlock copy validated by index entry + write sequence
 //!  page access (cache/page.rs)        index lookup → pin → "has the page moved?" → copy
 //!     │            │                  miss: free list or Policy::pick_victim, load once
 //!  PageIndex   FrameTable             index/: per-file page → frame; frame/: arena + state
@@ -20,7 +21,7 @@
 //! 3. a frame's `LOCKED` bit, waited for on at most one frame at a time; further frames only
 //!    with `try_lock*` (write-back runs), which never wait
 //! 4. leaves, held only for a moment and never while waiting: the open-files map, a page
-//!    index shard, a wait-table bucket, the range lock's internal mutex, the flusher kick
+//!    index shard or the locked index's update mutex, a wait-table bucket, the range lock's internal mutex, the flusher kick
 //!
 //! Write-back (flushers, dflush, eviction of dirty pages) takes only level 3 with `try_lock`
 //! and level 4, so any thread may run it whatever it holds; dflush runs before a writer takes
@@ -30,7 +31,8 @@
 //! | technique | seed | where |
 //! |---|---|---|
 //! | lock-free hit path (pin by CAS on a state word) | 000, 004 | `frame/state.rs`, `cache/page.rs` |
-//! | page index seam (ccXArray next) | 000 §3.2 | `index/` (`ShardedIndex` now) |
+//! | ccXArray lock-free page index; the locked baseline | 000 §3.2 | `index/radix/`, `index/locked.rs` |
+//! | lock-free read hits (seqlock copy, no pin) | 000, 004 §5.1 | `file/handle.rs`, `file/write_seq.rs` |
 //! | dflush: writers flush in parallel past the foreground ratio | 000 §3.3 | `writeback/run.rs` |
 //! | file range lock | 001 §3.2 | `file/range_lock.rs` |
 //! | striping over a device array, one backing file per device | 002 §3.3 | `io/layout.rs`, `io/device.rs` |
@@ -42,7 +44,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-mod alloc;
+pub mod alloc;
 mod cache;
 mod config;
 mod error;
@@ -55,6 +57,7 @@ pub mod policy;
 mod sync;
 mod writeback;
 
+pub use alloc::AllocKind;
 pub use cache::Cache;
 pub use config::{Config, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
 pub use error::{Error, ErrorKind, Result};

@@ -58,6 +58,7 @@ pub struct Metrics {
     pub(crate) lock_free_hits: Counter,
     pub(crate) misses: Counter,
     pub(crate) evictions: Counter,
+    pub(crate) reclaimed: Counter,
     pub(crate) read_ios: Counter,
     pub(crate) read_bytes: Counter,
     pub(crate) writeback_ios: Counter,
@@ -77,6 +78,8 @@ pub struct Stats {
     pub misses: u64,
     /// Pages evicted to make room.
     pub evictions: u64,
+    /// Of those, pages evicted ahead of demand by background reclaim.
+    pub reclaimed: u64,
     /// Device read requests.
     pub read_ios: u64,
     /// Bytes read from devices.
@@ -103,6 +106,7 @@ impl Metrics {
             lock_free_hits: self.lock_free_hits.get(),
             misses: self.misses.get(),
             evictions: self.evictions.get(),
+            reclaimed: self.reclaimed.get(),
             read_ios: self.read_ios.get(),
             read_bytes: self.read_bytes.get(),
             writeback_ios: self.writeback_ios.get(),

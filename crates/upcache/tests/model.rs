@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::{Cache, Config, ErrorKind, File};
+use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;
@@ -52,12 +52,27 @@ struct Layout {
     stripe_pages: u64,
     devices: usize,
     frames: usize,
+    index: IndexKind,
+    alloc: AllocKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
-    (prop_oneof![Just(4096usize), Just(8192), Just(16384)], 1u64..=4, 1usize..=8, 16usize..48).prop_map(
-        |(page_size, stripe_pages, devices, frames)| Layout { page_size, stripe_pages, devices, frames },
+    (
+        prop_oneof![Just(4096usize), Just(8192), Just(16384)],
+        1u64..=4,
+        1usize..=8,
+        16usize..48,
+        proptest::sample::select(IndexKind::ALL.to_vec()),
+        proptest::sample::select(AllocKind::ALL.to_vec()),
     )
+        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc)| Layout {
+            page_size,
+            stripe_pages,
+            devices,
+            frames,
+            index,
+            alloc,
+        })
 }
 
 struct Harness {
@@ -76,6 +91,8 @@ impl Harness {
             .with_stripe_unit(l.stripe_pages * l.page_size as u64)
             .with_dirty_background_ratio(0.25)
             .with_dirty_foreground_ratio(0.5)
+            .with_index(l.index)
+            .with_alloc(l.alloc)
     }
 
     fn cache(&self) -> &Cache {

@@ -94,6 +94,7 @@ pub struct UpcacheOpts {
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
     pub index: upcache::IndexKind,
+    pub alloc: upcache::AllocKind,
 }
 
 /// What an engine is set up with.
@@ -193,7 +194,8 @@ impl Engine for UpcacheEngine {
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)
-            .with_index(o.index);
+            .with_index(o.index)
+            .with_alloc(o.alloc);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
             Err(e) => {

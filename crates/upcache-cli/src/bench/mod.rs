@@ -6,7 +6,7 @@
 
 mod engine;
 mod progress;
-mod report;
+pub(crate) mod report;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -103,6 +103,10 @@ pub struct BenchArgs {
     /// file) or sharded (hash shards) [default: radix]
     #[arg(long, value_name = "KIND", value_parser = parse_index)]
     index: Option<upcache::IndexKind>,
+    /// upcache free-frame allocator: twolayer (per-core regions + per-file caches) or global
+    /// (one lock-free queue) [default: twolayer]
+    #[arg(long, value_name = "KIND", value_parser = parse_alloc)]
+    alloc: Option<upcache::AllocKind>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
@@ -298,6 +302,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
+            alloc: a.alloc.unwrap_or_default(),
         },
     };
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
@@ -406,7 +411,7 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -414,6 +419,7 @@ fn header(p: &Plan, base: &Path) -> String {
             u.dirty_ratios.0,
             u.dirty_ratios.1,
             u.index.name(),
+            u.alloc.name(),
         );
     }
     h
@@ -717,6 +723,10 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
     let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.1,0.2; got {s:?}"))?;
     let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
     Ok((num(bg)?, num(fg)?))
+}
+
+fn parse_alloc(s: &str) -> Result<upcache::AllocKind, String> {
+    s.parse().map_err(|e: upcache::Error| e.to_string())
 }
 
 fn parse_index(s: &str) -> Result<upcache::IndexKind, String> {

@@ -1,43 +1,148 @@
-//! Free frames.
+//! Free frames: where a miss gets a frame that holds no page.
 //!
-//! All frames start here; a miss takes one, and frames come back when a file is removed or a
-//! racing load lost. Evicted frames go straight from the evictor to its miss without passing
-//! through the list. The list is a bounded lock-free queue sized for every frame at start,
-//! so taking or returning a frame never allocates.
+//! All frames start free; a miss takes one, and frames come back when a file is removed, a
+//! racing load lost, or background reclaim evicts clean pages ahead of demand. Frames evicted
+//! by a miss go straight from the evictor to its own load without passing through here.
 //!
-//! StreamCache's two-layer allocator (seed 003 §4.3: per-core regions, per-file caches with
-//! low/high marks) replaces this single queue.
+//! Two allocators, chosen by [`AllocKind`]:
+//! - [`global::GlobalFree`]: one bounded lock-free queue of every free frame.
+//! - [`two_layer::TwoLayer`], StreamCache's two-layer memory management (seed 003 §4.3):
+//!   per-core regions hold the pool; each file keeps a small cache of free frames that it
+//!   refills from the region of the core it runs on in batches (stealing from other regions
+//!   when that one runs dry), so most misses take a frame from a list that only that file's
+//!   threads touch. Pressure levels start background reclaim and shrink the per-file caches.
+//!
+//! # Locking
+//! A file's frame cache, then a region: both leaves, never held while waiting for anything
+//! else, and a region is never held while taking a file's cache.
 
-use crossbeam_queue::ArrayQueue;
+pub mod global;
+pub mod two_layer;
 
+use crate::error::{Error, ErrorKind};
 use crate::frame::FrameId;
+pub use two_layer::FileFrames;
 
-/// The global free-frame list.
-pub struct FreeFrames {
-    queue: ArrayQueue<FrameId>,
+/// Which free-frame allocator a cache uses ([`crate::Config::with_alloc`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllocKind {
+    /// One global lock-free queue.
+    Global,
+    /// Per-core regions + per-file caches (StreamCache). The default.
+    #[default]
+    TwoLayer,
 }
 
-impl FreeFrames {
-    /// A list holding frames `0..count`.
-    pub fn full(count: usize) -> Self {
-        let queue = ArrayQueue::new(count);
-        for id in 0..count as FrameId {
-            // Cannot fail: capacity is count.
-            let _ = queue.push(id);
+impl AllocKind {
+    /// Every kind, for benchmarks and tests.
+    pub const ALL: [AllocKind; 2] = [AllocKind::Global, AllocKind::TwoLayer];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::Global => "global",
+            AllocKind::TwoLayer => "twolayer",
         }
-        FreeFrames { queue }
-    }
-
-    /// Takes a free frame, if any.
-    pub fn pop(&self) -> Option<FrameId> {
-        self.queue.pop()
-    }
-
-    /// Returns an unowned frame.
-    pub fn push(&self, id: FrameId) {
-        // Every frame is in at most one place (the list or an owner), so the list never
-        // overflows its capacity of all frames.
-        let pushed = self.queue.push(id);
-        debug_assert!(pushed.is_ok(), "free list overflow: frame {id} freed twice");
     }
 }
+
+impl std::str::FromStr for AllocKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        AllocKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!("unknown allocator {s:?}: expected global or twolayer"),
+            )
+        })
+    }
+}
+
+/// How short of free frames the cache is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pressure {
+    /// Enough free frames.
+    None,
+    /// Under the low threshold: background reclaim should evict clean pages into the pool.
+    Low,
+    /// Under the urgent threshold: per-file caches give half their frames back as well.
+    Urgent,
+}
+
+/// The allocator of a cache.
+pub enum FrameAllocator {
+    /// See [`global::GlobalFree`].
+    Global(Box<global::GlobalFree>),
+    /// See [`two_layer::TwoLayer`].
+    TwoLayer(two_layer::TwoLayer),
+}
+
+impl FrameAllocator {
+    /// An allocator of `kind` holding frames `0..count`, all free.
+    pub fn new(kind: AllocKind, count: usize) -> Self {
+        match kind {
+            AllocKind::Global => FrameAllocator::Global(Box::new(global::GlobalFree::full(count))),
+            AllocKind::TwoLayer => {
+                FrameAllocator::TwoLayer(two_layer::TwoLayer::full(count, two_layer::Marks::default()))
+            }
+        }
+    }
+
+    /// Takes a free frame for a page of the file whose frame cache is `fc`.
+    pub fn alloc(&self, fc: &FileFrames) -> Option<FrameId> {
+        match self {
+            FrameAllocator::Global(g) => g.pop(),
+            FrameAllocator::TwoLayer(t) => t.alloc(fc),
+        }
+    }
+
+    /// Returns an unowned frame, freed by a page of the file whose frame cache is `fc` (or
+    /// by no file: reclaim).
+    pub fn free(&self, fc: Option<&FileFrames>, id: FrameId) {
+        match self {
+            FrameAllocator::Global(g) => g.push(id),
+            FrameAllocator::TwoLayer(t) => t.free(fc, id),
+        }
+    }
+
+    /// Gives every frame in `fc` back to the pool (its file is going away).
+    pub fn drain(&self, fc: &FileFrames) {
+        if let FrameAllocator::TwoLayer(t) = self {
+            t.drain(fc);
+        }
+    }
+
+    /// Halves one file's cache back into the pool (urgent pressure).
+    pub fn shrink(&self, fc: &FileFrames) {
+        if let FrameAllocator::TwoLayer(t) = self {
+            t.shrink(fc);
+        }
+    }
+
+    /// Free frames in the pool (not counting per-file caches).
+    pub fn pooled(&self) -> usize {
+        match self {
+            FrameAllocator::Global(g) => g.len(),
+            FrameAllocator::TwoLayer(t) => t.pooled(),
+        }
+    }
+
+    /// The current pressure level, from the pooled count against thresholds of `frames`
+    /// (per-file caches, at most `high` frames each, are not counted).
+    pub fn pressure(&self, frames: usize) -> Pressure {
+        let free = self.pooled();
+        if free < frames / URGENT_DIVISOR {
+            Pressure::Urgent
+        } else if free < frames / LOW_DIVISOR {
+            Pressure::Low
+        } else {
+            Pressure::None
+        }
+    }
+}
+
+/// Low pressure below 1/32 of the frames free (3%), urgent below 1/128 (under 1%).
+pub const LOW_DIVISOR: usize = 32;
+/// See [`LOW_DIVISOR`].
+pub const URGENT_DIVISOR: usize = 128;

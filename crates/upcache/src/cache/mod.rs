@@ -4,13 +4,14 @@
 //! and the flusher threads. Page access (hit, miss, eviction) is in [`page`].
 
 pub(crate) mod page;
+mod reclaim;
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsRawFd;
 
-use crate::alloc::FreeFrames;
+use crate::alloc::FrameAllocator;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
@@ -22,7 +23,7 @@ use crate::io::engine::{IoEngine, PsyncEngine};
 use crate::io::layout::StripeLayout;
 use crate::metrics::{Metrics, Stats};
 use crate::policy::{ClockPolicy, Policy};
-use crate::sync::{self, Arc, Mutex, Ordering, RwLock};
+use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::writeback::flusher::Flushers;
 use crate::writeback::Writeback;
 
@@ -33,7 +34,9 @@ pub(crate) struct CacheInner {
     pub(crate) config: Config,
     pub(crate) layout: StripeLayout,
     pub(crate) frames: FrameTable,
-    pub(crate) free: FreeFrames,
+    pub(crate) free: FrameAllocator,
+    /// A miss asked the flushers for background reclaim and they have not started it yet.
+    pub(crate) reclaim_requested: AtomicBool,
     pub(crate) policy: Box<dyn Policy>,
     /// A std Arc even under loom: engines are outside the concurrency model.
     pub(crate) engine: std::sync::Arc<dyn IoEngine>,
@@ -188,7 +191,8 @@ impl Cache {
         let writeback = Writeback::new(&config, frames.len());
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len()),
-            free: FreeFrames::full(frames.len()),
+            free: FrameAllocator::new(config.alloc, frames.len()),
+            reclaim_requested: AtomicBool::new(false),
             frames,
             policy: Box::new(ClockPolicy::default()),
             engine,
@@ -277,6 +281,7 @@ impl Cache {
             // Release: handles that see `removed` also see everything before it.
             f.removed.store(true, Ordering::Release);
             inner.drop_pages_from(f, 0);
+            inner.free.drain(&f.frames);
             sync::write(&inner.files).remove(&e.id);
         }
         drop(all);

@@ -205,13 +205,13 @@ impl CacheInner {
         page: u64,
         fill: Fill,
     ) -> Result<Option<LockedPage<'a>>> {
-        let id = self.alloc_frame()?;
+        let id = self.alloc_frame(file)?;
         self.frames.set_key(id, PageKey { file: file.id, page });
         self.frames.state(id).assign_locked();
         if file.index.insert_if_absent(page, id).is_err() {
             // Another thread published the page first; give the frame back and use theirs.
             self.frames.unlock(id, 0, 0);
-            self.release_frame(id);
+            self.release_frame(file, id);
             return Ok(None);
         }
         self.metrics.misses.add(1);
@@ -245,13 +245,13 @@ impl CacheInner {
     fn abort_load(&self, file: &FileInner, page: u64, id: FrameId) {
         file.index.remove_if(page, id);
         self.frames.unlock(id, 0, VALID | DIRTY);
-        self.release_frame(id);
+        self.release_frame(file, id);
     }
 
     /// Returns to the free list a frame that is in no index, not `VALID`, unlocked, and
     /// pinned once by the caller, after any transient pins are dropped: a stale lookup that
     /// pinned it sees a foreign key, or no `VALID` and no `LOCKED`, and unpins at once.
-    fn release_frame(&self, id: FrameId) {
+    fn release_frame(&self, file: &FileInner, id: FrameId) {
         let st = self.frames.state(id);
         loop {
             let w = st.load();
@@ -261,17 +261,21 @@ impl CacheInner {
             }
             crate::sync::yield_now();
         }
-        self.free.push(id);
+        self.free.free(Some(&file.frames), id);
     }
 
-    /// A frame for a new page: from the free list, else evicted by the policy.
-    fn alloc_frame(&self) -> Result<FrameId> {
+    /// A frame for a new page of `file`: from the allocator, else evicted by the policy. Low
+    /// pressure asks the flushers to reclaim in the background (and, if urgent, to shrink
+    /// the per-file frame caches), so later misses find free frames.
+    fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
         let mut idle = 0u32;
         let mut failed = 0u32;
         loop {
-            if let Some(id) = self.free.pop() {
+            if let Some(id) = self.free.alloc(&file.frames) {
+                self.check_pressure();
                 return Ok(id);
             }
+            self.request_reclaim();
             match self.policy.pick_victim(&self.frames) {
                 Victim::Claimed(id) => {
                     self.detach_claimed(id);
@@ -307,7 +311,7 @@ impl CacheInner {
     }
 
     /// Removes a just-claimed frame from its old file's index.
-    fn detach_claimed(&self, id: FrameId) {
+    pub(crate) fn detach_claimed(&self, id: FrameId) {
         let key = self.frames.key(id);
         if let Some(f) = self.file_by_id(key.file) {
             f.index.remove_if(key.page, id);
@@ -316,7 +320,7 @@ impl CacheInner {
 
     /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
     /// Returns whether it wrote anything.
-    fn write_back_victim(&self, id: FrameId) -> Result<bool> {
+    pub(crate) fn write_back_victim(&self, id: FrameId) -> Result<bool> {
         if !self.frames.state(id).try_lock_dirty() {
             return Ok(false); // someone else is on it
         }
@@ -352,7 +356,7 @@ impl CacheInner {
             if old & DIRTY != 0 {
                 self.account_cleaned(file, 1);
             }
-            self.release_frame(id);
+            self.release_frame(file, id);
         }
     }
 

@@ -18,6 +18,7 @@ pub(crate) mod write_seq;
 
 pub use handle::File;
 
+use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
@@ -45,6 +46,8 @@ pub(crate) struct FileInner {
     pub(crate) range: RangeLock,
     /// Content changes begun and finished, for lock-free readers.
     pub(crate) writes: WriteSeq,
+    /// Free frames kept for this file's misses (two-layer allocator).
+    pub(crate) frames: FileFrames,
     /// One backing file per device, in device order.
     pub(crate) backing: Vec<BackingFile>,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
@@ -69,6 +72,7 @@ impl FileInner {
             index,
             range: RangeLock::default(),
             writes: WriteSeq::default(),
+            frames: FileFrames::default(),
             backing,
             write_error: Mutex::new(None),
         }

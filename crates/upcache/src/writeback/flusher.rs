@@ -3,7 +3,8 @@
 //! Each flusher sleeps until the dirty count passes the background threshold (or a period
 //! passes with dirty pages, so that data does not stay dirty forever), then writes back until
 //! the count falls to half the threshold. Several flushers scan disjoint chunks of the frame
-//! table, so they write in parallel.
+//! table, so they write in parallel. Kicked by a miss that found free frames running low,
+//! they also reclaim clean pages into the pool (`cache/reclaim.rs`).
 
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -75,5 +76,6 @@ fn run(cache: &CacheInner) {
                 break; // nothing writable now (all failing or locked); wait for the next kick
             }
         }
+        cache.reclaim();
     }
 }

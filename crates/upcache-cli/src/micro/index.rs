@@ -1,0 +1,139 @@
+//! `upcache index-bench`: page index operations per second for each index kind at several
+//! thread counts (oversubscribed past the core count on purpose: lock holders get preempted).
+//!
+//! Every thread works on one shared index (one file's) over a key space prefilled half full.
+//! An operation is a lookup, or with probability `--update` an update: remove the key if a
+//! lookup finds it, insert it otherwise, so the index stays about half full and inserts and
+//! deletes are equally frequent.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use upcache::index::PageIndex;
+use upcache::IndexKind;
+
+use super::{median, parse_count, print_table, run_threads, Point};
+
+#[derive(Args, Debug)]
+pub struct IndexBenchArgs {
+    /// Index kinds to compare, the first is the reference
+    #[arg(long, default_value = "radix,locked,sharded", value_delimiter = ',', value_parser = parse_kind)]
+    index: Vec<IndexKind>,
+    /// Thread counts
+    #[arg(long, default_value = "1,2,8,32", value_delimiter = ',', value_parser = parse_count)]
+    threads: Vec<usize>,
+    /// Pages in the key space (a 4 GiB file of 4 KiB pages by default)
+    #[arg(long, default_value_t = 1 << 20)]
+    keys: u64,
+    /// Percentage of operations that insert or delete (the rest look up)
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
+    update: u32,
+    /// Seconds per measurement
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Measurements per point; the table shows medians
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Print JSON instead of the table
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_kind(s: &str) -> Result<IndexKind, String> {
+    IndexKind::from_str(s.trim()).map_err(|e| e.to_string())
+}
+
+fn prefill(ix: &dyn PageIndex, keys: u64) {
+    let mut rng = SmallRng::seed_from_u64(7);
+    for k in 0..keys {
+        if rng.gen_bool(0.5) {
+            let _ = ix.insert_if_absent(k, k as u32);
+        }
+    }
+}
+
+fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
+    let ix = kind.build();
+    prefill(&*ix, a.keys);
+    let (keys, update) = (a.keys, a.update);
+    run_threads(threads, Duration::from_secs_f64(a.seconds), |t, stop| {
+        let mut rng = SmallRng::seed_from_u64(1000 + t as u64);
+        let mut ops = 0u64;
+        // Check the stop flag every 64 operations: a load per operation would be noise.
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for _ in 0..64 {
+                let k = rng.gen_range(0..keys);
+                let found = ix.get(k);
+                if rng.gen_range(0..100) < update {
+                    match found {
+                        Some(f) => {
+                            ix.remove_if(k, f);
+                        }
+                        None => {
+                            let _ = ix.insert_if_absent(k, t as u32);
+                        }
+                    }
+                }
+                std::hint::black_box(found);
+            }
+            ops += 64;
+        }
+        ops
+    })
+}
+
+pub fn run(a: IndexBenchArgs) -> Result<()> {
+    anyhow::ensure!(a.keys > 0 && a.keys <= u32::MAX as u64, "--keys must be 1 to 2^32-1");
+    anyhow::ensure!(a.repeat > 0 && a.seconds > 0.0, "--repeat and --seconds must be positive");
+    let kinds = a.index.clone();
+    let mut points = Vec::new();
+    for &t in &a.threads {
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
+        // Alternate kinds within each repetition so drift on a shared machine hits all alike.
+        for _ in 0..a.repeat {
+            for (i, &k) in kinds.iter().enumerate() {
+                runs[i].push(measure(k, t, &a));
+            }
+        }
+        for (i, &k) in kinds.iter().enumerate() {
+            let mut v = runs[i].clone();
+            points.push(Point {
+                variant: k.name().into(),
+                threads: t,
+                median: median(&mut v),
+                ops_per_sec: runs[i].clone(),
+            });
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&points)?);
+        return Ok(());
+    }
+    println!(
+        "index operations: {} keys, {}% insert/delete, {}% lookup; {} s per run, medians of {}",
+        a.keys,
+        a.update,
+        100 - a.update,
+        a.seconds,
+        a.repeat
+    );
+    let names: Vec<String> = kinds.iter().map(|k| k.name().to_string()).collect();
+    print_table("ops/s", &points, &names, &a.threads);
+    for v in &names {
+        let at = |t: usize| points.iter().find(|p| &p.variant == v && p.threads == t).map(|p| p.median);
+        if let (Some(two), Some(most)) = (at(2), a.threads.iter().max().and_then(|&m| at(m))) {
+            if a.threads.iter().max() != Some(&2) {
+                println!(
+                    "{v}: {} threads keep {:.2}x of 2 threads",
+                    a.threads.iter().max().unwrap(),
+                    most / two
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! Micro-benchmarks of single components, side by side: `upcache index-bench` (page index
+//! kinds) and `upcache alloc-bench` (free-frame allocators).
+
+pub mod alloc;
+pub mod index;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// One measured point: a variant at a thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub variant: String,
+    pub threads: usize,
+    /// One value per run, operations per second.
+    pub ops_per_sec: Vec<f64>,
+    pub median: f64,
+}
+
+/// Runs `work(thread, stop)` on `threads` threads for `runtime` after a common start;
+/// each returns its operation count. Returns operations per second.
+pub fn run_threads<F>(threads: usize, runtime: Duration, work: F) -> f64
+where
+    F: Fn(usize, &AtomicBool) -> u64 + Sync,
+{
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(threads + 1);
+    let (ops, secs) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (work, stop, start) = (&work, &stop, &start);
+                s.spawn(move || {
+                    start.wait();
+                    work(t, stop)
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(runtime);
+        // Relaxed: only tells workers to finish; join orders everything after.
+        stop.store(true, Ordering::Relaxed);
+        let ops: u64 = handles.into_iter().map(|h| h.join().expect("worker panicked")).sum();
+        (ops, t0.elapsed().as_secs_f64())
+    });
+    ops as f64 / secs
+}
+
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    crate::bench::report::median(v)
+}
+
+/// Parses a positive count.
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// Prints a table of points: one row per variant, one column per thread count, and the
+/// ratio of each variant against the first at each thread count.
+pub fn print_table(unit: &str, points: &[Point], variants: &[String], threads: &[usize]) {
+    let cell = |v: &str, t: usize| points.iter().find(|p| p.variant == v && p.threads == t).map(|p| p.median);
+    let mut head = format!("{:<10}", unit);
+    for t in threads {
+        head += &format!(" {:>12}", format!("{t} thr"));
+    }
+    println!("{head}");
+    for v in variants {
+        let mut row = format!("{v:<10}");
+        for &t in threads {
+            row += &format!(" {:>12.0}", cell(v, t).unwrap_or(f64::NAN));
+        }
+        println!("{row}");
+    }
+    if variants.len() > 1 {
+        for v in &variants[1..] {
+            let mut row = format!("{:<10}", format!("{}/{}", variants[0], v));
+            for &t in threads {
+                let r = cell(&variants[0], t).unwrap_or(f64::NAN) / cell(v, t).unwrap_or(f64::NAN);
+                row += &format!(" {:>11.2}x", r);
+            }
+            println!("{row}");
+        }
+    }
+}

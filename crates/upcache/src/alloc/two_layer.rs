@@ -1,0 +1,220 @@
+//! StreamCache's two-layer memory management (seed 003 §4.3).
+//!
+//! Layer one, the pool: one region per core, each a free list under its own lock. Layer two:
+//! a small free list per file. A miss takes a frame from its file's list; when that is empty
+//! it moves `low` frames (50 by default) in one batch from the region of the core it runs on,
+//! stealing from the next regions if that one has too few. A frame freed by a file goes back
+//! to that file's list unless it already holds `high` (100), else to the current core's
+//! region. So a file's misses usually touch only a list that its own threads share, and the
+//! pool's locks are taken once per batch instead of once per frame.
+//!
+//! Frames parked in one file's list are invisible to other files: under urgent pressure
+//! ([`super::Pressure::Urgent`]) background reclaim halves every list back into the pool
+//! ([`TwoLayer::shrink`]); a removed file's list goes back whole ([`TwoLayer::drain`]). The
+//! hot path touches no shared counter: `pooled` changes once per batch.
+
+use crate::frame::FrameId;
+use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+
+/// Batch sizes of the per-file caches.
+#[derive(Debug, Clone, Copy)]
+pub struct Marks {
+    /// Frames moved from the pool into an empty file cache at once.
+    pub low: usize,
+    /// Most frames a file cache keeps; more go back to the pool.
+    pub high: usize,
+}
+
+impl Default for Marks {
+    /// The paper's defaults: 50 and 100.
+    fn default() -> Self {
+        Marks { low: 50, high: 100 }
+    }
+}
+
+/// One core's region; 128-byte aligned so neighbouring regions' locks do not share a line
+/// (or an adjacent-line prefetch pair).
+#[repr(align(128))]
+struct Region {
+    list: Mutex<Vec<FrameId>>,
+}
+
+/// A file's cache of free frames.
+#[derive(Default)]
+pub struct FileFrames {
+    list: Mutex<Vec<FrameId>>,
+}
+
+/// The pool and the bookkeeping of the per-file caches.
+pub struct TwoLayer {
+    regions: Box<[Region]>,
+    marks: Marks,
+    /// Frames in the regions (changed once per batch, not per frame).
+    pooled: AtomicUsize,
+}
+
+/// The region of the core this thread runs on now (a hint: the thread may move).
+fn current_core() -> usize {
+    // SAFETY: sched_getcpu has no preconditions; it reads the CPU number (vDSO/rseq).
+    let cpu = unsafe { libc::sched_getcpu() };
+    cpu.max(0) as usize
+}
+
+impl TwoLayer {
+    /// A pool holding frames `0..count`, split into one contiguous block per core.
+    pub fn full(count: usize, marks: Marks) -> Self {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
+        let per = count.div_ceil(n);
+        let regions = (0..n)
+            .map(|r| {
+                let lo = (r * per).min(count);
+                let hi = ((r + 1) * per).min(count);
+                // Reversed so that pops hand out low ids first, in order.
+                Region { list: Mutex::new((lo as FrameId..hi as FrameId).rev().collect()) }
+            })
+            .collect();
+        TwoLayer { regions, marks, pooled: AtomicUsize::new(count) }
+    }
+
+    fn home(&self) -> usize {
+        current_core() % self.regions.len()
+    }
+
+    /// Takes a frame for a miss of the file whose cache is `fc`.
+    pub fn alloc(&self, fc: &FileFrames) -> Option<FrameId> {
+        let mut list = lock(&fc.list);
+        if let Some(id) = list.pop() {
+            return Some(id);
+        }
+        self.take_from_pool(&mut list, self.marks.low);
+        list.pop()
+    }
+
+    /// Moves up to `want` frames from the regions into `into`, the home region first, then
+    /// stealing from the others in turn. Returns how many it moved.
+    fn take_from_pool(&self, into: &mut Vec<FrameId>, want: usize) -> usize {
+        let n = self.regions.len();
+        let home = self.home();
+        let mut got = 0;
+        for i in 0..n {
+            let mut r = lock(&self.regions[(home + i) % n].list);
+            let take = (want - got).min(r.len());
+            let at = r.len() - take;
+            into.extend(r.drain(at..));
+            got += take;
+            if got == want {
+                break;
+            }
+        }
+        // Relaxed (all `pooled` updates): it only steers pressure decisions, which tolerate
+        // a stale value.
+        self.pooled.fetch_sub(got, Ordering::Relaxed);
+        got
+    }
+
+    /// Returns a frame: to the freeing file's cache below its high mark, else to the pool.
+    pub fn free(&self, fc: Option<&FileFrames>, id: FrameId) {
+        if let Some(fc) = fc {
+            let mut list = lock(&fc.list);
+            if list.len() < self.marks.high {
+                list.push(id);
+                return;
+            }
+        }
+        self.give_back(std::iter::once(id));
+    }
+
+    fn give_back(&self, ids: impl ExactSizeIterator<Item = FrameId>) {
+        let n = ids.len();
+        lock(&self.regions[self.home()].list).extend(ids);
+        self.pooled.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Gives half of a file's cache back to the pool.
+    pub fn shrink(&self, fc: &FileFrames) {
+        let mut list = lock(&fc.list);
+        let keep = list.len() / 2;
+        self.give_back(list.drain(keep..));
+    }
+
+    /// Gives all of a file's cache back to the pool.
+    pub fn drain(&self, fc: &FileFrames) {
+        self.give_back(lock(&fc.list).drain(..));
+    }
+
+    /// Frames in the regions.
+    pub fn pooled(&self) -> usize {
+        self.pooled.load(Ordering::Relaxed) // Relaxed: see `alloc`
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn batches_marks_and_conservation() {
+        let t = TwoLayer::full(1000, Marks { low: 50, high: 100 });
+        let (a, b) = (FileFrames::default(), FileFrames::default());
+        let first = t.alloc(&a).unwrap();
+        // One batch moved: 49 left in a's cache.
+        assert_eq!(lock(&a.list).len(), 49);
+        assert_eq!(t.pooled(), 950);
+        let mut held: Vec<_> = (0..199).map(|_| t.alloc(&a).unwrap()).collect();
+        held.push(first);
+        assert_eq!(t.pooled() + lock(&a.list).len() + held.len(), 1000);
+        // Freeing fills a's cache to the high mark, the rest goes to the pool.
+        for id in held.drain(..) {
+            t.free(Some(&a), id);
+        }
+        assert_eq!(lock(&a.list).len(), 100);
+        t.shrink(&a);
+        assert_eq!(lock(&a.list).len(), 50);
+        t.drain(&a);
+        assert!(lock(&a.list).is_empty());
+        // Everything can be taken exactly once, by any file, by stealing across regions.
+        let mut all = BTreeSet::new();
+        while let Some(id) = t.alloc(&b) {
+            assert!(all.insert(id), "frame {id} handed out twice");
+        }
+        assert_eq!(all.len(), 1000);
+        assert_eq!(t.pooled(), 0);
+    }
+
+    #[test]
+    fn threads_never_get_the_same_frame() {
+        let t = TwoLayer::full(4096, Marks::default());
+        let got: Vec<Vec<FrameId>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let fc = FileFrames::default();
+                        let mut mine = Vec::new();
+                        for round in 0..200 {
+                            while let Some(id) = t.alloc(&fc) {
+                                mine.push(id);
+                                if mine.len() % 97 == 0 {
+                                    break;
+                                }
+                            }
+                            if round % 3 == 0 {
+                                for id in mine.drain(..mine.len() / 2) {
+                                    t.free(Some(&fc), id);
+                                }
+                            }
+                        }
+                        t.drain(&fc);
+                        mine
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut seen = BTreeSet::new();
+        for id in got.into_iter().flatten() {
+            assert!(seen.insert(id), "frame {id} held by two threads");
+        }
+        assert_eq!(seen.len() + t.pooled(), 4096);
+    }
+}
