@@ -21,7 +21,7 @@ struct Cli {
 enum Command {
     /// Measure iops and latency of upcache, the kernel page cache and O_DIRECT (fio-like)
     #[command(after_long_help = bench::DEFAULT_HELP)]
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Page index operations per second, per index kind and thread count
     IndexBench(micro::index::IndexBenchArgs),
     /// Free-frame allocation cost, per allocator and thread count
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(*args),
         Command::IndexBench(args) => micro::index::run(args),
         Command::AllocBench(args) => micro::alloc::run(args),
     };
