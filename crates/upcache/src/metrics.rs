@@ -96,11 +96,17 @@ pub struct Stats {
     pub dirty_pages: u64,
     /// Frames in the cache.
     pub frames: u64,
+    /// Bytes of per-frame metadata (descriptors, bitmaps, wait table), fixed at start.
+    pub metadata_bytes: u64,
+    /// Bytes of the page indexes of the open files, now.
+    pub index_bytes: u64,
 }
 
 impl Metrics {
-    /// Snapshot, with the gauges filled in by the caller.
-    pub fn snapshot(&self, dirty_pages: u64, frames: u64) -> Stats {
+    /// Snapshot, with the gauges filled in by the caller (`frames`, `metadata_bytes`,
+    /// `index_bytes`).
+    pub fn snapshot(&self, dirty_pages: u64, gauges: [u64; 3]) -> Stats {
+        let [frames, metadata_bytes, index_bytes] = gauges;
         Stats {
             hits: self.hits.get(),
             lock_free_hits: self.lock_free_hits.get(),
@@ -115,6 +121,8 @@ impl Metrics {
             dflush_pages: self.dflush_pages.get(),
             dirty_pages,
             frames,
+            metadata_bytes,
+            index_bytes,
         }
     }
 }

@@ -483,6 +483,10 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             read_bytes: d(|s| s.read_bytes),
             dflush_pages: d(|s| s.dflush_pages),
             writeback_errors: d(|s| s.writeback_errors),
+            lock_free_hits: d(|s| s.lock_free_hits),
+            // Gauges at the end of the measured phase, not deltas.
+            metadata_bytes: after.map(|s| s.metadata_bytes),
+            index_bytes: after.map(|s| s.index_bytes),
             flush_seconds,
             rss_peak_mib: rss_peak,
             rss_mib: rss,

@@ -85,6 +85,15 @@ pub struct Report {
     pub dflush_pages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writeback_errors: Option<u64>,
+    /// Hits served by the lock-free read path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_free_hits: Option<u64>,
+    /// Per-frame metadata bytes (descriptors, bitmaps, wait table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata_bytes: Option<u64>,
+    /// Page index bytes of the open files at the end of the measured phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_bytes: Option<u64>,
     /// Untimed write-back after the measured phase (sync / fsync), in seconds.
     pub flush_seconds: f64,
     /// Peak resident set (VmHWM) during this engine's run, if the peak could be reset before
@@ -118,6 +127,7 @@ struct Row {
     misses: Option<f64>,
     evictions: Option<f64>,
     wb_mib: Option<f64>,
+    meta_mib: Option<f64>,
     rss_peak: f64,
     rss: f64,
 }
@@ -147,6 +157,8 @@ fn row(engine: &str, runs: &[&Report]) -> Row {
         misses: median_opt(runs, |r| r.misses),
         evictions: median_opt(runs, |r| r.evictions),
         wb_mib: median_opt(runs, |r| r.writeback_bytes).map(|b| b / (1 << 20) as f64),
+        meta_mib: median_opt(runs, |r| r.metadata_bytes.zip(r.index_bytes).map(|(m, i)| m + i))
+            .map(|b| b / (1 << 20) as f64),
         rss_peak: median_of(runs, |r| r.rss_peak_mib),
         rss: median_of(runs, |r| r.rss_mib),
     }
@@ -186,6 +198,7 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
         "misses",
         "evictions",
         "wb MiB",
+        "idx+meta MiB",
         "peak RSS MiB",
         "RSS MiB",
     ];
@@ -205,6 +218,7 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
             opt(r.misses, |v| format!("{v:.0}")),
             opt(r.evictions, |v| format!("{v:.0}")),
             opt(r.wb_mib, num),
+            opt(r.meta_mib, num),
             format!("{:.0}", r.rss_peak),
             format!("{:.0}", r.rss),
         ]);

@@ -470,7 +470,9 @@ impl CacheInner {
     pub(crate) fn stats(&self) -> Stats {
         // Relaxed: a gauge for reports.
         let dirty = self.writeback.dirty.load(Ordering::Relaxed) as u64;
-        self.metrics.snapshot(dirty, self.frames.len() as u64)
+        let index: usize = sync::read(&self.files).values().map(|f| f.index.memory_bytes()).sum();
+        let gauges = [self.frames.len() as u64, self.frames.metadata_bytes() as u64, index as u64];
+        self.metrics.snapshot(dirty, gauges)
     }
 }
 

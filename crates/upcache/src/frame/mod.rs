@@ -115,6 +115,13 @@ impl FrameTable {
         true
     }
 
+    /// Bytes of per-frame metadata: descriptors, the touched bitmap and the wait table.
+    pub fn metadata_bytes(&self) -> usize {
+        self.metas.len() * std::mem::size_of::<FrameMeta>()
+            + self.touched.len() * std::mem::size_of::<AtomicU64>()
+            + self.waits.memory_bytes()
+    }
+
     /// Records a hit on `id` that did not pin it.
     pub fn touch(&self, id: FrameId) {
         let (word, bit) = (&self.touched[id as usize / 64], 1u64 << (id % 64));

@@ -21,6 +21,13 @@ pub struct WaitTable {
     buckets: Vec<(Mutex<()>, Condvar)>,
 }
 
+impl WaitTable {
+    /// Bytes the table uses.
+    pub fn memory_bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<(Mutex<()>, Condvar)>()
+    }
+}
+
 impl Default for WaitTable {
     fn default() -> Self {
         WaitTable { buckets: (0..BUCKETS).map(|_| (Mutex::new(()), Condvar::new())).collect() }

@@ -45,6 +45,10 @@ impl PageIndex for LockedIndex {
         self.tree.len()
     }
 
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Mutex<()>>() + self.tree.memory_bytes()
+    }
+
     fn read_optimistic(&self, page: u64, read: &mut dyn FnMut(FrameId)) -> bool {
         self.tree.read_optimistic(page, read)
     }

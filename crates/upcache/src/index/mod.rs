@@ -96,6 +96,9 @@ pub trait PageIndex: Send + Sync {
     /// Number of entries.
     fn len(&self) -> usize;
 
+    /// Heap and inline bytes the index uses now (for the memory-overhead report).
+    fn memory_bytes(&self) -> usize;
+
     /// A seqlock read: if `page` has a ready entry, calls `read(frame)` and returns whether
     /// the entry was the same after the call, i.e. the frame kept this page's contents all
     /// through it (frames are reused only after their entry is removed). `read` may see a

@@ -179,6 +179,11 @@ impl PageIndex for ShardedIndex {
     fn len(&self) -> usize {
         self.shards.iter().map(|s| read(s).len).sum()
     }
+
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.shards.iter().map(|s| read(s).slots.capacity() * std::mem::size_of::<Slot>()).sum::<usize>()
+    }
 }
 
 #[cfg(all(test, not(loom)))]

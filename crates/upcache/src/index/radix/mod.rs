@@ -82,6 +82,10 @@ impl PageIndex for RadixIndex {
         self.tree.len()
     }
 
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.tree.node_counts().0 * tree::NODE_BYTES
+    }
+
     fn read_optimistic(&self, page: u64, read: &mut dyn FnMut(FrameId)) -> bool {
         let g = self.tree.pin();
         let Some(slot) = self.tree.find(page, &g) else { return false };

@@ -34,6 +34,9 @@ use super::node::{Node, Reserve, BITS, FANOUT};
 use super::reclaim::{self, Graveyard, Guard};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
+/// Bytes of one node.
+pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
+
 /// Logically deleted nodes kept for reuse before deletions start freeing them.
 const REUSE_POOL: usize = 64;
 
