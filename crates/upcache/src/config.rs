@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::alloc::AllocKind;
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
 use crate::io::engine::IoEngine;
 
@@ -31,6 +32,8 @@ pub struct Config {
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
+    pub(crate) set_ways: usize,
+    pub(crate) set_policy: SetPolicy,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
 
@@ -47,6 +50,8 @@ impl std::fmt::Debug for Config {
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
+            .field("set_ways", &self.set_ways)
+            .field("set_policy", &self.set_policy)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -67,6 +72,8 @@ impl Config {
             allow_buffered: false,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
+            set_ways: DEFAULT_WAYS,
+            set_policy: SetPolicy::default(),
             engine: None,
         }
     }
@@ -80,6 +87,14 @@ impl Config {
     /// The free-frame allocator. Default [`AllocKind::TwoLayer`].
     pub fn with_alloc(mut self, alloc: AllocKind) -> Self {
         self.alloc = alloc;
+        self
+    }
+
+    /// Frames per page set and the replacement policy inside a set, for
+    /// [`IndexKind::SetAssoc`]. Defaults: 12 ways, GClock.
+    pub fn with_sets(mut self, ways: usize, policy: SetPolicy) -> Self {
+        self.set_ways = ways;
+        self.set_policy = policy;
         self
     }
 
@@ -162,6 +177,12 @@ impl Config {
             return bad(format!(
                 "memory budget {} gives {frames} frames of {ps} bytes; need at least {MIN_FRAMES}",
                 self.memory_budget
+            ));
+        }
+        if self.set_ways == 0 || self.set_ways > MAX_WAYS || self.set_ways > frames {
+            return bad(format!(
+                "page sets need 1 to {MAX_WAYS} ways and no more than the {frames} frames, got {}",
+                self.set_ways
             ));
         }
         if frames > u32::MAX as usize / 2 {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use upcache::{Cache, File};
+use upcache::{Cache, File, IndexKind};
 
 const RECORD: usize = 6000;
 const SHARED_SLOTS: u64 = 64;
@@ -112,9 +112,23 @@ fn reader(f: File, r: u64, stop: &AtomicBool) -> u64 {
 
 #[test]
 fn concurrent_writers_and_readers_never_tear_and_nothing_is_lost() {
+    records_under_contention(IndexKind::Radix);
+}
+
+/// The same with the set-associative cache: eviction inside 4 sets of 12 frames.
+#[test]
+fn set_associative_cache_never_tears_and_loses_nothing() {
+    records_under_contention(IndexKind::SetAssoc);
+}
+
+fn records_under_contention(index: IndexKind) {
     let tmp = tempfile::tempdir().unwrap();
-    let config =
-        || common::config(tmp.path(), 4, 4096, 48).with_flusher_threads(2).with_dirty_background_ratio(0.2);
+    let config = || {
+        common::config(tmp.path(), 4, 4096, 48)
+            .with_flusher_threads(2)
+            .with_dirty_background_ratio(0.2)
+            .with_index(index)
+    };
     let cache = Cache::create(config()).unwrap();
     let f = cache.create_file("records").unwrap();
     let total_slots = SHARED_SLOTS + WRITERS * PRIVATE_SLOTS;

@@ -95,6 +95,8 @@ pub struct UpcacheOpts {
     pub allow_buffered: bool,
     pub index: upcache::IndexKind,
     pub alloc: upcache::AllocKind,
+    /// Ways per set and in-set policy for `--index setassoc`.
+    pub sets: (usize, upcache::index::setassoc::SetPolicy),
 }
 
 /// What an engine is set up with.
@@ -195,7 +197,8 @@ impl Engine for UpcacheEngine {
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)
             .with_index(o.index)
-            .with_alloc(o.alloc);
+            .with_alloc(o.alloc)
+            .with_sets(o.sets.0, o.sets.1);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
             Err(e) => {

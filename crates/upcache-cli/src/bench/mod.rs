@@ -107,6 +107,12 @@ pub struct BenchArgs {
     /// (one lock-free queue) [default: twolayer]
     #[arg(long, value_name = "KIND", value_parser = parse_alloc)]
     alloc: Option<upcache::AllocKind>,
+    /// Frames per page set with --index setassoc [default: 12]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    set_ways: Option<u64>,
+    /// Replacement inside a page set with --index setassoc: gclock, clock, lru, lfu [default: gclock]
+    #[arg(long, value_name = "POLICY", value_parser = parse_set_policy)]
+    set_policy: Option<upcache::index::setassoc::SetPolicy>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
@@ -303,6 +309,10 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
             alloc: a.alloc.unwrap_or_default(),
+            sets: (
+                a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
+                a.set_policy.unwrap_or_default(),
+            ),
         },
     };
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
@@ -411,7 +421,7 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -420,6 +430,11 @@ fn header(p: &Plan, base: &Path) -> String {
             u.dirty_ratios.1,
             u.index.name(),
             u.alloc.name(),
+            if u.index == upcache::IndexKind::SetAssoc {
+                format!(" sets {} ways {}", u.sets.0, u.sets.1.name())
+            } else {
+                String::new()
+            },
         );
     }
     h
@@ -727,6 +742,10 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
     let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.1,0.2; got {s:?}"))?;
     let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
     Ok((num(bg)?, num(fg)?))
+}
+
+fn parse_set_policy(s: &str) -> Result<upcache::index::setassoc::SetPolicy, String> {
+    s.parse().map_err(|e: upcache::Error| e.to_string())
 }
 
 fn parse_alloc(s: &str) -> Result<upcache::AllocKind, String> {

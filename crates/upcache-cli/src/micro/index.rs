@@ -20,7 +20,7 @@ use super::{median, parse_count, print_table, run_threads, Point};
 
 #[derive(Args, Debug)]
 pub struct IndexBenchArgs {
-    /// Index kinds to compare, the first is the reference
+    /// Index kinds to compare (per-file maps: radix, locked, sharded), the first is the reference
     #[arg(long, default_value = "radix,locked,sharded", value_delimiter = ',', value_parser = parse_kind)]
     index: Vec<IndexKind>,
     /// Thread counts
@@ -57,7 +57,7 @@ fn prefill(ix: &dyn PageIndex, keys: u64) {
 }
 
 fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
-    let ix = kind.build();
+    let Some(ix) = kind.build() else { return f64::NAN };
     prefill(&*ix, a.keys);
     let (keys, update) = (a.keys, a.update);
     run_threads(threads, Duration::from_secs_f64(a.seconds), |t, stop| {
@@ -89,6 +89,15 @@ fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
 pub fn run(a: IndexBenchArgs) -> Result<()> {
     anyhow::ensure!(a.keys > 0 && a.keys <= u32::MAX as u64, "--keys must be 1 to 2^32-1");
     anyhow::ensure!(a.repeat > 0 && a.seconds > 0.0, "--repeat and --seconds must be positive");
+    if let Some(k) = a.index.iter().find(|k| k.build().is_none()) {
+        anyhow::bail!(
+            "--index {}: the set-associative cache places pages itself (insert = claim a way in the \
+             page's set, evicting if full), so it is not a free-form map; compare it end to end with \
+             `upcache bench --index {}`",
+            k.name(),
+            k.name()
+        );
+    }
     let kinds = a.index.clone();
     let mut points = Vec::new();
     for &t in &a.threads {

@@ -18,6 +18,8 @@ use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG
 use crate::file::namespace::{NameEntry, Namespace};
 use crate::file::{validate_name, File, FileInner};
 use crate::frame::FrameTable;
+use crate::index::setassoc::{SetAssocIndex, SetTable};
+use crate::index::IndexKind;
 use crate::io::device::{self, backing_path, BackingFile};
 use crate::io::engine::{IoEngine, PsyncEngine};
 use crate::io::layout::StripeLayout;
@@ -35,6 +37,9 @@ pub(crate) struct CacheInner {
     pub(crate) layout: StripeLayout,
     pub(crate) frames: FrameTable,
     pub(crate) free: FrameAllocator,
+    /// The page sets when the index is set-associative: they then place every page, and the
+    /// allocator, the global policy and background reclaim stand aside.
+    pub(crate) sets: Option<Arc<SetTable>>,
     /// A miss asked the flushers for background reclaim and they have not started it yet.
     pub(crate) reclaim_requested: AtomicBool,
     pub(crate) policy: Box<dyn Policy>,
@@ -192,6 +197,8 @@ impl Cache {
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len()),
             free: FrameAllocator::new(config.alloc, frames.len()),
+            sets: (config.index == IndexKind::SetAssoc)
+                .then(|| Arc::new(SetTable::new(frames.len(), config.set_ways, config.set_policy))),
             reclaim_requested: AtomicBool::new(false),
             frames,
             policy: Box::new(ClockPolicy::default()),
@@ -227,7 +234,7 @@ impl Cache {
             ns.names.remove(name);
             return Err(e);
         }
-        let file = Arc::new(FileInner::new(id, name.to_owned(), 0, inner.new_index(), backing));
+        let file = Arc::new(FileInner::new(id, name.to_owned(), 0, inner.new_index(id), backing));
         sync::write(&inner.files).insert(id, file.clone());
         Ok(File::new(file, inner.clone()))
     }
@@ -245,7 +252,7 @@ impl Cache {
             return Ok(File::new(f.clone(), inner.clone()));
         }
         let backing = inner.open_backing(e.id, false)?;
-        let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(), backing));
+        let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(e.id), backing));
         // Registered before its first page is cached, so that eviction can always find the
         // file to detach that page from its index.
         sync::write(&inner.files).insert(e.id, file.clone());
@@ -338,8 +345,12 @@ impl Drop for Cache {
 }
 
 impl CacheInner {
-    fn new_index(&self) -> Box<dyn crate::index::PageIndex> {
-        self.config.index.build()
+    fn new_index(&self, file: u64) -> Box<dyn crate::index::PageIndex> {
+        match &self.sets {
+            Some(sets) => Box::new(SetAssocIndex::new(sets.clone(), file)),
+            // `sets` exists exactly when the kind is SetAssoc, so build() gives an index here.
+            None => self.config.index.build().unwrap_or_else(|| Box::<crate::index::RadixIndex>::default()),
+        }
     }
 
     fn open_backing(&self, id: u64, create: bool) -> Result<Vec<BackingFile>> {
@@ -470,7 +481,8 @@ impl CacheInner {
     pub(crate) fn stats(&self) -> Stats {
         // Relaxed: a gauge for reports.
         let dirty = self.writeback.dirty.load(Ordering::Relaxed) as u64;
-        let index: usize = sync::read(&self.files).values().map(|f| f.index.memory_bytes()).sum();
+        let index: usize = sync::read(&self.files).values().map(|f| f.index.memory_bytes()).sum::<usize>()
+            + self.sets.as_ref().map_or(0, |s| s.memory_bytes());
         let gauges = [self.frames.len() as u64, self.frames.metadata_bytes() as u64, index as u64];
         self.metrics.snapshot(dirty, gauges)
     }

@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID};
 use crate::frame::{FrameId, PageKey};
+use crate::index::setassoc::{Claim, SetTable};
 use crate::policy::Victim;
 use crate::sync::Ordering;
 
@@ -205,6 +206,9 @@ impl CacheInner {
         page: u64,
         fill: Fill,
     ) -> Result<Option<LockedPage<'a>>> {
+        if let Some(sets) = &self.sets {
+            return self.load_locked_in_set(sets, file, page, fill);
+        }
         let id = self.alloc_frame(file)?;
         self.frames.set_key(id, PageKey { file: file.id, page });
         self.frames.state(id).assign_locked();
@@ -214,6 +218,69 @@ impl CacheInner {
             self.release_frame(file, id);
             return Ok(None);
         }
+        self.fill_locked(file, page, id, fill).map(Some)
+    }
+
+    /// `load_locked` for a set-associative cache: the page's set gives the frame and records
+    /// the entry in one step (an empty way, or an in-set victim).
+    fn load_locked_in_set<'a>(
+        &'a self,
+        sets: &SetTable,
+        file: &'a FileInner,
+        page: u64,
+        fill: Fill,
+    ) -> Result<Option<LockedPage<'a>>> {
+        let mut idle = 0u32;
+        let mut failed = 0u32;
+        let id = loop {
+            match sets.claim(file.id, page, &self.frames) {
+                // Published by another thread meanwhile: take the hit path.
+                Claim::Existing(_) => return Ok(None),
+                Claim::New { frame, evicted } => {
+                    if evicted {
+                        self.metrics.evictions.add(1);
+                    }
+                    break frame;
+                }
+                Claim::Dirty(victim) => match self.write_back_victim(victim) {
+                    Ok(true) => idle = 0,
+                    Ok(false) => {
+                        idle += 1;
+                        crate::sync::yield_now();
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
+                            return Err(e);
+                        }
+                    }
+                },
+                Claim::Full => {
+                    idle += 1;
+                    crate::sync::yield_now();
+                }
+            }
+            if idle >= IDLE_SWEEPS_BEFORE_FULL {
+                return Err(Error::new(
+                    ErrorKind::CacheFull,
+                    format!("every frame of page {page}'s set is pinned or under I/O"),
+                ));
+            }
+        };
+        self.frames.set_key(id, PageKey { file: file.id, page });
+        self.frames.state(id).assign_locked();
+        self.fill_locked(file, page, id, fill).map(Some)
+    }
+
+    /// Fills a frame just published `LOCKED` for `page` per `fill`; on error the guard undoes
+    /// the load.
+    fn fill_locked<'a>(
+        &'a self,
+        file: &'a FileInner,
+        page: u64,
+        id: FrameId,
+        fill: Fill,
+    ) -> Result<LockedPage<'a>> {
         self.metrics.misses.add(1);
         let lp = LockedPage { cache: self, file, page, id, fresh: true, committed: false };
         let ps = self.frames.page_size();
@@ -237,7 +304,7 @@ impl CacheInner {
                 }
             }
         }
-        Ok(Some(lp))
+        Ok(lp)
     }
 
     /// Undoes a fresh load: out of the index, unlocked without `VALID` (sleepers retry), and
@@ -261,7 +328,10 @@ impl CacheInner {
             }
             crate::sync::yield_now();
         }
-        self.free.free(Some(&file.frames), id);
+        if self.sets.is_none() {
+            self.free.free(Some(&file.frames), id);
+        }
+        // With page sets the frame stays in its way's slot, found free by the next claim.
     }
 
     /// A frame for a new page of `file`: from the allocator, else evicted by the policy. Low

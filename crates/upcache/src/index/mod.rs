@@ -18,6 +18,7 @@
 
 pub mod locked;
 pub mod radix;
+pub mod setassoc;
 pub mod sharded;
 
 pub use locked::LockedIndex;
@@ -37,11 +38,18 @@ pub enum IndexKind {
     Locked,
     /// Hash shards under reader-writer locks (the walking skeleton's index).
     Sharded,
+    /// SAFS's set-associative cache (seed 002 §4): one table of small page sets shared by
+    /// all files, each set its own index and replacement policy.
+    SetAssoc,
 }
 
 impl IndexKind {
     /// Every kind, for benchmarks and tests.
-    pub const ALL: [IndexKind; 3] = [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded];
+    pub const ALL: [IndexKind; 4] =
+        [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded, IndexKind::SetAssoc];
+
+    /// The kinds that are a per-file map ([`IndexKind::build`] works for them).
+    pub const PER_FILE: [IndexKind; 3] = [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded];
 
     /// The name used in configs and on the command line.
     pub fn name(self) -> &'static str {
@@ -49,15 +57,18 @@ impl IndexKind {
             IndexKind::Radix => "radix",
             IndexKind::Locked => "locked",
             IndexKind::Sharded => "sharded",
+            IndexKind::SetAssoc => "setassoc",
         }
     }
 
-    /// A new, empty index of this kind.
-    pub fn build(self) -> Box<dyn PageIndex> {
+    /// A new, empty index of a per-file kind; None for [`IndexKind::SetAssoc`], whose files
+    /// share one [`setassoc::SetTable`] (see [`setassoc::SetAssocIndex::new`]).
+    pub fn build(self) -> Option<Box<dyn PageIndex>> {
         match self {
-            IndexKind::Radix => Box::<RadixIndex>::default(),
-            IndexKind::Locked => Box::<LockedIndex>::default(),
-            IndexKind::Sharded => Box::<ShardedIndex>::default(),
+            IndexKind::Radix => Some(Box::<RadixIndex>::default()),
+            IndexKind::Locked => Some(Box::<LockedIndex>::default()),
+            IndexKind::Sharded => Some(Box::<ShardedIndex>::default()),
+            IndexKind::SetAssoc => None,
         }
     }
 }
@@ -69,7 +80,7 @@ impl std::str::FromStr for IndexKind {
         IndexKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidConfig,
-                format!("unknown index {s:?}: expected radix, locked or sharded"),
+                format!("unknown index {s:?}: expected radix, locked, sharded or setassoc"),
             )
         })
     }

@@ -182,7 +182,11 @@ impl PageIndex for ShardedIndex {
 
     fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.shards.iter().map(|s| read(s).slots.capacity() * std::mem::size_of::<Slot>()).sum::<usize>()
+            + self
+                .shards
+                .iter()
+                .map(|s| read(s).slots.capacity() * std::mem::size_of::<Slot>())
+                .sum::<usize>()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Every index kind against a `BTreeMap` model, through the `PageIndex` trait.
 
 use super::{LockedIndex, PageIndex, RadixIndex, ShardedIndex};
+
 use crate::frame::FrameId;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -12,6 +13,9 @@ fn kinds() -> Vec<(&'static str, Box<dyn PageIndex>)> {
         ("sharded", Box::<ShardedIndex>::default()),
     ]
 }
+
+// The set-associative kind places pages itself (an entry's frame must be in the page's set),
+// so it has its own model test in `setassoc.rs` instead of this free-form one.
 
 #[derive(Debug, Clone)]
 enum Op {
