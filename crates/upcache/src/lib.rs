@@ -21,7 +21,8 @@
 //! 3. a frame's `LOCKED` bit, waited for on at most one frame at a time; further frames only
 //!    with `try_lock*` (write-back runs), which never wait
 //! 4. leaves, held only for a moment and never while waiting: the open-files map, a page
-//!    index shard or the locked index's update mutex, a wait-table bucket, the range lock's internal mutex, the flusher kick
+//!    index shard or the locked index's update mutex or a page set, a file's free-frame cache
+//!    then an allocator region, a wait-table bucket, the range lock's internal mutex, the flusher kick
 //!
 //! Write-back (flushers, dflush, eviction of dirty pages) takes only level 3 with `try_lock`
 //! and level 4, so any thread may run it whatever it holds; dflush runs before a writer takes
@@ -33,6 +34,8 @@
 //! | lock-free hit path (pin by CAS on a state word) | 000, 004 | `frame/state.rs`, `cache/page.rs` |
 //! | ccXArray lock-free page index; the locked baseline | 000 §3.2 | `index/radix/`, `index/locked.rs` |
 //! | lock-free read hits (seqlock copy, no pin) | 000, 004 §5.1 | `file/handle.rs`, `file/write_seq.rs` |
+//! | set-associative cache, in-set GClock/Clock/LRU/LFU | 002 §4 | `index/setassoc.rs` |
+//! | two-layer free frames (per-core regions, per-file caches) | 003 §4.3 | `alloc/`, `cache/reclaim.rs` |
 //! | dflush: writers flush in parallel past the foreground ratio | 000 §3.3 | `writeback/run.rs` |
 //! | file range lock | 001 §3.2 | `file/range_lock.rs` |
 //! | striping over a device array, one backing file per device | 002 §3.3 | `io/layout.rs`, `io/device.rs` |

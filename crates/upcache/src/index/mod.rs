@@ -12,9 +12,11 @@
 //! or holds it `LOCKED` ([`PageIndex::remove_if`]), so an entry never points at a frame that
 //! another page has since been given *and published under the same page number*.
 //!
-//! Implementations: [`sharded::ShardedIndex`] (hash shards, each under its own reader-writer
-//! lock). The lock-free ccXArray radix tree (seed 000 §3.2) and SAFS's set-associative cache
-//! (seed 002 §4) plug in here.
+//! Implementations ([`IndexKind`]): [`radix::RadixIndex`] (ccXArray, seed 000 §3.2, the
+//! default), [`locked::LockedIndex`] (the same tree, updates under a per-file lock: the
+//! kernel's design), [`sharded::ShardedIndex`] (hash shards under reader-writer locks) and
+//! [`setassoc::SetAssocIndex`] (SAFS's set-associative cache, seed 002 §4: a view of page
+//! sets shared by every file, which also choose the frames and evict).
 
 pub mod locked;
 pub mod radix;
