@@ -461,34 +461,35 @@ fn reap_races_a_second_reap_of_the_leaf() {
     });
 }
 
-/// Reaping an old root vs its expansion: the root spans 0..2^46 and only page 0 is live under
-/// it (44 nodes of two removed chains are deleted). Page 2^46 is inserted, which pushes the
-/// root down, while page 0 is removed: the cascade climbs 22 levels and reaps what it
-/// deleted. The emptied old root must end up deleted too, however the two interleave.
+/// A root of pages 0..256 (three levels under it, 85 nodes when full) in which only page 0
+/// is left: the other 63 leaves were filled and emptied, so 64 nodes under it are deleted
+/// (the rest of the emptied ones were reaped on the way).
+fn old_root_at_reap_threshold() -> Tree {
+    let t = Tree::default();
+    t.insert_if_absent(252, 1).unwrap(); // a root of shift 6
+    for p in (0..63).map(|i| i * 4) {
+        t.insert_if_absent(p, 1).unwrap();
+    }
+    for p in (1..64).rev().map(|i| i * 4) {
+        assert!(t.remove_if(p, |_| true));
+    }
+    assert_eq!(t.node_counts(), (68, 64));
+    t
+}
+
+/// Reaping an old root vs its expansion: page 256 is inserted, which pushes the root of
+/// 0..256 down, while page 0, its last entry, is removed: the cascade deletes page 0's path
+/// and, if the old root has its parent by then, the old root, and reaps what it deleted. The
+/// emptied old root must end up deleted however the two interleave.
 #[test]
 fn reap_of_an_old_root_races_its_expansion() {
     model_with_branches(20_000, || {
-        let t = Tree::default();
-        for p in [1 << 44, 2 << 44, 0] {
-            t.insert_if_absent(p, 1).unwrap(); // the first makes a root of shift 44
-        }
-        for p in [1 << 44, 2 << 44] {
-            assert!(t.remove_if(p, |_| true));
-        }
-        assert_eq!(t.node_counts(), (67, 44));
-        let t = Arc::new(t);
+        let t = Arc::new(old_root_at_reap_threshold());
         let t2 = t.clone();
-        let b = thread::spawn(move || t2.insert_if_absent(1 << 46, 0xB));
+        let b = thread::spawn(move || t2.insert_if_absent(256, 0xB));
         assert!(t.remove_if(0, |e| e == 1));
         assert_eq!(b.join().unwrap(), Ok(()));
-        assert_eq!(contents(&t), [(1 << 46, 0xB)]);
-        let (nodes, deleted) = t.node_counts();
-        // New: the root and page 2^46's 23 nodes. Reaped: the old root with everything under
-        // it (67 nodes), or only page 0's chain (22) and the old root deleted after the reap.
-        assert!(
-            (nodes, deleted) == (91 - 67, 0) || (nodes, deleted) == (91 - 22, 45),
-            "old root left live and empty? node_counts() = ({nodes}, {deleted})"
-        );
+        assert_eq!(contents(&t), [(256, 0xB)]);
         drain_and_check(&t);
     });
 }
@@ -525,5 +526,8 @@ fn reap_models_cross_the_reap_threshold() {
         let t = tree_at_reap_threshold(&[0, 16], (3 << 62) + 4);
         assert!(t.remove_if(0, |_| true));
         assert_eq!(t.node_counts(), (126, 63), "the node of 0..16 and its leaf were reaped");
+        let t = old_root_at_reap_threshold();
+        assert!(t.remove_if(0, |_| true));
+        assert!(t.node_counts().0 < 68, "page 0's path was reaped");
     });
 }

@@ -28,13 +28,11 @@
 //! A set's lock is a leaf: held for one lookup, claim or removal, never while waiting for a
 //! frame (claims only try-claim frames).
 
-use std::sync::Arc;
-
 use super::PageIndex;
 use crate::error::{Error, ErrorKind};
 use crate::frame::state::{ClaimResult, UNOWNED};
 use crate::frame::{FrameId, FrameTable};
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, Arc, Mutex};
 
 /// Replacement inside a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

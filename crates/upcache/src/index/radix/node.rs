@@ -43,8 +43,10 @@ pub(super) enum Reserve {
 pub(super) struct Node {
     pub(super) state: AtomicU64,
     /// The parent, or null for the root. Set before the node is published, except for a root
-    /// that a concurrent expansion pushed down: that one gets its parent right after the
-    /// expansion's CAS, and until then is treated as a root (never deleted), which is safe.
+    /// that an expansion pushes down: that one gets its parent right after the expansion's
+    /// CAS, and until then is treated as a root (never deleted). The expander holds a
+    /// reservation on it across that window, so it cannot empty while it has no parent and be
+    /// left live and empty for good.
     pub(super) parent: AtomicPtr<Node>,
     /// Page bits below this node's slot index: 0 for a leaf.
     pub(super) shift: u32,

@@ -247,6 +247,10 @@ impl Tree {
             if root.covers(page) {
                 return root;
             }
+            // Held until the old root has its parent, so it cannot empty while it has none.
+            if !root.try_reserve_live() {
+                continue; // pushed down and deleted meanwhile
+            }
             // Expansion: a new root whose slot 0 is the old root, counted as its live child.
             let new = Node::new(root.shift + BITS, std::ptr::null_mut(), 1);
             new.slots[0].store(h, Ordering::Relaxed); // Relaxed: published by the CAS below
@@ -259,6 +263,7 @@ impl Tree {
                 // SAFETY: never published; we still own it.
                 Err(_) => drop(unsafe { Box::from_raw(new) }),
             }
+            self.debit(root, g);
         }
     }
 
@@ -335,10 +340,15 @@ impl Tree {
         let mut top = None;
         loop {
             let parent = n.parent.load(Ordering::SeqCst);
-            if parent.is_null() || !n.try_mark_deleted() {
-                break; // the root, or reused before we could delete it
+            if parent.is_null() {
+                break; // the root
             }
+            // Counted before the mark, so a reviver's decrement never comes first.
             self.deleted.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+            if !n.try_mark_deleted() {
+                self.deleted.fetch_sub(1, Ordering::Relaxed); // Relaxed: a statistic
+                break; // reused before we could delete it
+            }
             let p = self.node(parent, g);
             top = Some((n, p));
             // The parent's credit for its now-deleted child.
