@@ -108,7 +108,7 @@ impl Metrics {
     pub fn snapshot(&self, dirty_pages: u64, gauges: [u64; 3]) -> Stats {
         let [frames, metadata_bytes, index_bytes] = gauges;
         Stats {
-            hits: self.hits.get(),
+            hits: self.hits.get() + self.lock_free_hits.get(),
             lock_free_hits: self.lock_free_hits.get(),
             misses: self.misses.get(),
             evictions: self.evictions.get(),

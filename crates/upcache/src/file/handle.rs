@@ -124,6 +124,8 @@ impl File {
             let at = (pos - offset) as usize;
             let dst = buf[at..at + n].as_mut_ptr();
             let ok = file.index.read_optimistic(page, &mut |id| {
+                // First, so its bitmap miss overlaps the copy's.
+                frames.touch(id);
                 // SAFETY: source and destination are in bounds (a frame is `ps` bytes, `dst`
                 // has `n`). This is a seqlock read: a frame being reused or written may change
                 // under the copy. That is a data race by the letter of the Rust memory model,
@@ -131,7 +133,6 @@ impl File {
                 // bytes are plain integers with no validity invariant, land only in the
                 // caller's buffer, and are kept only if validation below passes.
                 unsafe { std::ptr::copy_nonoverlapping(frames.ptr(id).add(in_page), dst, n) };
-                frames.touch(id);
             });
             if !ok {
                 return None;
@@ -141,9 +142,8 @@ impl File {
         if !file.writes.unchanged_since(seq) {
             return None;
         }
-        let pages = end.div_ceil(ps) - offset / ps;
-        self.cache.metrics.hits.add(pages);
-        self.cache.metrics.lock_free_hits.add(pages);
+        // Counted once: `Stats::hits` adds these to the pinned hits.
+        self.cache.metrics.lock_free_hits.add(end.div_ceil(ps) - offset / ps);
         Some((end - offset) as usize)
     }
 
