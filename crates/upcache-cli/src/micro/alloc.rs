@@ -74,23 +74,21 @@ pub fn run(a: AllocBenchArgs) -> Result<()> {
         a.batch > 0 && a.frames >= a.batch * max_threads * 2,
         "--frames must be at least twice --batch times the most threads"
     );
-    let mut points = Vec::new();
-    for &t in &a.threads {
-        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); a.alloc.len()];
-        // Alternate allocators within each repetition so drift hits all alike.
-        for _ in 0..a.repeat {
+    // Every repetition runs every (threads, variant) point once, in turn, so drift on a
+    // shared machine hits all points alike and the medians compare like with like.
+    let mut runs: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); a.alloc.len()]; a.threads.len()];
+    for _ in 0..a.repeat {
+        for (ti, &t) in a.threads.iter().enumerate() {
             for (i, &k) in a.alloc.iter().enumerate() {
-                runs[i].push(measure(k, t, &a));
+                runs[ti][i].push(measure(k, t, &a));
             }
         }
+    }
+    let mut points = Vec::new();
+    for (ti, &t) in a.threads.iter().enumerate() {
         for (i, &k) in a.alloc.iter().enumerate() {
-            let mut v = runs[i].clone();
-            points.push(Point {
-                variant: k.name().into(),
-                threads: t,
-                median: median(&mut v),
-                ops_per_sec: runs[i].clone(),
-            });
+            let mut v = runs[ti][i].clone();
+            points.push(Point { variant: k.name().into(), threads: t, median: median(&mut v), ops_per_sec: runs[ti][i].clone() });
         }
     }
     if a.json {

@@ -99,23 +99,21 @@ pub fn run(a: IndexBenchArgs) -> Result<()> {
         );
     }
     let kinds = a.index.clone();
-    let mut points = Vec::new();
-    for &t in &a.threads {
-        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
-        // Alternate kinds within each repetition so drift on a shared machine hits all alike.
-        for _ in 0..a.repeat {
+    // Every repetition runs every (threads, variant) point once, in turn, so drift on a
+    // shared machine hits all points alike and the medians compare like with like.
+    let mut runs: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); kinds.len()]; a.threads.len()];
+    for _ in 0..a.repeat {
+        for (ti, &t) in a.threads.iter().enumerate() {
             for (i, &k) in kinds.iter().enumerate() {
-                runs[i].push(measure(k, t, &a));
+                runs[ti][i].push(measure(k, t, &a));
             }
         }
+    }
+    let mut points = Vec::new();
+    for (ti, &t) in a.threads.iter().enumerate() {
         for (i, &k) in kinds.iter().enumerate() {
-            let mut v = runs[i].clone();
-            points.push(Point {
-                variant: k.name().into(),
-                threads: t,
-                median: median(&mut v),
-                ops_per_sec: runs[i].clone(),
-            });
+            let mut v = runs[ti][i].clone();
+            points.push(Point { variant: k.name().into(), threads: t, median: median(&mut v), ops_per_sec: runs[ti][i].clone() });
         }
     }
     if a.json {
