@@ -106,6 +106,14 @@ impl FrameAllocator {
         }
     }
 
+    /// Returns frames that belong to no file (background reclaim), in one batch.
+    pub fn free_many(&self, ids: &[FrameId]) {
+        match self {
+            FrameAllocator::Global(g) => ids.iter().for_each(|&id| g.push(id)),
+            FrameAllocator::TwoLayer(t) => t.free_many(ids),
+        }
+    }
+
     /// Gives every frame in `fc` back to the pool (its file is going away).
     pub fn drain(&self, fc: &FileFrames) {
         if let FrameAllocator::TwoLayer(t) = self {

@@ -10,6 +10,9 @@ use crate::alloc::{Pressure, LOW_DIVISOR};
 use crate::policy::Victim;
 use crate::sync::{self, Ordering};
 
+/// Frames background reclaim hands to the pool at once.
+const RECLAIM_BATCH: usize = 32;
+
 impl CacheInner {
     /// Asks for background reclaim if free frames run low.
     pub(crate) fn check_pressure(&self) {
@@ -51,13 +54,19 @@ impl CacheInner {
         }
         let target = 2 * frames / LOW_DIVISOR;
         let mut misses = 0;
-        while self.free.pooled() < target && misses < 4 {
+        // Freed in batches, one pool lock per batch.
+        let mut batch = Vec::with_capacity(RECLAIM_BATCH);
+        while self.free.pooled() + batch.len() < target && misses < 4 {
             match self.policy.pick_victim(&self.frames) {
                 Victim::Claimed(id) => {
                     self.detach_claimed(id);
                     self.metrics.evictions.add(1);
                     self.metrics.reclaimed.add(1);
-                    self.free.free(None, id);
+                    batch.push(id);
+                    if batch.len() == RECLAIM_BATCH {
+                        self.free.free_many(&batch);
+                        batch.clear();
+                    }
                 }
                 Victim::Dirty(id) => {
                     if !matches!(self.write_back_victim(id), Ok(true)) {
@@ -67,5 +76,6 @@ impl CacheInner {
                 Victim::None => misses += 1,
             }
         }
+        self.free.free_many(&batch);
     }
 }
