@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use upcache::alloc::{AllocKind, FileFrames, FrameAllocator};
 
-use super::{median, parse_count, print_table, run_threads, Point};
+use super::{measure_points, parse_count, print_table, run_threads};
 
 #[derive(Args, Debug)]
 pub struct AllocBenchArgs {
@@ -74,23 +74,7 @@ pub fn run(a: AllocBenchArgs) -> Result<()> {
         a.batch > 0 && a.frames >= a.batch * max_threads * 2,
         "--frames must be at least twice --batch times the most threads"
     );
-    // Every repetition runs every (threads, variant) point once, in turn, so drift on a
-    // shared machine hits all points alike and the medians compare like with like.
-    let mut runs: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); a.alloc.len()]; a.threads.len()];
-    for _ in 0..a.repeat {
-        for (ti, &t) in a.threads.iter().enumerate() {
-            for (i, &k) in a.alloc.iter().enumerate() {
-                runs[ti][i].push(measure(k, t, &a));
-            }
-        }
-    }
-    let mut points = Vec::new();
-    for (ti, &t) in a.threads.iter().enumerate() {
-        for (i, &k) in a.alloc.iter().enumerate() {
-            let mut v = runs[ti][i].clone();
-            points.push(Point { variant: k.name().into(), threads: t, median: median(&mut v), ops_per_sec: runs[ti][i].clone() });
-        }
-    }
+    let points = measure_points(&a.threads, &a.alloc, a.repeat, |k| k.name(), |k, t| measure(k, t, &a));
     if a.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());

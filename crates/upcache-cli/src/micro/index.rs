@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use upcache::index::PageIndex;
 use upcache::IndexKind;
 
-use super::{median, parse_count, print_table, run_threads, Point};
+use super::{measure_points, parse_count, print_table, run_threads};
 
 #[derive(Args, Debug)]
 pub struct IndexBenchArgs {
@@ -99,23 +99,7 @@ pub fn run(a: IndexBenchArgs) -> Result<()> {
         );
     }
     let kinds = a.index.clone();
-    // Every repetition runs every (threads, variant) point once, in turn, so drift on a
-    // shared machine hits all points alike and the medians compare like with like.
-    let mut runs: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); kinds.len()]; a.threads.len()];
-    for _ in 0..a.repeat {
-        for (ti, &t) in a.threads.iter().enumerate() {
-            for (i, &k) in kinds.iter().enumerate() {
-                runs[ti][i].push(measure(k, t, &a));
-            }
-        }
-    }
-    let mut points = Vec::new();
-    for (ti, &t) in a.threads.iter().enumerate() {
-        for (i, &k) in kinds.iter().enumerate() {
-            let mut v = runs[ti][i].clone();
-            points.push(Point { variant: k.name().into(), threads: t, median: median(&mut v), ops_per_sec: runs[ti][i].clone() });
-        }
-    }
+    let points = measure_points(&a.threads, &kinds, a.repeat, |k| k.name(), |k, t| measure(k, t, &a));
     if a.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());

@@ -49,9 +49,33 @@ where
     ops as f64 / secs
 }
 
-/// The median of `v` (sorted in place).
-pub fn median(v: &mut [f64]) -> f64 {
-    crate::bench::report::median(v)
+/// Measures every (thread count, variant) point `repeat` times. Each repetition runs every
+/// point once, in turn, so drift on a shared machine hits all points alike and the medians
+/// compare like with like.
+pub fn measure_points<K: Copy>(
+    threads: &[usize],
+    variants: &[K],
+    repeat: usize,
+    name: impl Fn(K) -> &'static str,
+    measure: impl Fn(K, usize) -> f64,
+) -> Vec<Point> {
+    let mut runs = vec![vec![Vec::new(); variants.len()]; threads.len()];
+    for _ in 0..repeat {
+        for (ti, &t) in threads.iter().enumerate() {
+            for (vi, &v) in variants.iter().enumerate() {
+                runs[ti][vi].push(measure(v, t));
+            }
+        }
+    }
+    let mut points = Vec::new();
+    for (ti, &t) in threads.iter().enumerate() {
+        for (vi, &v) in variants.iter().enumerate() {
+            let ops_per_sec: Vec<f64> = runs[ti][vi].clone();
+            let median = crate::bench::report::median(&mut runs[ti][vi]);
+            points.push(Point { variant: name(v).into(), threads: t, ops_per_sec, median });
+        }
+    }
+    points
 }
 
 /// Parses a positive count.

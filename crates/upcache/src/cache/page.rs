@@ -131,6 +131,46 @@ impl Drop for LockedPage<'_> {
     }
 }
 
+/// A miss that has to evict: it writes back dirty victims and retries, and gives up with the
+/// device's error after repeated failed write-backs, or with `CacheFull` after many sweeps
+/// that found every frame pinned or under I/O.
+#[derive(Default)]
+struct EvictionRetries {
+    idle: u32,
+    failed: u32,
+}
+
+impl EvictionRetries {
+    /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
+    fn write_back(&mut self, cache: &CacheInner, victim: FrameId) -> Result<()> {
+        match cache.write_back_victim(victim) {
+            Ok(true) => self.idle = 0,
+            // Someone else is writing it back; let them finish, then sweep again.
+            Ok(false) => self.wait(),
+            Err(e) => {
+                self.failed += 1;
+                if self.failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A sweep found nothing to take: let other threads run.
+    fn wait(&mut self) {
+        self.idle += 1;
+        crate::sync::yield_now();
+    }
+
+    fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.idle >= IDLE_SWEEPS_BEFORE_FULL {
+            return Err(Error::new(ErrorKind::CacheFull, what()));
+        }
+        Ok(())
+    }
+}
+
 impl CacheInner {
     /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
     fn lookup_pinned(&self, file: &FileInner, page: u64) -> Option<FrameId> {
@@ -230,8 +270,7 @@ impl CacheInner {
         page: u64,
         fill: Fill,
     ) -> Result<Option<LockedPage<'a>>> {
-        let mut idle = 0u32;
-        let mut failed = 0u32;
+        let mut retries = EvictionRetries::default();
         let id = loop {
             match sets.claim(file.id, page, &self.frames) {
                 // Published by another thread meanwhile: take the hit path.
@@ -242,30 +281,11 @@ impl CacheInner {
                     }
                     break frame;
                 }
-                Claim::Dirty(victim) => match self.write_back_victim(victim) {
-                    Ok(true) => idle = 0,
-                    Ok(false) => {
-                        idle += 1;
-                        crate::sync::yield_now();
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
-                            return Err(e);
-                        }
-                    }
-                },
-                Claim::Full => {
-                    idle += 1;
-                    crate::sync::yield_now();
-                }
+                Claim::Dirty(victim) => retries.write_back(self, victim)?,
+                Claim::Full => retries.wait(),
             }
-            if idle >= IDLE_SWEEPS_BEFORE_FULL {
-                return Err(Error::new(
-                    ErrorKind::CacheFull,
-                    format!("every frame of page {page}'s set is pinned or under I/O"),
-                ));
-            }
+            retries
+                .give_up_if_stuck(|| format!("every frame of page {page}'s set is pinned or under I/O"))?;
         };
         self.frames.set_key(id, PageKey { file: file.id, page });
         self.frames.state(id).assign_locked();
@@ -338,8 +358,7 @@ impl CacheInner {
     /// pressure asks the flushers to reclaim in the background (and, if urgent, to shrink
     /// the per-file frame caches), so later misses find free frames.
     fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
-        let mut idle = 0u32;
-        let mut failed = 0u32;
+        let mut retries = EvictionRetries::default();
         loop {
             if let Some(id) = self.free.alloc(&file.frames) {
                 self.check_pressure();
@@ -352,31 +371,11 @@ impl CacheInner {
                     self.metrics.evictions.add(1);
                     return Ok(id);
                 }
-                Victim::Dirty(id) => match self.write_back_victim(id) {
-                    Ok(true) => idle = 0,
-                    Ok(false) => {
-                        // Someone else is writing it back; let them finish, then sweep again.
-                        idle += 1;
-                        crate::sync::yield_now();
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        if failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
-                            return Err(e);
-                        }
-                    }
-                },
-                Victim::None => {
-                    idle += 1;
-                    crate::sync::yield_now();
-                }
+                Victim::Dirty(id) => retries.write_back(self, id)?,
+                Victim::None => retries.wait(),
             }
-            if idle >= IDLE_SWEEPS_BEFORE_FULL {
-                return Err(Error::new(
-                    ErrorKind::CacheFull,
-                    format!("all {} frames are pinned or under I/O", self.frames.len()),
-                ));
-            }
+            retries
+                .give_up_if_stuck(|| format!("all {} frames are pinned or under I/O", self.frames.len()))?;
         }
     }
 
