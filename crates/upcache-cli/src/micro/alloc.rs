@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use upcache::alloc::{AllocKind, FileFrames, FrameAllocator};
 
-use super::{measure_points, parse_count, print_table, run_threads};
+use super::{measure_points, parse_count, print_table, run_threads, RunArgs};
 
 #[derive(Args, Debug)]
 pub struct AllocBenchArgs {
@@ -28,15 +28,8 @@ pub struct AllocBenchArgs {
     /// Frames a thread takes before giving them back
     #[arg(long, default_value_t = 256)]
     batch: usize,
-    /// Seconds per measurement
-    #[arg(long, default_value_t = 2.0)]
-    seconds: f64,
-    /// Measurements per point; the table shows medians
-    #[arg(long, default_value_t = 3)]
-    repeat: usize,
-    /// Print JSON instead of the table
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn parse_alloc(s: &str) -> Result<AllocKind, String> {
@@ -46,7 +39,7 @@ fn parse_alloc(s: &str) -> Result<AllocKind, String> {
 fn measure(kind: AllocKind, threads: usize, a: &AllocBenchArgs) -> f64 {
     let pool = FrameAllocator::new(kind, a.frames);
     let batch = a.batch;
-    run_threads(threads, Duration::from_secs_f64(a.seconds), |_, stop| {
+    run_threads(threads, Duration::from_secs_f64(a.run.seconds), |_, stop| {
         let file = FileFrames::default();
         let mut held = Vec::with_capacity(batch);
         let mut frames = 0u64;
@@ -68,20 +61,20 @@ fn measure(kind: AllocKind, threads: usize, a: &AllocBenchArgs) -> f64 {
 }
 
 pub fn run(a: AllocBenchArgs) -> Result<()> {
-    anyhow::ensure!(a.repeat > 0 && a.seconds > 0.0, "--repeat and --seconds must be positive");
+    anyhow::ensure!(a.run.repeat > 0 && a.run.seconds > 0.0, "--repeat and --seconds must be positive");
     let max_threads = a.threads.iter().copied().max().unwrap_or(1);
     anyhow::ensure!(
         a.batch > 0 && a.frames >= a.batch * max_threads * 2,
         "--frames must be at least twice --batch times the most threads"
     );
-    let points = measure_points(&a.threads, &a.alloc, a.repeat, |k| k.name(), |k, t| measure(k, t, &a));
-    if a.json {
+    let points = measure_points(&a.threads, &a.alloc, a.run.repeat, |k| k.name(), |k, t| measure(k, t, &a));
+    if a.run.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());
     }
     println!(
         "frame allocation: take and return {} frames per round from a pool of {}; {} s per run, medians of {}",
-        a.batch, a.frames, a.seconds, a.repeat
+        a.batch, a.frames, a.run.seconds, a.run.repeat
     );
     let names: Vec<String> = a.alloc.iter().map(|k| k.name().to_string()).collect();
     print_table("frames/s", &points, &names, &a.threads);

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use upcache::index::PageIndex;
 use upcache::IndexKind;
 
-use super::{measure_points, parse_count, print_table, run_threads};
+use super::{measure_points, parse_count, print_table, run_threads, RunArgs};
 
 #[derive(Args, Debug)]
 pub struct IndexBenchArgs {
@@ -32,15 +32,8 @@ pub struct IndexBenchArgs {
     /// Percentage of operations that insert or delete (the rest look up)
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     update: u32,
-    /// Seconds per measurement
-    #[arg(long, default_value_t = 2.0)]
-    seconds: f64,
-    /// Measurements per point; the table shows medians
-    #[arg(long, default_value_t = 3)]
-    repeat: usize,
-    /// Print JSON instead of the table
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn parse_kind(s: &str) -> Result<IndexKind, String> {
@@ -60,7 +53,7 @@ fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
     let Some(ix) = kind.build() else { return f64::NAN };
     prefill(&*ix, a.keys);
     let (keys, update) = (a.keys, a.update);
-    run_threads(threads, Duration::from_secs_f64(a.seconds), |t, stop| {
+    run_threads(threads, Duration::from_secs_f64(a.run.seconds), |t, stop| {
         let mut rng = SmallRng::seed_from_u64(1000 + t as u64);
         let mut ops = 0u64;
         // Check the stop flag every 64 operations: a load per operation would be noise.
@@ -88,7 +81,7 @@ fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
 
 pub fn run(a: IndexBenchArgs) -> Result<()> {
     anyhow::ensure!(a.keys > 0 && a.keys <= u32::MAX as u64, "--keys must be 1 to 2^32-1");
-    anyhow::ensure!(a.repeat > 0 && a.seconds > 0.0, "--repeat and --seconds must be positive");
+    anyhow::ensure!(a.run.repeat > 0 && a.run.seconds > 0.0, "--repeat and --seconds must be positive");
     if let Some(k) = a.index.iter().find(|k| k.build().is_none()) {
         anyhow::bail!(
             "--index {}: the set-associative cache places pages itself (insert = claim a way in the \
@@ -99,8 +92,8 @@ pub fn run(a: IndexBenchArgs) -> Result<()> {
         );
     }
     let kinds = a.index.clone();
-    let points = measure_points(&a.threads, &kinds, a.repeat, |k| k.name(), |k, t| measure(k, t, &a));
-    if a.json {
+    let points = measure_points(&a.threads, &kinds, a.run.repeat, |k| k.name(), |k, t| measure(k, t, &a));
+    if a.run.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());
     }
@@ -109,8 +102,8 @@ pub fn run(a: IndexBenchArgs) -> Result<()> {
         a.keys,
         a.update,
         100 - a.update,
-        a.seconds,
-        a.repeat
+        a.run.seconds,
+        a.run.repeat
     );
     let names: Vec<String> = kinds.iter().map(|k| k.name().to_string()).collect();
     print_table("ops/s", &points, &names, &a.threads);

@@ -10,6 +10,20 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+/// How long and how often each point is measured, and how results are printed.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Seconds per measurement
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Measurements per point; the table shows medians
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Print JSON instead of the table
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// One measured point: a variant at a thread count.
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
