@@ -112,16 +112,23 @@ fn reader(f: File, r: u64, stop: &AtomicBool) -> u64 {
 
 #[test]
 fn concurrent_writers_and_readers_never_tear_and_nothing_is_lost() {
-    records_under_contention(IndexKind::Radix);
+    records_under_contention(IndexKind::Radix, false);
 }
 
 /// The same with the set-associative cache: eviction inside 4 sets of 12 frames.
 #[test]
 fn set_associative_cache_never_tears_and_loses_nothing() {
-    records_under_contention(IndexKind::SetAssoc);
+    records_under_contention(IndexKind::SetAssoc, false);
 }
 
-fn records_under_contention(index: IndexKind) {
+/// The same while another thread shrinks the set-associative cache to half and grows it
+/// back over and over (merges evict and write back; splits move pages with their frames).
+#[test]
+fn set_associative_cache_resizes_under_load() {
+    records_under_contention(IndexKind::SetAssoc, true);
+}
+
+fn records_under_contention(index: IndexKind, resize: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let config = || {
         common::config(tmp.path(), 4, 4096, 48)
@@ -153,8 +160,32 @@ fn records_under_contention(index: IndexKind) {
             })
         })
         .collect();
-    let last: Vec<Vec<u64>> = writers.into_iter().map(|t| t.join().unwrap()).collect();
-    stop.store(true, Ordering::Relaxed);
+    let resizes = thread::scope(|s| {
+        let resizer = resize.then(|| {
+            s.spawn(|| {
+                let full = 48 * 4096;
+                let mut done = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Busy (pinned pages keep a merge from finishing) is a valid answer.
+                    for bytes in [full / 2, full] {
+                        match cache.resize(bytes) {
+                            Ok(now) => assert!(now <= full),
+                            Err(e) => assert_eq!(e.kind(), upcache::ErrorKind::Busy, "{e}"),
+                        }
+                    }
+                    done += 1;
+                }
+                done
+            })
+        });
+        let last: Vec<Vec<u64>> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        (last, resizer.map(|r| r.join().unwrap()))
+    });
+    let (last, resized) = resizes;
+    if resize {
+        assert!(resized.unwrap() > 0);
+    }
     let checked: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(checked > 0);
 

@@ -22,7 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID};
 use crate::frame::{FrameId, PageKey};
-use crate::index::setassoc::{Claim, SetTable};
+use crate::index::setassoc::{Claim, Merge, SetTable};
 use crate::policy::Victim;
 use crate::sync::Ordering;
 
@@ -164,10 +164,45 @@ impl EvictionRetries {
     }
 
     fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {
+        self.give_up_with(ErrorKind::CacheFull, what)
+    }
+
+    fn give_up_with(&self, kind: ErrorKind, what: impl FnOnce() -> String) -> Result<()> {
         if self.idle >= IDLE_SWEEPS_BEFORE_FULL {
-            return Err(Error::new(ErrorKind::CacheFull, what()));
+            return Err(Error::new(kind, what()));
         }
         Ok(())
+    }
+}
+
+impl CacheInner {
+    /// See [`crate::Cache::resize`].
+    pub(crate) fn resize(&self, bytes: u64) -> Result<u64> {
+        let Some(sets) = &self.sets else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "online resizing needs the set-associative index (IndexKind::SetAssoc)",
+            ));
+        };
+        let per_set = (sets.ways() * self.frames.page_size()) as u64;
+        let target = ((bytes / per_set) as usize).clamp(1, sets.max_sets());
+        while sets.set_count() < target && sets.split_one() {}
+        let mut retries = EvictionRetries::default();
+        while sets.set_count() > target {
+            match sets.merge_one(&self.frames) {
+                Merge::Done(freed) => {
+                    freed.into_iter().for_each(|f| self.frames.discard(f));
+                    retries = EvictionRetries::default();
+                }
+                Merge::Dirty(victim) => retries.write_back(self, victim)?,
+                Merge::Busy => retries.wait(),
+                Merge::Smallest => break,
+            }
+            retries.give_up_with(ErrorKind::Busy, || {
+                format!("pinned pages keep page sets from merging; {} sets in use", sets.set_count())
+            })?;
+        }
+        Ok(sets.frames_used() as u64 * self.frames.page_size() as u64)
     }
 }
 

@@ -68,6 +68,19 @@ impl Arena {
         self.page_size
     }
 
+    /// Gives frame `id`'s memory back to the kernel; it reads as zeros when next touched. The
+    /// caller must own the frame (`UNOWNED` and taken out of use), so nobody touches its bytes
+    /// meanwhile.
+    pub fn discard(&self, id: FrameId) {
+        let p = self.frame_ptr(id);
+        // SAFETY: the range is exactly one frame inside our mapping; MADV_DONTNEED on private
+        // anonymous memory only drops its contents, which the caller says nobody uses.
+        let rc = unsafe { libc::madvise(p as *mut libc::c_void, self.page_size, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            log::debug!("MADV_DONTNEED refused: {}", std::io::Error::last_os_error());
+        }
+    }
+
     /// Start of frame `id`. The caller must hold the right to the bytes it touches (a pin
     /// with `VALID` to read, `LOCKED` to write).
     pub fn frame_ptr(&self, id: FrameId) -> *mut u8 {

@@ -139,6 +139,12 @@ impl FrameTable {
         word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
+    /// Gives an unused frame's memory back to the kernel (see [`Arena::discard`]).
+    pub fn discard(&self, id: FrameId) {
+        debug_assert_eq!(self.state(id).load(), state::UNOWNED);
+        self.arena.discard(id);
+    }
+
     /// Raw start of frame `id`'s bytes; see [`Arena::frame_ptr`] for the rules.
     pub fn ptr(&self, id: FrameId) -> *mut u8 {
         self.arena.frame_ptr(id)

@@ -5,8 +5,10 @@
 //! state for threads to contend on, at the price of restricted associativity (a hot set evicts
 //! while another set has cold pages).
 //!
-//! Frames are positional: way `w` of set `s` is frame `s * ways + w`. The set records which
-//! (file, page) each way holds and one replacement counter per way. A miss claims a way
+//! Each way holds one frame (at start, way `w` of set `s` holds frame `s * ways + w`); the
+//! set records which (file, page) each way's frame holds and one replacement counter per way.
+//! Resizing moves a page *with its frame* between sets, so no byte is copied and pins stay
+//! valid. A miss claims a way
 //! ([`SetTable::claim`]): an empty way whose frame is free, else an in-set victim chosen by
 //! the set's policy among frames that [`crate::frame::FrameState::try_claim`] accepts
 //! (unpinned, unlocked, clean: clean pages are preferred, and a dirty candidate is reported
@@ -21,18 +23,30 @@
 //! - `Lru`: the way with the oldest access stamp (a per-set tick);
 //! - `Lfu`: the way with the fewest hits (ties: the oldest stamp).
 //!
-//! Not done yet: online resizing by linear hashing (§4.1); the set count is fixed at start.
+//! # Resizing (§4.1)
+//! Linear hashing with an initial size of one set: `2^level + split` sets are active; a page
+//! hashing to `h` lives in set `h mod 2^level`, or `h mod 2^(level+1)` if that is below
+//! `split`. Growing splits set `split` into itself and set `split + 2^level` (its pages whose
+//! finer hash says so move over, each with its frame, swapped for an empty way's frame of the
+//! new set); shrinking merges the last set back into its buddy, first evicting clean pages if
+//! the two hold more than one set's worth (pinned, in-flight and dirty pages make the merge
+//! wait: the caller writes dirty ones back and retries). Both hold the two sets' locks while
+//! they change the shape, and a thread that locked a set re-checks that the (new) shape still
+//! routes its page there, so lookups, claims and removals run on while the cache resizes.
+//! Frames of a deactivated set are all free; their memory is given back to the kernel.
+//!
 //! There are no `READY` entries, so reads through this index take the pinned path.
 //!
 //! # Locking
 //! A set's lock is a leaf: held for one lookup, claim or removal, never while waiting for a
-//! frame (claims only try-claim frames).
+//! frame (claims only try-claim frames). A split or merge takes the resize mutex, then the two
+//! sets' locks in index order.
 
 use super::PageIndex;
 use crate::error::{Error, ErrorKind};
 use crate::frame::state::{ClaimResult, UNOWNED};
 use crate::frame::{FrameId, FrameTable};
-use crate::sync::{lock, Arc, Mutex};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// Replacement inside a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,6 +108,8 @@ const EMPTY: (u64, u64) = (u64::MAX, u64::MAX);
 /// One set's state.
 struct Set {
     keys: Box<[(u64, u64)]>,
+    /// The frame each way holds.
+    frames: Box<[FrameId]>,
     /// GClock/Clock/LFU counter per way.
     counts: Box<[u8]>,
     /// Last access tick per way (LRU, and LFU's tie-break).
@@ -123,9 +139,54 @@ pub enum Claim {
 
 /// The page sets of a cache.
 pub struct SetTable {
+    /// Every set the arena can hold; the first `active(shape)` are in use.
     sets: Box<[Mutex<Set>]>,
     ways: usize,
     policy: SetPolicy,
+    /// Linear hashing state: `level` in the high 32 bits, `split` in the low 32.
+    shape: AtomicU64,
+    /// One split or merge at a time.
+    resizing: Mutex<()>,
+}
+
+fn shape(level: u32, split: u64) -> u64 {
+    (level as u64) << 32 | split
+}
+
+fn level_split(shape: u64) -> (u32, u64) {
+    ((shape >> 32) as u32, shape & u32::MAX as u64)
+}
+
+/// Active sets of a shape.
+fn active(shape: u64) -> usize {
+    let (level, split) = level_split(shape);
+    ((1u64 << level) + split) as usize
+}
+
+/// The set a hash lives in under a shape.
+fn route(shape: u64, h: u64) -> usize {
+    let (level, split) = level_split(shape);
+    let lo = h & ((1u64 << level) - 1);
+    (if lo < split { h & ((1u64 << (level + 1)) - 1) } else { lo }) as usize
+}
+
+/// The shape with `n >= 1` active sets.
+fn shape_of(n: usize) -> u64 {
+    let level = usize::BITS - 1 - n.leading_zeros();
+    shape(level, (n - (1 << level)) as u64)
+}
+
+/// What one merge step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// One set fewer; these frames are free and no longer used.
+    Done(Vec<FrameId>),
+    /// The two sets hold too many pages and this dirty one must be written back first.
+    Dirty(FrameId),
+    /// The two sets hold too many pages and the extra ones are pinned or under I/O.
+    Busy,
+    /// Already one set.
+    Smallest,
 }
 
 fn hash(file: u64, page: u64) -> u64 {
@@ -144,9 +205,10 @@ impl SetTable {
     pub fn new(frames: usize, ways: usize, policy: SetPolicy) -> Self {
         let n = (frames / ways).max(1);
         let sets = (0..n)
-            .map(|_| {
+            .map(|s| {
                 Mutex::new(Set {
                     keys: vec![EMPTY; ways].into(),
+                    frames: (0..ways).map(|w| (s * ways + w) as FrameId).collect(),
                     counts: vec![0; ways].into(),
                     stamps: vec![0; ways].into(),
                     tick: 0,
@@ -154,25 +216,46 @@ impl SetTable {
                 })
             })
             .collect();
-        SetTable { sets, ways, policy }
+        SetTable { sets, ways, policy, shape: AtomicU64::new(shape_of(n)), resizing: Mutex::new(()) }
     }
 
-    /// Number of sets.
+    /// Sets in use now.
     pub fn set_count(&self) -> usize {
+        active(self.shape.load(Ordering::Acquire)) // Acquire: see `lock_home`
+    }
+
+    /// Most sets the arena can hold.
+    pub fn max_sets(&self) -> usize {
         self.sets.len()
     }
 
-    /// Frames the sets use (the rest of the arena, fewer than `ways`, is idle).
+    /// Frames per set.
+    pub fn ways(&self) -> usize {
+        self.ways
+    }
+
+    /// Frames in use now (the rest of the arena is idle).
     pub fn frames_used(&self) -> usize {
-        self.sets.len() * self.ways
+        self.set_count() * self.ways
     }
 
+    /// Locks the set (file, page) lives in, as the shape is once the lock is held.
+    fn lock_home(&self, file: u64, page: u64) -> (usize, MutexGuard<'_, Set>) {
+        let h = hash(file, page);
+        loop {
+            // Acquire (both): the shape is changed under the locks of the sets it moves pages
+            // between, so once we hold a set's lock its latest shape is visible here.
+            let si = route(self.shape.load(Ordering::Acquire), h);
+            let g = lock(&self.sets[si]);
+            if route(self.shape.load(Ordering::Acquire), h) == si {
+                return (si, g);
+            }
+        }
+    }
+
+    #[cfg(test)]
     fn set_of(&self, file: u64, page: u64) -> usize {
-        (hash(file, page) % self.sets.len() as u64) as usize
-    }
-
-    fn frame(&self, set: usize, way: usize) -> FrameId {
-        (set * self.ways + way) as FrameId
+        self.lock_home(file, page).0
     }
 
     fn touch(&self, s: &mut Set, way: usize) {
@@ -183,49 +266,48 @@ impl SetTable {
 
     /// The frame holding (file, page), counting a hit for the policy.
     pub fn lookup(&self, file: u64, page: u64) -> Option<FrameId> {
-        let si = self.set_of(file, page);
-        let mut s = lock(&self.sets[si]);
+        let (_, mut s) = self.lock_home(file, page);
         let way = s.keys.iter().position(|&k| k == (file, page))?;
         self.touch(&mut s, way);
-        Some(self.frame(si, way))
+        Some(s.frames[way])
     }
 
     /// Finds (file, page) in its set or gives it a frame there: an empty way whose frame is
     /// free, else a victim by the set's policy. A `New` frame is `UNOWNED`; the caller owns
     /// it and must publish it (or remove the entry and release it).
     pub fn claim(&self, file: u64, page: u64, frames: &FrameTable) -> Claim {
-        let si = self.set_of(file, page);
-        let mut s = lock(&self.sets[si]);
+        let (_, mut s) = self.lock_home(file, page);
         if let Some(way) = s.keys.iter().position(|&k| k == (file, page)) {
-            return Claim::Existing(self.frame(si, way));
+            return Claim::Existing(s.frames[way]);
         }
         // An empty way whose frame has been released (a removal empties the way first and
         // releases the frame just after).
         let free =
-            (0..self.ways).find(|&w| s.keys[w] == EMPTY && frames.state(self.frame(si, w)).load() == UNOWNED);
+            (0..self.ways).find(|&w| s.keys[w] == EMPTY && frames.state(s.frames[w]).load() == UNOWNED);
         if let Some(way) = free {
-            return self.take(&mut s, si, way, file, page, false);
+            return self.take(&mut s, way, file, page, false);
         }
-        match self.pick_victim(&mut s, si, frames) {
-            Ok(way) => self.take(&mut s, si, way, file, page, true),
-            Err(dirty) => dirty.map_or(Claim::Full, |w| Claim::Dirty(self.frame(si, w))),
+        match self.pick_victim(&mut s, frames) {
+            Ok(way) => self.take(&mut s, way, file, page, true),
+            Err(dirty) => dirty.map_or(Claim::Full, |w| Claim::Dirty(s.frames[w])),
         }
     }
 
-    fn take(&self, s: &mut Set, si: usize, way: usize, file: u64, page: u64, evicted: bool) -> Claim {
+    fn take(&self, s: &mut Set, way: usize, file: u64, page: u64, evicted: bool) -> Claim {
         s.keys[way] = (file, page);
         s.counts[way] = 0;
         self.touch(s, way);
-        Claim::New { frame: self.frame(si, way), evicted }
+        Claim::New { frame: s.frames[way], evicted }
     }
 
     /// Claims a victim way (its frame becomes `UNOWNED`); or the first dirty candidate.
-    fn pick_victim(&self, s: &mut Set, si: usize, frames: &FrameTable) -> Result<usize, Option<usize>> {
+    fn pick_victim(&self, s: &mut Set, frames: &FrameTable) -> Result<usize, Option<usize>> {
         let mut dirty = None;
+        let way_frames = s.frames.clone();
         // Hits are already counted by `lookup`, so the state word's reference bit (set by
         // every pin, and by the load itself) is not a second vote: clear it and claim.
         let try_way = |w: usize, dirty: &mut Option<usize>| -> bool {
-            let st = frames.state(self.frame(si, w));
+            let st = frames.state(way_frames[w]);
             let mut r = st.try_claim();
             if r == ClaimResult::Referenced {
                 r = st.try_claim();
@@ -273,27 +355,116 @@ impl SetTable {
 
     /// Removes (file, page) if it is recorded in `frame`'s way.
     pub fn remove_if(&self, file: u64, page: u64, frame: FrameId) -> bool {
-        let si = self.set_of(file, page);
-        let (set, way) = (frame as usize / self.ways, frame as usize % self.ways);
-        if set != si {
+        let (_, mut s) = self.lock_home(file, page);
+        match (0..self.ways).find(|&w| s.keys[w] == (file, page) && s.frames[w] == frame) {
+            Some(w) => {
+                s.keys[w] = EMPTY;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Grows by one set (a split). False if every set is already in use.
+    pub fn split_one(&self) -> bool {
+        let _one = lock(&self.resizing);
+        // Acquire: see `lock_home`; we are the only writer (the resize mutex).
+        let old = self.shape.load(Ordering::Acquire);
+        let n = active(old);
+        if n >= self.sets.len() {
             return false;
         }
-        let mut s = lock(&self.sets[si]);
-        if s.keys[way] != (file, page) {
-            return false;
+        let new = shape_of(n + 1);
+        let (level, split) = level_split(old);
+        let (i, j) = (split as usize, split as usize + (1usize << level));
+        debug_assert_eq!(j, n);
+        let mut a = lock(&self.sets[i]);
+        let mut b = lock(&self.sets[j]);
+        for w in 0..self.ways {
+            let k = a.keys[w];
+            if k == EMPTY || route(new, hash(k.0, k.1)) != j {
+                continue;
+            }
+            // A deactivated set has only empty ways, so there is room for every page.
+            let Some(v) = (0..self.ways).find(|&v| b.keys[v] == EMPTY) else { break };
+            Self::swap_ways(&mut a, w, &mut b, v);
         }
-        s.keys[way] = EMPTY;
+        // Release: with the set locks, publishes the moves to whoever routes by the new shape.
+        self.shape.store(new, Ordering::Release);
         true
+    }
+
+    /// Moves way `w` of `a` (a page and its frame) into way `v` of `b` (empty), and `b`'s
+    /// frame into `a`.
+    fn swap_ways(a: &mut Set, w: usize, b: &mut Set, v: usize) {
+        std::mem::swap(&mut a.keys[w], &mut b.keys[v]);
+        std::mem::swap(&mut a.frames[w], &mut b.frames[v]);
+        std::mem::swap(&mut a.counts[w], &mut b.counts[v]);
+        b.stamps[v] = b.tick;
+    }
+
+    /// Shrinks by one set (a merge of the last set into its buddy), evicting clean pages if
+    /// the two hold more than one set's worth.
+    pub fn merge_one(&self, frames: &FrameTable) -> Merge {
+        let _one = lock(&self.resizing);
+        let old = self.shape.load(Ordering::Acquire); // Acquire: see `split_one`
+        let n = active(old);
+        if n <= 1 {
+            return Merge::Smallest;
+        }
+        let new = shape_of(n - 1);
+        let (_, split) = level_split(new);
+        let (i, j) = (split as usize, n - 1);
+        let mut a = lock(&self.sets[i]);
+        let mut b = lock(&self.sets[j]);
+        let used = |s: &Set| s.keys.iter().filter(|&&k| k != EMPTY).count();
+        // Make room: evict clean, unpinned pages of either set until one set's worth is left.
+        while used(&a) + used(&b) > self.ways {
+            let mut dirty = None;
+            let evicted = [&mut *b, &mut *a].into_iter().any(|s| {
+                let victim = (0..self.ways).find(|&w| {
+                    if s.keys[w] == EMPTY {
+                        return false;
+                    }
+                    let st = frames.state(s.frames[w]);
+                    let mut r = st.try_claim();
+                    if r == ClaimResult::Referenced {
+                        r = st.try_claim();
+                    }
+                    if r == ClaimResult::Dirty {
+                        dirty.get_or_insert(s.frames[w]);
+                    }
+                    r == ClaimResult::Claimed
+                });
+                victim.map(|w| s.keys[w] = EMPTY).is_some()
+            });
+            if !evicted {
+                return dirty.map_or(Merge::Busy, Merge::Dirty);
+            }
+        }
+        for w in 0..self.ways {
+            if b.keys[w] == EMPTY {
+                continue;
+            }
+            // Room was made above, so `a` has an empty way for each page left in `b`.
+            let Some(v) = (0..self.ways).find(|&v| a.keys[v] == EMPTY) else { break };
+            Self::swap_ways(&mut b, w, &mut a, v);
+        }
+        // Release: see `split_one`.
+        self.shape.store(new, Ordering::Release);
+        // The deactivated set's frames that are free can give their memory back. (An emptied
+        // way's frame may still be on its way to `UNOWNED`; its memory is then simply kept.)
+        Merge::Done(b.frames.iter().copied().filter(|&f| frames.state(f).load() == UNOWNED).collect())
     }
 
     /// Every page of `file` at or past `from`, with its frame (a scan of all sets).
     pub fn entries_of(&self, file: u64, from: u64) -> Vec<(u64, FrameId)> {
         let mut out = Vec::new();
-        for (si, set) in self.sets.iter().enumerate() {
+        for set in self.sets.iter() {
             let s = lock(set);
             for (w, &(f, p)) in s.keys.iter().enumerate() {
                 if f == file && p >= from && (f, p) != EMPTY {
-                    out.push((p, self.frame(si, w)));
+                    out.push((p, s.frames[w]));
                 }
             }
         }
@@ -302,7 +473,7 @@ impl SetTable {
 
     /// Bytes the sets use.
     pub fn memory_bytes(&self) -> usize {
-        self.sets.len() * (std::mem::size_of::<Mutex<Set>>() + self.ways * (16 + 1 + 4))
+        self.sets.len() * (std::mem::size_of::<Mutex<Set>>() + self.ways * (16 + 4 + 1 + 4))
     }
 }
 
@@ -380,6 +551,8 @@ mod tests {
         Remove(u64),
         Pin(u64),
         UnpinAll,
+        Grow,
+        Shrink,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -388,13 +561,16 @@ mod tests {
             1 => (0u64..200).prop_map(Op::Remove),
             1 => (0u64..200).prop_map(Op::Pin),
             1 => Just(Op::UnpinAll),
+            1 => Just(Op::Grow),
+            1 => Just(Op::Shrink),
         ]
     }
 
     proptest! {
-        /// Against a map of resident pages: a page is found iff the model has it, in a frame
-        /// of its own set that holds it; no two pages share a frame; pinned and dirty pages
-        /// are never evicted (dirty ones are reported for write-back instead).
+        /// Against a map of resident pages, while the table grows and shrinks: a page is found
+        /// iff the model has it, in the frame it was given (resizing moves pages with their
+        /// frames); no two pages share a frame; pinned and dirty pages are never evicted
+        /// (dirty ones are reported for write-back instead), not even by a merge.
         #[test]
         fn sets_match_a_model(ops in proptest::collection::vec(op(), 1..300),
                               policy in proptest::sample::select(SetPolicy::ALL.to_vec()),
@@ -456,11 +632,40 @@ mod tests {
                             frames.state(f).unpin();
                         }
                     }
+                    Op::Grow => {
+                        let n = t.set_count();
+                        prop_assert_eq!(t.split_one(), n < t.max_sets());
+                    }
+                    Op::Shrink => {
+                        let r = t.merge_one(&frames);
+                        // Pages of the two sets beyond one set's worth may have been evicted
+                        // (also by a merge that then stopped at a dirty or pinned page).
+                        let gone: Vec<u64> = model.keys().copied().filter(|&p| t.lookup(7, p).is_none()).collect();
+                        for p in gone {
+                            let f = model.remove(&p).unwrap();
+                            prop_assert!(!pinned.contains(&f), "a merge evicted a pinned page");
+                            prop_assert_eq!(frames.state(f).load(), UNOWNED, "a merge evicted a dirty page");
+                        }
+                        match r {
+                            Merge::Done(freed) => {
+                                for f in freed {
+                                    prop_assert!(model.values().all(|&m| m != f), "a freed frame holds a page");
+                                }
+                            }
+                            Merge::Dirty(f) => {
+                                prop_assert!(model.values().any(|&m| m == f));
+                                prop_assert!(frames.state(f).try_lock_dirty());
+                                frames.unlock(f, 0, DIRTY);
+                            }
+                            Merge::Busy | Merge::Smallest => {}
+                        }
+                    }
                 }
+                prop_assert!(t.set_count() * ways <= frames.len());
                 let mut seen = std::collections::BTreeSet::new();
                 for (&p, &f) in &model {
                     prop_assert_eq!(t.lookup(7, p), Some(f));
-                    prop_assert_eq!(f as usize / ways, t.set_of(7, p));
+                    prop_assert!(t.set_of(7, p) < t.set_count());
                     prop_assert!(seen.insert(f), "two pages in one frame");
                 }
                 let mut all = t.entries_of(7, 0);
