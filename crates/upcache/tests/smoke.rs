@@ -181,3 +181,32 @@ fn sync_data_puts_every_written_byte_on_its_device() {
     let len = f.len() as usize;
     assert!(image[..len] == oracle[..len], "device contents differ from what was written");
 }
+
+#[test]
+fn resize_shrinks_and_grows_a_set_associative_cache_and_keeps_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::config(tmp.path(), 2, 4096, 96).with_index(upcache::IndexKind::SetAssoc);
+    let cache = Cache::create(config).unwrap();
+    let full = 8 * 12 * 4096;
+    let f = cache.create_file("f").unwrap();
+    for p in 0..80u64 {
+        f.write_all_at(&common::pattern(p, 4096), p * 4096).unwrap();
+    }
+    // Down to one set (dirty pages of merged sets are written back, clean ones evicted)...
+    assert_eq!(cache.resize(1).unwrap(), 12 * 4096);
+    assert!(cache.stats().writeback_bytes > 0);
+    // ...and up to the budget again, or past it (clamped).
+    assert_eq!(cache.resize(u64::MAX).unwrap(), full);
+    let mut buf = vec![0u8; 4096];
+    for p in 0..80u64 {
+        f.read_exact_at(&mut buf, p * 4096).unwrap();
+        assert!(buf == common::pattern(p, 4096), "page {p} changed across resizes");
+    }
+}
+
+#[test]
+fn resize_needs_the_set_associative_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 32)).unwrap();
+    assert_eq!(cache.resize(16 * 4096).unwrap_err().kind(), ErrorKind::Unsupported);
+}
