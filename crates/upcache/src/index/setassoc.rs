@@ -253,7 +253,7 @@ impl SetTable {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn set_of(&self, file: u64, page: u64) -> usize {
         self.lock_home(file, page).0
     }

@@ -427,7 +427,7 @@ impl Tree {
         self.len() == 0
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn check_counts(&self) {
         let g = self.pin();
         let h = self.head.load(Ordering::SeqCst);
@@ -438,7 +438,7 @@ impl Tree {
 }
 
 /// Test helper: every quiescent node's count equals its occupied slots or live children.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 fn check_node(n: &Node, g: &Guard, t: &Tree) -> bool {
     use super::node::{DEAD, DEL};
     let st = n.state.load(Ordering::SeqCst);
