@@ -499,6 +499,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             dflush_pages: d(|s| s.dflush_pages),
             writeback_errors: d(|s| s.writeback_errors),
             lock_free_hits: d(|s| s.lock_free_hits),
+            reclaimed: d(|s| s.reclaimed),
             // Gauges at the end of the measured phase, not deltas.
             metadata_bytes: after.map(|s| s.metadata_bytes),
             index_bytes: after.map(|s| s.index_bytes),

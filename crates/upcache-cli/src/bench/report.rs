@@ -85,6 +85,9 @@ pub struct Report {
     pub dflush_pages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writeback_errors: Option<u64>,
+    /// Evictions done ahead of demand by background reclaim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaimed: Option<u64>,
     /// Hits served by the lock-free read path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_free_hits: Option<u64>,
