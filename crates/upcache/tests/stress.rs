@@ -165,7 +165,8 @@ fn records_under_contention(index: IndexKind, resize: bool) {
             s.spawn(|| {
                 let full = 48 * 4096;
                 let mut done = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                // At least one round, however early the writers finish.
+                while done == 0 || !stop.load(Ordering::Relaxed) {
                     // Busy (pinned pages keep a merge from finishing) is a valid answer.
                     for bytes in [full / 2, full] {
                         match cache.resize(bytes) {
