@@ -459,6 +459,9 @@ impl SetTable {
 
     /// Every page of `file` at or past `from`, with its frame (a scan of all sets).
     pub fn entries_of(&self, file: u64, from: u64) -> Vec<(u64, FrameId)> {
+        // No split or merge during the scan: one could move a page from a set not yet scanned
+        // into one already scanned, and sync or truncation would miss it.
+        let _no_resize = lock(&self.resizing);
         let mut out = Vec::new();
         for set in self.sets.iter() {
             let s = lock(set);
