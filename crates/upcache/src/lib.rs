@@ -21,7 +21,8 @@
 //! 3. a frame's `LOCKED` bit, waited for on at most one frame at a time; further frames only
 //!    with `try_lock*` (write-back runs), which never wait
 //! 4. leaves, held only for a moment and never while waiting: the open-files map, a page
-//!    index shard or the locked index's update mutex or a page set, a file's free-frame cache
+//!    index shard or the locked index's update mutex, the page sets' resize mutex then a page
+//!    set (two, in index order, for a split or merge), a file's free-frame cache
 //!    then an allocator region, a wait-table bucket, the range lock's internal mutex, the flusher kick
 //!
 //! Write-back (flushers, dflush, eviction of dirty pages) takes only level 3 with `try_lock`

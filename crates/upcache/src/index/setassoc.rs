@@ -40,7 +40,8 @@
 //! # Locking
 //! A set's lock is a leaf: held for one lookup, claim or removal, never while waiting for a
 //! frame (claims only try-claim frames). A split or merge takes the resize mutex, then the two
-//! sets' locks in index order.
+//! sets' locks in index order; a scan of a file's pages takes the resize mutex, then each
+//! set's lock in turn.
 
 use super::PageIndex;
 use crate::error::{Error, ErrorKind};
