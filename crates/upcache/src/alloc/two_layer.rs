@@ -134,8 +134,11 @@ impl TwoLayer {
 
     fn give_back(&self, ids: impl ExactSizeIterator<Item = FrameId>) {
         let n = ids.len();
-        lock(&self.regions[self.home()].list).extend(ids);
+        let mut region = lock(&self.regions[self.home()].list);
+        // Counted before the frames can be taken (under the region lock), so a taker's
+        // subtraction never comes first and `pooled` never dips below zero.
         self.pooled.fetch_add(n, Ordering::Relaxed);
+        region.extend(ids);
     }
 
     /// Gives half of a file's cache back to the pool.

@@ -259,6 +259,7 @@ impl Cache {
         if let Err(err) = inner.recover_tail(&file) {
             let _all = file.range.write(0, u64::MAX);
             inner.drop_pages_from(&file, 0);
+            inner.free.drain(&file.frames);
             sync::write(&inner.files).remove(&e.id);
             return Err(err);
         }

@@ -190,10 +190,7 @@ impl CacheInner {
         let mut retries = EvictionRetries::default();
         while sets.set_count() > target {
             match sets.merge_one(&self.frames) {
-                Merge::Done(freed) => {
-                    freed.into_iter().for_each(|f| self.frames.discard(f));
-                    retries = EvictionRetries::default();
-                }
+                Merge::Done(_) => retries = EvictionRetries::default(),
                 Merge::Dirty(victim) => retries.write_back(self, victim)?,
                 Merge::Busy => retries.wait(),
                 Merge::Smallest => break,

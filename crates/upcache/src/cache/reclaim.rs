@@ -56,7 +56,7 @@ impl CacheInner {
         let mut misses = 0;
         // Freed in batches, one pool lock per batch.
         let mut batch = Vec::with_capacity(RECLAIM_BATCH);
-        while self.free.pooled() + batch.len() < target && misses < 4 {
+        while self.free.pooled().saturating_add(batch.len()) < target && misses < 4 {
             match self.policy.pick_victim(&self.frames) {
                 Victim::Claimed(id) => {
                     self.detach_claimed(id);

@@ -90,8 +90,14 @@ impl std::str::FromStr for IndexKind {
 
 /// A per-file map from page number to frame.
 pub trait PageIndex: Send + Sync {
-    /// The frame recorded for `page`, if any.
+    /// The frame recorded for `page`, if any. A lookup for a hit: kinds with their own
+    /// replacement state (the page sets) count it as a use.
     fn get(&self, page: u64) -> Option<FrameId>;
+
+    /// Like [`PageIndex::get`], but not a use of the page (write-back probing neighbours).
+    fn peek(&self, page: u64) -> Option<FrameId> {
+        self.get(page)
+    }
 
     /// Records `frame` for `page` unless an entry exists; returns the existing frame then.
     fn insert_if_absent(&self, page: u64, frame: FrameId) -> Result<(), FrameId>;

@@ -180,7 +180,7 @@ fn shape_of(n: usize) -> u64 {
 /// What one merge step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merge {
-    /// One set fewer; these frames are free and no longer used.
+    /// One set fewer; these frames are free, out of use, and their memory was given back.
     Done(Vec<FrameId>),
     /// The two sets hold too many pages and this dirty one must be written back first.
     Dirty(FrameId),
@@ -271,6 +271,12 @@ impl SetTable {
         let way = s.keys.iter().position(|&k| k == (file, page))?;
         self.touch(&mut s, way);
         Some(s.frames[way])
+    }
+
+    /// The frame holding (file, page), without counting a hit.
+    pub fn peek(&self, file: u64, page: u64) -> Option<FrameId> {
+        let (_, s) = self.lock_home(file, page);
+        s.keys.iter().position(|&k| k == (file, page)).map(|w| s.frames[w])
     }
 
     /// Finds (file, page) in its set or gives it a frame there: an empty way whose frame is
@@ -453,9 +459,15 @@ impl SetTable {
         }
         // Release: see `split_one`.
         self.shape.store(new, Ordering::Release);
-        // The deactivated set's frames that are free can give their memory back. (An emptied
-        // way's frame may still be on its way to `UNOWNED`; its memory is then simply kept.)
-        Merge::Done(b.frames.iter().copied().filter(|&f| frames.state(f).load() == UNOWNED).collect())
+        // The deactivated set's free frames give their memory back. Still under the resize
+        // mutex: no split can reactivate the set and hand a frame out before its discard.
+        // (An emptied way's frame may still be on its way to `UNOWNED`; its memory is kept.)
+        let freed: Vec<FrameId> = b.frames.iter().copied().filter(|&f| frames.state(f).load() == UNOWNED).collect();
+        drop((a, b));
+        for &f in &freed {
+            frames.discard(f);
+        }
+        Merge::Done(freed)
     }
 
     /// Every page of `file` at or past `from`, with its frame (a scan of all sets).
@@ -504,11 +516,15 @@ impl PageIndex for SetAssocIndex {
         self.table.lookup(self.file, page)
     }
 
+    fn peek(&self, page: u64) -> Option<FrameId> {
+        self.table.peek(self.file, page)
+    }
+
     /// Entries are made by [`SetTable::claim`]; this only confirms one: `Ok` if `frame`'s
     /// way holds the page, else `Err` with the frame that does (or `frame` itself if the page
     /// is absent and its way belongs to another set or page).
     fn insert_if_absent(&self, page: u64, frame: FrameId) -> Result<(), FrameId> {
-        match self.table.lookup(self.file, page) {
+        match self.table.peek(self.file, page) {
             Some(f) if f == frame => Ok(()),
             Some(f) => Err(f),
             None => Err(frame),

@@ -17,7 +17,7 @@ const SCAN_CHUNK: usize = 256;
 impl CacheInner {
     /// Takes `LOCKED` on the dirty frame holding `page` of `file`, if there is one.
     fn try_lock_dirty_page(&self, file: &FileInner, page: u64) -> Option<FrameId> {
-        let id = file.index.get(page)?;
+        let id = file.index.peek(page)?;
         if !self.frames.state(id).try_lock_dirty() {
             return None;
         }
