@@ -121,8 +121,9 @@ fn set_associative_cache_never_tears_and_loses_nothing() {
     records_under_contention(IndexKind::SetAssoc, false);
 }
 
-/// The same while another thread shrinks the set-associative cache to half and grows it
-/// back over and over (merges evict and write back; splits move pages with their frames).
+/// The same while two other threads shrink the set-associative cache (to two and three sets)
+/// and grow it back over and over (merges evict and write back; splits move pages with their
+/// frames; concurrent resizes interleave).
 #[test]
 fn set_associative_cache_resizes_under_load() {
     records_under_contention(IndexKind::SetAssoc, true);
@@ -161,32 +162,38 @@ fn records_under_contention(index: IndexKind, resize: bool) {
         })
         .collect();
     let resizes = thread::scope(|s| {
-        let resizer = resize.then(|| {
-            s.spawn(|| {
-                let full = 48 * 4096;
-                let mut done = 0u64;
-                // At least one round, however early the writers finish.
-                while done == 0 || !stop.load(Ordering::Relaxed) {
-                    // Busy (pinned pages keep a merge from finishing) is a valid answer.
-                    for bytes in [full / 2, full] {
-                        match cache.resize(bytes) {
-                            Ok(now) => assert!(now <= full),
-                            Err(e) => assert_eq!(e.kind(), upcache::ErrorKind::Busy, "{e}"),
+        // Two resizers with different targets, so splits and merges interleave.
+        let resizers: Vec<_> = (1..=2u64)
+            .filter(|_| resize)
+            .map(|r| {
+                let (cache, stop) = (&cache, &stop);
+                s.spawn(move || {
+                    let full = 48 * 4096;
+                    let mut done = 0u64;
+                    // At least one round, however early the writers finish.
+                    while done == 0 || !stop.load(Ordering::Relaxed) {
+                        // Busy (pinned pages keep a merge from finishing) is a valid answer.
+                        // Never under two sets: a single set of 12 frames can be all locked by a
+                        // write-back run, and the writers would then rightly fail `CacheFull`.
+                        for bytes in [full * (r + 1) / 4, full] {
+                            match cache.resize(bytes) {
+                                Ok(now) => assert!(now <= full),
+                                Err(e) => assert_eq!(e.kind(), upcache::ErrorKind::Busy, "{e}"),
+                            }
                         }
+                        done += 1;
                     }
-                    done += 1;
-                }
-                done
+                    done
+                })
             })
-        });
+            .collect();
         let last: Vec<Vec<u64>> = writers.into_iter().map(|t| t.join().unwrap()).collect();
         stop.store(true, Ordering::Relaxed);
-        (last, resizer.map(|r| r.join().unwrap()))
+        let rounds: Vec<u64> = resizers.into_iter().map(|r| r.join().unwrap()).collect();
+        (last, rounds)
     });
-    let (last, resized) = resizes;
-    if resize {
-        assert!(resized.unwrap() > 0);
-    }
+    let (last, rounds) = resizes;
+    assert!(rounds.iter().all(|&n| n > 0));
     let checked: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
     assert!(checked > 0);
 

@@ -462,7 +462,8 @@ impl SetTable {
         // The deactivated set's free frames give their memory back. Still under the resize
         // mutex: no split can reactivate the set and hand a frame out before its discard.
         // (An emptied way's frame may still be on its way to `UNOWNED`; its memory is kept.)
-        let freed: Vec<FrameId> = b.frames.iter().copied().filter(|&f| frames.state(f).load() == UNOWNED).collect();
+        let freed: Vec<FrameId> =
+            b.frames.iter().copied().filter(|&f| frames.state(f).load() == UNOWNED).collect();
         drop((a, b));
         for &f in &freed {
             frames.discard(f);
