@@ -65,6 +65,6 @@ pub use alloc::AllocKind;
 pub use cache::Cache;
 pub use config::{Config, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
 pub use error::{Error, ErrorKind, Result};
-pub use file::File;
+pub use file::{File, PageMut, PageRef};
 pub use index::IndexKind;
 pub use metrics::Stats;

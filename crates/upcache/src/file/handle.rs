@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use super::pin::{PageMut, PageRef};
 use super::{FileInner, MAX_FILE_SIZE};
 use crate::cache::page::Fill;
 use crate::cache::CacheInner;
@@ -145,6 +146,46 @@ impl File {
         // Counted once: `Stats::hits` adds these to the pinned hits.
         self.cache.metrics.lock_free_hits.add(end.div_ceil(ps) - offset / ps);
         Some((end - offset) as usize)
+    }
+
+    /// Pins the page holding byte `offset` and borrows its bytes in place (zero-copy; see
+    /// [`PageRef`]): from the page's first byte to its last byte inside the file. Loads the
+    /// page on a miss. Fails with `InvalidInput` at or past the end of file.
+    pub fn pin(&self, offset: u64) -> Result<PageRef<'_>> {
+        let ps = self.cache.config.page_size as u64;
+        let start = offset - offset % ps;
+        let range = self.file.range.read(start, start.saturating_add(ps));
+        self.file.check_live()?;
+        let len = self.in_file(offset, start, ps)?;
+        let page = self.cache.page_for_read(&self.file, offset / ps)?;
+        Ok(PageRef { page, _range: range, len, offset: start })
+    }
+
+    /// Takes the page holding byte `offset` for writing in place (see [`PageMut`]): its bytes
+    /// inside the file, marked dirty when the guard drops. Loads the page on a miss. Fails
+    /// with `InvalidInput` at or past the end of file (extend it with `set_len` first).
+    pub fn pin_mut(&self, offset: u64) -> Result<PageMut<'_>> {
+        let ps = self.cache.config.page_size as u64;
+        let start = offset - offset % ps;
+        self.cache.balance_dirty(1);
+        let range = self.file.range.write(start, start.saturating_add(ps));
+        self.file.check_live()?;
+        let len = self.in_file(offset, start, ps)?;
+        let ticket = self.file.writes.begin();
+        let page = self.cache.page_for_write(&self.file, offset / ps, Fill::Read)?;
+        Ok(PageMut { page: Some(page), _ticket: ticket, _range: range, len, offset: start })
+    }
+
+    /// Bytes of the page at `start` that are inside the file; an error if `offset` is not.
+    fn in_file(&self, offset: u64, start: u64, ps: u64) -> Result<usize> {
+        let len = self.len();
+        if offset >= len {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("cannot pin offset {offset} of {:?}: the file is {len} bytes", self.file.name),
+            ));
+        }
+        Ok((len - start).min(ps) as usize)
     }
 
     /// Writes `buf` at `offset`, extending the file if needed. Returns `buf.len()`, or fewer

@@ -13,10 +13,12 @@
 pub mod catalog;
 pub mod handle;
 pub mod namespace;
+pub mod pin;
 pub mod range_lock;
 pub(crate) mod write_seq;
 
 pub use handle::File;
+pub use pin::{PageMut, PageRef};
 
 use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};

@@ -1,0 +1,102 @@
+//! Zero-copy page access (ScalaCache's pin/unpin, seed 004 §5.1): borrow a cached page's
+//! bytes in place instead of copying them.
+//!
+//! [`PageRef`] holds the page's frame pinned (never evicted while held) and the page's byte
+//! range shared in the file's range lock, so writers of those bytes wait until it drops, as
+//! they wait for an overlapping `read_at`. [`PageMut`] holds the frame `LOCKED` and the range
+//! exclusive, and a write-sequence ticket (lock-free readers of the file retry meanwhile); it
+//! marks the page dirty when it drops. Both give only the bytes of the page that are inside the
+//! file, so nothing past the end of file can be changed (the zero invariant).
+//!
+//! A guard must not be held by a thread that then reads or writes an overlapping range of the
+//! same file: it would wait for itself, as with any lock.
+
+use std::ops::{Deref, DerefMut};
+
+use super::range_lock::RangeGuard;
+use super::write_seq::WriteTicket;
+use crate::cache::page::{LockedPage, PinnedPage};
+
+/// A pinned page, readable in place. See the module docs.
+pub struct PageRef<'a> {
+    // Field order is drop order: unpin, then unlock the range.
+    pub(crate) page: PinnedPage<'a>,
+    pub(crate) _range: RangeGuard<'a>,
+    pub(crate) len: usize,
+    pub(crate) offset: u64,
+}
+
+impl std::fmt::Debug for PageRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageRef").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl std::fmt::Debug for PageMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageMut").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl PageRef<'_> {
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Deref for PageRef<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the pin keeps the frame on this page and VALID; the shared range lock keeps
+        // writers of these bytes out while the guard lives; `len` is at most the frame's size.
+        unsafe { std::slice::from_raw_parts(self.page.ptr(), self.len) }
+    }
+}
+
+/// A page held for writing in place; dirty when dropped. See the module docs.
+pub struct PageMut<'a> {
+    // Committed in `drop`, before the ticket and the range are released (field order).
+    pub(crate) page: Option<LockedPage<'a>>,
+    pub(crate) _ticket: WriteTicket<'a>,
+    pub(crate) _range: RangeGuard<'a>,
+    pub(crate) len: usize,
+    pub(crate) offset: u64,
+}
+
+impl PageMut<'_> {
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.page.as_ref().map_or(std::ptr::null_mut(), |p| p.ptr())
+    }
+}
+
+impl Deref for PageMut<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame LOCKED (no other writer, no write-back) and the range
+        // exclusive (no reader); `len` is at most the frame's size. `page` is only taken in drop.
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
+    }
+}
+
+impl DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(), self.len) }
+    }
+}
+
+impl Drop for PageMut<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.page.take() {
+            p.commit(true);
+        }
+    }
+}

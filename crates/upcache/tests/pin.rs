@@ -1,0 +1,89 @@
+//! The zero-copy API: pinned pages read and written in place.
+
+mod common;
+
+use upcache::{Cache, ErrorKind};
+
+#[test]
+fn pinned_pages_read_and_write_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = || common::config(tmp.path(), 2, 4096, 32);
+    let data = common::pattern(1, 3 * 4096 + 100);
+    {
+        let cache = Cache::create(config()).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        {
+            let p = f.pin(4096 + 17).unwrap();
+            assert_eq!(p.offset(), 4096);
+            assert!(p[..] == data[4096..8192]);
+        }
+        // The last page is partial: only the bytes inside the file.
+        assert_eq!(f.pin(3 * 4096).unwrap().len(), 100);
+        {
+            let mut m = f.pin_mut(2 * 4096 + 5).unwrap();
+            assert_eq!(m.len(), 4096);
+            m[..4].copy_from_slice(b"upca");
+        }
+        let mut buf = [0u8; 4];
+        f.read_exact_at(&mut buf, 2 * 4096).unwrap();
+        assert_eq!(&buf, b"upca");
+        // A temporary guard, as in the README: written and committed in one statement.
+        f.pin_mut(3 * 4096).unwrap()[0] = b'!';
+        f.read_exact_at(&mut buf[..1], 3 * 4096).unwrap();
+        assert_eq!(buf[0], b'!');
+        f.pin_mut(3 * 4096).unwrap()[0] = data[3 * 4096];
+        assert!(cache.stats().dirty_pages > 0);
+        f.sync_all().unwrap();
+    }
+    let cache = Cache::open(config()).unwrap();
+    let f = cache.open_file("f").unwrap();
+    let p = f.pin(2 * 4096).unwrap();
+    assert_eq!(&p[..4], b"upca");
+    assert!(p[4..] == data[2 * 4096 + 4..3 * 4096]);
+}
+
+#[test]
+fn pinning_at_or_past_the_end_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 16)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    assert_eq!(f.pin(0).unwrap_err().kind(), ErrorKind::InvalidInput);
+    f.write_all_at(b"x", 0).unwrap();
+    assert_eq!(f.pin_mut(1).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(f.pin(u64::MAX).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(&f.pin(0).unwrap()[..], b"x");
+}
+
+/// A pinned page stays put while other threads stream through a cache far smaller than their
+/// data: its frame is never evicted or reused, so its bytes never change under the guard.
+#[test]
+fn eviction_never_takes_a_pinned_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 2, 4096, 16)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    for p in 0..200u64 {
+        f.write_all_at(&common::pattern(p, 4096), p * 4096).unwrap();
+    }
+    let held = [f.pin(0).unwrap(), f.pin(100 * 4096).unwrap()];
+    let before = cache.stats().evictions;
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let f = &f;
+            s.spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                for i in 0..600u64 {
+                    let p = 1 + (i * 7 + t * 13) % 199;
+                    if p == 100 {
+                        continue;
+                    }
+                    f.read_exact_at(&mut buf, p * 4096).unwrap();
+                    assert!(buf == common::pattern(p, 4096), "page {p}");
+                }
+            });
+        }
+    });
+    assert!(cache.stats().evictions > before + 100, "the other pages did not cycle through the cache");
+    assert!(held[0][..] == common::pattern(0, 4096)[..]);
+    assert!(held[1][..] == common::pattern(100, 4096)[..]);
+}
