@@ -94,9 +94,21 @@ pub struct UpcacheOpts {
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
     pub index: upcache::IndexKind,
+    /// How upcache reads: copy (`read_exact_at`) or pin (zero-copy guards).
+    pub api: Api,
     pub alloc: upcache::AllocKind,
     /// Ways per set and in-set policy for `--index setassoc`.
     pub sets: (usize, upcache::index::setassoc::SetPolicy),
+}
+
+/// How the upcache engine reads (`--api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Api {
+    /// `read_exact_at`: copy into the caller's buffer.
+    #[default]
+    Copy,
+    /// `File::pin`: borrow each page in place and read one byte of it.
+    Pin,
 }
 
 /// What an engine is set up with.
@@ -111,8 +123,13 @@ pub struct Setup<'a> {
 pub trait Engine: Sync + Sized {
     /// Creates the engine's (empty) files.
     fn setup(s: &Setup) -> Result<Self>;
-    /// Reads exactly `buf.len()` bytes of file `file` at `offset`.
+    /// Reads exactly `buf.len()` bytes of file `file` at `offset` the way the measured phase
+    /// does (for `--api pin`, not every byte lands in `buf`).
     fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Reads every byte into `buf`, for the warm-up's data check.
+    fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read(file, buf, offset)
+    }
     /// Writes all of `buf` to file `file` at `offset`.
     fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()>;
     /// After the prefill: make the data durable, so the measured phase does not also pay for
@@ -165,6 +182,9 @@ pub struct UpcacheEngine {
     created: Vec<PathBuf>,
     cache: Option<Cache>,
     files: Vec<upcache::File>,
+    /// Reads pin pages instead of copying (`--api pin`).
+    pin: bool,
+    page_size: u64,
 }
 
 /// Files the library keeps in each device directory besides the backing files (which
@@ -216,12 +236,32 @@ impl Engine for UpcacheEngine {
             files
                 .push(cache.create_file(&file_name(i)).with_context(|| format!("create upcache file f{i}"))?);
         }
-        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files })
+        let (pin, page_size) = (o.api == Api::Pin, o.page_size as u64);
+        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files, pin, page_size })
+    }
+
+    fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.files[file].read_exact_at(buf, offset)?)
     }
 
     #[inline]
     fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
-        Ok(self.files[file].read_exact_at(buf, offset)?)
+        if !self.pin {
+            return Ok(self.files[file].read_exact_at(buf, offset)?);
+        }
+        // Zero-copy: pin each page of the block and read one byte of it in place (what an
+        // application that works on the page where it lies would start with).
+        let end = offset + buf.len() as u64;
+        let mut pos = offset;
+        let mut i = 0;
+        while pos < end {
+            let page = self.files[file].pin(pos)?;
+            buf[i] = page[(pos - page.offset()) as usize];
+            let next = page.offset() + self.page_size;
+            i += (next.min(end) - pos) as usize;
+            pos = next;
+        }
+        Ok(())
     }
 
     #[inline]

@@ -107,6 +107,10 @@ pub struct BenchArgs {
     /// (one lock-free queue) [default: twolayer]
     #[arg(long, value_name = "KIND", value_parser = parse_alloc)]
     alloc: Option<upcache::AllocKind>,
+    /// How upcache reads: copy (read_exact_at into the buffer) or pin (zero-copy: pin each page
+    /// and read one byte in place; writes still copy). Other engines always copy
+    #[arg(long, value_enum, default_value_t = engine::Api::Copy)]
+    api: engine::Api,
     /// Frames per page set with --index setassoc [default: 12]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     set_ways: Option<u64>,
@@ -309,6 +313,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
             alloc: a.alloc.unwrap_or_default(),
+            api: a.api,
             sets: (
                 a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
@@ -421,7 +426,7 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {} api {:?}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -430,6 +435,7 @@ fn header(p: &Plan, base: &Path) -> String {
             u.dirty_ratios.1,
             u.index.name(),
             u.alloc.name(),
+            u.api,
             if u.index == upcache::IndexKind::SetAssoc {
                 format!(" sets {} ways {}", u.sets.0, u.sets.1.name())
             } else {
@@ -546,7 +552,7 @@ fn warm_and_check<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<()> 
         let mut off = 0;
         while off < p.size {
             let n = CHUNK.min(p.size - off) as usize;
-            eng.read(f, &mut buf[..n], off).with_context(|| format!("warm read f{f} at {off}"))?;
+            eng.read_all(f, &mut buf[..n], off).with_context(|| format!("warm read f{f} at {off}"))?;
             fill_content(&mut want[..n], p.seed, f, off);
             if buf[..n] != want[..n] {
                 let i = buf[..n].iter().zip(&want[..n]).position(|(a, b)| a != b).unwrap_or(0);
