@@ -1,5 +1,5 @@
 //! The engines under test, behind one trait: upcache, the kernel page cache (buffered
-//! pread/pwrite) and O_DIRECT (no cache at all).
+//! pread/pwrite), O_DIRECT (no cache at all) and RWF_DONTCACHE (buffered, uncached after).
 //!
 //! Each engine owns a directory of its own (`<dir>/<engine>`) and the files `f0..fN-1` in it,
 //! so engines never share data or cache state. Teardown removes only what setup created.
@@ -27,6 +27,9 @@ pub enum EngineKind {
     Kernel,
     /// O_DIRECT pread/pwrite: every op goes to the device.
     Direct,
+    /// Buffered preadv2/pwritev2 with RWF_DONTCACHE (Linux 6.14+): through the page cache,
+    /// which drops the pages once the I/O is done.
+    Dontcache,
 }
 
 impl EngineKind {
@@ -35,6 +38,7 @@ impl EngineKind {
             EngineKind::Upcache => "upcache",
             EngineKind::Kernel => "kernel",
             EngineKind::Direct => "direct",
+            EngineKind::Dontcache => "dontcache",
         }
     }
 }
@@ -412,6 +416,92 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
             }
         }
         Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.0.sync()
+    }
+
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        if keep {
+            return Ok(());
+        }
+        self.0.remove()
+    }
+}
+
+/// RWF_DONTCACHE from the kernel's uapi `linux/fs.h` (not in the `libc` crate yet).
+const RWF_DONTCACHE: libc::c_int = 0x80;
+
+/// Buffered I/O with RWF_DONTCACHE on every call: uses the page cache for the I/O itself and
+/// drops the pages right after (Linux 6.14+, on file systems that support it).
+pub struct DontcacheEngine(PlainFiles);
+
+impl DontcacheEngine {
+    fn io(&self, file: usize, buf: *mut u8, len: usize, mut offset: u64, write: bool) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.files[file].as_raw_fd();
+        let mut done = 0;
+        while done < len {
+            // SAFETY: `buf[done..len]` is valid for the call (a `&[u8]` for writes, which the
+            // kernel only reads, or a `&mut [u8]` for reads); one iovec, no other memory.
+            let iov =
+                libc::iovec { iov_base: unsafe { buf.add(done) } as *mut libc::c_void, iov_len: len - done };
+            // SAFETY: as above; `fd` is a file we own.
+            let n = unsafe {
+                if write {
+                    libc::pwritev2(fd, &iov, 1, offset as libc::off_t, RWF_DONTCACHE)
+                } else {
+                    libc::preadv2(fd, &iov, 1, offset as libc::off_t, RWF_DONTCACHE)
+                }
+            };
+            match n {
+                n if n < 0 => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    done += n as usize;
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine for DontcacheEngine {
+    fn setup(s: &Setup) -> Result<Self> {
+        let eng = DontcacheEngine(PlainFiles::create(s, false)?);
+        // Probe: one byte at offset 0 (the prefill overwrites it).
+        let mut probe = [0u8; 1];
+        if let Err(e) = eng.io(0, probe.as_mut_ptr(), 1, 0, true) {
+            let mut eng = eng;
+            let _ = eng.0.remove();
+            if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) {
+                bail!("RWF_DONTCACHE is not supported here (needs Linux 6.14+ and file system support): {e}");
+            }
+            return Err(e).context("probe RWF_DONTCACHE");
+        }
+        Ok(eng)
+    }
+
+    #[inline]
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        Ok(self.io(file, buf.as_mut_ptr(), buf.len(), offset, false)?)
+    }
+
+    #[inline]
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
+        Ok(self.io(file, buf.as_ptr() as *mut u8, buf.len(), offset, true)?)
+    }
+
+    fn settle(&mut self, _warm: bool) -> Result<()> {
+        // Nothing stays cached to warm or to drop; this persists the data and sizes.
+        self.0.sync()
     }
 
     fn flush(&self) -> Result<()> {

@@ -22,7 +22,8 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use self::engine::{
-    AlignedBuf, DirectEngine, Engine, EngineKind, KernelEngine, Setup, UpcacheEngine, UpcacheOpts, ALIGN,
+    AlignedBuf, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup, UpcacheEngine,
+    UpcacheOpts, ALIGN,
 };
 use self::progress::Progress;
 use self::report::{Latency, Report};
@@ -354,6 +355,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 EngineKind::Upcache => run_engine::<UpcacheEngine>(kind, &plan, &base, run),
                 EngineKind::Kernel => run_engine::<KernelEngine>(kind, &plan, &base, run),
                 EngineKind::Direct => run_engine::<DirectEngine>(kind, &plan, &base, run),
+                EngineKind::Dontcache => run_engine::<DontcacheEngine>(kind, &plan, &base, run),
             }
             .with_context(|| format!("{} engine (run {run})", kind.name()))?;
             reports.push(r);
