@@ -443,11 +443,10 @@ impl DontcacheEngine {
         let fd = self.0.files[file].as_raw_fd();
         let mut done = 0;
         while done < len {
-            // SAFETY: `buf[done..len]` is valid for the call (a `&[u8]` for writes, which the
-            // kernel only reads, or a `&mut [u8]` for reads); one iovec, no other memory.
             let iov =
-                libc::iovec { iov_base: unsafe { buf.add(done) } as *mut libc::c_void, iov_len: len - done };
-            // SAFETY: as above; `fd` is a file we own.
+                libc::iovec { iov_base: buf.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
+            // SAFETY: `buf[done..len]` is valid for the call (a `&[u8]` for writes, which the
+            // kernel only reads, or a `&mut [u8]` for reads); one iovec; `fd` is a file we own.
             let n = unsafe {
                 if write {
                     libc::pwritev2(fd, &iov, 1, offset as libc::off_t, RWF_DONTCACHE)
