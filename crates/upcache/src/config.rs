@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
 use crate::io::engine::IoEngine;
+use crate::io::layout::LayoutKind;
 
 /// Smallest and largest page sizes (powers of two).
 pub const MIN_PAGE_SIZE: usize = 4096;
@@ -32,6 +33,7 @@ pub struct Config {
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
+    pub(crate) layout: LayoutKind,
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
@@ -50,6 +52,7 @@ impl std::fmt::Debug for Config {
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
+            .field("layout", &self.layout)
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
             .field("custom_engine", &self.engine.is_some())
@@ -72,6 +75,7 @@ impl Config {
             allow_buffered: false,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
+            layout: LayoutKind::default(),
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
             engine: None,
@@ -87,6 +91,14 @@ impl Config {
     /// The free-frame allocator. Default [`AllocKind::TwoLayer`].
     pub fn with_alloc(mut self, alloc: AllocKind) -> Self {
         self.alloc = alloc;
+        self
+    }
+
+    /// How stripe units are placed on the devices (SAFS §3.3): striping (the default),
+    /// rotated striping or hash mapping. Fixed when the array is created and recorded in its
+    /// catalog; `open` refuses a config that asks for another.
+    pub fn with_layout(mut self, layout: LayoutKind) -> Self {
+        self.layout = layout;
         self
     }
 

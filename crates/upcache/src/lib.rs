@@ -67,4 +67,5 @@ pub use config::{Config, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
 pub use error::{Error, ErrorKind, Result};
 pub use file::{File, PageMut, PageRef};
 pub use index::IndexKind;
+pub use io::layout::LayoutKind;
 pub use metrics::Stats;

@@ -247,6 +247,7 @@ fn arrays_are_checked_on_open_and_create() {
         Config::new(common::dirs(root, 3), 1 << 20).with_page_size(8192).with_stripe_unit(16384),
         cfg.clone().with_stripe_unit(4096),
         Config::new(common::dirs(root, 2), 1 << 20).with_stripe_unit(8192),
+        cfg.clone().with_layout(upcache::LayoutKind::Hash),
     ] {
         assert_eq!(Cache::open(bad).err().unwrap().kind(), ErrorKind::LayoutMismatch);
     }

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind};
+use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, LayoutKind};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;
@@ -54,6 +54,7 @@ struct Layout {
     frames: usize,
     index: IndexKind,
     alloc: AllocKind,
+    layout: LayoutKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -64,14 +65,16 @@ fn layout() -> impl Strategy<Value = Layout> {
         16usize..48,
         proptest::sample::select(IndexKind::ALL.to_vec()),
         proptest::sample::select(AllocKind::ALL.to_vec()),
+        proptest::sample::select(LayoutKind::ALL.to_vec()),
     )
-        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc)| Layout {
+        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout)| Layout {
             page_size,
             stripe_pages,
             devices,
             frames,
             index,
             alloc,
+            layout,
         })
 }
 
@@ -93,6 +96,7 @@ impl Harness {
             .with_dirty_foreground_ratio(0.5)
             .with_index(l.index)
             .with_alloc(l.alloc)
+            .with_layout(l.layout)
     }
 
     fn cache(&self) -> &Cache {

@@ -101,6 +101,7 @@ pub struct UpcacheOpts {
     /// How upcache reads: copy (`read_exact_at`) or pin (zero-copy guards).
     pub api: Api,
     pub alloc: upcache::AllocKind,
+    pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
     pub sets: (usize, upcache::index::setassoc::SetPolicy),
 }
@@ -222,6 +223,7 @@ impl Engine for UpcacheEngine {
             .with_allow_buffered(o.allow_buffered)
             .with_index(o.index)
             .with_alloc(o.alloc)
+            .with_layout(o.layout)
             .with_sets(o.sets.0, o.sets.1);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,

@@ -108,6 +108,9 @@ pub struct BenchArgs {
     /// (one lock-free queue) [default: twolayer]
     #[arg(long, value_name = "KIND", value_parser = parse_alloc)]
     alloc: Option<upcache::AllocKind>,
+    /// upcache device layout: stripe, rotate (rotated striping) or hash [default: stripe]
+    #[arg(long, value_name = "KIND", value_parser = parse_layout)]
+    layout: Option<upcache::LayoutKind>,
     /// How upcache reads: copy (read_exact_at into the buffer) or pin (zero-copy: pin each page
     /// and read one byte in place; writes still copy). Other engines always copy
     #[arg(long, value_enum, default_value_t = engine::Api::Copy)]
@@ -314,6 +317,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
             alloc: a.alloc.unwrap_or_default(),
+            layout: a.layout.unwrap_or_default(),
             api: a.api,
             sets: (
                 a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
@@ -428,13 +432,14 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} index {} alloc {} api {:?}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} api {:?}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
             u.flushers,
             u.dirty_ratios.0,
             u.dirty_ratios.1,
+            u.layout.name(),
             u.index.name(),
             u.alloc.name(),
             u.api,
@@ -754,6 +759,10 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
 }
 
 fn parse_set_policy(s: &str) -> Result<upcache::index::setassoc::SetPolicy, String> {
+    s.parse().map_err(|e: upcache::Error| e.to_string())
+}
+
+fn parse_layout(s: &str) -> Result<upcache::LayoutKind, String> {
     s.parse().map_err(|e: upcache::Error| e.to_string())
 }
 

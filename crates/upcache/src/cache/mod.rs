@@ -122,6 +122,7 @@ impl Cache {
             devices: config.device_dirs.len() as u32,
             page_size: config.page_size as u32,
             stripe_unit: config.stripe_unit,
+            kind: config.layout,
         };
         for (i, dir) in config.device_dirs.iter().enumerate() {
             DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
@@ -146,20 +147,23 @@ impl Cache {
         let catalog = Catalog::load(dir0)?;
         let lock = lock_array(dir0)?;
         let l = catalog.layout;
-        let want = (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit);
-        if (l.devices, l.page_size, l.stripe_unit) != want {
+        let want =
+            (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit, config.layout);
+        if (l.devices, l.page_size, l.stripe_unit, l.kind) != want {
             return Err(Error::new(
                 ErrorKind::LayoutMismatch,
                 format!(
-                    "array in {} has {} devices, page size {}, stripe unit {}; the config asks for \
-                     {} devices, page size {}, stripe unit {}",
+                    "array in {} has {} devices, page size {}, stripe unit {}, layout {}; the config \
+                     asks for {} devices, page size {}, stripe unit {}, layout {}",
                     dir0.display(),
                     l.devices,
                     l.page_size,
                     l.stripe_unit,
+                    l.kind.name(),
                     want.0,
                     want.1,
-                    want.2
+                    want.2,
+                    want.3.name()
                 ),
             ));
         }
@@ -195,7 +199,12 @@ impl Cache {
         let engine = config.engine.clone().unwrap_or_else(|| std::sync::Arc::new(PsyncEngine));
         let writeback = Writeback::new(&config, frames.len());
         let inner = Arc::new(CacheInner {
-            layout: StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len()),
+            layout: StripeLayout::new(
+                config.page_size,
+                config.stripe_unit,
+                config.device_dirs.len(),
+                config.layout,
+            ),
             free: FrameAllocator::new(config.alloc, frames.len()),
             sets: (config.index == IndexKind::SetAssoc)
                 .then(|| Arc::new(SetTable::new(frames.len(), config.set_ways, config.set_policy))),

@@ -1,11 +1,13 @@
 //! The catalog: the array's layout and every file's name, id and size, kept crash-safe.
 //!
-//! # Format (version 1, little-endian)
+//! # Format (version 2, little-endian)
 //! ```text
 //! "UPCACHE\0"  u32 version  u32 body_len  u32 crc32c(body)  body
-//! body: u64 array_id  u32 devices  u32 page_size  u64 stripe_unit  u64 next_file_id
-//!       u32 file_count  { u64 id  u64 len  u16 name_len  name bytes } * file_count
+//! body: u64 array_id  u32 devices  u32 page_size  u64 stripe_unit  u32 layout_kind
+//!       u64 next_file_id  u32 file_count  { u64 id  u64 len  u16 name_len  name bytes } * file_count
 //! ```
+//! Version 1 (before layouts) has no `layout_kind`; it is read as plain striping. Writes are
+//! always version 2. Device markers use the same frame.
 //! The catalog lives in the first device directory. It is replaced whole: written to a
 //! temporary file, synced, renamed over the old one and the directory synced, so a crash at
 //! any point leaves either the old or the new catalog, and the checksum catches anything
@@ -20,9 +22,12 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::layout::LayoutKind;
 
 /// Current on-disk format version.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version this build reads.
+const OLDEST_VERSION: u32 = 1;
 const CATALOG_MAGIC: &[u8; 8] = b"UPCACHE\0";
 const MARKER_MAGIC: &[u8; 8] = b"UPCDEV\0\0";
 /// File name of the catalog in the first device directory.
@@ -42,6 +47,8 @@ pub struct ArrayLayout {
     pub page_size: u32,
     /// Stripe unit in bytes.
     pub stripe_unit: u64,
+    /// How stripe units are placed on devices.
+    pub kind: LayoutKind,
 }
 
 /// One file's catalog entry.
@@ -103,14 +110,17 @@ fn frame(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
     out
 }
 
-fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8], what: &str) -> Result<&'a [u8]> {
+/// The body of a framed file and its format version.
+fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8], what: &str) -> Result<(u32, &'a [u8])> {
     let mut r = Reader(bytes);
     if r.take(8).ok() != Some(&magic[..]) {
         return Err(corrupt(format!("{what}: not an upcache file (bad magic)")));
     }
     let version = r.u32()?;
-    if version != FORMAT_VERSION {
-        return Err(corrupt(format!("{what}: format version {version}, this build reads {FORMAT_VERSION}")));
+    if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(corrupt(format!(
+            "{what}: format version {version}, this build reads {OLDEST_VERSION} to {FORMAT_VERSION}"
+        )));
     }
     let len = r.u32()? as usize;
     let crc = r.u32()?;
@@ -121,7 +131,7 @@ fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8], what: &str) -> Result<&'a [u8]>
     if crc32c::crc32c(body) != crc {
         return Err(corrupt(format!("{what}: checksum mismatch")));
     }
-    Ok(body)
+    Ok((version, body))
 }
 
 impl Catalog {
@@ -133,6 +143,7 @@ impl Catalog {
         b.extend_from_slice(&l.devices.to_le_bytes());
         b.extend_from_slice(&l.page_size.to_le_bytes());
         b.extend_from_slice(&l.stripe_unit.to_le_bytes());
+        b.extend_from_slice(&l.kind.code().to_le_bytes());
         b.extend_from_slice(&self.next_file_id.to_le_bytes());
         b.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
         for f in &self.files {
@@ -146,9 +157,17 @@ impl Catalog {
 
     /// Parses a catalog, checking magic, version and checksum. Never panics.
     pub fn decode(bytes: &[u8]) -> Result<Catalog> {
-        let mut r = Reader(unframe(CATALOG_MAGIC, bytes, "catalog")?);
-        let layout =
-            ArrayLayout { array_id: r.u64()?, devices: r.u32()?, page_size: r.u32()?, stripe_unit: r.u64()? };
+        let (version, body) = unframe(CATALOG_MAGIC, bytes, "catalog")?;
+        let mut r = Reader(body);
+        let (array_id, devices, page_size, stripe_unit) = (r.u64()?, r.u32()?, r.u32()?, r.u64()?);
+        let kind = if version >= 2 {
+            let code = r.u32()?;
+            LayoutKind::from_code(code)
+                .ok_or_else(|| corrupt(format!("catalog: unknown layout kind {code}")))?
+        } else {
+            LayoutKind::Stripe
+        };
+        let layout = ArrayLayout { array_id, devices, page_size, stripe_unit, kind };
         let next_file_id = r.u64()?;
         let count = r.u32()? as usize;
         let mut files = Vec::with_capacity(count.min(r.0.len() / 18));
@@ -250,7 +269,7 @@ impl DeviceMarker {
 
     /// Parses a marker. Never panics.
     pub fn decode(bytes: &[u8]) -> Result<DeviceMarker> {
-        let mut r = Reader(unframe(MARKER_MAGIC, bytes, "device marker")?);
+        let mut r = Reader(unframe(MARKER_MAGIC, bytes, "device marker")?.1);
         let m = DeviceMarker { array_id: r.u64()?, index: r.u32()?, devices: r.u32()? };
         if !r.0.is_empty() {
             return Err(corrupt("device marker: trailing bytes"));
@@ -275,7 +294,13 @@ mod tests {
 
     fn sample() -> Catalog {
         Catalog {
-            layout: ArrayLayout { array_id: 42, devices: 3, page_size: 4096, stripe_unit: 65536 },
+            layout: ArrayLayout {
+                array_id: 42,
+                devices: 3,
+                page_size: 4096,
+                stripe_unit: 65536,
+                kind: LayoutKind::Rotate,
+            },
             next_file_id: 9,
             files: vec![
                 FileEntry { id: 1, len: 12345, name: "a".into() },
@@ -290,6 +315,24 @@ mod tests {
         assert_eq!(Catalog::decode(&c.encode()).unwrap(), c);
         let m = DeviceMarker { array_id: 5, index: 2, devices: 4 };
         assert_eq!(DeviceMarker::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn version_1_catalogs_read_as_plain_striping() {
+        let mut c = sample();
+        c.layout.kind = LayoutKind::Stripe;
+        let v2 = c.encode();
+        // A version-1 body is the version-2 body without the layout kind (4 bytes after the
+        // 24 bytes of id, devices, page size and stripe unit).
+        let body = &v2[20..];
+        let v1_body: Vec<u8> = body[..24].iter().chain(&body[28..]).copied().collect();
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(CATALOG_MAGIC);
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&(v1_body.len() as u32).to_le_bytes());
+        v1.extend_from_slice(&crc32c::crc32c(&v1_body).to_le_bytes());
+        v1.extend_from_slice(&v1_body);
+        assert_eq!(Catalog::decode(&v1).unwrap(), c);
     }
 
     #[test]
