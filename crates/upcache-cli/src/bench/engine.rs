@@ -367,6 +367,14 @@ impl PlainFiles {
         Ok(())
     }
 
+    /// Removes the files unless `keep`.
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        if keep {
+            return Ok(());
+        }
+        self.remove()
+    }
+
     fn remove(&mut self) -> Result<()> {
         self.files.clear();
         for p in &self.paths {
@@ -424,11 +432,8 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
         self.0.sync()
     }
 
-    fn teardown(mut self, keep: bool) -> Result<()> {
-        if keep {
-            return Ok(());
-        }
-        self.0.remove()
+    fn teardown(self, keep: bool) -> Result<()> {
+        self.0.teardown(keep)
     }
 }
 
@@ -509,11 +514,8 @@ impl Engine for DontcacheEngine {
         self.0.sync()
     }
 
-    fn teardown(mut self, keep: bool) -> Result<()> {
-        if keep {
-            return Ok(());
-        }
-        self.0.remove()
+    fn teardown(self, keep: bool) -> Result<()> {
+        self.0.teardown(keep)
     }
 }
 

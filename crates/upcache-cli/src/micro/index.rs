@@ -43,43 +43,62 @@ fn parse_kind(s: &str) -> Result<IndexKind, String> {
     IndexKind::from_str(s.trim()).map_err(|e| e.to_string())
 }
 
-fn prefill(ix: &dyn PageIndex, keys: u64) {
-    let mut rng = SmallRng::seed_from_u64(7);
-    for k in 0..keys {
-        if rng.gen_bool(0.5) {
-            let _ = ix.insert_if_absent(k, k as u32);
-        }
-    }
+/// Operations of one index under test.
+struct Ops<L, I, R> {
+    lookup: L,
+    insert: I,
+    remove: R,
 }
 
-fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
-    let Some(ix) = kind.build() else { return measure_sets(threads, a) };
-    prefill(&*ix, a.keys);
+/// Prefills half the keys, then runs the mix on `threads` threads; operations per second.
+fn run_mix<L, I, R>(threads: usize, a: &IndexBenchArgs, ops: Ops<L, I, R>) -> f64
+where
+    L: Fn(u64) -> Option<u32> + Sync,
+    I: Fn(u64, u32) + Sync,
+    R: Fn(u64, u32) + Sync,
+{
+    let mut rng = SmallRng::seed_from_u64(7);
+    for k in 0..a.keys {
+        if rng.gen_bool(0.5) {
+            (ops.insert)(k, k as u32);
+        }
+    }
     let (keys, update) = (a.keys, a.update);
     run_threads(threads, Duration::from_secs_f64(a.run.seconds), |t, stop| {
         let mut rng = SmallRng::seed_from_u64(1000 + t as u64);
-        let mut ops = 0u64;
+        let mut done = 0u64;
         // Check the stop flag every 64 operations: a load per operation would be noise.
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             for _ in 0..64 {
                 let k = rng.gen_range(0..keys);
-                let found = ix.get(k);
+                let found = (ops.lookup)(k);
                 if rng.gen_range(0..100) < update {
                     match found {
-                        Some(f) => {
-                            ix.remove_if(k, f);
-                        }
-                        None => {
-                            let _ = ix.insert_if_absent(k, t as u32);
-                        }
+                        Some(f) => (ops.remove)(k, f),
+                        None => (ops.insert)(k, t as u32),
                     }
                 }
                 std::hint::black_box(found);
             }
-            ops += 64;
+            done += 64;
         }
-        ops
+        done
     })
+}
+
+fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
+    let Some(ix) = kind.build() else { return measure_sets(threads, a) };
+    let ix: &dyn PageIndex = &*ix;
+    let ops = Ops {
+        lookup: |k| ix.get(k),
+        insert: |k, v| {
+            let _ = ix.insert_if_absent(k, v);
+        },
+        remove: |k, f| {
+            ix.remove_if(k, f);
+        },
+    };
+    run_mix(threads, a, ops)
 }
 
 /// The set-associative cache has no free-form insert: a page is *claimed* in its set (an
@@ -90,49 +109,27 @@ fn measure(kind: IndexKind, threads: usize, a: &IndexBenchArgs) -> f64 {
 fn measure_sets(threads: usize, a: &IndexBenchArgs) -> f64 {
     let frames = FrameTable::new(a.keys as usize, 4096).expect("frame table");
     let sets = SetTable::new(frames.len(), DEFAULT_WAYS, SetPolicy::default());
-    let insert = |k: u64| {
-        if let Claim::New { frame, .. } = sets.claim(1, k, &frames) {
-            frames.set_key(frame, PageKey { file: 1, page: k });
-            frames.state(frame).assign_locked();
-            frames.unlock(frame, VALID, 0);
-            frames.state(frame).unpin();
-        }
-    };
-    let remove = |k: u64, f| {
-        if sets.remove_if(1, k, f) {
-            // What a drop does: take the frame back (it is clean and unpinned here).
-            let st = frames.state(f);
-            if st.try_claim() == ClaimResult::Referenced {
-                st.try_claim();
+    let ops = Ops {
+        lookup: |k| sets.lookup(1, k),
+        insert: |k, _| {
+            if let Claim::New { frame, .. } = sets.claim(1, k, &frames) {
+                frames.set_key(frame, PageKey { file: 1, page: k });
+                frames.state(frame).assign_locked();
+                frames.unlock(frame, VALID, 0);
+                frames.state(frame).unpin();
             }
-        }
-    };
-    let mut rng = SmallRng::seed_from_u64(7);
-    for k in 0..a.keys {
-        if rng.gen_bool(0.5) {
-            insert(k);
-        }
-    }
-    let (keys, update) = (a.keys, a.update);
-    run_threads(threads, Duration::from_secs_f64(a.run.seconds), |t, stop| {
-        let mut rng = SmallRng::seed_from_u64(1000 + t as u64);
-        let mut ops = 0u64;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            for _ in 0..64 {
-                let k = rng.gen_range(0..keys);
-                let found = sets.lookup(1, k);
-                if rng.gen_range(0..100) < update {
-                    match found {
-                        Some(f) => remove(k, f),
-                        None => insert(k),
-                    }
+        },
+        remove: |k, f| {
+            if sets.remove_if(1, k, f) {
+                // What a drop does: take the frame back (it is clean and unpinned here).
+                let st = frames.state(f);
+                if st.try_claim() == ClaimResult::Referenced {
+                    st.try_claim();
                 }
-                std::hint::black_box(found);
             }
-            ops += 64;
-        }
-        ops
-    })
+        },
+    };
+    run_mix(threads, a, ops)
 }
 
 pub fn run(a: IndexBenchArgs) -> Result<()> {
