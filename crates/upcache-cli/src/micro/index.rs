@@ -13,9 +13,9 @@ use anyhow::Result;
 use clap::Args;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use upcache::frame::state::{ClaimResult, VALID};
+use upcache::frame::state::VALID;
 use upcache::frame::{FrameTable, PageKey};
-use upcache::index::setassoc::{Claim, SetPolicy, SetTable, DEFAULT_WAYS};
+use upcache::index::setassoc::{claim_frame, Claim, SetPolicy, SetTable, DEFAULT_WAYS};
 use upcache::index::PageIndex;
 use upcache::IndexKind;
 
@@ -122,10 +122,7 @@ fn measure_sets(threads: usize, a: &IndexBenchArgs) -> f64 {
         remove: |k, f| {
             if sets.remove_if(1, k, f) {
                 // What a drop does: take the frame back (it is clean and unpinned here).
-                let st = frames.state(f);
-                if st.try_claim() == ClaimResult::Referenced {
-                    st.try_claim();
-                }
+                claim_frame(&frames, f);
             }
         },
     };

@@ -119,6 +119,17 @@ struct Set {
     hand: usize,
 }
 
+/// Claims frame `id` for eviction from its set. Hits are already counted by
+/// [`SetTable::lookup`], so the state word's reference bit (set by every pin, and by the load
+/// itself) is not a second vote: it is cleared and the claim tried again.
+pub fn claim_frame(frames: &FrameTable, id: FrameId) -> ClaimResult {
+    let st = frames.state(id);
+    match st.try_claim() {
+        ClaimResult::Referenced => st.try_claim(),
+        r => r,
+    }
+}
+
 /// What a claim found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
@@ -310,19 +321,15 @@ impl SetTable {
     /// Claims a victim way (its frame becomes `UNOWNED`); or the first dirty candidate.
     fn pick_victim(&self, s: &mut Set, frames: &FrameTable) -> Result<usize, Option<usize>> {
         let mut dirty = None;
-        let way_frames = s.frames.clone();
-        // Hits are already counted by `lookup`, so the state word's reference bit (set by
-        // every pin, and by the load itself) is not a second vote: clear it and claim.
-        let try_way = |w: usize, dirty: &mut Option<usize>| -> bool {
-            let st = frames.state(way_frames[w]);
-            let mut r = st.try_claim();
-            if r == ClaimResult::Referenced {
-                r = st.try_claim();
+        let try_way = |s: &Set, w: usize, dirty: &mut Option<usize>| -> bool {
+            match claim_frame(frames, s.frames[w]) {
+                ClaimResult::Claimed => true,
+                ClaimResult::Dirty => {
+                    dirty.get_or_insert(w);
+                    false
+                }
+                ClaimResult::Referenced | ClaimResult::Busy => false,
             }
-            if r == ClaimResult::Dirty {
-                dirty.get_or_insert(w);
-            }
-            r == ClaimResult::Claimed
         };
         match self.policy {
             SetPolicy::GClock | SetPolicy::Clock => {
@@ -337,7 +344,7 @@ impl SetTable {
                         s.counts[w] -= 1;
                         continue;
                     }
-                    if try_way(w, &mut dirty) {
+                    if try_way(s, w, &mut dirty) {
                         return Ok(w);
                     }
                 }
@@ -351,7 +358,7 @@ impl SetTable {
                         SetPolicy::Lru => order.sort_by_key(|&w| std::cmp::Reverse(age(s, w))),
                         _ => order.sort_by_key(|&w| (s.counts[w], std::cmp::Reverse(age(s, w)))),
                     }
-                    if let Some(w) = order.into_iter().find(|&w| try_way(w, &mut dirty)) {
+                    if let Some(w) = order.into_iter().find(|&w| try_way(s, w, &mut dirty)) {
                         return Ok(w);
                     }
                 }
@@ -433,15 +440,14 @@ impl SetTable {
                     if s.keys[w] == EMPTY {
                         return false;
                     }
-                    let st = frames.state(s.frames[w]);
-                    let mut r = st.try_claim();
-                    if r == ClaimResult::Referenced {
-                        r = st.try_claim();
+                    match claim_frame(frames, s.frames[w]) {
+                        ClaimResult::Claimed => true,
+                        ClaimResult::Dirty => {
+                            dirty.get_or_insert(s.frames[w]);
+                            false
+                        }
+                        ClaimResult::Referenced | ClaimResult::Busy => false,
                     }
-                    if r == ClaimResult::Dirty {
-                        dirty.get_or_insert(s.frames[w]);
-                    }
-                    r == ClaimResult::Claimed
                 });
                 victim.map(|w| s.keys[w] = EMPTY).is_some()
             });
