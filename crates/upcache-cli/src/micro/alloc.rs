@@ -52,7 +52,7 @@ fn measure(kind: AllocKind, threads: usize, a: &AllocBenchArgs) -> f64 {
             }
             frames += held.len() as u64;
             for id in held.drain(..) {
-                pool.free(Some(&file), id);
+                pool.free(&file, id);
             }
         }
         pool.drain(&file);

@@ -34,9 +34,7 @@ impl GlobalFree {
         let pushed = self.queue.push(id);
         debug_assert!(pushed.is_ok(), "free list overflow: frame {id} freed twice");
     }
-}
 
-impl GlobalFree {
     /// Frames in the list.
     pub fn len(&self) -> usize {
         self.queue.len()

@@ -97,9 +97,8 @@ impl FrameAllocator {
         }
     }
 
-    /// Returns an unowned frame, freed by a page of the file whose frame cache is `fc` (or
-    /// by no file: reclaim).
-    pub fn free(&self, fc: Option<&FileFrames>, id: FrameId) {
+    /// Returns an unowned frame freed by a page of the file whose frame cache is `fc`.
+    pub fn free(&self, fc: &FileFrames, id: FrameId) {
         match self {
             FrameAllocator::Global(g) => g.push(id),
             FrameAllocator::TwoLayer(t) => t.free(fc, id),

@@ -91,8 +91,8 @@ impl TwoLayer {
     }
 
     /// Moves up to `want` frames from the regions into `into`, the home region first, then
-    /// stealing from the others in turn. Returns how many it moved.
-    fn take_from_pool(&self, into: &mut Vec<FrameId>, want: usize) -> usize {
+    /// stealing from the others in turn.
+    fn take_from_pool(&self, into: &mut Vec<FrameId>, want: usize) {
         let n = self.regions.len();
         let home = self.home();
         let mut got = 0;
@@ -109,16 +109,12 @@ impl TwoLayer {
         // Relaxed (all `pooled` updates): it only steers pressure decisions, which tolerate
         // a stale value.
         self.pooled.fetch_sub(got, Ordering::Relaxed);
-        got
     }
 
-    /// Returns a frame: to the freeing file's cache, which past its high mark gives frames
+    /// Returns a frame to the freeing file's cache, which past its high mark gives frames
     /// back down to the low mark in one batch (so a file that frees many frames takes a pool
-    /// lock once per `high - low` frames, not once per frame); without a file, to the pool.
-    pub fn free(&self, fc: Option<&FileFrames>, id: FrameId) {
-        let Some(fc) = fc else {
-            return self.give_back(std::iter::once(id));
-        };
+    /// lock once per `high - low` frames, not once per frame).
+    pub fn free(&self, fc: &FileFrames, id: FrameId) {
         let mut list = lock(&fc.list);
         list.push(id);
         if list.len() > self.marks.high {
@@ -177,7 +173,7 @@ mod tests {
         assert_eq!(t.pooled() + lock(&a.list).len() + held.len(), 1000);
         // Freeing fills a's cache; past the high mark it drops back to the low mark at once.
         for (i, id) in held.drain(..).enumerate() {
-            t.free(Some(&a), id);
+            t.free(&a, id);
             assert!(lock(&a.list).len() <= 100, "after {i} frees");
         }
         let kept = lock(&a.list).len();
@@ -213,7 +209,7 @@ mod tests {
                             }
                             if round % 3 == 0 {
                                 for id in mine.drain(..mine.len() / 2) {
-                                    t.free(Some(&fc), id);
+                                    t.free(&fc, id);
                                 }
                             }
                         }

@@ -267,9 +267,7 @@ impl Cache {
         sync::write(&inner.files).insert(e.id, file.clone());
         if let Err(err) = inner.recover_tail(&file) {
             let _all = file.range.write(0, u64::MAX);
-            inner.drop_pages_from(&file, 0);
-            inner.free.drain(&file.frames);
-            sync::write(&inner.files).remove(&e.id);
+            inner.forget_file(&file);
             return Err(err);
         }
         Ok(File::new(file, inner.clone()))
@@ -297,9 +295,7 @@ impl Cache {
         if let Some(f) = &open {
             // Release: handles that see `removed` also see everything before it.
             f.removed.store(true, Ordering::Release);
-            inner.drop_pages_from(f, 0);
-            inner.free.drain(&f.frames);
-            sync::write(&inner.files).remove(&e.id);
+            inner.forget_file(f);
         }
         drop(all);
         for dir in &inner.config.device_dirs {
@@ -366,6 +362,15 @@ impl Drop for Cache {
 }
 
 impl CacheInner {
+    /// Takes a file out of the cache: drops its pages (dirty ones too), gives its free-frame
+    /// cache back to the pool and removes it from the open-files map. The caller holds the
+    /// whole file exclusive in its range lock.
+    fn forget_file(&self, file: &FileInner) {
+        self.drop_pages_from(file, 0);
+        self.free.drain(&file.frames);
+        sync::write(&self.files).remove(&file.id);
+    }
+
     fn new_index(&self, file: u64) -> Box<dyn crate::index::PageIndex> {
         match &self.sets {
             Some(sets) => Box::new(SetAssocIndex::new(sets.clone(), file)),

@@ -201,9 +201,7 @@ impl CacheInner {
         }
         Ok(sets.frames_used() as u64 * self.frames.page_size() as u64)
     }
-}
 
-impl CacheInner {
     /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
     fn lookup_pinned(&self, file: &FileInner, page: u64) -> Option<FrameId> {
         let key = PageKey { file: file.id, page };
@@ -381,7 +379,7 @@ impl CacheInner {
             crate::sync::yield_now();
         }
         if self.sets.is_none() {
-            self.free.free(Some(&file.frames), id);
+            self.free.free(&file.frames, id);
         }
         // With page sets the frame stays in its way's slot, found free by the next claim.
     }

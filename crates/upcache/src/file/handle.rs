@@ -30,6 +30,34 @@ impl fmt::Debug for File {
     }
 }
 
+/// The part of a byte range that falls in one page.
+struct Chunk {
+    page: u64,
+    /// Offset of the chunk in the page.
+    in_page: usize,
+    len: usize,
+    /// Offset of the chunk in the caller's buffer (the range starts at 0).
+    at: usize,
+}
+
+/// Splits `offset..end` at page boundaries.
+fn chunks(offset: u64, end: u64, ps: u64) -> impl Iterator<Item = Chunk> {
+    let mut pos = offset;
+    std::iter::from_fn(move || {
+        (pos < end).then(|| {
+            let len = (ps - pos % ps).min(end - pos);
+            let c = Chunk {
+                page: pos / ps,
+                in_page: (pos % ps) as usize,
+                len: len as usize,
+                at: (pos - offset) as usize,
+            };
+            pos += len;
+            c
+        })
+    })
+}
+
 fn end_of(offset: u64, len: usize) -> Result<u64> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= MAX_FILE_SIZE => Ok(end),
@@ -77,20 +105,18 @@ impl File {
         }
         let end = end.min(len);
         let ps = self.cache.config.page_size as u64;
-        let mut pos = offset;
-        while pos < end {
-            let page = pos / ps;
-            let in_page = (pos % ps) as usize;
-            let n = ((ps - pos % ps).min(end - pos)) as usize;
-            let pinned = self.cache.page_for_read(&self.file, page)?;
-            let at = (pos - offset) as usize;
+        for c in chunks(offset, end, ps) {
+            let pinned = self.cache.page_for_read(&self.file, c.page)?;
             // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
             // writers of these bytes out; the source range lies inside the frame and the
             // destination inside `buf`.
             unsafe {
-                std::ptr::copy_nonoverlapping(pinned.ptr().add(in_page), buf[at..at + n].as_mut_ptr(), n)
+                std::ptr::copy_nonoverlapping(
+                    pinned.ptr().add(c.in_page),
+                    buf[c.at..c.at + c.len].as_mut_ptr(),
+                    c.len,
+                )
             };
-            pos += n as u64;
         }
         Ok((end - offset) as usize)
     }
@@ -117,14 +143,9 @@ impl File {
             return None;
         }
         let frames = &self.cache.frames;
-        let mut pos = offset;
-        while pos < end {
-            let page = pos / ps;
-            let in_page = (pos % ps) as usize;
-            let n = ((ps - pos % ps).min(end - pos)) as usize;
-            let at = (pos - offset) as usize;
-            let dst = buf[at..at + n].as_mut_ptr();
-            let ok = file.index.read_optimistic(page, &mut |id| {
+        for c in chunks(offset, end, ps) {
+            let (dst, in_page, n) = (buf[c.at..c.at + c.len].as_mut_ptr(), c.in_page, c.len);
+            let ok = file.index.read_optimistic(c.page, &mut |id| {
                 // First, so its bitmap miss overlaps the copy's.
                 frames.touch(id);
                 // SAFETY: source and destination are in bounds (a frame is `ps` bytes, `dst`
@@ -138,7 +159,6 @@ impl File {
             if !ok {
                 return None;
             }
-            pos += n as u64;
         }
         if !file.writes.unchanged_since(seq) {
             return None;
@@ -202,26 +222,27 @@ impl File {
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
         let _change = self.file.writes.begin();
-        let mut pos = offset;
-        while pos < end {
-            let page = pos / ps;
-            let in_page = (pos % ps) as usize;
-            let n = ((ps - pos % ps).min(end - pos)) as usize;
-            let fill = if n as u64 == ps { Fill::Overwrite } else { Fill::Read };
-            let locked = match self.cache.page_for_write(&self.file, page, fill) {
+        for c in chunks(offset, end, ps) {
+            let fill = if c.len as u64 == ps { Fill::Overwrite } else { Fill::Read };
+            let locked = match self.cache.page_for_write(&self.file, c.page, fill) {
                 Ok(l) => l,
-                Err(e) if pos > offset => {
-                    log::debug!("short write of {:?} at {pos}: {e}", self.file.name);
-                    return Ok((pos - offset) as usize);
+                Err(e) if c.at > 0 => {
+                    log::debug!("short write of {:?} at {}: {e}", self.file.name, offset + c.at as u64);
+                    return Ok(c.at);
                 }
                 Err(e) => return Err(e),
             };
-            let at = (pos - offset) as usize;
             // SAFETY: the frame is LOCKED by us, so no other thread writes it or writes it
             // back; the range lock keeps readers of these bytes out. Both ranges are in bounds.
-            unsafe { std::ptr::copy_nonoverlapping(buf[at..at + n].as_ptr(), locked.ptr().add(in_page), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    buf[c.at..c.at + c.len].as_ptr(),
+                    locked.ptr().add(c.in_page),
+                    c.len,
+                )
+            };
             locked.commit(true);
-            pos += n as u64;
+            let pos = offset + (c.at + c.len) as u64;
             // Release: readers that see the new length see these bytes (they also go through
             // the frame's state word, but this keeps `len` alone meaningful). The Relaxed
             // check first spares parallel writers inside the file a shared read-modify-write.
