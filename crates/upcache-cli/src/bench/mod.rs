@@ -102,14 +102,14 @@ pub struct BenchArgs {
     dirty_ratios: Option<(f64, f64)>,
     /// upcache page index: radix (ccXArray), locked (the same tree, updates under one lock per
     /// file) or sharded (hash shards) [default: radix]
-    #[arg(long, value_name = "KIND", value_parser = parse_index)]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::IndexKind>)]
     index: Option<upcache::IndexKind>,
     /// upcache free-frame allocator: twolayer (per-core regions + per-file caches) or global
     /// (one lock-free queue) [default: twolayer]
-    #[arg(long, value_name = "KIND", value_parser = parse_alloc)]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::AllocKind>)]
     alloc: Option<upcache::AllocKind>,
     /// upcache device layout: stripe, rotate (rotated striping) or hash [default: stripe]
-    #[arg(long, value_name = "KIND", value_parser = parse_layout)]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::LayoutKind>)]
     layout: Option<upcache::LayoutKind>,
     /// How upcache reads: copy (read_exact_at into the buffer) or pin (zero-copy: pin each page
     /// and read one byte in place; writes still copy). Other engines always copy
@@ -119,7 +119,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     set_ways: Option<u64>,
     /// Replacement inside a page set with --index setassoc: gclock, clock, lru, lfu [default: gclock]
-    #[arg(long, value_name = "POLICY", value_parser = parse_set_policy)]
+    #[arg(long, value_name = "POLICY", value_parser = parse_choice::<upcache::index::setassoc::SetPolicy>)]
     set_policy: Option<upcache::index::setassoc::SetPolicy>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
@@ -758,18 +758,7 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
     Ok((num(bg)?, num(fg)?))
 }
 
-fn parse_set_policy(s: &str) -> Result<upcache::index::setassoc::SetPolicy, String> {
-    s.parse().map_err(|e: upcache::Error| e.to_string())
-}
-
-fn parse_layout(s: &str) -> Result<upcache::LayoutKind, String> {
-    s.parse().map_err(|e: upcache::Error| e.to_string())
-}
-
-fn parse_alloc(s: &str) -> Result<upcache::AllocKind, String> {
-    s.parse().map_err(|e: upcache::Error| e.to_string())
-}
-
-fn parse_index(s: &str) -> Result<upcache::IndexKind, String> {
-    s.parse().map_err(|e: upcache::Error| e.to_string())
+/// Parses any of the library's named choices (index kind, allocator, layout, set policy).
+pub(crate) fn parse_choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) -> Result<T, String> {
+    s.trim().parse().map_err(|e: upcache::Error| e.to_string())
 }

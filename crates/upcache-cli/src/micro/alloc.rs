@@ -17,7 +17,7 @@ use super::{measure_points, parse_count, print_table, run_threads, RunArgs};
 #[derive(Args, Debug)]
 pub struct AllocBenchArgs {
     /// Allocators to compare, the first is the reference
-    #[arg(long, default_value = "twolayer,global", value_delimiter = ',', value_parser = parse_alloc)]
+    #[arg(long, default_value = "twolayer,global", value_delimiter = ',', value_parser = crate::bench::parse_choice::<AllocKind>)]
     alloc: Vec<AllocKind>,
     /// Thread counts
     #[arg(long, default_value = "1,2,8", value_delimiter = ',', value_parser = parse_count)]
@@ -30,10 +30,6 @@ pub struct AllocBenchArgs {
     batch: usize,
     #[command(flatten)]
     run: RunArgs,
-}
-
-fn parse_alloc(s: &str) -> Result<AllocKind, String> {
-    s.trim().parse().map_err(|e: upcache::Error| e.to_string())
 }
 
 fn measure(kind: AllocKind, threads: usize, a: &AllocBenchArgs) -> f64 {

@@ -6,7 +6,6 @@
 //! lookup finds it, insert it otherwise, so the index stays about half full and inserts and
 //! deletes are equally frequent.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -24,7 +23,7 @@ use super::{measure_points, parse_count, print_table, run_threads, RunArgs};
 #[derive(Args, Debug)]
 pub struct IndexBenchArgs {
     /// Index kinds to compare (radix, locked, sharded, setassoc), the first is the reference
-    #[arg(long, default_value = "radix,locked,sharded,setassoc", value_delimiter = ',', value_parser = parse_kind)]
+    #[arg(long, default_value = "radix,locked,sharded,setassoc", value_delimiter = ',', value_parser = crate::bench::parse_choice::<IndexKind>)]
     index: Vec<IndexKind>,
     /// Thread counts
     #[arg(long, default_value = "1,2,8,32", value_delimiter = ',', value_parser = parse_count)]
@@ -37,10 +36,6 @@ pub struct IndexBenchArgs {
     update: u32,
     #[command(flatten)]
     run: RunArgs,
-}
-
-fn parse_kind(s: &str) -> Result<IndexKind, String> {
-    IndexKind::from_str(s.trim()).map_err(|e| e.to_string())
 }
 
 /// Operations of one index under test.

@@ -19,7 +19,6 @@
 pub mod global;
 pub mod two_layer;
 
-use crate::error::{Error, ErrorKind};
 use crate::frame::FrameId;
 pub use two_layer::FileFrames;
 
@@ -47,15 +46,10 @@ impl AllocKind {
 }
 
 impl std::str::FromStr for AllocKind {
-    type Err = Error;
+    type Err = crate::Error;
 
-    fn from_str(s: &str) -> Result<Self, Error> {
-        AllocKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidConfig,
-                format!("unknown allocator {s:?}: expected global or twolayer"),
-            )
-        })
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "allocator", &AllocKind::ALL, AllocKind::name)
     }
 }
 

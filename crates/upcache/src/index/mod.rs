@@ -27,7 +27,6 @@ pub use locked::LockedIndex;
 pub use radix::RadixIndex;
 pub use sharded::ShardedIndex;
 
-use crate::error::{Error, ErrorKind};
 use crate::frame::FrameId;
 
 /// Which page index files use ([`crate::Config::with_index`]).
@@ -76,15 +75,10 @@ impl IndexKind {
 }
 
 impl std::str::FromStr for IndexKind {
-    type Err = Error;
+    type Err = crate::Error;
 
-    fn from_str(s: &str) -> Result<Self, Error> {
-        IndexKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidConfig,
-                format!("unknown index {s:?}: expected radix, locked, sharded or setassoc"),
-            )
-        })
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "index", &IndexKind::ALL, IndexKind::name)
     }
 }
 

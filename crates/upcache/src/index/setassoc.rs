@@ -44,7 +44,6 @@
 //! set's lock in turn.
 
 use super::PageIndex;
-use crate::error::{Error, ErrorKind};
 use crate::frame::state::{ClaimResult, UNOWNED};
 use crate::frame::{FrameId, FrameTable};
 use crate::sync::{lock, Arc, AtomicU64, Mutex, MutexGuard, Ordering};
@@ -87,15 +86,10 @@ impl SetPolicy {
 }
 
 impl std::str::FromStr for SetPolicy {
-    type Err = Error;
+    type Err = crate::Error;
 
-    fn from_str(s: &str) -> Result<Self, Error> {
-        SetPolicy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidConfig,
-                format!("unknown set policy {s:?}: expected gclock, clock, lru or lfu"),
-            )
-        })
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "set policy", &SetPolicy::ALL, SetPolicy::name)
     }
 }
 

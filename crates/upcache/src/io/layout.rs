@@ -62,13 +62,8 @@ impl LayoutKind {
 impl std::str::FromStr for LayoutKind {
     type Err = crate::Error;
 
-    fn from_str(s: &str) -> Result<Self, crate::Error> {
-        LayoutKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            crate::Error::new(
-                crate::ErrorKind::InvalidConfig,
-                format!("unknown layout {s:?}: expected stripe, rotate or hash"),
-            )
-        })
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "layout", &LayoutKind::ALL, LayoutKind::name)
     }
 }
 
