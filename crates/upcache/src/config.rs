@@ -7,7 +7,7 @@ use crate::alloc::AllocKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
-use crate::io::engine::IoEngine;
+use crate::io::engine::{IoEngine, IoKind};
 use crate::io::layout::LayoutKind;
 
 /// Smallest and largest page sizes (powers of two).
@@ -53,6 +53,7 @@ pub struct Config {
     pub(crate) layout: LayoutKind,
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
+    pub(crate) io: IoKind,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
 
@@ -72,6 +73,7 @@ impl std::fmt::Debug for Config {
             .field("layout", &self.layout)
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
+            .field("io", &self.io)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -95,6 +97,7 @@ impl Config {
             layout: LayoutKind::default(),
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
+            io: IoKind::default(),
             engine: None,
         }
     }
@@ -167,8 +170,15 @@ impl Config {
         self
     }
 
-    /// Replace the I/O engine (default: [`crate::io::engine::PsyncEngine`]). Used to inject
-    /// faults in tests and to plug in other engines.
+    /// The I/O engine: io_uring (the default; psync, with a logged reason, where the kernel
+    /// refuses it) or preadv/pwritev.
+    pub fn with_io(mut self, io: IoKind) -> Self {
+        self.io = io;
+        self
+    }
+
+    /// Replace the I/O engine with one of the caller's (overrides [`Config::with_io`]). Used
+    /// to inject faults in tests and to plug in other engines.
     pub fn with_io_engine(mut self, engine: Arc<dyn IoEngine>) -> Self {
         self.engine = Some(engine);
         self

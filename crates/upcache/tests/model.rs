@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, LayoutKind};
+use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, IoKind, LayoutKind};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;
@@ -55,6 +55,7 @@ struct Layout {
     index: IndexKind,
     alloc: AllocKind,
     layout: LayoutKind,
+    io: IoKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -66,8 +67,9 @@ fn layout() -> impl Strategy<Value = Layout> {
         proptest::sample::select(IndexKind::ALL.to_vec()),
         proptest::sample::select(AllocKind::ALL.to_vec()),
         proptest::sample::select(LayoutKind::ALL.to_vec()),
+        proptest::sample::select(IoKind::ALL.to_vec()),
     )
-        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout)| Layout {
+        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout, io)| Layout {
             page_size,
             stripe_pages,
             devices,
@@ -75,6 +77,7 @@ fn layout() -> impl Strategy<Value = Layout> {
             index,
             alloc,
             layout,
+            io,
         })
 }
 
@@ -97,6 +100,7 @@ impl Harness {
             .with_index(l.index)
             .with_alloc(l.alloc)
             .with_layout(l.layout)
+            .with_io(l.io)
     }
 
     fn cache(&self) -> &Cache {

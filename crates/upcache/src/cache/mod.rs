@@ -3,6 +3,7 @@
 //! [`Cache`] is the user's handle; [`CacheInner`] is shared by the handle, every [`File`],
 //! and the flusher threads. Page access (hit, miss, eviction) is in [`page`].
 
+pub(crate) mod async_load;
 pub(crate) mod page;
 mod reclaim;
 
@@ -16,12 +17,12 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
 use crate::file::namespace::{NameEntry, Namespace};
-use crate::file::{validate_name, File, FileInner};
+use crate::file::{validate_name, File, FileInner, IoQueue};
 use crate::frame::FrameTable;
 use crate::index::setassoc::{SetAssocIndex, SetTable};
 use crate::index::IndexKind;
 use crate::io::device::{self, backing_path, BackingFile};
-use crate::io::engine::{IoEngine, PsyncEngine};
+use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
 use crate::metrics::{Metrics, Stats};
 use crate::policy::{ClockPolicy, Policy};
@@ -35,6 +36,10 @@ const LOCK_NAME: &str = "upcache.lock";
 pub(crate) struct CacheInner {
     pub(crate) config: Config,
     pub(crate) layout: StripeLayout,
+    /// A std Arc even under loom: engines are outside the concurrency model. Declared before
+    /// `frames` so that it drops first: rings that registered the arena close before it is
+    /// unmapped.
+    pub(crate) engine: std::sync::Arc<dyn IoEngine>,
     pub(crate) frames: FrameTable,
     pub(crate) free: FrameAllocator,
     /// The page sets when the index is set-associative: they then place every page, and the
@@ -43,8 +48,6 @@ pub(crate) struct CacheInner {
     /// A miss asked the flushers for background reclaim and they have not started it yet.
     pub(crate) reclaim_requested: AtomicBool,
     pub(crate) policy: Box<dyn Policy>,
-    /// A std Arc even under loom: engines are outside the concurrency model.
-    pub(crate) engine: std::sync::Arc<dyn IoEngine>,
     /// Files opened since the cache started, by id. Held briefly; never while waiting.
     pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
     pub(crate) namespace: Mutex<Namespace>,
@@ -196,7 +199,10 @@ impl Cache {
 
     fn start(config: Config, catalog: Catalog, lock: fs::File) -> Result<Cache> {
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
-        let engine = config.engine.clone().unwrap_or_else(|| std::sync::Arc::new(PsyncEngine));
+        // A resizable (set-associative) cache gives frame memory back with MADV_DONTNEED,
+        // which would detach registered buffers from the arena: it does not register them.
+        let registrable = (config.index != IndexKind::SetAssoc).then(|| frames.region());
+        let engine = config.engine.clone().unwrap_or_else(|| config.io.build(registrable));
         let writeback = Writeback::new(&config, frames.len());
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(
@@ -328,6 +334,18 @@ impl Cache {
     /// Counters and gauges.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    /// A queue for asynchronous reads and writes with up to `depth` requests in flight (1 to
+    /// 4096); see [`IoQueue`]. Each queue has its own io_uring, so make one per thread.
+    pub fn queue(&self, depth: usize) -> Result<IoQueue> {
+        IoQueue::new(self.inner.clone(), depth)
+    }
+
+    /// The name of the I/O engine in use ("uring", "psync", or a custom engine's): io_uring
+    /// falls back to psync where the kernel refuses it.
+    pub fn io_engine(&self) -> &'static str {
+        self.inner.engine.name()
     }
 
     /// Changes how much of the memory budget the cache uses, while I/O runs (SAFS §4.1,

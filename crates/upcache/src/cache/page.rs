@@ -55,6 +55,13 @@ pub(crate) struct PinnedPage<'a> {
 }
 
 impl PinnedPage<'_> {
+    /// Keeps the pin past the guard; the caller unpins the frame itself later.
+    pub(crate) fn keep(self) -> FrameId {
+        let id = self.id;
+        std::mem::forget(self);
+        id
+    }
+
     /// Start of the frame's bytes: readable while the pin is held.
     pub(crate) fn ptr(&self) -> *const u8 {
         self.cache.frames.ptr(self.id)
@@ -86,8 +93,22 @@ impl<'a> LockedPage<'a> {
         self.cache.frames.ptr(self.id)
     }
 
+    /// Hands a fresh load to an asynchronous read, which ends it with [`Self::attach`]: the
+    /// frame stays pinned, `LOCKED` and in the index meanwhile.
+    pub(crate) fn detach(self) -> FrameId {
+        debug_assert!(self.fresh);
+        let id = self.id;
+        std::mem::forget(self);
+        id
+    }
+
+    /// Takes back a fresh load that [`Self::detach`] handed out.
+    pub(crate) fn attach(cache: &'a CacheInner, file: &'a FileInner, page: u64, id: FrameId) -> Self {
+        LockedPage { cache, file, page, id, fresh: true, committed: false }
+    }
+
     /// Unlocks the page as valid and clean, keeping the pin for reading.
-    fn into_pinned(mut self) -> PinnedPage<'a> {
+    pub(crate) fn into_pinned(mut self) -> PinnedPage<'a> {
         self.committed = true;
         self.cache.frames.unlock(self.id, VALID, 0);
         if self.fresh {
@@ -202,8 +223,9 @@ impl CacheInner {
         Ok(sets.frames_used() as u64 * self.frames.page_size() as u64)
     }
 
-    /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
-    fn lookup_pinned(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+    /// Pins the frame the index gives for `page` of `file`, if any, after checking that it
+    /// still holds the page. It may be loading still (not `VALID`).
+    pub(crate) fn pin_entry(&self, file: &FileInner, page: u64) -> Option<FrameId> {
         let key = PageKey { file: file.id, page };
         loop {
             let id = file.index.get(page)?;
@@ -224,6 +246,15 @@ impl CacheInner {
                 st.unpin();
                 continue;
             }
+            return Some(id);
+        }
+    }
+
+    /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
+    fn lookup_pinned(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+        loop {
+            let id = self.pin_entry(file, page)?;
+            let st = self.frames.state(id);
             let w = self.frames.waits.wait_until(id, st, |w| w & VALID != 0 || w & LOCKED == 0);
             if w & VALID == 0 {
                 // Its load failed (or it was dropped): the entry is gone or going. Retry.
@@ -270,7 +301,7 @@ impl CacheInner {
 
     /// Takes a frame for `page`, publishes it locked in the index and fills it. Returns None
     /// if another thread published the page first.
-    fn load_locked<'a>(
+    pub(crate) fn load_locked<'a>(
         &'a self,
         file: &'a FileInner,
         page: u64,
@@ -345,16 +376,22 @@ impl CacheInner {
                     self.engine.read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)]).map_err(
                         |e| Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e),
                     )?;
-                self.metrics.read_ios.add(1);
-                self.metrics.read_bytes.add(n as u64);
-                if n < ps {
-                    // Past the end of the backing file: unwritten pages read as zeros.
-                    // SAFETY: as above, within the frame.
-                    unsafe { std::ptr::write_bytes(lp.ptr().add(n), 0, ps - n) };
-                }
+                self.read_done(&lp, n);
             }
         }
         Ok(lp)
+    }
+
+    /// Accounts a device read of `n` bytes into `lp`'s frame and zero-fills the rest: past
+    /// the end of the backing file, unwritten pages read as zeros.
+    pub(crate) fn read_done(&self, lp: &LockedPage<'_>, n: usize) {
+        let ps = self.frames.page_size();
+        self.metrics.read_ios.add(1);
+        self.metrics.read_bytes.add(n as u64);
+        if n < ps {
+            // SAFETY: LOCKED gives us the frame's bytes; the range lies inside the frame.
+            unsafe { std::ptr::write_bytes(lp.ptr().add(n), 0, ps - n) };
+        }
     }
 
     /// Undoes a fresh load: out of the index, unlocked without `VALID` (sleepers retry), and

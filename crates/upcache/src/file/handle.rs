@@ -58,7 +58,7 @@ fn chunks(offset: u64, end: u64, ps: u64) -> impl Iterator<Item = Chunk> {
     })
 }
 
-fn end_of(offset: u64, len: usize) -> Result<u64> {
+pub(crate) fn end_of(offset: u64, len: usize) -> Result<u64> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= MAX_FILE_SIZE => Ok(end),
         _ => Err(Error::new(
@@ -71,6 +71,14 @@ fn end_of(offset: u64, len: usize) -> Result<u64> {
 impl File {
     pub(crate) fn new(file: Arc<FileInner>, cache: Arc<CacheInner>) -> Self {
         File { file, cache }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<FileInner> {
+        &self.file
+    }
+
+    pub(crate) fn cache(&self) -> &Arc<CacheInner> {
+        &self.cache
     }
 
     /// The file's name.

@@ -14,11 +14,13 @@ pub mod catalog;
 pub mod handle;
 pub mod namespace;
 pub mod pin;
+pub mod queue;
 pub mod range_lock;
 pub(crate) mod write_seq;
 
 pub use handle::File;
 pub use pin::{PageMut, PageRef};
+pub use queue::{Completion, IoQueue};
 
 use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};

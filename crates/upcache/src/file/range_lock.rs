@@ -76,6 +76,21 @@ impl RangeLock {
         RangeGuard { lock: self, ticket }
     }
 
+    /// Shared lock of `start..end` if it is free now: no request, granted or waiting,
+    /// conflicts with it. Never waits.
+    pub fn try_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        let end = end.max(start.saturating_add(1));
+        let mut q = sync::lock(&self.queue);
+        let me = Request { ticket: q.next_ticket, start, end, exclusive: false };
+        if q.requests.iter().any(|r| r.conflicts(&me)) {
+            return None;
+        }
+        q.next_ticket += 1;
+        let ticket = me.ticket;
+        q.requests.push(me);
+        Some(RangeGuard { lock: self, ticket })
+    }
+
     /// Shared lock of `start..end`.
     pub fn read(&self, start: u64, end: u64) -> RangeGuard<'_> {
         self.lock(start, end, false)
@@ -136,6 +151,19 @@ mod tests {
         drop(r);
         rx.recv().unwrap();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn try_read_fails_only_on_a_conflict() {
+        let l = RangeLock::default();
+        let w = l.write(10, 20);
+        assert!(l.try_read(15, 16).is_none());
+        let r = l.try_read(20, 30).expect("disjoint from the writer");
+        let r2 = l.try_read(25, 26).expect("readers share");
+        drop(w);
+        let r3 = l.try_read(0, 100).expect("only readers left");
+        drop((r, r2, r3));
+        assert!(l.try_read(0, 1).is_some());
     }
 
     #[test]

@@ -68,6 +68,11 @@ impl Arena {
         self.page_size
     }
 
+    /// Start and length of the mapping.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self.base.as_ptr(), self.size)
+    }
+
     /// Gives frame `id`'s memory back to the kernel; it reads as zeros when next touched. The
     /// caller must own the frame (`UNOWNED` and taken out of use), so nobody touches its bytes
     /// meanwhile.

@@ -78,6 +78,11 @@ impl FrameTable {
         self.arena.page_size()
     }
 
+    /// Start and length of the arena, for registering it with io_uring.
+    pub fn region(&self) -> (*mut u8, usize) {
+        self.arena.region()
+    }
+
     /// The state word of frame `id`.
     pub fn state(&self, id: FrameId) -> &FrameState {
         &self.metas[id as usize].state

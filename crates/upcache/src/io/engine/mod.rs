@@ -3,23 +3,97 @@
 //! # Contract
 //! - Buffers are whole frames (page-size aligned, page-size long), so every request is
 //!   O_DIRECT-legal; offsets are multiples of the page size.
-//! - `read_vectored` may return fewer bytes than asked only at the end of the backing file;
-//!   the caller zero-fills the rest (a file's unwritten pages read as zeros).
-//! - `write_vectored` writes everything or fails; a failure leaves the caller's pages dirty.
+//! - A read may return fewer bytes than asked only at the end of the backing file; the caller
+//!   zero-fills the rest (a file's unwritten pages read as zeros).
+//! - A write writes everything or fails; a failure leaves the caller's pages dirty.
 //! - Errors are returned, never panicked on, and an engine never retries by itself: retry
 //!   policy belongs to write-back.
 //!
-//! Implementations: [`psync::PsyncEngine`] (preadv/pwritev from the calling thread). The
-//! io_uring engine (batched submission, registered frame buffers) plugs in here; tests wrap
-//! an engine to inject faults.
+//! Implementations: [`psync::PsyncEngine`] (preadv/pwritev from the calling thread) and
+//! [`uring::UringEngine`] (io_uring: batches in one submission, registered frame buffers,
+//! queues for asynchronous reads). Tests wrap an engine to inject faults; a wrapper need only
+//! implement the three single-request methods, since batches and queues fall back to them.
 
 pub mod psync;
+pub mod uring;
 
 pub use psync::PsyncEngine;
+pub use uring::UringEngine;
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::Arc;
 
 use super::device::BackingFile;
+
+/// Which engine a cache moves its bytes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoKind {
+    /// io_uring; if the kernel refuses it (too old, disabled by sysctl or seccomp) the cache
+    /// logs why and uses psync.
+    #[default]
+    Uring,
+    /// preadv/pwritev from the calling thread.
+    Psync,
+}
+
+impl IoKind {
+    /// Every kind.
+    pub const ALL: [IoKind; 2] = [IoKind::Uring, IoKind::Psync];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoKind::Uring => "uring",
+            IoKind::Psync => "psync",
+        }
+    }
+
+    /// Builds the engine; `frames` is the frame arena, registered with io_uring as fixed
+    /// buffers if given and the kernel allows.
+    pub(crate) fn build(self, frames: Option<(*mut u8, usize)>) -> Arc<dyn IoEngine> {
+        match self {
+            IoKind::Psync => Arc::new(PsyncEngine),
+            IoKind::Uring => match UringEngine::new(frames) {
+                Ok(e) => Arc::new(e),
+                Err(e) => {
+                    log::warn!("io_uring is unavailable ({e}); using the psync engine");
+                    Arc::new(PsyncEngine)
+                }
+            },
+        }
+    }
+}
+
+impl std::str::FromStr for IoKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "I/O engine", &IoKind::ALL, IoKind::name)
+    }
+}
+
+/// One request of a batch.
+pub enum IoReq<'r, 'b> {
+    /// Read into `bufs` from `offset` of `file`.
+    Read {
+        /// The backing file.
+        file: &'r BackingFile,
+        /// Byte offset in it.
+        offset: u64,
+        /// Destination frames.
+        bufs: &'r mut [IoSliceMut<'b>],
+    },
+    /// Write `bufs` at `offset` of `file`.
+    Write {
+        /// The backing file.
+        file: &'r BackingFile,
+        /// Byte offset in it.
+        offset: u64,
+        /// Source frames.
+        bufs: &'r [IoSlice<'b>],
+    },
+}
 
 /// Moves bytes between frames and backing files.
 pub trait IoEngine: Send + Sync {
@@ -39,4 +113,78 @@ pub trait IoEngine: Send + Sync {
 
     /// Makes the file's written data durable (fdatasync).
     fn sync_data(&self, file: &BackingFile) -> io::Result<()>;
+
+    /// Runs every request of `reqs`, at the same time where the engine can, and returns each
+    /// one's bytes moved (for a write, all of its bytes) or error, in order. The default runs
+    /// them one after another.
+    fn run_batch(&self, reqs: &mut [IoReq<'_, '_>]) -> Vec<io::Result<usize>> {
+        reqs.iter_mut()
+            .map(|r| match r {
+                IoReq::Read { file, offset, bufs } => self.read_vectored(file, *offset, bufs),
+                IoReq::Write { file, offset, bufs } => {
+                    self.write_vectored(file, *offset, bufs).map(|()| bufs.iter().map(|b| b.len()).sum())
+                }
+            })
+            .collect()
+    }
+
+    /// A queue of asynchronous reads of about `depth` requests, or None if the engine has none
+    /// of its own (then [`InlineQueue`] runs each read when it is pushed).
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+        let _ = depth;
+        None
+    }
+}
+
+/// A completed queued read: its tag and bytes read (short only at end of file) or error.
+pub type QueueCompletion = (u64, io::Result<usize>);
+
+/// Asynchronous reads into frames, owned by one thread at a time.
+pub trait IoQueue: Send {
+    /// Queues a read of `len` bytes at `offset` of `file` into `buf`, reported by a later
+    /// [`IoQueue::reap`] under `tag`. A read that cannot even be queued is reported the same
+    /// way, with its error.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes, and nothing else may read or write
+    /// them, until `reap` has returned the completion for `tag`.
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64);
+
+    /// Submits what was pushed and waits until at least `min` reads (at most as many as are
+    /// outstanding) have completed; appends every completion available to `out`.
+    fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>);
+
+    /// Reads pushed and not yet reaped.
+    fn outstanding(&self) -> usize;
+}
+
+/// The queue of an engine without one: each read runs when it is pushed.
+pub struct InlineQueue {
+    engine: Arc<dyn IoEngine>,
+    done: VecDeque<QueueCompletion>,
+}
+
+impl InlineQueue {
+    /// A queue that runs reads on `engine` as they are pushed.
+    pub fn new(engine: Arc<dyn IoEngine>) -> Self {
+        InlineQueue { engine, done: VecDeque::new() }
+    }
+}
+
+impl IoQueue for InlineQueue {
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64) {
+        // SAFETY: the caller gives us `buf` for writes of `len` bytes until we report `tag`,
+        // which is after this call.
+        let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+        let r = self.engine.read_vectored(file, offset, &mut [IoSliceMut::new(buf)]);
+        self.done.push_back((tag, r));
+    }
+
+    fn reap(&mut self, _min: usize, out: &mut Vec<QueueCompletion>) {
+        out.extend(self.done.drain(..));
+    }
+
+    fn outstanding(&self) -> usize {
+        self.done.len()
+    }
 }

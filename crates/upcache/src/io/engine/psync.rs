@@ -1,7 +1,8 @@
-//! The synchronous engine: `preadv` / `pwritev` / `fdatasync` from the calling thread.
+//! The synchronous engine: `preadv` / `pwritev` / `fdatasync` from the calling thread. Its
+//! loops also finish what io_uring left short.
 
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use super::IoEngine;
 use crate::io::device::BackingFile;
@@ -12,6 +13,70 @@ pub struct PsyncEngine;
 
 /// Most iovecs passed to one syscall (Linux's UIO_MAXIOV).
 const MAX_IOV: usize = 1024;
+
+/// Reads into `bufs` from `offset` of `fd` until they are full or the file ends; returns the
+/// bytes read.
+pub(crate) fn preadv_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+    let want: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0usize;
+    while done < want && !bufs.is_empty() {
+        let cnt = bufs.len().min(MAX_IOV);
+        // SAFETY: IoSliceMut is ABI-compatible with iovec; the slices are valid for writes of
+        // their lengths for the duration of the call, and the fd is open.
+        let n = unsafe {
+            libc::preadv(
+                fd,
+                bufs.as_ptr() as *const libc::iovec,
+                cnt as libc::c_int,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break; // end of file
+        }
+        done += n as usize;
+        IoSliceMut::advance_slices(&mut bufs, n as usize);
+    }
+    Ok(done)
+}
+
+/// Writes all of `bufs` at `offset` of `fd`.
+pub(crate) fn pwritev_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    let mut done = 0u64;
+    while !bufs.is_empty() {
+        let cnt = bufs.len().min(MAX_IOV);
+        // SAFETY: IoSlice is ABI-compatible with iovec; the slices are valid for reads of
+        // their lengths for the duration of the call, and the fd is open.
+        let n = unsafe {
+            libc::pwritev(
+                fd,
+                bufs.as_ptr() as *const libc::iovec,
+                cnt as libc::c_int,
+                (offset + done) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+        }
+        done += n as u64;
+        IoSlice::advance_slices(&mut bufs, n as usize);
+    }
+    Ok(())
+}
 
 impl IoEngine for PsyncEngine {
     fn name(&self) -> &'static str {
@@ -24,67 +89,11 @@ impl IoEngine for PsyncEngine {
         offset: u64,
         bufs: &mut [IoSliceMut<'_>],
     ) -> io::Result<usize> {
-        let want: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut done = 0usize;
-        let mut bufs = bufs;
-        while done < want && !bufs.is_empty() {
-            let cnt = bufs.len().min(MAX_IOV);
-            // SAFETY: IoSliceMut is ABI-compatible with iovec; the slices are valid for
-            // writes of their lengths for the duration of the call, and the fd is open.
-            let n = unsafe {
-                libc::preadv(
-                    file.as_raw_fd(),
-                    bufs.as_mut_ptr() as *const libc::iovec,
-                    cnt as libc::c_int,
-                    (offset + done as u64) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                break; // end of file
-            }
-            done += n as usize;
-            IoSliceMut::advance_slices(&mut bufs, n as usize);
-        }
-        Ok(done)
+        preadv_all(file.as_raw_fd(), offset, bufs)
     }
 
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        let mut storage: Vec<IoSlice<'_>> = bufs.to_vec();
-        let mut bufs = &mut storage[..];
-        let mut done = 0u64;
-        while !bufs.is_empty() {
-            let cnt = bufs.len().min(MAX_IOV);
-            // SAFETY: IoSlice is ABI-compatible with iovec; the slices are valid for reads of
-            // their lengths for the duration of the call, and the fd is open.
-            let n = unsafe {
-                libc::pwritev(
-                    file.as_raw_fd(),
-                    bufs.as_ptr() as *const libc::iovec,
-                    cnt as libc::c_int,
-                    (offset + done) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
-            }
-            done += n as u64;
-            IoSlice::advance_slices(&mut bufs, n as usize);
-        }
-        Ok(())
+        pwritev_all(file.as_raw_fd(), offset, &mut bufs.to_vec())
     }
 
     fn sync_data(&self, file: &BackingFile) -> io::Result<()> {

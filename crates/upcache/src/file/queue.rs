@@ -1,0 +1,433 @@
+//! Asynchronous reads and writes from plain threads: submit many, reap completions, with a
+//! queue depth (seed 002 §3.1's asynchronous interface; no async runtime needed).
+//!
+//! # A read
+//! Submitting pins each page of the range that has a frame and starts a load of each that
+//! has none: a fresh frame published `LOCKED` in the index, with its device read queued on
+//! the queue's own ring (io_uring, or run at once by engines without queues). Reaping ends
+//! those loads and then copies the range out of the pinned frames under the file's range
+//! lock, which makes the read atomic against overlapping writes like `read_at`.
+//!
+//! # Why the queue never sleeps on others while it holds loads
+//! Other threads that need a page this queue is loading sleep until the queue reaps that
+//! load. So while it holds loads of its own, the queue must not sleep on anything another
+//! thread holds (a range lock, someone else's load), or two queues, or a queue and a writer,
+//! could each wait for the other. It only takes the range lock with `try_read` and only
+//! checks other loads without waiting; a request that cannot finish yet stays pending. Once
+//! the queue has no loads in flight it holds nothing others wait for, and then it may
+//! finish a pending request the blocking way (`read_at`), after dropping its pins.
+//!
+//! # A write
+//! Writes are buffered in the cache, so a write is done when submitted: the queue first
+//! ends its own loads and drops its pins (a write may sleep on range locks and frames),
+//! then writes, and the completion is ready at once.
+
+use std::collections::VecDeque;
+
+use super::handle::File;
+use crate::cache::async_load::{Prefetch, Readiness};
+use crate::cache::CacheInner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::frame::FrameId;
+use crate::io::engine::{InlineQueue, IoQueue as EngineQueue, QueueCompletion};
+use crate::sync::{Arc, Ordering};
+
+/// Deepest queue: more requests in flight than this gain nothing on any device.
+pub const MAX_DEPTH: usize = 4096;
+
+/// A finished request: its tag, the bytes read or written (a read is short at end of file)
+/// or its error, and its buffer back.
+#[derive(Debug)]
+pub struct Completion {
+    /// The tag given at submission.
+    pub tag: u64,
+    /// Bytes moved, or the error.
+    pub result: Result<usize>,
+    /// The buffer given at submission; for a read, holding the bytes read.
+    pub buf: Vec<u8>,
+}
+
+/// A page of a read and the frame pinned for it.
+struct PagePin {
+    page: u64,
+    id: FrameId,
+    /// This queue's load of the frame is in flight.
+    loading: bool,
+}
+
+struct Request {
+    tag: u64,
+    file: File,
+    offset: u64,
+    buf: Vec<u8>,
+    pins: Vec<PagePin>,
+    /// Loads of this request still in flight.
+    loads: usize,
+    error: Option<Error>,
+}
+
+/// An asynchronous queue onto one cache; made by [`crate::Cache::queue`]. Owned by one
+/// thread at a time (`Send`, not `Sync`).
+///
+/// Reads in flight hold their pages locked, so threads that need those pages wait for this
+/// queue to reap them: reap promptly. Dropping the queue ends its reads and drops what they
+/// hold; their completions are lost.
+pub struct IoQueue {
+    ring: Box<dyn EngineQueue>,
+    cache: Arc<CacheInner>,
+    depth: usize,
+    requests: Vec<Option<Request>>,
+    free: Vec<usize>,
+    /// Requests with no loads in flight that could not finish yet.
+    pending: Vec<usize>,
+    done: VecDeque<Completion>,
+    /// Device reads in flight on `ring`.
+    loads: usize,
+    reaped: Vec<QueueCompletion>,
+}
+
+impl IoQueue {
+    pub(crate) fn new(cache: Arc<CacheInner>, depth: usize) -> Result<Self> {
+        if !(1..=MAX_DEPTH).contains(&depth) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("queue depth must be 1 to {MAX_DEPTH}, got {depth}"),
+            ));
+        }
+        let ring = match cache.engine.queue(depth) {
+            Some(r) => r.map_err(|e| Error::io("make an I/O queue".to_string(), e))?,
+            None => Box::new(InlineQueue::new(cache.engine.clone())),
+        };
+        Ok(IoQueue {
+            ring,
+            cache,
+            depth,
+            requests: Vec::new(),
+            free: Vec::new(),
+            pending: Vec::new(),
+            done: VecDeque::new(),
+            loads: 0,
+            reaped: Vec::new(),
+        })
+    }
+
+    /// The most requests submitted and not yet returned by [`IoQueue::wait`].
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Requests submitted and not yet returned by `wait`.
+    pub fn in_flight(&self) -> usize {
+        self.requests.len() - self.free.len() + self.done.len()
+    }
+
+    /// Submits a read of `buf.len()` bytes at `offset` of `file`, reported under `tag`.
+    /// Fails with `Busy` when `depth` requests are in flight (wait for some first), and with
+    /// `InvalidInput` for a file of another cache or a range past the maximum file size.
+    pub fn read(&mut self, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+        self.admit(file, offset, buf.len())?;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.requests.push(None);
+            self.requests.len() - 1
+        });
+        self.requests[slot] =
+            Some(Request { tag, file: file.clone(), offset, buf, pins: Vec::new(), loads: 0, error: None });
+        self.try_finish(slot);
+        Ok(())
+    }
+
+    /// Submits a write of `buf` at `offset` of `file`, reported under `tag`. Writes go to
+    /// the cache, so it is done (and its completion ready) when this returns. Fails like
+    /// [`IoQueue::read`].
+    pub fn write(&mut self, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+        self.admit(file, offset, buf.len())?;
+        self.quiesce();
+        let result = file.write_at(&buf, offset);
+        self.done.push_back(Completion { tag, result, buf });
+        Ok(())
+    }
+
+    /// Waits until at least `min` requests (at most as many as are in flight) have
+    /// completed, and appends every completed one to `out`. Returns how many it appended.
+    pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> usize {
+        let mut got = 0;
+        loop {
+            got += self.done.len();
+            out.extend(self.done.drain(..));
+            if got >= min || self.in_flight() == 0 {
+                return got;
+            }
+            if self.loads > 0 {
+                self.reap(1);
+            } else if !self.retry_pending() {
+                // Nothing of ours is in flight, so nobody waits for us: finish one pending
+                // request the blocking way.
+                let slot = self.pending.pop().expect("in flight without loads means pending");
+                self.finish_blocking(slot);
+            }
+        }
+    }
+
+    fn admit(&self, file: &File, offset: u64, len: usize) -> Result<()> {
+        if !Arc::ptr_eq(file.cache(), &self.cache) {
+            return Err(Error::new(ErrorKind::InvalidInput, format!("{file:?} belongs to another cache")));
+        }
+        super::handle::end_of(offset, len)?;
+        if self.in_flight() >= self.depth {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("{} requests in flight: the queue is full; wait for some", self.depth),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reaps at least `min` of this queue's device reads and ends their loads; requests
+    /// whose loads are all done try to finish.
+    fn reap(&mut self, min: usize) {
+        let mut reaped = std::mem::take(&mut self.reaped);
+        self.ring.reap(min, &mut reaped);
+        for (tag, read) in reaped.drain(..) {
+            self.loads -= 1;
+            let (slot, i) = ((tag >> 32) as usize, tag as u32 as usize);
+            let req = self.requests[slot].as_mut().expect("a load belongs to a live request");
+            let pin = &mut req.pins[i];
+            pin.loading = false;
+            req.loads -= 1;
+            let file = req.file.inner();
+            if let Err(e) = self.cache.end_load(file, pin.page, pin.id, read) {
+                pin.id = FrameId::MAX; // the failed load took the pin with it
+                req.error.get_or_insert(e);
+            }
+            if req.loads == 0 {
+                self.pending.retain(|&s| s != slot);
+                self.try_finish(slot);
+            }
+        }
+        self.reaped = reaped;
+    }
+
+    /// Tries every pending request once; true if any finished or started a load.
+    fn retry_pending(&mut self) -> bool {
+        let before = self.done.len();
+        for slot in std::mem::take(&mut self.pending) {
+            self.try_finish(slot);
+        }
+        self.done.len() > before || self.loads > 0
+    }
+
+    /// Finishes request `slot` if it can without waiting on anyone; otherwise starts what
+    /// is missing and leaves it with loads in flight or pending.
+    fn try_finish(&mut self, slot: usize) {
+        let cache = self.cache.clone();
+        let req = self.requests[slot].as_mut().expect("live request");
+        let result = match &req.error {
+            Some(_) => None,
+            None => match attempt(&cache, req, self.ring.as_mut(), slot, &mut self.loads) {
+                Attempt::Copied(n) => Some(n),
+                // Every frame is pinned, many perhaps by this queue: let go of this request's
+                // pages and retry once loads have been reaped (or the blocking way).
+                Attempt::Failed(e) if e.kind() == ErrorKind::CacheFull => {
+                    for p in req.pins.iter_mut().filter(|p| !p.loading && p.id != FrameId::MAX) {
+                        cache.unpin(p.id);
+                        p.id = FrameId::MAX;
+                    }
+                    self.not_yet(slot);
+                    return;
+                }
+                Attempt::Failed(e) => {
+                    req.error = Some(e);
+                    None
+                }
+                Attempt::NotYet => {
+                    self.not_yet(slot);
+                    return;
+                }
+            },
+        };
+        if req.loads > 0 {
+            return; // finishes with its error once its loads are reaped
+        }
+        let req = self.requests[slot].take().expect("live request");
+        self.free.push(slot);
+        release(&cache, &req.pins);
+        let result = match (result, req.error) {
+            (Some(n), _) => Ok(n),
+            (None, Some(e)) => Err(e),
+            (None, None) => unreachable!("an unfinished request has an error"),
+        };
+        self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
+    }
+
+    fn not_yet(&mut self, slot: usize) {
+        let req = self.requests[slot].as_ref().expect("live request");
+        if req.loads == 0 {
+            self.pending.push(slot);
+        }
+    }
+
+    /// Finishes pending request `slot` with `read_at`, which may sleep. Only when this queue
+    /// has no loads in flight; drops every pin first, so nobody waits for this queue.
+    fn finish_blocking(&mut self, slot: usize) {
+        self.quiesce();
+        let mut req = self.requests[slot].take().expect("live request");
+        self.free.push(slot);
+        let result = req.file.read_at(&mut req.buf, req.offset);
+        self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
+    }
+
+    /// Ends every load of this queue and drops every pin of its pending requests, so that
+    /// nobody waits for it and it may sleep on others.
+    fn quiesce(&mut self) {
+        while self.loads > 0 {
+            self.reap(1);
+        }
+        for &slot in &self.pending {
+            let req = self.requests[slot].as_mut().expect("pending request is live");
+            release(&self.cache, &req.pins);
+            req.pins.clear();
+        }
+    }
+}
+
+impl Drop for IoQueue {
+    fn drop(&mut self) {
+        // The kernel may still write into frames of reads in flight: end them all first.
+        self.quiesce();
+        for req in self.requests.iter().flatten() {
+            release(&self.cache, &req.pins);
+        }
+    }
+}
+
+enum Attempt {
+    Copied(usize),
+    NotYet,
+    Failed(Error),
+}
+
+/// One try at finishing `req` (request `slot`): pins or starts loading every page its range
+/// needs, and if all are valid and the range lock is free, copies them out under it.
+fn attempt(
+    cache: &CacheInner,
+    req: &mut Request,
+    ring: &mut dyn EngineQueue,
+    slot: usize,
+    loads: &mut usize,
+) -> Attempt {
+    let ps = cache.config.page_size as u64;
+    let want_end = req.offset + req.buf.len() as u64;
+    let file = req.file.inner().clone();
+    // Twice: a page found stale under the lock is fetched again and checked once more.
+    for _ in 0..2 {
+        let end = want_end.min(file.len.load(Ordering::Acquire));
+        if req.offset < end {
+            for page in req.offset / ps..=(end - 1) / ps {
+                if let Err(e) = ensure_pin(cache, req, ring, slot, loads, page) {
+                    return Attempt::Failed(e);
+                }
+            }
+        }
+        if req.loads > 0
+            || req.pins.iter().any(|p| p.id != FrameId::MAX && cache.readiness(p.id) == Readiness::Loading)
+        {
+            return Attempt::NotYet;
+        }
+        let Some(_range) = file.range.try_read(req.offset, want_end) else { return Attempt::NotYet };
+        if let Err(e) = file.check_live() {
+            return Attempt::Failed(e);
+        }
+        // Under the range lock the length and these pages' frames hold still.
+        let end = want_end.min(file.len.load(Ordering::Acquire));
+        if req.offset >= end {
+            return Attempt::Copied(0);
+        }
+        let mut stale = false;
+        let mut pos = req.offset;
+        while pos < end {
+            let page = pos / ps;
+            let n = (ps - pos % ps).min(end - pos) as usize;
+            let current = req.pins.iter_mut().find(|p| {
+                p.page == page
+                    && p.id != FrameId::MAX
+                    && file.index.peek(page) == Some(p.id)
+                    && cache.readiness(p.id) == Readiness::Valid
+            });
+            let Some(pin) = current else {
+                stale = true;
+                break;
+            };
+            let at = (pos - req.offset) as usize;
+            // SAFETY: our pin keeps the frame on this page and VALID, and the index says it
+            // is the page's current frame; the range lock keeps writers of these bytes out.
+            // The source lies inside the frame, the destination inside the buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    cache.frames.ptr(pin.id).add((pos % ps) as usize),
+                    req.buf[at..at + n].as_mut_ptr(),
+                    n,
+                )
+            };
+            pos += n as u64;
+        }
+        if !stale {
+            return Attempt::Copied((end - req.offset) as usize);
+        }
+    }
+    Attempt::NotYet
+}
+
+/// Makes sure `req` holds a usable pin on `page`: keeps a valid or loading one, drops a
+/// failed or replaced one, and pins the page's frame or starts loading it.
+fn ensure_pin(
+    cache: &CacheInner,
+    req: &mut Request,
+    ring: &mut dyn EngineQueue,
+    slot: usize,
+    loads: &mut usize,
+    page: u64,
+) -> Result<()> {
+    let file = req.file.inner();
+    let mut have = false;
+    for p in req.pins.iter_mut().filter(|p| p.page == page && p.id != FrameId::MAX) {
+        let usable =
+            p.loading || (cache.readiness(p.id) != Readiness::Failed && file.index.peek(page) == Some(p.id));
+        if usable {
+            have = true;
+        } else {
+            cache.unpin(p.id);
+            p.id = FrameId::MAX;
+        }
+    }
+    if have {
+        return Ok(());
+    }
+    let i = req.pins.len();
+    match cache.prefetch(file, page)? {
+        Prefetch::Resident(id) => req.pins.push(PagePin { page, id, loading: false }),
+        Prefetch::Load(id) => {
+            req.pins.push(PagePin { page, id, loading: true });
+            req.loads += 1;
+            *loads += 1;
+            let (dev, off) = cache.layout.locate(page);
+            let tag = (slot as u64) << 32 | i as u64;
+            // SAFETY: the frame is pinned, LOCKED and fresh: nobody else touches its bytes
+            // until we end the load, which is after the ring reports this read (the queue
+            // drains its ring before it drops).
+            unsafe {
+                ring.push_read(&file.backing[dev], off, cache.frames.ptr(id), cache.config.page_size, tag)
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Drops the pins in `pins` that are still held.
+fn release(cache: &CacheInner, pins: &[PagePin]) {
+    for p in pins {
+        if p.id != FrameId::MAX {
+            debug_assert!(!p.loading);
+            cache.unpin(p.id);
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The io_uring engine (seed 002 §3.1's asynchronous I/O, seed 004 §5.4's batching).
+//!
+//! - A batch (several devices' runs of a multi-page read, or write-back) goes to the kernel
+//!   in one `io_uring_enter`, and the caller sleeps in the kernel until all of it completes:
+//!   no thread polls, so completions cost no core.
+//! - The frame arena is registered as fixed buffers on every ring, in chunks of at most
+//!   1 GiB (the kernel's limit per buffer), so single-frame reads and writes skip the page
+//!   pinning that each plain request pays. Registration pins the arena's memory for the
+//!   ring's life; where the kernel refuses it (an old kernel, RLIMIT_MEMLOCK) the engine logs
+//!   why and uses plain vectored requests.
+//! - Synchronous callers borrow a ring from a pool; an asynchronous [`UringQueue`] owns one.
+//! - A transfer the kernel leaves short, or fails with EINTR/EAGAIN, is finished with
+//!   preadv/pwritev, which also tells end of file from a short transfer. O_DIRECT reads of
+//!   regular files are short only at end of file, so this path is rare.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, RawFd};
+
+use crossbeam_queue::SegQueue;
+use io_uring::{opcode, squeue, types, IoUring, Probe};
+
+use super::psync::{preadv_all, pwritev_all};
+use super::{IoEngine, IoQueue, IoReq, QueueCompletion};
+use crate::io::device::BackingFile;
+
+/// Largest buffer io_uring registers.
+const CHUNK: usize = 1 << 30;
+/// Submission queue entries of a pooled ring: batches larger than this are submitted in parts.
+const POOL_RING_ENTRIES: u32 = 64;
+/// Most iovecs in one vectored request (Linux's UIO_MAXIOV).
+const MAX_IOV: usize = 1024;
+
+/// The frame arena as registered fixed buffers: `len` bytes from `base`, buffer `i` covering
+/// `[base + i * CHUNK, base + (i + 1) * CHUNK)`.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    base: usize,
+    len: usize,
+}
+
+impl Fixed {
+    /// The registered buffer that holds all of `ptr .. ptr + len`, if one does.
+    fn index(&self, ptr: *const u8, len: usize) -> Option<u16> {
+        let off = (ptr as usize).checked_sub(self.base)?;
+        if len == 0 || off + len > self.len || off / CHUNK != (off + len - 1) / CHUNK {
+            return None;
+        }
+        u16::try_from(off / CHUNK).ok()
+    }
+
+    /// Registers the arena on `ring`.
+    fn register(&self, ring: &IoUring) -> io::Result<()> {
+        let iovecs: Vec<libc::iovec> = (0..self.len)
+            .step_by(CHUNK)
+            .map(|off| libc::iovec {
+                iov_base: (self.base + off) as *mut libc::c_void,
+                iov_len: CHUNK.min(self.len - off),
+            })
+            .collect();
+        // SAFETY: the iovecs cover the frame arena, which is mapped for the life of the cache
+        // and so outlives every ring of its engine (the cache drops the engine first). The
+        // kernel pins those pages; the arena never gives memory back while rings exist (see
+        // `UringEngine::new`).
+        unsafe { ring.submitter().register_buffers(&iovecs) }
+    }
+}
+
+/// A ring and whether the arena is registered on it.
+struct Ring {
+    uring: IoUring,
+    fixed: Option<Fixed>,
+}
+
+impl Ring {
+    /// A ring of `entries` submission entries, with the arena registered if `fixed` is given
+    /// and the kernel takes it.
+    fn new(entries: u32, fixed: Option<Fixed>) -> io::Result<Ring> {
+        // Completions are run when we enter the kernel to wait for them anyway; coop taskrun
+        // spares an interrupt per completion. Kernels before 5.19 refuse the flag.
+        let uring = match IoUring::builder().setup_coop_taskrun().setup_cqsize(entries * 2).build(entries) {
+            Ok(r) => r,
+            Err(_) => IoUring::builder().setup_cqsize(entries * 2).build(entries)?,
+        };
+        let fixed = fixed.filter(|f| match f.register(&uring) {
+            Ok(()) => true,
+            Err(e) => {
+                log::info!("io_uring refused the frame arena as fixed buffers ({e}); using plain requests");
+                false
+            }
+        });
+        Ok(Ring { uring, fixed })
+    }
+
+    /// The entry that reads (or writes) `iov` at `offset` of `fd`: fixed if a single frame in
+    /// the registered arena.
+    fn entry(&self, fd: RawFd, offset: u64, iov: &[libc::iovec], write: bool, tag: u64) -> squeue::Entry {
+        let fd = types::Fd(fd);
+        let single = match iov {
+            [one] => {
+                self.fixed.and_then(|f| f.index(one.iov_base as *const u8, one.iov_len)).map(|i| (one, i))
+            }
+            _ => None,
+        };
+        let e = match (single, write) {
+            (Some((b, i)), false) => {
+                opcode::ReadFixed::new(fd, b.iov_base as *mut u8, b.iov_len as u32, i).offset(offset).build()
+            }
+            (Some((b, i)), true) => opcode::WriteFixed::new(fd, b.iov_base as *const u8, b.iov_len as u32, i)
+                .offset(offset)
+                .build(),
+            (None, false) => opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32).offset(offset).build(),
+            (None, true) => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(offset).build(),
+        };
+        e.user_data(tag)
+    }
+
+    /// Pushes `e`, submitting what is queued first if the submission queue is full.
+    ///
+    /// # Safety
+    /// The buffers `e` names must stay valid until its completion is reaped.
+    unsafe fn push(&mut self, e: &squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: passed on to our caller.
+            if unsafe { self.uring.submission().push(e) }.is_ok() {
+                return Ok(());
+            }
+            self.enter(0)?;
+        }
+    }
+
+    /// Submits what is queued and waits for `want` completions, retrying interrupted waits.
+    fn enter(&self, want: usize) -> io::Result<()> {
+        loop {
+            match self.uring.submit_and_wait(want) {
+                Ok(_) => return Ok(()),
+                Err(e) if is_transient(&e) => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits for `want` completions of requests the kernel already holds. Their buffers are
+    /// borrowed by callers who cannot be told to keep them longer, so if the kernel cannot
+    /// be waited on the process stops rather than return while it may still write to them.
+    fn wait_in_flight(&self, want: usize) {
+        if let Err(e) = self.enter(want) {
+            log::error!("io_uring_enter failed with requests in flight: {e}");
+            eprintln!("upcache: io_uring_enter failed with requests in flight: {e}; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// Interrupted or out of resources for a moment: try again.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
+}
+
+/// The result of a completion with `res` for a request of `want` bytes, finishing a short or
+/// transiently failed transfer with `finish(done)`, which moves the bytes from `done` on.
+fn settle(res: i32, want: usize, finish: impl FnOnce(usize) -> io::Result<usize>) -> io::Result<usize> {
+    if res < 0 {
+        let e = io::Error::from_raw_os_error(-res);
+        return if is_transient(&e) { finish(0) } else { Err(e) };
+    }
+    let done = res as usize;
+    if done < want {
+        return finish(done);
+    }
+    Ok(done)
+}
+
+/// io_uring: batched submission, fixed buffers, asynchronous queues.
+pub struct UringEngine {
+    pool: SegQueue<Ring>,
+    fixed: Option<Fixed>,
+}
+
+impl std::fmt::Debug for UringEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringEngine").field("fixed", &self.fixed).finish()
+    }
+}
+
+impl UringEngine {
+    /// Probes the kernel: makes a ring and checks it supports every operation used. `frames`
+    /// (start and length of the frame arena) is registered on each ring if given; pass None
+    /// if the arena may give memory back to the kernel (`MADV_DONTNEED` would detach the
+    /// registered pages from the mapping).
+    pub fn new(frames: Option<(*mut u8, usize)>) -> io::Result<Self> {
+        let fixed = frames.map(|(base, len)| Fixed { base: base as usize, len });
+        let ring = Ring::new(POOL_RING_ENTRIES, fixed)?;
+        let mut probe = Probe::new();
+        ring.uring.submitter().register_probe(&mut probe)?;
+        let needed = [
+            ("readv", opcode::Readv::CODE),
+            ("writev", opcode::Writev::CODE),
+            ("read_fixed", opcode::ReadFixed::CODE),
+            ("write_fixed", opcode::WriteFixed::CODE),
+        ];
+        for (name, code) in needed {
+            if !probe.is_supported(code) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("the kernel's io_uring lacks {name}"),
+                ));
+            }
+        }
+        // If the probe ring could not register the arena, later rings will not either.
+        let fixed = ring.fixed;
+        let engine = UringEngine { pool: SegQueue::new(), fixed };
+        engine.pool.push(ring);
+        Ok(engine)
+    }
+
+    /// Whether the frame arena is registered as fixed buffers.
+    pub fn has_fixed_buffers(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    fn take_ring(&self) -> io::Result<Ring> {
+        match self.pool.pop() {
+            Some(r) => Ok(r),
+            None => Ring::new(POOL_RING_ENTRIES, self.fixed),
+        }
+    }
+}
+
+impl IoEngine for UringEngine {
+    fn name(&self) -> &'static str {
+        "uring"
+    }
+
+    fn read_vectored(
+        &self,
+        file: &BackingFile,
+        offset: u64,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> io::Result<usize> {
+        self.run_batch(&mut [IoReq::Read { file, offset, bufs }]).pop().expect("one result per request")
+    }
+
+    fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        self.run_batch(&mut [IoReq::Write { file, offset, bufs }])
+            .pop()
+            .expect("one result per request")
+            .map(|_| ())
+    }
+
+    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
+        file.file().sync_data()
+    }
+
+    fn run_batch(&self, reqs: &mut [IoReq<'_, '_>]) -> Vec<io::Result<usize>> {
+        let mut ring = match self.take_ring() {
+            Ok(r) => r,
+            Err(e) => {
+                return reqs.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect();
+            }
+        };
+        let mut results: Vec<Option<io::Result<usize>>> = reqs.iter().map(|_| None).collect();
+        let mut in_flight = 0;
+        for (i, r) in reqs.iter_mut().enumerate() {
+            let (fd, offset, iov, write): (RawFd, u64, &[libc::iovec], bool) = match r {
+                // IoSliceMut and IoSlice are ABI-compatible with iovec (std guarantees it).
+                IoReq::Read { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs_mut(bufs), false),
+                IoReq::Write { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs(bufs), true),
+            };
+            if iov.len() > MAX_IOV {
+                continue; // run below with preadv/pwritev, which split it
+            }
+            let e = ring.entry(fd, offset, iov, write, i as u64);
+            // SAFETY: the buffers are borrowed from `reqs` until we return, and we return only
+            // after every pushed request has completed.
+            match unsafe { ring.push(&e) } {
+                Ok(()) => in_flight += 1,
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        while in_flight > 0 {
+            ring.wait_in_flight(1);
+            let cqes: Vec<(u64, i32)> =
+                ring.uring.completion().map(|c| (c.user_data(), c.result())).collect();
+            for (tag, res) in cqes {
+                in_flight -= 1;
+                let i = tag as usize;
+                results[i] = Some(finish(&mut reqs[i], res));
+            }
+        }
+        // Requests never pushed (too many iovecs, or the ring refused them): run them here.
+        let out = results
+            .into_iter()
+            .zip(reqs.iter_mut())
+            .map(|(r, req)| r.unwrap_or_else(|| finish(req, 0)))
+            .collect();
+        self.pool.push(ring);
+        out
+    }
+
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+        let entries = depth.clamp(8, 4096).next_power_of_two() as u32;
+        Some(Ring::new(entries, self.fixed).map(|ring| Box::new(UringQueue::new(ring)) as Box<dyn IoQueue>))
+    }
+}
+
+/// The outcome of `req` given its completion's `res`, finishing it synchronously if short.
+fn finish(req: &mut IoReq<'_, '_>, res: i32) -> io::Result<usize> {
+    match req {
+        IoReq::Read { file, offset, bufs } => {
+            let want = bufs.iter().map(|b| b.len()).sum();
+            settle(res, want, |done| {
+                let mut rest: &mut [IoSliceMut<'_>] = bufs;
+                IoSliceMut::advance_slices(&mut rest, done);
+                Ok(done + preadv_all(file.as_raw_fd(), *offset + done as u64, rest)?)
+            })
+        }
+        IoReq::Write { file, offset, bufs } => {
+            let want = bufs.iter().map(|b| b.len()).sum();
+            settle(res, want, |done| {
+                let mut rest = bufs.to_vec();
+                let mut rest = &mut rest[..];
+                IoSlice::advance_slices(&mut rest, done);
+                pwritev_all(file.as_raw_fd(), *offset + done as u64, rest)?;
+                Ok(want)
+            })
+        }
+    }
+}
+
+fn as_iovecs_mut<'a>(bufs: &'a [IoSliceMut<'_>]) -> &'a [libc::iovec] {
+    // SAFETY: IoSliceMut is guaranteed ABI-compatible with iovec on Unix; the view borrows
+    // the same memory for the same lifetime.
+    unsafe { std::slice::from_raw_parts(bufs.as_ptr() as *const libc::iovec, bufs.len()) }
+}
+
+fn as_iovecs<'a>(bufs: &'a [IoSlice<'_>]) -> &'a [libc::iovec] {
+    // SAFETY: as above, for IoSlice.
+    unsafe { std::slice::from_raw_parts(bufs.as_ptr() as *const libc::iovec, bufs.len()) }
+}
+
+/// A read in flight on a queue: enough to finish it synchronously if it comes back short.
+struct Slot {
+    tag: u64,
+    fd: RawFd,
+    offset: u64,
+    iov: libc::iovec,
+}
+
+/// An asynchronous read queue on its own ring.
+pub struct UringQueue {
+    ring: Ring,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    outstanding: usize,
+    /// Reads that failed before reaching the kernel, reported by the next reap.
+    failed: Vec<QueueCompletion>,
+}
+
+// SAFETY: the raw pointers in `slots` name frames that the queue's owner reserved for these
+// reads; nothing in the queue is tied to the thread that made it (the ring is not set up
+// single-issuer), so the queue may move between threads.
+unsafe impl Send for UringQueue {}
+
+impl UringQueue {
+    fn new(ring: Ring) -> Self {
+        UringQueue { ring, slots: Vec::new(), free: Vec::new(), outstanding: 0, failed: Vec::new() }
+    }
+}
+
+impl IoQueue for UringQueue {
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64) {
+        let slot = Slot {
+            tag,
+            fd: file.as_raw_fd(),
+            offset,
+            iov: libc::iovec { iov_base: buf.cast(), iov_len: len },
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        };
+        let s = &self.slots[i];
+        // The iovec lives in `slots`, which may reallocate before the kernel reads it, so a
+        // non-fixed read is the plain `Read` of one buffer, whose address is in the entry.
+        let e = match self.ring.fixed.and_then(|f| f.index(buf, len)) {
+            Some(b) => opcode::ReadFixed::new(types::Fd(s.fd), buf, len as u32, b),
+            None => {
+                let e = opcode::Read::new(types::Fd(s.fd), buf, len as u32).offset(offset).build();
+                return self.push_entry(e.user_data(i as u64), i);
+            }
+        }
+        .offset(offset)
+        .build()
+        .user_data(i as u64);
+        self.push_entry(e, i);
+    }
+
+    fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
+        let mut got = self.failed.len();
+        out.append(&mut self.failed);
+        let want = min.saturating_sub(got).min(self.outstanding);
+        // Submit what was pushed even if nothing needs waiting for.
+        self.ring.wait_in_flight(want);
+        loop {
+            let cqes: Vec<(u64, i32)> =
+                self.ring.uring.completion().map(|c| (c.user_data(), c.result())).collect();
+            for (i, res) in cqes {
+                let s = &self.slots[i as usize];
+                let (fd, offset, iov) = (s.fd, s.offset, s.iov);
+                let r = settle(res, iov.iov_len, |done| {
+                    // SAFETY: the caller of push_read gave us the buffer until this completion.
+                    let rest = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (iov.iov_base as *mut u8).add(done),
+                            iov.iov_len - done,
+                        )
+                    };
+                    Ok(done + preadv_all(fd, offset + done as u64, &mut [IoSliceMut::new(rest)])?)
+                });
+                out.push((s.tag, r));
+                self.free.push(i as usize);
+                self.outstanding -= 1;
+                got += 1;
+            }
+            if got >= min.min(got + self.outstanding) {
+                return;
+            }
+            self.ring.wait_in_flight(1);
+        }
+    }
+
+    fn outstanding(&self) -> usize {
+        self.outstanding + self.failed.len()
+    }
+}
+
+impl UringQueue {
+    fn push_entry(&mut self, e: squeue::Entry, slot: usize) {
+        // SAFETY: push_read's caller keeps the buffer valid until we report the completion.
+        match unsafe { self.ring.push(&e) } {
+            Ok(()) => self.outstanding += 1,
+            Err(err) => {
+                self.failed.push((self.slots[slot].tag, Err(err)));
+                self.free.push(slot);
+            }
+        }
+    }
+}
