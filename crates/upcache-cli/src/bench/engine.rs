@@ -98,8 +98,13 @@ pub struct UpcacheOpts {
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
     pub index: upcache::IndexKind,
-    /// How upcache reads: copy (`read_exact_at`) or pin (zero-copy guards).
+    /// How upcache reads: copy (`read_exact_at`), pin (zero-copy guards) or async (a queue).
     pub api: Api,
+    /// Requests in flight per thread with `--api async`.
+    pub iodepth: usize,
+    /// Reads queued before a submission with `--api async`.
+    pub iodepth_batch: usize,
+    pub io: upcache::IoKind,
     pub alloc: upcache::AllocKind,
     pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
@@ -114,6 +119,19 @@ pub enum Api {
     Copy,
     /// `File::pin`: borrow each page in place and read one byte of it.
     Pin,
+    /// `IoQueue`: each thread keeps `--iodepth` reads and writes in flight.
+    Async,
+}
+
+/// A completed asynchronous op: its tag, its outcome and its buffer back.
+pub type AsyncDone = (u64, Result<()>, Vec<u8>);
+
+/// One thread's queue of asynchronous ops (`--api async`).
+pub trait AsyncIo {
+    /// Submits a read (or a write of `buf`) of `buf.len()` bytes of file `file` at `offset`.
+    fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()>;
+    /// Waits for at least `min` ops to complete; appends every completed one to `out`.
+    fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>);
 }
 
 /// What an engine is set up with.
@@ -145,6 +163,15 @@ pub trait Engine: Sync + Sized {
     /// Cache counters, for engines that have them.
     fn stats(&self) -> Option<Stats> {
         None
+    }
+    /// The I/O engine in use, for engines that choose one.
+    fn io_name(&self) -> Option<&'static str> {
+        None
+    }
+    /// A queue of asynchronous ops for one thread, if the engine runs `--api async`.
+    fn queue(&self, depth: usize) -> Result<Option<Box<dyn AsyncIo + '_>>> {
+        let _ = depth;
+        Ok(None)
     }
     /// Removes the files and directories setup created (unless `keep`) and closes everything.
     fn teardown(self, keep: bool) -> Result<()>;
@@ -189,7 +216,36 @@ pub struct UpcacheEngine {
     files: Vec<upcache::File>,
     /// Reads pin pages instead of copying (`--api pin`).
     pin: bool,
+    /// Threads run queues (`--api async`) that submit in batches of this many reads.
+    queued: Option<usize>,
     page_size: u64,
+}
+
+/// An upcache `IoQueue` over the engine's files.
+struct UpcacheQueue<'a> {
+    queue: upcache::IoQueue,
+    files: &'a [upcache::File],
+    done: Vec<upcache::Completion>,
+}
+
+impl AsyncIo for UpcacheQueue<'_> {
+    fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()> {
+        let f = &self.files[file];
+        Ok(if write { self.queue.write(f, offset, buf, tag) } else { self.queue.read(f, offset, buf, tag) }?)
+    }
+
+    fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
+        self.queue.wait(min, &mut self.done);
+        out.extend(self.done.drain(..).map(|c| {
+            let len = c.buf.len();
+            let r = match c.result {
+                Ok(n) if n == len => Ok(()),
+                Ok(n) => Err(anyhow::anyhow!("short transfer: {n} of {len} bytes")),
+                Err(e) => Err(e.into()),
+            };
+            (c.tag, r, c.buf)
+        }));
+    }
 }
 
 /// Files the library keeps in each device directory besides the backing files (which
@@ -224,6 +280,7 @@ impl Engine for UpcacheEngine {
             .with_index(o.index)
             .with_alloc(o.alloc)
             .with_layout(o.layout)
+            .with_io(o.io)
             .with_sets(o.sets.0, o.sets.1);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
@@ -243,7 +300,8 @@ impl Engine for UpcacheEngine {
                 .push(cache.create_file(&file_name(i)).with_context(|| format!("create upcache file f{i}"))?);
         }
         let (pin, page_size) = (o.api == Api::Pin, o.page_size as u64);
-        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files, pin, page_size })
+        let queued = (o.api == Api::Async).then_some(o.iodepth_batch);
+        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files, pin, queued, page_size })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -297,6 +355,17 @@ impl Engine for UpcacheEngine {
 
     fn stats(&self) -> Option<Stats> {
         Some(self.cache().stats())
+    }
+
+    fn io_name(&self) -> Option<&'static str> {
+        Some(self.cache().io_engine())
+    }
+
+    fn queue(&self, depth: usize) -> Result<Option<Box<dyn AsyncIo + '_>>> {
+        let Some(batch) = self.queued else { return Ok(None) };
+        let mut queue = self.cache().queue(depth).context("make an upcache queue")?;
+        queue.set_submit_batch(batch);
+        Ok(Some(Box::new(UpcacheQueue { queue, files: &self.files, done: Vec::new() })))
     }
 
     fn teardown(mut self, keep: bool) -> Result<()> {

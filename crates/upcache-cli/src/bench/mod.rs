@@ -22,8 +22,8 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use self::engine::{
-    AlignedBuf, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup, UpcacheEngine,
-    UpcacheOpts, ALIGN,
+    AlignedBuf, AsyncIo, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup,
+    UpcacheEngine, UpcacheOpts, ALIGN,
 };
 use self::progress::Progress;
 use self::report::{Latency, Report};
@@ -111,10 +111,22 @@ pub struct BenchArgs {
     /// upcache device layout: stripe, rotate (rotated striping) or hash [default: stripe]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::LayoutKind>)]
     layout: Option<upcache::LayoutKind>,
-    /// How upcache reads: copy (read_exact_at into the buffer) or pin (zero-copy: pin each page
-    /// and read one byte in place; writes still copy). Other engines always copy
+    /// How upcache reads: copy (read_exact_at into the buffer), pin (zero-copy: pin each page
+    /// and read one byte in place; writes still copy) or async (a queue per thread keeps
+    /// --iodepth requests in flight). Other engines always copy, one op at a time
     #[arg(long, value_enum, default_value_t = engine::Api::Copy)]
     api: engine::Api,
+    /// Requests each thread keeps in flight with --api async
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    iodepth: u64,
+    /// With --api async, hand reads to the kernel once N are queued (fio's
+    /// iodepth_batch_submit): 1 submits each at once; larger saves system calls
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    iodepth_batch: u64,
+    /// upcache's I/O engine: uring (io_uring; psync, with a logged reason, where the kernel
+    /// refuses it) or psync (preadv/pwritev) [default: uring]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::IoKind>)]
+    io: Option<upcache::IoKind>,
     /// Frames per page set with --index setassoc [default: 12]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     set_ways: Option<u64>,
@@ -319,12 +331,18 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             alloc: a.alloc.unwrap_or_default(),
             layout: a.layout.unwrap_or_default(),
             api: a.api,
+            iodepth: a.iodepth as usize,
+            iodepth_batch: a.iodepth_batch as usize,
+            io: a.io.unwrap_or_default(),
             sets: (
                 a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
             ),
         },
     };
+    if a.iodepth > 1 && a.api != engine::Api::Async {
+        bail!("--iodepth needs --api async");
+    }
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
     // than blocks for a sequential workload) before any work.
     op_gens(&plan).map_err(anyhow::Error::msg)?;
@@ -432,7 +450,7 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} api {:?}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} io {} api {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -442,7 +460,11 @@ fn header(p: &Plan, base: &Path) -> String {
             u.layout.name(),
             u.index.name(),
             u.alloc.name(),
-            u.api,
+            u.io.name(),
+            match u.api {
+                engine::Api::Async => format!("async iodepth {} batch {}", u.iodepth, u.iodepth_batch),
+                api => format!("{api:?}").to_lowercase(),
+            },
             if u.index == upcache::IndexKind::SetAssoc {
                 format!(" sets {} ways {}", u.sets.0, u.sets.1.name())
             } else {
@@ -469,7 +491,9 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             warm_and_check(&eng, kind, p)?;
         }
         let before = eng.stats();
+        let cpu0 = cpu_seconds();
         let m = measure(&eng, kind, p)?;
+        let cpu = cpu_seconds() - cpu0;
         let after = eng.stats();
         let rss = mem_mib("VmRSS:");
         let t = Instant::now();
@@ -504,6 +528,9 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             iops: m.ops as f64 / m.seconds,
             mib_s: bytes as f64 / m.seconds / (1 << 20) as f64,
             lat_us: Latency::from_histogram(&m.hist),
+            cpu_seconds: cpu,
+            cpu_us_per_op: cpu * 1e6 / m.ops.max(1) as f64,
+            io: eng.io_name().map(str::to_owned),
             hits: d(|s| s.hits),
             misses: d(|s| s.misses),
             evictions: d(|s| s.evictions),
@@ -631,6 +658,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
                     barrier: &barrier,
                     abort: &abort,
                     done: &counters[t].0,
+                    depth: p.upcache.iodepth,
                 };
                 s.spawn(move || w.run())
             })
@@ -691,10 +719,23 @@ struct Worker<'a, E> {
     barrier: &'a Barrier,
     abort: &'a AtomicBool,
     done: &'a AtomicU64,
+    /// Ops in flight with `--api async`.
+    depth: usize,
 }
 
 impl<E: Engine> Worker<'_, E> {
     fn run(mut self) -> Result<ThreadResult> {
+        let queue = match self.eng.queue(self.depth) {
+            Ok(q) => q,
+            Err(e) => {
+                self.abort.store(true, Ordering::Relaxed);
+                self.barrier.wait();
+                return Err(e);
+            }
+        };
+        if let Some(q) = queue {
+            return self.run_queued(q);
+        }
         let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
         let mut hist = report::new_histogram();
         // The write pattern: non-zero pseudo-random bytes, filled once.
@@ -732,6 +773,75 @@ impl<E: Engine> Worker<'_, E> {
         }
         Ok(ThreadResult { start, end, ops: n, reads, hist })
     }
+
+    /// `--api async`: keeps `depth` ops in flight on the thread's queue; an op's latency runs
+    /// from its submission to the reap that returns it.
+    fn run_queued(mut self, mut q: Box<dyn AsyncIo + '_>) -> Result<ThreadResult> {
+        let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
+        let mut hist = report::new_histogram();
+        let bs = self.buf.len();
+        let mut bufs: Vec<Vec<u8>> = (0..self.depth)
+            .map(|i| {
+                let mut b = vec![0u8; bs];
+                fill_content(&mut b, !self.seed, usize::MAX - self.thread, i as u64);
+                b
+            })
+            .collect();
+        // Per slot: submission time and whether it is a read.
+        let mut slots: Vec<(Instant, bool)> = vec![(Instant::now(), true); self.depth];
+        let mut free: Vec<u64> = (0..self.depth as u64).collect();
+        let mut done = Vec::with_capacity(self.depth);
+        self.barrier.wait();
+        let start = Instant::now();
+        let deadline = self.runtime.map(|d| start + d);
+        let (mut n, mut submitted, mut reads, mut end) = (0u64, 0u64, 0u64, start);
+        let mut stop = false;
+        loop {
+            while !stop && submitted < self.quota {
+                let Some(tag) = free.pop() else { break };
+                let op = self.gen.next(&mut rng);
+                let buf = bufs.pop().expect("a buffer per free slot");
+                slots[tag as usize] = (Instant::now(), op.read);
+                if let Err(e) = q.submit(op.file, op.offset, buf, !op.read, tag) {
+                    self.abort.store(true, Ordering::Relaxed);
+                    let what = if op.read { "read" } else { "write" };
+                    return Err(e.context(format!("queue a {what} of f{} at offset {}", op.file, op.offset)));
+                }
+                submitted += 1;
+            }
+            if submitted == n {
+                break;
+            }
+            q.wait(1, &mut done);
+            let t1 = Instant::now();
+            for (tag, r, buf) in done.drain(..) {
+                let (t0, read) = slots[tag as usize];
+                r.with_context(|| format!("queued {}", if read { "read" } else { "write" }))?;
+                hist.saturating_record((t1 - t0).as_nanos() as u64);
+                n += 1;
+                reads += u64::from(read);
+                bufs.push(buf);
+                free.push(tag);
+            }
+            end = t1;
+            // Relaxed: progress display and stall detection only.
+            self.done.store(n, Ordering::Relaxed);
+            stop |= deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed);
+        }
+        Ok(ThreadResult { start, end, ops: n, reads, hist })
+    }
+}
+
+/// User plus system CPU time of the whole process so far (every thread, flushers included).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage struct, which we own, and reads nothing.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// Resets the process's peak RSS (VmHWM) to the current RSS, so each engine's peak is its own.

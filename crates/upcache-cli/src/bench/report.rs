@@ -70,6 +70,12 @@ pub struct Report {
     pub iops: f64,
     pub mib_s: f64,
     pub lat_us: Latency,
+    /// User + system CPU time of the process during the measured phase (all threads).
+    pub cpu_seconds: f64,
+    pub cpu_us_per_op: f64,
+    /// upcache's I/O engine (uring or psync).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<String>,
     /// upcache counters over the measured phase only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hits: Option<u64>,
@@ -126,6 +132,7 @@ struct Row {
     iops: f64,
     mib_s: f64,
     lat: Latency,
+    cpu_us: f64,
     hits: Option<f64>,
     misses: Option<f64>,
     evictions: Option<f64>,
@@ -156,6 +163,7 @@ fn row(engine: &str, runs: &[&Report]) -> Row {
             max: median_of(runs, |r| r.lat_us.max),
             mean: median_of(runs, |r| r.lat_us.mean),
         },
+        cpu_us: median_of(runs, |r| r.cpu_us_per_op),
         hits: median_opt(runs, |r| r.hits),
         misses: median_opt(runs, |r| r.misses),
         evictions: median_opt(runs, |r| r.evictions),
@@ -197,6 +205,7 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
         "p99.9 µs",
         "max µs",
         "vs first",
+        "CPU µs/op",
         "hits",
         "misses",
         "evictions",
@@ -217,6 +226,7 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
             num(r.lat.p999),
             num(r.lat.max),
             ratio,
+            num(r.cpu_us),
             opt(r.hits, |v| format!("{v:.0}")),
             opt(r.misses, |v| format!("{v:.0}")),
             opt(r.evictions, |v| format!("{v:.0}")),

@@ -156,6 +156,14 @@ pub trait IoQueue: Send {
 
     /// Reads pushed and not yet reaped.
     fn outstanding(&self) -> usize;
+
+    /// Submit to the kernel as soon as `n` reads are queued (default 1: each at once, as
+    /// fio's default `iodepth_batch_submit=1`), not only when reaping. Larger batches take
+    /// fewer system calls; smaller ones keep the device busier while completions are
+    /// processed. A queue that runs reads at once ignores it.
+    fn set_submit_batch(&mut self, n: usize) {
+        let _ = n;
+    }
 }
 
 /// The queue of an engine without one: each read runs when it is pushed.

@@ -354,6 +354,8 @@ pub struct UringQueue {
     outstanding: usize,
     /// Reads that failed before reaching the kernel, reported by the next reap.
     failed: Vec<QueueCompletion>,
+    /// Queued reads that make the queue submit without waiting for a reap.
+    submit_batch: usize,
 }
 
 // SAFETY: the raw pointers in `slots` name frames that the queue's owner reserved for these
@@ -363,7 +365,14 @@ unsafe impl Send for UringQueue {}
 
 impl UringQueue {
     fn new(ring: Ring) -> Self {
-        UringQueue { ring, slots: Vec::new(), free: Vec::new(), outstanding: 0, failed: Vec::new() }
+        UringQueue {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+            outstanding: 0,
+            failed: Vec::new(),
+            submit_batch: 1,
+        }
     }
 }
 
@@ -438,13 +447,26 @@ impl IoQueue for UringQueue {
     fn outstanding(&self) -> usize {
         self.outstanding + self.failed.len()
     }
+
+    fn set_submit_batch(&mut self, n: usize) {
+        self.submit_batch = n.max(1);
+    }
 }
 
 impl UringQueue {
     fn push_entry(&mut self, e: squeue::Entry, slot: usize) {
         // SAFETY: push_read's caller keeps the buffer valid until we report the completion.
         match unsafe { self.ring.push(&e) } {
-            Ok(()) => self.outstanding += 1,
+            Ok(()) => {
+                self.outstanding += 1;
+                if self.ring.uring.submission().len() >= self.submit_batch {
+                    if let Err(err) = self.ring.enter(0) {
+                        // The entries stay queued; the next reap submits them or reports
+                        // why it cannot.
+                        log::debug!("io_uring submit failed, retried at the next reap: {err}");
+                    }
+                }
+            }
             Err(err) => {
                 self.failed.push((self.slots[slot].tag, Err(err)));
                 self.free.push(slot);
