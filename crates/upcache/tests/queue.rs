@@ -103,6 +103,7 @@ proptest! {
             }
         }
         prop_assert_eq!(q.in_flight(), 0);
+        prop_assert_eq!(cache.pinned_frames(), 0);
         drop(q);
         let mut all = vec![0u8; oracle.len()];
         f.read_exact_at(&mut all, 0).unwrap();
@@ -177,6 +178,7 @@ fn concurrent_queues_see_whole_records() {
                 });
             }
         });
+        assert_eq!(cache.pinned_frames(), 0, "a queue leaked pins");
         for k in 0..RECORDS {
             let mut r = vec![0u8; RECORD];
             f.read_exact_at(&mut r, k * RECORD as u64).unwrap();
@@ -200,6 +202,7 @@ fn dropping_a_queue_with_reads_in_flight_releases_their_pages() {
                 q.read(&f, i * 8 * 4096, vec![0u8; 4096], i).unwrap();
             }
         }
+        assert_eq!(cache.pinned_frames(), 0, "the dropped queue leaked pins");
         // Every frame is usable again: a read of more pages than the cache holds succeeds.
         let mut all = vec![0u8; data.len()];
         f.read_exact_at(&mut all, 0).unwrap();

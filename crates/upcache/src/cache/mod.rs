@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
 use crate::file::namespace::{NameEntry, Namespace};
 use crate::file::{validate_name, File, FileInner, IoQueue};
-use crate::frame::FrameTable;
+use crate::frame::{FrameId, FrameTable};
 use crate::index::setassoc::{SetAssocIndex, SetTable};
 use crate::index::IndexKind;
 use crate::io::device::{self, backing_path, BackingFile};
@@ -340,6 +340,13 @@ impl Cache {
     /// 4096); see [`IoQueue`]. Each queue has its own io_uring, so make one per thread.
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {
         IoQueue::new(self.inner.clone(), depth)
+    }
+
+    /// Frames pinned right now, by any thread or queue. Scans every frame: for tests and
+    /// diagnostics (with no I/O running it must be 0, or a pin leaked).
+    pub fn pinned_frames(&self) -> usize {
+        let f = &self.inner.frames;
+        (0..f.len()).filter(|&i| crate::frame::state::pins(f.state(i as FrameId).load()) > 0).count()
     }
 
     /// The name of the I/O engine in use ("uring", "psync", or a custom engine's): io_uring

@@ -284,6 +284,7 @@ impl IoQueue {
         self.quiesce();
         let mut req = self.requests[slot].take().expect("live request");
         self.free.push(slot);
+        release(&self.cache, &req.pins);
         let result = req.file.read_at(&mut req.buf, req.offset);
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
     }
