@@ -77,9 +77,10 @@ impl FrameAllocator {
     pub fn new(kind: AllocKind, count: usize) -> Self {
         match kind {
             AllocKind::Global => FrameAllocator::Global(Box::new(global::GlobalFree::full(count))),
-            AllocKind::TwoLayer => {
-                FrameAllocator::TwoLayer(two_layer::TwoLayer::full(count, two_layer::Marks::default()))
-            }
+            AllocKind::TwoLayer => FrameAllocator::TwoLayer(two_layer::TwoLayer::full(
+                count,
+                two_layer::Marks::for_frames(count),
+            )),
         }
     }
 

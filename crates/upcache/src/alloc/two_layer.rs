@@ -32,6 +32,17 @@ impl Default for Marks {
     }
 }
 
+impl Marks {
+    /// The paper's marks, scaled down for a cache of `frames` frames so that one file's
+    /// list holds at most 1/32 of them: frames parked in a list are invisible to other files
+    /// and to eviction, and a small cache whose frames sat in an idle file's list would
+    /// leave a multi-page load nothing to evict.
+    pub fn for_frames(frames: usize) -> Self {
+        let low = (frames / 64).clamp(1, Marks::default().low);
+        Marks { low, high: 2 * low }
+    }
+}
+
 /// One core's region; 128-byte aligned so neighbouring regions' locks do not share a line
 /// (or an adjacent-line prefetch pair).
 #[repr(align(128))]

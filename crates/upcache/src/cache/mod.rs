@@ -4,6 +4,7 @@
 //! and the flusher threads. Page access (hit, miss, eviction) is in [`page`].
 
 pub(crate) mod async_load;
+pub(crate) mod batch;
 pub(crate) mod page;
 mod reclaim;
 

@@ -382,12 +382,17 @@ impl CacheInner {
         Ok(lp)
     }
 
-    /// Accounts a device read of `n` bytes into `lp`'s frame and zero-fills the rest: past
-    /// the end of the backing file, unwritten pages read as zeros.
+    /// Accounts a device read of `n` bytes into `lp`'s frame and zero-fills the rest.
     pub(crate) fn read_done(&self, lp: &LockedPage<'_>, n: usize) {
-        let ps = self.frames.page_size();
         self.metrics.read_ios.add(1);
         self.metrics.read_bytes.add(n as u64);
+        self.zero_tail(lp, n);
+    }
+
+    /// Zero-fills `lp`'s frame after its first `n` bytes: past the end of the backing file,
+    /// unwritten pages read as zeros.
+    pub(crate) fn zero_tail(&self, lp: &LockedPage<'_>, n: usize) {
+        let ps = self.frames.page_size();
         if n < ps {
             // SAFETY: LOCKED gives us the frame's bytes; the range lies inside the frame.
             unsafe { std::ptr::write_bytes(lp.ptr().add(n), 0, ps - n) };

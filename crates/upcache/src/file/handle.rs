@@ -113,7 +113,15 @@ impl File {
         }
         let end = end.min(len);
         let ps = self.cache.config.page_size as u64;
+        let last = (end - 1) / ps;
+        let window = self.cache.batch_window();
+        let mut loaded_to = offset / ps;
         for c in chunks(offset, end, ps) {
+            if last > offset / ps && c.page >= loaded_to {
+                // A multi-page read: load the next window's missing pages in one batch.
+                loaded_to = (c.page + window).min(last + 1);
+                self.cache.load_missing(&self.file, c.page..loaded_to)?;
+            }
             let pinned = self.cache.page_for_read(&self.file, c.page)?;
             // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
             // writers of these bytes out; the source range lies inside the frame and the

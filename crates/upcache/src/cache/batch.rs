@@ -1,0 +1,177 @@
+//! Multi-page loads (SAFS §4.2, ScalaCache §5.4): the missing pages of a range are claimed
+//! together, grouped into runs that lie back to back in one backing file, and each run is
+//! read with one vectored request into its (non-contiguous) frames; the runs of every device
+//! go to the engine as one batch, which io_uring submits at once.
+
+use std::io::IoSliceMut;
+use std::ops::Range;
+
+use super::page::{Fill, LockedPage};
+use super::CacheInner;
+use crate::error::{Error, Result};
+use crate::file::FileInner;
+use crate::frame::FrameId;
+use crate::io::engine::IoReq;
+use crate::io::layout::StripeLayout;
+
+/// Most pages in one request: 256 KiB of 4 KiB pages, where devices reach full bandwidth.
+pub(crate) const MAX_RUN_PAGES: usize = 64;
+
+/// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) dev: usize,
+    pub(crate) offset: u64,
+    pub(crate) members: Range<usize>,
+}
+
+/// Bytes of a run's read of `n` bytes that land in its `i`-th page.
+pub(crate) fn page_share(n: usize, i: usize, ps: usize) -> usize {
+    n.saturating_sub(i * ps).min(ps)
+}
+
+/// Groups `pages` (ascending) into runs adjacent in one backing file, each at most
+/// [`MAX_RUN_PAGES`] long.
+pub(crate) fn runs(layout: &StripeLayout, pages: impl IntoIterator<Item = u64>) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut prev = None;
+    for (i, page) in pages.into_iter().enumerate() {
+        let extends = prev.is_some_and(|p| layout.next_on_device(p) == Some(page));
+        match runs.last_mut() {
+            Some(r) if extends && r.members.len() < MAX_RUN_PAGES => r.members.end = i + 1,
+            _ => {
+                let (dev, offset) = layout.locate(page);
+                runs.push(Run { dev, offset, members: i..i + 1 });
+            }
+        }
+        prev = Some(page);
+    }
+    runs
+}
+
+/// Fresh loads claimed by `load_missing` and not yet ended: undone if dropped.
+struct Claimed<'a> {
+    cache: &'a CacheInner,
+    file: &'a FileInner,
+    pages: Vec<(u64, FrameId)>,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        for &(page, id) in &self.pages {
+            drop(LockedPage::attach(self.cache, self.file, page, id));
+        }
+    }
+}
+
+impl CacheInner {
+    /// Pages a multi-page read loads in one batch: up to 1 MiB of 4 KiB pages, and never
+    /// more than a quarter of the frames, so that concurrent batches leave room to evict.
+    pub(crate) fn batch_window(&self) -> u64 {
+        (self.frames.len() / 4).clamp(1, 4 * MAX_RUN_PAGES) as u64
+    }
+
+    /// Loads every page of `pages` that has no frame, with one request per run and one
+    /// batch for all; pages that have one (valid or loading) are left alone. On a device
+    /// error the pages of the failed runs stay out of the cache and the first error is
+    /// returned; the other runs' pages are loaded.
+    pub(crate) fn load_missing(&self, file: &FileInner, pages: Range<u64>) -> Result<()> {
+        let mut claimed = Claimed { cache: self, file, pages: Vec::new() };
+        for page in pages {
+            if file.index.peek(page).is_some() {
+                continue;
+            }
+            if let Some(lp) = self.load_locked(file, page, Fill::Overwrite)? {
+                claimed.pages.push((page, lp.detach()));
+            }
+        }
+        if claimed.pages.is_empty() {
+            return Ok(());
+        }
+        let ps = self.frames.page_size();
+        let runs = runs(&self.layout, claimed.pages.iter().map(|&(p, _)| p));
+        let mut slices: Vec<Vec<IoSliceMut<'_>>> = runs
+            .iter()
+            .map(|r| {
+                claimed.pages[r.members.clone()]
+                    .iter()
+                    // SAFETY: each frame is fresh and LOCKED by us, so nobody else reads or
+                    // writes it until we end its load; each slice is exactly one frame, and
+                    // the slices live only until the batch below returns.
+                    .map(|&(_, id)| {
+                        IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(self.frames.ptr(id), ps) })
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut reqs: Vec<IoReq<'_, '_>> = runs
+            .iter()
+            .zip(slices.iter_mut())
+            .map(|(r, bufs)| IoReq::Read { file: &file.backing[r.dev], offset: r.offset, bufs })
+            .collect();
+        let results = self.engine.run_batch(&mut reqs);
+        drop(reqs);
+        drop(slices);
+        let pages = std::mem::take(&mut claimed.pages);
+        let mut first_err = None;
+        for (run, result) in runs.iter().zip(results) {
+            let members = &pages[run.members.clone()];
+            match result {
+                Ok(n) => {
+                    self.metrics.read_ios.add(1);
+                    self.metrics.read_bytes.add(n as u64);
+                    for (i, &(page, id)) in members.iter().enumerate() {
+                        let lp = LockedPage::attach(self, file, page, id);
+                        self.zero_tail(&lp, page_share(n, i, ps));
+                        lp.commit(false);
+                    }
+                }
+                Err(e) => {
+                    for &(page, id) in members {
+                        drop(LockedPage::attach(self, file, page, id)); // undoes the load
+                    }
+                    first_err.get_or_insert_with(|| {
+                        Error::io(
+                            format!(
+                                "read pages {}..={} of {:?} from device {}",
+                                members[0].0,
+                                members[members.len() - 1].0,
+                                file.name,
+                                run.dev
+                            ),
+                            e,
+                        )
+                    });
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::io::layout::LayoutKind;
+
+    #[test]
+    fn runs_break_at_devices_gaps_and_the_size_cap() {
+        // 4 KiB pages, 2-page stripe units, 2 devices: pages 0,1 on device 0; 2,3 on 1; 4,5 on 0.
+        let l = StripeLayout::new(4096, 8192, 2, LayoutKind::Stripe);
+        let r = runs(&l, [0, 1, 2, 3, 4, 5, 7]);
+        let got: Vec<_> = r.iter().map(|r| (r.dev, r.offset, r.members.clone())).collect();
+        assert_eq!(got, vec![(0, 0, 0..2), (1, 0, 2..4), (0, 8192, 4..6), (1, 12288, 6..7)]);
+        // One device: consecutive pages form one run, capped at MAX_RUN_PAGES; a gap breaks it.
+        let l = StripeLayout::new(4096, 8192, 1, LayoutKind::Stripe);
+        let pages: Vec<u64> = (0..(MAX_RUN_PAGES as u64 + 3)).chain([1000]).collect();
+        let r = runs(&l, pages);
+        let lens: Vec<usize> = r.iter().map(|r| r.members.len()).collect();
+        assert_eq!(lens, vec![MAX_RUN_PAGES, 3, 1]);
+        assert_eq!(r[1].offset, MAX_RUN_PAGES as u64 * 4096);
+    }
+
+    #[test]
+    fn a_short_read_is_shared_out_page_by_page() {
+        assert_eq!((0..3).map(|i| page_share(4096 + 100, i, 4096)).collect::<Vec<_>>(), vec![4096, 100, 0]);
+    }
+}
