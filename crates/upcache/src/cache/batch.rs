@@ -95,11 +95,12 @@ impl CacheInner {
             .map(|r| {
                 claimed.pages[r.members.clone()]
                     .iter()
-                    // SAFETY: each frame is fresh and LOCKED by us, so nobody else reads or
-                    // writes it until we end its load; each slice is exactly one frame, and
-                    // the slices live only until the batch below returns.
                     .map(|&(_, id)| {
-                        IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(self.frames.ptr(id), ps) })
+                        // SAFETY: each frame is fresh and LOCKED by us, so nobody else reads
+                        // or writes it until we end its load; each slice is exactly one
+                        // frame, and the slices live only until the batch below returns.
+                        let frame = unsafe { std::slice::from_raw_parts_mut(self.frames.ptr(id), ps) };
+                        IoSliceMut::new(frame)
                     })
                     .collect()
             })
