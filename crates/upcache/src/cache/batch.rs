@@ -14,8 +14,8 @@ use crate::frame::FrameId;
 use crate::io::engine::IoReq;
 use crate::io::layout::StripeLayout;
 
-/// Most pages in one request: 256 KiB of 4 KiB pages, where devices reach full bandwidth.
-pub(crate) const MAX_RUN_PAGES: usize = 64;
+/// Most pages in one request: 1 MiB of 4 KiB pages, where devices reach full bandwidth.
+pub(crate) const MAX_RUN_PAGES: usize = 256;
 
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,10 +65,10 @@ impl Drop for Claimed<'_> {
 }
 
 impl CacheInner {
-    /// Pages a multi-page read loads in one batch: up to 1 MiB of 4 KiB pages, and never
+    /// Pages a multi-page read loads in one batch: one run's worth, and never
     /// more than a quarter of the frames, so that concurrent batches leave room to evict.
     pub(crate) fn batch_window(&self) -> u64 {
-        (self.frames.len() / 4).clamp(1, 4 * MAX_RUN_PAGES) as u64
+        (self.frames.len() / 4).clamp(1, MAX_RUN_PAGES) as u64
     }
 
     /// Loads every page of `pages` that has no frame, with one request per run and one

@@ -3,11 +3,13 @@
 //! - A batch (several devices' runs of a multi-page read, or write-back) goes to the kernel
 //!   in one `io_uring_enter`, and the caller sleeps in the kernel until all of it completes:
 //!   no thread polls, so completions cost no core.
-//! - The frame arena is registered as fixed buffers on every ring, in chunks of at most
-//!   1 GiB (the kernel's limit per buffer), so single-frame reads and writes skip the page
-//!   pinning that each plain request pays. Registration pins the arena's memory for the
-//!   ring's life; where the kernel refuses it (an old kernel, RLIMIT_MEMLOCK) the engine logs
-//!   why and uses plain vectored requests.
+//! - The frame arena is registered as fixed buffers, so single-frame reads and writes skip
+//!   the page pinning that each plain request pays. Each ring has a sparse table of the
+//!   arena's chunks (2 MiB, or larger to stay within the kernel's 16384 buffers) and
+//!   registers a chunk when it first does I/O into it: registration pins the memory for the
+//!   ring's life, and pinning all of a large arena at start would fault in and zero all of
+//!   it (seconds for a few GiB here). Where the kernel refuses (an old kernel,
+//!   RLIMIT_MEMLOCK) the engine logs why and uses plain requests.
 //! - Synchronous callers borrow a ring from a pool; an asynchronous [`UringQueue`] owns one.
 //! - A transfer the kernel leaves short, or fails with EINTR/EAGAIN, is finished with
 //!   preadv/pwritev, which also tells end of file from a short transfer. O_DIRECT reads of
@@ -23,57 +25,62 @@ use super::psync::{preadv_all, pwritev_all};
 use super::{IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 
+/// Most fixed buffers one ring may register (the kernel's IORING_MAX_REG_BUFFERS).
+const MAX_BUFFERS: usize = 1 << 14;
+/// Smallest registered chunk of the arena: one huge page.
+const MIN_CHUNK: usize = 2 << 20;
 /// Largest buffer io_uring registers.
-const CHUNK: usize = 1 << 30;
+const MAX_CHUNK: usize = 1 << 30;
 /// Submission queue entries of a pooled ring: batches larger than this are submitted in parts.
 const POOL_RING_ENTRIES: u32 = 64;
 /// Most iovecs in one vectored request (Linux's UIO_MAXIOV).
 const MAX_IOV: usize = 1024;
 
-/// The frame arena as registered fixed buffers: `len` bytes from `base`, buffer `i` covering
-/// `[base + i * CHUNK, base + (i + 1) * CHUNK)`.
+/// The frame arena as fixed buffers: `len` bytes from `base` in chunks of `chunk` bytes,
+/// chunk `i` being buffer `i` of every ring's (sparse) table.
 #[derive(Debug, Clone, Copy)]
 struct Fixed {
     base: usize,
     len: usize,
+    chunk: usize,
 }
 
 impl Fixed {
-    /// The registered buffer that holds all of `ptr .. ptr + len`, if one does.
-    fn index(&self, ptr: *const u8, len: usize) -> Option<u16> {
-        let off = (ptr as usize).checked_sub(self.base)?;
-        if len == 0 || off + len > self.len || off / CHUNK != (off + len - 1) / CHUNK {
-            return None;
-        }
-        u16::try_from(off / CHUNK).ok()
+    /// The arena `base .. base + len` cut into at most [`MAX_BUFFERS`] chunks; None if it is
+    /// too large to register.
+    fn new(base: *mut u8, len: usize) -> Option<Fixed> {
+        let chunk = len.div_ceil(MAX_BUFFERS).next_power_of_two().max(MIN_CHUNK);
+        (chunk <= MAX_CHUNK).then_some(Fixed { base: base as usize, len, chunk })
     }
 
-    /// Registers the arena on `ring`.
-    fn register(&self, ring: &IoUring) -> io::Result<()> {
-        let iovecs: Vec<libc::iovec> = (0..self.len)
-            .step_by(CHUNK)
-            .map(|off| libc::iovec {
-                iov_base: (self.base + off) as *mut libc::c_void,
-                iov_len: CHUNK.min(self.len - off),
-            })
-            .collect();
-        // SAFETY: the iovecs cover the frame arena, which is mapped for the life of the cache
-        // and so outlives every ring of its engine (the cache drops the engine first). The
-        // kernel pins those pages; the arena never gives memory back while rings exist (see
-        // `UringEngine::new`).
-        unsafe { ring.submitter().register_buffers(&iovecs) }
+    fn chunks(&self) -> usize {
+        self.len.div_ceil(self.chunk)
+    }
+
+    /// The chunk that holds all of `ptr .. ptr + len`, if one does.
+    fn chunk_of(&self, ptr: *const u8, len: usize) -> Option<usize> {
+        let off = (ptr as usize).checked_sub(self.base)?;
+        if len == 0 || off + len > self.len || off / self.chunk != (off + len - 1) / self.chunk {
+            return None;
+        }
+        Some(off / self.chunk)
     }
 }
 
-/// A ring and whether the arena is registered on it.
+/// A ring, and the arena's chunks registered on it so far.
+///
+/// Chunks are registered on first use rather than all at start: registering pins (and so
+/// faults in and zeroes) the memory, which for a large cache would take seconds at start and
+/// make its whole budget resident at once.
 struct Ring {
     uring: IoUring,
     fixed: Option<Fixed>,
+    registered: Vec<bool>,
 }
 
 impl Ring {
-    /// A ring of `entries` submission entries, with the arena registered if `fixed` is given
-    /// and the kernel takes it.
+    /// A ring of `entries` submission entries, with a table for the arena's chunks if
+    /// `fixed` is given and the kernel takes it.
     fn new(entries: u32, fixed: Option<Fixed>) -> io::Result<Ring> {
         // Completions are run when we enter the kernel to wait for them anyway; coop taskrun
         // spares an interrupt per completion. Kernels before 5.19 refuse the flag.
@@ -81,24 +88,49 @@ impl Ring {
             Ok(r) => r,
             Err(_) => IoUring::builder().setup_cqsize(entries * 2).build(entries)?,
         };
-        let fixed = fixed.filter(|f| match f.register(&uring) {
+        let fixed = fixed.filter(|f| match uring.submitter().register_buffers_sparse(f.chunks() as u32) {
             Ok(()) => true,
             Err(e) => {
-                log::info!("io_uring refused the frame arena as fixed buffers ({e}); using plain requests");
+                log::info!("io_uring refused a fixed-buffer table ({e}); using plain requests");
                 false
             }
         });
-        Ok(Ring { uring, fixed })
+        let registered = vec![false; fixed.map_or(0, |f| f.chunks())];
+        Ok(Ring { uring, fixed, registered })
     }
 
-    /// The entry that reads (or writes) `iov` at `offset` of `fd`: fixed if a single frame in
-    /// the registered arena.
-    fn entry(&self, fd: RawFd, offset: u64, iov: &[libc::iovec], write: bool, tag: u64) -> squeue::Entry {
+    /// The fixed buffer that holds all of `ptr .. ptr + len`, registering its chunk on this
+    /// ring first if need be; None if it is not in the arena or the kernel refuses.
+    fn fixed_index(&mut self, ptr: *const u8, len: usize) -> Option<u16> {
+        let f = self.fixed?;
+        let c = f.chunk_of(ptr, len)?;
+        if !self.registered[c] {
+            let iov = libc::iovec {
+                iov_base: (f.base + c * f.chunk) as *mut libc::c_void,
+                iov_len: f.chunk.min(f.len - c * f.chunk),
+            };
+            // SAFETY: the iovec lies inside the frame arena, which is mapped for the life of
+            // the cache and so outlives every ring of its engine (the cache drops the engine
+            // before the arena). The kernel pins those pages; the arena gives no memory back
+            // while its engine registers buffers (see `UringEngine::new`).
+            match unsafe { self.uring.submitter().register_buffers_update(c as u32, &[iov], None) } {
+                Ok(_) => self.registered[c] = true,
+                Err(e) => {
+                    log::info!("io_uring refused to register frame memory ({e}); using plain requests");
+                    self.fixed = None;
+                    return None;
+                }
+            }
+        }
+        u16::try_from(c).ok()
+    }
+
+    /// The entry that reads (or writes) `iov` at `offset` of `fd`: fixed if a single buffer
+    /// in the arena.
+    fn entry(&mut self, fd: RawFd, offset: u64, iov: &[libc::iovec], write: bool, tag: u64) -> squeue::Entry {
         let fd = types::Fd(fd);
         let single = match iov {
-            [one] => {
-                self.fixed.and_then(|f| f.index(one.iov_base as *const u8, one.iov_len)).map(|i| (one, i))
-            }
+            [one] => self.fixed_index(one.iov_base as *const u8, one.iov_len).map(|i| (one, i)),
             _ => None,
         };
         let e = match (single, write) {
@@ -188,7 +220,7 @@ impl UringEngine {
     /// if the arena may give memory back to the kernel (`MADV_DONTNEED` would detach the
     /// registered pages from the mapping).
     pub fn new(frames: Option<(*mut u8, usize)>) -> io::Result<Self> {
-        let fixed = frames.map(|(base, len)| Fixed { base: base as usize, len });
+        let fixed = frames.and_then(|(base, len)| Fixed::new(base, len));
         let ring = Ring::new(POOL_RING_ENTRIES, fixed)?;
         let mut probe = Probe::new();
         ring.uring.submitter().register_probe(&mut probe)?;
@@ -206,7 +238,7 @@ impl UringEngine {
                 ));
             }
         }
-        // If the probe ring could not register the arena, later rings will not either.
+        // If the probe ring could not make a buffer table, later rings will not either.
         let fixed = ring.fixed;
         let engine = UringEngine { pool: SegQueue::new(), fixed };
         engine.pool.push(ring);
@@ -397,7 +429,7 @@ impl IoQueue for UringQueue {
         let s = &self.slots[i];
         // The iovec lives in `slots`, which may reallocate before the kernel reads it, so a
         // non-fixed read is the plain `Read` of one buffer, whose address is in the entry.
-        let e = match self.ring.fixed.and_then(|f| f.index(buf, len)) {
+        let e = match self.ring.fixed_index(buf, len) {
             Some(b) => opcode::ReadFixed::new(types::Fd(s.fd), buf, len as u32, b),
             None => {
                 let e = opcode::Read::new(types::Fd(s.fd), buf, len as u32).offset(offset).build();
