@@ -285,3 +285,86 @@ fn a_failed_queued_read_is_reported_and_leaves_nothing_behind() {
     assert_eq!(*out[0].result.as_ref().unwrap(), 3 * 4096);
     assert!(out[0].buf[..] == data[100..100 + 3 * 4096]);
 }
+
+/// Two queued reads of one uncached page whose device read fails: the failed load must not
+/// wait for the second request's pin (which only this thread could drop). Found in review.
+#[test]
+fn a_failed_load_that_another_request_waits_on_does_not_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = Arc::new(FailingReads::default());
+    let cache =
+        Arc::new(Cache::create(common::config(tmp.path(), 1, 4096, 16).with_io_engine(e.clone())).unwrap());
+    let f = cache.create_file("f").unwrap();
+    let data = common::pattern(4, 40 * 4096);
+    f.write_all_at(&data, 0).unwrap();
+    cache.sync().unwrap();
+    let mut rest = vec![0u8; 30 * 4096];
+    f.read_exact_at(&mut rest, 10 * 4096).unwrap(); // evicts page 0
+    e.fail.store(true, Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (c, f2) = (cache.clone(), f.clone());
+    std::thread::spawn(move || {
+        let mut q = c.queue(4).unwrap();
+        q.read(&f2, 0, vec![0; 100], 1).unwrap(); // starts the load of page 0
+        q.read(&f2, 200, vec![0; 100], 2).unwrap(); // finds it loading
+        let mut out = Vec::new();
+        q.wait(2, &mut out);
+        tx.send(out.into_iter().map(|c| c.result.map_err(|e| e.kind())).collect::<Vec<_>>()).unwrap();
+    });
+    // A hang guard, not a wait for an event: the queue answers at once or never.
+    let results = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the queue hung");
+    assert!(results.iter().any(|r| r == &Err(ErrorKind::Io)), "{results:?}");
+    e.fail.store(false, Ordering::SeqCst);
+    let mut back = vec![0u8; 300];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back[..] == data[..300]);
+    assert_eq!(cache.pinned_frames(), 0);
+}
+
+/// A queued read racing a shrink never brings bytes past the new end back into the cache
+/// (they would reappear when the file grows again). Found in review.
+#[test]
+fn a_queued_read_racing_a_shrink_does_not_resurrect_bytes() {
+    for round in 0..20 {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::create(common::config(tmp.path(), 1, 4096, 64).with_io(IoKind::Psync)).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&[0xABu8; 3 * 4096], 0).unwrap();
+        cache.sync().unwrap();
+        let mut q = cache.queue(4).unwrap();
+        let g = f.pin_mut(4096).unwrap();
+        q.read(&f, 4096, vec![0u8; 2 * 4096], 1).unwrap(); // the range is busy: pending
+        drop(g);
+        let f2 = f.clone();
+        let t = std::thread::spawn(move || f2.set_len(4096).unwrap());
+        let mut out = Vec::new();
+        q.wait(1, &mut out);
+        t.join().unwrap();
+        drop(q);
+        f.set_len(3 * 4096).unwrap();
+        let mut b = vec![0u8; 2 * 4096];
+        f.read_exact_at(&mut b, 4096).unwrap();
+        assert!(b.iter().all(|&x| x == 0), "round {round}: bytes past a shrink came back");
+    }
+}
+
+/// A queued read through the handle of a removed file fails and takes no frames with it.
+/// Found in review: it used to refill the dead file's frame list, which nothing drained.
+#[test]
+fn a_queued_read_of_a_removed_file_takes_no_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 6400)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&[1u8; 4 * 4096], 0).unwrap();
+    cache.sync().unwrap();
+    cache.remove_file("f").unwrap();
+    let mut q = cache.queue(4).unwrap();
+    q.read(&f, 0, vec![0u8; 4096], 1).unwrap();
+    let mut out = Vec::new();
+    q.wait(1, &mut out);
+    assert_eq!(out[0].result.as_ref().unwrap_err().kind(), ErrorKind::NotFound);
+    let g = cache.create_file("g").unwrap();
+    let before = cache.stats().evictions;
+    g.write_all_at(&vec![2u8; 6390 * 4096], 0).unwrap();
+    assert_eq!(cache.stats().evictions - before, 0, "frames leaked to the removed file");
+}

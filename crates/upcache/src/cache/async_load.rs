@@ -3,11 +3,9 @@
 //! flight on the queue's ring between `prefetch` and `end_load`. Nothing here waits for
 //! another thread's load, so a queue never sleeps while it holds loads of its own.
 
-use std::io;
-
 use super::page::{Fill, LockedPage};
 use super::CacheInner;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::file::FileInner;
 use crate::frame::state::{LOCKED, VALID};
 use crate::frame::FrameId;
@@ -47,29 +45,17 @@ impl CacheInner {
         }
     }
 
-    /// Ends a load that `prefetch` started, with the device read's result. On success the
-    /// frame is `VALID`, unlocked and still pinned; on failure the load is undone (the frame
-    /// leaves the index and the pin is gone) and the error returned.
-    pub(crate) fn end_load(
-        &self,
-        file: &FileInner,
-        page: u64,
-        id: FrameId,
-        read: io::Result<usize>,
-    ) -> Result<()> {
+    /// Ends a load that `prefetch` started: `Some(n)` if the device read gave its first `n`
+    /// bytes (the rest reads as zeros), None if it failed. On success the frame is `VALID`,
+    /// unlocked and still pinned; on failure the load is undone (the frame leaves the index
+    /// and the pin is gone).
+    pub(crate) fn end_load(&self, file: &FileInner, page: u64, id: FrameId, filled: Option<usize>) {
         let lp = LockedPage::attach(self, file, page, id);
-        match read {
-            Ok(n) => {
-                self.read_done(&lp, n);
-                lp.into_pinned().keep();
-                Ok(())
-            }
-            Err(e) => {
-                let (dev, _) = self.layout.locate(page);
-                Err(Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e))
-                // `lp` drops here uncommitted, which undoes the load.
-            }
+        if let Some(n) = filled {
+            self.zero_tail(&lp, n);
+            lp.into_pinned().keep();
         }
+        // Otherwise `lp` drops uncommitted, which undoes the load.
     }
 
     /// The state of a frame the caller pinned through `prefetch`.

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 
 use super::handle::File;
 use crate::cache::async_load::{Prefetch, Readiness};
+use crate::cache::batch::{page_share, runs};
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
@@ -61,6 +62,8 @@ struct Request {
     offset: u64,
     buf: Vec<u8>,
     pins: Vec<PagePin>,
+    /// The loads started, each a run of indices into `pins`; emptied when it completes.
+    runs: Vec<Vec<usize>>,
     /// Loads of this request still in flight.
     loads: usize,
     error: Option<Error>,
@@ -83,6 +86,8 @@ pub struct IoQueue {
     done: VecDeque<Completion>,
     /// Device reads in flight on `ring`.
     loads: usize,
+    /// Being dropped: reaped loads end, but nothing new starts.
+    closing: bool,
     reaped: Vec<QueueCompletion>,
 }
 
@@ -107,6 +112,7 @@ impl IoQueue {
             pending: Vec::new(),
             done: VecDeque::new(),
             loads: 0,
+            closing: false,
             reaped: Vec::new(),
         })
     }
@@ -137,8 +143,16 @@ impl IoQueue {
             self.requests.push(None);
             self.requests.len() - 1
         });
-        self.requests[slot] =
-            Some(Request { tag, file: file.clone(), offset, buf, pins: Vec::new(), loads: 0, error: None });
+        self.requests[slot] = Some(Request {
+            tag,
+            file: file.clone(),
+            offset,
+            buf,
+            pins: Vec::new(),
+            runs: Vec::new(),
+            loads: 0,
+            error: None,
+        });
         self.try_finish(slot);
         Ok(())
     }
@@ -194,17 +208,37 @@ impl IoQueue {
     fn reap(&mut self, min: usize) {
         let mut reaped = std::mem::take(&mut self.reaped);
         self.ring.reap(min, &mut reaped);
+        let ps = self.cache.config.page_size;
         for (tag, read) in reaped.drain(..) {
             self.loads -= 1;
-            let (slot, i) = ((tag >> 32) as usize, tag as u32 as usize);
+            let (slot, run) = ((tag >> 32) as usize, tag as u32 as usize);
             let req = self.requests[slot].as_mut().expect("a load belongs to a live request");
-            let pin = &mut req.pins[i];
-            pin.loading = false;
             req.loads -= 1;
+            let members = std::mem::take(&mut req.runs[run]);
             let file = req.file.inner();
-            if let Err(e) = self.cache.end_load(file, pin.page, pin.id, read) {
-                pin.id = FrameId::MAX; // the failed load took the pin with it
-                req.error.get_or_insert(e);
+            match read {
+                Ok(n) => {
+                    self.cache.metrics.read_ios.add(1);
+                    self.cache.metrics.read_bytes.add(n as u64);
+                    for (i, &k) in members.iter().enumerate() {
+                        let pin = &mut req.pins[k];
+                        pin.loading = false;
+                        self.cache.end_load(file, pin.page, pin.id, Some(page_share(n, i, ps)));
+                    }
+                }
+                Err(e) => {
+                    let (first, last) =
+                        (req.pins[members[0]].page, req.pins[members[members.len() - 1]].page);
+                    for &k in &members {
+                        let pin = &mut req.pins[k];
+                        pin.loading = false;
+                        self.cache.end_load(file, pin.page, pin.id, None);
+                        pin.id = FrameId::MAX; // the failed load took the pin with it
+                    }
+                    let (dev, _) = self.cache.layout.locate(first);
+                    let what = format!("read pages {first}..={last} of {:?} from device {dev}", file.name);
+                    req.error.get_or_insert(Error::io(what, e));
+                }
             }
             if req.loads == 0 {
                 self.pending.retain(|&s| s != slot);
@@ -231,6 +265,9 @@ impl IoQueue {
     /// Finishes request `slot` if it can without waiting on anyone; otherwise starts what
     /// is missing and leaves it with loads in flight or pending.
     fn try_finish(&mut self, slot: usize) {
+        if self.closing {
+            return;
+        }
         let cache = self.cache.clone();
         let req = self.requests[slot].as_mut().expect("live request");
         let result = match &req.error {
@@ -240,10 +277,6 @@ impl IoQueue {
                 // Every frame is pinned, many perhaps by this queue: let go of this request's
                 // pages and retry once loads have been reaped (or the blocking way).
                 Attempt::Failed(e) if e.kind() == ErrorKind::CacheFull => {
-                    for p in req.pins.iter_mut().filter(|p| !p.loading && p.id != FrameId::MAX) {
-                        cache.unpin(p.id);
-                        p.id = FrameId::MAX;
-                    }
                     self.not_yet(slot);
                     return;
                 }
@@ -305,8 +338,12 @@ impl IoQueue {
 
 impl Drop for IoQueue {
     fn drop(&mut self) {
-        // The kernel may still write into frames of reads in flight: end them all first.
-        self.quiesce();
+        // The kernel may still write into frames of reads in flight: end them all first,
+        // starting nothing new, then drop every pin.
+        self.closing = true;
+        while self.loads > 0 {
+            self.reap(1);
+        }
         for req in self.requests.iter().flatten() {
             release(&self.cache, &req.pins);
         }
@@ -319,8 +356,15 @@ enum Attempt {
     Failed(Error),
 }
 
-/// One try at finishing `req` (request `slot`): pins or starts loading every page its range
-/// needs, and if all are valid and the range lock is free, copies them out under it.
+/// One try at finishing `req` (request `slot`). Under its range lock (taken with `try_read`,
+/// so never waiting): pins every page its range needs, claims loads of the missing ones
+/// (started on `ring` in runs), and if every page is then valid, copies them out.
+///
+/// Taking the range lock first keeps `set_len` and writers out while pages are looked up
+/// and loads claimed, so a load never brings back bytes a shrink is about to cut off.
+/// Whatever stops the request, it keeps only the pins of its own loads in flight: a pin on
+/// another thread's load would stall that thread if the load failed (it waits for every pin
+/// to go before it frees the frame), and other pins would stall `set_len` and removal.
 fn attempt(
     cache: &CacheInner,
     req: &mut Request,
@@ -331,49 +375,46 @@ fn attempt(
     let ps = cache.config.page_size as u64;
     let want_end = req.offset + req.buf.len() as u64;
     let file = req.file.inner().clone();
-    // Twice: a page found stale under the lock is fetched again and checked once more.
-    for _ in 0..2 {
-        let end = want_end.min(file.len.load(Ordering::Acquire));
-        if req.offset < end {
-            for page in req.offset / ps..=(end - 1) / ps {
-                if let Err(e) = ensure_pin(cache, req, ring, slot, loads, page) {
-                    return Attempt::Failed(e);
-                }
-            }
-        }
-        if req.loads > 0
-            || req.pins.iter().any(|p| p.id != FrameId::MAX && cache.readiness(p.id) == Readiness::Loading)
-        {
-            return Attempt::NotYet;
-        }
+    let outcome = (|| {
         let Some(_range) = file.range.try_read(req.offset, want_end) else { return Attempt::NotYet };
         if let Err(e) = file.check_live() {
             return Attempt::Failed(e);
         }
-        // Under the range lock the length and these pages' frames hold still.
+        // Under the range lock the length and the pages' frames hold still.
         let end = want_end.min(file.len.load(Ordering::Acquire));
         if req.offset >= end {
             return Attempt::Copied(0);
         }
-        let mut stale = false;
+        let (mut fresh, mut waiting, mut failed) = (Vec::new(), false, None);
+        for page in req.offset / ps..=(end - 1) / ps {
+            match ensure_pin(cache, req, page) {
+                Ok(Pinned::Have) => {}
+                Ok(Pinned::Fresh(k)) => fresh.push(k),
+                Ok(Pinned::Elsewhere) => waiting = true,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        // The loads claimed so far go out even if a later page failed.
+        start_loads(cache, req, ring, slot, loads, &fresh);
+        if let Some(e) = failed {
+            return Attempt::Failed(e);
+        }
+        if waiting || req.loads > 0 {
+            return Attempt::NotYet;
+        }
         let mut pos = req.offset;
         while pos < end {
             let page = pos / ps;
             let n = (ps - pos % ps).min(end - pos) as usize;
-            let current = req.pins.iter_mut().find(|p| {
-                p.page == page
-                    && p.id != FrameId::MAX
-                    && file.index.peek(page) == Some(p.id)
-                    && cache.readiness(p.id) == Readiness::Valid
-            });
-            let Some(pin) = current else {
-                stale = true;
-                break;
-            };
+            let pin = req.pins.iter().find(|p| p.page == page && p.id != FrameId::MAX).expect("pinned above");
             let at = (pos - req.offset) as usize;
-            // SAFETY: our pin keeps the frame on this page and VALID, and the index says it
-            // is the page's current frame; the range lock keeps writers of these bytes out.
-            // The source lies inside the frame, the destination inside the buffer.
+            // SAFETY: our pin keeps the frame on this page, and `ensure_pin` saw it VALID and
+            // the page's current frame under the range lock we hold, which keeps writers
+            // and truncation of these bytes out. The source lies inside the frame, the
+            // destination inside the buffer.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     cache.frames.ptr(pin.id).add((pos % ps) as usize),
@@ -383,56 +424,89 @@ fn attempt(
             };
             pos += n as u64;
         }
-        if !stale {
-            return Attempt::Copied((end - req.offset) as usize);
+        Attempt::Copied((end - req.offset) as usize)
+    })();
+    if !matches!(outcome, Attempt::Copied(_)) {
+        for p in req.pins.iter_mut().filter(|p| !p.loading && p.id != FrameId::MAX) {
+            cache.unpin(p.id);
+            p.id = FrameId::MAX;
         }
     }
-    Attempt::NotYet
+    outcome
 }
 
-/// Makes sure `req` holds a usable pin on `page`: keeps a valid or loading one, drops a
-/// failed or replaced one, and pins the page's frame or starts loading it.
-fn ensure_pin(
-    cache: &CacheInner,
-    req: &mut Request,
-    ring: &mut dyn EngineQueue,
-    slot: usize,
-    loads: &mut usize,
-    page: u64,
-) -> Result<()> {
+/// What `ensure_pin` did for a page.
+enum Pinned {
+    /// The request holds a valid, current frame or its own load of it.
+    Have,
+    /// A load claimed for the request: its index in `pins`, for `start_loads`.
+    Fresh(usize),
+    /// Another thread (or another request of this queue) is loading it: try again later.
+    Elsewhere,
+}
+
+/// Makes sure `req` holds a usable pin on `page`: keeps its own load or a valid current
+/// frame, drops anything else, and pins the page's frame or claims a load of it. Called
+/// with the range lock held.
+fn ensure_pin(cache: &CacheInner, req: &mut Request, page: u64) -> Result<Pinned> {
     let file = req.file.inner();
     let mut have = false;
     for p in req.pins.iter_mut().filter(|p| p.page == page && p.id != FrameId::MAX) {
         let usable =
-            p.loading || (cache.readiness(p.id) != Readiness::Failed && file.index.peek(page) == Some(p.id));
-        if usable {
+            p.loading || (cache.readiness(p.id) == Readiness::Valid && file.index.peek(page) == Some(p.id));
+        if usable && !have {
             have = true;
         } else {
+            debug_assert!(!p.loading);
             cache.unpin(p.id);
             p.id = FrameId::MAX;
         }
     }
     if have {
-        return Ok(());
+        return Ok(Pinned::Have);
     }
-    let i = req.pins.len();
-    match cache.prefetch(file, page)? {
-        Prefetch::Resident(id) => req.pins.push(PagePin { page, id, loading: false }),
+    Ok(match cache.prefetch(file, page)? {
+        Prefetch::Resident(id) => {
+            if cache.readiness(id) != Readiness::Valid || file.index.peek(page) != Some(id) {
+                cache.unpin(id);
+                return Ok(Pinned::Elsewhere);
+            }
+            req.pins.push(PagePin { page, id, loading: false });
+            Pinned::Have
+        }
         Prefetch::Load(id) => {
             req.pins.push(PagePin { page, id, loading: true });
-            req.loads += 1;
-            *loads += 1;
-            let (dev, off) = cache.layout.locate(page);
-            let tag = (slot as u64) << 32 | i as u64;
-            // SAFETY: the frame is pinned, LOCKED and fresh: nobody else touches its bytes
-            // until we end the load, which is after the ring reports this read (the queue
-            // drains its ring before it drops).
-            unsafe {
-                ring.push_read(&file.backing[dev], off, cache.frames.ptr(id), cache.config.page_size, tag)
-            };
+            Pinned::Fresh(req.pins.len() - 1)
         }
+    })
+}
+
+/// Queues the claimed loads `fresh` (indices in `req.pins`, ascending by page) on `ring`,
+/// one vectored read per run of pages back to back in a backing file.
+fn start_loads(
+    cache: &CacheInner,
+    req: &mut Request,
+    ring: &mut dyn EngineQueue,
+    slot: usize,
+    loads: &mut usize,
+    fresh: &[usize],
+) {
+    if fresh.is_empty() {
+        return;
     }
-    Ok(())
+    let file = req.file.inner().clone();
+    for run in runs(&cache.layout, fresh.iter().map(|&k| req.pins[k].page)) {
+        let members: Vec<usize> = fresh[run.members].to_vec();
+        let bufs: Vec<*mut u8> = members.iter().map(|&k| cache.frames.ptr(req.pins[k].id)).collect();
+        let tag = (slot as u64) << 32 | req.runs.len() as u64;
+        req.runs.push(members);
+        req.loads += 1;
+        *loads += 1;
+        // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
+        // until we end the load, which is after the ring reports this read (the queue drains
+        // its ring before it drops).
+        unsafe { ring.push_read(&file.backing[run.dev], run.offset, &bufs, cache.config.page_size, tag) };
+    }
 }
 
 /// Drops the pins in `pins` that are still held.

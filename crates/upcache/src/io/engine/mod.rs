@@ -141,14 +141,15 @@ pub type QueueCompletion = (u64, io::Result<usize>);
 
 /// Asynchronous reads into frames, owned by one thread at a time.
 pub trait IoQueue: Send {
-    /// Queues a read of `len` bytes at `offset` of `file` into `buf`, reported by a later
-    /// [`IoQueue::reap`] under `tag`. A read that cannot even be queued is reported the same
-    /// way, with its error.
+    /// Queues a read at `offset` of `file` into the buffers `bufs`, `len` bytes each, in
+    /// order (one vectored request), reported by a later [`IoQueue::reap`] under `tag` with
+    /// the total bytes read. A read that cannot even be queued is reported the same way,
+    /// with its error.
     ///
     /// # Safety
-    /// `buf` must be valid for writes of `len` bytes, and nothing else may read or write
-    /// them, until `reap` has returned the completion for `tag`.
-    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64);
+    /// Each buffer must be valid for writes of `len` bytes, and nothing else may read or
+    /// write them, until `reap` has returned the completion for `tag`.
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64);
 
     /// Submits what was pushed and waits until at least `min` reads (at most as many as are
     /// outstanding) have completed; appends every completion available to `out`.
@@ -180,11 +181,14 @@ impl InlineQueue {
 }
 
 impl IoQueue for InlineQueue {
-    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64) {
-        // SAFETY: the caller gives us `buf` for writes of `len` bytes until we report `tag`,
-        // which is after this call.
-        let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
-        let r = self.engine.read_vectored(file, offset, &mut [IoSliceMut::new(buf)]);
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
+        let mut slices: Vec<IoSliceMut<'_>> = bufs
+            .iter()
+            // SAFETY: the caller gives us each buffer for writes of `len` bytes until we
+            // report `tag`, which is after this call.
+            .map(|&b| IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, len) }))
+            .collect();
+        let r = self.engine.read_vectored(file, offset, &mut slices);
         self.done.push_back((tag, r));
     }
 

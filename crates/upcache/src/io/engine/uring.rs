@@ -171,6 +171,23 @@ impl Ring {
         }
     }
 
+    /// Completions the completion queue holds.
+    fn cq_capacity(&self) -> usize {
+        self.uring.params().cq_entries() as usize
+    }
+
+    /// Submits what is queued, waits for at least `want` completions and hands each
+    /// available one to `f` (tag, result); returns how many.
+    fn collect(&mut self, want: usize, mut f: impl FnMut(u64, i32)) -> usize {
+        self.wait_in_flight(want);
+        let mut n = 0;
+        for c in self.uring.completion() {
+            f(c.user_data(), c.result());
+            n += 1;
+        }
+        n
+    }
+
     /// Waits for `want` completions of requests the kernel already holds. Their buffers are
     /// borrowed by callers who cannot be told to keep them longer, so if the kernel cannot
     /// be waited on the process stops rather than return while it may still write to them.
@@ -290,43 +307,43 @@ impl IoEngine for UringEngine {
                 return reqs.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect();
             }
         };
-        let mut results: Vec<Option<io::Result<usize>>> = reqs.iter().map(|_| None).collect();
+        // Raw results by request; requests never pushed (too many iovecs, or refused by the
+        // ring) keep None and are run with preadv/pwritev below.
+        let mut raw: Vec<Option<Result<i32, io::Error>>> = reqs.iter().map(|_| None).collect();
+        let cap = ring.cq_capacity();
         let mut in_flight = 0;
-        for (i, r) in reqs.iter_mut().enumerate() {
-            let (fd, offset, iov, write): (RawFd, u64, &[libc::iovec], bool) = match r {
-                // IoSliceMut and IoSlice are ABI-compatible with iovec (std guarantees it).
+        for i in 0..reqs.len() {
+            let (fd, offset, iov, write): (RawFd, u64, &[libc::iovec], bool) = match &reqs[i] {
                 IoReq::Read { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs_mut(bufs), false),
                 IoReq::Write { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs(bufs), true),
             };
             if iov.len() > MAX_IOV {
-                continue; // run below with preadv/pwritev, which split it
+                continue;
+            }
+            // Never more in flight than the completion queue holds, so it cannot overflow.
+            while in_flight == cap {
+                in_flight -= ring.collect(1, |tag, res| raw[tag as usize] = Some(Ok(res)));
             }
             let e = ring.entry(fd, offset, iov, write, i as u64);
             // SAFETY: the buffers are borrowed from `reqs` until we return, and we return only
             // after every pushed request has completed.
             match unsafe { ring.push(&e) } {
                 Ok(()) => in_flight += 1,
-                Err(e) => results[i] = Some(Err(e)),
+                Err(e) => raw[i] = Some(Err(e)),
             }
         }
         while in_flight > 0 {
-            ring.wait_in_flight(1);
-            let cqes: Vec<(u64, i32)> =
-                ring.uring.completion().map(|c| (c.user_data(), c.result())).collect();
-            for (tag, res) in cqes {
-                in_flight -= 1;
-                let i = tag as usize;
-                results[i] = Some(finish(&mut reqs[i], res));
-            }
+            in_flight -= ring.collect(1, |tag, res| raw[tag as usize] = Some(Ok(res)));
         }
-        // Requests never pushed (too many iovecs, or the ring refused them): run them here.
-        let out = results
-            .into_iter()
-            .zip(reqs.iter_mut())
-            .map(|(r, req)| r.unwrap_or_else(|| finish(req, 0)))
-            .collect();
         self.pool.push(ring);
-        out
+        raw.into_iter()
+            .zip(reqs.iter_mut())
+            .map(|(r, req)| match r {
+                Some(Ok(res)) => finish(req, res),
+                Some(Err(e)) => Err(e),
+                None => finish(req, 0),
+            })
+            .collect()
     }
 
     fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
@@ -375,7 +392,15 @@ struct Slot {
     tag: u64,
     fd: RawFd,
     offset: u64,
-    iov: libc::iovec,
+    /// The destination buffers. A vectored read's entry points at this heap array, which
+    /// stays put when `slots` reallocates.
+    iov: Vec<libc::iovec>,
+}
+
+impl Slot {
+    fn len(&self) -> usize {
+        self.iov.iter().map(|v| v.iov_len).sum()
+    }
 }
 
 /// An asynchronous read queue on its own ring.
@@ -383,14 +408,16 @@ pub struct UringQueue {
     ring: Ring,
     slots: Vec<Slot>,
     free: Vec<usize>,
-    outstanding: usize,
-    /// Reads that failed before reaching the kernel, reported by the next reap.
-    failed: Vec<QueueCompletion>,
+    /// Reads in the kernel's hands.
+    in_kernel: usize,
+    /// Completions not yet reported: reaped early (to keep the completion queue from
+    /// overflowing) or failed before reaching the kernel.
+    ready: Vec<QueueCompletion>,
     /// Queued reads that make the queue submit without waiting for a reap.
     submit_batch: usize,
 }
 
-// SAFETY: the raw pointers in `slots` name frames that the queue's owner reserved for these
+// SAFETY: the raw pointers in `slots` name buffers that the queue's owner reserved for these
 // reads; nothing in the queue is tied to the thread that made it (the ring is not set up
 // single-issuer), so the queue may move between threads.
 unsafe impl Send for UringQueue {}
@@ -401,22 +428,41 @@ impl UringQueue {
             ring,
             slots: Vec::new(),
             free: Vec::new(),
-            outstanding: 0,
-            failed: Vec::new(),
+            in_kernel: 0,
+            ready: Vec::new(),
             submit_batch: 1,
         }
     }
-}
 
-impl IoQueue for UringQueue {
-    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, buf: *mut u8, len: usize, tag: u64) {
-        let slot = Slot {
-            tag,
-            fd: file.as_raw_fd(),
-            offset,
-            iov: libc::iovec { iov_base: buf.cast(), iov_len: len },
-        };
-        let i = match self.free.pop() {
+    /// Waits for at least `want` of the reads in the kernel and moves every available
+    /// completion to `ready`.
+    fn collect(&mut self, want: usize) {
+        let mut cqes = Vec::new();
+        self.in_kernel -= self.ring.collect(want, |tag, res| cqes.push((tag, res)));
+        for (i, res) in cqes {
+            let s = &self.slots[i as usize];
+            let r = settle(res, s.len(), |done| {
+                let mut bufs: Vec<IoSliceMut<'_>> = s
+                    .iov
+                    .iter()
+                    .map(|v| {
+                        // SAFETY: the caller of push_read gave us the buffers until this
+                        // completion; each iovec names one of them.
+                        let buf = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) };
+                        IoSliceMut::new(buf)
+                    })
+                    .collect();
+                let mut rest = &mut bufs[..];
+                IoSliceMut::advance_slices(&mut rest, done);
+                Ok(done + preadv_all(s.fd, s.offset + done as u64, rest)?)
+            });
+            self.ready.push((s.tag, r));
+            self.free.push(i as usize);
+        }
+    }
+
+    fn slot(&mut self, slot: Slot) -> usize {
+        match self.free.pop() {
             Some(i) => {
                 self.slots[i] = slot;
                 i
@@ -425,84 +471,66 @@ impl IoQueue for UringQueue {
                 self.slots.push(slot);
                 self.slots.len() - 1
             }
-        };
-        let s = &self.slots[i];
-        // The iovec lives in `slots`, which may reallocate before the kernel reads it, so a
-        // non-fixed read is the plain `Read` of one buffer, whose address is in the entry.
-        let e = match self.ring.fixed_index(buf, len) {
-            Some(b) => opcode::ReadFixed::new(types::Fd(s.fd), buf, len as u32, b),
-            None => {
-                let e = opcode::Read::new(types::Fd(s.fd), buf, len as u32).offset(offset).build();
-                return self.push_entry(e.user_data(i as u64), i);
-            }
         }
-        .offset(offset)
-        .build()
-        .user_data(i as u64);
-        self.push_entry(e, i);
-    }
-
-    fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
-        let mut got = self.failed.len();
-        out.append(&mut self.failed);
-        let want = min.saturating_sub(got).min(self.outstanding);
-        // Submit what was pushed even if nothing needs waiting for.
-        self.ring.wait_in_flight(want);
-        loop {
-            let cqes: Vec<(u64, i32)> =
-                self.ring.uring.completion().map(|c| (c.user_data(), c.result())).collect();
-            for (i, res) in cqes {
-                let s = &self.slots[i as usize];
-                let (fd, offset, iov) = (s.fd, s.offset, s.iov);
-                let r = settle(res, iov.iov_len, |done| {
-                    // SAFETY: the caller of push_read gave us the buffer until this completion.
-                    let rest = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            (iov.iov_base as *mut u8).add(done),
-                            iov.iov_len - done,
-                        )
-                    };
-                    Ok(done + preadv_all(fd, offset + done as u64, &mut [IoSliceMut::new(rest)])?)
-                });
-                out.push((s.tag, r));
-                self.free.push(i as usize);
-                self.outstanding -= 1;
-                got += 1;
-            }
-            if got >= min.min(got + self.outstanding) {
-                return;
-            }
-            self.ring.wait_in_flight(1);
-        }
-    }
-
-    fn outstanding(&self) -> usize {
-        self.outstanding + self.failed.len()
-    }
-
-    fn set_submit_batch(&mut self, n: usize) {
-        self.submit_batch = n.max(1);
     }
 }
 
-impl UringQueue {
-    fn push_entry(&mut self, e: squeue::Entry, slot: usize) {
-        // SAFETY: push_read's caller keeps the buffer valid until we report the completion.
+impl IoQueue for UringQueue {
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
+        let iov: Vec<libc::iovec> =
+            bufs.iter().map(|&b| libc::iovec { iov_base: b.cast(), iov_len: len }).collect();
+        let fd = file.as_raw_fd();
+        if iov.len() > MAX_IOV {
+            // Too many buffers for one request: run it here, reported at the next reap.
+            let mut slices: Vec<IoSliceMut<'_>> = iov
+                .iter()
+                .map(|v| {
+                    // SAFETY: the caller gave us the buffers until we report `tag`.
+                    IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) })
+                })
+                .collect();
+            let r = preadv_all(fd, offset, &mut slices);
+            self.ready.push((tag, r));
+            return;
+        }
+        // Never more in the kernel than the completion queue holds, so it cannot overflow.
+        while self.in_kernel >= self.ring.cq_capacity() {
+            self.collect(1);
+        }
+        let i = self.slot(Slot { tag, fd, offset, iov });
+        // The iovecs' heap array stays put (and in `slots`) until the completion.
+        let e = self.ring.entry(fd, offset, &self.slots[i].iov, false, i as u64);
+        // SAFETY: push_read's caller keeps the buffers valid until we report the completion,
+        // and the entry's iovec array (for a vectored read) lives in the slot until then.
         match unsafe { self.ring.push(&e) } {
             Ok(()) => {
-                self.outstanding += 1;
+                self.in_kernel += 1;
                 if self.ring.uring.submission().len() >= self.submit_batch {
                     if let Err(err) = self.ring.enter(0) {
-                        // The entries stay queued; the next reap submits them or reports
-                        // why it cannot.
+                        // The entries stay queued; the next reap submits them.
                         log::debug!("io_uring submit failed, retried at the next reap: {err}");
                     }
                 }
             }
             Err(err) => {
-                self.failed.push((self.slots[slot].tag, Err(err)));
-                self.free.push(slot);
+                self.ready.push((tag, Err(err)));
+                self.free.push(i);
             }
         }
+    }
+
+    fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
+        let want = min.saturating_sub(self.ready.len()).min(self.in_kernel);
+        // Submit what was pushed even if nothing needs waiting for.
+        self.collect(want);
+        out.append(&mut self.ready);
+    }
+
+    fn outstanding(&self) -> usize {
+        self.in_kernel + self.ready.len()
+    }
+
+    fn set_submit_batch(&mut self, n: usize) {
+        self.submit_batch = n.max(1);
     }
 }
