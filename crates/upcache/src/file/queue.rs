@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use super::handle::File;
 use crate::cache::async_load::{Prefetch, Readiness};
-use crate::cache::batch::{page_share, runs};
+use crate::cache::batch::{page_share, runs, MAX_RUN_PAGES};
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
@@ -88,6 +88,8 @@ pub struct IoQueue {
     loads: usize,
     /// Being dropped: reaped loads end, but nothing new starts.
     closing: bool,
+    /// Vectors of finished requests, for new ones.
+    spare: Vec<(Vec<PagePin>, Vec<Vec<usize>>)>,
     reaped: Vec<QueueCompletion>,
 }
 
@@ -113,6 +115,7 @@ impl IoQueue {
             done: VecDeque::new(),
             loads: 0,
             closing: false,
+            spare: Vec::new(),
             reaped: Vec::new(),
         })
     }
@@ -143,16 +146,8 @@ impl IoQueue {
             self.requests.push(None);
             self.requests.len() - 1
         });
-        self.requests[slot] = Some(Request {
-            tag,
-            file: file.clone(),
-            offset,
-            buf,
-            pins: Vec::new(),
-            runs: Vec::new(),
-            loads: 0,
-            error: None,
-        });
+        let (pins, runs) = self.spare.pop().unwrap_or_default();
+        self.requests[slot] = Some(Request { tag, file: file.clone(), offset, buf, pins, runs, loads: 0, error: None });
         self.try_finish(slot);
         Ok(())
     }
@@ -302,6 +297,16 @@ impl IoQueue {
             (None, None) => unreachable!("an unfinished request has an error"),
         };
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
+        self.recycle(req.pins, req.runs);
+    }
+
+    /// Keeps a finished request's vectors for the next one (no allocation per request).
+    fn recycle(&mut self, mut pins: Vec<PagePin>, mut runs: Vec<Vec<usize>>) {
+        if self.spare.len() < self.depth {
+            pins.clear();
+            runs.clear();
+            self.spare.push((pins, runs));
+        }
     }
 
     fn not_yet(&mut self, slot: usize) {
@@ -320,6 +325,7 @@ impl IoQueue {
         release(&self.cache, &req.pins);
         let result = req.file.read_at(&mut req.buf, req.offset);
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
+        self.recycle(req.pins, req.runs);
     }
 
     /// Ends every load of this queue and drops every pin of its pending requests, so that
@@ -497,7 +503,11 @@ fn start_loads(
     let file = req.file.inner().clone();
     for run in runs(&cache.layout, fresh.iter().map(|&k| req.pins[k].page)) {
         let members: Vec<usize> = fresh[run.members].to_vec();
-        let bufs: Vec<*mut u8> = members.iter().map(|&k| cache.frames.ptr(req.pins[k].id)).collect();
+        let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
+        for (b, &k) in bufs.iter_mut().zip(&members) {
+            *b = cache.frames.ptr(req.pins[k].id);
+        }
+        let bufs = &bufs[..members.len()];
         let tag = (slot as u64) << 32 | req.runs.len() as u64;
         req.runs.push(members);
         req.loads += 1;
@@ -505,7 +515,7 @@ fn start_loads(
         // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
         // until we end the load, which is after the ring reports this read (the queue drains
         // its ring before it drops).
-        unsafe { ring.push_read(&file.backing[run.dev], run.offset, &bufs, cache.config.page_size, tag) };
+        unsafe { ring.push_read(&file.backing[run.dev], run.offset, bufs, cache.config.page_size, tag) };
     }
 }
 

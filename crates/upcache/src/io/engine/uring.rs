@@ -415,6 +415,8 @@ pub struct UringQueue {
     ready: Vec<QueueCompletion>,
     /// Queued reads that make the queue submit without waiting for a reap.
     submit_batch: usize,
+    /// Completions being collected (kept to reuse its memory).
+    cqes: Vec<(u64, i32)>,
 }
 
 // SAFETY: the raw pointers in `slots` name buffers that the queue's owner reserved for these
@@ -431,15 +433,16 @@ impl UringQueue {
             in_kernel: 0,
             ready: Vec::new(),
             submit_batch: 1,
+            cqes: Vec::new(),
         }
     }
 
     /// Waits for at least `want` of the reads in the kernel and moves every available
     /// completion to `ready`.
     fn collect(&mut self, want: usize) {
-        let mut cqes = Vec::new();
+        let mut cqes = std::mem::take(&mut self.cqes);
         self.in_kernel -= self.ring.collect(want, |tag, res| cqes.push((tag, res)));
-        for (i, res) in cqes {
+        for (i, res) in cqes.drain(..) {
             let s = &self.slots[i as usize];
             let r = settle(res, s.len(), |done| {
                 let mut bufs: Vec<IoSliceMut<'_>> = s
@@ -459,16 +462,23 @@ impl UringQueue {
             self.ready.push((s.tag, r));
             self.free.push(i as usize);
         }
+        self.cqes = cqes;
     }
 
-    fn slot(&mut self, slot: Slot) -> usize {
+    /// A free slot for a read of `bufs` at `offset` of `fd`, reusing a finished slot's
+    /// iovec array where there is one.
+    fn slot(&mut self, tag: u64, fd: RawFd, offset: u64, bufs: &[*mut u8], len: usize) -> usize {
+        let iovecs = bufs.iter().map(|&b| libc::iovec { iov_base: b.cast(), iov_len: len });
         match self.free.pop() {
             Some(i) => {
-                self.slots[i] = slot;
+                let s = &mut self.slots[i];
+                (s.tag, s.fd, s.offset) = (tag, fd, offset);
+                s.iov.clear();
+                s.iov.extend(iovecs);
                 i
             }
             None => {
-                self.slots.push(slot);
+                self.slots.push(Slot { tag, fd, offset, iov: iovecs.collect() });
                 self.slots.len() - 1
             }
         }
@@ -477,17 +487,13 @@ impl UringQueue {
 
 impl IoQueue for UringQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
-        let iov: Vec<libc::iovec> =
-            bufs.iter().map(|&b| libc::iovec { iov_base: b.cast(), iov_len: len }).collect();
         let fd = file.as_raw_fd();
-        if iov.len() > MAX_IOV {
+        if bufs.len() > MAX_IOV {
             // Too many buffers for one request: run it here, reported at the next reap.
-            let mut slices: Vec<IoSliceMut<'_>> = iov
+            let mut slices: Vec<IoSliceMut<'_>> = bufs
                 .iter()
-                .map(|v| {
-                    // SAFETY: the caller gave us the buffers until we report `tag`.
-                    IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) })
-                })
+                // SAFETY: the caller gave us the buffers until we report `tag`.
+                .map(|&b| IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, len) }))
                 .collect();
             let r = preadv_all(fd, offset, &mut slices);
             self.ready.push((tag, r));
@@ -497,7 +503,7 @@ impl IoQueue for UringQueue {
         while self.in_kernel >= self.ring.cq_capacity() {
             self.collect(1);
         }
-        let i = self.slot(Slot { tag, fd, offset, iov });
+        let i = self.slot(tag, fd, offset, bufs, len);
         // The iovecs' heap array stays put (and in `slots`) until the completion.
         let e = self.ring.entry(fd, offset, &self.slots[i].iov, false, i as u64);
         // SAFETY: push_read's caller keeps the buffers valid until we report the completion,

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Side-by-side runs of `upcache bench` against fio and against the kernel page cache capped
+by a cgroup v1 memory limit, interleaved round by round, reporting per-round figures and
+medians. Used for the issue-4 figures in bench/RESULTS.md.
+
+    bench/compare_fio.py randread [--rounds 3] [--dir DIR]   # 4 KiB random, no hits, depth 32
+    bench/compare_fio.py seqread  [--rounds 3] [--dir DIR]   # 1 MiB sequential, 2x the cache
+
+Needs fio, root (for the cgroup) and target/release/upcache (cargo build --release).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+UPCACHE = os.path.join(os.path.dirname(__file__), "..", "target", "release", "upcache")
+CGROUP = "/sys/fs/cgroup/memory/upcache-bench"
+
+
+def upcache(args, cgroup_limit=None):
+    cmd = [UPCACHE, "bench", "--json"] + args
+    pre = None
+    if cgroup_limit is not None:
+        os.makedirs(CGROUP, exist_ok=True)
+        with open(os.path.join(CGROUP, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(cgroup_limit))
+
+        def pre():
+            with open(os.path.join(CGROUP, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=pre).stdout
+    reports = json.loads(out)
+    return reports if isinstance(reports, list) else [reports]
+
+
+def fio(path, size, rw, bs, depth, runtime):
+    cmd = [
+        "fio", "--name=cmp", f"--filename={path}", f"--size={size}", "--ioengine=io_uring",
+        "--direct=1", f"--iodepth={depth}", f"--rw={rw}", f"--bs={bs}", f"--runtime={runtime}",
+        "--time_based", "--output-format=json",
+    ]
+    job = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"][0]
+    read = job["read"]
+    secs = job["job_runtime"] / 1000.0
+    ios = read["total_ios"]
+    cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100.0 * secs
+    return {"iops": read["iops"], "mib_s": read["bw"] / 1024.0, "cpu_us_per_op": cpu_s * 1e6 / max(ios, 1)}
+
+
+def median(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload", choices=["randread", "seqread"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default="/work/cmp")
+    ap.add_argument("--runtime", type=int, default=8)
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    fio_file = os.path.join(a.dir, "fio.dat")
+    rt = f"{a.runtime}s"
+    if a.workload == "randread":
+        size, cache = "4g", "32m"
+        up_args = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", size, "--cache", cache,
+                   "--devices", "1", "--threads", "1", "--runtime", rt, "--api", "async", "--iodepth", "32",
+                   "--dir", os.path.join(a.dir, "up")]
+        fio_args = (fio_file, size, "randread", "4k", 32, a.runtime)
+    else:
+        size, cache = "1g", "512m"
+        up_args = ["--rw", "read", "--bs", "1m", "--size", size, "--cache", cache, "--devices", "1",
+                   "--threads", "1", "--runtime", rt, "--dir", os.path.join(a.dir, "up")]
+        fio_args = (fio_file, size, "read", "1m", 16, a.runtime)
+    rows = {"upcache": [], "fio": [], "kernel-capped": [], "upcache-copy": []}
+    for r in range(a.rounds):
+        if a.workload == "randread":
+            rows["upcache"].append(upcache(up_args)[0])
+        else:
+            rows["upcache"].append(upcache(["--engine", "upcache", "--api", "async", "--iodepth", "16"] + up_args)[0])
+            rows["upcache-copy"].append(upcache(["--engine", "upcache"] + up_args)[0])
+            # The kernel's page cache capped to upcache's budget; the process itself needs
+            # a few MiB more, which the cap includes.
+            limit = 512 * 2**20 + 16 * 2**20
+            rows["kernel-capped"].append(upcache(["--engine", "kernel"] + up_args, cgroup_limit=limit)[0])
+        rows["fio"].append(fio(*fio_args))
+        line = "  ".join(f"{k} {v[-1]['iops']:.0f} iops {v[-1]['cpu_us_per_op']:.2f} cpu-us/op"
+                         for k, v in rows.items() if v)
+        print(f"round {r + 1}: {line}", flush=True)
+    base = median(rows["fio"], "iops")
+    base_cpu = median(rows["fio"], "cpu_us_per_op")
+    print(f"\nmedians of {a.rounds} rounds ({a.workload}):")
+    for k, v in rows.items():
+        if not v:
+            continue
+        iops, mib, cpu = median(v, "iops"), median(v, "mib_s"), median(v, "cpu_us_per_op")
+        print(f"  {k:14} {iops:10.0f} iops {mib:8.1f} MiB/s {cpu:7.2f} cpu-us/op   "
+              f"vs fio: {iops / base:.2f}x iops, {cpu / base_cpu:.2f}x cpu/op")
+    if rows["kernel-capped"]:
+        for k in ("upcache", "upcache-copy"):
+            print(f"  {k} vs kernel-capped: {median(rows[k], 'mib_s') / median(rows['kernel-capped'], 'mib_s'):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
