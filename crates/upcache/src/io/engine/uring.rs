@@ -33,6 +33,10 @@ const MIN_CHUNK: usize = 2 << 20;
 const MAX_CHUNK: usize = 1 << 30;
 /// Submission queue entries of a pooled ring: batches larger than this are submitted in parts.
 const POOL_RING_ENTRIES: u32 = 64;
+/// Most completions a queue hands back per reap (beyond what was asked for): a caller that
+/// resubmits after each reap then keeps the device busy while it works through a burst of
+/// completions, instead of letting the device drain while it processes the whole burst.
+const REAP_BATCH: usize = 4;
 /// Most iovecs in one vectored request (Linux's UIO_MAXIOV).
 const MAX_IOV: usize = 1024;
 
@@ -177,11 +181,14 @@ impl Ring {
     }
 
     /// Submits what is queued, waits for at least `want` completions and hands each
-    /// available one to `f` (tag, result); returns how many.
-    fn collect(&mut self, want: usize, mut f: impl FnMut(u64, i32)) -> usize {
-        self.wait_in_flight(want);
+    /// available one, up to `max`, to `f` (tag, result); returns how many. Skips the system
+    /// call when nothing is left to submit and enough completions are already there.
+    fn collect(&mut self, want: usize, max: usize, mut f: impl FnMut(u64, i32)) -> usize {
+        if !self.uring.submission().is_empty() || self.uring.completion().len() < want {
+            self.wait_in_flight(want);
+        }
         let mut n = 0;
-        for c in self.uring.completion() {
+        for c in self.uring.completion().take(max) {
             f(c.user_data(), c.result());
             n += 1;
         }
@@ -322,7 +329,7 @@ impl IoEngine for UringEngine {
             }
             // Never more in flight than the completion queue holds, so it cannot overflow.
             while in_flight == cap {
-                in_flight -= ring.collect(1, |tag, res| raw[tag as usize] = Some(Ok(res)));
+                in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
             }
             let e = ring.entry(fd, offset, iov, write, i as u64);
             // SAFETY: the buffers are borrowed from `reqs` until we return, and we return only
@@ -333,7 +340,7 @@ impl IoEngine for UringEngine {
             }
         }
         while in_flight > 0 {
-            in_flight -= ring.collect(1, |tag, res| raw[tag as usize] = Some(Ok(res)));
+            in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
         }
         self.pool.push(ring);
         raw.into_iter()
@@ -441,7 +448,7 @@ impl UringQueue {
     /// completion to `ready`.
     fn collect(&mut self, want: usize) {
         let mut cqes = std::mem::take(&mut self.cqes);
-        self.in_kernel -= self.ring.collect(want, |tag, res| cqes.push((tag, res)));
+        self.in_kernel -= self.ring.collect(want, want.max(REAP_BATCH), |tag, res| cqes.push((tag, res)));
         for (i, res) in cqes.drain(..) {
             let s = &self.slots[i as usize];
             let r = settle(res, s.len(), |done| {
