@@ -16,6 +16,8 @@ pub const MIN_PAGE_SIZE: usize = 4096;
 pub const MAX_PAGE_SIZE: usize = 64 * 1024;
 /// Most device directories in one array.
 pub const MAX_DEVICES: usize = 64;
+/// Default largest readahead window: 4 MiB.
+pub const DEFAULT_READAHEAD: u64 = 4 << 20;
 /// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
 /// for write-back to make progress.
 pub const MIN_FRAMES: usize = 16;
@@ -54,6 +56,7 @@ pub struct Config {
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
     pub(crate) io: IoKind,
+    pub(crate) readahead: u64,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
 
@@ -74,6 +77,7 @@ impl std::fmt::Debug for Config {
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
             .field("io", &self.io)
+            .field("readahead", &self.readahead)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -98,6 +102,7 @@ impl Config {
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
             io: IoKind::default(),
+            readahead: DEFAULT_READAHEAD,
             engine: None,
         }
     }
@@ -174,6 +179,15 @@ impl Config {
     /// refuses it) or preadv/pwritev.
     pub fn with_io(mut self, io: IoKind) -> Self {
         self.io = io;
+        self
+    }
+
+    /// The largest readahead window in bytes (0 turns readahead off). A file read
+    /// sequentially has pages ahead of the reader loaded in the background, in a window
+    /// that starts at twice the read size (at least 128 KiB) and doubles up to this, and
+    /// never more than an eighth of the cache. Default 4 MiB.
+    pub fn with_readahead(mut self, bytes: u64) -> Self {
+        self.readahead = bytes;
         self
     }
 

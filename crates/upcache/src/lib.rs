@@ -58,12 +58,13 @@ pub mod index;
 pub mod io;
 mod metrics;
 pub mod policy;
+mod readahead;
 mod sync;
 mod writeback;
 
 pub use alloc::AllocKind;
 pub use cache::Cache;
-pub use config::{Config, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
+pub use config::{Config, DEFAULT_READAHEAD, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
 pub use error::{Error, ErrorKind, Result};
 pub use file::{Completion, File, IoQueue, PageMut, PageRef};
 pub use index::IndexKind;

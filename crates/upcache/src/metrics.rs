@@ -59,6 +59,7 @@ pub struct Metrics {
     pub(crate) misses: Counter,
     pub(crate) evictions: Counter,
     pub(crate) reclaimed: Counter,
+    pub(crate) readahead_pages: Counter,
     pub(crate) read_ios: Counter,
     pub(crate) read_bytes: Counter,
     pub(crate) writeback_ios: Counter,
@@ -80,6 +81,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Of those, pages evicted ahead of demand by background reclaim.
     pub reclaimed: u64,
+    /// Pages loaded ahead of sequential readers (readahead).
+    pub readahead_pages: u64,
     /// Device read requests.
     pub read_ios: u64,
     /// Bytes read from devices.
@@ -113,6 +116,7 @@ impl Metrics {
             misses: self.misses.get(),
             evictions: self.evictions.get(),
             reclaimed: self.reclaimed.get(),
+            readahead_pages: self.readahead_pages.get(),
             read_ios: self.read_ios.get(),
             read_bytes: self.read_bytes.get(),
             writeback_ios: self.writeback_ios.get(),

@@ -20,6 +20,9 @@ enum Op {
     Create(usize),
     Write { f: usize, offset: u64, len: usize, seed: u64 },
     Read { f: usize, offset: u64, len: usize },
+    /// `count` reads of `chunk` bytes back to back from `offset`: a sequential stream, which
+    /// starts readahead.
+    Scan { f: usize, offset: u64, chunk: usize, count: usize },
     SetLen { f: usize, len: u64 },
     SyncData(usize),
     SyncAll(usize),
@@ -36,6 +39,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (f.clone(), 0..MAX_OFFSET, 0usize..40_000, any::<u64>())
             .prop_map(|(f, offset, len, seed)| Op::Write { f, offset, len, seed }),
         8 => (f.clone(), 0..MAX_OFFSET + 10_000, 0usize..40_000).prop_map(|(f, offset, len)| Op::Read { f, offset, len }),
+        3 => (f.clone(), 0..MAX_OFFSET, 1usize..9000, 2usize..24)
+            .prop_map(|(f, offset, chunk, count)| Op::Scan { f, offset, chunk, count }),
         2 => (f.clone(), 0..MAX_OFFSET).prop_map(|(f, len)| Op::SetLen { f, len }),
         1 => f.clone().prop_map(Op::SyncData),
         1 => f.clone().prop_map(Op::SyncAll),
@@ -154,6 +159,11 @@ impl Harness {
                         o.resize(end, 0);
                     }
                     o[offset as usize..end].copy_from_slice(&data);
+                }
+            }
+            Op::Scan { f, offset, chunk, count } => {
+                for i in 0..count {
+                    self.apply(&Op::Read { f, offset: offset + (i * chunk) as u64, len: chunk });
                 }
             }
             Op::Read { f, offset, len } => {

@@ -65,6 +65,12 @@ impl Drop for Claimed<'_> {
 }
 
 impl CacheInner {
+    /// The largest readahead window in pages: the configured bytes, at most an eighth of
+    /// the frames.
+    pub(crate) fn readahead_pages(&self) -> u64 {
+        (self.config.readahead / self.frames.page_size() as u64).min(self.frames.len() as u64 / 8)
+    }
+
     /// Pages a multi-page read loads in one batch: one run's worth, and never
     /// more than a quarter of the frames, so that concurrent batches leave room to evict.
     pub(crate) fn batch_window(&self) -> u64 {

@@ -28,6 +28,8 @@ use crate::io::layout::StripeLayout;
 use crate::metrics::{Metrics, Stats};
 use crate::policy::{ClockPolicy, Policy};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
+use crate::readahead::loader::Inbox;
+use crate::readahead::Loader;
 use crate::writeback::flusher::Flushers;
 use crate::writeback::Writeback;
 
@@ -54,6 +56,8 @@ pub(crate) struct CacheInner {
     pub(crate) namespace: Mutex<Namespace>,
     pub(crate) writeback: Writeback,
     pub(crate) metrics: Metrics,
+    /// Windows for the readahead loader.
+    pub(crate) readahead: Inbox,
     /// Holds an exclusive flock on the array for the life of the cache.
     _lock_file: fs::File,
 }
@@ -64,6 +68,7 @@ pub(crate) struct CacheInner {
 pub struct Cache {
     inner: Arc<CacheInner>,
     flushers: Flushers,
+    loader: Loader,
 }
 
 fn random_id() -> u64 {
@@ -223,11 +228,13 @@ impl Cache {
             namespace: Mutex::new(Namespace::from_catalog(catalog)),
             writeback,
             metrics: Metrics::default(),
+            readahead: Inbox::default(),
             config,
             _lock_file: lock,
         });
         let flushers = Flushers::start(&inner)?;
-        Ok(Cache { inner, flushers })
+        let loader = Loader::start(&inner)?;
+        Ok(Cache { inner, flushers, loader })
     }
 
     /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
@@ -380,6 +387,7 @@ impl Cache {
 
 impl Drop for Cache {
     fn drop(&mut self) {
+        self.loader.stop();
         self.flushers.stop();
         if let Err(e) = self.inner.sync_everything() {
             log::error!("writing the cache back on close failed; dirty data is kept only in memory: {e}");

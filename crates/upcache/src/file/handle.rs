@@ -114,6 +114,7 @@ impl File {
         let end = end.min(len);
         let ps = self.cache.config.page_size as u64;
         let last = (end - 1) / ps;
+        self.read_ahead(offset / ps, last);
         let window = self.cache.batch_window();
         let mut loaded_to = offset / ps;
         for c in chunks(offset, end, ps) {
@@ -179,9 +180,26 @@ impl File {
         if !file.writes.unchanged_since(seq) {
             return None;
         }
+        let (first, last) = (offset / ps, (end - 1) / ps);
+        if file.readahead.at_marker(first, last) {
+            self.read_ahead(first, last);
+        }
         // Counted once: `Stats::hits` adds these to the pinned hits.
         self.cache.metrics.lock_free_hits.add(end.div_ceil(ps) - offset / ps);
         Some((end - offset) as usize)
+    }
+
+    /// Tells the file's stream that pages `first..=last` were read, and hands the loader a
+    /// window to read ahead if the stream asks for one.
+    fn read_ahead(&self, first: u64, last: u64) {
+        let max = self.cache.readahead_pages();
+        if max == 0 {
+            return;
+        }
+        let min = (crate::readahead::MIN_WINDOW / self.cache.config.page_size as u64).max(1);
+        if let Some(w) = self.file.readahead.on_read(first, last, min, max) {
+            self.cache.readahead.post(&self.file, w);
+        }
     }
 
     /// Pins the page holding byte `offset` and borrows its bytes in place (zero-copy; see

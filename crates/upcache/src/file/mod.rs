@@ -26,6 +26,7 @@ use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
+use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use range_lock::RangeLock;
 use write_seq::WriteSeq;
@@ -54,6 +55,8 @@ pub(crate) struct FileInner {
     pub(crate) frames: FileFrames,
     /// One backing file per device, in device order.
     pub(crate) backing: Vec<BackingFile>,
+    /// The file's read stream, for readahead.
+    pub(crate) readahead: FileReadahead,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
     write_error: Mutex<Option<Error>>,
 }
@@ -78,6 +81,7 @@ impl FileInner {
             writes: WriteSeq::default(),
             frames: FileFrames::default(),
             backing,
+            readahead: FileReadahead::default(),
             write_error: Mutex::new(None),
         }
     }
