@@ -18,12 +18,29 @@ const MAX_OFFSET: u64 = 300_000;
 #[derive(Debug, Clone)]
 enum Op {
     Create(usize),
-    Write { f: usize, offset: u64, len: usize, seed: u64 },
-    Read { f: usize, offset: u64, len: usize },
+    Write {
+        f: usize,
+        offset: u64,
+        len: usize,
+        seed: u64,
+    },
+    Read {
+        f: usize,
+        offset: u64,
+        len: usize,
+    },
     /// `count` reads of `chunk` bytes back to back from `offset`: a sequential stream, which
     /// starts readahead.
-    Scan { f: usize, offset: u64, chunk: usize, count: usize },
-    SetLen { f: usize, len: u64 },
+    Scan {
+        f: usize,
+        offset: u64,
+        chunk: usize,
+        count: usize,
+    },
+    SetLen {
+        f: usize,
+        len: u64,
+    },
     SyncData(usize),
     SyncAll(usize),
     CacheSync,

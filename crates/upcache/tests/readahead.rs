@@ -56,9 +56,11 @@ fn random_readers_are_never_read_ahead_of() {
     assert_eq!(c.stats().readahead_pages, 0);
 }
 
-/// Sequential readers stream a file while a writer rewrites it in place and truncates and
-/// regrows it: every byte read is one that was there (the writer's rounds write whole-file
-/// patterns, so a read chunk must match one round's pattern or zeros past a shrink).
+/// Sequential readers stream a file while a writer truncates, regrows and rewrites it:
+/// every 512-byte piece read is zeros or one the file held at that place at some point
+/// (garbage, a frame read into the wrong page or a load that lost its data would fail
+/// this). It does not pin down when: a piece brought back from an older version by a load
+/// racing a shrink would pass, which is why the loader claims pages under the range lock.
 #[test]
 fn readahead_racing_writes_and_shrinks_shows_no_stale_bytes() {
     for io in IoKind::ALL {

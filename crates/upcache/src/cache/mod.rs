@@ -27,9 +27,9 @@ use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
 use crate::metrics::{Metrics, Stats};
 use crate::policy::{ClockPolicy, Policy};
-use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::readahead::loader::Inbox;
 use crate::readahead::Loader;
+use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::writeback::flusher::Flushers;
 use crate::writeback::Writeback;
 

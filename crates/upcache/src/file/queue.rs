@@ -147,7 +147,8 @@ impl IoQueue {
             self.requests.len() - 1
         });
         let (pins, runs) = self.spare.pop().unwrap_or_default();
-        self.requests[slot] = Some(Request { tag, file: file.clone(), offset, buf, pins, runs, loads: 0, error: None });
+        self.requests[slot] =
+            Some(Request { tag, file: file.clone(), offset, buf, pins, runs, loads: 0, error: None });
         self.try_finish(slot);
         Ok(())
     }
