@@ -76,11 +76,11 @@ fn readahead_racing_writes_and_shrinks_shows_no_stale_bytes() {
         std::thread::scope(|s| {
             let w = f.clone();
             s.spawn(move || {
-                for r in 1..rounds as usize {
+                for version in &versions[1..] {
                     // Mid-page, but on a 512-byte boundary, so no checked piece straddles it.
                     w.set_len(((pages * PS / 3) & !511) as u64).unwrap();
                     w.set_len((pages * PS) as u64).unwrap();
-                    w.write_all_at(&versions[r], 0).unwrap();
+                    w.write_all_at(version, 0).unwrap();
                 }
             });
             for t in 0..2usize {
