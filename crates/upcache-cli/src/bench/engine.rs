@@ -105,6 +105,8 @@ pub struct UpcacheOpts {
     /// Reads queued before a submission with `--api async`.
     pub iodepth_batch: usize,
     pub io: upcache::IoKind,
+    /// Largest readahead window in bytes (0: off).
+    pub readahead: u64,
     pub alloc: upcache::AllocKind,
     pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
@@ -281,6 +283,7 @@ impl Engine for UpcacheEngine {
             .with_alloc(o.alloc)
             .with_layout(o.layout)
             .with_io(o.io)
+            .with_readahead(o.readahead)
             .with_sets(o.sets.0, o.sets.1);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,

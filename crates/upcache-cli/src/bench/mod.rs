@@ -123,6 +123,9 @@ pub struct BenchArgs {
     /// iodepth_batch_submit): 1 submits each at once; larger saves system calls
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     iodepth_batch: u64,
+    /// upcache's largest readahead window (0 turns readahead off) [default: 4MiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    readahead: Option<u64>,
     /// upcache's I/O engine: uring (io_uring; psync, with a logged reason, where the kernel
     /// refuses it) or psync (preadv/pwritev) [default: uring]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::IoKind>)]
@@ -334,6 +337,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             iodepth: a.iodepth as usize,
             iodepth_batch: a.iodepth_batch as usize,
             io: a.io.unwrap_or_default(),
+            readahead: a.readahead.unwrap_or(upcache::DEFAULT_READAHEAD),
             sets: (
                 a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
@@ -450,7 +454,7 @@ fn header(p: &Plan, base: &Path) -> String {
     );
     if p.engines.contains(&EngineKind::Upcache) {
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} io {} api {}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -461,6 +465,7 @@ fn header(p: &Plan, base: &Path) -> String {
             u.index.name(),
             u.alloc.name(),
             u.io.name(),
+            fmt_size(u.readahead),
             match u.api {
                 engine::Api::Async => format!("async iodepth {} batch {}", u.iodepth, u.iodepth_batch),
                 api => format!("{api:?}").to_lowercase(),
@@ -540,6 +545,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             writeback_errors: d(|s| s.writeback_errors),
             lock_free_hits: d(|s| s.lock_free_hits),
             reclaimed: d(|s| s.reclaimed),
+            readahead_pages: d(|s| s.readahead_pages),
             // Gauges at the end of the measured phase, not deltas.
             metadata_bytes: after.map(|s| s.metadata_bytes),
             index_bytes: after.map(|s| s.index_bytes),

@@ -94,6 +94,9 @@ pub struct Report {
     /// Evictions done ahead of demand by background reclaim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaimed: Option<u64>,
+    /// Pages loaded ahead of sequential readers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readahead_pages: Option<u64>,
     /// Hits served by the lock-free read path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_free_hits: Option<u64>,

@@ -14,8 +14,8 @@ use crate::frame::FrameId;
 use crate::io::engine::IoReq;
 use crate::io::layout::StripeLayout;
 
-/// Most pages in one request: 1 MiB of 4 KiB pages, where devices reach full bandwidth.
-pub(crate) const MAX_RUN_PAGES: usize = 256;
+/// Most pages in one request: 4 MiB of 4 KiB pages (Linux caps a request at 1024 iovecs).
+pub(crate) const MAX_RUN_PAGES: usize = 1024;
 
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]

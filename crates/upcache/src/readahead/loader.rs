@@ -141,37 +141,53 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
     }
     let len = file.len.load(Ordering::Acquire);
     let end = w.pages.end.min(len.div_ceil(ps));
-    let mut claimed = Vec::new();
-    for page in w.pages.start..end {
-        if file.index.peek(page).is_some() {
-            continue;
-        }
-        match cache.load_locked(file, page, Fill::Overwrite) {
-            Ok(Some(lp)) => claimed.push((page, lp.detach())),
-            Ok(None) => {}
-            Err(_) => break, // no frame to spare: read ahead less
-        }
-    }
-    cache.metrics.readahead_pages.add(claimed.len() as u64);
-    for run in runs(&cache.layout, claimed.iter().map(|&(p, _)| p)) {
-        let pages = claimed[run.members].to_vec();
-        let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
-        for (b, &(_, id)) in bufs.iter_mut().zip(&pages) {
-            *b = cache.frames.ptr(id);
-        }
-        let n = pages.len();
-        let slot = match slots.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                slots.push(None);
-                slots.len() - 1
+    // A run's worth of pages at a time, each sent as soon as it is claimed, so the devices
+    // start on a large window before all of it is claimed.
+    let mut start = w.pages.start;
+    while start < end {
+        let chunk_end = (start + MAX_RUN_PAGES as u64).min(end);
+        let mut claimed = Vec::new();
+        let mut full = false;
+        for page in start..chunk_end {
+            if file.index.peek(page).is_some() {
+                continue;
             }
-        };
-        slots[slot] = Some(InFlight { file: file.clone(), pages });
-        // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
-        // until we end the load, which is after the queue reports this read (the loader
-        // drains its queue before it exits).
-        unsafe { queue.push_read(&file.backing[run.dev], run.offset, &bufs[..n], ps as usize, slot as u64) };
+            match cache.load_locked(file, page, Fill::Overwrite) {
+                Ok(Some(lp)) => claimed.push((page, lp.detach())),
+                Ok(None) => {}
+                Err(_) => {
+                    full = true; // no frame to spare: read ahead less
+                    break;
+                }
+            }
+        }
+        cache.metrics.readahead_pages.add(claimed.len() as u64);
+        for run in runs(&cache.layout, claimed.iter().map(|&(p, _)| p)) {
+            let pages = claimed[run.members].to_vec();
+            let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
+            for (b, &(_, id)) in bufs.iter_mut().zip(&pages) {
+                *b = cache.frames.ptr(id);
+            }
+            let n = pages.len();
+            let slot = match slots.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    slots.push(None);
+                    slots.len() - 1
+                }
+            };
+            slots[slot] = Some(InFlight { file: file.clone(), pages });
+            // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
+            // until we end the load, which is after the queue reports this read (the loader
+            // drains its queue before it exits).
+            unsafe {
+                queue.push_read(&file.backing[run.dev], run.offset, &bufs[..n], ps as usize, slot as u64)
+            };
+        }
+        if full {
+            return;
+        }
+        start = chunk_end;
     }
 }
 
