@@ -350,8 +350,9 @@ impl Cache {
         IoQueue::new(self.inner.clone(), depth)
     }
 
-    /// Frames pinned right now, by any thread or queue. Scans every frame: for tests and
-    /// diagnostics (with no I/O running it must be 0, or a pin leaked).
+    /// Frames pinned right now, by any thread, queue or readahead in flight. Scans every
+    /// frame: for tests and diagnostics (with no I/O running, readahead included, it must be
+    /// 0, or a pin leaked).
     pub fn pinned_frames(&self) -> usize {
         let f = &self.inner.frames;
         (0..f.len()).filter(|&i| crate::frame::state::pins(f.state(i as FrameId).load()) > 0).count()
