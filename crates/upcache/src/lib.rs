@@ -2,7 +2,7 @@
 //!
 //! # A tour of the layers
 //! ```text
-//!  Cache / File (file/handle.rs)      FileExt-like API; range lock per file
+//!  Cache / File / IoQueue             FileExt-like API, async queue; range lock per file
 //!     │
 //!  lock-free hit (file/handle.rs)     seqlock copy validated by index entry + write sequence
 //!  page access (cache/page.rs)        index lookup → pin → "has the page moved?" → copy
@@ -11,7 +11,9 @@
 //!     │            │                  words + wait table
 //!  writeback/                          dirty accounting, flushers, dflush, runs of pages
 //!     │
-//!  io/: StripeLayout → BackingFile → IoEngine (psync)    one backing file per device
+//!  readahead/                         stream detection → loader thread (own I/O queue)
+//!     │
+//!  io/: StripeLayout → BackingFile → IoEngine (uring | psync)   one backing file per device
 //! ```
 //!
 //! # Global lock order
@@ -42,6 +44,10 @@
 //! | striping over a device array, one backing file per device | 002 §3.3 | `io/layout.rs`, `io/device.rs` |
 //! | clean-first eviction | 002 §4.2 | `policy/clock.rs` |
 //! | merging adjacent dirty pages into one write | 002 §4.2 | `writeback/run.rs` |
+//! | io_uring engine: batches, fixed buffers, async queues | 002 §3.1 | `io/engine/uring.rs` |
+//! | asynchronous reads and writes with a queue depth | 002 §3.1 | `file/queue.rs` |
+//! | multi-page reads: runs into non-contiguous frames, one batch | 002 §4.2, 004 §5.4 | `cache/batch.rs` |
+//! | readahead: stream pointer, adaptive window | 003 §4.1 | `readahead/` |
 //!
 //! See ARCHITECTURE.md for the full map and what is still to come.
 

@@ -15,6 +15,8 @@ use crate::io::engine::IoReq;
 use crate::io::layout::StripeLayout;
 
 /// Most pages in one request: 4 MiB of 4 KiB pages (Linux caps a request at 1024 iovecs).
+/// A cache uses fewer where its devices take fewer segments per request
+/// ([`CacheInner::run_pages`]).
 pub(crate) const MAX_RUN_PAGES: usize = 1024;
 
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
@@ -30,15 +32,16 @@ pub(crate) fn page_share(n: usize, i: usize, ps: usize) -> usize {
     n.saturating_sub(i * ps).min(ps)
 }
 
-/// Groups `pages` (ascending) into runs adjacent in one backing file, each at most
-/// [`MAX_RUN_PAGES`] long.
-pub(crate) fn runs(layout: &StripeLayout, pages: impl IntoIterator<Item = u64>) -> Vec<Run> {
+/// Groups `pages` (ascending) into runs adjacent in one backing file, each at most `cap`
+/// (at most [`MAX_RUN_PAGES`]) long.
+pub(crate) fn runs(layout: &StripeLayout, cap: usize, pages: impl IntoIterator<Item = u64>) -> Vec<Run> {
+    let cap = cap.clamp(1, MAX_RUN_PAGES);
     let mut runs: Vec<Run> = Vec::new();
     let mut prev = None;
     for (i, page) in pages.into_iter().enumerate() {
         let extends = prev.is_some_and(|p| layout.next_on_device(p) == Some(page));
         match runs.last_mut() {
-            Some(r) if extends && r.members.len() < MAX_RUN_PAGES => r.members.end = i + 1,
+            Some(r) if extends && r.members.len() < cap => r.members.end = i + 1,
             _ => {
                 let (dev, offset) = layout.locate(page);
                 runs.push(Run { dev, offset, members: i..i + 1 });
@@ -74,7 +77,7 @@ impl CacheInner {
     /// Pages a multi-page read loads in one batch: one run's worth, and never
     /// more than a quarter of the frames, so that concurrent batches leave room to evict.
     pub(crate) fn batch_window(&self) -> u64 {
-        (self.frames.len() / 4).clamp(1, MAX_RUN_PAGES) as u64
+        (self.frames.len() / 4).clamp(1, self.run_pages) as u64
     }
 
     /// Loads every page of `pages` that has no frame, with one request per run and one
@@ -95,7 +98,7 @@ impl CacheInner {
             return Ok(());
         }
         let ps = self.frames.page_size();
-        let runs = runs(&self.layout, claimed.pages.iter().map(|&(p, _)| p));
+        let runs = runs(&self.layout, self.run_pages, claimed.pages.iter().map(|&(p, _)| p));
         let mut slices: Vec<Vec<IoSliceMut<'_>>> = runs
             .iter()
             .map(|r| {
@@ -165,13 +168,14 @@ mod tests {
     fn runs_break_at_devices_gaps_and_the_size_cap() {
         // 4 KiB pages, 2-page stripe units, 2 devices: pages 0,1 on device 0; 2,3 on 1; 4,5 on 0.
         let l = StripeLayout::new(4096, 8192, 2, LayoutKind::Stripe);
-        let r = runs(&l, [0, 1, 2, 3, 4, 5, 7]);
+        let r = runs(&l, MAX_RUN_PAGES, [0, 1, 2, 3, 4, 5, 7]);
         let got: Vec<_> = r.iter().map(|r| (r.dev, r.offset, r.members.clone())).collect();
         assert_eq!(got, vec![(0, 0, 0..2), (1, 0, 2..4), (0, 8192, 4..6), (1, 12288, 6..7)]);
         // One device: consecutive pages form one run, capped at MAX_RUN_PAGES; a gap breaks it.
         let l = StripeLayout::new(4096, 8192, 1, LayoutKind::Stripe);
         let pages: Vec<u64> = (0..(MAX_RUN_PAGES as u64 + 3)).chain([1000]).collect();
-        let r = runs(&l, pages);
+        let r = runs(&l, MAX_RUN_PAGES, pages);
+        assert_eq!(runs(&l, 254, 0..300).iter().map(|r| r.members.len()).collect::<Vec<_>>(), vec![254, 46]);
         let lens: Vec<usize> = r.iter().map(|r| r.members.len()).collect();
         assert_eq!(lens, vec![MAX_RUN_PAGES, 3, 1]);
         assert_eq!(r[1].offset, MAX_RUN_PAGES as u64 * 4096);

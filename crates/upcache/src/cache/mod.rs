@@ -58,6 +58,9 @@ pub(crate) struct CacheInner {
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
     pub(crate) readahead: Inbox,
+    /// Most pages in one read request: what every device takes as one request (see
+    /// `io::device::max_segments`), at most `batch::MAX_RUN_PAGES`.
+    pub(crate) run_pages: usize,
     /// Holds an exclusive flock on the array for the life of the cache.
     _lock_file: fs::File,
 }
@@ -229,6 +232,7 @@ impl Cache {
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
+            run_pages: device::run_pages(&config.device_dirs, batch::MAX_RUN_PAGES),
             config,
             _lock_file: lock,
         });

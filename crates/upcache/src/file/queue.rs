@@ -502,7 +502,7 @@ fn start_loads(
         return;
     }
     let file = req.file.inner().clone();
-    for run in runs(&cache.layout, fresh.iter().map(|&k| req.pins[k].page)) {
+    for run in runs(&cache.layout, cache.run_pages, fresh.iter().map(|&k| req.pins[k].page)) {
         let members: Vec<usize> = fresh[run.members].to_vec();
         let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
         for (b, &k) in bufs.iter_mut().zip(&members) {

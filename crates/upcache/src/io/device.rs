@@ -141,6 +141,24 @@ mod tests {
     }
 }
 
+/// Most pages that one read request into separate frames should
+/// carry on every device of `dirs`, at most `cap`: the block layer needs a segment per frame
+/// (frames are not contiguous in memory), so a request of more pages than a device's
+/// `max_segments` is split, and a run of 256 pages on a 254-segment device becomes a large
+/// request and a tiny one. `cap` where sysfs does not say (tmpfs, containers).
+pub fn run_pages(dirs: &[PathBuf], cap: usize) -> usize {
+    let segment_pages = |dir: &PathBuf| -> Option<usize> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(dir).ok()?.dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+        // A partition has no queue of its own; its disk's is one level up.
+        let read = |p: PathBuf| std::fs::read_to_string(p).ok()?.trim().parse::<usize>().ok();
+        read(base.join("queue/max_segments")).or_else(|| read(base.join("../queue/max_segments")))
+    };
+    dirs.iter().filter_map(segment_pages).min().unwrap_or(cap).clamp(1, cap)
+}
+
 /// Sets a backing file's length.
 pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
     file.file

@@ -145,7 +145,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
     // start on a large window before all of it is claimed.
     let mut start = w.pages.start;
     while start < end {
-        let chunk_end = (start + MAX_RUN_PAGES as u64).min(end);
+        let chunk_end = (start + cache.run_pages as u64).min(end);
         let mut claimed = Vec::new();
         let mut full = false;
         for page in start..chunk_end {
@@ -162,7 +162,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
             }
         }
         cache.metrics.readahead_pages.add(claimed.len() as u64);
-        for run in runs(&cache.layout, claimed.iter().map(|&(p, _)| p)) {
+        for run in runs(&cache.layout, cache.run_pages, claimed.iter().map(|&(p, _)| p)) {
             let pages = claimed[run.members].to_vec();
             let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
             for (b, &(_, id)) in bufs.iter_mut().zip(&pages) {

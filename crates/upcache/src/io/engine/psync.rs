@@ -14,35 +14,36 @@ pub struct PsyncEngine;
 /// Most iovecs passed to one syscall (Linux's UIO_MAXIOV).
 const MAX_IOV: usize = 1024;
 
+/// Runs a positional system call until it is not interrupted; its byte count or error.
+fn retrying(mut call: impl FnMut() -> isize) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Reads into `bufs` from `offset` of `fd` until they are full or the file ends; returns the
 /// bytes read.
 pub(crate) fn preadv_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
     let want: usize = bufs.iter().map(|b| b.len()).sum();
     let mut done = 0usize;
     while done < want && !bufs.is_empty() {
-        let cnt = bufs.len().min(MAX_IOV);
+        let cnt = bufs.len().min(MAX_IOV) as libc::c_int;
+        let at = (offset + done as u64) as libc::off_t;
         // SAFETY: IoSliceMut is ABI-compatible with iovec; the slices are valid for writes of
         // their lengths for the duration of the call, and the fd is open.
-        let n = unsafe {
-            libc::preadv(
-                fd,
-                bufs.as_ptr() as *const libc::iovec,
-                cnt as libc::c_int,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
+        let n = retrying(|| unsafe { libc::preadv(fd, bufs.as_ptr() as *const libc::iovec, cnt, at) })?;
         if n == 0 {
             break; // end of file
         }
-        done += n as usize;
-        IoSliceMut::advance_slices(&mut bufs, n as usize);
+        done += n;
+        IoSliceMut::advance_slices(&mut bufs, n);
     }
     Ok(done)
 }
@@ -51,29 +52,16 @@ pub(crate) fn preadv_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSliceMut<'_>]
 pub(crate) fn pwritev_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
     let mut done = 0u64;
     while !bufs.is_empty() {
-        let cnt = bufs.len().min(MAX_IOV);
+        let cnt = bufs.len().min(MAX_IOV) as libc::c_int;
+        let at = (offset + done) as libc::off_t;
         // SAFETY: IoSlice is ABI-compatible with iovec; the slices are valid for reads of
         // their lengths for the duration of the call, and the fd is open.
-        let n = unsafe {
-            libc::pwritev(
-                fd,
-                bufs.as_ptr() as *const libc::iovec,
-                cnt as libc::c_int,
-                (offset + done) as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
+        let n = retrying(|| unsafe { libc::pwritev(fd, bufs.as_ptr() as *const libc::iovec, cnt, at) })?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
         }
         done += n as u64;
-        IoSlice::advance_slices(&mut bufs, n as usize);
+        IoSlice::advance_slices(&mut bufs, n);
     }
     Ok(())
 }
