@@ -33,21 +33,32 @@ pub(crate) fn page_share(n: usize, i: usize, ps: usize) -> usize {
 }
 
 /// Groups `pages` (ascending) into runs adjacent in one backing file, each at most `cap`
-/// (at most [`MAX_RUN_PAGES`]) long.
+/// (at most [`MAX_RUN_PAGES`]) long. A longer stretch is cut into nearly equal runs, not
+/// into full ones and a short remainder: a device then gets requests of one size.
 pub(crate) fn runs(layout: &StripeLayout, cap: usize, pages: impl IntoIterator<Item = u64>) -> Vec<Run> {
     let cap = cap.clamp(1, MAX_RUN_PAGES);
-    let mut runs: Vec<Run> = Vec::new();
+    let mut stretches: Vec<(u64, Range<usize>)> = Vec::new();
     let mut prev = None;
     for (i, page) in pages.into_iter().enumerate() {
         let extends = prev.is_some_and(|p| layout.next_on_device(p) == Some(page));
-        match runs.last_mut() {
-            Some(r) if extends && r.members.len() < cap => r.members.end = i + 1,
-            _ => {
-                let (dev, offset) = layout.locate(page);
-                runs.push(Run { dev, offset, members: i..i + 1 });
-            }
+        match stretches.last_mut() {
+            Some((_, r)) if extends => r.end = i + 1,
+            _ => stretches.push((page, i..i + 1)),
         }
         prev = Some(page);
+    }
+    let ps = layout.page_size();
+    let mut runs = Vec::with_capacity(stretches.len());
+    for (first_page, r) in stretches {
+        let (dev, offset) = layout.locate(first_page);
+        let parts = r.len().div_ceil(cap);
+        let (base, extra) = (r.len() / parts, r.len() % parts);
+        let mut at = r.start;
+        for k in 0..parts {
+            let len = base + usize::from(k < extra);
+            runs.push(Run { dev, offset: offset + (at - r.start) as u64 * ps, members: at..at + len });
+            at += len;
+        }
     }
     runs
 }
@@ -171,14 +182,20 @@ mod tests {
         let r = runs(&l, MAX_RUN_PAGES, [0, 1, 2, 3, 4, 5, 7]);
         let got: Vec<_> = r.iter().map(|r| (r.dev, r.offset, r.members.clone())).collect();
         assert_eq!(got, vec![(0, 0, 0..2), (1, 0, 2..4), (0, 8192, 4..6), (1, 12288, 6..7)]);
-        // One device: consecutive pages form one run, capped at MAX_RUN_PAGES; a gap breaks it.
+        // One device: consecutive pages form one stretch, cut evenly at MAX_RUN_PAGES; a gap
+        // breaks it.
         let l = StripeLayout::new(4096, 8192, 1, LayoutKind::Stripe);
         let pages: Vec<u64> = (0..(MAX_RUN_PAGES as u64 + 3)).chain([1000]).collect();
         let r = runs(&l, MAX_RUN_PAGES, pages);
-        assert_eq!(runs(&l, 254, 0..300).iter().map(|r| r.members.len()).collect::<Vec<_>>(), vec![254, 46]);
         let lens: Vec<usize> = r.iter().map(|r| r.members.len()).collect();
-        assert_eq!(lens, vec![MAX_RUN_PAGES, 3, 1]);
-        assert_eq!(r[1].offset, MAX_RUN_PAGES as u64 * 4096);
+        assert_eq!(lens, vec![514, 513, 1]);
+        assert_eq!(r[1].offset, 514 * 4096);
+        // A stretch longer than the cap is cut evenly, not into a full run and a scrap.
+        let lens: Vec<usize> = runs(&l, 254, 0..256).iter().map(|r| r.members.len()).collect();
+        assert_eq!(lens, vec![128, 128]);
+        let r = runs(&l, 254, 0..300);
+        let got: Vec<_> = r.iter().map(|r| (r.offset, r.members.len())).collect();
+        assert_eq!(got, vec![(0, 150), (150 * 4096, 150)]);
     }
 
     #[test]

@@ -128,6 +128,11 @@ impl StripeLayout {
         (self.device_of(row, col) as DeviceId, dev_page * self.page_size)
     }
 
+    /// Bytes per page.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
     /// The page stored right after `page` in the same backing file.
     pub fn next_on_device(&self, page: u64) -> Option<u64> {
         if !(page + 1).is_multiple_of(self.stripe_pages) {
