@@ -7,7 +7,7 @@ use crate::alloc::AllocKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
-use crate::io::engine::{IoEngine, IoKind};
+use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
 
 /// Smallest and largest page sizes (powers of two).
@@ -56,6 +56,7 @@ pub struct Config {
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
     pub(crate) io: IoKind,
+    pub(crate) submit: SubmitKind,
     pub(crate) readahead: u64,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
 }
@@ -77,6 +78,7 @@ impl std::fmt::Debug for Config {
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
             .field("io", &self.io)
+            .field("submit", &self.submit)
             .field("readahead", &self.readahead)
             .field("custom_engine", &self.engine.is_some())
             .finish()
@@ -102,6 +104,7 @@ impl Config {
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
             io: IoKind::default(),
+            submit: SubmitKind::default(),
             readahead: DEFAULT_READAHEAD,
             engine: None,
         }
@@ -179,6 +182,13 @@ impl Config {
     /// refuses it) or preadv/pwritev.
     pub fn with_io(mut self, io: IoKind) -> Self {
         self.io = io;
+        self
+    }
+
+    /// Who submits I/O: the thread that needs it (the default), or one I/O thread per
+    /// device that batches everything queued for its device (SAFS §3.1).
+    pub fn with_io_threads(mut self, submit: SubmitKind) -> Self {
+        self.submit = submit;
         self
     }
 

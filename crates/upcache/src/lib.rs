@@ -74,6 +74,6 @@ pub use config::{Config, DEFAULT_READAHEAD, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAM
 pub use error::{Error, ErrorKind, Result};
 pub use file::{Completion, File, IoQueue, PageMut, PageRef};
 pub use index::IndexKind;
-pub use io::engine::IoKind;
+pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, IoKind, LayoutKind};
+use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, IoKind, LayoutKind, SubmitKind};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;
@@ -78,6 +78,7 @@ struct Layout {
     alloc: AllocKind,
     layout: LayoutKind,
     io: IoKind,
+    submit: SubmitKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -90,16 +91,10 @@ fn layout() -> impl Strategy<Value = Layout> {
         proptest::sample::select(AllocKind::ALL.to_vec()),
         proptest::sample::select(LayoutKind::ALL.to_vec()),
         proptest::sample::select(IoKind::ALL.to_vec()),
+        proptest::sample::select(SubmitKind::ALL.to_vec()),
     )
-        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout, io)| Layout {
-            page_size,
-            stripe_pages,
-            devices,
-            frames,
-            index,
-            alloc,
-            layout,
-            io,
+        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit)| {
+            Layout { page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit }
         })
 }
 
@@ -123,6 +118,7 @@ impl Harness {
             .with_alloc(l.alloc)
             .with_layout(l.layout)
             .with_io(l.io)
+            .with_io_threads(l.submit)
     }
 
     fn cache(&self) -> &Cache {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use upcache::io::device::BackingFile;
 use upcache::io::engine::{IoEngine, PsyncEngine};
-use upcache::{Cache, Completion, ErrorKind, IoKind};
+use upcache::{Cache, Completion, ErrorKind, IoKind, SubmitKind};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -55,10 +55,12 @@ proptest! {
         frames in 16usize..40,
         depth in 1usize..12,
         io in proptest::sample::select(IoKind::ALL.to_vec()),
+        submit in proptest::sample::select(SubmitKind::ALL.to_vec()),
         ops in proptest::collection::vec(op(), 1..60),
     ) {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::create(common::config(tmp.path(), devices, 4096, frames).with_io(io)).unwrap();
+        let config = common::config(tmp.path(), devices, 4096, frames).with_io(io).with_io_threads(submit);
+        let cache = Cache::create(config).unwrap();
         let f = cache.create_file("f").unwrap();
         let mut oracle = common::pattern(1, 30_000);
         f.write_all_at(&oracle, 0).unwrap();
@@ -131,9 +133,10 @@ fn is_whole(r: &[u8]) -> bool {
 /// leaked (the cache stays usable to the end).
 #[test]
 fn concurrent_queues_see_whole_records() {
-    for io in IoKind::ALL {
+    for (io, submit) in IoKind::ALL.into_iter().flat_map(|io| SubmitKind::ALL.map(|s| (io, s))) {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Arc::new(Cache::create(common::config(tmp.path(), 2, 4096, 64).with_io(io)).unwrap());
+        let config = common::config(tmp.path(), 2, 4096, 64).with_io(io).with_io_threads(submit);
+        let cache = Arc::new(Cache::create(config).unwrap());
         let f = cache.create_file("r").unwrap();
         for k in 0..RECORDS {
             f.write_all_at(&record(k), k * RECORD as u64).unwrap();
@@ -367,4 +370,23 @@ fn a_queued_read_of_a_removed_file_takes_no_frames() {
     let before = cache.stats().evictions;
     g.write_all_at(&vec![2u8; 6390 * 4096], 0).unwrap();
     assert_eq!(cache.stats().evictions - before, 0, "frames leaked to the removed file");
+}
+
+#[test]
+fn every_engine_and_submission_model_is_the_one_asked_for() {
+    for io in IoKind::ALL {
+        for submit in SubmitKind::ALL {
+            let tmp = tempfile::tempdir().unwrap();
+            let c =
+                Cache::create(common::config(tmp.path(), 3, 4096, 32).with_io(io).with_io_threads(submit))
+                    .unwrap();
+            let want = match (io, submit) {
+                (IoKind::Uring, SubmitKind::Caller) => "uring",
+                (IoKind::Psync, SubmitKind::Caller) => "psync",
+                (IoKind::Uring, SubmitKind::PerDevice) => "uring+threads",
+                (IoKind::Psync, SubmitKind::PerDevice) => "psync+threads",
+            };
+            assert_eq!(c.io_engine(), want, "{io:?} {submit:?}");
+        }
+    }
 }

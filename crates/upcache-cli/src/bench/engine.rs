@@ -107,6 +107,8 @@ pub struct UpcacheOpts {
     pub io: upcache::IoKind,
     /// Largest readahead window in bytes (0: off).
     pub readahead: u64,
+    /// Who submits I/O.
+    pub io_threads: upcache::SubmitKind,
     pub alloc: upcache::AllocKind,
     pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
@@ -284,6 +286,7 @@ impl Engine for UpcacheEngine {
             .with_layout(o.layout)
             .with_io(o.io)
             .with_readahead(o.readahead)
+            .with_io_threads(o.io_threads)
             .with_sets(o.sets.0, o.sets.1);
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,

@@ -123,6 +123,10 @@ pub struct BenchArgs {
     /// iodepth_batch_submit): 1 submits each at once; larger saves system calls
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     iodepth_batch: u64,
+    /// Who submits upcache's I/O: none (the thread that needs it) or per-device (one I/O
+    /// thread per device, batching what is queued for it) [default: none]
+    #[arg(long, value_name = "MODEL", value_parser = parse_choice::<upcache::SubmitKind>)]
+    io_threads: Option<upcache::SubmitKind>,
     /// upcache's largest readahead window (0 turns readahead off) [default: 4MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     readahead: Option<u64>,
@@ -338,6 +342,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             iodepth_batch: a.iodepth_batch as usize,
             io: a.io.unwrap_or_default(),
             readahead: a.readahead.unwrap_or(upcache::DEFAULT_READAHEAD),
+            io_threads: a.io_threads.unwrap_or_default(),
             sets: (
                 a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
@@ -453,6 +458,8 @@ fn header(p: &Plan, base: &Path) -> String {
         base.display(),
     );
     if p.engines.contains(&EngineKind::Upcache) {
+        let threads = if u.io_threads == upcache::SubmitKind::PerDevice { " per-device threads" } else { "" };
+        let io = format!("{}{threads}", u.io.name());
         h += &format!(
             "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
             fmt_size(u.cache),
@@ -464,7 +471,7 @@ fn header(p: &Plan, base: &Path) -> String {
             u.layout.name(),
             u.index.name(),
             u.alloc.name(),
-            u.io.name(),
+            io,
             fmt_size(u.readahead),
             match u.api {
                 engine::Api::Async => format!("async iodepth {} batch {}", u.iodepth, u.iodepth_batch),

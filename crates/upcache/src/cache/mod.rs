@@ -211,7 +211,10 @@ impl Cache {
         // A resizable (set-associative) cache gives frame memory back with MADV_DONTNEED,
         // which would detach registered buffers from the arena: it does not register them.
         let registrable = (config.index != IndexKind::SetAssoc).then(|| frames.region());
-        let engine = config.engine.clone().unwrap_or_else(|| config.io.build(registrable));
+        let engine = config
+            .engine
+            .clone()
+            .unwrap_or_else(|| config.io.build(registrable, config.device_dirs.len(), config.submit));
         let writeback = Writeback::new(&config, frames.len());
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(

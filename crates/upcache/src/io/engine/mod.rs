@@ -15,9 +15,11 @@
 //! implement the three single-request methods, since batches and queues fall back to them.
 
 pub mod psync;
+pub mod threads;
 pub mod uring;
 
 pub use psync::PsyncEngine;
+pub use threads::{DeviceThreads, SubmitKind};
 pub use uring::UringEngine;
 
 use std::collections::VecDeque;
@@ -49,9 +51,21 @@ impl IoKind {
         }
     }
 
-    /// Builds the engine; `frames` is the frame arena, registered with io_uring as fixed
-    /// buffers if given and the kernel allows.
-    pub(crate) fn build(self, frames: Option<(*mut u8, usize)>) -> Arc<dyn IoEngine> {
+    /// Builds the engine for `devices` devices and submission model `submit`; `frames` is
+    /// the frame arena, registered with io_uring as fixed buffers if given and the kernel
+    /// allows.
+    pub(crate) fn build(
+        self,
+        frames: Option<(*mut u8, usize)>,
+        devices: usize,
+        submit: SubmitKind,
+    ) -> Arc<dyn IoEngine> {
+        if submit == SubmitKind::PerDevice {
+            match DeviceThreads::start(devices, || self.build(frames, devices, SubmitKind::Caller)) {
+                Ok(t) => return Arc::new(t),
+                Err(e) => log::warn!("cannot start per-device I/O threads ({e}); callers submit"),
+            }
+        }
         match self {
             IoKind::Psync => Arc::new(PsyncEngine),
             IoKind::Uring => match UringEngine::new(frames) {
