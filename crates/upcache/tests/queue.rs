@@ -356,7 +356,12 @@ fn a_queued_read_racing_a_shrink_does_not_resurrect_bytes() {
 #[test]
 fn a_queued_read_of_a_removed_file_takes_no_frames() {
     let tmp = tempfile::tempdir().unwrap();
-    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 6400)).unwrap();
+    // No write-back while g is written below: its pages all stay dirty, so nothing is
+    // evicted unless the free frames run out, which a leak of 50 frames makes them do.
+    let config = common::config(tmp.path(), 1, 4096, 6400)
+        .with_dirty_background_ratio(0.99)
+        .with_dirty_foreground_ratio(0.995);
+    let cache = Cache::create(config).unwrap();
     let f = cache.create_file("f").unwrap();
     f.write_all_at(&[1u8; 4 * 4096], 0).unwrap();
     cache.sync().unwrap();

@@ -210,3 +210,22 @@ fn resize_needs_the_set_associative_index() {
     let cache = Cache::create(common::config(tmp.path(), 1, 4096, 32)).unwrap();
     assert_eq!(cache.resize(16 * 4096).unwrap_err().kind(), ErrorKind::Unsupported);
 }
+
+/// A multi-page read in a set-associative cache shrunk to one set: the batch must not claim
+/// more frames than the set has and then wait on its own claims (found in review: it failed
+/// with `CacheFull` on an idle cache).
+#[test]
+fn a_multi_page_read_after_shrinking_to_one_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config =
+        common::config(tmp.path(), 2, 4096, 1024).with_index(upcache::IndexKind::SetAssoc).with_readahead(0);
+    let c = Cache::create(config).unwrap();
+    let f = c.create_file("f").unwrap();
+    let data = common::pattern(5, 64 * 4096);
+    f.write_all_at(&data, 0).unwrap();
+    c.sync().unwrap();
+    c.resize(1).unwrap();
+    let mut buf = vec![0u8; 32 * 4096];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf[..] == data[..buf.len()]);
+}

@@ -85,10 +85,12 @@ impl CacheInner {
         (self.config.readahead / self.frames.page_size() as u64).min(self.frames.len() as u64 / 8)
     }
 
-    /// Pages a multi-page read loads in one batch: one run's worth, and never
-    /// more than a quarter of the frames, so that concurrent batches leave room to evict.
+    /// Pages a multi-page read loads in one batch: one run's worth, and never more than a
+    /// quarter of the frames in use (a set-associative cache may have been shrunk), so that
+    /// concurrent batches leave room to evict.
     pub(crate) fn batch_window(&self) -> u64 {
-        (self.frames.len() / 4).clamp(1, self.run_pages) as u64
+        let frames = self.sets.as_ref().map_or(self.frames.len(), |s| s.frames_used());
+        (frames / 4).clamp(1, self.run_pages) as u64
     }
 
     /// Loads every page of `pages` that has no frame, with one request per run and one
@@ -101,8 +103,15 @@ impl CacheInner {
             if file.index.peek(page).is_some() {
                 continue;
             }
-            if let Some(lp) = self.load_locked(file, page, Fill::Overwrite)? {
-                claimed.pages.push((page, lp.detach()));
+            match self.load_locked(file, page, Fill::Overwrite) {
+                Ok(Some(lp)) => claimed.pages.push((page, lp.detach())),
+                Ok(None) => {}
+                // Frames ran short, perhaps because of this batch's own claims (in a page
+                // set): load what is claimed; the reader loads the rest one at a time.
+                Err(e) if e.kind() == crate::error::ErrorKind::CacheFull && !claimed.pages.is_empty() => {
+                    break
+                }
+                Err(e) => return Err(e),
             }
         }
         if claimed.pages.is_empty() {

@@ -21,12 +21,16 @@ pub(crate) struct Stream {
 
 impl Stream {
     /// A read of pages `first..=last`: returns the pages to read ahead, if any. A read that
-    /// continues the previous one (starts on its last page or the page after) extends the
-    /// stream; from the second such read on, the stream keeps a window ahead of the reader,
-    /// starting at twice the read size (at least `min`) and doubling up to `max`. Any other
-    /// read ends the stream, so random reads never read ahead.
+    /// continues the previous one (starts on its last page or the page after, and goes past
+    /// it) extends the stream; so does one that lands inside what the stream has asked for,
+    /// since reads served lock-free report only when they reach the marker. From the second
+    /// such read on, the stream keeps a window ahead of the reader, starting at twice the
+    /// read size (at least `min`) and doubling up to `max`. Any other read ends the stream,
+    /// so random reads never read ahead.
     pub(crate) fn on_read(&mut self, first: u64, last: u64, min: u64, max: u64) -> Option<Range<u64>> {
-        let continues = self.next > 0 && (first == self.next || first + 1 == self.next);
+        let follows = (first == self.next || first + 1 == self.next) && last >= self.next;
+        let inside = self.ahead_to > 0 && first >= self.next && first < self.ahead_to;
+        let continues = self.next > 0 && (follows || inside);
         self.next = last + 1;
         if !continues {
             *self = Stream { next: last + 1, ..Stream::default() };
@@ -91,6 +95,29 @@ mod tests {
         let mut s = Stream::default();
         s.on_read(0, 2, 8, 64);
         assert!(s.on_read(2, 4, 8, 64).is_some());
+    }
+
+    #[test]
+    fn reads_served_lock_free_report_only_at_the_marker_and_the_stream_goes_on() {
+        let mut s = Stream::default();
+        s.on_read(0, 0, 8, 64);
+        let mut ahead = s.on_read(1, 1, 8, 64).unwrap().end;
+        // The reader's next reads hit without telling the stream; it reports the marker.
+        for _ in 0..20 {
+            let m = s.marker().unwrap();
+            let w = s.on_read(m, m, 8, 64).expect("the marker asks for the next window");
+            assert_eq!(w.start, ahead, "no gap and no restart");
+            ahead = w.end;
+        }
+        assert!(ahead - s.marker().unwrap() >= 32, "the window grew: {ahead}");
+    }
+
+    #[test]
+    fn rereading_a_page_is_not_a_stream() {
+        let mut s = Stream::default();
+        for _ in 0..10 {
+            assert_eq!(s.on_read(7, 7, 8, 64), None);
+        }
     }
 
     #[test]

@@ -104,8 +104,13 @@ fn run(cache: &CacheInner) {
             let mut w = sync::lock(&inbox.windows);
             loop {
                 // Acquire: pairs with the Release in `stop`.
-                if inbox.shutdown.load(Ordering::Acquire) || queue.outstanding() > 0 {
-                    break w.pop_front();
+                if inbox.shutdown.load(Ordering::Acquire) {
+                    break None;
+                }
+                if queue.outstanding() > 0 {
+                    // Reads in flight: take another window only while the queue has room,
+                    // so the loader never holds more frames than a queue's worth of runs.
+                    break if queue.outstanding() < QUEUE_DEPTH { w.pop_front() } else { None };
                 }
                 match w.pop_front() {
                     Some(x) => break Some(x),

@@ -2,15 +2,22 @@
 
 use std::io::IoSlice;
 
+use crate::io::engine::IoReq;
+
 use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
 use crate::frame::state::{DIRTY, LOCKED};
 use crate::frame::{FrameId, PageKey};
-use crate::sync::Ordering;
+use crate::sync::{Arc, Ordering};
 
 /// Longest run written in one request, in pages.
 const MAX_RUN: usize = 64;
+/// A run of dirty pages held `LOCKED` for writing: (page, frame), adjacent on one device.
+type Run = Vec<(u64, FrameId)>;
+
+/// Runs written in one engine batch at most.
+const MAX_BATCH_RUNS: usize = 16;
 /// Frames a write-back scan takes from the shared cursor at a time.
 const SCAN_CHUNK: usize = 256;
 
@@ -33,62 +40,88 @@ impl CacheInner {
     /// `LOCKED` and `DIRTY`. Returns the number of pages written. On failure every page of
     /// the run stays dirty and the error is returned (the caller decides whom to tell).
     pub(crate) fn write_run(&self, file: &FileInner, page: u64, id: FrameId) -> Result<usize> {
-        let mut run = [(0u64, 0 as FrameId); MAX_RUN];
-        let mut start = MAX_RUN / 2;
-        let mut end = start + 1;
-        run[start] = (page, id);
-        // Grow backwards, then forwards, over pages adjacent in this backing file.
-        while start > 0 && end - start < MAX_RUN {
-            let Some(prev) = self.layout.prev_on_device(run[start].0) else { break };
+        let run = self.lock_run(file, page, id);
+        self.write_runs(&[(file, run)]).pop().expect("one result per run")
+    }
+
+    /// Grows the run of dirty pages around `page` (frame `id`, held `LOCKED` and `DIRTY` by
+    /// the caller) backwards, then forwards, over pages adjacent in this backing file, each
+    /// taken with `try_lock_dirty` (never waiting), up to [`MAX_RUN`] pages.
+    fn lock_run(&self, file: &FileInner, page: u64, id: FrameId) -> Run {
+        let mut run = std::collections::VecDeque::with_capacity(8);
+        run.push_back((page, id));
+        while run.len() < MAX_RUN {
+            let Some(prev) = self.layout.prev_on_device(run[0].0) else { break };
             let Some(pid) = self.try_lock_dirty_page(file, prev) else { break };
-            start -= 1;
-            run[start] = (prev, pid);
+            run.push_front((prev, pid));
         }
-        while end < MAX_RUN {
-            let Some(next) = self.layout.next_on_device(run[end - 1].0) else { break };
+        while run.len() < MAX_RUN {
+            let Some(next) = self.layout.next_on_device(run[run.len() - 1].0) else { break };
             let Some(nid) = self.try_lock_dirty_page(file, next) else { break };
-            run[end] = (next, nid);
-            end += 1;
+            run.push_back((next, nid));
         }
-        let run = &run[start..end];
+        run.into()
+    }
+
+    /// Writes locked runs (from `lock_run`) as one engine batch, so runs on different
+    /// devices go out together, and unlocks each: clean if its write succeeded, still dirty
+    /// if not. Returns each run's pages written or error.
+    fn write_runs(&self, runs: &[(&FileInner, Run)]) -> Vec<Result<usize>> {
         let ps = self.frames.page_size();
-        let slices: Vec<IoSlice<'_>> = run
+        let slices: Vec<Vec<IoSlice<'_>>> = runs
             .iter()
-            .map(|&(_, f)| {
-                // SAFETY: we hold the frame LOCKED, so no writer changes its bytes while the
-                // slice lives; readers only read. The slice covers exactly the frame.
-                IoSlice::new(unsafe { std::slice::from_raw_parts(self.frames.ptr(f), ps) })
+            .map(|(_, run)| {
+                run.iter()
+                    .map(|&(_, f)| {
+                        // SAFETY: we hold the frame LOCKED, so no writer changes its bytes
+                        // while the slice lives; readers only read. The slice covers exactly
+                        // the frame.
+                        IoSlice::new(unsafe { std::slice::from_raw_parts(self.frames.ptr(f), ps) })
+                    })
+                    .collect()
             })
             .collect();
-        let (dev, offset) = self.layout.locate(run[0].0);
-        let result = self.engine.write_vectored(&file.backing[dev], offset, &slices);
+        let mut reqs: Vec<IoReq<'_, '_>> = runs
+            .iter()
+            .zip(&slices)
+            .map(|((file, run), bufs)| {
+                let (dev, offset) = self.layout.locate(run[0].0);
+                IoReq::Write { file: &file.backing[dev], offset, bufs }
+            })
+            .collect();
+        let results = self.engine.run_batch(&mut reqs);
+        drop(reqs);
         drop(slices);
-        match result {
-            Ok(()) => {
-                for &(_, f) in run {
-                    self.frames.unlock(f, 0, DIRTY);
+        runs.iter()
+            .zip(results)
+            .map(|((file, run), result)| match result {
+                Ok(_) => {
+                    for &(_, f) in run {
+                        self.frames.unlock(f, 0, DIRTY);
+                    }
+                    self.account_cleaned(file, run.len() as u64);
+                    self.metrics.writeback_ios.add(1);
+                    self.metrics.writeback_bytes.add((run.len() * ps) as u64);
+                    Ok(run.len())
                 }
-                self.account_cleaned(file, run.len() as u64);
-                self.metrics.writeback_ios.add(1);
-                self.metrics.writeback_bytes.add((run.len() * ps) as u64);
-                Ok(run.len())
-            }
-            Err(e) => {
-                for &(_, f) in run {
-                    self.frames.unlock(f, 0, 0);
+                Err(e) => {
+                    for &(_, f) in run {
+                        self.frames.unlock(f, 0, 0);
+                    }
+                    self.metrics.writeback_errors.add(1);
+                    let (dev, _) = self.layout.locate(run[0].0);
+                    Err(Error::io(
+                        format!(
+                            "write back pages {}..={} of {:?} to device {dev}",
+                            run[0].0,
+                            run[run.len() - 1].0,
+                            file.name
+                        ),
+                        e,
+                    ))
                 }
-                self.metrics.writeback_errors.add(1);
-                Err(Error::io(
-                    format!(
-                        "write back pages {}..={} of {:?} to device {dev}",
-                        run[0].0,
-                        run[run.len() - 1].0,
-                        file.name
-                    ),
-                    e,
-                ))
-            }
-        }
+            })
+            .collect()
     }
 
     /// Writes back every page of `file` that is dirty when the call starts (and any dirtied
@@ -103,6 +136,21 @@ impl CacheInner {
         let mut entries = file.index.entries_from(0);
         entries.sort_unstable();
         let mut first_err = None;
+        // Runs locked and not yet written; written as one batch when full, and before this
+        // thread waits on a frame (it may wait on one frame only while holding none).
+        let mut batch: Vec<(&FileInner, Run)> = Vec::new();
+        let mut pinned: Vec<FrameId> = Vec::new();
+        let mut flush = |batch: &mut Vec<(&FileInner, Run)>, pinned: &mut Vec<FrameId>| {
+            for r in self.write_runs(batch) {
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
+                }
+            }
+            batch.clear();
+            for id in pinned.drain(..) {
+                self.frames.state(id).unpin();
+            }
+        };
         for (page, id) in entries {
             let st = self.frames.state(id);
             if st.load() & DIRTY == 0 {
@@ -113,20 +161,28 @@ impl CacheInner {
             }
             loop {
                 if st.try_lock_dirty() {
-                    if let Err(e) = self.write_run(file, page, id) {
-                        first_err.get_or_insert(e);
+                    batch.push((file, self.lock_run(file, page, id)));
+                    pinned.push(id);
+                    if batch.len() == MAX_BATCH_RUNS {
+                        flush(&mut batch, &mut pinned);
                     }
                     break;
                 }
                 let w = st.load();
                 if w & DIRTY == 0 && w & LOCKED == 0 {
+                    st.unpin();
                     break;
                 }
-                // Locked by a writer copying in, or by a write-back in flight: wait for it.
+                // Locked by a writer copying in, or by a write-back in flight (perhaps one of
+                // ours): write ours, then wait for it.
+                if !batch.is_empty() {
+                    flush(&mut batch, &mut pinned);
+                    continue;
+                }
                 self.frames.waits.wait_until(id, st, |w| w & LOCKED == 0);
             }
-            st.unpin();
         }
+        flush(&mut batch, &mut pinned);
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -143,6 +199,8 @@ impl CacheInner {
         while scanned < n && written < max_pages && self.writeback.dirty() > stop_at {
             // Relaxed: the cursor only spreads scanners; frame state is checked by CAS.
             let start = self.writeback.cursor.fetch_add(SCAN_CHUNK, Ordering::Relaxed) % n;
+            // This chunk's runs, written as one batch (only try-locks here: nothing waits).
+            let mut locked: Vec<(Arc<FileInner>, Run)> = Vec::new();
             for i in start..(start + SCAN_CHUNK).min(n) {
                 let id = i as FrameId;
                 if !self.frames.state(id).try_lock_dirty() {
@@ -153,16 +211,35 @@ impl CacheInner {
                     self.frames.unlock(id, 0, 0);
                     continue;
                 };
-                match self.write_run(&file, key.page, id) {
-                    Ok(k) => written += k,
-                    Err(e) => {
-                        log::warn!("write-back failed, pages stay dirty: {e}");
-                        file.record_write_error(&e);
-                    }
+                let run = self.lock_run(&file, key.page, id);
+                locked.push((file, run));
+                if locked.len() == MAX_BATCH_RUNS {
+                    written += self.write_locked(&mut locked);
                 }
             }
+            written += self.write_locked(&mut locked);
             scanned += SCAN_CHUNK;
         }
+        written
+    }
+
+    /// Writes `locked` runs as one batch and empties it; failures stick to their files.
+    /// Returns the pages written.
+    fn write_locked(&self, locked: &mut Vec<(Arc<FileInner>, Run)>) -> usize {
+        let runs: Vec<(&FileInner, Run)> =
+            locked.iter_mut().map(|(f, run)| (&**f, std::mem::take(run))).collect();
+        let mut written = 0;
+        for ((file, _), r) in runs.iter().zip(self.write_runs(&runs)) {
+            match r {
+                Ok(k) => written += k,
+                Err(e) => {
+                    log::warn!("write-back failed, pages stay dirty: {e}");
+                    file.record_write_error(&e);
+                }
+            }
+        }
+        drop(runs);
+        locked.clear();
         written
     }
 

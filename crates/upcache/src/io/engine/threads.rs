@@ -201,9 +201,20 @@ fn serve(engine: &dyn IoEngine, rx: &Receiver<Job>) {
                 }
             })
             .collect();
-        let results = engine.run_batch(&mut reqs);
+        // A panicking engine must not leave callers asleep forever: they would hold range
+        // locks and frames. (A panic with io_uring requests in flight cannot happen: the
+        // engine aborts the process rather than unwind past them.)
+        let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run_batch(&mut reqs)));
         drop(reqs);
-        for (j, r) in jobs.into_iter().zip(results) {
+        let mut results = match results {
+            Ok(r) => r.into_iter(),
+            Err(_) => {
+                log::error!("an I/O engine panicked; its requests fail");
+                Vec::new().into_iter()
+            }
+        };
+        for j in jobs {
+            let r = results.next().unwrap_or_else(|| Err(io::Error::other("the I/O engine gave no result")));
             answer(j.reply, r);
         }
     }
@@ -294,8 +305,9 @@ impl IoQueue for ThreadQueue {
     }
 
     fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
+        let want = min.min(self.outstanding);
         let mut got = 0;
-        while got < min.min(self.outstanding) {
+        while got < want {
             match self.rx.recv() {
                 Ok(c) => {
                     out.push(c);
