@@ -60,6 +60,7 @@ pub struct Metrics {
     pub(crate) evictions: Counter,
     pub(crate) reclaimed: Counter,
     pub(crate) readahead_pages: Counter,
+    pub(crate) hot_hits: Counter,
     pub(crate) read_ios: Counter,
     pub(crate) read_bytes: Counter,
     pub(crate) writeback_ios: Counter,
@@ -83,6 +84,8 @@ pub struct Stats {
     pub reclaimed: u64,
     /// Pages loaded ahead of sequential readers (readahead).
     pub readahead_pages: u64,
+    /// Pins served by the pinning thread's hot index, without a shared index lookup.
+    pub hot_hits: u64,
     /// Device read requests.
     pub read_ios: u64,
     /// Bytes read from devices.
@@ -117,6 +120,7 @@ impl Metrics {
             evictions: self.evictions.get(),
             reclaimed: self.reclaimed.get(),
             readahead_pages: self.readahead_pages.get(),
+            hot_hits: self.hot_hits.get(),
             read_ios: self.read_ios.get(),
             read_bytes: self.read_bytes.get(),
             writeback_ios: self.writeback_ios.get(),

@@ -87,3 +87,73 @@ fn eviction_never_takes_a_pinned_frame() {
     assert!(held[0][..] == common::pattern(0, 4096)[..]);
     assert!(held[1][..] == common::pattern(100, 4096)[..]);
 }
+
+/// Repeat pins are served by the pinning thread's hot index, and a hint never yields a
+/// frame that no longer holds the page: one thread pins a few pages over and over and checks
+/// that each holds its own page number and a version that never goes back, while a writer
+/// bumps the versions and a third thread streams other pages through the small cache,
+/// evicting the pinned pages between pins so that their frames are reused for other pages.
+#[test]
+fn the_hot_index_serves_repeat_pins_and_never_a_stale_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 2, 4096, 16).with_readahead(0)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    const HOT: u64 = 8;
+    const PAGES: u64 = 64;
+    // Page `p` at version `v`: its number in the first 8 bytes, then `v` everywhere.
+    let page_at = |p: u64, v: u8| {
+        let mut b = vec![v; 4096];
+        b[..8].copy_from_slice(&p.to_le_bytes());
+        b
+    };
+    for p in 0..PAGES {
+        f.write_all_at(&page_at(p, 0), p * 4096).unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let w = f.clone();
+        s.spawn(move || {
+            for v in 1..=255u8 {
+                for p in 0..HOT {
+                    w.write_all_at(&page_at(p, v), p * 4096).unwrap();
+                }
+            }
+        });
+        let e = f.clone();
+        let stop = &stop;
+        s.spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for p in HOT..PAGES {
+                    e.read_exact_at(&mut buf, p * 4096).unwrap();
+                }
+            }
+        });
+        // Stops the streaming thread however the pins below end (a failed assert too).
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let _stop = Stop(stop);
+        let mut seen = [0u8; HOT as usize];
+        for _ in 0..3000 {
+            for p in 0..HOT {
+                let page = f.pin(p * 4096).unwrap();
+                assert_eq!(
+                    u64::from_le_bytes(page[..8].try_into().unwrap()),
+                    p,
+                    "pinned another page's frame"
+                );
+                let v = page[8];
+                assert!(page[8..].iter().all(|&b| b == v), "page {p} torn");
+                assert!(v >= seen[p as usize], "page {p} went back from version {} to {v}", seen[p as usize]);
+                seen[p as usize] = v;
+            }
+        }
+    });
+    let s = cache.stats();
+    assert!(s.hot_hits > 0 && s.evictions > 0, "{s:?}");
+    assert_eq!(cache.pinned_frames(), 0);
+}

@@ -5,6 +5,7 @@
 
 pub(crate) mod async_load;
 pub(crate) mod batch;
+mod hot;
 pub(crate) mod page;
 mod reclaim;
 
@@ -451,7 +452,7 @@ impl CacheInner {
         if !len.is_multiple_of(ps) {
             // Zero the tail of the last page through the cache; it is written back as usual.
             let page = len / ps;
-            let lp = self.page_for_write(file, page, page::Fill::Read)?;
+            let lp = self.page_for_write(file, page, page::Fill::Read, false)?;
             let tail = (len % ps) as usize;
             // SAFETY: we hold the frame LOCKED, so no one else writes it, and readers of this
             // file cannot exist yet (the file is not published).

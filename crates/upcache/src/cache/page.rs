@@ -267,10 +267,40 @@ impl CacheInner {
         }
     }
 
-    /// A pinned, valid page of `file`, loaded from the device on a miss.
-    pub(crate) fn page_for_read<'a>(&'a self, file: &'a FileInner, page: u64) -> Result<PinnedPage<'a>> {
+    /// `lookup_pinned`, trying first the frame this thread last pinned for the page (the
+    /// per-thread hot index, `cache/hot.rs`) and remembering the frame it finds.
+    fn lookup_pinned_hot(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+        let me = self as *const CacheInner as usize;
+        if let Some(id) = super::hot::get(me, file.id, page) {
+            if (id as usize) < self.frames.len()
+                && self.frames.pin_if_holds(id, PageKey { file: file.id, page })
+            {
+                let st = self.frames.state(id);
+                let w = self.frames.waits.wait_until(id, st, |w| w & VALID != 0 || w & LOCKED == 0);
+                if w & VALID != 0 {
+                    self.policy.on_hit(id);
+                    self.metrics.hot_hits.add(1);
+                    return Some(id);
+                }
+                st.unpin();
+            }
+        }
+        let id = self.lookup_pinned(file, page)?;
+        super::hot::put(me, file.id, page, id);
+        Some(id)
+    }
+
+    /// A pinned, valid page of `file`, loaded from the device on a miss. `hot`: try the
+    /// thread's hot index first (the pin API, whose callers come back to the same pages).
+    pub(crate) fn page_for_read<'a>(
+        &'a self,
+        file: &'a FileInner,
+        page: u64,
+        hot: bool,
+    ) -> Result<PinnedPage<'a>> {
         loop {
-            if let Some(id) = self.lookup_pinned(file, page) {
+            let found = if hot { self.lookup_pinned_hot(file, page) } else { self.lookup_pinned(file, page) };
+            if let Some(id) = found {
                 self.metrics.hits.add(1);
                 return Ok(PinnedPage { cache: self, id });
             }
@@ -281,14 +311,17 @@ impl CacheInner {
     }
 
     /// A pinned, `LOCKED` page of `file` ready to be written; a miss fills it per `fill`.
+    /// `hot` as for `page_for_read`.
     pub(crate) fn page_for_write<'a>(
         &'a self,
         file: &'a FileInner,
         page: u64,
         fill: Fill,
+        hot: bool,
     ) -> Result<LockedPage<'a>> {
         loop {
-            if let Some(id) = self.lookup_pinned(file, page) {
+            let found = if hot { self.lookup_pinned_hot(file, page) } else { self.lookup_pinned(file, page) };
+            if let Some(id) = found {
                 self.frames.lock_pinned(id);
                 self.metrics.hits.add(1);
                 return Ok(LockedPage { cache: self, file, page, id, fresh: false, committed: false });

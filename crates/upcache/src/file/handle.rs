@@ -123,7 +123,7 @@ impl File {
                 loaded_to = (c.page + window).min(last + 1);
                 self.cache.load_missing(&self.file, c.page..loaded_to)?;
             }
-            let pinned = self.cache.page_for_read(&self.file, c.page)?;
+            let pinned = self.cache.page_for_read(&self.file, c.page, false)?;
             // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
             // writers of these bytes out; the source range lies inside the frame and the
             // destination inside `buf`.
@@ -211,7 +211,7 @@ impl File {
         let range = self.file.range.read(start, start.saturating_add(ps));
         self.file.check_live()?;
         let len = self.in_file(offset, start, ps)?;
-        let page = self.cache.page_for_read(&self.file, offset / ps)?;
+        let page = self.cache.page_for_read(&self.file, offset / ps, true)?;
         Ok(PageRef { page, _range: range, len, offset: start })
     }
 
@@ -226,7 +226,7 @@ impl File {
         self.file.check_live()?;
         let len = self.in_file(offset, start, ps)?;
         let ticket = self.file.writes.begin();
-        let page = self.cache.page_for_write(&self.file, offset / ps, Fill::Read)?;
+        let page = self.cache.page_for_write(&self.file, offset / ps, Fill::Read, true)?;
         Ok(PageMut { page: Some(page), _ticket: ticket, _range: range, len, offset: start })
     }
 
@@ -258,7 +258,7 @@ impl File {
         let _change = self.file.writes.begin();
         for c in chunks(offset, end, ps) {
             let fill = if c.len as u64 == ps { Fill::Overwrite } else { Fill::Read };
-            let locked = match self.cache.page_for_write(&self.file, c.page, fill) {
+            let locked = match self.cache.page_for_write(&self.file, c.page, fill, false) {
                 Ok(l) => l,
                 Err(e) if c.at > 0 => {
                     log::debug!("short write of {:?} at {}: {e}", self.file.name, offset + c.at as u64);
@@ -350,7 +350,7 @@ impl File {
         let ps = self.cache.config.page_size as u64;
         if !size.is_multiple_of(ps) {
             let tail = (size % ps) as usize;
-            let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read)?;
+            let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read, false)?;
             // SAFETY: LOCKED by us and inside our exclusive range; in bounds of the frame.
             unsafe { std::ptr::write_bytes(locked.ptr().add(tail), 0, ps as usize - tail) };
             locked.commit(true);
