@@ -553,6 +553,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             lock_free_hits: d(|s| s.lock_free_hits),
             reclaimed: d(|s| s.reclaimed),
             readahead_pages: d(|s| s.readahead_pages),
+            hot_hits: d(|s| s.hot_hits),
             // Gauges at the end of the measured phase, not deltas.
             metadata_bytes: after.map(|s| s.metadata_bytes),
             index_bytes: after.map(|s| s.index_bytes),

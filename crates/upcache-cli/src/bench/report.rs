@@ -94,6 +94,9 @@ pub struct Report {
     /// Evictions done ahead of demand by background reclaim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaimed: Option<u64>,
+    /// Pins served by the pinning thread's hot index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_hits: Option<u64>,
     /// Pages loaded ahead of sequential readers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readahead_pages: Option<u64>,
