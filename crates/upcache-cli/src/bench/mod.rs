@@ -130,6 +130,10 @@ pub struct BenchArgs {
     /// upcache's largest readahead window (0 turns readahead off) [default: 4MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     readahead: Option<u64>,
+    /// Time only one op in N (for every engine alike): latency percentiles come from that
+    /// sample, and the clock's cost (about that of a cached pin) leaves the other ops
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    lat_every: u64,
     /// upcache's I/O engine: uring (io_uring; psync, with a logged reason, where the kernel
     /// refuses it) or psync (preadv/pwritev) [default: uring]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::IoKind>)]
@@ -186,6 +190,8 @@ struct Plan {
     repeat: usize,
     keep: bool,
     json: bool,
+    /// Time one op in this many (`--lat-every`).
+    lat_every: u64,
     upcache: UpcacheOpts,
 }
 
@@ -324,6 +330,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         seed: a.seed,
         repeat: a.repeat as usize,
         keep: a.keep,
+        lat_every: a.lat_every,
         json: a.json,
         upcache: UpcacheOpts {
             device_dirs: a.device_dirs,
@@ -673,6 +680,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
                     abort: &abort,
                     done: &counters[t].0,
                     depth: p.upcache.iodepth,
+                    lat_every: p.lat_every,
                 };
                 s.spawn(move || w.run())
             })
@@ -735,6 +743,8 @@ struct Worker<'a, E> {
     done: &'a AtomicU64,
     /// Ops in flight with `--api async`.
     depth: usize,
+    /// Time one op in this many.
+    lat_every: u64,
 }
 
 impl<E: Engine> Worker<'_, E> {
@@ -759,9 +769,13 @@ impl<E: Engine> Worker<'_, E> {
         let start = Instant::now();
         let deadline = self.runtime.map(|d| start + d);
         let (mut n, mut reads, mut end) = (0u64, 0u64, start);
+        // Only every `lat_every`-th op is timed (and checks the deadline): reading the clock
+        // twice costs about as much as a pin, so timing every op would measure the clock.
+        let every = self.lat_every.max(1);
         while n < self.quota {
             let op = self.gen.next(&mut rng);
-            let t0 = Instant::now();
+            let timed = n % every == 0;
+            let t0 = if timed { Some(Instant::now()) } else { None };
             let r = if op.read {
                 self.eng.read(op.file, &mut self.buf, op.offset)
             } else {
@@ -769,21 +783,27 @@ impl<E: Engine> Worker<'_, E> {
                 self.buf[..stamp].copy_from_slice(&n.to_le_bytes()[..stamp]);
                 self.eng.write(op.file, &self.buf, op.offset)
             };
-            let t1 = Instant::now();
             if let Err(e) = r {
                 self.abort.store(true, Ordering::Relaxed);
                 let what = if op.read { "read" } else { "write" };
                 return Err(e.context(format!("{what} of f{} at offset {}", op.file, op.offset)));
             }
-            hist.saturating_record((t1 - t0).as_nanos() as u64);
             n += 1;
             reads += u64::from(op.read);
-            end = t1;
-            // Relaxed: progress display and stall detection only.
-            self.done.store(n, Ordering::Relaxed);
-            if deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed) {
-                break;
+            if let Some(t0) = t0 {
+                let t1 = Instant::now();
+                hist.saturating_record((t1 - t0).as_nanos() as u64);
+                end = t1;
+                // Relaxed: progress display and stall detection only.
+                self.done.store(n, Ordering::Relaxed);
+                if deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed) {
+                    break;
+                }
             }
+        }
+        if n % every != 0 || every > 1 {
+            end = Instant::now();
+            self.done.store(n, Ordering::Relaxed); // Relaxed: as above.
         }
         Ok(ThreadResult { start, end, ops: n, reads, hist })
     }
