@@ -125,8 +125,10 @@ pub trait IoEngine: Send + Sync {
     /// Writes all of `bufs` at `offset` of `file`.
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()>;
 
-    /// Makes the file's written data durable (fdatasync).
-    fn sync_data(&self, file: &BackingFile) -> io::Result<()>;
+    /// Makes the file's written data durable (fdatasync from the calling thread).
+    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
+        file.file().sync_data()
+    }
 
     /// Runs every request of `reqs`, at the same time where the engine can, and returns each
     /// one's bytes moved (for a write, all of its bytes) or error, in order. The default runs
@@ -148,6 +150,30 @@ pub trait IoEngine: Send + Sync {
         let _ = depth;
         None
     }
+}
+
+/// `read_vectored` as a batch of one, for engines whose batch is their primitive.
+pub(crate) fn read_as_batch<E: IoEngine + ?Sized>(
+    engine: &E,
+    file: &BackingFile,
+    offset: u64,
+    bufs: &mut [IoSliceMut<'_>],
+) -> io::Result<usize> {
+    engine.run_batch(&mut [IoReq::Read { file, offset, bufs }]).pop().expect("one result per request")
+}
+
+/// `write_vectored` as a batch of one.
+pub(crate) fn write_as_batch<E: IoEngine + ?Sized>(
+    engine: &E,
+    file: &BackingFile,
+    offset: u64,
+    bufs: &[IoSlice<'_>],
+) -> io::Result<()> {
+    engine
+        .run_batch(&mut [IoReq::Write { file, offset, bufs }])
+        .pop()
+        .expect("one result per request")
+        .map(|_| ())
 }
 
 /// A completed queued read: its tag and bytes read (short only at end of file) or error.

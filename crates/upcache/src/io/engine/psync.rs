@@ -83,8 +83,4 @@ impl IoEngine for PsyncEngine {
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         pwritev_all(file.as_raw_fd(), offset, &mut bufs.to_vec())
     }
-
-    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
-        file.file().sync_data()
-    }
 }

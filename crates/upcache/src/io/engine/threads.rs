@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use super::{IoEngine, IoQueue, IoReq, QueueCompletion};
+use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 
 /// Requests a device thread gathers into one batch at most.
@@ -235,18 +235,11 @@ impl IoEngine for DeviceThreads {
         offset: u64,
         bufs: &mut [IoSliceMut<'_>],
     ) -> io::Result<usize> {
-        self.run_batch(&mut [IoReq::Read { file, offset, bufs }]).pop().expect("one result per request")
+        read_as_batch(self, file, offset, bufs)
     }
 
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.run_batch(&mut [IoReq::Write { file, offset, bufs }])
-            .pop()
-            .expect("one result per request")
-            .map(|_| ())
-    }
-
-    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
-        file.file().sync_data()
+        write_as_batch(self, file, offset, bufs)
     }
 
     fn run_batch(&self, reqs: &mut [IoReq<'_, '_>]) -> Vec<io::Result<usize>> {

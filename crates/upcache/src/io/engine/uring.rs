@@ -22,7 +22,7 @@ use crossbeam_queue::SegQueue;
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 use super::psync::{preadv_all, pwritev_all};
-use super::{IoEngine, IoQueue, IoReq, QueueCompletion};
+use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 
 /// Most fixed buffers one ring may register (the kernel's IORING_MAX_REG_BUFFERS).
@@ -293,18 +293,11 @@ impl IoEngine for UringEngine {
         offset: u64,
         bufs: &mut [IoSliceMut<'_>],
     ) -> io::Result<usize> {
-        self.run_batch(&mut [IoReq::Read { file, offset, bufs }]).pop().expect("one result per request")
+        read_as_batch(self, file, offset, bufs)
     }
 
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.run_batch(&mut [IoReq::Write { file, offset, bufs }])
-            .pop()
-            .expect("one result per request")
-            .map(|_| ())
-    }
-
-    fn sync_data(&self, file: &BackingFile) -> io::Result<()> {
-        file.file().sync_data()
+        write_as_batch(self, file, offset, bufs)
     }
 
     fn run_batch(&self, reqs: &mut [IoReq<'_, '_>]) -> Vec<io::Result<usize>> {
