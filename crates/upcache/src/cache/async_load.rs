@@ -1,9 +1,9 @@
 //! Loads that an asynchronous read queue starts and ends ([`crate::file::queue`]): the frame
 //! is published `LOCKED` in the index as for a synchronous miss, but the device read is in
-//! flight on the queue's ring between `prefetch` and `end_load`. Nothing here waits for
+//! flight on the queue's ring between `prefetch` and `CacheInner::end_run`. Nothing here waits for
 //! another thread's load, so a queue never sleeps while it holds loads of its own.
 
-use super::page::{Fill, LockedPage};
+use super::page::Fill;
 use super::CacheInner;
 use crate::error::Result;
 use crate::file::FileInner;
@@ -16,7 +16,7 @@ pub(crate) enum Prefetch {
     /// The page has a frame: valid, or being loaded by someone (see [`CacheInner::readiness`]).
     Resident(FrameId),
     /// A fresh frame, `LOCKED` and in the index, for the caller to fill and end with
-    /// [`CacheInner::end_load`].
+    /// [`CacheInner::end_run`].
     Load(FrameId),
 }
 
@@ -45,19 +45,6 @@ impl CacheInner {
         }
     }
 
-    /// Ends a load that `prefetch` started: `Some(n)` if the device read gave its first `n`
-    /// bytes (the rest reads as zeros), None if it failed. On success the frame is `VALID`,
-    /// unlocked and still pinned; on failure the load is undone (the frame leaves the index
-    /// and the pin is gone).
-    pub(crate) fn end_load(&self, file: &FileInner, page: u64, id: FrameId, filled: Option<usize>) {
-        let lp = LockedPage::attach(self, file, page, id);
-        if let Some(n) = filled {
-            self.zero_tail(&lp, n);
-            lp.into_pinned().keep();
-        }
-        // Otherwise `lp` drops uncommitted, which undoes the load.
-    }
-
     /// The state of a frame the caller pinned through `prefetch`.
     pub(crate) fn readiness(&self, id: FrameId) -> Readiness {
         let w = self.frames.state(id).load();
@@ -70,7 +57,7 @@ impl CacheInner {
         }
     }
 
-    /// Drops a pin taken through `prefetch` or kept by `end_load`.
+    /// Drops a pin taken through `prefetch` or kept by `end_run`.
     pub(crate) fn unpin(&self, id: FrameId) {
         self.frames.state(id).unpin();
     }

@@ -93,26 +93,90 @@ impl CacheInner {
         (frames / 4).clamp(1, self.run_pages) as u64
     }
 
+    /// Claims each page of `pages` that has no frame (valid or loading) as a fresh `LOCKED`
+    /// load, appended to `out` for the caller to read and end with [`Self::end_run`]. Stops
+    /// at the first error and returns it; what was claimed before stays in `out`.
+    pub(crate) fn claim_missing(
+        &self,
+        file: &FileInner,
+        pages: Range<u64>,
+        out: &mut Vec<(u64, FrameId)>,
+    ) -> Result<()> {
+        for page in pages {
+            if file.index.peek(page).is_some() {
+                continue;
+            }
+            if let Some(lp) = self.load_locked(file, page, Fill::Overwrite)? {
+                out.push((page, lp.detach()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the claimed loads `pages` of one run, read back to back by one request with
+    /// result `read`. On success each page gets its share of the bytes read (the rest reads
+    /// as zeros) and becomes `VALID` and ready; it stays pinned if `keep_pins` (an
+    /// asynchronous read copies out of it next), else it is unpinned. On failure every load
+    /// is undone (the frames leave the index, pins and all) and the error is returned.
+    pub(crate) fn end_run(
+        &self,
+        file: &FileInner,
+        pages: impl ExactSizeIterator<Item = (u64, FrameId)>,
+        dev: usize,
+        read: std::io::Result<usize>,
+        keep_pins: bool,
+    ) -> Result<()> {
+        let ps = self.frames.page_size();
+        match read {
+            Ok(n) => {
+                self.metrics.read_ios.add(1);
+                self.metrics.read_bytes.add(n as u64);
+                for (i, (page, id)) in pages.enumerate() {
+                    let lp = LockedPage::attach(self, file, page, id);
+                    self.zero_tail(&lp, page_share(n, i, ps));
+                    if keep_pins {
+                        lp.into_pinned().keep();
+                    } else {
+                        lp.commit(false);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let (mut first, mut last) = (u64::MAX, 0);
+                for (page, id) in pages {
+                    (first, last) = (first.min(page), last.max(page));
+                    drop(LockedPage::attach(self, file, page, id)); // undoes the load
+                }
+                Err(Error::io(format!("read pages {first}..={last} of {:?} from device {dev}", file.name), e))
+            }
+        }
+    }
+
+    /// The frames `ids` (at most [`MAX_RUN_PAGES`]) as buffers for an engine queue's
+    /// `push_read`, without allocating: the array and how much of it is used.
+    pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>) -> ([*mut u8; MAX_RUN_PAGES], usize) {
+        let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
+        let mut n = 0;
+        for id in ids.take(MAX_RUN_PAGES) {
+            bufs[n] = self.frames.ptr(id);
+            n += 1;
+        }
+        (bufs, n)
+    }
+
     /// Loads every page of `pages` that has no frame, with one request per run and one
     /// batch for all; pages that have one (valid or loading) are left alone. On a device
     /// error the pages of the failed runs stay out of the cache and the first error is
     /// returned; the other runs' pages are loaded.
     pub(crate) fn load_missing(&self, file: &FileInner, pages: Range<u64>) -> Result<()> {
         let mut claimed = Claimed { cache: self, file, pages: Vec::new() };
-        for page in pages {
-            if file.index.peek(page).is_some() {
-                continue;
-            }
-            match self.load_locked(file, page, Fill::Overwrite) {
-                Ok(Some(lp)) => claimed.pages.push((page, lp.detach())),
-                Ok(None) => {}
-                // Frames ran short, perhaps because of this batch's own claims (in a page
-                // set): load what is claimed; the reader loads the rest one at a time.
-                Err(e) if e.kind() == crate::error::ErrorKind::CacheFull && !claimed.pages.is_empty() => {
-                    break
-                }
-                Err(e) => return Err(e),
-            }
+        match self.claim_missing(file, pages, &mut claimed.pages) {
+            Ok(()) => {}
+            // Frames ran short, perhaps because of this batch's own claims (in a page set):
+            // load what is claimed; the reader loads the rest one at a time.
+            Err(e) if e.kind() == crate::error::ErrorKind::CacheFull && !claimed.pages.is_empty() => {}
+            Err(e) => return Err(e), // `claimed` undoes the claims
         }
         if claimed.pages.is_empty() {
             return Ok(());
@@ -145,34 +209,9 @@ impl CacheInner {
         let pages = std::mem::take(&mut claimed.pages);
         let mut first_err = None;
         for (run, result) in runs.iter().zip(results) {
-            let members = &pages[run.members.clone()];
-            match result {
-                Ok(n) => {
-                    self.metrics.read_ios.add(1);
-                    self.metrics.read_bytes.add(n as u64);
-                    for (i, &(page, id)) in members.iter().enumerate() {
-                        let lp = LockedPage::attach(self, file, page, id);
-                        self.zero_tail(&lp, page_share(n, i, ps));
-                        lp.commit(false);
-                    }
-                }
-                Err(e) => {
-                    for &(page, id) in members {
-                        drop(LockedPage::attach(self, file, page, id)); // undoes the load
-                    }
-                    first_err.get_or_insert_with(|| {
-                        Error::io(
-                            format!(
-                                "read pages {}..={} of {:?} from device {}",
-                                members[0].0,
-                                members[members.len() - 1].0,
-                                file.name,
-                                run.dev
-                            ),
-                            e,
-                        )
-                    });
-                }
+            let members = pages[run.members.clone()].iter().copied();
+            if let Err(e) = self.end_run(file, members, run.dev, result, false) {
+                first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)

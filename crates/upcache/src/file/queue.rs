@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use super::handle::File;
 use crate::cache::async_load::{Prefetch, Readiness};
-use crate::cache::batch::{page_share, runs, MAX_RUN_PAGES};
+use crate::cache::batch::runs;
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
@@ -56,14 +56,18 @@ struct PagePin {
     loading: bool,
 }
 
+/// A load a request started: indices into its `pins`, read back to back from one device.
+type LoadRun = (Vec<usize>, usize);
+
 struct Request {
     tag: u64,
     file: File,
     offset: u64,
     buf: Vec<u8>,
     pins: Vec<PagePin>,
-    /// The loads started, each a run of indices into `pins`; emptied when it completes.
-    runs: Vec<Vec<usize>>,
+    /// The loads started, each a run of indices into `pins` and its device; emptied when it
+    /// completes.
+    runs: Vec<LoadRun>,
     /// Loads of this request still in flight.
     loads: usize,
     error: Option<Error>,
@@ -89,7 +93,7 @@ pub struct IoQueue {
     /// Being dropped: reaped loads end, but nothing new starts.
     closing: bool,
     /// Vectors of finished requests, for new ones.
-    spare: Vec<(Vec<PagePin>, Vec<Vec<usize>>)>,
+    spare: Vec<(Vec<PagePin>, Vec<LoadRun>)>,
     reaped: Vec<QueueCompletion>,
 }
 
@@ -204,37 +208,22 @@ impl IoQueue {
     fn reap(&mut self, min: usize) {
         let mut reaped = std::mem::take(&mut self.reaped);
         self.ring.reap(min, &mut reaped);
-        let ps = self.cache.config.page_size;
         for (tag, read) in reaped.drain(..) {
             self.loads -= 1;
             let (slot, run) = ((tag >> 32) as usize, tag as u32 as usize);
             let req = self.requests[slot].as_mut().expect("a load belongs to a live request");
             req.loads -= 1;
-            let members = std::mem::take(&mut req.runs[run]);
-            let file = req.file.inner();
-            match read {
-                Ok(n) => {
-                    self.cache.metrics.read_ios.add(1);
-                    self.cache.metrics.read_bytes.add(n as u64);
-                    for (i, &k) in members.iter().enumerate() {
-                        let pin = &mut req.pins[k];
-                        pin.loading = false;
-                        self.cache.end_load(file, pin.page, pin.id, Some(page_share(n, i, ps)));
-                    }
+            let (members, dev) = std::mem::take(&mut req.runs[run]);
+            let pages = members.iter().map(|&k| (req.pins[k].page, req.pins[k].id));
+            let ended = self.cache.end_run(req.file.inner(), pages, dev, read, true);
+            for &k in &members {
+                req.pins[k].loading = false;
+                if ended.is_err() {
+                    req.pins[k].id = FrameId::MAX; // the failed load took the pin with it
                 }
-                Err(e) => {
-                    let (first, last) =
-                        (req.pins[members[0]].page, req.pins[members[members.len() - 1]].page);
-                    for &k in &members {
-                        let pin = &mut req.pins[k];
-                        pin.loading = false;
-                        self.cache.end_load(file, pin.page, pin.id, None);
-                        pin.id = FrameId::MAX; // the failed load took the pin with it
-                    }
-                    let (dev, _) = self.cache.layout.locate(first);
-                    let what = format!("read pages {first}..={last} of {:?} from device {dev}", file.name);
-                    req.error.get_or_insert(Error::io(what, e));
-                }
+            }
+            if let Err(e) = ended {
+                req.error.get_or_insert(e);
             }
             if req.loads == 0 {
                 self.pending.retain(|&s| s != slot);
@@ -302,7 +291,7 @@ impl IoQueue {
     }
 
     /// Keeps a finished request's vectors for the next one (no allocation per request).
-    fn recycle(&mut self, mut pins: Vec<PagePin>, mut runs: Vec<Vec<usize>>) {
+    fn recycle(&mut self, mut pins: Vec<PagePin>, mut runs: Vec<LoadRun>) {
         if self.spare.len() < self.depth {
             pins.clear();
             runs.clear();
@@ -457,10 +446,11 @@ enum Pinned {
 /// with the range lock held.
 fn ensure_pin(cache: &CacheInner, req: &mut Request, page: u64) -> Result<Pinned> {
     let file = req.file.inner();
+    // A pinned frame the copy may use: valid, and still the page's frame in the index.
+    let current = |id| cache.readiness(id) == Readiness::Valid && file.index.peek(page) == Some(id);
     let mut have = false;
     for p in req.pins.iter_mut().filter(|p| p.page == page && p.id != FrameId::MAX) {
-        let usable =
-            p.loading || (cache.readiness(p.id) == Readiness::Valid && file.index.peek(page) == Some(p.id));
+        let usable = p.loading || current(p.id);
         if usable && !have {
             have = true;
         } else {
@@ -474,7 +464,7 @@ fn ensure_pin(cache: &CacheInner, req: &mut Request, page: u64) -> Result<Pinned
     }
     Ok(match cache.prefetch(file, page)? {
         Prefetch::Resident(id) => {
-            if cache.readiness(id) != Readiness::Valid || file.index.peek(page) != Some(id) {
+            if !current(id) {
                 cache.unpin(id);
                 return Ok(Pinned::Elsewhere);
             }
@@ -504,13 +494,10 @@ fn start_loads(
     let file = req.file.inner().clone();
     for run in runs(&cache.layout, cache.run_pages, fresh.iter().map(|&k| req.pins[k].page)) {
         let members: Vec<usize> = fresh[run.members].to_vec();
-        let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
-        for (b, &k) in bufs.iter_mut().zip(&members) {
-            *b = cache.frames.ptr(req.pins[k].id);
-        }
-        let bufs = &bufs[..members.len()];
+        let (bufs, n) = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
+        let bufs = &bufs[..n];
         let tag = (slot as u64) << 32 | req.runs.len() as u64;
-        req.runs.push(members);
+        req.runs.push((members, run.dev));
         req.loads += 1;
         *loads += 1;
         // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes

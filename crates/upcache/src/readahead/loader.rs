@@ -5,8 +5,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::thread::JoinHandle;
 
-use crate::cache::batch::{page_share, runs, MAX_RUN_PAGES};
-use crate::cache::page::{Fill, LockedPage};
+use crate::cache::batch::runs;
 use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
@@ -85,6 +84,7 @@ impl Drop for Loader {
 struct InFlight {
     file: Arc<FileInner>,
     pages: Vec<(u64, FrameId)>,
+    dev: usize,
 }
 
 fn run(cache: &CacheInner) {
@@ -152,28 +152,12 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
     while start < end {
         let chunk_end = (start + cache.run_pages as u64).min(end);
         let mut claimed = Vec::new();
-        let mut full = false;
-        for page in start..chunk_end {
-            if file.index.peek(page).is_some() {
-                continue;
-            }
-            match cache.load_locked(file, page, Fill::Overwrite) {
-                Ok(Some(lp)) => claimed.push((page, lp.detach())),
-                Ok(None) => {}
-                Err(_) => {
-                    full = true; // no frame to spare: read ahead less
-                    break;
-                }
-            }
-        }
+        // An error means no frame to spare: read ahead less.
+        let full = cache.claim_missing(file, start..chunk_end, &mut claimed).is_err();
         cache.metrics.readahead_pages.add(claimed.len() as u64);
         for run in runs(&cache.layout, cache.run_pages, claimed.iter().map(|&(p, _)| p)) {
             let pages = claimed[run.members].to_vec();
-            let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
-            for (b, &(_, id)) in bufs.iter_mut().zip(&pages) {
-                *b = cache.frames.ptr(id);
-            }
-            let n = pages.len();
+            let (bufs, n) = cache.frame_ptrs(pages.iter().map(|&(_, id)| id));
             let slot = match slots.iter().position(Option::is_none) {
                 Some(i) => i,
                 None => {
@@ -181,7 +165,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
                     slots.len() - 1
                 }
             };
-            slots[slot] = Some(InFlight { file: file.clone(), pages });
+            slots[slot] = Some(InFlight { file: file.clone(), pages, dev: run.dev });
             // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
             // until we end the load, which is after the queue reports this read (the loader
             // drains its queue before it exits).
@@ -198,23 +182,8 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
 
 /// Ends the loads of a completed run.
 fn end_run(cache: &CacheInner, f: InFlight, read: std::io::Result<usize>) {
-    let ps = cache.config.page_size;
-    match read {
-        Ok(n) => {
-            cache.metrics.read_ios.add(1);
-            cache.metrics.read_bytes.add(n as u64);
-            for (i, &(page, id)) in f.pages.iter().enumerate() {
-                let lp = LockedPage::attach(cache, &f.file, page, id);
-                cache.zero_tail(&lp, page_share(n, i, ps));
-                lp.commit(false);
-            }
-        }
-        Err(e) => {
-            // Readers that need these pages load them themselves and see the error then.
-            log::debug!("readahead of {:?} failed: {e}", f.file.name);
-            for &(page, id) in &f.pages {
-                drop(LockedPage::attach(cache, &f.file, page, id));
-            }
-        }
+    if let Err(e) = cache.end_run(&f.file, f.pages.iter().copied(), f.dev, read, false) {
+        // Readers that need these pages load them themselves and see the error then.
+        log::debug!("readahead failed: {e}");
     }
 }
