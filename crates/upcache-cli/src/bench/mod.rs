@@ -772,9 +772,12 @@ impl<E: Engine> Worker<'_, E> {
         // Only every `lat_every`-th op is timed (and checks the deadline): reading the clock
         // twice costs about as much as a pin, so timing every op would measure the clock.
         let every = self.lat_every.max(1);
+        // Ops until the next timed one (a countdown: a division per op costs a pin's worth).
+        let mut untimed = 0u64;
         while n < self.quota {
             let op = self.gen.next(&mut rng);
-            let timed = n % every == 0;
+            let timed = untimed == 0;
+            untimed = if timed { every - 1 } else { untimed - 1 };
             let t0 = if timed { Some(Instant::now()) } else { None };
             let r = if op.read {
                 self.eng.read(op.file, &mut self.buf, op.offset)
