@@ -160,8 +160,11 @@ impl RangeLock {
         for i in 0..FAST_SLOTS {
             let slot = (first + i) % FAST_SLOTS;
             let s = &self.fast[slot].0;
-            // Relaxed (both): the fence below orders the publication before `writers` is read
-            // (the reader's half of the handshake); a writer's Acquire loads see the range.
+            // Relaxed (both): the SeqCst fence below orders the publication before `writers`
+            // is read (the reader's half of the handshake), and it is also the acquire for
+            // the free slot we read: a previous holder's bytes and release come before ours,
+            // so a writer that reads our later release sees theirs too. Without the fence the
+            // CAS would need Acquire.
             if s.load(Ordering::Relaxed) != 0
                 || s.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_err()
             {
@@ -421,6 +424,106 @@ mod loom_models {
             }
             writer.join().unwrap();
             assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    /// A reads and frees a slot that B (a disjoint reader) takes next; the writer that sees
+    /// B's release must still be ordered after A's read.
+    #[test]
+    fn a_reused_slot_still_orders_its_first_reader() {
+        loom::model(|| {
+            let l = Arc::new(RangeLock::default());
+            let cell = Arc::new(UnsafeCell::new(0u64));
+            let b = {
+                let l = l.clone();
+                loom::thread::spawn(move || drop(l.read(5 * G, 6 * G)))
+            };
+            let w = {
+                let (l, cell) = (l.clone(), cell.clone());
+                loom::thread::spawn(move || {
+                    let _w = l.write(0, G);
+                    // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                    cell.with_mut(|p| unsafe { *p += 1 });
+                })
+            };
+            {
+                let _r = l.read(0, G);
+                // SAFETY: the shared range keeps the writer out (what loom checks).
+                cell.with(|p| unsafe { assert!(*p <= 1) });
+            }
+            b.join().unwrap();
+            w.join().unwrap();
+        });
+    }
+
+    /// Two writers (the count goes 2 → 1 → 0) and a fast reader of the first one's range.
+    #[test]
+    fn two_writers_and_a_fast_reader() {
+        loom::model(|| {
+            let l = Arc::new(RangeLock::default());
+            let cell = Arc::new(UnsafeCell::new(0u64));
+            let writers: Vec<_> = [(0, G), (G, 2 * G)]
+                .into_iter()
+                .map(|(s, e)| {
+                    let (l, cell) = (l.clone(), cell.clone());
+                    loom::thread::spawn(move || {
+                        let _w = l.write(s, e);
+                        if s == 0 {
+                            // SAFETY: exclusive on the cell's range (what loom checks).
+                            cell.with_mut(|p| unsafe { *p += 1 });
+                        }
+                    })
+                })
+                .collect();
+            {
+                let _r = l.read(0, G);
+                // SAFETY: the shared range keeps the first writer out (what loom checks).
+                cell.with(|p| unsafe { assert!(*p <= 1) });
+            }
+            writers.into_iter().for_each(|t| t.join().unwrap());
+            assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    /// A writer that must wait for a queued (unaligned) reader and a fast reader at once.
+    #[test]
+    fn a_writer_waits_for_queued_and_fast_readers() {
+        loom::model(|| {
+            let l = Arc::new(RangeLock::default());
+            let queued = {
+                let l = l.clone();
+                loom::thread::spawn(move || drop(l.read(1, G)))
+            };
+            let fast = {
+                let l = l.clone();
+                loom::thread::spawn(move || drop(l.read(G, 2 * G)))
+            };
+            drop(l.write(0, 2 * G));
+            queued.join().unwrap();
+            fast.join().unwrap();
+            assert!(sync::lock(&l.queue).requests.is_empty());
+        });
+    }
+
+    /// `try_read` never waits and, when it succeeds, keeps the writer out like `read`.
+    #[test]
+    fn try_read_excludes_a_writer_or_fails() {
+        loom::model(|| {
+            let l = Arc::new(RangeLock::default());
+            let cell = Arc::new(UnsafeCell::new(0u64));
+            let w = {
+                let (l, cell) = (l.clone(), cell.clone());
+                loom::thread::spawn(move || {
+                    let _w = l.write(0, G);
+                    // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                    cell.with_mut(|p| unsafe { *p += 1 });
+                })
+            };
+            if let Some(_r) = l.try_read(0, G) {
+                // SAFETY: the shared range keeps the writer out (what loom checks).
+                cell.with(|p| unsafe { assert!(*p <= 1) });
+            }
+            w.join().unwrap();
         });
     }
 
