@@ -48,7 +48,8 @@ pub struct Completion {
     pub buf: Vec<u8>,
 }
 
-/// A page of a read and the frame pinned for it.
+/// A page of a read and the frame pinned for it (`FrameId::MAX`: none).
+#[derive(Clone, Copy)]
 struct PagePin {
     page: u64,
     id: FrameId,
@@ -64,6 +65,8 @@ struct Request {
     file: File,
     offset: u64,
     buf: Vec<u8>,
+    /// One per page of the range, in page order (filled by the first attempt), so a page's
+    /// pin is found by index: a 1 MiB read has 256 of them.
     pins: Vec<PagePin>,
     /// The loads started, each a run of indices into `pins` and its device; emptied when it
     /// completes.
@@ -381,9 +384,15 @@ fn attempt(
         if req.offset >= end {
             return Attempt::Copied(0);
         }
+        let first = req.offset / ps;
+        if req.pins.is_empty() {
+            // Every page the buffer covers; the length may grow before a later attempt.
+            let pages = first..=(want_end - 1) / ps;
+            req.pins.extend(pages.map(|page| PagePin { page, id: FrameId::MAX, loading: false }));
+        }
         let (mut fresh, mut waiting, mut failed) = (Vec::new(), false, None);
-        for page in req.offset / ps..=(end - 1) / ps {
-            match ensure_pin(cache, req, page) {
+        for page in first..=(end - 1) / ps {
+            match ensure_pin(cache, req, (page - first) as usize) {
                 Ok(Pinned::Have) => {}
                 Ok(Pinned::Fresh(k)) => fresh.push(k),
                 Ok(Pinned::Elsewhere) => waiting = true,
@@ -405,7 +414,8 @@ fn attempt(
         while pos < end {
             let page = pos / ps;
             let n = (ps - pos % ps).min(end - pos) as usize;
-            let pin = req.pins.iter().find(|p| p.page == page && p.id != FrameId::MAX).expect("pinned above");
+            let pin = req.pins[(page - first) as usize];
+            debug_assert!(pin.page == page && pin.id != FrameId::MAX, "pinned above");
             let at = (pos - req.offset) as usize;
             // SAFETY: our pin keeps the frame on this page, and `ensure_pin` saw it VALID and
             // the page's current frame under the range lock we hold, which keeps writers
@@ -441,26 +451,21 @@ enum Pinned {
     Elsewhere,
 }
 
-/// Makes sure `req` holds a usable pin on `page`: keeps its own load or a valid current
-/// frame, drops anything else, and pins the page's frame or claims a load of it. Called
-/// with the range lock held.
-fn ensure_pin(cache: &CacheInner, req: &mut Request, page: u64) -> Result<Pinned> {
+/// Makes sure `req` holds a usable pin on its `k`th page: keeps its own load or a valid
+/// current frame, drops anything else, and pins the page's frame or claims a load of it.
+/// Called with the range lock held.
+fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Result<Pinned> {
     let file = req.file.inner();
+    let p = &mut req.pins[k];
+    let page = p.page;
     // A pinned frame the copy may use: valid, and still the page's frame in the index.
     let current = |id| cache.readiness(id) == Readiness::Valid && file.index.peek(page) == Some(id);
-    let mut have = false;
-    for p in req.pins.iter_mut().filter(|p| p.page == page && p.id != FrameId::MAX) {
-        let usable = p.loading || current(p.id);
-        if usable && !have {
-            have = true;
-        } else {
-            debug_assert!(!p.loading);
-            cache.unpin(p.id);
-            p.id = FrameId::MAX;
+    if p.id != FrameId::MAX {
+        if p.loading || current(p.id) {
+            return Ok(Pinned::Have);
         }
-    }
-    if have {
-        return Ok(Pinned::Have);
+        cache.unpin(p.id);
+        p.id = FrameId::MAX;
     }
     Ok(match cache.prefetch(file, page)? {
         Prefetch::Resident(id) => {
@@ -468,12 +473,12 @@ fn ensure_pin(cache: &CacheInner, req: &mut Request, page: u64) -> Result<Pinned
                 cache.unpin(id);
                 return Ok(Pinned::Elsewhere);
             }
-            req.pins.push(PagePin { page, id, loading: false });
+            *p = PagePin { page, id, loading: false };
             Pinned::Have
         }
         Prefetch::Load(id) => {
-            req.pins.push(PagePin { page, id, loading: true });
-            Pinned::Fresh(req.pins.len() - 1)
+            *p = PagePin { page, id, loading: true };
+            Pinned::Fresh(k)
         }
     })
 }
