@@ -59,9 +59,9 @@ pub(crate) struct CacheInner {
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
     pub(crate) readahead: Inbox,
-    /// Most pages in one read request: what every device takes as one request (see
-    /// `io::device::max_segments`), at most `batch::MAX_RUN_PAGES`.
-    pub(crate) run_pages: usize,
+    /// What one read request may carry on every device (`io::device::request_limits`),
+    /// pages at most `batch::MAX_RUN_PAGES`.
+    pub(crate) limits: device::RequestLimits,
     /// Holds an exclusive flock on the array for the life of the cache.
     _lock_file: fs::File,
 }
@@ -236,7 +236,7 @@ impl Cache {
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
-            run_pages: device::run_pages(&config.device_dirs, batch::MAX_RUN_PAGES),
+            limits: device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES),
             config,
             _lock_file: lock,
         });

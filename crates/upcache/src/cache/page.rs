@@ -344,15 +344,30 @@ impl CacheInner {
             return self.load_locked_in_set(sets, file, page, fill);
         }
         let id = self.alloc_frame(file)?;
-        self.frames.set_key(id, PageKey { file: file.id, page });
-        self.frames.state(id).assign_locked();
-        if file.index.insert_if_absent(page, id).is_err() {
-            // Another thread published the page first; give the frame back and use theirs.
-            self.frames.unlock(id, 0, 0);
-            self.release_frame(file, id);
+        if !self.publish_fresh(file, page, id) {
             return Ok(None);
         }
         self.fill_locked(file, page, id, fill).map(Some)
+    }
+
+    /// Publishes frame `id`, just taken by `alloc_frame`, `LOCKED` in the index as `page` of
+    /// `file`. False if another thread published the page first: the frame goes back to the
+    /// pool and the caller uses theirs.
+    pub(crate) fn publish_fresh(&self, file: &FileInner, page: u64, id: FrameId) -> bool {
+        self.frames.set_key(id, PageKey { file: file.id, page });
+        self.frames.state(id).assign_locked();
+        if file.index.insert_if_absent(page, id).is_err() {
+            self.frames.unlock(id, 0, 0);
+            self.release_frame(file, id);
+            return false;
+        }
+        true
+    }
+
+    /// The guard of a load just published by `publish_fresh`, counted as a miss.
+    pub(crate) fn fresh_load<'a>(&'a self, file: &'a FileInner, page: u64, id: FrameId) -> LockedPage<'a> {
+        self.metrics.misses.add(1);
+        LockedPage { cache: self, file, page, id, fresh: true, committed: false }
     }
 
     /// `load_locked` for a set-associative cache: the page's set gives the frame and records
@@ -395,8 +410,7 @@ impl CacheInner {
         id: FrameId,
         fill: Fill,
     ) -> Result<LockedPage<'a>> {
-        self.metrics.misses.add(1);
-        let lp = LockedPage { cache: self, file, page, id, fresh: true, committed: false };
+        let lp = self.fresh_load(file, page, id);
         let ps = self.frames.page_size();
         match fill {
             Fill::Overwrite => {}
@@ -462,7 +476,7 @@ impl CacheInner {
     /// A frame for a new page of `file`: from the allocator, else evicted by the policy. Low
     /// pressure asks the flushers to reclaim in the background (and, if urgent, to shrink
     /// the per-file frame caches), so later misses find free frames.
-    fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
+    pub(crate) fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
         let mut retries = EvictionRetries::default();
         loop {
             if let Some(id) = self.free.alloc(&file.frames) {

@@ -25,8 +25,7 @@
 use std::collections::VecDeque;
 
 use super::handle::File;
-use crate::cache::async_load::{Prefetch, Readiness};
-use crate::cache::batch::runs;
+use crate::cache::async_load::Readiness;
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
@@ -390,19 +389,26 @@ fn attempt(
             let pages = first..=(want_end - 1) / ps;
             req.pins.extend(pages.map(|page| PagePin { page, id: FrameId::MAX, loading: false }));
         }
-        let (mut fresh, mut waiting, mut failed) = (Vec::new(), false, None);
+        let (mut missing, mut waiting) = (Vec::new(), false);
         for page in first..=(end - 1) / ps {
             match ensure_pin(cache, req, (page - first) as usize) {
-                Ok(Pinned::Have) => {}
-                Ok(Pinned::Fresh(k)) => fresh.push(k),
-                Ok(Pinned::Elsewhere) => waiting = true,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+                Pinned::Have => {}
+                Pinned::Missing => missing.push(page),
+                Pinned::Elsewhere => waiting = true,
             }
         }
-        // The loads claimed so far go out even if a later page failed.
+        // Claimed together, so their frames come in order (`cache/batch.rs`).
+        let mut claimed = Vec::new();
+        let failed = cache.claim_missing(&file, missing.iter().copied(), &mut claimed).err();
+        let mut fresh = Vec::with_capacity(claimed.len());
+        for &(page, id) in &claimed {
+            let k = (page - first) as usize;
+            req.pins[k] = PagePin { page, id, loading: true };
+            fresh.push(k);
+        }
+        // A page another thread published meanwhile is its to load: come back for it.
+        waiting |= claimed.len() < missing.len();
+        // The loads claimed go out even if a later page failed.
         start_loads(cache, req, ring, slot, loads, &fresh);
         if let Some(e) = failed {
             return Attempt::Failed(e);
@@ -441,20 +447,20 @@ fn attempt(
     outcome
 }
 
-/// What `ensure_pin` did for a page.
+/// What `ensure_pin` found for a page.
 enum Pinned {
     /// The request holds a valid, current frame or its own load of it.
     Have,
-    /// A load claimed for the request: its index in `pins`, for `start_loads`.
-    Fresh(usize),
+    /// The page has no frame: the request is to load it.
+    Missing,
     /// Another thread (or another request of this queue) is loading it: try again later.
     Elsewhere,
 }
 
-/// Makes sure `req` holds a usable pin on its `k`th page: keeps its own load or a valid
-/// current frame, drops anything else, and pins the page's frame or claims a load of it.
+/// Makes sure `req` holds a usable pin on its `k`th page if the page has a frame: keeps its
+/// own load or a valid current frame, drops anything else, and pins the page's frame.
 /// Called with the range lock held.
-fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Result<Pinned> {
+fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Pinned {
     let file = req.file.inner();
     let p = &mut req.pins[k];
     let page = p.page;
@@ -462,25 +468,18 @@ fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Result<Pinned>
     let current = |id| cache.readiness(id) == Readiness::Valid && file.index.peek(page) == Some(id);
     if p.id != FrameId::MAX {
         if p.loading || current(p.id) {
-            return Ok(Pinned::Have);
+            return Pinned::Have;
         }
         cache.unpin(p.id);
         p.id = FrameId::MAX;
     }
-    Ok(match cache.prefetch(file, page)? {
-        Prefetch::Resident(id) => {
-            if !current(id) {
-                cache.unpin(id);
-                return Ok(Pinned::Elsewhere);
-            }
-            *p = PagePin { page, id, loading: false };
-            Pinned::Have
-        }
-        Prefetch::Load(id) => {
-            *p = PagePin { page, id, loading: true };
-            Pinned::Fresh(k)
-        }
-    })
+    let Some(id) = cache.pin_resident(file, page) else { return Pinned::Missing };
+    if !current(id) {
+        cache.unpin(id);
+        return Pinned::Elsewhere;
+    }
+    *p = PagePin { page, id, loading: false };
+    Pinned::Have
 }
 
 /// Queues the claimed loads `fresh` (indices in `req.pins`, ascending by page) on `ring`,
@@ -497,7 +496,7 @@ fn start_loads(
         return;
     }
     let file = req.file.inner().clone();
-    for run in runs(&cache.layout, cache.run_pages, fresh.iter().map(|&k| req.pins[k].page)) {
+    for run in cache.runs_of(fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
         let members: Vec<usize> = fresh[run.members].to_vec();
         let (bufs, n) = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
         let bufs = &bufs[..n];

@@ -11,7 +11,8 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
 
-const HUGE_PAGE: usize = 2 << 20;
+/// Bytes per transparent huge page (x86-64, arm64 with 4 KiB base pages).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 /// A boxed slice on huge pages.
 pub struct HugeArray<T> {

@@ -141,22 +141,36 @@ mod tests {
     }
 }
 
-/// Most pages that one read request into separate frames should
-/// carry on every device of `dirs`, at most `cap`: the block layer needs a segment per frame
-/// (frames are not contiguous in memory), so a request of more pages than a device's
-/// `max_segments` is split, and a run of 256 pages on a 254-segment device becomes a large
-/// request and a tiny one. `cap` where sysfs does not say (tmpfs, containers).
-pub fn run_pages(dirs: &[PathBuf], cap: usize) -> usize {
-    let segment_pages = |dir: &PathBuf| -> Option<usize> {
+/// What one request may carry on every device of an array: the smallest of each limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Pages per request (the block layer's `max_sectors_kb`).
+    pub pages: usize,
+    /// Memory segments per request (`max_segments`): a segment is a physically contiguous
+    /// piece of the buffers, so a request into scattered frames carries one page per
+    /// segment, and one into frames side by side on a huge page needs one in all.
+    pub segments: usize,
+}
+
+/// The request limits of the devices holding `dirs` for pages of `page_size` bytes, each at
+/// most `cap`; `cap` where sysfs does not say (tmpfs, containers).
+pub fn request_limits(dirs: &[PathBuf], page_size: usize, cap: usize) -> RequestLimits {
+    let queue_value = |dir: &PathBuf, name: &str| -> Option<usize> {
         use std::os::unix::fs::MetadataExt;
         let dev = std::fs::metadata(dir).ok()?.dev();
         let (major, minor) = (libc::major(dev), libc::minor(dev));
         let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
         // A partition has no queue of its own; its disk's is one level up.
         let read = |p: PathBuf| std::fs::read_to_string(p).ok()?.trim().parse::<usize>().ok();
-        read(base.join("queue/max_segments")).or_else(|| read(base.join("../queue/max_segments")))
+        read(base.join("queue").join(name)).or_else(|| read(base.join("../queue").join(name)))
     };
-    dirs.iter().filter_map(segment_pages).min().unwrap_or(cap).clamp(1, cap)
+    let smallest = |name: &str, scale: &dyn Fn(usize) -> usize| {
+        dirs.iter().filter_map(|d| queue_value(d, name)).map(scale).min().unwrap_or(cap).clamp(1, cap)
+    };
+    RequestLimits {
+        pages: smallest("max_sectors_kb", &|kb| kb.saturating_mul(1024) / page_size.max(1)),
+        segments: smallest("max_segments", &|n| n),
+    }
 }
 
 /// Sets a backing file's length.

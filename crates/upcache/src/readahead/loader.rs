@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::thread::JoinHandle;
 
-use crate::cache::batch::runs;
 use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
@@ -150,12 +149,12 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
     // start on a large window before all of it is claimed.
     let mut start = w.pages.start;
     while start < end {
-        let chunk_end = (start + cache.run_pages as u64).min(end);
+        let chunk_end = (start + cache.limits.pages as u64).min(end);
         let mut claimed = Vec::new();
         // An error means no frame to spare: read ahead less.
         let full = cache.claim_missing(file, start..chunk_end, &mut claimed).is_err();
         cache.metrics.readahead_pages.add(claimed.len() as u64);
-        for run in runs(&cache.layout, cache.run_pages, claimed.iter().map(|&(p, _)| p)) {
+        for run in cache.runs_of(claimed.iter().copied()) {
             let pages = claimed[run.members].to_vec();
             let (bufs, n) = cache.frame_ptrs(pages.iter().map(|&(_, id)| id));
             let slot = match slots.iter().position(Option::is_none) {
