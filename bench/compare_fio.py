@@ -5,6 +5,7 @@ medians. Used for the issue-4 figures in bench/RESULTS.md.
 
     bench/compare_fio.py randread [--rounds 3] [--dir DIR]   # 4 KiB random, no hits, depth 32
     bench/compare_fio.py seqread  [--rounds 3] [--dir DIR]   # 1 MiB sequential, 2x the cache
+                                                           # (and fio in 4 MiB requests: the device's ceiling)
 
 Needs fio, root (for the cgroup) and target/release/upcache (cargo build --release).
 """
@@ -76,7 +77,7 @@ def main():
         up_args = ["--rw", "read", "--bs", "1m", "--size", size, "--cache", cache, "--devices", "1",
                    "--threads", "1", "--runtime", rt, "--dir", os.path.join(a.dir, "up")]
         fio_args = (fio_file, size, "read", "1m", 16, a.runtime)
-    rows = {"upcache": [], "fio": [], "kernel-capped": [], "upcache-copy": []}
+    rows = {"upcache": [], "fio": [], "kernel-capped": [], "upcache-copy": [], "fio-4m": []}
     for r in range(a.rounds):
         if a.workload == "randread":
             rows["upcache"].append(upcache(up_args)[0])
@@ -88,6 +89,10 @@ def main():
             limit = 512 * 2**20 + 16 * 2**20
             rows["kernel-capped"].append(upcache(["--engine", "kernel"] + up_args, cgroup_limit=limit)[0])
         rows["fio"].append(fio(*fio_args))
+        if a.workload == "seqread":
+            # The device's ceiling for reference: O_DIRECT in 4 MiB requests (the size the
+            # kernel's readahead and upcache's runs reach on a disk with max_sectors_kb 4096).
+            rows["fio-4m"].append(fio(fio_file, size, "read", "4m", 16, a.runtime))
         line = "  ".join(f"{k} {v[-1]['iops']:.0f} iops {v[-1]['cpu_us_per_op']:.2f} cpu-us/op"
                          for k, v in rows.items() if v)
         print(f"round {r + 1}: {line}", flush=True)
@@ -103,6 +108,9 @@ def main():
     if rows["kernel-capped"]:
         for k in ("upcache", "upcache-copy"):
             print(f"  {k} vs kernel-capped: {median(rows[k], 'mib_s') / median(rows['kernel-capped'], 'mib_s'):.2f}x")
+        ceiling = median(rows["fio-4m"], "mib_s")
+        for k in ("upcache", "upcache-copy", "kernel-capped"):
+            print(f"  {k} vs the device ceiling (fio 4 MiB O_DIRECT): {median(rows[k], 'mib_s') / ceiling:.2f}x")
     return 0
 
 
