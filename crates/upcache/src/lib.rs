@@ -46,7 +46,7 @@
 //! | merging adjacent dirty pages into one write | 002 §4.2 | `writeback/run.rs` |
 //! | io_uring engine: batches, fixed buffers, async queues | 002 §3.1 | `io/engine/uring.rs` |
 //! | asynchronous reads and writes with a queue depth | 002 §3.1 | `file/queue.rs` |
-//! | multi-page reads: runs into non-contiguous frames, one batch | 002 §4.2, 004 §5.4 | `cache/batch.rs` |
+//! | multi-page reads: runs into frames claimed in order, one batch | 002 §4.2, 004 §5.4 | `cache/batch.rs` |
 //! | readahead: stream pointer, adaptive window | 003 §4.1 | `readahead/` |
 //!
 //! See ARCHITECTURE.md for the full map and what is still to come.

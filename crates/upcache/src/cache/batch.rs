@@ -26,6 +26,11 @@ use crate::io::layout::StripeLayout;
 /// A cache uses fewer where its devices take less ([`CacheInner::limits`]).
 pub(crate) const MAX_RUN_PAGES: usize = 1024;
 
+/// Frames a claim takes before it publishes them: sorted, a chunk lies side by side, and
+/// chunks (taken from the pool's stack one after another) join every 64 pages at worst, so
+/// a 4 MiB run has at most 16 segments.
+const CLAIM_CHUNK: usize = 64;
+
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Run {
@@ -120,10 +125,11 @@ impl CacheInner {
     }
 
     /// [`runs`] with this cache's layout and request limits: frames side by side in the arena
-    /// and on one huge page are taken as one memory segment.
+    /// and in one aligned `segment_block` are taken as one memory segment.
     pub(crate) fn runs_of(&self, pages: impl IntoIterator<Item = (u64, FrameId)>) -> Vec<Run> {
+        let block = self.segment_block;
         runs(&self.layout, self.limits, pages, |a, b| {
-            b == a + 1 && self.frames.ptr(b) as usize & (crate::frame::huge::HUGE_PAGE - 1) != 0
+            b == a + 1 && self.frames.ptr(b) as usize & (block - 1) != 0
         })
     }
 
@@ -150,25 +156,30 @@ impl CacheInner {
             return Ok(());
         }
         let missing: Vec<u64> = pages.into_iter().filter(|&p| file.index.peek(p).is_none()).collect();
-        let mut ids = Vec::with_capacity(missing.len());
-        let mut taken = Ok(());
-        for _ in &missing {
-            match self.alloc_frame(file) {
-                Ok(id) => ids.push(id),
-                Err(e) => {
-                    taken = Err(e);
-                    break;
+        // In chunks, so a page is published soon after it is seen missing (another reader
+        // that finds it missing meanwhile loads it too, and one of the two loses its frame).
+        for chunk in missing.chunks(CLAIM_CHUNK) {
+            let mut ids = Vec::with_capacity(chunk.len());
+            let mut taken = Ok(());
+            for _ in chunk {
+                match self.alloc_frame(file) {
+                    Ok(id) => ids.push(id),
+                    Err(e) => {
+                        taken = Err(e);
+                        break;
+                    }
                 }
             }
-        }
-        ids.sort_unstable();
-        // Pages past the frames we got go without: the error says why.
-        for (page, id) in missing.into_iter().zip(ids) {
-            if self.publish_fresh(file, page, id) {
-                out.push((page, self.fresh_load(file, page, id).detach()));
+            ids.sort_unstable();
+            // Pages past the frames we got go without: the error says why.
+            for (&page, id) in chunk.iter().zip(ids) {
+                if self.publish_fresh(file, page, id) {
+                    out.push((page, self.fresh_load(file, page, id).detach()));
+                }
             }
+            taken?;
         }
-        taken
+        Ok(())
     }
 
     /// Ends the claimed loads `pages` of one run, read back to back by one request with
@@ -282,7 +293,7 @@ mod tests {
     use crate::io::layout::LayoutKind;
 
     fn limits(pages: usize, segments: usize) -> RequestLimits {
-        RequestLimits { pages, segments }
+        RequestLimits { pages, segments, segment_bytes: usize::MAX }
     }
 
     /// `runs` over `pages` in frames that never join (a segment each).

@@ -62,6 +62,9 @@ pub(crate) struct CacheInner {
     /// What one read request may carry on every device (`io::device::request_limits`),
     /// pages at most `batch::MAX_RUN_PAGES`.
     pub(crate) limits: device::RequestLimits,
+    /// Frames side by side in each aligned block of this many bytes make one memory segment
+    /// (`batch::runs`): the arena's contiguous block, at most a device's segment size.
+    pub(crate) segment_block: usize,
     /// Holds an exclusive flock on the array for the life of the cache.
     _lock_file: fs::File,
 }
@@ -217,6 +220,11 @@ impl Cache {
             .clone()
             .unwrap_or_else(|| config.io.build(registrable, config.device_dirs.len(), config.submit));
         let writeback = Writeback::new(&config, frames.len());
+        let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
+        // A resizable cache splits huge pages as it gives frames back: count no joins there.
+        let contiguous =
+            if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };
+        let segment_block = contiguous.min(prev_power_of_two(limits.segment_bytes)).max(config.page_size);
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(
                 config.page_size,
@@ -236,7 +244,8 @@ impl Cache {
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
-            limits: device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES),
+            limits,
+            segment_block,
             config,
             _lock_file: lock,
         });
@@ -565,5 +574,14 @@ impl Drop for CacheInner {
                 log::error!("final write-back failed: {e}");
             }
         }
+    }
+}
+
+/// The largest power of two at most `n` (1 for 0).
+fn prev_power_of_two(n: usize) -> usize {
+    if n <= 1 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
     }
 }

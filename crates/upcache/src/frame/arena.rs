@@ -1,8 +1,9 @@
 //! One aligned mapping holding every page frame, made once when the cache starts.
 //!
-//! The arena is an anonymous private mapping: page-aligned (4 KiB, which satisfies O_DIRECT's
-//! buffer alignment on Linux file systems, and every frame starts at a multiple of the page
-//! size from it), zero-filled lazily by the kernel so resident memory grows only as frames are
+//! The arena is an anonymous private mapping: aligned to a huge page (2 MiB, which satisfies
+//! O_DIRECT's buffer alignment, starts every frame at a multiple of the page size, and lets
+//! every 2 MiB of frames be one huge page, so that frames side by side make one memory
+//! segment for the block layer), zero-filled lazily by the kernel so resident memory grows only as frames are
 //! used, and advised for transparent huge pages so that random hits over a large cache do
 //! not miss the TLB on every access (the kernel's own page cache is read through its
 //! huge-page direct map). It is never resized, so a frame's address is stable for the life
@@ -10,6 +11,7 @@
 
 use std::ptr::NonNull;
 
+use super::huge::HUGE_PAGE;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Index of a frame in the arena.
@@ -21,6 +23,9 @@ pub struct Arena {
     size: usize,
     page_size: usize,
     count: usize,
+    /// Bytes of the arena known to be physically contiguous from any multiple of this size
+    /// (a huge page when the kernel backs the arena with them, else a page).
+    contiguous: usize,
 }
 
 // SAFETY: the arena is plain memory; who may read or write which frame is governed by the
@@ -36,36 +41,65 @@ impl Arena {
             .checked_mul(page_size)
             .filter(|&s| s > 0)
             .ok_or_else(|| Error::new(ErrorKind::InvalidConfig, "bad frame arena size"))?;
-        // SAFETY: an anonymous private mapping of `size` bytes at an address of the kernel's
+        // Mapped with a huge page to spare and trimmed to a huge-page boundary, so that every
+        // whole huge page of the arena can be one (`contiguous`).
+        let span = size
+            .checked_add(HUGE_PAGE)
+            .ok_or_else(|| Error::new(ErrorKind::InvalidConfig, "bad frame arena size"))?;
+        // SAFETY: an anonymous private mapping of `span` bytes at an address of the kernel's
         // choosing; no existing memory is affected.
-        let ptr = unsafe {
+        let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                size,
+                span,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
         };
-        if ptr == libc::MAP_FAILED {
+        if raw == libc::MAP_FAILED {
             return Err(Error::with_source(
                 ErrorKind::InvalidConfig,
                 format!("cannot map a {size}-byte frame arena"),
                 std::io::Error::last_os_error(),
             ));
         }
+        let head = (HUGE_PAGE - raw as usize % HUGE_PAGE) % HUGE_PAGE;
+        let tail = span - head - size;
+        // SAFETY: head and tail are the parts of our own fresh mapping outside `size` bytes
+        // from the aligned start; nothing uses them. A failure only leaves them mapped.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((raw as *mut u8).add(head + size) as *mut libc::c_void, tail);
+            }
+        }
+        // SAFETY: head < HUGE_PAGE <= span - size, so the start stays inside the mapping.
+        let ptr = unsafe { (raw as *mut u8).add(head) } as *mut libc::c_void;
         // SAFETY: advice on the mapping we just made; failure only loses the optimization.
-        if unsafe { libc::madvise(ptr, size, libc::MADV_HUGEPAGE) } != 0 {
+        let advised = unsafe { libc::madvise(ptr, size, libc::MADV_HUGEPAGE) } == 0;
+        if !advised {
             log::debug!("MADV_HUGEPAGE refused: {}", std::io::Error::last_os_error());
         }
+        let contiguous = if advised && thp_enabled() { HUGE_PAGE } else { page_size };
         let base = NonNull::new(ptr as *mut u8).expect("mmap returned null without MAP_FIXED");
-        Ok(Arena { base, size, page_size, count })
+        Ok(Arena { base, size, page_size, count, contiguous })
     }
 
     /// Bytes per frame.
     pub fn page_size(&self) -> usize {
         self.page_size
+    }
+
+    /// Frames side by side are physically contiguous within each aligned block of this many
+    /// bytes: a huge page if the kernel may back the arena with them, else one frame. A hint
+    /// for sizing I/O, never relied on for correctness (the kernel may still split a huge
+    /// page, e.g. under `MADV_DONTNEED` of one frame).
+    pub fn contiguous_bytes(&self) -> usize {
+        self.contiguous
     }
 
     /// Start and length of the mapping.
@@ -95,6 +129,12 @@ impl Arena {
     }
 }
 
+/// Whether transparent huge pages may back memory advised `MADV_HUGEPAGE`.
+fn thp_enabled() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
+}
+
 impl Drop for Arena {
     fn drop(&mut self) {
         // SAFETY: base and size describe exactly the mapping made in `new`, unmapped once; no
@@ -113,11 +153,13 @@ mod tests {
         let a = Arena::new(8, 8192).unwrap();
         for i in 0..8 {
             let p = a.frame_ptr(i);
+            assert_eq!(a.frame_ptr(0) as usize % HUGE_PAGE, 0, "the arena starts on a huge page");
             assert_eq!(p as usize % 4096, 0);
             assert_eq!(p as usize - a.frame_ptr(0) as usize, i as usize * 8192);
             // SAFETY: the frame is inside the mapping and nobody else uses this arena.
             assert!(unsafe { std::slice::from_raw_parts(p, 8192) }.iter().all(|&b| b == 0));
         }
+        assert!([8192, HUGE_PAGE].contains(&a.contiguous_bytes()));
     }
 
     #[test]

@@ -78,6 +78,11 @@ impl FrameTable {
         self.arena.page_size()
     }
 
+    /// See [`Arena::contiguous_bytes`].
+    pub fn contiguous_bytes(&self) -> usize {
+        self.arena.contiguous_bytes()
+    }
+
     /// Start and length of the arena, for registering it with io_uring.
     pub fn region(&self) -> (*mut u8, usize) {
         self.arena.region()

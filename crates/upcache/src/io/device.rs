@@ -147,9 +147,12 @@ pub struct RequestLimits {
     /// Pages per request (the block layer's `max_sectors_kb`).
     pub pages: usize,
     /// Memory segments per request (`max_segments`): a segment is a physically contiguous
-    /// piece of the buffers, so a request into scattered frames carries one page per
-    /// segment, and one into frames side by side on a huge page needs one in all.
+    /// piece of the buffers of at most `segment_bytes`, so a request into scattered frames
+    /// carries one page per segment, and one into frames side by side on a huge page needs
+    /// one per `segment_bytes` of them.
     pub segments: usize,
+    /// Bytes per segment (`max_segment_size`).
+    pub segment_bytes: usize,
 }
 
 /// The request limits of the devices holding `dirs` for pages of `page_size` bytes, each at
@@ -170,6 +173,11 @@ pub fn request_limits(dirs: &[PathBuf], page_size: usize, cap: usize) -> Request
     RequestLimits {
         pages: smallest("max_sectors_kb", &|kb| kb.saturating_mul(1024) / page_size.max(1)),
         segments: smallest("max_segments", &|n| n),
+        segment_bytes: dirs
+            .iter()
+            .filter_map(|d| queue_value(d, "max_segment_size"))
+            .min()
+            .unwrap_or(usize::MAX),
     }
 }
 
