@@ -11,6 +11,7 @@
 //! count (254 pages), as the kernel's large folios allow it to be.
 
 use std::io::IoSliceMut;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::page::{Fill, LockedPage};
@@ -94,6 +95,21 @@ pub(crate) fn runs(
     runs
 }
 
+/// Frame addresses for one request, on the stack and not zeroed first (a run of one page
+/// would otherwise clear 8 KiB).
+pub(crate) struct FramePtrs {
+    ptrs: [MaybeUninit<*mut u8>; MAX_RUN_PAGES],
+    len: usize,
+}
+
+impl FramePtrs {
+    /// The addresses filled in.
+    pub(crate) fn as_slice(&self) -> &[*mut u8] {
+        // SAFETY: the first `len` entries are initialized, and MaybeUninit<T> has T's layout.
+        unsafe { std::slice::from_raw_parts(self.ptrs.as_ptr().cast::<*mut u8>(), self.len) }
+    }
+}
+
 /// Fresh loads claimed by `load_missing` and not yet ended: undone if dropped.
 struct Claimed<'a> {
     cache: &'a CacheInner,
@@ -155,31 +171,49 @@ impl CacheInner {
             }
             return Ok(());
         }
-        let missing: Vec<u64> = pages.into_iter().filter(|&p| file.index.peek(p).is_none()).collect();
         // In chunks, so a page is published soon after it is seen missing (another reader
         // that finds it missing meanwhile loads it too, and one of the two loses its frame).
-        for chunk in missing.chunks(CLAIM_CHUNK) {
-            let mut ids = Vec::with_capacity(chunk.len());
-            let mut taken = Ok(());
-            for _ in chunk {
-                match self.alloc_frame(file) {
-                    Ok(id) => ids.push(id),
-                    Err(e) => {
-                        taken = Err(e);
-                        break;
-                    }
-                }
+        let mut chunk = [0u64; CLAIM_CHUNK];
+        let mut n = 0;
+        for page in pages {
+            if file.index.peek(page).is_some() {
+                continue;
             }
-            ids.sort_unstable();
-            // Pages past the frames we got go without: the error says why.
-            for (&page, id) in chunk.iter().zip(ids) {
-                if self.publish_fresh(file, page, id) {
-                    out.push((page, self.fresh_load(file, page, id).detach()));
-                }
+            chunk[n] = page;
+            n += 1;
+            if n == CLAIM_CHUNK {
+                self.claim_chunk(file, &chunk, out)?;
+                n = 0;
             }
-            taken?;
         }
-        Ok(())
+        self.claim_chunk(file, &chunk[..n], out)
+    }
+
+    /// Takes frames for `pages` (ascending, seen missing), sorts them and publishes them in
+    /// page order. Pages past the frames it could take go without: the error says why.
+    fn claim_chunk(&self, file: &FileInner, pages: &[u64], out: &mut Vec<(u64, FrameId)>) -> Result<()> {
+        let mut ids = [0 as FrameId; CLAIM_CHUNK];
+        let mut taken = Ok(());
+        let mut n = 0;
+        for _ in pages {
+            match self.alloc_frame(file) {
+                Ok(id) => {
+                    ids[n] = id;
+                    n += 1;
+                }
+                Err(e) => {
+                    taken = Err(e);
+                    break;
+                }
+            }
+        }
+        ids[..n].sort_unstable();
+        for (&page, &id) in pages.iter().zip(&ids[..n]) {
+            if self.publish_fresh(file, page, id) {
+                out.push((page, self.fresh_load(file, page, id).detach()));
+            }
+        }
+        taken
     }
 
     /// Ends the claimed loads `pages` of one run, read back to back by one request with
@@ -223,15 +257,14 @@ impl CacheInner {
     }
 
     /// The frames `ids` (at most [`MAX_RUN_PAGES`]) as buffers for an engine queue's
-    /// `push_read`, without allocating: the array and how much of it is used.
-    pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>) -> ([*mut u8; MAX_RUN_PAGES], usize) {
-        let mut bufs = [std::ptr::null_mut(); MAX_RUN_PAGES];
-        let mut n = 0;
+    /// `push_read`, without allocating.
+    pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>) -> FramePtrs {
+        let mut p = FramePtrs { ptrs: [MaybeUninit::uninit(); MAX_RUN_PAGES], len: 0 };
         for id in ids.take(MAX_RUN_PAGES) {
-            bufs[n] = self.frames.ptr(id);
-            n += 1;
+            p.ptrs[p.len] = MaybeUninit::new(self.frames.ptr(id));
+            p.len += 1;
         }
-        (bufs, n)
+        p
     }
 
     /// Loads every page of `pages` that has no frame, with one request per run and one

@@ -97,6 +97,15 @@ pub struct IoQueue {
     /// Vectors of finished requests, for new ones.
     spare: Vec<(Vec<PagePin>, Vec<LoadRun>)>,
     reaped: Vec<QueueCompletion>,
+    scratch: Scratch,
+}
+
+/// Vectors an attempt fills and empties, kept between attempts so they allocate once.
+#[derive(Default)]
+struct Scratch {
+    missing: Vec<u64>,
+    claimed: Vec<(u64, FrameId)>,
+    fresh: Vec<usize>,
 }
 
 impl IoQueue {
@@ -123,6 +132,7 @@ impl IoQueue {
             closing: false,
             spare: Vec::new(),
             reaped: Vec::new(),
+            scratch: Scratch::default(),
         })
     }
 
@@ -259,23 +269,25 @@ impl IoQueue {
         let req = self.requests[slot].as_mut().expect("live request");
         let result = match &req.error {
             Some(_) => None,
-            None => match attempt(&cache, req, self.ring.as_mut(), slot, &mut self.loads) {
-                Attempt::Copied(n) => Some(n),
-                // Every frame is pinned, many perhaps by this queue: let go of this request's
-                // pages and retry once loads have been reaped (or the blocking way).
-                Attempt::Failed(e) if e.kind() == ErrorKind::CacheFull => {
-                    self.not_yet(slot);
-                    return;
+            None => {
+                match attempt(&cache, req, self.ring.as_mut(), slot, &mut self.loads, &mut self.scratch) {
+                    Attempt::Copied(n) => Some(n),
+                    // Every frame is pinned, many perhaps by this queue: let go of this request's
+                    // pages and retry once loads have been reaped (or the blocking way).
+                    Attempt::Failed(e) if e.kind() == ErrorKind::CacheFull => {
+                        self.not_yet(slot);
+                        return;
+                    }
+                    Attempt::Failed(e) => {
+                        req.error = Some(e);
+                        None
+                    }
+                    Attempt::NotYet => {
+                        self.not_yet(slot);
+                        return;
+                    }
                 }
-                Attempt::Failed(e) => {
-                    req.error = Some(e);
-                    None
-                }
-                Attempt::NotYet => {
-                    self.not_yet(slot);
-                    return;
-                }
-            },
+            }
         };
         if req.loads > 0 {
             return; // finishes with its error once its loads are reaped
@@ -369,6 +381,7 @@ fn attempt(
     ring: &mut dyn EngineQueue,
     slot: usize,
     loads: &mut usize,
+    scratch: &mut Scratch,
 ) -> Attempt {
     let ps = cache.config.page_size as u64;
     let want_end = req.offset + req.buf.len() as u64;
@@ -389,7 +402,9 @@ fn attempt(
             let pages = first..=(want_end - 1) / ps;
             req.pins.extend(pages.map(|page| PagePin { page, id: FrameId::MAX, loading: false }));
         }
-        let (mut missing, mut waiting) = (Vec::new(), false);
+        let Scratch { missing, claimed, fresh } = scratch;
+        missing.clear();
+        let mut waiting = false;
         for page in first..=(end - 1) / ps {
             match ensure_pin(cache, req, (page - first) as usize) {
                 Pinned::Have => {}
@@ -398,10 +413,10 @@ fn attempt(
             }
         }
         // Claimed together, so their frames come in order (`cache/batch.rs`).
-        let mut claimed = Vec::new();
-        let failed = cache.claim_missing(&file, missing.iter().copied(), &mut claimed).err();
-        let mut fresh = Vec::with_capacity(claimed.len());
-        for &(page, id) in &claimed {
+        claimed.clear();
+        let failed = cache.claim_missing(&file, missing.iter().copied(), claimed).err();
+        fresh.clear();
+        for &(page, id) in claimed.iter() {
             let k = (page - first) as usize;
             req.pins[k] = PagePin { page, id, loading: true };
             fresh.push(k);
@@ -409,7 +424,7 @@ fn attempt(
         // A page another thread published meanwhile is its to load: come back for it.
         waiting |= claimed.len() < missing.len();
         // The loads claimed go out even if a later page failed.
-        start_loads(cache, req, ring, slot, loads, &fresh);
+        start_loads(cache, req, ring, slot, loads, fresh);
         if let Some(e) = failed {
             return Attempt::Failed(e);
         }
@@ -498,8 +513,8 @@ fn start_loads(
     let file = req.file.inner().clone();
     for run in cache.runs_of(fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
         let members: Vec<usize> = fresh[run.members].to_vec();
-        let (bufs, n) = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
-        let bufs = &bufs[..n];
+        let ptrs = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
+        let bufs = ptrs.as_slice();
         let tag = (slot as u64) << 32 | req.runs.len() as u64;
         req.runs.push((members, run.dev));
         req.loads += 1;

@@ -156,7 +156,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
         cache.metrics.readahead_pages.add(claimed.len() as u64);
         for run in cache.runs_of(claimed.iter().copied()) {
             let pages = claimed[run.members].to_vec();
-            let (bufs, n) = cache.frame_ptrs(pages.iter().map(|&(_, id)| id));
+            let ptrs = cache.frame_ptrs(pages.iter().map(|&(_, id)| id));
             let slot = match slots.iter().position(Option::is_none) {
                 Some(i) => i,
                 None => {
@@ -169,7 +169,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
             // until we end the load, which is after the queue reports this read (the loader
             // drains its queue before it exits).
             unsafe {
-                queue.push_read(&file.backing[run.dev], run.offset, &bufs[..n], ps as usize, slot as u64)
+                queue.push_read(&file.backing[run.dev], run.offset, ptrs.as_slice(), ps as usize, slot as u64)
             };
         }
         if full {
