@@ -127,7 +127,7 @@ pub struct BenchArgs {
     /// thread per device, batching what is queued for it) [default: none]
     #[arg(long, value_name = "MODEL", value_parser = parse_choice::<upcache::SubmitKind>)]
     io_threads: Option<upcache::SubmitKind>,
-    /// upcache's largest readahead window (0 turns readahead off) [default: 4MiB]
+    /// upcache's largest readahead window (0 turns readahead off) [default: 16MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     readahead: Option<u64>,
     /// Time only one op in N (for every engine alike): latency percentiles come from that
