@@ -312,11 +312,28 @@ impl IoEngine for UringEngine {
         let mut raw: Vec<Option<Result<i32, io::Error>>> = reqs.iter().map(|_| None).collect();
         let cap = ring.cq_capacity();
         let mut in_flight = 0;
-        for i in 0..reqs.len() {
-            let (fd, offset, iov, write): (RawFd, u64, &[libc::iovec], bool) = match &reqs[i] {
+        // Merged copies of the iovec arrays that have buffers side by side; they live until
+        // every request has completed.
+        let views: Vec<(RawFd, u64, &[libc::iovec], bool)> = reqs
+            .iter()
+            .map(|r| match r {
                 IoReq::Read { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs_mut(bufs), false),
                 IoReq::Write { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs(bufs), true),
-            };
+            })
+            .collect();
+        let merged: Vec<Option<Vec<libc::iovec>>> = views
+            .iter()
+            .map(|&(_, _, iov, _)| {
+                mergeable(iov).then(|| {
+                    let mut m = Vec::with_capacity(iov.len());
+                    push_merged(&mut m, iov.iter().copied());
+                    m
+                })
+            })
+            .collect();
+        for i in 0..reqs.len() {
+            let (fd, offset, iov, write) = views[i];
+            let iov = merged[i].as_deref().unwrap_or(iov);
             if iov.len() > MAX_IOV {
                 continue;
             }
@@ -374,6 +391,25 @@ fn finish(req: &mut IoReq<'_, '_>, res: i32) -> io::Result<usize> {
             })
         }
     }
+}
+
+/// Appends `iov` to `out`, merging each buffer that starts where the previous one ends:
+/// frames claimed side by side (`cache/batch.rs`) then go to the kernel as one buffer, which it
+/// pins in one step (and, whole inside a registered chunk, as a fixed buffer it need not pin).
+fn push_merged(out: &mut Vec<libc::iovec>, iov: impl IntoIterator<Item = libc::iovec>) {
+    for v in iov {
+        match out.last_mut() {
+            Some(last) if (last.iov_base as usize).wrapping_add(last.iov_len) == v.iov_base as usize => {
+                last.iov_len += v.iov_len;
+            }
+            _ => out.push(v),
+        }
+    }
+}
+
+/// Whether some buffer of `iov` starts where the previous one ends.
+fn mergeable(iov: &[libc::iovec]) -> bool {
+    iov.windows(2).any(|w| (w[0].iov_base as usize).wrapping_add(w[0].iov_len) == w[1].iov_base as usize)
 }
 
 fn as_iovecs_mut<'a>(bufs: &'a [IoSliceMut<'_>]) -> &'a [libc::iovec] {
@@ -474,11 +510,13 @@ impl UringQueue {
                 let s = &mut self.slots[i];
                 (s.tag, s.fd, s.offset) = (tag, fd, offset);
                 s.iov.clear();
-                s.iov.extend(iovecs);
+                push_merged(&mut s.iov, iovecs);
                 i
             }
             None => {
-                self.slots.push(Slot { tag, fd, offset, iov: iovecs.collect() });
+                let mut iov = Vec::with_capacity(bufs.len());
+                push_merged(&mut iov, iovecs);
+                self.slots.push(Slot { tag, fd, offset, iov });
                 self.slots.len() - 1
             }
         }
@@ -538,5 +576,33 @@ impl IoQueue for UringQueue {
 
     fn set_submit_batch(&mut self, n: usize) {
         self.submit_batch = n.max(1);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn iov(base: usize, len: usize) -> libc::iovec {
+        libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len }
+    }
+
+    fn pairs(v: &[libc::iovec]) -> Vec<(usize, usize)> {
+        v.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect()
+    }
+
+    #[test]
+    fn buffers_side_by_side_merge_and_others_do_not() {
+        let input = [iov(4096, 4096), iov(8192, 4096), iov(12288, 4096), iov(40960, 4096), iov(4096, 4096)];
+        assert!(mergeable(&input));
+        let mut out = Vec::new();
+        push_merged(&mut out, input);
+        assert_eq!(pairs(&out), vec![(4096, 12288), (40960, 4096), (4096, 4096)]);
+        // Out of order (descending) frames do not merge.
+        let desc = [iov(8192, 4096), iov(4096, 4096)];
+        assert!(!mergeable(&desc));
+        let mut out = Vec::new();
+        push_merged(&mut out, desc);
+        assert_eq!(pairs(&out), vec![(8192, 4096), (4096, 4096)]);
     }
 }
