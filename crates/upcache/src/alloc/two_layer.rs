@@ -12,6 +12,13 @@
 //! ([`super::Pressure::Urgent`]) background reclaim halves every list back into the pool
 //! ([`TwoLayer::shrink`]); a removed file's list goes back whole ([`TwoLayer::drain`]). The
 //! hot path touches no shared counter: `pooled` changes once per batch.
+//!
+//! Regions are first in, first out, and a batch goes into a file's list so that the list
+//! hands it out in the order it was freed: background reclaim frees frames in its CLOCK
+//! hand's order, so a file's misses get frames side by side in the arena, and a multi-page
+//! read lands in few memory segments (`cache/batch.rs`).
+
+use std::collections::VecDeque;
 
 use crate::frame::FrameId;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
@@ -47,7 +54,7 @@ impl Marks {
 /// (or an adjacent-line prefetch pair).
 #[repr(align(128))]
 struct Region {
-    list: Mutex<Vec<FrameId>>,
+    list: Mutex<VecDeque<FrameId>>,
 }
 
 /// A file's cache of free frames.
@@ -80,8 +87,7 @@ impl TwoLayer {
             .map(|r| {
                 let lo = (r * per).min(count);
                 let hi = ((r + 1) * per).min(count);
-                // Reversed so that pops hand out low ids first, in order.
-                Region { list: Mutex::new((lo as FrameId..hi as FrameId).rev().collect()) }
+                Region { list: Mutex::new((lo as FrameId..hi as FrameId).collect()) }
             })
             .collect();
         TwoLayer { regions, marks, pooled: AtomicUsize::new(count) }
@@ -110,8 +116,8 @@ impl TwoLayer {
         for i in 0..n {
             let mut r = lock(&self.regions[(home + i) % n].list);
             let take = (want - got).min(r.len());
-            let at = r.len() - take;
-            into.extend(r.drain(at..));
+            // The oldest frames, reversed onto the file's stack so that it pops them in order.
+            into.extend(r.drain(..take).rev());
             got += take;
             if got == want {
                 break;
@@ -200,6 +206,22 @@ mod tests {
         }
         assert_eq!(all.len(), 1000);
         assert_eq!(t.pooled(), 0);
+    }
+
+    #[test]
+    fn frames_come_out_in_the_order_they_were_freed() {
+        let t = TwoLayer::full(256, Marks { low: 8, high: 16 });
+        let fc = FileFrames::default();
+        // From a fresh pool: ascending.
+        let got: Vec<FrameId> = (0..40).map(|_| t.alloc(&fc).unwrap()).collect();
+        assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "{got:?}");
+        // Background reclaim frees in CLOCK order: handed out again in that order, over two
+        // refills of the file's list (one call, so one region whatever core we run on).
+        t.drain(&fc);
+        while t.alloc(&fc).is_some() {}
+        t.free_many(&(100..112).collect::<Vec<_>>());
+        let got: Vec<FrameId> = (0..12).map(|_| t.alloc(&fc).unwrap()).collect();
+        assert_eq!(got, (100..112).collect::<Vec<_>>());
     }
 
     #[test]
