@@ -403,24 +403,44 @@ mod loom_models {
 
     const G: u64 = GRANULE;
 
+    type Cell = Arc<UnsafeCell<u64>>;
+
+    fn new_lock_and_cell() -> (Arc<RangeLock>, Cell) {
+        (Arc::new(RangeLock::default()), Arc::new(UnsafeCell::new(0)))
+    }
+
+    /// Takes `start..end` exclusive and, if `touch`, writes the cell under it.
+    fn spawn_writer(
+        l: &Arc<RangeLock>,
+        cell: &Cell,
+        start: u64,
+        end: u64,
+        touch: bool,
+    ) -> loom::thread::JoinHandle<()> {
+        let (l, cell) = (l.clone(), cell.clone());
+        loom::thread::spawn(move || {
+            let _w = l.write(start, end);
+            if touch {
+                // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                cell.with_mut(|p| unsafe { *p += 1 });
+            }
+        })
+    }
+
+    /// Reads the cell; the caller holds a shared range over the writers' (what loom checks).
+    fn read_cell(cell: &Cell) {
+        // SAFETY: the shared range keeps the writers out (what loom checks).
+        cell.with(|p| unsafe { assert!(*p <= 2) });
+    }
+
     #[test]
     fn a_fast_reader_and_an_overlapping_writer_exclude_each_other() {
         loom::model(|| {
-            let l = Arc::new(RangeLock::default());
-            let cell = Arc::new(UnsafeCell::new(0u64));
-            let writer = {
-                let (l, cell) = (l.clone(), cell.clone());
-                loom::thread::spawn(move || {
-                    let _w = l.write(0, G);
-                    // SAFETY: the exclusive range is the cell's only access (what loom checks).
-                    cell.with_mut(|p| unsafe { *p += 1 });
-                })
-            };
+            let (l, cell) = new_lock_and_cell();
+            let writer = spawn_writer(&l, &cell, 0, G, true);
             {
                 let _r = l.read(0, 2 * G);
-                // SAFETY: the shared range keeps the writer out (what loom checks).
-                let v = cell.with(|p| unsafe { *p });
-                assert!(v <= 1);
+                read_cell(&cell);
             }
             writer.join().unwrap();
             assert_eq!(l.writers.load(Ordering::SeqCst), 0);
@@ -432,24 +452,15 @@ mod loom_models {
     #[test]
     fn a_reused_slot_still_orders_its_first_reader() {
         loom::model(|| {
-            let l = Arc::new(RangeLock::default());
-            let cell = Arc::new(UnsafeCell::new(0u64));
+            let (l, cell) = new_lock_and_cell();
             let b = {
                 let l = l.clone();
                 loom::thread::spawn(move || drop(l.read(5 * G, 6 * G)))
             };
-            let w = {
-                let (l, cell) = (l.clone(), cell.clone());
-                loom::thread::spawn(move || {
-                    let _w = l.write(0, G);
-                    // SAFETY: the exclusive range is the cell's only access (what loom checks).
-                    cell.with_mut(|p| unsafe { *p += 1 });
-                })
-            };
+            let w = spawn_writer(&l, &cell, 0, G, true);
             {
                 let _r = l.read(0, G);
-                // SAFETY: the shared range keeps the writer out (what loom checks).
-                cell.with(|p| unsafe { assert!(*p <= 1) });
+                read_cell(&cell);
             }
             b.join().unwrap();
             w.join().unwrap();
@@ -460,27 +471,15 @@ mod loom_models {
     #[test]
     fn two_writers_and_a_fast_reader() {
         loom::model(|| {
-            let l = Arc::new(RangeLock::default());
-            let cell = Arc::new(UnsafeCell::new(0u64));
-            let writers: Vec<_> = [(0, G), (G, 2 * G)]
-                .into_iter()
-                .map(|(s, e)| {
-                    let (l, cell) = (l.clone(), cell.clone());
-                    loom::thread::spawn(move || {
-                        let _w = l.write(s, e);
-                        if s == 0 {
-                            // SAFETY: exclusive on the cell's range (what loom checks).
-                            cell.with_mut(|p| unsafe { *p += 1 });
-                        }
-                    })
-                })
-                .collect();
+            let (l, cell) = new_lock_and_cell();
+            let w1 = spawn_writer(&l, &cell, 0, G, true);
+            let w2 = spawn_writer(&l, &cell, G, 2 * G, false);
             {
                 let _r = l.read(0, G);
-                // SAFETY: the shared range keeps the first writer out (what loom checks).
-                cell.with(|p| unsafe { assert!(*p <= 1) });
+                read_cell(&cell);
             }
-            writers.into_iter().for_each(|t| t.join().unwrap());
+            w1.join().unwrap();
+            w2.join().unwrap();
             assert_eq!(l.writers.load(Ordering::SeqCst), 0);
         });
     }
@@ -509,19 +508,10 @@ mod loom_models {
     #[test]
     fn try_read_excludes_a_writer_or_fails() {
         loom::model(|| {
-            let l = Arc::new(RangeLock::default());
-            let cell = Arc::new(UnsafeCell::new(0u64));
-            let w = {
-                let (l, cell) = (l.clone(), cell.clone());
-                loom::thread::spawn(move || {
-                    let _w = l.write(0, G);
-                    // SAFETY: the exclusive range is the cell's only access (what loom checks).
-                    cell.with_mut(|p| unsafe { *p += 1 });
-                })
-            };
+            let (l, cell) = new_lock_and_cell();
+            let w = spawn_writer(&l, &cell, 0, G, true);
             if let Some(_r) = l.try_read(0, G) {
-                // SAFETY: the shared range keeps the writer out (what loom checks).
-                cell.with(|p| unsafe { assert!(*p <= 1) });
+                read_cell(&cell);
             }
             w.join().unwrap();
         });
@@ -531,10 +521,7 @@ mod loom_models {
     fn a_reader_that_writes_elsewhere_does_not_wait_for_itself() {
         loom::model(|| {
             let l = Arc::new(RangeLock::default());
-            let other = {
-                let l = l.clone();
-                loom::thread::spawn(move || drop(l.write(0, G)))
-            };
+            let other = spawn_writer(&l, &Arc::new(UnsafeCell::new(0)), 0, G, false);
             let r = l.read(0, G);
             drop(l.write(G, 2 * G));
             drop(r);
