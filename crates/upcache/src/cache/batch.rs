@@ -3,8 +3,8 @@
 //! read with one vectored request into its frames; the runs of every device go to the engine
 //! as one batch, which io_uring submits at once.
 //!
-//! Frames for a batch are taken first and handed to its pages in ascending order. Frames
-//! freed together come back from the pool in reverse (its lists are stacks), so sorted they
+//! Frames for a batch are taken first and handed to its pages in ascending order. The pool
+//! hands frames out in the order reclaim freed them (`alloc/two_layer.rs`), so sorted they
 //! are mostly side by side in the arena, whose huge pages make them physically contiguous:
 //! the block layer then merges a run's pages into a few memory segments, and a run is cut by
 //! the device's request size (4 MiB on this machine's virtio disk) instead of by its segment
@@ -27,9 +27,9 @@ use crate::io::layout::StripeLayout;
 /// A cache uses fewer where its devices take less ([`CacheInner::limits`]).
 pub(crate) const MAX_RUN_PAGES: usize = 1024;
 
-/// Frames a claim takes before it publishes them: sorted, a chunk lies side by side, and
-/// chunks (taken from the pool's stack one after another) join every 64 pages at worst, so
-/// a 4 MiB run has at most 16 segments.
+/// Frames a claim takes before it publishes them: a page is published at most 64
+/// allocations after it is seen missing. Sorted, a chunk's frames lie side by side when the
+/// pool had them so, and so do successive chunks.
 const CLAIM_CHUNK: usize = 64;
 
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
@@ -256,11 +256,13 @@ impl CacheInner {
         }
     }
 
-    /// The frames `ids` (at most [`MAX_RUN_PAGES`]) as buffers for an engine queue's
-    /// `push_read`, without allocating.
+    /// The frames `ids` (at most [`MAX_RUN_PAGES`]: more is a bug, and panics) as buffers
+    /// for an engine queue's `push_read`, without allocating.
     pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>) -> FramePtrs {
         let mut p = FramePtrs { ptrs: [MaybeUninit::uninit(); MAX_RUN_PAGES], len: 0 };
-        for id in ids.take(MAX_RUN_PAGES) {
+        for id in ids {
+            // A longer run would end pages it never read (`runs` caps them).
+            assert!(p.len < MAX_RUN_PAGES, "a run of more than {MAX_RUN_PAGES} pages");
             p.ptrs[p.len] = MaybeUninit::new(self.frames.ptr(id));
             p.len += 1;
         }
