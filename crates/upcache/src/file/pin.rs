@@ -9,7 +9,10 @@
 //! file, so nothing past the end of file can be changed (the zero invariant).
 //!
 //! A guard must not be held by a thread that then reads or writes an overlapping range of the
-//! same file: it would wait for itself, as with any lock.
+//! same file: it would wait for itself, as with any lock. Nor should a thread that holds a
+//! guard wait for another range of the same file while a writer may want both: the range lock
+//! is fair, so the second request queues behind that writer, which waits for the guard (the
+//! classic hazard of taking two locks; take the pages you need first, or use `read_at`).
 
 use std::ops::{Deref, DerefMut};
 
