@@ -13,8 +13,12 @@ use std::cell::Cell;
 
 use crate::frame::FrameId;
 
-/// Entries per thread, direct-mapped.
-const SLOTS: usize = 64;
+/// Entries per thread, direct-mapped: 8 KiB of thread-local memory, a fraction of L1, that
+/// remembers 1 MiB of 4 KiB pages. (With 64, random pins over 1 MiB found a hint a quarter of
+/// the time and ran at 13.1-13.9M/s; with 256, 88% and 15.2-15.7M/s. Over 64 MiB both miss
+/// and run alike.)
+const SLOTS: usize = 256;
+const _: () = assert!(SLOTS.is_power_of_two());
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -32,7 +36,7 @@ thread_local! {
 
 fn slot(file: u64, page: u64) -> usize {
     let h = (file.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ page).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    (h >> 58) as usize % SLOTS
+    (h >> (64 - SLOTS.trailing_zeros())) as usize
 }
 
 /// The frame this thread last pinned for `page` of `file` in cache `cache`, if remembered.
@@ -46,4 +50,16 @@ pub(crate) fn get(cache: usize, file: u64, page: u64) -> Option<FrameId> {
 /// Remembers that this thread pinned `frame` for `page` of `file` in cache `cache`.
 pub(crate) fn put(cache: usize, file: u64, page: u64, frame: FrameId) {
     HOT.with(|h| h[slot(file, page)].set(Entry { cache, file, page, frame }));
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_spread_over_every_slot() {
+        let used: std::collections::HashSet<usize> = (0..64 * SLOTS as u64).map(|p| slot(7, p)).collect();
+        assert_eq!(used.len(), SLOTS, "the hash reaches only some slots");
+        assert!(used.iter().all(|&s| s < SLOTS));
+    }
 }
