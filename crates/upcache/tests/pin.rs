@@ -157,3 +157,65 @@ fn the_hot_index_serves_repeat_pins_and_never_a_stale_frame() {
     assert!(s.hot_hits > 0 && s.evictions > 0, "{s:?}");
     assert_eq!(cache.pinned_frames(), 0);
 }
+
+/// Pins against writers of the same pages (the range lock's reader fast path and its queue):
+/// a guard's bytes are one whole write and never change while it is held, and a thread that
+/// holds a pin and writes another page does not wait for itself. (That page is its own: a
+/// two-page write over both, or another thread pinning it and writing ours, would be the
+/// hazards `file/pin.rs` describes.)
+#[test]
+fn a_pinned_page_never_changes_under_its_guard() {
+    const PAGES: u64 = 4;
+    const ROUNDS: u64 = 2000;
+    let fnv = |b: &[u8]| {
+        b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+    };
+    // A page's worth of bytes that carries its own checksum.
+    let version = |v: u64| {
+        let mut p = common::pattern(v, 4096);
+        let h = fnv(&p[..4088]);
+        p[4088..].copy_from_slice(&h.to_le_bytes());
+        p
+    };
+    let whole = |p: &[u8]| fnv(&p[..4088]) == u64::from_le_bytes(p[4088..].try_into().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 64)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    // Pages 0..PAGES are shared; PAGES + t is reader t's own.
+    for p in 0..PAGES + 2 {
+        f.write_all_at(&version(p), p * 4096).unwrap();
+    }
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (f, version) = (&f, &version);
+            // Writers: one page, or two neighbours in one call (a range over two pages).
+            s.spawn(move || {
+                for i in 0..ROUNDS {
+                    let p = (i * 7 + t) % PAGES;
+                    if i % 3 == 0 && p + 1 < PAGES {
+                        let mut two = version(t << 32 | i);
+                        two.extend(version(t << 32 | i | 1 << 31));
+                        f.write_all_at(&two, p * 4096).unwrap();
+                    } else {
+                        f.write_all_at(&version(t << 32 | i), p * 4096).unwrap();
+                    }
+                }
+            });
+            // Readers: hold a pin, check it, write another page meanwhile now and then, and
+            // check again that nothing moved.
+            s.spawn(move || {
+                for i in 0..ROUNDS {
+                    let p = (i * 5 + t) % PAGES;
+                    let g = f.pin(p * 4096).unwrap();
+                    let before = g.to_vec();
+                    assert!(whole(&before), "a pinned page holds part of a write");
+                    if i % 4 == 0 {
+                        f.write_all_at(&version(1 << 40 | t << 32 | i), (PAGES + t) * 4096).unwrap();
+                    }
+                    assert!(g[..] == before[..], "a pinned page changed under its guard");
+                }
+            });
+        }
+    });
+    assert_eq!(cache.pinned_frames(), 0);
+}
