@@ -164,6 +164,8 @@ pub trait Engine: Sync + Sized {
     fn settle(&mut self, warm: bool) -> Result<()>;
     /// After the measured phase (untimed): write back everything the phase dirtied.
     fn flush(&self) -> Result<()>;
+    /// Makes file `file`'s written data durable, as fdatasync does (`--fsync`).
+    fn sync_data(&self, file: usize) -> Result<()>;
     /// Cache counters, for engines that have them.
     fn stats(&self) -> Option<Stats> {
         None
@@ -339,6 +341,10 @@ impl Engine for UpcacheEngine {
         Ok(self.files[file].write_all_at(buf, offset)?)
     }
 
+    fn sync_data(&self, file: usize) -> Result<()> {
+        Ok(self.files[file].sync_data()?)
+    }
+
     fn settle(&mut self, warm: bool) -> Result<()> {
         self.cache().sync().context("upcache sync after prefill")?;
         if !warm {
@@ -485,6 +491,10 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
         Ok(self.0.files[file].write_all_at(buf, offset)?)
     }
 
+    fn sync_data(&self, file: usize) -> Result<()> {
+        Ok(self.0.files[file].sync_data()?)
+    }
+
     fn settle(&mut self, warm: bool) -> Result<()> {
         // With O_DIRECT the data is on the device already; this persists the file sizes.
         self.0.sync()?;
@@ -578,6 +588,10 @@ impl Engine for DontcacheEngine {
     #[inline]
     fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
         Ok(self.io(file, buf.as_ptr() as *mut u8, buf.len(), offset, true)?)
+    }
+
+    fn sync_data(&self, file: usize) -> Result<()> {
+        Ok(self.0.files[file].sync_data()?)
     }
 
     fn settle(&mut self, _warm: bool) -> Result<()> {

@@ -134,6 +134,11 @@ pub struct BenchArgs {
     /// sample, and the clock's cost (about that of a cached pin) leaves the other ops
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     lat_every: u64,
+    /// Make each thread's writes durable every N writes: `sync_data` of the file last written
+    /// for upcache, fdatasync for the kernel engines (0: never). The sync counts in the
+    /// write's latency.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    fsync: u64,
     /// upcache's I/O engine: uring (io_uring; psync, with a logged reason, where the kernel
     /// refuses it) or psync (preadv/pwritev) [default: uring]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::IoKind>)]
@@ -192,6 +197,8 @@ struct Plan {
     json: bool,
     /// Time one op in this many (`--lat-every`).
     lat_every: u64,
+    /// Sync every this many writes per thread (`--fsync`; 0 never).
+    fsync: u64,
     upcache: UpcacheOpts,
 }
 
@@ -331,6 +338,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         repeat: a.repeat as usize,
         keep: a.keep,
         lat_every: a.lat_every,
+        fsync: a.fsync,
         json: a.json,
         upcache: UpcacheOpts {
             device_dirs: a.device_dirs,
@@ -358,6 +366,9 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     };
     if a.iodepth > 1 && a.api != engine::Api::Async {
         bail!("--iodepth needs --api async");
+    }
+    if a.fsync > 0 && a.api == engine::Api::Async {
+        bail!("--fsync runs with the synchronous APIs (copy, pin), not --api async");
     }
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
     // than blocks for a sequential workload) before any work.
@@ -448,6 +459,7 @@ fn header(p: &Plan, base: &Path) -> String {
     };
     let mix = if p.rw == Rw::Randrw { format!(" rwmixread {}%", p.read_pct) } else { String::new() };
     let zipf = p.zipf.map(|z| format!(" zipf {z}")).unwrap_or_default();
+    let zipf = if p.fsync > 0 { format!("{zipf} fsync every {}", p.fsync) } else { zipf };
     let u = &p.upcache;
     let devs = match &u.device_dirs {
         Some(d) => d.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","),
@@ -681,6 +693,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
                     done: &counters[t].0,
                     depth: p.upcache.iodepth,
                     lat_every: p.lat_every,
+                    fsync: p.fsync,
                 };
                 s.spawn(move || w.run())
             })
@@ -745,6 +758,8 @@ struct Worker<'a, E> {
     depth: usize,
     /// Time one op in this many.
     lat_every: u64,
+    /// Sync every this many writes (0 never).
+    fsync: u64,
 }
 
 impl<E: Engine> Worker<'_, E> {
@@ -769,6 +784,9 @@ impl<E: Engine> Worker<'_, E> {
         let start = Instant::now();
         let deadline = self.runtime.map(|d| start + d);
         let (mut n, mut reads, mut end) = (0u64, 0u64, start);
+        // Writes since the last sync (`--fsync`; never equal to a zero `fsync`, as it counts
+        // from 1).
+        let mut unsynced = 0u64;
         // Only every `lat_every`-th op is timed (and checks the deadline): reading the clock
         // twice costs about as much as a pin, so timing every op would measure the clock.
         let every = self.lat_every.max(1);
@@ -784,7 +802,15 @@ impl<E: Engine> Worker<'_, E> {
             } else {
                 // Stamp the op number so successive writes differ (cheap: 8 bytes).
                 self.buf[..stamp].copy_from_slice(&n.to_le_bytes()[..stamp]);
-                self.eng.write(op.file, &self.buf, op.offset)
+                unsynced += 1;
+                self.eng.write(op.file, &self.buf, op.offset).and_then(|()| {
+                    if unsynced == self.fsync {
+                        unsynced = 0;
+                        self.eng.sync_data(op.file)
+                    } else {
+                        Ok(())
+                    }
+                })
             };
             if let Err(e) = r {
                 self.abort.store(true, Ordering::Relaxed);
