@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// Number of files [default: 1]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     files: Option<u64>,
+    /// All threads on one file (the same as `--files 1`, the default; said explicitly for
+    /// comparisons where that matters, such as writers of one file)
+    #[arg(long, conflicts_with = "files")]
+    shared_file: bool,
     /// Number of threads issuing ops [default: 1]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     threads: Option<u64>,
@@ -238,7 +242,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     let rw = a.rw.unwrap_or(Rw::Randread);
     let bs = a.bs.unwrap_or(4096);
     let size = a.size.unwrap_or(256 << 20);
-    let files = a.files.unwrap_or(1) as usize;
+    let files = if a.shared_file { 1 } else { a.files.unwrap_or(1) as usize };
     let threads = a.threads.unwrap_or(1) as usize;
     let stop = match (a.runtime, a.ops) {
         (_, Some(n)) => Stop::Ops(n),
