@@ -16,6 +16,7 @@ pub mod namespace;
 pub mod pin;
 pub mod queue;
 pub mod range_lock;
+pub mod stream;
 pub(crate) mod write_seq;
 
 pub use handle::File;
