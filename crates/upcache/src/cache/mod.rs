@@ -224,7 +224,9 @@ impl Cache {
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous =
             if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };
-        let segment_block = contiguous.min(prev_power_of_two(limits.segment_bytes)).max(config.page_size);
+        // The largest power of two within the device's segment size.
+        let segment_limit = limits.segment_bytes.checked_ilog2().map_or(1, |l| 1 << l);
+        let segment_block = contiguous.min(segment_limit).max(config.page_size);
         let inner = Arc::new(CacheInner {
             layout: StripeLayout::new(
                 config.page_size,
@@ -574,14 +576,5 @@ impl Drop for CacheInner {
                 log::error!("final write-back failed: {e}");
             }
         }
-    }
-}
-
-/// The largest power of two at most `n` (1 for 0).
-fn prev_power_of_two(n: usize) -> usize {
-    if n <= 1 {
-        1
-    } else {
-        1 << (usize::BITS - 1 - n.leading_zeros())
     }
 }

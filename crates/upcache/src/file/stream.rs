@@ -50,6 +50,12 @@ fn join(a: &Range<u64>, b: &Range<u64>) -> Range<u64> {
     a.start.min(b.start)..a.end.max(b.end)
 }
 
+/// `r` without the pages of `cut`: what lies before it and what lies after (either may be
+/// empty).
+fn minus(r: &Range<u64>, cut: &Range<u64>) -> [Range<u64>; 2] {
+    [r.start..r.end.min(cut.start), r.start.max(cut.end)..r.end]
+}
+
 /// Whether two ranges overlap or touch (so their union is one range).
 fn meet(a: &Range<u64>, b: &Range<u64>) -> bool {
     a.start <= b.end && b.start <= a.end
@@ -70,15 +76,7 @@ impl StreamTree {
             self.pointer_hits += 1;
             return;
         }
-        // Every stream that meets `pages`: the last one starting at or before it, and those
-        // starting inside it (or right at its end).
-        let mut keys: Vec<u64> = Vec::new();
-        if let Some((&s, &(e, _))) = self.streams.range(..pages.start).next_back() {
-            if e >= pages.start {
-                keys.push(s);
-            }
-        }
-        keys.extend(self.streams.range(pages.start..=pages.end).map(|(&s, _)| s));
+        let keys = self.meeting(&pages, true);
         let mut address = pages.clone();
         let mut dirt: Vec<Range<u64>> = Vec::new();
         if dirty {
@@ -154,17 +152,10 @@ impl StreamTree {
         if pages.is_empty() {
             return;
         }
-        let keys: Vec<u64> = self.meeting(&pages);
-        for s in keys {
+        for s in self.meeting(&pages, false) {
             let (e, d) = self.streams.remove(&s).expect("listed above");
-            let dirt: Vec<Range<u64>> = match d {
-                Some(d) => {
-                    let before = d.start..d.end.min(pages.start);
-                    let after = d.start.max(pages.end)..d.end;
-                    [before, after].into_iter().filter(|r| !r.is_empty()).collect()
-                }
-                None => Vec::new(),
-            };
+            let dirt =
+                d.map_or(Vec::new(), |d| minus(&d, &pages).into_iter().filter(|r| !r.is_empty()).collect());
             self.insert_split(s..e, dirt);
         }
         self.pointer = None;
@@ -177,13 +168,12 @@ impl StreamTree {
         if pages.is_empty() {
             return;
         }
-        let keys: Vec<u64> = self.meeting(&pages);
-        for s in keys {
+        for s in self.meeting(&pages, false) {
             let (e, d) = self.streams.remove(&s).expect("listed above");
             if let Some(d) = &d {
                 debug_assert!(d.end <= pages.start || pages.end <= d.start, "forgetting dirty pages {d:?}");
             }
-            for part in [s..e.min(pages.start), s.max(pages.end)..e] {
+            for part in minus(&(s..e), &pages) {
                 if part.is_empty() {
                     continue;
                 }
@@ -200,15 +190,17 @@ impl StreamTree {
         self.pointer = None;
     }
 
-    /// First pages of the streams that overlap `pages` (strictly: sharing at least one page).
-    fn meeting(&self, pages: &Range<u64>) -> Vec<u64> {
+    /// First pages of the streams that share a page with `pages` (not empty), or also, if
+    /// `touching`, that start right at its end or end right at its start.
+    fn meeting(&self, pages: &Range<u64>, touching: bool) -> Vec<u64> {
         let mut keys: Vec<u64> = Vec::new();
         if let Some((&s, &(e, _))) = self.streams.range(..pages.start).next_back() {
-            if e > pages.start {
+            if e > pages.start || (touching && e == pages.start) {
                 keys.push(s);
             }
         }
-        keys.extend(self.streams.range(pages.start..pages.end.max(pages.start)).map(|(&s, _)| s));
+        let last = if touching { pages.end } else { pages.end - 1 };
+        keys.extend(self.streams.range(pages.start..=last).map(|(&s, _)| s));
         keys
     }
 
