@@ -9,6 +9,7 @@ use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
 use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
+use crate::writeback::FlushKind;
 
 /// Smallest and largest page sizes (powers of two).
 pub const MIN_PAGE_SIZE: usize = 4096;
@@ -52,6 +53,8 @@ pub struct Config {
     pub(crate) dirty_background_ratio: f64,
     pub(crate) dirty_foreground_ratio: f64,
     pub(crate) flusher_threads: usize,
+    pub(crate) flush: FlushKind,
+    pub(crate) streams: bool,
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
@@ -74,6 +77,8 @@ impl std::fmt::Debug for Config {
             .field("dirty_background_ratio", &self.dirty_background_ratio)
             .field("dirty_foreground_ratio", &self.dirty_foreground_ratio)
             .field("flusher_threads", &self.flusher_threads)
+            .field("flush", &self.flush)
+            .field("streams", &self.streams)
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
@@ -99,7 +104,9 @@ impl Config {
             stripe_unit: 128 * 1024,
             dirty_background_ratio: 0.10,
             dirty_foreground_ratio: 0.20,
-            flusher_threads: 1,
+            flusher_threads: 2,
+            flush: FlushKind::default(),
+            streams: true,
             allow_buffered: false,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
@@ -167,9 +174,27 @@ impl Config {
         self
     }
 
-    /// Number of background flusher threads (1 to 64). Default 1.
+    /// Number of background flusher threads (1 to 64). Default 2 (seed 003's K reclaim
+    /// threads).
     pub fn with_flusher_threads(mut self, n: usize) -> Self {
         self.flusher_threads = n;
+        self
+    }
+
+    /// What a writer does past the foreground dirty ratio: write back dirty pages itself
+    /// ([`FlushKind::Direct`], dflush, the default) or sleep until the flushers have brought
+    /// the dirty count back under it ([`FlushKind::Background`], the kernel's way).
+    pub fn with_flush(mut self, flush: FlushKind) -> Self {
+        self.flush = flush;
+        self
+    }
+
+    /// Track each file's dirty pages as streams (seed 003 §4.1, the default): a sync writes
+    /// only its file's dirty ranges, and flushers write whole dirty streams in requests of
+    /// the device's largest size. Off: a sync looks at every cached page of its file and
+    /// flushers scan the frame table, writing runs of at most 64 pages.
+    pub fn with_streams(mut self, on: bool) -> Self {
+        self.streams = on;
         self
     }
 
@@ -198,7 +223,7 @@ impl Config {
     /// The largest readahead window in bytes (0 turns readahead off). A file read
     /// sequentially has pages ahead of the reader loaded in the background, in a window
     /// that starts at twice the read size (at least 128 KiB) and doubles up to this, and
-    /// never more than an eighth of the cache. Default 4 MiB.
+    /// never more than an eighth of the cache. Default [`DEFAULT_READAHEAD`].
     pub fn with_readahead(mut self, bytes: u64) -> Self {
         self.readahead = bytes;
         self

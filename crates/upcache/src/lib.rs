@@ -77,3 +77,4 @@ pub use index::IndexKind;
 pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;
+pub use writeback::FlushKind;

@@ -10,7 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::{AllocKind, Cache, Config, ErrorKind, File, IndexKind, IoKind, LayoutKind, SubmitKind};
+use upcache::{
+    AllocKind, Cache, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind, SubmitKind,
+};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;
@@ -79,6 +81,8 @@ struct Layout {
     layout: LayoutKind,
     io: IoKind,
     submit: SubmitKind,
+    streams: bool,
+    flush: FlushKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -92,10 +96,26 @@ fn layout() -> impl Strategy<Value = Layout> {
         proptest::sample::select(LayoutKind::ALL.to_vec()),
         proptest::sample::select(IoKind::ALL.to_vec()),
         proptest::sample::select(SubmitKind::ALL.to_vec()),
+        any::<bool>(),
+        proptest::sample::select(FlushKind::ALL.to_vec()),
     )
-        .prop_map(|(page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit)| {
-            Layout { page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit }
-        })
+        .prop_map(
+            |(page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit, streams, flush)| {
+                Layout {
+                    page_size,
+                    stripe_pages,
+                    devices,
+                    frames,
+                    index,
+                    alloc,
+                    layout,
+                    io,
+                    submit,
+                    streams,
+                    flush,
+                }
+            },
+        )
 }
 
 struct Harness {
@@ -119,6 +139,8 @@ impl Harness {
             .with_layout(l.layout)
             .with_io(l.io)
             .with_io_threads(l.submit)
+            .with_streams(l.streams)
+            .with_flush(l.flush)
     }
 
     fn cache(&self) -> &Cache {

@@ -94,6 +94,10 @@ pub struct UpcacheOpts {
     pub page_size: usize,
     pub stripe_unit: u64,
     pub flushers: usize,
+    /// What a writer does past the foreground ratio.
+    pub flush: upcache::FlushKind,
+    /// Stream tracking of dirty pages.
+    pub streams: bool,
     /// Background and foreground dirty ratios.
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
@@ -280,6 +284,8 @@ impl Engine for UpcacheEngine {
             .with_page_size(o.page_size)
             .with_stripe_unit(o.stripe_unit)
             .with_flusher_threads(o.flushers)
+            .with_flush(o.flush)
+            .with_streams(o.streams)
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)

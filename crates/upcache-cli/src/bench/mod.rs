@@ -97,9 +97,18 @@ pub struct BenchArgs {
     /// upcache stripe unit [default: 128k]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     stripe_unit: Option<u64>,
-    /// upcache flusher threads [default: 1]
+    /// upcache flusher threads [default: 2]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     flushers: Option<u64>,
+    /// What an upcache writer does past the foreground dirty ratio: dflush (writes back dirty
+    /// pages itself) or background (sleeps until the flushers have) [default: dflush]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::FlushKind>)]
+    flush: Option<upcache::FlushKind>,
+    /// upcache stream tracking: on (a sync writes only its file's dirty streams; flushers
+    /// write whole streams in requests of the device's size) or off (a sync looks at every
+    /// cached page of its file; flushers scan the frames, 64-page runs) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    streams: Option<bool>,
     /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
     /// start, and past which writers write back themselves [default: 0.1,0.2]
     #[arg(long, value_name = "BG,FG", value_parser = parse_ratios)]
@@ -350,7 +359,9 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             cache,
             page_size: page_size as usize,
             stripe_unit,
-            flushers: a.flushers.unwrap_or(1) as usize,
+            flushers: a.flushers.unwrap_or(2) as usize,
+            flush: a.flush.unwrap_or_default(),
+            streams: a.streams.unwrap_or(true),
             dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
@@ -484,11 +495,13 @@ fn header(p: &Plan, base: &Path) -> String {
         let threads = if u.io_threads == upcache::SubmitKind::PerDevice { " per-device threads" } else { "" };
         let io = format!("{}{threads}", u.io.name());
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} flush {} streams {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
             u.flushers,
+            u.flush.name(),
+            if u.streams { "on" } else { "off" },
             u.dirty_ratios.0,
             u.dirty_ratios.1,
             u.layout.name(),
@@ -938,4 +951,13 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
 /// Parses any of the library's named choices (index kind, allocator, layout, set policy).
 pub(crate) fn parse_choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) -> Result<T, String> {
     s.trim().parse().map_err(|e: upcache::Error| e.to_string())
+}
+
+/// Parses `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("expected on or off, got {other:?}")),
+    }
 }

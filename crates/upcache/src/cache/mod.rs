@@ -219,8 +219,9 @@ impl Cache {
             .engine
             .clone()
             .unwrap_or_else(|| config.io.build(registrable, config.device_dirs.len(), config.submit));
-        let writeback = Writeback::new(&config, frames.len());
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
+        let run_pages = if config.streams { limits.pages } else { crate::writeback::run::MAX_RUN };
+        let writeback = Writeback::new(&config, frames.len(), run_pages);
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous =
             if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };
@@ -276,7 +277,14 @@ impl Cache {
             ns.names.remove(name);
             return Err(e);
         }
-        let file = Arc::new(FileInner::new(id, name.to_owned(), 0, inner.new_index(id), backing));
+        let file = Arc::new(FileInner::new(
+            id,
+            name.to_owned(),
+            0,
+            inner.new_index(id),
+            backing,
+            inner.config.streams,
+        ));
         sync::write(&inner.files).insert(id, file.clone());
         Ok(File::new(file, inner.clone()))
     }
@@ -294,7 +302,14 @@ impl Cache {
             return Ok(File::new(f.clone(), inner.clone()));
         }
         let backing = inner.open_backing(e.id, false)?;
-        let file = Arc::new(FileInner::new(e.id, name.to_owned(), e.len, inner.new_index(e.id), backing));
+        let file = Arc::new(FileInner::new(
+            e.id,
+            name.to_owned(),
+            e.len,
+            inner.new_index(e.id),
+            backing,
+            inner.config.streams,
+        ));
         // Registered before its first page is cached, so that eviction can always find the
         // file to detach that page from its index.
         sync::write(&inner.files).insert(e.id, file.clone());

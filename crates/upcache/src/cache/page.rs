@@ -125,7 +125,7 @@ impl<'a> LockedPage<'a> {
         // only subtract after it takes LOCKED from us, so the counters never run below the
         // number of dirty pages (sync's fast path relies on this).
         if dirty && st.load() & DIRTY == 0 {
-            self.cache.account_dirtied(self.file);
+            self.cache.account_dirtied(self.file, self.page);
         }
         let set = if dirty { VALID | DIRTY } else { VALID };
         self.cache.frames.unlock(self.id, set, 0);
@@ -546,10 +546,17 @@ impl CacheInner {
             }
             self.release_frame(file, id);
         }
+        if let Some(s) = &file.streams {
+            s.dropped_from(first_page);
+        }
     }
 
-    /// A page of `file` went from clean to dirty.
-    pub(crate) fn account_dirtied(&self, file: &FileInner) {
+    /// `page` of `file` goes from clean to dirty: its frame is `LOCKED` by the caller, who
+    /// sets `DIRTY` next (the order `writeback/streams.rs` relies on).
+    pub(crate) fn account_dirtied(&self, file: &FileInner, page: u64) {
+        if let Some(s) = &file.streams {
+            s.dirtied(&self.writeback, file.id, page);
+        }
         // Relaxed: a counter; sync re-checks each page's DIRTY bit for correctness.
         file.dirty_pages.fetch_add(1, Ordering::Relaxed);
         self.writeback.page_dirtied();

@@ -29,6 +29,7 @@ use crate::index::PageIndex;
 use crate::io::device::BackingFile;
 use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::writeback::streams::FileStreams;
 use range_lock::RangeLock;
 use write_seq::WriteSeq;
 
@@ -48,6 +49,8 @@ pub(crate) struct FileInner {
     pub(crate) removed: AtomicBool,
     /// Pages of this file that are dirty.
     pub(crate) dirty_pages: AtomicU64,
+    /// The dirty pages as streams, when the cache tracks them (`Config::with_streams`).
+    pub(crate) streams: Option<FileStreams>,
     pub(crate) index: Box<dyn PageIndex>,
     pub(crate) range: RangeLock,
     /// Content changes begun and finished, for lock-free readers.
@@ -69,6 +72,7 @@ impl FileInner {
         len: u64,
         index: Box<dyn PageIndex>,
         backing: Vec<BackingFile>,
+        streams: bool,
     ) -> Self {
         FileInner {
             id,
@@ -77,6 +81,7 @@ impl FileInner {
             persisted_len: AtomicU64::new(len),
             removed: AtomicBool::new(false),
             dirty_pages: AtomicU64::new(0),
+            streams: streams.then(FileStreams::default),
             index,
             range: RangeLock::default(),
             writes: WriteSeq::default(),

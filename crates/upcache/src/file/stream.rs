@@ -214,6 +214,17 @@ impl StreamTree {
         self.streams.values().filter_map(|(_, d)| d.clone())
     }
 
+    /// The dirty pages from `page` on, as ranges, ascending: O(log n) to find the first.
+    pub fn dirty_from(&self, page: u64) -> impl Iterator<Item = Range<u64>> + '_ {
+        // The stream that starts before `page` may hold dirty pages past it.
+        let before = self.streams.range(..page).next_back().filter(|(_, (end, _))| *end > page);
+        before.into_iter().chain(self.streams.range(page..)).filter_map(move |(_, (_, d))| {
+            let d = d.as_ref()?;
+            let start = d.start.max(page);
+            (start < d.end).then_some(start..d.end)
+        })
+    }
+
     /// How many tracked I/Os took the stream pointer's fast path.
     pub fn pointer_hits(&self) -> u64 {
         self.pointer_hits
@@ -251,6 +262,13 @@ mod tests {
         }
         prop_assert_eq!(&have, cached, "cached pages");
         prop_assert_eq!(&have_dirty, dirty, "dirty pages");
+        for from in [0, 1, 7, 50, 99, 150, 223, 300] {
+            let got: BTreeSet<u64> = t.dirty_from(from).flatten().collect();
+            let want: BTreeSet<u64> = dirty.range(from..).copied().collect();
+            prop_assert_eq!(got, want, "dirty pages from {}", from);
+            let starts: Vec<u64> = t.dirty_from(from).map(|r| r.start).collect();
+            prop_assert!(starts.windows(2).all(|w| w[0] < w[1]), "dirty_from not ascending");
+        }
         Ok(())
     }
 

@@ -72,7 +72,7 @@ fn run(cache: &CacheInner) {
             Wake::Spurious => continue,
         };
         while wb.dirty() > stop_at && !wb.shutdown.load(Ordering::Acquire) {
-            if cache.flush_some(n, stop_at) == 0 {
+            if cache.flush_dirty(n, stop_at) == 0 {
                 break; // nothing writable now (all failing or locked); wait for the next kick
             }
         }

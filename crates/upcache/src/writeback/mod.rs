@@ -5,7 +5,13 @@
 //!   the count is under half of it;
 //! - past the *foreground* threshold, a writer does not sleep waiting for the flushers (the
 //!   kernel's `balance_dirty_pages`): it writes dirty pages back itself before its write, in
-//!   parallel with the flushers and with other writers (dflush).
+//!   parallel with the flushers and with other writers (dflush). [`FlushKind::Background`]
+//!   makes it sleep instead, for comparison.
+//!
+//! With streams on (`Config::with_streams`, seed 003 §4.2) each file keeps its dirty pages as
+//! streams ([`streams`]), files with dirty streams wait in one list, and flushers and dflush
+//! take files from it and write their dirty ranges in requests of the device's largest size;
+//! a sync writes only its file's dirty ranges. With streams off they scan the frame table.
 //!
 //! Every write-back goes through [`run`]: it starts from one dirty frame held `LOCKED`,
 //! grows a run of dirty pages that are contiguous in the same backing file (across stripe
@@ -19,9 +25,50 @@
 
 pub(crate) mod flusher;
 pub(crate) mod run;
+pub(crate) mod streams;
+
+use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::sync::{self, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// What a writer does when the dirty count is past the foreground threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushKind {
+    /// dflush (seed 000 §3.3): the writer writes dirty pages back itself, in parallel with the
+    /// flushers and other writers, and never sleeps.
+    #[default]
+    Direct,
+    /// The kernel's way: the writer sleeps until the flushers have brought the dirty count
+    /// back under the threshold.
+    Background,
+}
+
+impl FlushKind {
+    /// Every kind.
+    pub const ALL: [FlushKind; 2] = [FlushKind::Direct, FlushKind::Background];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushKind::Direct => "dflush",
+            FlushKind::Background => "background",
+        }
+    }
+}
+
+impl std::str::FromStr for FlushKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "flush kind", &FlushKind::ALL, FlushKind::name)
+    }
+}
+
+/// A throttled writer (`FlushKind::Background`) gives up waiting after this long without the
+/// dirty count falling, so that failing write-back slows writers down but cannot hang them.
+const THROTTLE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Why a flusher woke up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +93,22 @@ pub(crate) struct Writeback {
     /// so they scan different frames.
     pub(crate) cursor: AtomicUsize,
     pub(crate) shutdown: AtomicBool,
+    /// Longest write-back request in pages: the devices' request size with streams on, 64
+    /// pages (the old fixed run) with them off.
+    pub(crate) run_pages: usize,
+    /// Ids of files with dirty streams, oldest first; a file is here at most once (its
+    /// `queued` flag, under its stream mutex, says whether it is).
+    dirty_files: Mutex<VecDeque<u64>>,
     kick: Mutex<bool>,
     kicked: Condvar,
+    /// Writers sleeping in `throttle`, and where they sleep.
+    throttled: AtomicUsize,
+    cleaned: Mutex<()>,
+    cleaned_cv: Condvar,
 }
 
 impl Writeback {
-    pub(crate) fn new(config: &Config, frames: usize) -> Self {
+    pub(crate) fn new(config: &Config, frames: usize, run_pages: usize) -> Self {
         let at = |ratio: f64| ((frames as f64 * ratio) as usize).max(1);
         Writeback {
             dirty: AtomicUsize::new(0),
@@ -59,8 +116,13 @@ impl Writeback {
             foreground: at(config.dirty_foreground_ratio),
             cursor: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
+            run_pages,
+            dirty_files: Mutex::new(VecDeque::new()),
             kick: Mutex::new(false),
             kicked: Condvar::new(),
+            throttled: AtomicUsize::new(0),
+            cleaned: Mutex::new(()),
+            cleaned_cv: Condvar::new(),
         }
     }
 
@@ -79,8 +141,52 @@ impl Writeback {
     }
 
     pub(crate) fn pages_cleaned(&self, n: usize) {
-        // Relaxed: as in page_dirtied.
-        self.dirty.fetch_sub(n, Ordering::Relaxed);
+        // SeqCst, with the SeqCst accesses in `throttle`: either this thread sees a throttled
+        // writer's count, or that writer sees this subtraction before it sleeps.
+        let now = self.dirty.fetch_sub(n, Ordering::SeqCst) - n;
+        if now <= self.foreground && self.throttled.load(Ordering::SeqCst) != 0 {
+            drop(sync::lock(&self.cleaned));
+            self.cleaned_cv.notify_all();
+        }
+    }
+
+    /// `FlushKind::Background`: sleeps until the dirty count is at most the foreground
+    /// threshold, kicking the flushers, or until it has not fallen for `THROTTLE_PATIENCE`.
+    pub(crate) fn throttle(&self) {
+        let mut g = sync::lock(&self.cleaned);
+        // SeqCst: see pages_cleaned.
+        self.throttled.fetch_add(1, Ordering::SeqCst);
+        let mut best = usize::MAX;
+        let mut since = std::time::Instant::now();
+        loop {
+            let dirty = self.dirty.load(Ordering::SeqCst);
+            if dirty <= self.foreground || self.shutdown.load(Ordering::Acquire) {
+                break;
+            }
+            if dirty < best {
+                (best, since) = (dirty, std::time::Instant::now());
+            } else if since.elapsed() >= THROTTLE_PATIENCE {
+                break; // write-back is failing or stuck: let the writer go on
+            }
+            self.kick_flushers();
+            // Timed: if write-back fails, nothing cleans and nothing wakes us.
+            g = match self.cleaned_cv.wait_timeout(g, Duration::from_millis(10)) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        self.throttled.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Queues a file that now has dirty streams; its caller holds the file's stream mutex
+    /// and has just set its `queued` flag.
+    pub(crate) fn queue_dirty_file(&self, id: u64) {
+        sync::lock(&self.dirty_files).push_back(id);
+    }
+
+    /// The oldest file with dirty streams, taken off the list (its taker clears `queued`).
+    pub(crate) fn next_dirty_file(&self) -> Option<u64> {
+        sync::lock(&self.dirty_files).pop_front()
     }
 
     /// Wakes the flusher threads.

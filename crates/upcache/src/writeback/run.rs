@@ -1,6 +1,7 @@
 //! Writing runs of dirty pages, and flushing a file or a share of the cache.
 
 use std::io::IoSlice;
+use std::ops::Range;
 
 use crate::io::engine::IoReq;
 
@@ -10,9 +11,11 @@ use crate::file::FileInner;
 use crate::frame::state::{DIRTY, LOCKED};
 use crate::frame::{FrameId, PageKey};
 use crate::sync::{Arc, Ordering};
+use crate::writeback::FlushKind;
 
-/// Longest run written in one request, in pages.
-const MAX_RUN: usize = 64;
+/// Longest run written in one request with streams off, in pages (with streams on: the
+/// devices' request size, `Writeback::run_pages`).
+pub(crate) const MAX_RUN: usize = 64;
 /// A run of dirty pages held `LOCKED` for writing: (page, frame), adjacent on one device.
 type Run = Vec<(u64, FrameId)>;
 
@@ -46,16 +49,17 @@ impl CacheInner {
 
     /// Grows the run of dirty pages around `page` (frame `id`, held `LOCKED` and `DIRTY` by
     /// the caller) backwards, then forwards, over pages adjacent in this backing file, each
-    /// taken with `try_lock_dirty` (never waiting), up to [`MAX_RUN`] pages.
+    /// taken with `try_lock_dirty` (never waiting), up to `Writeback::run_pages` pages.
     fn lock_run(&self, file: &FileInner, page: u64, id: FrameId) -> Run {
+        let max = self.writeback.run_pages;
         let mut run = std::collections::VecDeque::with_capacity(8);
         run.push_back((page, id));
-        while run.len() < MAX_RUN {
+        while run.len() < max {
             let Some(prev) = self.layout.prev_on_device(run[0].0) else { break };
             let Some(pid) = self.try_lock_dirty_page(file, prev) else { break };
             run.push_front((prev, pid));
         }
-        while run.len() < MAX_RUN {
+        while run.len() < max {
             let Some(next) = self.layout.next_on_device(run[run.len() - 1].0) else { break };
             let Some(nid) = self.try_lock_dirty_page(file, next) else { break };
             run.push_back((next, nid));
@@ -96,6 +100,10 @@ impl CacheInner {
             .zip(results)
             .map(|((file, run), result)| match result {
                 Ok(_) => {
+                    // Out of the dirty streams before DIRTY clears (writeback/streams.rs).
+                    if let Some(s) = &file.streams {
+                        s.cleaned(page_ranges(run));
+                    }
                     for &(_, f) in run {
                         self.frames.unlock(f, 0, DIRTY);
                     }
@@ -133,8 +141,18 @@ impl CacheInner {
         if file.dirty_pages.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
-        let mut entries = file.index.entries_from(0);
-        entries.sort_unstable();
+        // With streams, only the dirty ranges (exact: writeback/streams.rs); else every
+        // cached page, ascending.
+        let entries: Box<dyn Iterator<Item = (u64, FrameId)>> = match &file.streams {
+            Some(s) => Box::new(
+                s.all().into_iter().flatten().filter_map(|page| Some((page, file.index.peek(page)?))),
+            ),
+            None => {
+                let mut entries = file.index.entries_from(0);
+                entries.sort_unstable();
+                Box::new(entries.into_iter())
+            }
+        };
         let mut first_err = None;
         // Runs locked and not yet written; written as one batch when full, and before this
         // thread waits on a frame (it may wait on one frame only while holding none).
@@ -223,6 +241,44 @@ impl CacheInner {
         written
     }
 
+    /// Stream write-back (flushers and dflush with streams on): takes files off the dirty
+    /// list, oldest first, and writes their dirty ranges, until `max_pages` are written or the
+    /// dirty count is at most `stop_at`. Never waits on a frame. Stops early when a file gave
+    /// nothing to write (its pages failing or busy). Returns the pages written.
+    pub(crate) fn flush_streams(&self, max_pages: usize, stop_at: usize) -> usize {
+        let wb = &self.writeback;
+        let mut written = 0;
+        while written < max_pages && wb.dirty() > stop_at {
+            let Some(id) = wb.next_dirty_file() else { break };
+            let Some(file) = self.file_by_id(id) else { continue }; // removed, pages dropped
+            let Some(s) = &file.streams else { continue };
+            let ranges = s.take(wb, id, (max_pages - written) as u64);
+            let n = self.write_ranges(&file, &ranges);
+            s.requeue_if_dirty(wb, id);
+            written += n;
+            if n == 0 {
+                break;
+            }
+        }
+        written
+    }
+
+    /// Writes back the dirty pages of `ranges` of `file` that no one holds, in runs, in
+    /// batches. Failures stick to the file. Returns the pages written.
+    fn write_ranges(&self, file: &Arc<FileInner>, ranges: &[Range<u64>]) -> usize {
+        let mut locked: Vec<(Arc<FileInner>, Run)> = Vec::new();
+        let mut written = 0;
+        for page in ranges.iter().flat_map(|r| r.clone()) {
+            // Pages already in one of our runs are LOCKED: this fails at once for them.
+            let Some(id) = self.try_lock_dirty_page(file, page) else { continue };
+            locked.push((file.clone(), self.lock_run(file, page, id)));
+            if locked.len() == MAX_BATCH_RUNS {
+                written += self.write_locked(&mut locked);
+            }
+        }
+        written + self.write_locked(&mut locked)
+    }
+
     /// Writes `locked` runs as one batch and empties it; failures stick to their files.
     /// Returns the pages written.
     fn write_locked(&self, locked: &mut Vec<(Arc<FileInner>, Run)>) -> usize {
@@ -243,8 +299,19 @@ impl CacheInner {
         written
     }
 
-    /// dflush: called by a writer before it writes, with no locks held. Past the foreground
-    /// threshold the writer writes back pages itself instead of waiting.
+    /// Writes back some dirty pages for a flusher or dflush: by streams or by scanning the frame
+    /// table. Returns the pages written.
+    pub(crate) fn flush_dirty(&self, max_pages: usize, stop_at: usize) -> usize {
+        if self.config.streams {
+            self.flush_streams(max_pages, stop_at)
+        } else {
+            self.flush_some(max_pages, stop_at)
+        }
+    }
+
+    /// Called by a writer before it writes, with no locks held. Past the foreground threshold
+    /// the writer writes back pages itself instead of waiting (dflush), or, with
+    /// `FlushKind::Background`, sleeps until the flushers have done it.
     pub(crate) fn balance_dirty(&self, pages_to_dirty: usize) {
         let wb = &self.writeback;
         let dirty = wb.dirty();
@@ -252,9 +319,27 @@ impl CacheInner {
             wb.kick_flushers();
         }
         if dirty > wb.foreground {
-            let quota = (2 * pages_to_dirty).max(MAX_RUN);
-            let n = self.flush_some(quota, wb.foreground);
-            self.metrics.dflush_pages.add(n as u64);
+            match self.config.flush {
+                FlushKind::Background => wb.throttle(),
+                FlushKind::Direct => {
+                    let quota = (2 * pages_to_dirty).max(wb.run_pages);
+                    let n = self.flush_dirty(quota, wb.foreground);
+                    self.metrics.dflush_pages.add(n as u64);
+                }
+            }
         }
     }
+}
+
+/// A run's pages as ranges of consecutive pages (a run may jump from one stripe unit of its
+/// device to the next).
+fn page_ranges(run: &Run) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &(page, _) in run {
+        match out.last_mut() {
+            Some(r) if r.end == page => r.end += 1,
+            _ => out.push(page..page + 1),
+        }
+    }
+    out
 }
