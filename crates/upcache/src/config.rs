@@ -55,6 +55,7 @@ pub struct Config {
     pub(crate) flusher_threads: usize,
     pub(crate) flush: FlushKind,
     pub(crate) streams: bool,
+    pub(crate) meta_dir: Option<PathBuf>,
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
@@ -79,6 +80,7 @@ impl std::fmt::Debug for Config {
             .field("flusher_threads", &self.flusher_threads)
             .field("flush", &self.flush)
             .field("streams", &self.streams)
+            .field("meta_dir", &self.meta_dir)
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
@@ -107,6 +109,7 @@ impl Config {
             flusher_threads: 2,
             flush: FlushKind::default(),
             streams: true,
+            meta_dir: None,
             allow_buffered: false,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
@@ -186,6 +189,15 @@ impl Config {
     /// the dirty count back under it ([`FlushKind::Background`], the kernel's way).
     pub fn with_flush(mut self, flush: FlushKind) -> Self {
         self.flush = flush;
+        self
+    }
+
+    /// Keep the metadata log (file creations, removals and lengths; seed 001 §3.3) in `dir`,
+    /// for instance on a faster device than the data, instead of the first device directory.
+    /// Set at create and recorded in the catalog; at open it may be left out, and if given
+    /// must name the same directory.
+    pub fn with_meta_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.meta_dir = Some(dir.into());
         self
     }
 

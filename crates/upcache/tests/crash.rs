@@ -15,7 +15,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -122,4 +122,150 @@ fn killed_at_any_point_the_array_reopens_with_every_synced_byte() {
         }
     }
     assert!(synced >= 28);
+}
+
+const META_CHILD_ENV: &str = "UPCACHE_META_CRASH_CHILD";
+
+/// The metadata ops of the metadata crash test: op `i` logs exactly one record.
+fn meta_op(cache: &Cache, i: u64) {
+    match i % 4 {
+        0 => drop(cache.create_file(&format!("f{i}")).unwrap()),
+        1 | 2 => {
+            let f = cache.open_file(&format!("f{}", i - i % 4)).unwrap();
+            f.set_len(i * 1000 + 1).unwrap();
+            f.sync_data().unwrap();
+        }
+        _ if i >= 7 => cache.remove_file(&format!("f{}", i - 7)).unwrap(),
+        _ => drop(cache.create_file(&format!("g{i}")).unwrap()),
+    }
+}
+
+/// The names and lengths after ops `0..n`.
+fn meta_model(n: u64) -> Vec<(String, u64)> {
+    let mut files = std::collections::BTreeMap::new();
+    for i in 0..n {
+        match i % 4 {
+            0 => drop(files.insert(format!("f{i}"), 0)),
+            1 | 2 => drop(files.insert(format!("f{}", i - i % 4), i * 1000 + 1)),
+            _ if i >= 7 => drop(files.remove(&format!("f{}", i - 7))),
+            _ => drop(files.insert(format!("g{i}"), 0)),
+        }
+    }
+    files.into_iter().collect()
+}
+
+fn listing(cache: &Cache) -> Vec<(String, u64)> {
+    // Lengths without opening: a cut that drops a committed remove brings back a name whose
+    // backing files are gone, which a real crash cannot (the remove's record is durable
+    // before they are deleted); the namespace must still be the prefix.
+    cache.list().into_iter().map(|n| (n.clone(), cache.file_len(&n).unwrap())).collect()
+}
+
+#[test]
+#[ignore = "the body of the metadata crash test's child process, run by that test"]
+fn meta_crash_child_entry() {
+    let root = std::env::var(META_CHILD_ENV).expect("run by the metadata crash test");
+    let cache = Cache::open(config(Path::new(&root))).unwrap();
+    for i in 0.. {
+        meta_op(&cache, i);
+        println!("{i}");
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A child makes namespace changes (creates, length changes with sync_data, removes), each one
+/// metadata-log record, and is killed after some; then the log is cut at every record
+/// boundary and inside every record (the rest zeroed, as a power cut leaves a zero-filled
+/// log, or filled with garbage, as a torn write may), and each cut array must reopen to
+/// exactly the namespace after the records wholly before the cut: a prefix, never a mix.
+#[test]
+fn metadata_records_cut_anywhere_recover_to_a_prefix() {
+    use upcache::file::metalog::{parse, HEADER_LEN};
+    let tmp = tempfile::tempdir().unwrap();
+    let array = tmp.path().join("array");
+    drop(Cache::create(config(&array)).unwrap());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["meta_crash_child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(META_CHILD_ENV, &array)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut done = 0;
+    while done < 40 {
+        let line = out.next().expect("the child stopped early").unwrap();
+        if let Some(i) = line.split_whitespace().last().and_then(|w| w.parse::<u64>().ok()) {
+            done = i + 1;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Kept as killed: every open checkpoints, which empties the log.
+    let killed = tmp.path().join("killed");
+    copy_dir(&array, &killed);
+
+    // The one log of the child's run: its records, one per op.
+    let log_of = |root: &Path| -> PathBuf {
+        let dev0 = common::dirs(root, 3).remove(0);
+        let logs: Vec<PathBuf> = std::fs::read_dir(&dev0)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_str().unwrap().contains(".metalog."))
+            .collect();
+        assert_eq!(logs.len(), 1, "one log after a clean open: {logs:?}");
+        logs[0].clone()
+    };
+    let log = log_of(&killed);
+    let name = log.file_name().unwrap().to_str().unwrap().to_owned();
+    let fields: Vec<&str> = name.split('.').collect();
+    let array_id = u64::from_str_radix(fields[1], 16).unwrap();
+    let generation = u64::from_str_radix(fields[3], 16).unwrap();
+    let bytes = std::fs::read(&log).unwrap();
+    let parsed = parse(&bytes, array_id, generation).unwrap();
+    assert!(parsed.dropped.is_none(), "a kill leaves no torn record: {:?}", parsed.dropped);
+    let n = parsed.records.len();
+    assert!(n as u64 >= done && n as u64 <= done + 1, "{n} records for {done} ops reported");
+    let mut ends = vec![HEADER_LEN as usize];
+    for r in &parsed.records {
+        let mut b = Vec::new();
+        r.encode_into(&mut b);
+        ends.push(ends.last().unwrap() + b.len());
+    }
+    assert_eq!(listing(&Cache::open(config(&array)).unwrap()), meta_model(n as u64));
+
+    // (cut, garbage instead of zeros, records expected)
+    let mut cuts: Vec<(usize, bool, usize)> = vec![(ends[n], false, n)];
+    for k in 0..n {
+        // Zeros after the cut: a record whose cut-off bytes were zeros anyway stays whole.
+        let whole = |cut: usize| if bytes[cut..ends[k + 1]].iter().all(|&b| b == 0) { k + 1 } else { k };
+        for cut in [ends[k], ends[k] + 3, (ends[k] + ends[k + 1]) / 2, ends[k + 1] - 1] {
+            cuts.push((cut, false, whole(cut)));
+        }
+        cuts.push(((ends[k] + ends[k + 1]) / 2, true, k));
+    }
+    for (i, &(cut, garbage, want)) in cuts.iter().enumerate() {
+        let copy = tmp.path().join(format!("cut{i}"));
+        copy_dir(&killed, &copy);
+        let mut b = bytes.clone();
+        for (j, x) in b[cut..].iter_mut().enumerate() {
+            *x = if garbage && j < 16 { 0xA5 } else { 0 };
+        }
+        std::fs::write(log_of(&copy), &b).unwrap();
+        let cache = Cache::open(config(&copy)).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert_eq!(listing(&cache), meta_model(want as u64), "cut at byte {cut} (garbage {garbage})");
+        drop(cache);
+        std::fs::remove_dir_all(&copy).unwrap();
+    }
 }

@@ -89,6 +89,8 @@ impl Drop for AlignedBuf {
 pub struct UpcacheOpts {
     /// Explicit device directories; else `<root>/dev0..dev{devices-1}`.
     pub device_dirs: Option<Vec<PathBuf>>,
+    /// Metadata log directory, if not the first device directory.
+    pub meta_dir: Option<PathBuf>,
     pub devices: usize,
     pub cache: u64,
     pub page_size: usize,
@@ -221,6 +223,8 @@ fn remove_created_dirs(created: &[PathBuf]) {
 pub struct UpcacheEngine {
     config: Config,
     dirs: Vec<PathBuf>,
+    /// Our directory inside `--meta-dir`, if given.
+    meta_dir: Option<PathBuf>,
     created: Vec<PathBuf>,
     cache: Option<Cache>,
     files: Vec<upcache::File>,
@@ -259,8 +263,21 @@ impl AsyncIo for UpcacheQueue<'_> {
 }
 
 /// Files the library keeps in each device directory besides the backing files (which
-/// `remove_file` deletes). The library has no "destroy array" call, so teardown names them.
+/// `remove_file` deletes) and the metadata logs (`is_metadata_log`). The library has no
+/// "destroy array" call, so teardown names them.
 const UPCACHE_META: [&str; 4] = ["upcache.catalog", "upcache.catalog.tmp", "upcache.device", "upcache.lock"];
+
+/// Removes the metadata logs (`upcache.<array>.metalog.<generation>`) in `dir`.
+fn remove_metadata_logs(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("upcache.") && name.contains(".metalog.") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
 
 impl UpcacheEngine {
     fn cache(&self) -> &Cache {
@@ -280,7 +297,12 @@ impl Engine for UpcacheEngine {
         for d in &dirs {
             created.extend(create_dirs(d)?);
         }
-        let config = Config::new(dirs.clone(), o.cache)
+        // A directory of its own inside --meta-dir, so that teardown removes only our logs.
+        let meta_dir = o.meta_dir.as_ref().map(|m| m.join(format!("upcache-bench-{}", std::process::id())));
+        if let Some(m) = &meta_dir {
+            created.extend(create_dirs(m)?);
+        }
+        let mut config = Config::new(dirs.clone(), o.cache)
             .with_page_size(o.page_size)
             .with_stripe_unit(o.stripe_unit)
             .with_flusher_threads(o.flushers)
@@ -296,6 +318,9 @@ impl Engine for UpcacheEngine {
             .with_readahead(o.readahead)
             .with_io_threads(o.io_threads)
             .with_sets(o.sets.0, o.sets.1);
+        if let Some(m) = &meta_dir {
+            config = config.with_meta_dir(m);
+        }
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
             Err(e) => {
@@ -315,7 +340,17 @@ impl Engine for UpcacheEngine {
         }
         let (pin, page_size) = (o.api == Api::Pin, o.page_size as u64);
         let queued = (o.api == Api::Async).then_some(o.iodepth_batch);
-        Ok(UpcacheEngine { config, dirs, created, cache: Some(cache), files, pin, queued, page_size })
+        Ok(UpcacheEngine {
+            config,
+            dirs,
+            meta_dir,
+            created,
+            cache: Some(cache),
+            files,
+            pin,
+            queued,
+            page_size,
+        })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -404,6 +439,10 @@ impl Engine for UpcacheEngine {
             for m in UPCACHE_META {
                 let _ = fs::remove_file(d.join(m));
             }
+            remove_metadata_logs(d);
+        }
+        if let Some(m) = &self.meta_dir {
+            remove_metadata_logs(m);
         }
         remove_created_dirs(&self.created);
         Ok(())

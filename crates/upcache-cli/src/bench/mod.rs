@@ -79,6 +79,10 @@ pub struct BenchArgs {
     /// upcache device directories (one per SSD), comma-separated
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     device_dirs: Option<Vec<PathBuf>>,
+    /// upcache metadata log directory (file creations, removals, lengths), e.g. on a faster
+    /// device [default: the first device directory]
+    #[arg(long, value_name = "PATH")]
+    meta_dir: Option<PathBuf>,
     /// Where the engines' data goes (in <dir>/<engine>) [default: a fresh temporary directory]
     #[arg(long, value_name = "PATH")]
     dir: Option<PathBuf>,
@@ -355,6 +359,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         json: a.json,
         upcache: UpcacheOpts {
             device_dirs: a.device_dirs,
+            meta_dir: a.meta_dir,
             devices,
             cache,
             page_size: page_size as usize,

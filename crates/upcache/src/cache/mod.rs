@@ -18,7 +18,8 @@ use crate::alloc::FrameAllocator;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
-use crate::file::namespace::{NameEntry, Namespace};
+use crate::file::metalog::{self, MetaLog, NewLog, Record};
+use crate::file::namespace::Namespace;
 use crate::file::{validate_name, File, FileInner, IoQueue};
 use crate::frame::{FrameId, FrameTable};
 use crate::index::setassoc::{SetAssocIndex, SetTable};
@@ -55,6 +56,12 @@ pub(crate) struct CacheInner {
     /// Files opened since the cache started, by id. Held briefly; never while waiting.
     pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
     pub(crate) namespace: Mutex<Namespace>,
+    /// Namespace changes since the last checkpoint (the catalog).
+    pub(crate) metalog: MetaLog,
+    /// Where the metadata log lives.
+    pub(crate) meta_dir: std::path::PathBuf,
+    /// Held by the one checkpoint running.
+    checkpointing: Mutex<()>,
     pub(crate) writeback: Writeback,
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
@@ -133,6 +140,13 @@ impl Cache {
             }
         }
         let lock = lock_array(&config.device_dirs[0])?;
+        let meta_dir = match &config.meta_dir {
+            Some(d) => {
+                fs::create_dir_all(d).map_err(|e| Error::io(format!("create {}", d.display()), e))?;
+                Some(fs::canonicalize(d).map_err(|e| Error::io(format!("open {}", d.display()), e))?)
+            }
+            None => None,
+        };
         let layout = ArrayLayout {
             array_id: random_id(),
             devices: config.device_dirs.len() as u32,
@@ -144,11 +158,22 @@ impl Cache {
             DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
                 .store(dir)?;
         }
-        let catalog = Catalog { layout, next_file_id: 1, files: Vec::new() };
-        // The catalog is written last: a crash before it leaves markers without a catalog,
+        let meta_dir_name = match &meta_dir {
+            Some(d) => Some(
+                d.to_str()
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::InvalidConfig, format!("{} is not UTF-8", d.display()))
+                    })?
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        let catalog =
+            Catalog { layout, generation: 0, meta_dir: meta_dir_name, next_file_id: 1, files: Vec::new() };
+        let meta_dir = meta_dir.unwrap_or_else(|| config.device_dirs[0].clone());
+        // `start` writes the catalog last: a crash before it leaves markers without a catalog,
         // which `open` refuses as not an array and `create` refuses as taken.
-        catalog.store(&config.device_dirs[0])?;
-        Cache::start(config, catalog, lock)
+        Cache::start(config, Namespace::from_catalog(catalog), 0, meta_dir, lock)
     }
 
     /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
@@ -203,14 +228,32 @@ impl Cache {
                 ));
             }
         }
-        let known = catalog.files.iter().map(|f| f.id).collect();
+        let meta_dir = metalog::resolve_dir(config.meta_dir.as_deref(), catalog.meta_dir.as_deref(), dir0)?;
+        let from = catalog.generation;
+        let mut ns = Namespace::from_catalog(catalog);
+        let top = metalog::replay(&meta_dir, l.array_id, from, |r| ns.apply(r))?;
+        let known = ns.names.values().map(|e| e.id).collect();
         for dir in &config.device_dirs {
             device::remove_orphans(dir, &known)?;
         }
-        Cache::start(config, catalog, lock)
+        Cache::start(config, ns, top, meta_dir, lock)
     }
 
-    fn start(config: Config, catalog: Catalog, lock: fs::File) -> Result<Cache> {
+    /// Starts a cache over namespace `ns`, replayed up to log generation `top`: first a
+    /// checkpoint (a new log of generation `top + 1`, then the catalog of that generation,
+    /// then older logs deleted), so that the log starts empty.
+    fn start(
+        config: Config,
+        ns: Namespace,
+        top: u64,
+        meta_dir: std::path::PathBuf,
+        lock: fs::File,
+    ) -> Result<Cache> {
+        let generation = top + 1;
+        let array_id = ns.layout.array_id;
+        let log = NewLog::create(&meta_dir, array_id, generation)?;
+        ns.catalog(generation).store(&config.device_dirs[0])?;
+        metalog::remove_logs_before(&meta_dir, array_id, generation)?;
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
         // A resizable (set-associative) cache gives frame memory back with MADV_DONTNEED,
         // which would detach registered buffers from the arena: it does not register them.
@@ -243,7 +286,10 @@ impl Cache {
             policy: Box::new(ClockPolicy::default()),
             engine,
             files: RwLock::new(HashMap::new()),
-            namespace: Mutex::new(Namespace::from_catalog(catalog)),
+            namespace: Mutex::new(ns),
+            metalog: MetaLog::new(log),
+            meta_dir,
+            checkpointing: Mutex::new(()),
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
@@ -271,10 +317,11 @@ impl Cache {
             // A crash after an earlier create with the same id may have left a backing file.
             device::truncate(b, 0)?;
         }
-        ns.next_file_id += 1;
-        ns.names.insert(name.to_owned(), NameEntry { id, len: 0 });
-        if let Err(e) = inner.store_catalog_locked(&mut ns) {
-            ns.names.remove(name);
+        let created = Record::Create { id, name: name.to_owned() };
+        ns.apply(&created);
+        let ticket = inner.metalog.append(&created);
+        if let Err(e) = inner.metalog.commit_or_abandon(ticket) {
+            ns.apply(&Record::Remove { id, name: name.to_owned() });
             return Err(e);
         }
         let file = Arc::new(FileInner::new(
@@ -334,10 +381,12 @@ impl Cache {
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
         let open = sync::read(&inner.files).get(&e.id).cloned();
         let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
-        // The catalog first: if it cannot be written, the file stays whole and usable.
-        ns.names.remove(name);
-        if let Err(err) = inner.store_catalog_locked(&mut ns) {
-            ns.names.insert(name.to_owned(), e);
+        // The log first: if it cannot be written, the file stays whole and usable.
+        let removed = Record::Remove { id: e.id, name: name.to_owned() };
+        ns.apply(&removed);
+        let ticket = inner.metalog.append(&removed);
+        if let Err(err) = inner.metalog.commit_or_abandon(ticket) {
+            ns.restore(name, e);
             return Err(err);
         }
         if let Some(f) = &open {
@@ -363,12 +412,29 @@ impl Cache {
         Ok(sync::lock(&self.inner.namespace).names.contains_key(name))
     }
 
+    /// The length of file `name` (as `File::len` gives it if the file is open), without
+    /// opening it. Fails with `NotFound` if there is no such file.
+    pub fn file_len(&self, name: &str) -> Result<u64> {
+        validate_name(name)?;
+        let ns = sync::lock(&self.inner.namespace);
+        let e = ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        Ok(match sync::read(&self.inner.files).get(&e.id) {
+            // Acquire: as File::len.
+            Some(f) => f.len.load(Ordering::Acquire),
+            None => e.len,
+        })
+    }
+
     /// Every file name, sorted.
     pub fn list(&self) -> Vec<String> {
         sync::lock(&self.inner.namespace).names.keys().cloned().collect()
     }
 
-    /// Writes back every dirty page of every file, syncs the backing files and the catalog.
+    /// Writes back every dirty page of every file, syncs the backing files and logs every
+    /// changed length.
     pub fn sync(&self) -> Result<()> {
         self.inner.sync_everything()
     }
@@ -426,6 +492,10 @@ impl Drop for Cache {
         self.flushers.stop();
         if let Err(e) = self.inner.sync_everything() {
             log::error!("writing the cache back on close failed; dirty data is kept only in memory: {e}");
+        }
+        // So that the next open replays nothing.
+        if let Err(e) = self.inner.checkpoint() {
+            log::warn!("checkpoint on close failed; the next open replays the metadata log: {e}");
         }
     }
 }
@@ -494,36 +564,62 @@ impl CacheInner {
         Ok(())
     }
 
-    /// Writes the catalog with current lengths; the caller holds the namespace lock.
-    pub(crate) fn store_catalog_locked(&self, ns: &mut Namespace) -> Result<()> {
-        let files = sync::read(&self.files);
-        // Acquire: the length we persist includes every write that extended it.
-        let catalog = ns.snapshot_catalog(|id| files.get(&id).map(|f| f.len.load(Ordering::Acquire)));
-        drop(files);
-        catalog.store(&self.config.device_dirs[0])?;
-        for f in &catalog.files {
-            if let Some(file) = self.file_by_id(f.id) {
-                // Release: pairs with the Acquire in persist_len's unlocked check.
-                file.persisted_len.store(f.len, Ordering::Release);
-            }
+    /// Logs the file's length if it changed since it was last logged durably, and makes the
+    /// record durable (`force`: also every record appended before, so that a create or a
+    /// remove made by another thread is durable too). Only this file's length is written,
+    /// never the whole catalog (seed 001 §3.3).
+    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
+        // Acquire on len: see every write that extended it. persisted_len is stored only after
+        // a record of that length is durable, so if the two agree there is nothing to log,
+        // and a sync_data that changed nothing takes no lock.
+        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        if changed() {
+            let (ticket, len) = {
+                let mut ns = sync::lock(&self.namespace);
+                // Under the namespace lock, so that records of one file are logged in the
+                // order of the lengths they carry.
+                let len = file.len.load(Ordering::Acquire);
+                let r = Record::SetLen { id: file.id, len };
+                ns.apply(&r);
+                (self.metalog.append(&r), len)
+            };
+            // Outside the namespace lock: syncs of other files join this write.
+            self.metalog.commit(ticket)?;
+            // Release: pairs with the Acquire in `changed`.
+            file.persisted_len.store(len, Ordering::Release);
+        } else if force {
+            self.metalog.commit(self.metalog.last())?;
+        }
+        if self.metalog.wants_checkpoint() {
+            self.writeback.kick_flushers();
         }
         Ok(())
     }
 
-    /// Persists the file's length if it changed since the catalog was last written.
-    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
-        // Acquire on len: see every write that extended it. persisted_len is stored only after
-        // a catalog holding that length is durable, so if the two agree there is nothing to do,
-        // and a sync_data that changed nothing does not take the namespace lock.
-        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
-        if !force && !changed() {
-            return Ok(());
+    /// A checkpoint (module docs of `file/metalog.rs`): a new log, the namespace as of the
+    /// switch to it as the catalog, older logs deleted. Runs in a flusher, or on close.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let _one = sync::lock(&self.checkpointing);
+        let array_id = sync::lock(&self.namespace).layout.array_id;
+        let generation = self.metalog.generation() + 1;
+        // Made durable before any lock: syncs wait only for the switch below.
+        let next = NewLog::create(&self.meta_dir, array_id, generation)?;
+        let catalog = {
+            let ns = sync::lock(&self.namespace);
+            self.metalog.switch_to(next);
+            ns.catalog(generation)
+        };
+        catalog.store(&self.config.device_dirs[0])?;
+        metalog::remove_logs_before(&self.meta_dir, array_id, generation)
+    }
+
+    /// Checkpoints if the log asked for it; errors are logged (the log keeps growing).
+    pub(crate) fn checkpoint_if_wanted(&self) {
+        if self.metalog.wants_checkpoint() {
+            if let Err(e) = self.checkpoint() {
+                log::warn!("metadata checkpoint failed, the log keeps growing: {e}");
+            }
         }
-        let mut ns = sync::lock(&self.namespace);
-        if force || changed() {
-            self.store_catalog_locked(&mut ns)?;
-        }
-        Ok(())
     }
 
     pub(crate) fn sync_everything(&self) -> Result<()> {
@@ -537,11 +633,18 @@ impl CacheInner {
                 first.get_or_insert(e);
             }
         }
-        let mut ns = sync::lock(&self.namespace);
-        if let Err(e) = self.store_catalog_locked(&mut ns) {
+        // Every changed length, then everything logged, durable.
+        for f in sync::read(&self.files).values().cloned().collect::<Vec<_>>() {
+            if !f.removed.load(Ordering::Acquire) {
+                if let Err(e) = self.persist_len(&f, false) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = self.metalog.commit(self.metalog.last()) {
             first.get_or_insert(e);
         }
-        for dir in &self.config.device_dirs {
+        for dir in self.config.device_dirs.iter().chain([&self.meta_dir]) {
             if let Err(e) = sync_dir(dir) {
                 first.get_or_insert(e);
             }

@@ -1,21 +1,23 @@
 //! The catalog: the array's layout and every file's name, id and size, kept crash-safe.
 //!
-//! # Format (version 2, little-endian)
+//! # Format (version 3, little-endian)
 //! ```text
 //! "UPCACHE\0"  u32 version  u32 body_len  u32 crc32c(body)  body
 //! body: u64 array_id  u32 devices  u32 page_size  u64 stripe_unit  u32 layout_kind
+//!       u64 generation  u16 meta_dir_len  meta_dir bytes
 //!       u64 next_file_id  u32 file_count  { u64 id  u64 len  u16 name_len  name bytes } * file_count
 //! ```
-//! Version 1 (before layouts) has no `layout_kind`; it is read as plain striping. Writes are
-//! always version 2. Device markers use the same frame.
+//! Version 1 (before layouts) has no `layout_kind`; it is read as plain striping. Version 2
+//! (before the metadata log) has no `generation` and `meta_dir`: generation 0, log in the
+//! first device directory. Writes are always version 3. Device markers use the same frame.
 //! The catalog lives in the first device directory. It is replaced whole: written to a
 //! temporary file, synced, renamed over the old one and the directory synced, so a crash at
 //! any point leaves either the old or the new catalog, and the checksum catches anything
 //! else. Every device directory also holds a small marker naming the array and the device's
 //! position, so a directory given in the wrong order or from another array is refused.
 //!
-//! The metadata log of seed 001 §3.3 (per-file records instead of whole rewrites) replaces
-//! whole-catalog writes for `sync_all` later.
+//! The catalog is a checkpoint: changes since it are records in the metadata log
+//! (`file/metalog.rs`), replayed over it at open. `generation` says which logs follow it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -25,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::layout::LayoutKind;
 
 /// Current on-disk format version.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Oldest format version this build reads.
 const OLDEST_VERSION: u32 = 1;
 const CATALOG_MAGIC: &[u8; 8] = b"UPCACHE\0";
@@ -67,6 +69,11 @@ pub struct FileEntry {
 pub struct Catalog {
     /// Layout of the array.
     pub layout: ArrayLayout,
+    /// Checkpoint generation: the metadata logs numbered from this one on hold the changes
+    /// made since.
+    pub generation: u64,
+    /// Where the metadata log lives, if not in the first device directory.
+    pub meta_dir: Option<String>,
     /// Next id to give a new file.
     pub next_file_id: u64,
     /// Every file.
@@ -144,6 +151,10 @@ impl Catalog {
         b.extend_from_slice(&l.page_size.to_le_bytes());
         b.extend_from_slice(&l.stripe_unit.to_le_bytes());
         b.extend_from_slice(&l.kind.code().to_le_bytes());
+        b.extend_from_slice(&self.generation.to_le_bytes());
+        let meta_dir = self.meta_dir.as_deref().unwrap_or("");
+        b.extend_from_slice(&(meta_dir.len() as u16).to_le_bytes());
+        b.extend_from_slice(meta_dir.as_bytes());
         b.extend_from_slice(&self.next_file_id.to_le_bytes());
         b.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
         for f in &self.files {
@@ -168,6 +179,15 @@ impl Catalog {
             LayoutKind::Stripe
         };
         let layout = ArrayLayout { array_id, devices, page_size, stripe_unit, kind };
+        let (generation, meta_dir) = if version >= 3 {
+            let generation = r.u64()?;
+            let n = r.u16()? as usize;
+            let dir = std::str::from_utf8(r.take(n)?)
+                .map_err(|_| corrupt("catalog: metadata directory is not UTF-8"))?;
+            (generation, (!dir.is_empty()).then(|| dir.to_owned()))
+        } else {
+            (0, None)
+        };
         let next_file_id = r.u64()?;
         let count = r.u32()? as usize;
         let mut files = Vec::with_capacity(count.min(r.0.len() / 18));
@@ -183,7 +203,7 @@ impl Catalog {
         if !r.0.is_empty() {
             return Err(corrupt("catalog: trailing bytes in body"));
         }
-        Ok(Catalog { layout, next_file_id, files })
+        Ok(Catalog { layout, generation, meta_dir, next_file_id, files })
     }
 
     /// Reads and decodes the catalog in `dir`.
@@ -301,6 +321,8 @@ mod tests {
                 stripe_unit: 65536,
                 kind: LayoutKind::Rotate,
             },
+            generation: 5,
+            meta_dir: Some("/fast/meta".into()),
             next_file_id: 9,
             files: vec![
                 FileEntry { id: 1, len: 12345, name: "a".into() },
@@ -317,22 +339,32 @@ mod tests {
         assert_eq!(DeviceMarker::decode(&m.encode()).unwrap(), m);
     }
 
+    /// A catalog file of format `version` with body `body`.
+    fn framed(version: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(CATALOG_MAGIC);
+        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
     #[test]
-    fn version_1_catalogs_read_as_plain_striping() {
+    fn older_versions_read_with_defaults() {
         let mut c = sample();
         c.layout.kind = LayoutKind::Stripe;
-        let v2 = c.encode();
-        // A version-1 body is the version-2 body without the layout kind (4 bytes after the
-        // 24 bytes of id, devices, page size and stripe unit).
-        let body = &v2[20..];
-        let v1_body: Vec<u8> = body[..24].iter().chain(&body[28..]).copied().collect();
-        let mut v1 = Vec::new();
-        v1.extend_from_slice(CATALOG_MAGIC);
-        v1.extend_from_slice(&1u32.to_le_bytes());
-        v1.extend_from_slice(&(v1_body.len() as u32).to_le_bytes());
-        v1.extend_from_slice(&crc32c::crc32c(&v1_body).to_le_bytes());
-        v1.extend_from_slice(&v1_body);
-        assert_eq!(Catalog::decode(&v1).unwrap(), c);
+        c.generation = 0;
+        c.meta_dir = None;
+        let v3 = c.encode();
+        // The version-3 body after the 28 bytes of id, devices, page size, stripe unit and
+        // layout kind holds the generation (8) and an empty metadata directory (2).
+        let body = &v3[20..];
+        let v2_body: Vec<u8> = body[..28].iter().chain(&body[38..]).copied().collect();
+        assert_eq!(Catalog::decode(&framed(2, &v2_body)).unwrap(), c);
+        // Version 1 also lacks the layout kind: plain striping.
+        let v1_body: Vec<u8> = body[..24].iter().chain(&body[38..]).copied().collect();
+        assert_eq!(Catalog::decode(&framed(1, &v1_body)).unwrap(), c);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 pub mod catalog;
 pub mod handle;
+pub mod metalog;
 pub mod namespace;
 pub mod pin;
 pub mod queue;
@@ -43,7 +44,7 @@ pub(crate) struct FileInner {
     pub(crate) name: String,
     /// Current length in bytes.
     pub(crate) len: AtomicU64,
-    /// Length last written to the catalog.
+    /// Length last logged durably (metadata log or catalog).
     pub(crate) persisted_len: AtomicU64,
     /// Set when the file is removed; handles then fail with `NotFound`.
     pub(crate) removed: AtomicBool,

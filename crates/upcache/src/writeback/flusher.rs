@@ -65,6 +65,7 @@ fn run(cache: &CacheInner) {
         if wb.shutdown.load(Ordering::Acquire) {
             break;
         }
+        cache.checkpoint_if_wanted();
         // Kicked: write back to half the background threshold. Period: everything.
         let stop_at = match wake {
             Wake::Kicked => wb.background / 2,
