@@ -62,6 +62,8 @@ pub(crate) struct CacheInner {
     pub(crate) meta_dir: std::path::PathBuf,
     /// Held by the one checkpoint running.
     checkpointing: Mutex<()>,
+    /// A flusher is checkpointing: the others go on writing back.
+    checkpoint_running: AtomicBool,
     pub(crate) writeback: Writeback,
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
@@ -185,8 +187,10 @@ impl Cache {
         if !dir0.is_dir() {
             return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
         }
-        let catalog = Catalog::load(dir0)?;
+        // Locked before reading: a process closing the array meanwhile checkpoints, which
+        // replaces the catalog and deletes the log it follows.
         let lock = lock_array(dir0)?;
+        let catalog = Catalog::load(dir0)?;
         let l = catalog.layout;
         let want =
             (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit, config.layout);
@@ -290,6 +294,7 @@ impl Cache {
             metalog: MetaLog::new(log),
             meta_dir,
             checkpointing: Mutex::new(()),
+            checkpoint_running: AtomicBool::new(false),
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
@@ -369,7 +374,7 @@ impl Cache {
     }
 
     /// Removes a file: waits for operations in flight on it, drops its cached pages (dirty ones
-    /// included), removes it from the catalog and deletes its backing files. Open handles then
+    /// included), logs its removal and deletes its backing files. Open handles then
     /// fail with `NotFound`.
     pub fn remove_file(&self, name: &str) -> Result<()> {
         validate_name(name)?;
@@ -569,9 +574,9 @@ impl CacheInner {
     /// remove made by another thread is durable too). Only this file's length is written,
     /// never the whole catalog (seed 001 §3.3).
     pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
-        // Acquire on len: see every write that extended it. persisted_len is stored only after
-        // a record of that length is durable, so if the two agree there is nothing to log,
-        // and a sync_data that changed nothing takes no lock.
+        // Acquire on len: see every write that extended it. persisted_len is the length of the
+        // file's latest length record, stored once that record is durable, so if the two
+        // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
         let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
         if changed() {
             let (ticket, len) = {
@@ -581,12 +586,21 @@ impl CacheInner {
                 let len = file.len.load(Ordering::Acquire);
                 let r = Record::SetLen { id: file.id, len };
                 ns.apply(&r);
-                (self.metalog.append(&r), len)
+                let ticket = self.metalog.append(&r);
+                // Relaxed: written and read only under the namespace lock.
+                file.len_record.store(ticket.seq(), Ordering::Relaxed);
+                (ticket, len)
             };
             // Outside the namespace lock: syncs of other files join this write.
             self.metalog.commit(ticket)?;
-            // Release: pairs with the Acquire in `changed`.
-            file.persisted_len.store(len, Ordering::Release);
+            let _ns = sync::lock(&self.namespace);
+            // Only if no later length record was appended meanwhile: an older sync storing
+            // its length late could make a newer, unlogged length look persisted.
+            // Relaxed: under the namespace lock, as above.
+            if file.len_record.load(Ordering::Relaxed) == ticket.seq() {
+                // Release: pairs with the Acquire in `changed`.
+                file.persisted_len.store(len, Ordering::Release);
+            }
         } else if force {
             self.metalog.commit(self.metalog.last())?;
         }
@@ -606,19 +620,25 @@ impl CacheInner {
         let next = NewLog::create(&self.meta_dir, array_id, generation)?;
         let catalog = {
             let ns = sync::lock(&self.namespace);
-            self.metalog.switch_to(next);
+            self.metalog.switch_to(next)?;
             ns.catalog(generation)
         };
         catalog.store(&self.config.device_dirs[0])?;
         metalog::remove_logs_before(&self.meta_dir, array_id, generation)
     }
 
-    /// Checkpoints if the log asked for it; errors are logged (the log keeps growing).
+    /// Checkpoints if the log asked for it and no other thread is checkpointing; errors are
+    /// logged (the log keeps growing).
     pub(crate) fn checkpoint_if_wanted(&self) {
-        if self.metalog.wants_checkpoint() {
-            if let Err(e) = self.checkpoint() {
-                log::warn!("metadata checkpoint failed, the log keeps growing: {e}");
+        if self.metalog.wants_checkpoint() && !self.checkpoint_running.swap(true, Ordering::Acquire) {
+            // Checked again: a checkpoint may have ended between the check and the swap.
+            if self.metalog.wants_checkpoint() {
+                if let Err(e) = self.checkpoint() {
+                    log::warn!("metadata checkpoint failed, the log keeps growing: {e}");
+                }
             }
+            // Release: pairs with the Acquire above.
+            self.checkpoint_running.store(false, Ordering::Release);
         }
     }
 

@@ -376,7 +376,8 @@ impl File {
         self.cache.persist_len(&self.file, false)
     }
 
-    /// Like `sync_data`, and also persists the file's metadata (the catalog) unconditionally.
+    /// Like `sync_data`, and also makes every namespace change logged so far durable (a
+    /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
         self.cache.sync_file_data(&self.file)?;

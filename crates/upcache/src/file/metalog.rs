@@ -7,8 +7,9 @@
 //! so the file system has no metadata to commit; concurrent syncs share that write (group
 //! commit). The catalog (`file/catalog.rs`) becomes a checkpoint: a background checkpoint
 //! switches appends to a new log, writes the namespace as of the switch as the catalog of the
-//! new generation, and deletes the older logs. Writers never wait for it; a sync waits only
-//! for the moment of the switch.
+//! new generation, and deletes the older logs. Data writes never wait for it (with one
+//! flusher thread, write-back pauses while it runs); a sync waits only for the moment of the
+//! switch.
 //!
 //! # Files
 //! In the metadata directory (the first device directory unless `Config::with_meta_dir`
@@ -26,7 +27,10 @@
 //! each up to its first record that is not whole and valid: a write torn by a crash, or
 //! damage, is dropped with a warning. The records of one commit are one write after all
 //! earlier commits were durable, so what survives is a prefix of the records, and every
-//! record whose commit returned is in it. Then checkpoint at once: new log G'+1, catalog
+//! record whose commit returned is in it. A failed write may still have reached the device,
+//! and its records may be abandoned (a create that failed is undone): the next write covers
+//! the failed one's bytes with zeros past its own records, and a switch to a new log zeroes
+//! them first, so no abandoned record is ever followed by a clean end. Then checkpoint at once: new log G'+1, catalog
 //! G'+1, older logs deleted; a crash anywhere in there replays the same records again.
 //!
 //! Records set state absolutely (a name to an id, an id's length), so replaying a record
@@ -188,7 +192,7 @@ pub fn parse(bytes: &[u8], array_id: u64, generation: u64) -> Result<Parsed> {
             }
             return Ok(out);
         }
-        let body = rest.get(8..8 + len as usize).filter(|_| len as usize <= MAX_BODY);
+        let body = if len as usize <= MAX_BODY { rest.get(8..8 + len as usize) } else { None };
         match body.filter(|b| crc32c::crc32c(b) == crc).and_then(Record::decode) {
             Some(r) => {
                 out.records.push(r);
@@ -294,6 +298,9 @@ struct LogState {
     /// Where the next write goes in the current file, and how far it is zero-filled.
     end: u64,
     zeroed: u64,
+    /// How far failed writes may have written: bytes past `end` up to here may hold records
+    /// that were never committed, and the next write zeroes them.
+    attempted: u64,
     /// Encoded records not yet written: bytes `taken..appended` of everything ever appended.
     pending: Vec<u8>,
     appended_bytes: u64,
@@ -312,6 +319,13 @@ pub(crate) struct Ticket {
     mark: u64,
 }
 
+impl Ticket {
+    /// The record's sequence number (records are numbered from 1 in append order).
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
 impl MetaLog {
     pub(crate) fn new(log: NewLog) -> MetaLog {
         MetaLog {
@@ -320,6 +334,7 @@ impl MetaLog {
                 generation: log.generation,
                 end: HEADER_LEN,
                 zeroed: CHUNK,
+                attempted: HEADER_LEN,
                 pending: Vec::new(),
                 appended_bytes: 0,
                 taken_bytes: 0,
@@ -364,7 +379,9 @@ impl MetaLog {
     fn commit_inner(&self, t: Ticket, abandon: bool) -> Result<()> {
         let mut s = sync::lock(&self.state);
         loop {
-            if s.durable >= t.seq {
+            // At most what is appended: records after it were abandoned (a ticket taken by
+            // `last` may name one), and the rest is all there is to make durable.
+            if s.durable >= t.seq.min(s.appended) {
                 return Ok(());
             }
             if s.writing {
@@ -376,16 +393,18 @@ impl MetaLog {
             }
             s.writing = true;
             let bytes = std::mem::take(&mut s.pending);
-            let (file, at, zeroed, upto) = (s.file.clone(), s.end, s.zeroed, s.appended);
+            let (file, at, zeroed, upto, attempted) =
+                (s.file.clone(), s.end, s.zeroed, s.appended, s.attempted);
             s.taken_bytes += bytes.len() as u64;
             drop(s);
-            let r = write_durably(&file, at, &bytes, zeroed);
+            let r = write_durably(&file, at, &bytes, zeroed, attempted);
             s = sync::lock(&self.state);
             s.writing = false;
             self.written.notify_all();
             match r {
                 Ok(zeroed) => {
                     s.end = at + bytes.len() as u64;
+                    s.attempted = s.end;
                     s.zeroed = zeroed;
                     s.durable = upto;
                     if s.end > CHECKPOINT_BYTES {
@@ -394,6 +413,7 @@ impl MetaLog {
                     }
                 }
                 Err(e) => {
+                    s.attempted = s.attempted.max(at + bytes.len() as u64);
                     // Back in front of what was appended meanwhile, for the next commit.
                     s.taken_bytes -= bytes.len() as u64;
                     let later = std::mem::replace(&mut s.pending, bytes);
@@ -423,8 +443,10 @@ impl MetaLog {
     }
 
     /// Sends later writes to `next`. Records not yet written go there too. The caller holds
-    /// the namespace lock and snapshots the namespace in the same critical section.
-    pub(crate) fn switch_to(&self, next: NewLog) {
+    /// the namespace lock and snapshots the namespace in the same critical section. Fails,
+    /// changing nothing, if the bytes of an earlier failed write cannot be zeroed (the old log
+    /// is replayed until a checkpoint completes, so they must not stay).
+    pub(crate) fn switch_to(&self, next: NewLog) -> Result<()> {
         let mut s = sync::lock(&self.state);
         while s.writing {
             s = match self.written.wait(s) {
@@ -432,18 +454,26 @@ impl MetaLog {
                 Err(p) => p.into_inner(),
             };
         }
+        if s.attempted > s.end {
+            let (end, attempted, zeroed) = (s.end, s.attempted, s.zeroed);
+            write_durably(&s.file, end, &[], zeroed, attempted)
+                .map_err(|e| Error::io(format!("zero a failed write in metadata log {}", s.generation), e))?;
+        }
         s.file = std::sync::Arc::new(next.file);
         s.generation = next.generation;
         s.end = HEADER_LEN;
         s.zeroed = CHUNK;
+        s.attempted = HEADER_LEN;
         // Relaxed: as in commit.
         self.checkpoint_wanted.store(false, Ordering::Relaxed);
+        Ok(())
     }
 }
 
-/// Writes `bytes` at `at` and makes them durable, zero-filling whole chunks past `zeroed` first
-/// (in the same sync) so that appends rarely change the file's size. Returns the new `zeroed`.
-fn write_durably(file: &File, at: u64, bytes: &[u8], zeroed: u64) -> std::io::Result<u64> {
+/// Writes `bytes` at `at`, then zeros up to `attempted` (what a failed write may have left),
+/// and makes them durable, zero-filling whole chunks past `zeroed` first (in the same sync)
+/// so that appends rarely change the file's size. Returns the new `zeroed`.
+fn write_durably(file: &File, at: u64, bytes: &[u8], zeroed: u64, attempted: u64) -> std::io::Result<u64> {
     let end = at + bytes.len() as u64;
     let mut z = zeroed;
     if end > z {
@@ -451,8 +481,10 @@ fn write_durably(file: &File, at: u64, bytes: &[u8], zeroed: u64) -> std::io::Re
         file.write_all_at(&vec![0u8; (to - z) as usize], z)?;
         z = to;
     }
-    if !bytes.is_empty() {
-        file.write_all_at(bytes, at)?;
+    let mut out = bytes.to_vec();
+    out.resize(bytes.len() + attempted.saturating_sub(end) as usize, 0);
+    if !out.is_empty() {
+        file.write_all_at(&out, at)?;
         file.sync_data()?;
     }
     Ok(z)
@@ -598,7 +630,7 @@ mod tests {
         let log = MetaLog::new(NewLog::create(dir.path(), 7, 1).unwrap());
         log.commit(log.append(&sample()[0])).unwrap();
         let pending = log.append(&sample()[1]);
-        log.switch_to(NewLog::create(dir.path(), 7, 2).unwrap());
+        log.switch_to(NewLog::create(dir.path(), 7, 2).unwrap()).unwrap();
         log.commit(pending).unwrap();
         assert_eq!(log.generation(), 2);
         let mut got = Vec::new();
@@ -609,6 +641,34 @@ mod tests {
         assert_eq!(got, sample()[..2]);
         remove_logs_before(dir.path(), 7, 2).unwrap();
         assert_eq!(log_generations(dir.path(), 7).unwrap(), vec![2]);
+    }
+
+    /// A write that fails but reached the disk anyway leaves an abandoned record there: the
+    /// next write zeroes it, so replay never sees it; and a commit of a ticket whose record
+    /// was abandoned returns instead of spinning.
+    #[test]
+    fn an_abandoned_record_never_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let created = NewLog::create(dir.path(), 7, 1).unwrap();
+        let path = dir.path().join(log_name(7, 1));
+        // Writes through a read-only handle fail.
+        let read_only = File::open(&path).unwrap();
+        let log = MetaLog::new(NewLog { file: read_only, generation: 1 });
+        let abandoned = Record::Create { id: 9, name: "a-long-name-that-outlasts-the-next-record".into() };
+        let t = log.append(&abandoned);
+        let waiting = log.last();
+        assert!(log.commit_or_abandon(t).is_err());
+        log.commit(waiting).unwrap(); // its record is gone: nothing to wait for
+                                      // As if the failed write had reached the disk all the same.
+        let mut bytes = Vec::new();
+        abandoned.encode_into(&mut bytes);
+        created.file.write_all_at(&bytes, HEADER_LEN).unwrap();
+        // The device works again.
+        sync::lock(&log.state).file = std::sync::Arc::new(created.file);
+        let kept = Record::SetLen { id: 1, len: 2 };
+        log.commit(log.append(&kept)).unwrap();
+        let parsed = parse(&fs::read(&path).unwrap(), 7, 1).unwrap();
+        assert_eq!(parsed, Parsed { records: vec![kept], dropped: None });
     }
 
     #[test]

@@ -44,8 +44,12 @@ pub(crate) struct FileInner {
     pub(crate) name: String,
     /// Current length in bytes.
     pub(crate) len: AtomicU64,
-    /// Length last logged durably (metadata log or catalog).
+    /// Length of the file's latest length record (metadata log or catalog), once that record
+    /// is durable. Written only under the namespace lock.
     pub(crate) persisted_len: AtomicU64,
+    /// Sequence number of the file's latest length record. Written only under the namespace
+    /// lock.
+    pub(crate) len_record: AtomicU64,
     /// Set when the file is removed; handles then fail with `NotFound`.
     pub(crate) removed: AtomicBool,
     /// Pages of this file that are dirty.
@@ -80,6 +84,7 @@ impl FileInner {
             name,
             len: AtomicU64::new(len),
             persisted_len: AtomicU64::new(len),
+            len_record: AtomicU64::new(0),
             removed: AtomicBool::new(false),
             dirty_pages: AtomicU64::new(0),
             streams: streams.then(FileStreams::default),

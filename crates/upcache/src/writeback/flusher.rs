@@ -2,8 +2,9 @@
 //!
 //! Each flusher sleeps until the dirty count passes the background threshold (or a period
 //! passes with dirty pages, so that data does not stay dirty forever), then writes back until
-//! the count falls to half the threshold. Several flushers scan disjoint chunks of the frame
-//! table, so they write in parallel. Kicked by a miss that found free frames running low,
+//! the count falls to half the threshold. With streams, flushers take files with dirty streams
+//! from the write-back list (writeback/streams.rs); without, they scan disjoint chunks of the
+//! frame table. Either way they write in parallel. They also run metadata-log checkpoints. Kicked by a miss that found free frames running low,
 //! they also reclaim clean pages into the pool (`cache/reclaim.rs`).
 
 use std::thread::JoinHandle;

@@ -96,8 +96,9 @@ pub(crate) struct Writeback {
     /// Longest write-back request in pages: the devices' request size with streams on, 64
     /// pages (the old fixed run) with them off.
     pub(crate) run_pages: usize,
-    /// Ids of files with dirty streams, oldest first; a file is here at most once (its
-    /// `queued` flag, under its stream mutex, says whether it is).
+    /// Ids of files with dirty streams, oldest first. A file's `queued` flag (under its stream
+    /// mutex) is set while its id is here, and until the flusher that popped it takes its
+    /// ranges; an id may be here twice if its file was opened again after a failed open.
     dirty_files: Mutex<VecDeque<u64>>,
     kick: Mutex<bool>,
     kicked: Condvar,

@@ -243,12 +243,15 @@ impl CacheInner {
 
     /// Stream write-back (flushers and dflush with streams on): takes files off the dirty
     /// list, oldest first, and writes their dirty ranges, until `max_pages` are written or the
-    /// dirty count is at most `stop_at`. Never waits on a frame. Stops early when a file gave
-    /// nothing to write (its pages failing or busy). Returns the pages written.
+    /// dirty count is at most `stop_at`. Never waits on a frame. Stops early when several
+    /// files in a row gave nothing to write (their pages failing or busy). Returns the pages
+    /// written.
     pub(crate) fn flush_streams(&self, max_pages: usize, stop_at: usize) -> usize {
+        const FRUITLESS_FILES: usize = 4;
         let wb = &self.writeback;
         let mut written = 0;
-        while written < max_pages && wb.dirty() > stop_at {
+        let mut fruitless = 0;
+        while written < max_pages && wb.dirty() > stop_at && fruitless < FRUITLESS_FILES {
             let Some(id) = wb.next_dirty_file() else { break };
             let Some(file) = self.file_by_id(id) else { continue }; // removed, pages dropped
             let Some(s) = &file.streams else { continue };
@@ -256,9 +259,7 @@ impl CacheInner {
             let n = self.write_ranges(&file, &ranges);
             s.requeue_if_dirty(wb, id);
             written += n;
-            if n == 0 {
-                break;
-            }
+            fruitless = if n == 0 { fruitless + 1 } else { 0 };
         }
         written
     }
