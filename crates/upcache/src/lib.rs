@@ -25,7 +25,8 @@
 //! 4. leaves, held only for a moment and never while waiting: the open-files map, a page
 //!    index shard or the locked index's update mutex, the page sets' resize mutex then a page
 //!    set (two, in index order, for a split or merge), a file's free-frame cache
-//!    then an allocator region, a wait-table bucket, the range lock's internal mutex, the flusher kick
+//!    then an allocator region, a wait-table bucket, the range lock's internal mutex, the flusher kick,
+//!    a file's stream mutex then the write-back list, the metadata log's state mutex
 //!
 //! Write-back (flushers, dflush, eviction of dirty pages) takes only level 3 with `try_lock`
 //! and level 4, so any thread may run it whatever it holds; dflush runs before a writer takes
@@ -40,6 +41,8 @@
 //! | set-associative cache, in-set GClock/Clock/LRU/LFU | 002 §4 | `index/setassoc.rs` |
 //! | two-layer free frames (per-core regions, per-file caches) | 003 §4.3 | `alloc/`, `cache/reclaim.rs` |
 //! | dflush: writers flush in parallel past the foreground ratio | 000 §3.3 | `writeback/run.rs` |
+//! | stream tracking tree; stream-based write-back, sync by dirty ranges | 003 §4.1-4.2 | `file/stream.rs`, `writeback/streams.rs` |
+//! | metadata log: per-file records, group commit, checkpoints | 001 §3.3-3.5 | `file/metalog.rs` |
 //! | file range lock | 001 §3.2 | `file/range_lock.rs` |
 //! | striping over a device array, one backing file per device | 002 §3.3 | `io/layout.rs`, `io/device.rs` |
 //! | clean-first eviction | 002 §4.2 | `policy/clock.rs` |
