@@ -76,6 +76,14 @@ impl StreamTree {
             self.pointer_hits += 1;
             return;
         }
+        // Meeting nothing (a random write): one search, one insert, no merging.
+        let before = self.streams.range(..=pages.end).next_back().map(|(&s, &(e, _))| (s, e));
+        if !matches!(before, Some((_, e)) if e >= pages.start) {
+            let upper_limit = self.streams.range(pages.end..).next().map_or(u64::MAX, |(&s, _)| s);
+            self.streams.insert(pages.start, (pages.end, dirty.then(|| pages.clone())));
+            self.pointer = Some(Pointer { start: pages.start, upper_limit });
+            return;
+        }
         let keys = self.meeting(&pages, true);
         let mut address = pages.clone();
         let mut dirt: Vec<Range<u64>> = Vec::new();
@@ -159,6 +167,31 @@ impl StreamTree {
             self.insert_split(s..e, dirt);
         }
         self.pointer = None;
+    }
+
+    /// Cleans and forgets pages `pages` (written back and no longer tracked): as
+    /// [`Self::clean`] then [`Self::forget`], with a fast path for pages inside one stream
+    /// whose dirty range is all of it (the shape of a tree that tracks dirty pages only).
+    pub fn clean_and_forget(&mut self, pages: Range<u64>) {
+        if pages.is_empty() {
+            return;
+        }
+        let within = self.streams.range(..=pages.start).next_back().map(|(&s, (e, d))| (s, *e, d.clone()));
+        match within {
+            Some((s, e, Some(d))) if d == (s..e) && pages.end <= e => {
+                self.streams.remove(&s);
+                for part in minus(&(s..e), &pages) {
+                    if !part.is_empty() {
+                        self.streams.insert(part.start, (part.end, Some(part.clone())));
+                    }
+                }
+                self.pointer = None;
+            }
+            _ => {
+                self.clean(pages.clone());
+                self.forget(pages);
+            }
+        }
     }
 
     /// Forgets pages `pages` (evicted): they leave the address ranges, which may cut a stream
@@ -277,6 +310,7 @@ mod tests {
         Track(Range<u64>, bool),
         Clean(Range<u64>),
         Forget(Range<u64>),
+        CleanAndForget(Range<u64>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -285,7 +319,8 @@ mod tests {
         prop_oneof![
             4 => (range.clone(), any::<bool>()).prop_map(|(r, d)| Op::Track(r, d)),
             1 => range.clone().prop_map(Op::Clean),
-            1 => range.prop_map(Op::Forget),
+            1 => range.clone().prop_map(Op::Forget),
+            1 => range.prop_map(Op::CleanAndForget),
         ]
     }
 
@@ -314,6 +349,10 @@ mod tests {
                     Op::Forget(r) => {
                         t.forget(r.clone());
                         r.for_each(|p| { cached.remove(&p); });
+                    }
+                    Op::CleanAndForget(r) => {
+                        t.clean_and_forget(r.clone());
+                        r.for_each(|p| { dirty.remove(&p); cached.remove(&p); });
                     }
                 }
                 check(&t, &cached, &dirty)?;

@@ -323,7 +323,10 @@ impl CacheInner {
             match self.config.flush {
                 FlushKind::Background => wb.throttle(),
                 FlushKind::Direct => {
-                    let quota = (2 * pages_to_dirty).max(wb.run_pages);
+                    // Twice what it is about to dirty, so writers pay back more than they add;
+                    // not a whole request's worth, which made each 4 KiB random write past
+                    // the threshold write 1024 scattered pages first.
+                    let quota = (2 * pages_to_dirty).max(MAX_RUN);
                     let n = self.flush_dirty(quota, wb.foreground);
                     self.metrics.dflush_pages.add(n as u64);
                 }

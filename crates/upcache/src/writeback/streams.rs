@@ -58,8 +58,7 @@ impl FileStreams {
     pub(crate) fn cleaned(&self, pages: impl IntoIterator<Item = Range<u64>>) {
         let mut d = sync::lock(&self.inner);
         for r in pages {
-            d.tree.clean(r.clone());
-            d.tree.forget(r);
+            d.tree.clean_and_forget(r);
         }
     }
 
