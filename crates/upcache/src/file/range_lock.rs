@@ -9,21 +9,33 @@
 //! before it, which makes the lock FIFO-fair among conflicting requests: a stream of readers
 //! cannot starve a writer and vice versa.
 //!
-//! # Reader fast path
-//! A shared request whose range is whole granules (4 KiB, the smallest page: every pin and
-//! every page-aligned read) and that finds no writer queued or holding skips the queue: it
-//! publishes its range in one of a few reader slots with one CAS, and a writer waits for the
-//! published ranges that overlap its own. So readers of one file on different threads share
-//! no lock or cache line, and a pin costs two atomic steps instead of two mutex sections.
-//! The handshake is Dekker's: a reader publishes its slot, then reads `writers`; a writer
-//! counts itself in `writers`, then reads the slots, each with a SeqCst fence between its
-//! store and its load (fences rather than SeqCst accesses: loom models only the fences, and
-//! the fence rules are the simpler ones). At least one sees the other:
-//! the reader backs off to the queue, or the writer waits for the reader's range. Slots hold
-//! exact ranges, so a writer never waits for a disjoint reader (a thread that holds a pin and
-//! writes another page must not wait for itself). A reader that leaves while `writers` is not
-//! zero takes the mutex before it notifies, so a writer between its check and its wait cannot
-//! miss the wake-up. Fairness holds: once a writer is counted, new readers queue behind it.
+//! # Fast paths
+//! Most requests skip the queue: they publish their range in one of a few slots with one CAS.
+//! - A shared request whose range is whole granules (4 KiB, the smallest page: every pin and
+//!   every page-aligned read) takes a slot if no writer (fast or queued) is counted.
+//! - An exclusive request (rounded out to granules) takes a slot if nothing is queued and no
+//!   other slot overlaps it. So writers of disjoint pages of one file (seed 001's parallel
+//!   writes) share no mutex: two threads writing one file scale as two files do.
+//!
+//! Each check is a Dekker handshake: one side stores (publishes its slot, or counts itself in
+//! `writers` or `queued`), issues a SeqCst fence, then loads what the other side stores; the
+//! other side does the same in the other order. At least one sees the other (fences rather
+//! than SeqCst accesses: loom models only the fences, and the fence rules are the simpler
+//! ones). The pairs:
+//! - fast reader (slot, then `writers`) against any writer (`writers`, then the slots): the
+//!   reader backs off to the queue, or the writer waits for (queued) or backs off from (fast)
+//!   the reader's range;
+//! - fast writer (`writers` and its slot, then `queued` and the slots) against a queued request
+//!   (`queued`, then the slots) or another fast writer: the fast writer backs off, or the queued
+//!   request waits for its slot, or the other writer backs off (both may: then both queue).
+//!
+//! A fast request that backs off frees its slot and takes the queue. Slots hold exact ranges
+//! (readers) or whole granules (writers), so a writer never waits for a disjoint reader (a
+//! thread that holds a pin and writes another page must not wait for itself). A slot holder
+//! that leaves while someone may wait for it (`writers` for readers, `queued` for writers)
+//! takes the mutex before it notifies, so a waiter between its check and its wait cannot miss
+//! the wake-up. Fairness holds: once a writer is counted, new readers queue behind it, and
+//! once anything is queued, new writers queue too.
 //!
 //! # Locking
 //! The internal mutex is held only to add, check and remove requests, never while the caller
@@ -61,38 +73,42 @@ impl Queue {
     }
 }
 
-/// Bytes per granule of a fast reader's range.
+/// Bytes per granule of a fast request's range.
 const GRANULE: u64 = 4096;
 const _: () = assert!(GRANULE.is_power_of_two());
-/// Bits of a published range's length in granules (the rest of the word is its start).
+/// Bits of a published range's length in granules (above them its start, below one bit
+/// that marks an exclusive range).
 const LEN_BITS: u32 = 24;
-/// Reader slots per file.
+/// The published range is exclusive.
+const EXCLUSIVE: u64 = 1;
+/// Slots per file.
 #[cfg(not(loom))]
 const FAST_SLOTS: usize = 8;
 /// Two under loom: enough for a reader that finds its slot taken, few enough to explore.
 #[cfg(loom)]
 const FAST_SLOTS: usize = 2;
 
-/// One fast reader's range, packed: `start granule << LEN_BITS | length in granules`, or 0
-/// when free. One word, so a writer reads a range whole. 128-byte aligned so readers on
-/// different slots do not share a line (nor its prefetched neighbour).
+/// One fast request's range, packed: `start granule << (LEN_BITS + 1) | length in granules
+/// << 1 | EXCLUSIVE`, or 0 when free. One word, so others read a range whole. 128-byte
+/// aligned so holders of different slots do not share a line (nor its prefetched neighbour).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct ReaderSlot(AtomicU64);
+struct Slot(AtomicU64);
 
-/// `start..end` packed for a reader slot, if it is whole granules and fits.
-fn pack(start: u64, end: u64) -> Option<u64> {
+/// `start..end` packed for a slot, if it is whole granules and fits.
+fn pack(start: u64, end: u64, exclusive: bool) -> Option<u64> {
     if (start | end) & (GRANULE - 1) != 0 || end <= start {
         return None;
     }
     let (first, len) = (start / GRANULE, (end - start) / GRANULE);
-    (len < 1 << LEN_BITS && first < 1 << (64 - LEN_BITS)).then_some(first << LEN_BITS | len)
+    (len < 1 << LEN_BITS && first < 1 << (63 - LEN_BITS))
+        .then_some(first << (LEN_BITS + 1) | len << 1 | exclusive as u64)
 }
 
-/// The byte range of a packed slot word (not 0).
-fn unpack(w: u64) -> (u64, u64) {
-    let (first, len) = (w >> LEN_BITS, w & ((1 << LEN_BITS) - 1));
-    (first * GRANULE, (first + len) * GRANULE)
+/// The byte range of a packed slot word (not 0), and whether it is exclusive.
+fn unpack(w: u64) -> (u64, u64, bool) {
+    let (first, len) = (w >> (LEN_BITS + 1), (w >> 1) & ((1 << LEN_BITS) - 1));
+    (first * GRANULE, (first + len) * GRANULE, w & EXCLUSIVE != 0)
 }
 
 /// The per-file range lock.
@@ -100,9 +116,12 @@ fn unpack(w: u64) -> (u64, u64) {
 pub struct RangeLock {
     queue: Mutex<Queue>,
     released: Condvar,
-    /// Exclusive requests queued or held. While it is not zero, readers take the queue.
+    /// Exclusive requests queued or held, fast or not. While it is not zero, readers take
+    /// the queue.
     writers: AtomicU64,
-    fast: [ReaderSlot; FAST_SLOTS],
+    /// Requests in the queue (waiting or held). While it is not zero, writers take the queue.
+    queued: AtomicU64,
+    fast: [Slot; FAST_SLOTS],
 }
 
 /// A held range; released on drop.
@@ -117,8 +136,8 @@ pub struct RangeGuard<'a> {
 enum Held {
     /// A request in the queue, by ticket.
     Queued { ticket: u64, exclusive: bool },
-    /// A reader slot, by index.
-    Fast(usize),
+    /// A slot, by index.
+    Fast { slot: usize, exclusive: bool },
 }
 
 impl RangeLock {
@@ -127,71 +146,107 @@ impl RangeLock {
     /// that it still orders against writes at that offset.
     pub fn lock(&self, start: u64, end: u64, exclusive: bool) -> RangeGuard<'_> {
         let end = end.max(start.saturating_add(1));
-        if !exclusive {
-            if let Some(g) = self.fast_read(start, end) {
-                return g;
-            }
+        let fast = if exclusive { self.fast_write(start, end) } else { self.fast_read(start, end) };
+        if let Some(g) = fast {
+            return g;
         }
         let mut q = sync::lock(&self.queue);
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         q.requests.push(Request { ticket, start, end, exclusive });
+        // Relaxed (both): the fence orders them before the slots are read (the queued
+        // request's half of the handshakes, module docs).
+        self.queued.fetch_add(1, Ordering::Relaxed);
         if exclusive {
-            // Relaxed: the fence orders it before the slots are read (the writer's half of
-            // the handshake, module docs).
             self.writers.fetch_add(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
         }
-        while !q.grantable(ticket) || (exclusive && self.fast_overlaps(start, end)) {
+        fence(Ordering::SeqCst);
+        while !q.grantable(ticket) || self.fast_conflicts(None, start, end, exclusive) {
             q = sync::wait(&self.released, q);
         }
         RangeGuard { lock: self, held: Held::Queued { ticket, exclusive } }
     }
 
-    /// A reader slot for `start..end`, if the range packs, a slot is free and no writer is
-    /// counted after ours is published.
-    fn fast_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
-        let word = pack(start, end)?;
-        // Relaxed: a hint that skips the CAS while a writer is there; checked again below.
-        if self.writers.load(Ordering::Relaxed) != 0 {
-            return None;
-        }
+    /// Publishes `word` in a free slot (the caller's half of a handshake still to come);
+    /// the guard frees it. None if every slot is taken.
+    fn take_slot(&self, word: u64, exclusive: bool) -> Option<RangeGuard<'_>> {
         let first = crate::metrics::thread_slot();
         for i in 0..FAST_SLOTS {
             let slot = (first + i) % FAST_SLOTS;
             let s = &self.fast[slot].0;
-            // Relaxed (both): the SeqCst fence below orders the publication before `writers`
-            // is read (the reader's half of the handshake), and it is also the acquire for
-            // the free slot we read: a previous holder's bytes and release come before ours,
-            // so a writer that reads our later release sees theirs too. Without the fence the
-            // CAS would need Acquire.
-            if s.load(Ordering::Relaxed) != 0
-                || s.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_err()
+            // Relaxed (both): the SeqCst fence the caller issues next orders the publication
+            // before its loads (its half of the handshake), and it is also the acquire for
+            // the free slot we read: a previous holder's accesses and release come before
+            // ours, so whoever reads our later release sees theirs too. Without the fence
+            // the CAS would need Acquire.
+            if s.load(Ordering::Relaxed) == 0
+                && s.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_ok()
             {
-                continue;
+                return Some(RangeGuard { lock: self, held: Held::Fast { slot, exclusive } });
             }
-            let guard = RangeGuard { lock: self, held: Held::Fast(slot) };
-            fence(Ordering::SeqCst);
-            // Acquire: reading the last writer's release (its count going down) makes its
-            // bytes visible to us.
-            if self.writers.load(Ordering::Acquire) != 0 {
-                // A writer came: queue behind it instead (dropping the guard wakes it).
-                drop(guard);
-                return None;
-            }
-            return Some(guard);
         }
         None
     }
 
-    /// Whether a published reader range overlaps `start..end`.
-    fn fast_overlaps(&self, start: u64, end: u64) -> bool {
-        self.fast.iter().any(|s| {
-            // Acquire: a freed slot's reader is done with the bytes before we touch them.
+    /// A slot for the exclusive range `start..end` (rounded out to granules), if it packs,
+    /// nothing is queued and no other slot overlaps it once ours is published.
+    fn fast_write(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        let (s, e) = (start & !(GRANULE - 1), end.checked_add(GRANULE - 1)? & !(GRANULE - 1));
+        let word = pack(s, e, true)?;
+        // Relaxed: a hint that skips the CAS while the queue is in use; checked again below.
+        if self.queued.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        // Counted before the slot is published, so a fast reader that publishes after our
+        // fence sees the count (the guard takes it back).
+        // Relaxed: the fence below orders it.
+        self.writers.fetch_add(1, Ordering::Relaxed);
+        let Some(guard) = self.take_slot(word, true) else {
+            // Release: as when a guard drops. No one waits for a count without a slot.
+            self.writers.fetch_sub(1, Ordering::Release);
+            return None;
+        };
+        let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
+        fence(Ordering::SeqCst);
+        // Acquire: reading the last queued writer's release (its count going down) makes
+        // its bytes visible to us.
+        if self.queued.load(Ordering::Acquire) != 0 || self.fast_conflicts(Some(slot), s, e, true) {
+            // Queue instead (dropping the guard frees the slot and wakes whoever waits).
+            drop(guard);
+            return None;
+        }
+        Some(guard)
+    }
+
+    /// A slot for the shared range `start..end`, if the range packs, a slot is free and no
+    /// writer is counted after ours is published.
+    fn fast_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        let word = pack(start, end, false)?;
+        // Relaxed: a hint that skips the CAS while a writer is there; checked again below.
+        if self.writers.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let guard = self.take_slot(word, false)?;
+        fence(Ordering::SeqCst);
+        // Acquire: reading the last writer's release (its count going down) makes its bytes
+        // visible to us.
+        if self.writers.load(Ordering::Acquire) != 0 {
+            // A writer came: queue behind it instead (dropping the guard wakes it).
+            drop(guard);
+            return None;
+        }
+        Some(guard)
+    }
+
+    /// Whether a published range other than slot `skip` conflicts with `start..end` (taken
+    /// exclusive if `exclusive`): it overlaps, and one of the two is exclusive.
+    fn fast_conflicts(&self, skip: Option<usize>, start: u64, end: u64, exclusive: bool) -> bool {
+        self.fast.iter().enumerate().any(|(i, s)| {
+            // Acquire: a freed slot's holder is done with the bytes before we touch them.
             let w = s.0.load(Ordering::Acquire);
-            w != 0 && {
-                let (s, e) = unpack(w);
-                s < end && start < e
+            w != 0 && Some(i) != skip && {
+                let (s, e, x) = unpack(w);
+                (exclusive || x) && s < end && start < e
             }
         })
     }
@@ -206,6 +261,15 @@ impl RangeLock {
         let mut q = sync::lock(&self.queue);
         let me = Request { ticket: q.next_ticket, start, end, exclusive: false };
         if q.requests.iter().any(|r| r.conflicts(&me)) {
+            return None;
+        }
+        // Counted, then the fast writers checked (the queued request's half of the handshake).
+        // Relaxed: the fence orders it.
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.fast_conflicts(None, start, end, false) {
+            // Relaxed: no one waits for the count to fall; fast writers only read it.
+            self.queued.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
         q.next_ticket += 1;
@@ -229,15 +293,22 @@ impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         let lock = self.lock;
         match self.held {
-            Held::Fast(slot) => {
-                // Release: our reads of the bytes happen before a writer that sees the free
-                // slot. The fence: a writer that read the slot before this store is counted
-                // by the load below, and gets the wake-up.
+            Held::Fast { slot, exclusive } => {
+                // Release: our accesses to the bytes happen before anyone that sees the free
+                // slot. The fence: a queued request that read the slot before this store is
+                // counted by the load below, and gets the wake-up.
                 lock.fast[slot].0.store(0, Ordering::Release);
                 fence(Ordering::SeqCst);
-                // Relaxed: only decides whether to wake; the wake goes through the mutex.
-                if lock.writers.load(Ordering::Relaxed) != 0 {
-                    // Through the mutex: a writer between its check and its wait holds it.
+                if exclusive {
+                    // Release: a fast reader that reads the lower count sees our bytes.
+                    lock.writers.fetch_sub(1, Ordering::Release);
+                }
+                // Relaxed (both): only decide whether to wake; the wake goes through the
+                // mutex. Queued writers wait for readers' slots; any queued request may wait
+                // for a writer's.
+                let waiter = if exclusive { &lock.queued } else { &lock.writers };
+                if waiter.load(Ordering::Relaxed) != 0 {
+                    // Through the mutex: a waiter between its check and its wait holds it.
                     drop(sync::lock(&lock.queue));
                     lock.released.notify_all();
                 }
@@ -247,6 +318,8 @@ impl Drop for RangeGuard<'_> {
                 if let Some(pos) = q.requests.iter().position(|r| r.ticket == ticket) {
                     q.requests.remove(pos);
                 }
+                // Release: a fast writer that reads the lower count sees our accesses.
+                lock.queued.fetch_sub(1, Ordering::Release);
                 if exclusive {
                     // Release: a fast reader that reads the lower count sees our bytes.
                     lock.writers.fetch_sub(1, Ordering::Release);
@@ -300,15 +373,49 @@ mod tests {
 
     #[test]
     fn try_read_fails_only_on_a_conflict() {
-        let l = RangeLock::default();
-        let w = l.write(10, 20);
-        assert!(l.try_read(15, 16).is_none());
-        let r = l.try_read(20, 30).expect("disjoint from the writer");
-        let r2 = l.try_read(25, 26).expect("readers share");
-        drop(w);
-        let r3 = l.try_read(0, 100).expect("only readers left");
-        drop((r, r2, r3));
-        assert!(l.try_read(0, 1).is_some());
+        for fast in [true, false] {
+            let l = RangeLock::default();
+            // A queued reader elsewhere sends the writer to the queue, with its exact bytes.
+            let queued = (!fast).then(|| l.try_read(9 * G + 1, 9 * G + 2).unwrap());
+            let w = l.write(10, 20);
+            assert_eq!(matches!(w.held, Held::Fast { .. }), fast);
+            assert!(l.try_read(15, 16).is_none());
+            // A fast writer holds whole granules; a queued one its bytes.
+            assert_eq!(l.try_read(20, 30).is_some(), !fast, "fast {fast}");
+            let r = l.try_read(G + 20, G + 30).expect("disjoint from the writer");
+            let r2 = l.try_read(G + 25, G + 26).expect("readers share");
+            drop(w);
+            let r3 = l.try_read(0, 100).expect("only readers left");
+            drop((r, r2, r3, queued));
+            assert!(l.try_read(0, 1).is_some());
+        }
+    }
+
+    #[test]
+    fn disjoint_writers_take_slots_and_overlapping_ones_queue() {
+        let l = Arc::new(RangeLock::default());
+        let a = l.write(0, G);
+        let b = l.write(G, 2 * G + 1);
+        assert!(matches!(a.held, Held::Fast { .. }) && matches!(b.held, Held::Fast { .. }));
+        let (tx, rx) = mpsc::channel();
+        let l2 = l.clone();
+        let t = thread::spawn(move || {
+            let c = l2.write(2 * G + 100, 2 * G + 200); // the same granule as b's last byte
+            tx.send(matches!(c.held, Held::Queued { .. })).unwrap();
+        });
+        while l.queued.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        assert!(rx.try_recv().is_err(), "a writer got in while an overlapping fast writer held");
+        // Something is queued: new writers queue too, even disjoint ones, and get in.
+        let d = l.write(10 * G, 11 * G);
+        assert!(matches!(d.held, Held::Queued { .. }));
+        drop((a, d));
+        drop(b);
+        assert!(rx.recv().unwrap(), "the overlapping writer went through the queue");
+        t.join().unwrap();
+        assert_eq!((l.writers.load(Ordering::SeqCst), l.queued.load(Ordering::SeqCst)), (0, 0));
+        assert!(l.fast.iter().all(|s| s.0.load(Ordering::SeqCst) == 0));
     }
 
     #[test]
@@ -329,12 +436,14 @@ mod tests {
 
     #[test]
     fn packing_is_exact_or_refused() {
-        assert_eq!(pack(0, G).map(unpack), Some((0, G)));
-        assert_eq!(pack(5 * G, 9 * G).map(unpack), Some((5 * G, 9 * G)));
-        assert_eq!(pack(0, 10), None, "not whole granules");
-        assert_eq!(pack(G, G), None, "empty");
-        assert_eq!(pack(0, u64::MAX - u64::MAX % G), None, "too long");
-        assert_eq!(pack(1 << 62, (1 << 62) + G), None, "start too far");
+        assert_eq!(pack(0, G, false).map(unpack), Some((0, G, false)));
+        assert_eq!(pack(5 * G, 9 * G, true).map(unpack), Some((5 * G, 9 * G, true)));
+        let far = (1u64 << (63 - LEN_BITS)) - 1;
+        assert_eq!(pack(far * G, (far + 3) * G, true).map(unpack), Some((far * G, (far + 3) * G, true)));
+        assert_eq!(pack(0, 10, false), None, "not whole granules");
+        assert_eq!(pack(G, G, false), None, "empty");
+        assert_eq!(pack(0, u64::MAX - u64::MAX % G, false), None, "too long");
+        assert_eq!(pack((far + 1) * G, (far + 2) * G, false), None, "start too far");
     }
 
     /// Polls (under the mutex, never sleeping) until `n` writers are counted.
@@ -349,7 +458,7 @@ mod tests {
     fn a_fast_reader_holds_off_an_overlapping_writer() {
         let l = Arc::new(RangeLock::default());
         let r = l.read(G, 2 * G);
-        assert!(matches!(r.held, Held::Fast(_)), "an aligned read with no writer takes a slot");
+        assert!(matches!(r.held, Held::Fast { .. }), "an aligned read with no writer takes a slot");
         let (tx, rx) = mpsc::channel();
         let l2 = l.clone();
         let t = thread::spawn(move || {
@@ -366,7 +475,7 @@ mod tests {
         t.join().unwrap();
         drop(other);
         assert_eq!(l.writers.load(Ordering::SeqCst), 0);
-        assert!(matches!(l.read(G, 2 * G).held, Held::Fast(_)), "fast again once the writer left");
+        assert!(matches!(l.read(G, 2 * G).held, Held::Fast { .. }), "fast again once the writer left");
     }
 
     #[test]
@@ -382,7 +491,7 @@ mod tests {
     fn readers_past_the_slots_take_the_queue() {
         let l = RangeLock::default();
         let guards: Vec<_> = (0..FAST_SLOTS as u64 + 3).map(|i| l.read(i * G, (i + 1) * G)).collect();
-        let fast = guards.iter().filter(|g| matches!(g.held, Held::Fast(_))).count();
+        let fast = guards.iter().filter(|g| matches!(g.held, Held::Fast { .. })).count();
         assert_eq!(fast, FAST_SLOTS);
         assert!(l.try_read(0, 1).is_some(), "unaligned: queued, shares with the readers");
         drop(guards);
@@ -392,9 +501,10 @@ mod tests {
     }
 }
 
-/// The reader fast path against a writer: overlapping holders never overlap in time (loom's
-/// cell reports any unsynchronized access), no wake-up is lost (loom reports a deadlock), and
-/// a writer does not wait for a disjoint reader held by a thread that then writes.
+/// The fast paths against each other and the queue: overlapping holders never overlap in time
+/// (loom's cell reports any unsynchronized access), no wake-up is lost (loom reports a
+/// deadlock), and a writer does not wait for a disjoint reader held by a thread that then
+/// writes.
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;
@@ -514,6 +624,60 @@ mod loom_models {
                 read_cell(&cell);
             }
             w.join().unwrap();
+        });
+    }
+
+    /// Two writers of one page, both trying the fast path: they never hold it together
+    /// (both may back off to the queue; the queue then orders them).
+    #[test]
+    fn fast_writers_exclude_each_other() {
+        loom::model(|| {
+            let (l, cell) = new_lock_and_cell();
+            let other = spawn_writer(&l, &cell, 0, G, true);
+            {
+                let _w = l.write(100, 200);
+                // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                cell.with_mut(|p| unsafe { *p += 1 });
+            }
+            other.join().unwrap();
+            assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+            assert_eq!(l.queued.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    /// A fast writer against a queued (unaligned) reader of its page: the reader waits for
+    /// the writer's slot, or the writer backs off behind the reader.
+    #[test]
+    fn a_fast_writer_and_a_queued_reader_exclude_each_other() {
+        loom::model(|| {
+            let (l, cell) = new_lock_and_cell();
+            let w = spawn_writer(&l, &cell, 0, G, true);
+            {
+                let _r = l.read(1, 10);
+                read_cell(&cell);
+            }
+            w.join().unwrap();
+            assert_eq!(l.queued.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    /// Disjoint fast writers both get in, and a writer of both pages waits for the two.
+    #[test]
+    fn a_wide_writer_waits_for_two_fast_writers() {
+        loom::model(|| {
+            let (l, cell) = new_lock_and_cell();
+            let a = spawn_writer(&l, &cell, 0, G, true);
+            let b = {
+                let l = l.clone();
+                loom::thread::spawn(move || drop(l.write(G, 2 * G)))
+            };
+            {
+                let _w = l.write(0, 2 * G);
+                // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                cell.with_mut(|p| unsafe { *p += 1 });
+            }
+            a.join().unwrap();
+            b.join().unwrap();
         });
     }
 
