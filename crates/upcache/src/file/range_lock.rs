@@ -169,6 +169,7 @@ impl RangeLock {
 
     /// Publishes `word` in a free slot (the caller's half of a handshake still to come);
     /// the guard frees it. None if every slot is taken.
+    #[inline]
     fn take_slot(&self, word: u64, exclusive: bool) -> Option<RangeGuard<'_>> {
         let first = crate::metrics::thread_slot();
         for i in 0..FAST_SLOTS {
@@ -220,6 +221,7 @@ impl RangeLock {
 
     /// A slot for the shared range `start..end`, if the range packs, a slot is free and no
     /// writer is counted after ours is published.
+    #[inline]
     fn fast_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
         let word = pack(start, end, false)?;
         // Relaxed: a hint that skips the CAS while a writer is there; checked again below.
