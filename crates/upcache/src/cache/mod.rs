@@ -683,7 +683,7 @@ impl CacheInner {
             first.get_or_insert(e);
         }
         for b in &file.backing {
-            if let Err(e) = self.engine.sync_data(b) {
+            if let Err(e) = b.flushes().sync(|| self.engine.sync_data(b)) {
                 first.get_or_insert(Error::io(
                     format!("sync file {:?} on device {}", file.name, b.device()),
                     e,

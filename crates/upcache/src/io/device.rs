@@ -21,6 +21,8 @@ pub struct BackingFile {
     file: File,
     device: DeviceId,
     file_id: u64,
+    /// Syncs of this file share flushes.
+    flushes: super::flush_group::FlushGroup,
 }
 
 impl BackingFile {
@@ -37,6 +39,11 @@ impl BackingFile {
     /// The open OS file.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// The file's shared flushes (see [`super::flush_group`]).
+    pub fn flushes(&self) -> &super::flush_group::FlushGroup {
+        &self.flushes
     }
 }
 
@@ -120,7 +127,7 @@ pub fn open_backing(
         }
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
-    Ok(BackingFile { file, device, file_id })
+    Ok(BackingFile { file, device, file_id, flushes: Default::default() })
 }
 
 #[cfg(all(test, not(loom)))]

@@ -3,4 +3,5 @@
 
 pub mod device;
 pub mod engine;
+pub mod flush_group;
 pub mod layout;
