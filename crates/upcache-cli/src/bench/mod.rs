@@ -255,8 +255,19 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     let rw = a.rw.unwrap_or(Rw::Randread);
     let bs = a.bs.unwrap_or(4096);
     let size = a.size.unwrap_or(256 << 20);
-    let files = if a.shared_file { 1 } else { a.files.unwrap_or(1) as usize };
     let threads = a.threads.unwrap_or(1) as usize;
+    let files = if a.shared_file {
+        1
+    } else if rw == Rw::Append {
+        // A file per thread, each appended to by its thread alone.
+        ensure!(
+            a.files.is_none_or(|f| f as usize == threads),
+            "--rw append gives each thread a file of its own: leave out --files"
+        );
+        threads
+    } else {
+        a.files.unwrap_or(1) as usize
+    };
     let stop = match (a.runtime, a.ops) {
         (_, Some(n)) => Stop::Ops(n),
         (Some(d), None) => Stop::Runtime(d),
@@ -288,6 +299,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         eprintln!("note: --rwmixread applies only to --rw randrw; ignored");
     }
     let warm = a.warm || profile;
+    ensure!(!(warm && rw == Rw::Append), "--warm reads the prefilled data, which --rw append does not write");
     if warm && engines.contains(&EngineKind::Direct) {
         eprintln!("note: --warm has no effect on the direct engine (it has no cache)");
     }
@@ -538,7 +550,10 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
     let mut eng = E::setup(&Setup { root: &root, files: p.shape.files, upcache: &p.upcache })?;
     let warm = p.warm && kind != EngineKind::Direct;
     let result = (|| -> Result<Report> {
-        prefill(&eng, kind, p)?;
+        // Appends start from empty files.
+        if p.rw != Rw::Append {
+            prefill(&eng, kind, p)?;
+        }
         eng.settle(warm)?;
         if warm {
             warm_and_check(&eng, kind, p)?;

@@ -19,6 +19,9 @@ pub enum Rw {
     Randwrite,
     /// Random reads and writes, mixed by --rwmixread.
     Randrw,
+    /// Writes that extend the file: each thread appends to a file of its own, which starts
+    /// empty (no prefill), so every write changes the file's length.
+    Append,
 }
 
 impl Rw {
@@ -30,6 +33,7 @@ impl Rw {
             Rw::Randread => "randread",
             Rw::Randwrite => "randwrite",
             Rw::Randrw => "randrw",
+            Rw::Append => "append",
         }
     }
 
@@ -71,6 +75,8 @@ enum Pick {
     /// Zipf rank over all blocks of all files, mapped to a block by a fixed scramble so the
     /// hot blocks are spread over files and devices rather than adjacent.
     Zipf { dist: Zipf<f64>, scramble: Scramble },
+    /// Block `next` of file `file`, then the one after, without end.
+    Append { file: usize, next: u64 },
 }
 
 /// Generates a thread's operations. Owned by one thread; no allocation per op.
@@ -99,7 +105,12 @@ impl OpGen {
         if total == 0 {
             return Err("the data set has no whole block".into());
         }
-        let pick = if !rw.is_random() {
+        let pick = if rw == Rw::Append {
+            if shape.files != threads {
+                return Err(format!("append needs a file per thread ({threads} threads, {} files)", shape.files));
+            }
+            Pick::Append { file: thread, next: 0 }
+        } else if !rw.is_random() {
             // Split the blocks as evenly as possible; thread i gets [i*total/n, (i+1)*total/n).
             let n = threads as u128;
             let first = (thread as u128 * total as u128 / n) as u64;
@@ -124,7 +135,7 @@ impl OpGen {
     pub fn next(&mut self, rng: &mut SmallRng) -> Op {
         let read = match self.rw {
             Rw::Read | Rw::Randread => true,
-            Rw::Write | Rw::Randwrite => false,
+            Rw::Write | Rw::Randwrite | Rw::Append => false,
             Rw::Randrw => rng.gen_range(0..100) < self.read_pct,
         };
         let s = self.shape;
@@ -143,6 +154,10 @@ impl OpGen {
                 let rank = (dist.sample(rng) as u64).clamp(1, scramble.n) - 1;
                 let g = scramble.apply(rank);
                 ((g / s.blocks_per_file) as usize, g % s.blocks_per_file)
+            }
+            Pick::Append { file, next } => {
+                *next += 1;
+                (*file, *next - 1)
             }
         };
         Op { read, file, offset: block * s.bs }
