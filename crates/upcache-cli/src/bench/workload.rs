@@ -107,7 +107,10 @@ impl OpGen {
         }
         let pick = if rw == Rw::Append {
             if shape.files != threads {
-                return Err(format!("append needs a file per thread ({threads} threads, {} files)", shape.files));
+                return Err(format!(
+                    "append needs a file per thread ({threads} threads, {} files)",
+                    shape.files
+                ));
             }
             Pick::Append { file: thread, next: 0 }
         } else if !rw.is_random() {

@@ -62,6 +62,9 @@ pub(crate) struct CacheInner {
     pub(crate) meta_dir: std::path::PathBuf,
     /// Held by the one checkpoint running.
     checkpointing: Mutex<()>,
+    /// By device: whether its directory is on the metadata directory's file system, so that
+    /// the log's commit flushes that device's cache too.
+    log_shares_device: Vec<bool>,
     /// A flusher is checkpointing: the others go on writing back.
     checkpoint_running: AtomicBool,
     pub(crate) writeback: Writeback,
@@ -255,6 +258,13 @@ impl Cache {
     ) -> Result<Cache> {
         let generation = top + 1;
         let array_id = ns.layout.array_id;
+        let fs_of = |d: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(d).map(|m| m.dev()).map_err(|e| Error::io(format!("stat {}", d.display()), e))
+        };
+        let log_fs = fs_of(&meta_dir)?;
+        let log_shares_device =
+            config.device_dirs.iter().map(|d| fs_of(d).map(|f| f == log_fs)).collect::<Result<Vec<_>>>()?;
         let log = NewLog::create(&meta_dir, array_id, generation)?;
         ns.catalog(generation).store(&config.device_dirs[0])?;
         metalog::remove_logs_before(&meta_dir, array_id, generation)?;
@@ -294,6 +304,7 @@ impl Cache {
             metalog: MetaLog::new(log),
             meta_dir,
             checkpointing: Mutex::new(()),
+            log_shares_device,
             checkpoint_running: AtomicBool::new(false),
             writeback,
             metrics: Metrics::default(),
@@ -573,7 +584,9 @@ impl CacheInner {
     /// record durable (`force`: also every record appended before, so that a create or a
     /// remove made by another thread is durable too). Only this file's length is written,
     /// never the whole catalog (seed 001 §3.3).
-    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<()> {
+    /// Returns whether it committed a length record of its own (whose flush therefore began
+    /// after the call did).
+    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<bool> {
         // Acquire on len: see every write that extended it. persisted_len is the length of the
         // file's latest length record, stored once that record is durable, so if the two
         // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
@@ -601,13 +614,108 @@ impl CacheInner {
                 // Release: pairs with the Acquire in `changed`.
                 file.persisted_len.store(len, Ordering::Release);
             }
-        } else if force {
+            drop(_ns);
+            self.kick_checkpoint_if_wanted();
+            return Ok(true);
+        }
+        if force {
             self.metalog.commit(self.metalog.last())?;
         }
+        self.kick_checkpoint_if_wanted();
+        Ok(false)
+    }
+
+    fn kick_checkpoint_if_wanted(&self) {
         if self.metalog.wants_checkpoint() {
             self.writeback.kick_flushers();
         }
+    }
+
+    /// `File::sync_data`, and `File::sync_all` with `force`: the file's dirty pages written
+    /// back, its backing files synced, its length logged.
+    ///
+    /// Seed 001 §3.4 in user space: a backing file whose writes since its last `fdatasync`
+    /// all landed in its window of zeros (`io/zero_window.rs`) has no metadata to commit, only
+    /// a device cache to flush. If this sync logs a length and the log is on that device,
+    /// the log's commit is that flush (it starts after these writes ended), so the backing
+    /// file is not synced on its own: an append + sync is one data write, one record write
+    /// and one flush. A backing file that needs a real `fdatasync` and is being appended to
+    /// gets zeros written ahead first, so that the next appends do not.
+    pub(crate) fn sync_file(&self, file: &FileInner, force: bool) -> Result<()> {
+        let mut first = self.flush_file(file).err();
+        if let Some(e) = file.take_write_error() {
+            first.get_or_insert(e);
+        }
+        // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
+        // the deferred backing files are synced below after all.
+        let logs_len = file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        let mut deferred = Vec::new();
+        for b in &file.backing {
+            let dev = b.device();
+            if first.is_none() && logs_len && self.log_shares_device[dev] && b.zeros().pending().is_none() {
+                deferred.push(b);
+                continue;
+            }
+            if let Err(e) = self.extend_zeros_if_appending(file, b) {
+                log::warn!("zero-filling ahead of appends to {:?} failed: {e}", file.name);
+            }
+            if let Err(e) = self.sync_backing(file, b) {
+                first.get_or_insert(e);
+            }
+        }
+        // Not if the data failed: a logged length would promise bytes that may be missing.
+        let logged = match first {
+            Some(_) => false,
+            None => match self.persist_len(file, force) {
+                Ok(logged) => logged,
+                Err(e) => {
+                    first = Some(e);
+                    false
+                }
+            },
+        };
+        if !logged {
+            for b in deferred {
+                if let Err(e) = self.sync_backing(file, b) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// fdatasync of one backing file, recording what it covered.
+    fn sync_backing(&self, file: &FileInner, b: &BackingFile) -> Result<()> {
+        // Read before the flush starts: it covers every write that ended before.
+        let pending = b.zeros().pending();
+        b.flushes()
+            .sync(|| self.engine.sync_data(b))
+            .map_err(|e| Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e))?;
+        if let Some(c) = pending {
+            b.zeros().covered(c);
+        }
         Ok(())
+    }
+
+    /// Writes zeros ahead of the file's data on `b`'s device if its data ends near or past
+    /// its window of zeros, holding the file's range from its length on so that nothing is
+    /// written there meanwhile. Its caller syncs `b` next.
+    fn extend_zeros_if_appending(&self, file: &FileInner, b: &BackingFile) -> Result<()> {
+        let ps = self.config.page_size as u64;
+        // Acquire: see the writes that extended it.
+        let len = file.len.load(Ordering::Acquire);
+        let data_end = self.layout.device_len(b.device(), len.div_ceil(ps));
+        if !b.zeros().wants_extension(data_end) {
+            return Ok(());
+        }
+        let _tail = file.range.write(len, u64::MAX);
+        if file.len.load(Ordering::Acquire) != len {
+            return Ok(()); // it grew meanwhile; the next sync tries again
+        }
+        b.zeros().extend(b.file(), data_end).map_err(|e| Error::io("zero-fill a backing file ahead", e))
     }
 
     /// A checkpoint (module docs of `file/metalog.rs`): a new log, the namespace as of the
@@ -649,45 +757,17 @@ impl CacheInner {
             if f.removed.load(Ordering::Acquire) {
                 continue;
             }
-            if let Err(e) = self.sync_file_data(&f) {
+            if let Err(e) = self.sync_file(&f, false) {
                 first.get_or_insert(e);
             }
         }
-        // Every changed length, then everything logged, durable.
-        for f in sync::read(&self.files).values().cloned().collect::<Vec<_>>() {
-            if !f.removed.load(Ordering::Acquire) {
-                if let Err(e) = self.persist_len(&f, false) {
-                    first.get_or_insert(e);
-                }
-            }
-        }
+        // Everything logged (creates and removes too), durable.
         if let Err(e) = self.metalog.commit(self.metalog.last()) {
             first.get_or_insert(e);
         }
         for dir in self.config.device_dirs.iter().chain([&self.meta_dir]) {
             if let Err(e) = sync_dir(dir) {
                 first.get_or_insert(e);
-            }
-        }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Writes back the file's dirty pages and syncs its backing files. Reports (once) any
-    /// earlier write-back error of the file.
-    pub(crate) fn sync_file_data(&self, file: &FileInner) -> Result<()> {
-        let mut first = self.flush_file(file).err();
-        if let Some(e) = file.take_write_error() {
-            first.get_or_insert(e);
-        }
-        for b in &file.backing {
-            if let Err(e) = b.flushes().sync(|| self.engine.sync_data(b)) {
-                first.get_or_insert(Error::io(
-                    format!("sync file {:?} on device {}", file.name, b.device()),
-                    e,
-                ));
             }
         }
         match first {

@@ -372,15 +372,13 @@ impl File {
     /// write-back error. Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.sync_file_data(&self.file)?;
-        self.cache.persist_len(&self.file, false)
+        self.cache.sync_file(&self.file, false)
     }
 
     /// Like `sync_data`, and also makes every namespace change logged so far durable (a
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.sync_file_data(&self.file)?;
-        self.cache.persist_len(&self.file, true)
+        self.cache.sync_file(&self.file, true)
     }
 }

@@ -23,6 +23,8 @@ pub struct BackingFile {
     file_id: u64,
     /// Syncs of this file share flushes.
     flushes: super::flush_group::FlushGroup,
+    /// Zeros written ahead of appends, and writes that may have changed metadata.
+    zeros: super::zero_window::ZeroWindow,
 }
 
 impl BackingFile {
@@ -44,6 +46,11 @@ impl BackingFile {
     /// The file's shared flushes (see [`super::flush_group`]).
     pub fn flushes(&self) -> &super::flush_group::FlushGroup {
         &self.flushes
+    }
+
+    /// The file's window of zeros written ahead (see [`super::zero_window`]).
+    pub fn zeros(&self) -> &super::zero_window::ZeroWindow {
+        &self.zeros
     }
 }
 
@@ -127,7 +134,7 @@ pub fn open_backing(
         }
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
-    Ok(BackingFile { file, device, file_id, flushes: Default::default() })
+    Ok(BackingFile { file, device, file_id, flushes: Default::default(), zeros: Default::default() })
 }
 
 #[cfg(all(test, not(loom)))]
@@ -190,7 +197,7 @@ pub fn request_limits(dirs: &[PathBuf], page_size: usize, cap: usize) -> Request
 
 /// Sets a backing file's length.
 pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
-    file.file
-        .set_len(len)
-        .map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
+    let r = file.file.set_len(len);
+    file.zeros.forget();
+    r.map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
 }

@@ -5,3 +5,4 @@ pub mod device;
 pub mod engine;
 pub mod flush_group;
 pub mod layout;
+pub mod zero_window;

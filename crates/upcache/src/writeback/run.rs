@@ -96,6 +96,12 @@ impl CacheInner {
         let results = self.engine.run_batch(&mut reqs);
         drop(reqs);
         drop(slices);
+        // Ended (written or not): outside a backing file's zero window it may have allocated
+        // blocks or grown the file, which its next sync must fdatasync (io/zero_window.rs).
+        for (file, run) in runs {
+            let (dev, offset) = self.layout.locate(run[0].0);
+            file.backing[dev].zeros().after_write(offset, offset + (run.len() * ps) as u64);
+        }
         runs.iter()
             .zip(results)
             .map(|((file, run), result)| match result {

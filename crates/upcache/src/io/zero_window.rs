@@ -1,0 +1,143 @@
+//! Syncs without file-system metadata (seed 001 §3.4, in user space): a backing file that is
+//! being appended to is extended ahead with written zeros, so that later write-back lands in
+//! blocks that are already allocated, written and inside the file's size. Its `fdatasync`
+//! then has no metadata to commit: all a sync needs is a device cache flush, which the
+//! metadata log's own commit gives when the log is on the same device. An appending
+//! write + `sync_data` becomes one data write, one log record write and one flush, where the
+//! kernel's `fdatasync` commits a journal transaction (the new size and block allocation).
+//!
+//! Each backing file counts the writes that may have changed its metadata (`changes`: any
+//! write-back outside the window of zeros) and the count a completed `fdatasync` covered
+//! (`covered`). A sync may skip `fdatasync` for a backing file only when the two agree (and
+//! the log's flush follows its writes on the same device; `cache/mod.rs::sync_file`).
+//!
+//! The zeros are written past the file's length, under the file's range lock from its length
+//! on, so no write-back can be writing there (pages past the length are never dirty) and the
+//! zero invariant holds (bytes past the length read as zero). A shrink forgets the window.
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+
+use crate::sync::{self, AtomicU64, Mutex, Ordering};
+
+/// How far ahead a backing file is zero-filled at a time.
+pub const EXTEND: u64 = 8 << 20;
+
+/// A page of zeros, aligned for O_DIRECT.
+#[repr(C, align(4096))]
+struct ZeroPage([u8; 4096]);
+static ZEROS: ZeroPage = ZeroPage([0; 4096]);
+
+/// One backing file's window of written zeros and its metadata-change counts.
+#[derive(Debug, Default)]
+pub struct ZeroWindow {
+    /// `from..to`: written zeros (or data written over them), inside the file's size, made
+    /// durable by a covered `fdatasync`. Empty when `from == to`.
+    window: Mutex<(u64, u64)>,
+    changes: AtomicU64,
+    covered: AtomicU64,
+}
+
+impl ZeroWindow {
+    /// Write-back wrote (or failed to write) bytes `start..end` of the backing file: counts a
+    /// possible metadata change unless they lie inside the window. Called once the write has
+    /// ended, so a count read by a sync covers only writes that ended before it.
+    pub fn after_write(&self, start: u64, end: u64) {
+        let (from, to) = *sync::lock(&self.window);
+        if !(from <= start && end <= to) {
+            // SeqCst: a sync that reads the count after this write completed sees it.
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The count of possible metadata changes, if an `fdatasync` has not covered it yet.
+    pub fn pending(&self) -> Option<u64> {
+        // SeqCst: see before_write.
+        let c = self.changes.load(Ordering::SeqCst);
+        (c > self.covered.load(Ordering::SeqCst)).then_some(c)
+    }
+
+    /// An `fdatasync` that started after `changes` was read as `count` completed.
+    pub fn covered(&self, count: u64) {
+        self.covered.fetch_max(count, Ordering::SeqCst);
+    }
+
+    /// The backing file was truncated or its size set: the window is gone.
+    pub fn forget(&self) {
+        *sync::lock(&self.window) = (0, 0);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether the window should grow: the file's data on this device ends at `data_end`
+    /// (bytes), within half an extension of the window's end or past it.
+    pub fn wants_extension(&self, data_end: u64) -> bool {
+        let (_, to) = *sync::lock(&self.window);
+        data_end + EXTEND / 2 > to
+    }
+
+    /// Writes zeros from `max(data_end, the file's size)` to `EXTEND` past it, and makes
+    /// that the window (joined to the old one if they touch). The caller holds the file's
+    /// range lock from its length on, so nothing else writes there, and syncs the file after
+    /// (this counts as a metadata change).
+    pub fn extend(&self, file: &File, data_end: u64) -> io::Result<()> {
+        let mut w = sync::lock(&self.window);
+        let size = file.metadata()?.len();
+        let start = data_end.max(size).next_multiple_of(ZEROS.0.len() as u64);
+        let end = start + EXTEND;
+        let pages = (EXTEND / ZEROS.0.len() as u64) as usize;
+        let mut bufs: Vec<IoSlice<'_>> = vec![IoSlice::new(&ZEROS.0); pages];
+        super::engine::psync::pwritev_all(file.as_raw_fd(), start, &mut bufs)?;
+        let from = if w.1 == start && w.0 < w.1 { w.0 } else { start };
+        *w = (from, end);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_inside_the_window_change_nothing_and_others_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("b"))
+            .unwrap();
+        file.set_len(8192).unwrap();
+        let w = ZeroWindow::default();
+        assert_eq!(w.pending(), None);
+        w.after_write(0, 4096);
+        let c = w.pending().expect("no window yet: counted");
+        w.covered(c);
+        assert!(w.wants_extension(8192));
+        w.extend(&file, 8192).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 8192 + EXTEND);
+        let c = w.pending().expect("the extension itself changed the size");
+        w.covered(c);
+        w.after_write(8192, 8192 + 4096);
+        w.after_write(8192 + EXTEND - 4096, 8192 + EXTEND);
+        assert_eq!(w.pending(), None, "appends inside the zeros need no fdatasync");
+        w.after_write(4096, 8192);
+        assert!(w.pending().is_some(), "below the window: may fill a hole");
+        w.covered(w.pending().unwrap());
+        assert!(!w.wants_extension(8192 + 4096));
+        assert!(w.wants_extension(8192 + EXTEND - 4096));
+        w.extend(&file, 8192 + EXTEND - 4096).unwrap();
+        w.covered(w.pending().unwrap());
+        w.after_write(8192, 8192 + 2 * EXTEND);
+        assert_eq!(w.pending(), None, "touching windows join");
+        w.forget();
+        w.after_write(8192, 12288);
+        assert!(w.pending().is_some());
+        let mut b = vec![1u8; 100];
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(&mut b, 8192 + EXTEND).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+    }
+}
