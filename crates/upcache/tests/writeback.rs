@@ -107,3 +107,72 @@ fn synced_pages_are_on_the_devices_without_streams() {
 fn synced_pages_are_on_the_devices_with_background_flush() {
     synced_pages_are_on_the_devices(true, FlushKind::Background);
 }
+
+/// Counts the fdatasyncs of backing files; otherwise the plain psync engine.
+#[derive(Debug, Default)]
+struct CountingSyncs {
+    syncs: std::sync::atomic::AtomicUsize,
+}
+
+impl upcache::io::engine::IoEngine for CountingSyncs {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn read_vectored(
+        &self,
+        file: &upcache::io::device::BackingFile,
+        offset: u64,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+    ) -> std::io::Result<usize> {
+        upcache::io::engine::PsyncEngine.read_vectored(file, offset, bufs)
+    }
+    fn write_vectored(
+        &self,
+        file: &upcache::io::device::BackingFile,
+        offset: u64,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::io::Result<()> {
+        upcache::io::engine::PsyncEngine.write_vectored(file, offset, bufs)
+    }
+    fn sync_data(&self, file: &upcache::io::device::BackingFile) -> std::io::Result<()> {
+        self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        file.file().sync_data()
+    }
+}
+
+/// Appends synced one by one need a backing-file fdatasync only when zeros are written
+/// ahead (once per window); overwrites below the window need one each; and every synced byte
+/// and length is there after reopening.
+#[test]
+fn appends_inside_the_zero_window_sync_through_the_log() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(CountingSyncs::default());
+    let config = || common::config(tmp.path(), 1, PS, 64).with_flusher_threads(1);
+    let cache = Cache::create(config().with_io_engine(engine.clone())).unwrap();
+    let f = cache.create_file("log").unwrap();
+    let appends = 200u64;
+    for i in 0..appends {
+        f.write_all_at(&record(0, i, i), i * PS as u64).unwrap();
+        f.sync_data().unwrap();
+    }
+    let appending = engine.syncs.load(SeqCst);
+    assert!(appending <= 3, "{appending} backing fdatasyncs for {appends} appends");
+    // Overwrites (no length change, nothing to log): each needs its own fdatasync.
+    for i in 0..10u64 {
+        f.write_all_at(&record(1, i, i), i * PS as u64).unwrap();
+        f.sync_data().unwrap();
+    }
+    assert!(engine.syncs.load(SeqCst) >= appending + 10);
+    drop(f);
+    drop(cache);
+    let cache = Cache::open(config()).unwrap();
+    let f = cache.open_file("log").unwrap();
+    assert_eq!(f.len(), appends * PS as u64);
+    let mut buf = vec![0u8; PS];
+    for i in 0..appends {
+        f.read_exact_at(&mut buf, i * PS as u64).unwrap();
+        let want = if i < 10 { record(1, i, i) } else { record(0, i, i) };
+        assert!(buf == want, "page {i}");
+    }
+}
