@@ -9,6 +9,7 @@ workload says so. Prints per-round figures, medians and the ratios the issue ask
     bench/write_path.py shared    [--rounds 3]  # one file: 2 threads vs 1 thread vs the kernel
     bench/write_path.py sync      [--rounds 3]  # 4 KiB write + sync_data / fdatasync, 2 threads
     bench/write_path.py dflush    [--rounds 3]  # dirty pressure: dflush vs sleeping writers
+    bench/write_path.py append    [--rounds 3]  # 4 KiB appends + sync_data / fdatasync, 1 and 2 threads
 
 Needs root (for the cgroup) and target/release/upcache (cargo build --release).
 """
@@ -107,6 +108,16 @@ def workloads(w, d):
             ("kernel-2files", ["--engine", "kernel"] + two + base, None),
         ]
         ratios = [("upcache", "kernel"), ("upcache-nostreams", "kernel"), ("upcache-2files", "kernel-2files")]
+    elif w == "append":
+        base = ["--rw", "append", "--bs", "4k", "--runtime", "4s", "--devices", "1", "--cache", "256m",
+                "--fsync", "1", "--dir", d]
+        rows = [
+            ("upcache-1t", ["--engine", "upcache", "--threads", "1"] + base, None),
+            ("kernel-1t", ["--engine", "kernel", "--threads", "1"] + base, None),
+            ("upcache-2t", ["--engine", "upcache", "--threads", "2"] + base, None),
+            ("kernel-2t", ["--engine", "kernel", "--threads", "2"] + base, None),
+        ]
+        ratios = [("upcache-1t", "kernel-1t"), ("upcache-2t", "kernel-2t")]
     else:  # dflush
         base = ["--rw", "write", "--bs", "1m", "--size", "1g", "--threads", "2", "--files", "2",
                 "--runtime", "8s", "--devices", "1", "--cache", "256m", "--dir", d]
@@ -120,7 +131,7 @@ def workloads(w, d):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["seqwrite", "randwrite", "shared", "sync", "dflush"])
+    ap.add_argument("workload", choices=["seqwrite", "randwrite", "shared", "sync", "dflush", "append"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="/work/cmp")
     a = ap.parse_args()
