@@ -19,7 +19,8 @@
 //! # Global lock order
 //! Take locks only in this order; a thread holding a later one never waits for an earlier.
 //! 1. the namespace mutex (`Cache` create/open/remove, appending metadata-log records)
-//! 2. a file's range lock (one file, one range at a time per thread)
+//! 2. a file's range lock (one file, one range at a time per thread; more only with
+//!    `try_read`/`try_write`, which never wait)
 //! 3. a frame's `LOCKED` bit, waited for on at most one frame at a time; further frames only
 //!    with `try_lock*` (write-back runs), which never wait
 //! 4. leaves, held only for a moment and never while waiting: the open-files map, a page

@@ -62,8 +62,9 @@ pub(crate) struct CacheInner {
     pub(crate) meta_dir: std::path::PathBuf,
     /// Held by the one checkpoint running.
     checkpointing: Mutex<()>,
-    /// By device: whether its directory is on the metadata directory's file system, so that
-    /// the log's commit flushes that device's cache too.
+    /// By device: whether its directory is on the metadata directory's file system and that
+    /// is ext4 or XFS (`device::fdatasync_flushes_device`), so that the log's `fdatasync`
+    /// flushes the device's cache after the data written to its O_DIRECT backing files.
     log_shares_device: Vec<bool>,
     /// A flusher is checkpointing: the others go on writing back.
     checkpoint_running: AtomicBool,
@@ -263,8 +264,12 @@ impl Cache {
             fs::metadata(d).map(|m| m.dev()).map_err(|e| Error::io(format!("stat {}", d.display()), e))
         };
         let log_fs = fs_of(&meta_dir)?;
-        let log_shares_device =
-            config.device_dirs.iter().map(|d| fs_of(d).map(|f| f == log_fs)).collect::<Result<Vec<_>>>()?;
+        let flushes = device::fdatasync_flushes_device(&meta_dir);
+        let log_shares_device = config
+            .device_dirs
+            .iter()
+            .map(|d| fs_of(d).map(|f| flushes && f == log_fs))
+            .collect::<Result<Vec<_>>>()?;
         let log = NewLog::create(&meta_dir, array_id, generation)?;
         ns.catalog(generation).store(&config.device_dirs[0])?;
         metalog::remove_logs_before(&meta_dir, array_id, generation)?;
@@ -652,7 +657,12 @@ impl CacheInner {
         let mut deferred = Vec::new();
         for b in &file.backing {
             let dev = b.device();
-            if first.is_none() && logs_len && self.log_shares_device[dev] && b.zeros().pending().is_none() {
+            if first.is_none()
+                && logs_len
+                && b.is_direct()
+                && self.log_shares_device[dev]
+                && b.zeros().pending().is_none()
+            {
                 deferred.push(b);
                 continue;
             }
@@ -700,20 +710,22 @@ impl CacheInner {
         Ok(())
     }
 
-    /// Writes zeros ahead of the file's data on `b`'s device if its data ends near or past
-    /// its window of zeros, holding the file's range from its length on so that nothing is
-    /// written there meanwhile. Its caller syncs `b` next.
+    /// Writes zeros ahead of the file's data on `b`'s device if the file is being appended
+    /// to and its data ends near or past its window of zeros, holding the file's range from
+    /// its length on so that nothing is written there meanwhile (if that range is free now:
+    /// a sync never waits for it). Its caller syncs `b` next.
     fn extend_zeros_if_appending(&self, file: &FileInner, b: &BackingFile) -> Result<()> {
         let ps = self.config.page_size as u64;
         // Acquire: see the writes that extended it.
         let len = file.len.load(Ordering::Acquire);
         let data_end = self.layout.device_len(b.device(), len.div_ceil(ps));
-        if !b.zeros().wants_extension(data_end) {
+        if !b.zeros().note_sync(data_end) {
             return Ok(());
         }
-        let _tail = file.range.write(len, u64::MAX);
-        if file.len.load(Ordering::Acquire) != len {
-            return Ok(()); // it grew meanwhile; the next sync tries again
+        let Some(_tail) = file.range.try_write(len, u64::MAX) else { return Ok(()) };
+        // Checked again under the range: it may have grown, or another sync extended.
+        if file.len.load(Ordering::Acquire) != len || !b.zeros().near_end(data_end) {
+            return Ok(());
         }
         b.zeros().extend(b.file(), data_end).map_err(|e| Error::io("zero-fill a backing file ahead", e))
     }

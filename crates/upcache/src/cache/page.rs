@@ -564,8 +564,10 @@ impl CacheInner {
 
     /// `n` pages of `file` went from dirty to clean (written back or dropped).
     pub(crate) fn account_cleaned(&self, file: &FileInner, n: u64) {
-        // Relaxed: a counter, as above.
-        file.dirty_pages.fetch_sub(n, Ordering::Relaxed);
+        // Release: a sync that reads the lower count (Acquire, `flush_file`'s fast path) and
+        // skips the file also sees what the write-back did before, such as counting a
+        // possible metadata change (`io/zero_window.rs`).
+        file.dirty_pages.fetch_sub(n, Ordering::Release);
         self.writeback.pages_cleaned(n as usize);
     }
 }

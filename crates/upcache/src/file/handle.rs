@@ -367,7 +367,9 @@ impl File {
         Ok(())
     }
 
-    /// Writes back the file's dirty pages and syncs its backing files (fdatasync). Returns
+    /// Writes back the file's dirty pages and makes them durable: an fdatasync of each backing
+    /// file, or, for appends on ext4/XFS, the device flush of the metadata log's commit
+    /// (`io/zero_window.rs`). Returns
     /// once every page dirtied before the call is on its device; reports, once, any earlier
     /// write-back error. Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {

@@ -280,6 +280,37 @@ impl RangeLock {
         Some(RangeGuard { lock: self, held: Held::Queued { ticket, exclusive: false } })
     }
 
+    /// Exclusive lock of `start..end` if it is free now: no request, granted or waiting, and
+    /// no published range overlaps it. Never waits, so it may be taken while holding other
+    /// ranges (of this file too) without deadlocking.
+    pub fn try_write(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        let end = end.max(start.saturating_add(1));
+        if let Some(g) = self.fast_write(start, end) {
+            return Some(g);
+        }
+        let mut q = sync::lock(&self.queue);
+        let me = Request { ticket: q.next_ticket, start, end, exclusive: true };
+        if q.requests.iter().any(|r| r.conflicts(&me)) {
+            return None;
+        }
+        // Counted, then the slots checked (the queued writer's half of the handshakes).
+        // Relaxed (both): the fence orders them.
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.writers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.fast_conflicts(None, start, end, true) {
+            // Release (both): as when a queued writer leaves. No one waits for the counts:
+            // requests that saw them queued themselves and wait on the queue.
+            self.writers.fetch_sub(1, Ordering::Release);
+            self.queued.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        q.next_ticket += 1;
+        let ticket = me.ticket;
+        q.requests.push(me);
+        Some(RangeGuard { lock: self, held: Held::Queued { ticket, exclusive: true } })
+    }
+
     /// Shared lock of `start..end`.
     pub fn read(&self, start: u64, end: u64) -> RangeGuard<'_> {
         self.lock(start, end, false)
@@ -391,6 +422,22 @@ mod tests {
             drop((r, r2, r3, queued));
             assert!(l.try_read(0, 1).is_some());
         }
+    }
+
+    #[test]
+    fn try_write_fails_on_any_overlap_and_never_waits() {
+        let l = RangeLock::default();
+        let pin = l.read(G, 2 * G);
+        assert!(l.try_write(G + 5, G + 6).is_none(), "own pin: must not wait for itself");
+        assert!(l.try_write(100, u64::MAX).is_none(), "a queued range over the pin");
+        let w = l.try_write(2 * G, 3 * G).expect("disjoint");
+        assert!(l.try_write(2 * G, 2 * G + 1).is_none());
+        let tail = l.try_write(5 * G + 3, u64::MAX).expect("the tail, queued");
+        assert!(matches!(tail.held, Held::Queued { .. }));
+        assert!(l.try_write(6 * G, 7 * G).is_none(), "inside the tail");
+        drop((pin, w, tail));
+        assert_eq!((l.writers.load(Ordering::SeqCst), l.queued.load(Ordering::SeqCst)), (0, 0));
+        drop(l.write(0, u64::MAX));
     }
 
     #[test]
@@ -680,6 +727,28 @@ mod loom_models {
             }
             a.join().unwrap();
             b.join().unwrap();
+        });
+    }
+
+    /// `try_write` (queued, for a range to the end) never waits and, when it succeeds, keeps a
+    /// fast reader of a page inside it out.
+    #[test]
+    fn try_write_excludes_a_fast_reader_or_fails() {
+        loom::model(|| {
+            let (l, cell) = new_lock_and_cell();
+            let reader = {
+                let (l, cell) = (l.clone(), cell.clone());
+                loom::thread::spawn(move || {
+                    let _r = l.read(G, 2 * G);
+                    read_cell(&cell);
+                })
+            };
+            if let Some(_w) = l.try_write(1, u64::MAX) {
+                // SAFETY: the exclusive range is the cell's only access (what loom checks).
+                cell.with_mut(|p| unsafe { *p += 1 });
+            }
+            reader.join().unwrap();
+            assert_eq!(l.queued.load(Ordering::SeqCst), 0);
         });
     }
 

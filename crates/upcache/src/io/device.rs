@@ -25,6 +25,8 @@ pub struct BackingFile {
     flushes: super::flush_group::FlushGroup,
     /// Zeros written ahead of appends, and writes that may have changed metadata.
     zeros: super::zero_window::ZeroWindow,
+    /// Opened with O_DIRECT (not the buffered fallback): a completed write is on the device.
+    direct: bool,
 }
 
 impl BackingFile {
@@ -48,6 +50,12 @@ impl BackingFile {
         &self.flushes
     }
 
+    /// Whether writes bypass the page cache (O_DIRECT), so that a completed write needs only
+    /// a device flush to be durable.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
     /// The file's window of zeros written ahead (see [`super::zero_window`]).
     pub fn zeros(&self) -> &super::zero_window::ZeroWindow {
         &self.zeros
@@ -58,6 +66,25 @@ impl AsRawFd for BackingFile {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
+}
+
+/// Whether `dir` is on ext4 or XFS, whose `fdatasync` of a file with data to write flushes the
+/// device's cache after that data (unless mounted without barriers, when nothing does), and
+/// where an O_DIRECT overwrite of written blocks inside the file's size changes no metadata an
+/// `fdatasync` must commit. Copy-on-write (btrfs), network and FUSE file systems promise
+/// neither. False if it cannot tell.
+pub fn fdatasync_flushes_device(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+    // SAFETY: statfs is plain old data; all-zero is a valid value to be overwritten.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid statfs to write.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC)
 }
 
 /// Path of file `id`'s backing file in `dir`.
@@ -108,6 +135,7 @@ pub fn open_backing(
         }
         o.open(&path)
     };
+    let mut direct = true;
     let file = match open(true) {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -123,6 +151,7 @@ pub fn open_backing(
                 ));
             }
             log::warn!("{}: O_DIRECT refused, using buffered backing files", dir.display());
+            direct = false;
             open(false).map_err(|e| Error::io(format!("open {}", path.display()), e))?
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -134,7 +163,7 @@ pub fn open_backing(
         }
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
-    Ok(BackingFile { file, device, file_id, flushes: Default::default(), zeros: Default::default() })
+    Ok(BackingFile { file, device, file_id, flushes: Default::default(), zeros: Default::default(), direct })
 }
 
 #[cfg(all(test, not(loom)))]

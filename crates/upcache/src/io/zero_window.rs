@@ -1,6 +1,7 @@
 //! Syncs without file-system metadata (seed 001 §3.4, in user space): a backing file that is
-//! being appended to is extended ahead with written zeros, so that later write-back lands in
-//! blocks that are already allocated, written and inside the file's size. Its `fdatasync`
+//! being appended to (its data grew at each of its last two syncs) is extended ahead with
+//! written zeros, so that later write-back lands in blocks that are already allocated,
+//! written and inside the file's size. Its `fdatasync`
 //! then has no metadata to commit: all a sync needs is a device cache flush, which the
 //! metadata log's own commit gives when the log is on the same device. An appending
 //! write + `sync_data` becomes one data write, one log record write and one flush, where the
@@ -12,8 +13,15 @@
 //! the log's flush follows its writes on the same device; `cache/mod.rs::sync_file`).
 //!
 //! The zeros are written past the file's length, under the file's range lock from its length
-//! on, so no write-back can be writing there (pages past the length are never dirty) and the
-//! zero invariant holds (bytes past the length read as zero). A shrink forgets the window.
+//! on (taken with `try_write`: a sync never waits for it, so a thread holding a pin of the
+//! last page can sync), so no write-back can be writing there (pages past the length are never
+//! dirty) and the zero invariant holds (bytes past the length read as zero). A shrink forgets
+//! the window. The window is published when the zeros are written, before the `fdatasync`
+//! that makes the new size durable: the extension is itself counted as a change, so a sync
+//! skips `fdatasync` only once one has covered it.
+//!
+//! Only O_DIRECT backing files on ext4 or XFS may skip their `fdatasync`
+//! (`device::fdatasync_flushes_device`); the window is kept for all.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
@@ -32,11 +40,20 @@ static ZEROS: ZeroPage = ZeroPage([0; 4096]);
 /// One backing file's window of written zeros and its metadata-change counts.
 #[derive(Debug, Default)]
 pub struct ZeroWindow {
-    /// `from..to`: written zeros (or data written over them), inside the file's size, made
-    /// durable by a covered `fdatasync`. Empty when `from == to`.
-    window: Mutex<(u64, u64)>,
+    window: Mutex<Window>,
     changes: AtomicU64,
     covered: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Window {
+    /// `from..to`: written zeros (or data written over them), inside the file's size. Empty
+    /// when `from == to`.
+    from: u64,
+    to: u64,
+    /// Where the data ended at the last sync, and whether it had grown at the one before.
+    last_end: u64,
+    grew_before: bool,
 }
 
 impl ZeroWindow {
@@ -44,8 +61,11 @@ impl ZeroWindow {
     /// possible metadata change unless they lie inside the window. Called once the write has
     /// ended, so a count read by a sync covers only writes that ended before it.
     pub fn after_write(&self, start: u64, end: u64) {
-        let (from, to) = *sync::lock(&self.window);
-        if !(from <= start && end <= to) {
+        let inside = {
+            let w = sync::lock(&self.window);
+            w.from <= start && end <= w.to
+        };
+        if !inside {
             // SeqCst: a sync that reads the count after this write completed sees it.
             self.changes.fetch_add(1, Ordering::SeqCst);
         }
@@ -53,7 +73,7 @@ impl ZeroWindow {
 
     /// The count of possible metadata changes, if an `fdatasync` has not covered it yet.
     pub fn pending(&self) -> Option<u64> {
-        // SeqCst: see before_write.
+        // SeqCst: see after_write.
         let c = self.changes.load(Ordering::SeqCst);
         (c > self.covered.load(Ordering::SeqCst)).then_some(c)
     }
@@ -65,31 +85,47 @@ impl ZeroWindow {
 
     /// The backing file was truncated or its size set: the window is gone.
     pub fn forget(&self) {
-        *sync::lock(&self.window) = (0, 0);
+        let mut w = sync::lock(&self.window);
+        (w.from, w.to) = (0, 0);
+        drop(w);
         self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Whether the window should grow: the file's data on this device ends at `data_end`
-    /// (bytes), within half an extension of the window's end or past it.
-    pub fn wants_extension(&self, data_end: u64) -> bool {
-        let (_, to) = *sync::lock(&self.window);
-        data_end + EXTEND / 2 > to
+    /// A sync found the file's data on this device ending at `data_end` (bytes). Whether to
+    /// extend the window: the data grew at this sync and the one before (the file is being
+    /// appended to, not written once), and it ends within half an extension of the window's
+    /// end or past it.
+    pub fn note_sync(&self, data_end: u64) -> bool {
+        let mut w = sync::lock(&self.window);
+        let grew = data_end > w.last_end;
+        let want = grew && w.grew_before && data_end + EXTEND / 2 > w.to;
+        (w.last_end, w.grew_before) = (data_end, grew);
+        want
+    }
+
+    /// Whether data ending at `data_end` is within half an extension of the window's end.
+    pub fn near_end(&self, data_end: u64) -> bool {
+        data_end + EXTEND / 2 > sync::lock(&self.window).to
     }
 
     /// Writes zeros from `max(data_end, the file's size)` to `EXTEND` past it, and makes
     /// that the window (joined to the old one if they touch). The caller holds the file's
-    /// range lock from its length on, so nothing else writes there, and syncs the file after
-    /// (this counts as a metadata change).
+    /// range lock from its length on, so nothing else writes there or extends at the same
+    /// time, and syncs the file after (this counts as a metadata change).
     pub fn extend(&self, file: &File, data_end: u64) -> io::Result<()> {
-        let mut w = sync::lock(&self.window);
         let size = file.metadata()?.len();
         let start = data_end.max(size).next_multiple_of(ZEROS.0.len() as u64);
         let end = start + EXTEND;
         let pages = (EXTEND / ZEROS.0.len() as u64) as usize;
         let mut bufs: Vec<IoSlice<'_>> = vec![IoSlice::new(&ZEROS.0); pages];
+        // Without the window's mutex: write-back counts its writes meanwhile.
         super::engine::psync::pwritev_all(file.as_raw_fd(), start, &mut bufs)?;
-        let from = if w.1 == start && w.0 < w.1 { w.0 } else { start };
-        *w = (from, end);
+        let mut w = sync::lock(&self.window);
+        if !(w.to == start && w.from < w.to) {
+            w.from = start;
+        }
+        w.to = end;
+        drop(w);
         self.changes.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -115,7 +151,8 @@ mod tests {
         w.after_write(0, 4096);
         let c = w.pending().expect("no window yet: counted");
         w.covered(c);
-        assert!(w.wants_extension(8192));
+        assert!(!w.note_sync(4096), "written once: not an append");
+        assert!(w.note_sync(8192), "grew at two syncs in a row");
         w.extend(&file, 8192).unwrap();
         assert_eq!(file.metadata().unwrap().len(), 8192 + EXTEND);
         let c = w.pending().expect("the extension itself changed the size");
@@ -126,8 +163,9 @@ mod tests {
         w.after_write(4096, 8192);
         assert!(w.pending().is_some(), "below the window: may fill a hole");
         w.covered(w.pending().unwrap());
-        assert!(!w.wants_extension(8192 + 4096));
-        assert!(w.wants_extension(8192 + EXTEND - 4096));
+        assert!(!w.note_sync(8192 + 4096), "far from the window's end");
+        assert!(w.note_sync(8192 + EXTEND - 4096));
+        assert!(!w.note_sync(8192 + EXTEND - 4096), "did not grow");
         w.extend(&file, 8192 + EXTEND - 4096).unwrap();
         w.covered(w.pending().unwrap());
         w.after_write(8192, 8192 + 2 * EXTEND);

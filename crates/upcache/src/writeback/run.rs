@@ -142,9 +142,10 @@ impl CacheInner {
     /// meanwhile that it meets), waiting for write-backs already in flight. Returns the first
     /// error; failed pages stay dirty.
     pub(crate) fn flush_file(&self, file: &FileInner) -> Result<()> {
-        // Relaxed: a fast path only. A page dirtied before this call incremented the count
-        // before its writer returned, which happens before our caller called us.
-        if file.dirty_pages.load(Ordering::Relaxed) == 0 {
+        // A page dirtied before this call incremented the count before its writer returned,
+        // which happens before our caller called us. Acquire: pairs with the Release in
+        // `account_cleaned`, so the write-backs that cleaned the file are visible too.
+        if file.dirty_pages.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
         // With streams, only the dirty ranges (exact: writeback/streams.rs); else every
