@@ -17,25 +17,7 @@ import statistics
 import subprocess
 import sys
 
-UPCACHE = os.path.join(os.path.dirname(__file__), "..", "target", "release", "upcache")
-CGROUP = "/sys/fs/cgroup/memory/upcache-bench"
-
-
-def upcache(args, cgroup_limit=None):
-    cmd = [UPCACHE, "bench", "--json"] + args
-    pre = None
-    if cgroup_limit is not None:
-        os.makedirs(CGROUP, exist_ok=True)
-        with open(os.path.join(CGROUP, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(cgroup_limit))
-
-        def pre():
-            with open(os.path.join(CGROUP, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=pre).stdout
-    reports = json.loads(out)
-    return reports if isinstance(reports, list) else [reports]
+from bench_run import upcache
 
 
 def fio(path, size, rw, bs, depth, runtime, huge=False):

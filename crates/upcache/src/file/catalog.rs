@@ -108,9 +108,14 @@ impl<'a> Reader<'a> {
 }
 
 fn frame(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
+    frame_version(magic, FORMAT_VERSION, body)
+}
+
+/// `body` framed as a file of format `version` (older versions only in tests).
+fn frame_version(magic: &[u8; 8], version: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + body.len());
     out.extend_from_slice(magic);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
     out.extend_from_slice(body);
@@ -341,13 +346,7 @@ mod tests {
 
     /// A catalog file of format `version` with body `body`.
     fn framed(version: u32, body: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(CATALOG_MAGIC);
-        out.extend_from_slice(&version.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
-        out.extend_from_slice(body);
-        out
+        frame_version(CATALOG_MAGIC, version, body)
     }
 
     #[test]

@@ -256,59 +256,47 @@ impl RangeLock {
     /// Shared lock of `start..end` if it is free now: no request, granted or waiting,
     /// conflicts with it. Never waits.
     pub fn try_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
-        let end = end.max(start.saturating_add(1));
-        if let Some(g) = self.fast_read(start, end) {
-            return Some(g);
-        }
-        let mut q = sync::lock(&self.queue);
-        let me = Request { ticket: q.next_ticket, start, end, exclusive: false };
-        if q.requests.iter().any(|r| r.conflicts(&me)) {
-            return None;
-        }
-        // Counted, then the fast writers checked (the queued request's half of the handshake).
-        // Relaxed: the fence orders it.
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        if self.fast_conflicts(None, start, end, false) {
-            // Relaxed: no one waits for the count to fall; fast writers only read it.
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        q.next_ticket += 1;
-        let ticket = me.ticket;
-        q.requests.push(me);
-        Some(RangeGuard { lock: self, held: Held::Queued { ticket, exclusive: false } })
+        self.try_lock(start, end, false)
     }
 
     /// Exclusive lock of `start..end` if it is free now: no request, granted or waiting, and
     /// no published range overlaps it. Never waits, so it may be taken while holding other
     /// ranges (of this file too) without deadlocking.
     pub fn try_write(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        self.try_lock(start, end, true)
+    }
+
+    fn try_lock(&self, start: u64, end: u64, exclusive: bool) -> Option<RangeGuard<'_>> {
         let end = end.max(start.saturating_add(1));
-        if let Some(g) = self.fast_write(start, end) {
-            return Some(g);
+        let fast = if exclusive { self.fast_write(start, end) } else { self.fast_read(start, end) };
+        if fast.is_some() {
+            return fast;
         }
         let mut q = sync::lock(&self.queue);
-        let me = Request { ticket: q.next_ticket, start, end, exclusive: true };
+        let me = Request { ticket: q.next_ticket, start, end, exclusive };
         if q.requests.iter().any(|r| r.conflicts(&me)) {
             return None;
         }
-        // Counted, then the slots checked (the queued writer's half of the handshakes).
-        // Relaxed (both): the fence orders them.
+        // Counted, then the slots checked (the queued request's half of the handshakes).
+        // Relaxed: the fence orders them.
         self.queued.fetch_add(1, Ordering::Relaxed);
-        self.writers.fetch_add(1, Ordering::Relaxed);
+        if exclusive {
+            self.writers.fetch_add(1, Ordering::Relaxed);
+        }
         fence(Ordering::SeqCst);
-        if self.fast_conflicts(None, start, end, true) {
-            // Release (both): as when a queued writer leaves. No one waits for the counts:
+        if self.fast_conflicts(None, start, end, exclusive) {
+            // Release: as when a queued request leaves. No one waits for the counts to fall:
             // requests that saw them queued themselves and wait on the queue.
-            self.writers.fetch_sub(1, Ordering::Release);
+            if exclusive {
+                self.writers.fetch_sub(1, Ordering::Release);
+            }
             self.queued.fetch_sub(1, Ordering::Release);
             return None;
         }
         q.next_ticket += 1;
         let ticket = me.ticket;
         q.requests.push(me);
-        Some(RangeGuard { lock: self, held: Held::Queued { ticket, exclusive: true } })
+        Some(RangeGuard { lock: self, held: Held::Queued { ticket, exclusive } })
     }
 
     /// Shared lock of `start..end`.
