@@ -595,31 +595,10 @@ impl CacheInner {
         // Acquire on len: see every write that extended it. persisted_len is the length of the
         // file's latest length record, stored once that record is durable, so if the two
         // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
-        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
-        if changed() {
-            let (ticket, len) = {
-                let mut ns = sync::lock(&self.namespace);
-                // Under the namespace lock, so that records of one file are logged in the
-                // order of the lengths they carry.
-                let len = file.len.load(Ordering::Acquire);
-                let r = Record::SetLen { id: file.id, len };
-                ns.apply(&r);
-                let ticket = self.metalog.append(&r);
-                // Relaxed: written and read only under the namespace lock.
-                file.len_record.store(ticket.seq(), Ordering::Relaxed);
-                (ticket, len)
-            };
+        if let Some((ticket, len)) = self.append_len(file) {
             // Outside the namespace lock: syncs of other files join this write.
             self.metalog.commit(ticket)?;
-            let _ns = sync::lock(&self.namespace);
-            // Only if no later length record was appended meanwhile: an older sync storing
-            // its length late could make a newer, unlogged length look persisted.
-            // Relaxed: under the namespace lock, as above.
-            if file.len_record.load(Ordering::Relaxed) == ticket.seq() {
-                // Release: pairs with the Acquire in `changed`.
-                file.persisted_len.store(len, Ordering::Release);
-            }
-            drop(_ns);
+            self.len_durable(file, ticket, len);
             self.kick_checkpoint_if_wanted();
             return Ok(true);
         }
@@ -628,6 +607,39 @@ impl CacheInner {
         }
         self.kick_checkpoint_if_wanted();
         Ok(false)
+    }
+
+    /// Appends a record of the file's length if it differs from the last durable one.
+    fn append_len(&self, file: &FileInner) -> Option<(metalog::Ticket, u64)> {
+        // Acquire on len: see every write that extended it. persisted_len is the length of the
+        // file's latest length record, stored once that record is durable, so if the two
+        // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
+        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        if !changed() {
+            return None;
+        }
+        let mut ns = sync::lock(&self.namespace);
+        // Under the namespace lock, so that records of one file are logged in the order of
+        // the lengths they carry.
+        let len = file.len.load(Ordering::Acquire);
+        let r = Record::SetLen { id: file.id, len };
+        ns.apply(&r);
+        let ticket = self.metalog.append(&r);
+        // Relaxed: written and read only under the namespace lock.
+        file.len_record.store(ticket.seq(), Ordering::Relaxed);
+        Some((ticket, len))
+    }
+
+    /// The record `ticket` of the file's length `len` is durable.
+    fn len_durable(&self, file: &FileInner, ticket: metalog::Ticket, len: u64) {
+        let _ns = sync::lock(&self.namespace);
+        // Only if no later length record was appended meanwhile: an older sync storing its
+        // length late could make a newer, unlogged length look persisted.
+        // Relaxed: under the namespace lock, as above.
+        if file.len_record.load(Ordering::Relaxed) == ticket.seq() {
+            // Release: pairs with the Acquire in `append_len`.
+            file.persisted_len.store(len, Ordering::Release);
+        }
     }
 
     fn kick_checkpoint_if_wanted(&self) {
@@ -647,13 +659,20 @@ impl CacheInner {
     /// and one flush. A backing file that needs a real `fdatasync` and is being appended to
     /// gets zeros written ahead first, so that the next appends do not.
     pub(crate) fn sync_file(&self, file: &FileInner, force: bool) -> Result<()> {
+        self.sync_file_then(file, Some(force))
+    }
+
+    /// As `sync_file`; with `log_len` None, the length is not logged (the caller logs many
+    /// files' lengths with one commit).
+    fn sync_file_then(&self, file: &FileInner, log_len: Option<bool>) -> Result<()> {
         let mut first = self.flush_file(file).err();
         if let Some(e) = file.take_write_error() {
             first.get_or_insert(e);
         }
         // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
         // the deferred backing files are synced below after all.
-        let logs_len = file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        let logs_len = log_len.is_some()
+            && file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
         let mut deferred = Vec::new();
         for b in &file.backing {
             let dev = b.device();
@@ -674,9 +693,9 @@ impl CacheInner {
             }
         }
         // Not if the data failed: a logged length would promise bytes that may be missing.
-        let logged = match first {
-            Some(_) => false,
-            None => match self.persist_len(file, force) {
+        let logged = match (&first, log_len) {
+            (Some(_), _) | (None, None) => false,
+            (None, Some(force)) => match self.persist_len(file, force) {
                 Ok(logged) => logged,
                 Err(e) => {
                     first = Some(e);
@@ -765,17 +784,29 @@ impl CacheInner {
     pub(crate) fn sync_everything(&self) -> Result<()> {
         let files: Vec<_> = sync::read(&self.files).values().cloned().collect();
         let mut first = None;
+        // Data first; then the lengths of the files whose data is durable, in one commit
+        // (with everything else logged: creates and removes too).
+        let mut lengths = Vec::new();
         for f in files {
             if f.removed.load(Ordering::Acquire) {
                 continue;
             }
-            if let Err(e) = self.sync_file(&f, false) {
-                first.get_or_insert(e);
+            match self.sync_file_then(&f, None) {
+                Ok(()) => lengths.extend(self.append_len(&f).map(|(t, len)| (f, t, len))),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
-        // Everything logged (creates and removes too), durable.
-        if let Err(e) = self.metalog.commit(self.metalog.last()) {
-            first.get_or_insert(e);
+        match self.metalog.commit(self.metalog.last()) {
+            Ok(()) => {
+                for (f, t, len) in lengths {
+                    self.len_durable(&f, t, len);
+                }
+            }
+            Err(e) => {
+                first.get_or_insert(e);
+            }
         }
         for dir in self.config.device_dirs.iter().chain([&self.meta_dir]) {
             if let Err(e) = sync_dir(dir) {
