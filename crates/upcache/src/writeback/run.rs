@@ -42,16 +42,17 @@ impl CacheInner {
     /// Writes back the run of dirty pages around `page`, whose frame `id` the caller holds
     /// `LOCKED` and `DIRTY`. Returns the number of pages written. On failure every page of
     /// the run stays dirty and the error is returned (the caller decides whom to tell).
+    /// Used by misses that need a frame (eviction of a dirty victim): the run is at most
+    /// [`MAX_RUN`] pages, since the miss waits for it; flushers and syncs write longer ones.
     pub(crate) fn write_run(&self, file: &FileInner, page: u64, id: FrameId) -> Result<usize> {
-        let run = self.lock_run(file, page, id);
+        let run = self.lock_run(file, page, id, MAX_RUN.min(self.writeback.run_pages));
         self.write_runs(&[(file, run)]).pop().expect("one result per run")
     }
 
     /// Grows the run of dirty pages around `page` (frame `id`, held `LOCKED` and `DIRTY` by
     /// the caller) backwards, then forwards, over pages adjacent in this backing file, each
-    /// taken with `try_lock_dirty` (never waiting), up to `Writeback::run_pages` pages.
-    fn lock_run(&self, file: &FileInner, page: u64, id: FrameId) -> Run {
-        let max = self.writeback.run_pages;
+    /// taken with `try_lock_dirty` (never waiting), up to `max` pages.
+    fn lock_run(&self, file: &FileInner, page: u64, id: FrameId, max: usize) -> Run {
         let mut run = std::collections::VecDeque::with_capacity(8);
         run.push_back((page, id));
         while run.len() < max {
@@ -186,7 +187,7 @@ impl CacheInner {
             }
             loop {
                 if st.try_lock_dirty() {
-                    batch.push((file, self.lock_run(file, page, id)));
+                    batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
                     pinned.push(id);
                     if batch.len() == MAX_BATCH_RUNS {
                         flush(&mut batch, &mut pinned);
@@ -236,7 +237,7 @@ impl CacheInner {
                     self.frames.unlock(id, 0, 0);
                     continue;
                 };
-                let run = self.lock_run(&file, key.page, id);
+                let run = self.lock_run(&file, key.page, id, self.writeback.run_pages);
                 locked.push((file, run));
                 if locked.len() == MAX_BATCH_RUNS {
                     written += self.write_locked(&mut locked);
@@ -279,7 +280,7 @@ impl CacheInner {
         for page in ranges.iter().flat_map(|r| r.clone()) {
             // Pages already in one of our runs are LOCKED: this fails at once for them.
             let Some(id) = self.try_lock_dirty_page(file, page) else { continue };
-            locked.push((file.clone(), self.lock_run(file, page, id)));
+            locked.push((file.clone(), self.lock_run(file, page, id, self.writeback.run_pages)));
             if locked.len() == MAX_BATCH_RUNS {
                 written += self.write_locked(&mut locked);
             }
