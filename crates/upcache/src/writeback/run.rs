@@ -277,10 +277,19 @@ impl CacheInner {
     fn write_ranges(&self, file: &Arc<FileInner>, ranges: &[Range<u64>]) -> usize {
         let mut locked: Vec<(Arc<FileInner>, Run)> = Vec::new();
         let mut written = 0;
+        // Runs grow past the ranges (to neighbours on the device): cap them so that all of
+        // them together stay near the quota the ranges were taken for (a writer's dflush
+        // wrote up to a request per device more than its quota).
+        let mut budget: usize = ranges.iter().map(|r| (r.end - r.start) as usize).sum();
         for page in ranges.iter().flat_map(|r| r.clone()) {
+            if budget == 0 {
+                break;
+            }
             // Pages already in one of our runs are LOCKED: this fails at once for them.
             let Some(id) = self.try_lock_dirty_page(file, page) else { continue };
-            locked.push((file.clone(), self.lock_run(file, page, id, self.writeback.run_pages)));
+            let run = self.lock_run(file, page, id, self.writeback.run_pages.min(budget));
+            budget = budget.saturating_sub(run.len());
+            locked.push((file.clone(), run));
             if locked.len() == MAX_BATCH_RUNS {
                 written += self.write_locked(&mut locked);
             }
