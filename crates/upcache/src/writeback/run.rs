@@ -21,6 +21,12 @@ type Run = Vec<(u64, FrameId)>;
 
 /// Runs written in one engine batch at most.
 const MAX_BATCH_RUNS: usize = 16;
+/// Stream write-back puts at most this many of the devices' largest requests in one batch per
+/// device. The batch waits for all its writes, and so does anything queued behind them on the
+/// device: a cap in bytes keeps a writer's own dflush from waiting behind tens of MiB of
+/// flusher writes (sequential 1 MiB writes: p99 10-11 ms with 16 runs of 4 MiB, 4.5-5.6 ms
+/// with 2, the same throughput).
+const BATCH_REQUESTS_PER_DEVICE: usize = 2;
 /// Frames a write-back scan takes from the shared cursor at a time.
 const SCAN_CHUNK: usize = 256;
 
@@ -281,6 +287,8 @@ impl CacheInner {
         // them together stay near the quota the ranges were taken for (a writer's dflush
         // wrote up to a request per device more than its quota).
         let mut budget: usize = ranges.iter().map(|r| (r.end - r.start) as usize).sum();
+        let mut batch_pages = 0;
+        let max_batch_pages = BATCH_REQUESTS_PER_DEVICE * self.writeback.run_pages * self.layout.devices();
         for page in ranges.iter().flat_map(|r| r.clone()) {
             if budget == 0 {
                 break;
@@ -289,9 +297,11 @@ impl CacheInner {
             let Some(id) = self.try_lock_dirty_page(file, page) else { continue };
             let run = self.lock_run(file, page, id, self.writeback.run_pages.min(budget));
             budget = budget.saturating_sub(run.len());
+            batch_pages += run.len();
             locked.push((file.clone(), run));
-            if locked.len() == MAX_BATCH_RUNS {
+            if locked.len() == MAX_BATCH_RUNS || batch_pages >= max_batch_pages {
                 written += self.write_locked(&mut locked);
+                batch_pages = 0;
             }
         }
         written + self.write_locked(&mut locked)
