@@ -59,6 +59,7 @@ pub struct Metrics {
     pub(crate) misses: Counter,
     pub(crate) evictions: Counter,
     pub(crate) reclaimed: Counter,
+    pub(crate) stream_evictions: Counter,
     pub(crate) readahead_pages: Counter,
     pub(crate) hot_hits: Counter,
     pub(crate) read_ios: Counter,
@@ -82,6 +83,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Of those, pages evicted ahead of demand by background reclaim.
     pub reclaimed: u64,
+    /// Of those, pages of written-back streams evicted in stream order (seed 003 §4.2).
+    pub stream_evictions: u64,
     /// Pages loaded ahead of sequential readers (readahead).
     pub readahead_pages: u64,
     /// Pins served by the pinning thread's hot index, without a shared index lookup.
@@ -119,6 +122,7 @@ impl Metrics {
             misses: self.misses.get(),
             evictions: self.evictions.get(),
             reclaimed: self.reclaimed.get(),
+            stream_evictions: self.stream_evictions.get(),
             readahead_pages: self.readahead_pages.get(),
             hot_hits: self.hot_hits.get(),
             read_ios: self.read_ios.get(),

@@ -7,6 +7,8 @@
 
 use super::CacheInner;
 use crate::alloc::{Pressure, LOW_DIVISOR};
+use crate::frame::state::ClaimResult;
+use crate::frame::FrameId;
 use crate::policy::Victim;
 use crate::sync::{self, Ordering};
 
@@ -56,6 +58,7 @@ impl CacheInner {
         let mut misses = 0;
         // Freed in batches, one pool lock per batch.
         let mut batch = Vec::with_capacity(RECLAIM_BATCH);
+        self.evict_cleaned_streams(target, &mut batch);
         while self.free.pooled().saturating_add(batch.len()) < target && misses < 4 {
             match self.policy.pick_victim(&self.frames) {
                 Victim::Claimed(id) => {
@@ -77,5 +80,39 @@ impl CacheInner {
             }
         }
         self.free.free_many(&batch);
+    }
+
+    /// Evicts pages of written-back streams, oldest stream first, while the pool (with
+    /// `batch`) is under `target`: each page whose frame is unpinned, clean, and not used
+    /// since its write-back (the write-back cleared its reference bit). Seed 003 §4.2's
+    /// eviction by stream, for the streams write-back saw; other pages are left to CLOCK.
+    fn evict_cleaned_streams(&self, target: usize, batch: &mut Vec<FrameId>) {
+        while self.free.pooled().saturating_add(batch.len()) < target {
+            let Some((file_id, pages)) = self.writeback.oldest_cleaned_stream() else { return };
+            let Some(file) = self.file_by_id(file_id) else { continue };
+            for page in pages.clone() {
+                if self.free.pooled().saturating_add(batch.len()) >= target {
+                    self.writeback.return_cleaned_stream(file_id, page..pages.end);
+                    return;
+                }
+                let Some(id) = file.index.peek(page) else { continue };
+                if self.frames.take_touched(id) {
+                    continue; // read since (a lock-free hit): keep it
+                }
+                // A frame that moved to another page since the peek is as good a victim: it
+                // is clean, unpinned and unreferenced too.
+                if self.frames.state(id).try_claim() == ClaimResult::Claimed {
+                    self.detach_claimed(id);
+                    self.metrics.evictions.add(1);
+                    self.metrics.reclaimed.add(1);
+                    self.metrics.stream_evictions.add(1);
+                    batch.push(id);
+                    if batch.len() == RECLAIM_BATCH {
+                        self.free.free_many(batch);
+                        batch.clear();
+                    }
+                }
+            }
+        }
     }
 }

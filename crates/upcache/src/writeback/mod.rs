@@ -66,6 +66,9 @@ impl std::str::FromStr for FlushKind {
     }
 }
 
+/// Written-back streams remembered for reclaim at most.
+const MAX_CLEANED_STREAMS: usize = 4096;
+
 /// A throttled writer (`FlushKind::Background`) gives up waiting after this long without the
 /// dirty count falling, so that failing write-back slows writers down but cannot hang them.
 const THROTTLE_PATIENCE: Duration = Duration::from_secs(1);
@@ -100,6 +103,8 @@ pub(crate) struct Writeback {
     /// mutex) is set while its id is here, and until the flusher that popped it takes its
     /// ranges; an id may be here twice if its file was opened again after a failed open.
     dirty_files: Mutex<VecDeque<u64>>,
+    /// Written-back streams, oldest first: (file id, pages), for reclaim to evict in order.
+    cleaned_streams: Mutex<VecDeque<(u64, std::ops::Range<u64>)>>,
     kick: Mutex<bool>,
     kicked: Condvar,
     /// Writers sleeping in `throttle`, and where they sleep.
@@ -119,6 +124,7 @@ impl Writeback {
             shutdown: AtomicBool::new(false),
             run_pages,
             dirty_files: Mutex::new(VecDeque::new()),
+            cleaned_streams: Mutex::new(VecDeque::new()),
             kick: Mutex::new(false),
             kicked: Condvar::new(),
             throttled: AtomicUsize::new(0),
@@ -188,6 +194,32 @@ impl Writeback {
     /// The oldest file with dirty streams, taken off the list (its taker clears `queued`).
     pub(crate) fn next_dirty_file(&self) -> Option<u64> {
         sync::lock(&self.dirty_files).pop_front()
+    }
+
+    /// Pages `ranges` of file `file` were written back as a stream (seed 003 §4.2: eviction
+    /// by stream). Joined to the newest entry when they continue it; the oldest entries are
+    /// forgotten past `MAX_CLEANED_STREAMS` (CLOCK still finds those pages).
+    pub(crate) fn stream_cleaned(&self, file: u64, ranges: &[std::ops::Range<u64>]) {
+        let mut q = sync::lock(&self.cleaned_streams);
+        for r in ranges {
+            match q.back_mut() {
+                Some((f, last)) if *f == file && last.end == r.start => last.end = r.end,
+                _ => q.push_back((file, r.clone())),
+            }
+        }
+        while q.len() > MAX_CLEANED_STREAMS {
+            q.pop_front();
+        }
+    }
+
+    /// The oldest written-back stream, for reclaim.
+    pub(crate) fn oldest_cleaned_stream(&self) -> Option<(u64, std::ops::Range<u64>)> {
+        sync::lock(&self.cleaned_streams).pop_front()
+    }
+
+    /// Gives back the rest of a stream reclaim did not finish, as the oldest again.
+    pub(crate) fn return_cleaned_stream(&self, file: u64, pages: std::ops::Range<u64>) {
+        sync::lock(&self.cleaned_streams).push_front((file, pages));
     }
 
     /// Wakes the flusher threads.

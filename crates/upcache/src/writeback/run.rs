@@ -8,7 +8,7 @@ use crate::io::engine::IoReq;
 use crate::cache::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
-use crate::frame::state::{DIRTY, LOCKED};
+use crate::frame::state::{DIRTY, LOCKED, REFERENCED};
 use crate::frame::{FrameId, PageKey};
 use crate::sync::{Arc, Ordering};
 use crate::writeback::FlushKind;
@@ -16,6 +16,8 @@ use crate::writeback::FlushKind;
 /// Longest run written in one request with streams off, in pages (with streams on: the
 /// devices' request size, `Writeback::run_pages`).
 pub(crate) const MAX_RUN: usize = 64;
+/// A written-back run this long (with streams) is a stream that reclaim evicts in order.
+const STREAM_RUN: usize = 16;
 /// A run of dirty pages held `LOCKED` for writing: (page, frame), adjacent on one device.
 type Run = Vec<(u64, FrameId)>;
 
@@ -114,11 +116,19 @@ impl CacheInner {
             .map(|((file, run), result)| match result {
                 Ok(_) => {
                     // Out of the dirty streams before DIRTY clears (writeback/streams.rs).
+                    let mut clear = DIRTY;
                     if let Some(s) = &file.streams {
-                        s.cleaned(page_ranges(run));
+                        let ranges = page_ranges(run);
+                        if run.len() >= STREAM_RUN {
+                            // A written-back stream: its pages go first when frames are
+                            // reclaimed, unless they are used again (which marks them).
+                            clear |= REFERENCED;
+                            self.writeback.stream_cleaned(file.id, &ranges);
+                        }
+                        s.cleaned(ranges);
                     }
                     for &(_, f) in run {
-                        self.frames.unlock(f, 0, DIRTY);
+                        self.frames.unlock(f, 0, clear);
                     }
                     self.account_cleaned(file, run.len() as u64);
                     self.metrics.writeback_ios.add(1);
