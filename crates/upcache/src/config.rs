@@ -9,6 +9,7 @@ use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
 use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
+use crate::policy::PolicyKind;
 use crate::writeback::FlushKind;
 
 /// Smallest and largest page sizes (powers of two).
@@ -59,6 +60,7 @@ pub struct Config {
     pub(crate) allow_buffered: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
+    pub(crate) policy: PolicyKind,
     pub(crate) layout: LayoutKind,
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
@@ -84,6 +86,7 @@ impl std::fmt::Debug for Config {
             .field("allow_buffered", &self.allow_buffered)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
+            .field("policy", &self.policy)
             .field("layout", &self.layout)
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
@@ -113,6 +116,7 @@ impl Config {
             allow_buffered: false,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
+            policy: PolicyKind::default(),
             layout: LayoutKind::default(),
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
@@ -189,6 +193,14 @@ impl Config {
     /// the dirty count back under it ([`FlushKind::Background`], the kernel's way).
     pub fn with_flush(mut self, flush: FlushKind) -> Self {
         self.flush = flush;
+        self
+    }
+
+    /// The replacement policy (`clock`, the default, or `gclock`). The set-associative index
+    /// ([`IndexKind::SetAssoc`]) picks victims in each set with its own policy instead
+    /// ([`Config::with_sets`]).
+    pub fn with_policy(mut self, policy: PolicyKind) -> Self {
+        self.policy = policy;
         self
     }
 

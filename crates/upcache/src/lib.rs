@@ -81,4 +81,5 @@ pub use index::IndexKind;
 pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;
+pub use policy::PolicyKind;
 pub use writeback::FlushKind;

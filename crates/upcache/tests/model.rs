@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use upcache::{
-    AllocKind, Cache, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind, SubmitKind,
+    AllocKind, Cache, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind, PolicyKind,
+    SubmitKind,
 };
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -83,6 +84,7 @@ struct Layout {
     submit: SubmitKind,
     streams: bool,
     flush: FlushKind,
+    policy: PolicyKind,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -97,10 +99,25 @@ fn layout() -> impl Strategy<Value = Layout> {
         proptest::sample::select(IoKind::ALL.to_vec()),
         proptest::sample::select(SubmitKind::ALL.to_vec()),
         any::<bool>(),
-        proptest::sample::select(FlushKind::ALL.to_vec()),
+        (
+            proptest::sample::select(FlushKind::ALL.to_vec()),
+            proptest::sample::select(PolicyKind::ALL.to_vec()),
+        ),
     )
         .prop_map(
-            |(page_size, stripe_pages, devices, frames, index, alloc, layout, io, submit, streams, flush)| {
+            |(
+                page_size,
+                stripe_pages,
+                devices,
+                frames,
+                index,
+                alloc,
+                layout,
+                io,
+                submit,
+                streams,
+                (flush, policy),
+            )| {
                 Layout {
                     page_size,
                     stripe_pages,
@@ -113,6 +130,7 @@ fn layout() -> impl Strategy<Value = Layout> {
                     submit,
                     streams,
                     flush,
+                    policy,
                 }
             },
         )
@@ -141,6 +159,7 @@ impl Harness {
             .with_io_threads(l.submit)
             .with_streams(l.streams)
             .with_flush(l.flush)
+            .with_policy(l.policy)
     }
 
     fn cache(&self) -> &Cache {

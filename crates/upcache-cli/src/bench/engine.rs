@@ -100,6 +100,8 @@ pub struct UpcacheOpts {
     pub flush: upcache::FlushKind,
     /// Stream tracking of dirty pages.
     pub streams: bool,
+    /// Replacement policy.
+    pub policy: upcache::PolicyKind,
     /// Background and foreground dirty ratios.
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
@@ -308,6 +310,7 @@ impl Engine for UpcacheEngine {
             .with_flusher_threads(o.flushers)
             .with_flush(o.flush)
             .with_streams(o.streams)
+            .with_policy(o.policy)
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)

@@ -104,6 +104,10 @@ pub struct BenchArgs {
     /// upcache flusher threads [default: 2]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     flushers: Option<u64>,
+    /// upcache replacement policy: clock or gclock (not with --index setassoc, whose sets
+    /// have their own, --set-policy) [default: clock]
+    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::PolicyKind>)]
+    policy: Option<upcache::PolicyKind>,
     /// What an upcache writer does past the foreground dirty ratio: dflush (writes back dirty
     /// pages itself) or background (sleeps until the flushers have) [default: dflush]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::FlushKind>)]
@@ -378,6 +382,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             stripe_unit,
             flushers: a.flushers.unwrap_or(2) as usize,
             flush: a.flush.unwrap_or_default(),
+            policy: a.policy.unwrap_or_default(),
             streams: a.streams.unwrap_or(true),
             dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
@@ -512,13 +517,14 @@ fn header(p: &Plan, base: &Path) -> String {
         let threads = if u.io_threads == upcache::SubmitKind::PerDevice { " per-device threads" } else { "" };
         let io = format!("{}{threads}", u.io.name());
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} flush {} streams {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} flush {} streams {} policy {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
             u.flushers,
             u.flush.name(),
             if u.streams { "on" } else { "off" },
+            u.policy.name(),
             u.dirty_ratios.0,
             u.dirty_ratios.1,
             u.layout.name(),

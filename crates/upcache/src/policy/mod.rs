@@ -12,12 +12,55 @@
 //!   policies that need more per-frame history keep it themselves and are told of hits via
 //!   [`Policy::on_hit`].
 //!
-//! Implementations: [`clock::ClockPolicy`]. GClock, LRU, LFU, S3-FIFO, SIEVE and the
-//! GC-aware modifier (seeds 002 §4, 004 §5.4) plug in here.
+//! Implementations: [`clock::ClockPolicy`] (the default), [`gclock::GClockPolicy`]; chosen
+//! with [`PolicyKind`] (`Config::with_policy`). LRU, LFU, S3-FIFO, SIEVE and the GC-aware
+//! modifier (seeds 002 §4, 004 §5.4) plug in here. The set-associative cache has its own
+//! in-set policies (`index/setassoc.rs`).
 
 pub mod clock;
+pub mod gclock;
 
 pub use clock::ClockPolicy;
+pub use gclock::GClockPolicy;
+
+/// Which replacement policy a cache (not set-associative) uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    /// CLOCK with clean-first preference. The default.
+    #[default]
+    Clock,
+    /// GClock: per-frame hit counts, clean-first.
+    GClock,
+}
+
+impl PolicyKind {
+    /// Every kind, for benchmarks and tests.
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Clock, PolicyKind::GClock];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Clock => "clock",
+            PolicyKind::GClock => "gclock",
+        }
+    }
+
+    /// The policy for a table of `frames` frames.
+    pub(crate) fn build(self, frames: usize) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Clock => Box::new(ClockPolicy::default()),
+            PolicyKind::GClock => Box::new(GClockPolicy::new(frames)),
+        }
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "replacement policy", &PolicyKind::ALL, PolicyKind::name)
+    }
+}
 
 use crate::frame::{FrameId, FrameTable};
 
