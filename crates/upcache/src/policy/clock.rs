@@ -10,10 +10,9 @@
 //! The hand is an atomic counter advanced with `fetch_add`, so concurrent evictors sweep
 //! different frames without a lock.
 
-use super::{Policy, Victim};
-use crate::frame::state::ClaimResult;
-use crate::frame::{FrameId, FrameTable};
-use crate::sync::{AtomicUsize, Ordering};
+use super::{sweep, Policy, Victim};
+use crate::frame::FrameTable;
+use crate::sync::AtomicUsize;
 
 /// The CLOCK policy.
 #[derive(Debug, Default)]
@@ -27,51 +26,21 @@ impl Policy for ClockPolicy {
     }
 
     fn pick_victim(&self, frames: &FrameTable) -> Victim {
-        let n = frames.len();
-        let mut dirty = None;
-        // Two sweeps: the first clears reference bits, the second finds them cleared.
-        for _ in 0..2 * n {
-            // Relaxed: the hand only spreads evictors over the table; the claim CAS orders
-            // everything that matters.
-            let id = (self.hand.fetch_add(1, Ordering::Relaxed) % n) as FrameId;
-            if frames.take_touched(id) {
-                continue; // hit without a pin since the hand last passed: a second chance
-            }
-            match frames.state(id).try_claim() {
-                ClaimResult::Claimed => return Victim::Claimed(id),
-                ClaimResult::Dirty => {
-                    dirty.get_or_insert(id);
-                }
-                ClaimResult::Busy | ClaimResult::Referenced => {}
-            }
-        }
-        match dirty {
-            Some(id) => Victim::Dirty(id),
-            None => Victim::None,
-        }
+        // Two sweeps: the first clears reference bits, the second finds them cleared. A hit
+        // without a pin since the hand last passed (a touched bit) is a second chance too.
+        sweep(frames, &self.hand, 2 * frames.len(), |id| frames.take_touched(id))
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::frame::state::{DIRTY, VALID};
-    use crate::frame::PageKey;
-
-    fn table(n: usize) -> FrameTable {
-        let t = FrameTable::new(n, 4096).unwrap();
-        for i in 0..n as FrameId {
-            t.set_key(i, PageKey { file: 1, page: i as u64 });
-            t.state(i).assign_locked();
-            t.unlock(i, VALID, 0);
-            t.state(i).unpin();
-        }
-        t
-    }
+    use crate::frame::state::DIRTY;
+    use crate::policy::resident_table;
 
     #[test]
     fn prefers_clean_and_skips_pinned() {
-        let t = table(4);
+        let t = resident_table(4);
         // Frame 0 dirty, frame 1 pinned, frames 2 and 3 clean.
         assert!(t.state(0).try_lock());
         t.unlock(0, DIRTY, 0);
@@ -83,7 +52,7 @@ mod tests {
 
     #[test]
     fn reports_dirty_when_nothing_clean() {
-        let t = table(2);
+        let t = resident_table(2);
         for i in 0..2 {
             assert!(t.state(i).try_lock());
             t.unlock(i, DIRTY, 0);

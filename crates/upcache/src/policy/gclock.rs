@@ -12,8 +12,7 @@
 //! Counts are one relaxed byte per frame: a lost increment only shortens a page's stay by a
 //! sweep. The hand is an atomic counter, so concurrent evictors sweep different frames.
 
-use super::{Policy, Victim};
-use crate::frame::state::ClaimResult;
+use super::{sweep, Policy, Victim};
 use crate::frame::{FrameId, FrameTable};
 use crate::sync::{AtomicUsize, Ordering};
 use std::sync::atomic::AtomicU8;
@@ -58,13 +57,9 @@ impl Policy for GClockPolicy {
     }
 
     fn pick_victim(&self, frames: &FrameTable) -> Victim {
-        let n = frames.len();
-        let mut dirty = None;
         // Every count may have to run down, and each frame gets one more pass for its
         // reference bit.
-        for _ in 0..(MAX_COUNT as usize + 2) * n {
-            // Relaxed: the hand only spreads evictors; frame state is claimed by CAS.
-            let id = (self.hand.fetch_add(1, Ordering::Relaxed) % n) as FrameId;
+        sweep(frames, &self.hand, (MAX_COUNT as usize + 2) * frames.len(), |id| {
             if frames.take_touched(id) {
                 self.bump(id);
             }
@@ -72,20 +67,9 @@ impl Policy for GClockPolicy {
             let c = self.count(id).load(Ordering::Relaxed);
             if c > 0 {
                 self.count(id).store(c - 1, Ordering::Relaxed);
-                continue;
             }
-            match frames.state(id).try_claim() {
-                ClaimResult::Claimed => return Victim::Claimed(id),
-                ClaimResult::Dirty => {
-                    dirty.get_or_insert(id);
-                }
-                ClaimResult::Busy | ClaimResult::Referenced => {}
-            }
-        }
-        match dirty {
-            Some(id) => Victim::Dirty(id),
-            None => Victim::None,
-        }
+            c > 0
+        })
     }
 }
 
@@ -93,18 +77,7 @@ impl Policy for GClockPolicy {
 mod tests {
     use super::*;
     use crate::frame::state::{DIRTY, VALID};
-    use crate::frame::PageKey;
-
-    fn table(n: usize) -> FrameTable {
-        let t = FrameTable::new(n, 4096).unwrap();
-        for i in 0..n as FrameId {
-            t.set_key(i, PageKey { file: 1, page: i as u64 });
-            t.state(i).assign_locked();
-            t.unlock(i, VALID, 0);
-            t.state(i).unpin();
-        }
-        t
-    }
+    use crate::policy::resident_table;
 
     /// Evicts until frame `keep` goes: how many evictions it survived.
     fn survives(t: &FrameTable, p: &GClockPolicy, keep: FrameId) -> usize {
@@ -125,7 +98,7 @@ mod tests {
 
     #[test]
     fn a_frequently_hit_page_outlives_pages_hit_once() {
-        let t = table(8);
+        let t = resident_table(8);
         let p = GClockPolicy::new(8);
         for _ in 0..3 {
             p.on_hit(5);
@@ -133,13 +106,13 @@ mod tests {
         // Frame 5 survives every other frame's eviction at least twice over.
         assert!(survives(&t, &p, 5) >= 14);
         // With no hits a page goes within a sweep or two.
-        let (t, p) = (table(8), GClockPolicy::new(8));
+        let (t, p) = (resident_table(8), GClockPolicy::new(8));
         assert!(survives(&t, &p, 5) < 16);
     }
 
     #[test]
     fn prefers_clean_and_reports_dirty_and_pinned() {
-        let t = table(3);
+        let t = resident_table(3);
         let p = GClockPolicy::new(3);
         for i in 0..2 {
             assert!(t.state(i).try_lock());
@@ -157,7 +130,7 @@ mod tests {
 
     #[test]
     fn lock_free_hits_count_too() {
-        let t = table(4);
+        let t = resident_table(4);
         let p = GClockPolicy::new(4);
         t.touch(1);
         // The first sweep turns the touch into a count, so frame 1 outlives a plain page.

@@ -76,6 +76,53 @@ pub enum Victim {
     None,
 }
 
+/// The sweep CLOCK-like policies share: up to `steps` frames from `hand` on (advanced with
+/// `fetch_add`, so concurrent evictors sweep different frames), passing over the frames
+/// `pass_over` keeps, claiming the first clean, unpinned, unreferenced one (a referenced one
+/// loses its bit), and reporting the first dirty one seen if no clean one was claimed.
+pub(crate) fn sweep(
+    frames: &FrameTable,
+    hand: &crate::sync::AtomicUsize,
+    steps: usize,
+    mut pass_over: impl FnMut(FrameId) -> bool,
+) -> Victim {
+    use crate::frame::state::ClaimResult;
+    let n = frames.len();
+    let mut dirty = None;
+    for _ in 0..steps {
+        // Relaxed: the hand only spreads evictors over the table; the claim CAS orders
+        // everything that matters.
+        let id = (hand.fetch_add(1, crate::sync::Ordering::Relaxed) % n) as FrameId;
+        if pass_over(id) {
+            continue;
+        }
+        match frames.state(id).try_claim() {
+            ClaimResult::Claimed => return Victim::Claimed(id),
+            ClaimResult::Dirty => {
+                dirty.get_or_insert(id);
+            }
+            ClaimResult::Busy | ClaimResult::Referenced => {}
+        }
+    }
+    match dirty {
+        Some(id) => Victim::Dirty(id),
+        None => Victim::None,
+    }
+}
+
+/// A table of `n` frames holding valid, clean, unpinned pages 0.. of file 1, for policy tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn resident_table(n: usize) -> FrameTable {
+    let t = FrameTable::new(n, 4096).unwrap();
+    for i in 0..n as FrameId {
+        t.set_key(i, crate::frame::PageKey { file: 1, page: i as u64 });
+        t.state(i).assign_locked();
+        t.unlock(i, crate::frame::state::VALID, 0);
+        t.state(i).unpin();
+    }
+    t
+}
+
 /// A page replacement policy.
 pub trait Policy: Send + Sync {
     /// Short name for reports.
