@@ -676,18 +676,17 @@ impl CacheInner {
             && file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
         let mut deferred = Vec::new();
         for b in &file.backing {
-            let dev = b.device();
-            if first.is_none()
-                && logs_len
-                && b.is_direct()
-                && self.log_shares_device[dev]
-                && b.zeros().pending().is_none()
-            {
+            // Only such backing files can ever let the log's flush stand in for theirs, so
+            // only they are worth zero-filling ahead.
+            let may_defer = b.is_direct() && self.log_shares_device[b.device()];
+            if first.is_none() && logs_len && may_defer && b.zeros().pending().is_none() {
                 deferred.push(b);
                 continue;
             }
-            if let Err(e) = self.extend_zeros_if_appending(file, b) {
-                log::warn!("zero-filling ahead of appends to {:?} failed: {e}", file.name);
+            if may_defer {
+                if let Err(e) = self.extend_zeros_if_appending(file, b) {
+                    log::warn!("zero-filling ahead of appends to {:?} failed: {e}", file.name);
+                }
             }
             if let Err(e) = self.sync_backing(file, b) {
                 first.get_or_insert(e);
