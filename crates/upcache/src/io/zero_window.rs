@@ -20,8 +20,9 @@
 //! that makes the new size durable: the extension is itself counted as a change, so a sync
 //! skips `fdatasync` only once one has covered it.
 //!
-//! Only O_DIRECT backing files on ext4 or XFS may skip their `fdatasync`
-//! (`device::fdatasync_flushes_device`); the window is kept for all.
+//! Only O_DIRECT backing files on the log's ext4 or XFS file system may skip their
+//! `fdatasync` (`device::fdatasync_flushes_device`), so only they are zero-filled ahead; the
+//! change counts are kept for all.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
