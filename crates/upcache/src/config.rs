@@ -9,7 +9,7 @@ use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
 use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
-use crate::policy::PolicyKind;
+use crate::policy::{CleanFirst, PolicyKind};
 use crate::writeback::FlushKind;
 
 /// Smallest and largest page sizes (powers of two).
@@ -61,6 +61,7 @@ pub struct Config {
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
     pub(crate) policy: PolicyKind,
+    pub(crate) clean_first: CleanFirst,
     pub(crate) layout: LayoutKind,
     pub(crate) set_ways: usize,
     pub(crate) set_policy: SetPolicy,
@@ -87,6 +88,7 @@ impl std::fmt::Debug for Config {
             .field("index", &self.index)
             .field("alloc", &self.alloc)
             .field("policy", &self.policy)
+            .field("clean_first", &self.clean_first)
             .field("layout", &self.layout)
             .field("set_ways", &self.set_ways)
             .field("set_policy", &self.set_policy)
@@ -117,6 +119,7 @@ impl Config {
             index: IndexKind::default(),
             alloc: AllocKind::default(),
             policy: PolicyKind::default(),
+            clean_first: CleanFirst::default(),
             layout: LayoutKind::default(),
             set_ways: DEFAULT_WAYS,
             set_policy: SetPolicy::default(),
@@ -196,11 +199,18 @@ impl Config {
         self
     }
 
-    /// The replacement policy (`clock`, the default, or `gclock`). The set-associative index
-    /// ([`IndexKind::SetAssoc`]) picks victims in each set with its own policy instead
+    /// The replacement policy (CLOCK by default; see [`PolicyKind`]). The set-associative
+    /// index ([`IndexKind::SetAssoc`]) picks victims in each set with its own policy instead
     /// ([`Config::with_sets`]).
     pub fn with_policy(mut self, policy: PolicyKind) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// When the policy passes over dirty pages for clean ones: always (the default), only
+    /// while the page's device reports garbage collection, or never.
+    pub fn with_clean_first(mut self, rule: CleanFirst) -> Self {
+        self.clean_first = rule;
         self
     }
 

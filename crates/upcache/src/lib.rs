@@ -81,5 +81,5 @@ pub use index::IndexKind;
 pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;
-pub use policy::PolicyKind;
+pub use policy::{CleanFirst, PolicyKind};
 pub use writeback::FlushKind;

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use upcache::{
-    AllocKind, Cache, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind, PolicyKind,
-    SubmitKind,
+    AllocKind, Cache, CleanFirst, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind,
+    PolicyKind, SubmitKind,
 };
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -85,6 +85,7 @@ struct Layout {
     streams: bool,
     flush: FlushKind,
     policy: PolicyKind,
+    clean_first: CleanFirst,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -102,6 +103,7 @@ fn layout() -> impl Strategy<Value = Layout> {
         (
             proptest::sample::select(FlushKind::ALL.to_vec()),
             proptest::sample::select(PolicyKind::ALL.to_vec()),
+            proptest::sample::select(CleanFirst::ALL.to_vec()),
         ),
     )
         .prop_map(
@@ -116,7 +118,7 @@ fn layout() -> impl Strategy<Value = Layout> {
                 io,
                 submit,
                 streams,
-                (flush, policy),
+                (flush, policy, clean_first),
             )| {
                 Layout {
                     page_size,
@@ -131,6 +133,7 @@ fn layout() -> impl Strategy<Value = Layout> {
                     streams,
                     flush,
                     policy,
+                    clean_first,
                 }
             },
         )
@@ -160,6 +163,7 @@ impl Harness {
             .with_streams(l.streams)
             .with_flush(l.flush)
             .with_policy(l.policy)
+            .with_clean_first(l.clean_first)
     }
 
     fn cache(&self) -> &Cache {

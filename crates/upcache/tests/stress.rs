@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use upcache::{Cache, File, IndexKind};
+use upcache::{Cache, CleanFirst, File, IndexKind, PolicyKind};
 
 const RECORD: usize = 6000;
 const SHARED_SLOTS: u64 = 64;
@@ -120,13 +120,21 @@ fn reader(f: File, r: u64, stop: &AtomicBool) -> u64 {
 
 #[test]
 fn concurrent_writers_and_readers_never_tear_and_nothing_is_lost() {
-    records_under_contention(IndexKind::Radix, false);
+    records_under_contention(IndexKind::Radix, false, PolicyKind::Clock, CleanFirst::Always);
+}
+
+/// The same under every other replacement policy, each with one of the clean-first rules.
+#[test]
+fn every_policy_never_tears_and_loses_nothing() {
+    for (i, policy) in PolicyKind::ALL.into_iter().enumerate().skip(1) {
+        records_under_contention(IndexKind::Radix, false, policy, CleanFirst::ALL[i % CleanFirst::ALL.len()]);
+    }
 }
 
 /// The same with the set-associative cache: eviction inside 4 sets of 12 frames.
 #[test]
 fn set_associative_cache_never_tears_and_loses_nothing() {
-    records_under_contention(IndexKind::SetAssoc, false);
+    records_under_contention(IndexKind::SetAssoc, false, PolicyKind::Clock, CleanFirst::Always);
 }
 
 /// The same while two other threads shrink the set-associative cache (to two and three sets)
@@ -134,16 +142,18 @@ fn set_associative_cache_never_tears_and_loses_nothing() {
 /// frames; concurrent resizes interleave).
 #[test]
 fn set_associative_cache_resizes_under_load() {
-    records_under_contention(IndexKind::SetAssoc, true);
+    records_under_contention(IndexKind::SetAssoc, true, PolicyKind::Clock, CleanFirst::Always);
 }
 
-fn records_under_contention(index: IndexKind, resize: bool) {
+fn records_under_contention(index: IndexKind, resize: bool, policy: PolicyKind, clean_first: CleanFirst) {
     let tmp = tempfile::tempdir().unwrap();
     let config = || {
         common::config(tmp.path(), 4, 4096, 48)
             .with_flusher_threads(2)
             .with_dirty_background_ratio(0.2)
             .with_index(index)
+            .with_policy(policy)
+            .with_clean_first(clean_first)
     };
     let cache = Cache::create(config()).unwrap();
     let f = cache.create_file("records").unwrap();

@@ -102,6 +102,8 @@ pub struct UpcacheOpts {
     pub streams: bool,
     /// Replacement policy.
     pub policy: upcache::PolicyKind,
+    /// When the policy passes over dirty pages.
+    pub clean_first: upcache::CleanFirst,
     /// Background and foreground dirty ratios.
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
@@ -311,6 +313,7 @@ impl Engine for UpcacheEngine {
             .with_flush(o.flush)
             .with_streams(o.streams)
             .with_policy(o.policy)
+            .with_clean_first(o.clean_first)
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)

@@ -104,10 +104,12 @@ pub struct BenchArgs {
     /// upcache flusher threads [default: 2]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     flushers: Option<u64>,
-    /// upcache replacement policy: clock or gclock (not with --index setassoc, whose sets
-    /// have their own, --set-policy) [default: clock]
-    #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::PolicyKind>)]
-    policy: Option<upcache::PolicyKind>,
+    /// upcache replacement policy: clock, gclock, lru, lfu, s3fifo or sieve, with an optional
+    /// rule for dirty pages: +clean-first (the default), +gc-aware (clean first while the
+    /// page's device collects garbage) or +plain. Not with --index setassoc, whose sets have
+    /// their own (--set-policy) [default: clock+clean-first]
+    #[arg(long, value_name = "KIND[+RULE]", value_parser = parse_policy)]
+    policy: Option<(upcache::PolicyKind, upcache::CleanFirst)>,
     /// What an upcache writer does past the foreground dirty ratio: dflush (writes back dirty
     /// pages itself) or background (sleeps until the flushers have) [default: dflush]
     #[arg(long, value_name = "KIND", value_parser = parse_choice::<upcache::FlushKind>)]
@@ -382,7 +384,8 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             stripe_unit,
             flushers: a.flushers.unwrap_or(2) as usize,
             flush: a.flush.unwrap_or_default(),
-            policy: a.policy.unwrap_or_default(),
+            policy: a.policy.unwrap_or_default().0,
+            clean_first: a.policy.unwrap_or_default().1,
             streams: a.streams.unwrap_or(true),
             dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
             allow_buffered: a.allow_buffered,
@@ -517,7 +520,7 @@ fn header(p: &Plan, base: &Path) -> String {
         let threads = if u.io_threads == upcache::SubmitKind::PerDevice { " per-device threads" } else { "" };
         let io = format!("{}{threads}", u.io.name());
         h += &format!(
-            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} flush {} streams {} policy {} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
+            "\nupcache: cache {} devices {devs} page {} stripe {} flushers {} flush {} streams {} policy {}+{} dirty ratios {},{} layout {} index {} alloc {} io {} readahead {} api {}{}",
             fmt_size(u.cache),
             fmt_size(u.page_size as u64),
             fmt_size(u.stripe_unit),
@@ -525,6 +528,7 @@ fn header(p: &Plan, base: &Path) -> String {
             u.flush.name(),
             if u.streams { "on" } else { "off" },
             u.policy.name(),
+            u.clean_first.name(),
             u.dirty_ratios.0,
             u.dirty_ratios.1,
             u.layout.name(),
@@ -977,6 +981,12 @@ fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
 /// Parses any of the library's named choices (index kind, allocator, layout, set policy).
 pub(crate) fn parse_choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) -> Result<T, String> {
     s.trim().parse().map_err(|e: upcache::Error| e.to_string())
+}
+
+/// Parses a replacement policy with an optional clean-first rule: `KIND[+RULE]`.
+pub(crate) fn parse_policy(s: &str) -> Result<(upcache::PolicyKind, upcache::CleanFirst), String> {
+    let (kind, rule) = s.split_once('+').unwrap_or((s, "clean-first"));
+    Ok((parse_choice(kind)?, parse_choice(rule)?))
 }
 
 /// Parses `on` or `off`.

@@ -28,7 +28,7 @@ use crate::io::device::{self, backing_path, BackingFile};
 use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
 use crate::metrics::{Metrics, Stats};
-use crate::policy::Policy;
+use crate::policy::{DirtyRule, Policy};
 use crate::readahead::loader::Inbox;
 use crate::readahead::Loader;
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
@@ -284,7 +284,7 @@ impl Cache {
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
         let run_pages = if config.streams { limits.pages } else { crate::writeback::run::MAX_RUN };
         let writeback = Writeback::new(&config, frames.len(), run_pages);
-        let policy = config.policy.build(frames.len());
+        let policy = config.policy.build(frames.len(), DirtyRule::new(config.clean_first, None));
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous =
             if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };

@@ -361,6 +361,7 @@ impl CacheInner {
             self.release_frame(file, id);
             return false;
         }
+        self.policy.on_insert(&self.frames, id);
         true
     }
 

@@ -1,16 +1,16 @@
-//! CLOCK with clean-first preference.
+//! CLOCK.
 //!
 //! One hand sweeps the frames. A referenced frame loses its bit and is passed over; the first
 //! unreferenced, unpinned, clean frame is claimed. A frame counts as referenced if a pin set
-//! its state word's bit or a lock-free hit marked it in the frame table's touched bitmap. Dirty frames are passed over too (writing
-//! them back costs a device write, evicting a clean one costs nothing, as in SAFS §4.2), but
-//! the first one seen is remembered and returned when a sweep of the whole table found no
-//! clean frame.
+//! its state word's bit or a lock-free hit marked it in the frame table's touched bitmap. Dirty frames are taken by the policy's
+//! [`DirtyRule`]: by default passed over (writing them back costs a device write, evicting a
+//! clean one costs nothing, as in SAFS §4.2), the first one seen being returned when a sweep
+//! of the whole table found no clean frame.
 //!
 //! The hand is an atomic counter advanced with `fetch_add`, so concurrent evictors sweep
 //! different frames without a lock.
 
-use super::{sweep, Policy, Victim};
+use super::{sweep, DirtyRule, Policy, Victim};
 use crate::frame::FrameTable;
 use crate::sync::AtomicUsize;
 
@@ -18,6 +18,14 @@ use crate::sync::AtomicUsize;
 #[derive(Debug, Default)]
 pub struct ClockPolicy {
     hand: AtomicUsize,
+    dirty: DirtyRule,
+}
+
+impl ClockPolicy {
+    /// A CLOCK taking dirty frames by `dirty`.
+    pub fn new(dirty: DirtyRule) -> Self {
+        ClockPolicy { hand: AtomicUsize::new(0), dirty }
+    }
 }
 
 impl Policy for ClockPolicy {
@@ -28,7 +36,7 @@ impl Policy for ClockPolicy {
     fn pick_victim(&self, frames: &FrameTable) -> Victim {
         // Two sweeps: the first clears reference bits, the second finds them cleared. A hit
         // without a pin since the hand last passed (a touched bit) is a second chance too.
-        sweep(frames, &self.hand, 2 * frames.len(), |id| frames.take_touched(id))
+        sweep(frames, &self.hand, 2 * frames.len(), &self.dirty, |id| frames.take_touched(id))
     }
 }
 
@@ -36,7 +44,7 @@ impl Policy for ClockPolicy {
 mod tests {
     use super::*;
     use crate::frame::state::DIRTY;
-    use crate::policy::resident_table;
+    use crate::policy::tests::resident_table;
 
     #[test]
     fn prefers_clean_and_skips_pinned() {

@@ -12,44 +12,88 @@
 //!   policies that need more per-frame history keep it themselves and are told of hits via
 //!   [`Policy::on_hit`].
 //!
-//! Implementations: [`clock::ClockPolicy`] (the default), [`gclock::GClockPolicy`]; chosen
-//! with [`PolicyKind`] (`Config::with_policy`). LRU, LFU, S3-FIFO, SIEVE and the GC-aware
-//! modifier (seeds 002 §4, 004 §5.4) plug in here. The set-associative cache has its own
-//! in-set policies (`index/setassoc.rs`).
+//! Implementations, chosen with [`PolicyKind`] (`Config::with_policy`):
+//! - [`clock::ClockPolicy`] (the default) and [`gclock::GClockPolicy`]: a hand over the frame
+//!   table, lock-free;
+//! - [`lru::LruPolicy`] and [`lfu::LfuPolicy`]: sampled approximations (the best of a few
+//!   random frames by last use or by use count), lock-free;
+//! - [`sieve::SievePolicy`] and [`s3fifo::S3FifoPolicy`]: queues in insertion order under a
+//!   mutex taken on misses only; hits stay lock-free.
+//!
+//! Each one takes dirty frames by a [`CleanFirst`] rule, the modifier: clean pages first
+//! always (SAFS §4.2, the default), only while the page's device reports garbage collection
+//! (ScalaCache §5.4), or never (plain: the policy's order alone decides, and a dirty choice is
+//! written back in the miss path). The set-associative cache has its own in-set policies
+//! (`index/setassoc.rs`).
 
 pub mod clock;
 pub mod gclock;
+pub mod lfu;
+pub mod lru;
+pub mod s3fifo;
+mod sample;
+pub mod sieve;
 
 pub use clock::ClockPolicy;
 pub use gclock::GClockPolicy;
+pub use lfu::LfuPolicy;
+pub use lru::LruPolicy;
+pub use s3fifo::S3FifoPolicy;
+pub use sieve::SievePolicy;
+
+use crate::frame::state::ClaimResult;
+use crate::frame::{FrameId, FrameTable, PageKey};
 
 /// Which replacement policy a cache (not set-associative) uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PolicyKind {
-    /// CLOCK with clean-first preference. The default.
+    /// CLOCK. The default.
     #[default]
     Clock,
-    /// GClock: per-frame hit counts, clean-first.
+    /// GClock: per-frame hit counts.
     GClock,
+    /// Sampled LRU: of a few random frames, the least recently used.
+    Lru,
+    /// Sampled LFU with dynamic aging (LFU-DA).
+    Lfu,
+    /// S3-FIFO: a small probation FIFO, a main FIFO and a ghost FIFO of recent evictions.
+    S3Fifo,
+    /// SIEVE: one FIFO and a hand that keeps visited pages in place.
+    Sieve,
 }
 
 impl PolicyKind {
     /// Every kind, for benchmarks and tests.
-    pub const ALL: [PolicyKind; 2] = [PolicyKind::Clock, PolicyKind::GClock];
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::Clock,
+        PolicyKind::GClock,
+        PolicyKind::Lru,
+        PolicyKind::Lfu,
+        PolicyKind::S3Fifo,
+        PolicyKind::Sieve,
+    ];
 
     /// The name used in configs and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Clock => "clock",
             PolicyKind::GClock => "gclock",
+            PolicyKind::Lru => "lru",
+            PolicyKind::Lfu => "lfu",
+            PolicyKind::S3Fifo => "s3fifo",
+            PolicyKind::Sieve => "sieve",
         }
     }
 
-    /// The policy for a table of `frames` frames.
-    pub(crate) fn build(self, frames: usize) -> Box<dyn Policy> {
+    /// The policy for a table of `frames` frames, taking dirty frames by `dirty`.
+    pub fn build(self, frames: usize, dirty: DirtyRule) -> Box<dyn Policy> {
         match self {
-            PolicyKind::Clock => Box::new(ClockPolicy::default()),
-            PolicyKind::GClock => Box::new(GClockPolicy::new(frames)),
+            PolicyKind::Clock => Box::new(ClockPolicy::new(dirty)),
+            PolicyKind::GClock => Box::new(GClockPolicy::new(frames, dirty)),
+            PolicyKind::Lru => Box::new(LruPolicy::new(frames, dirty)),
+            PolicyKind::Lfu => Box::new(LfuPolicy::new(frames, dirty)),
+            PolicyKind::S3Fifo => Box::new(S3FifoPolicy::new(frames, dirty)),
+            PolicyKind::Sieve => Box::new(SievePolicy::new(frames, dirty)),
         }
     }
 }
@@ -62,7 +106,72 @@ impl std::str::FromStr for PolicyKind {
     }
 }
 
-use crate::frame::{FrameId, FrameTable};
+/// When a policy passes over dirty frames in the hope of a clean one (the modifier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanFirst {
+    /// Always: a clean page costs nothing to evict, a dirty one a device write (SAFS §4.2).
+    #[default]
+    Always,
+    /// Only while the dirty page's device reports garbage collection, which would stall its
+    /// write-back (ScalaCache §5.4, "GC-aware").
+    WhileGc,
+    /// Never: the policy's own order decides ("plain").
+    Never,
+}
+
+impl CleanFirst {
+    /// Every rule.
+    pub const ALL: [CleanFirst; 3] = [CleanFirst::Always, CleanFirst::WhileGc, CleanFirst::Never];
+
+    /// The name used on the command line (`--policy clock+gc-aware`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanFirst::Always => "clean-first",
+            CleanFirst::WhileGc => "gc-aware",
+            CleanFirst::Never => "plain",
+        }
+    }
+}
+
+impl std::str::FromStr for CleanFirst {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        crate::config::parse_choice(s, "clean-first rule", &CleanFirst::ALL, CleanFirst::name)
+    }
+}
+
+/// Whether the device holding a page is collecting garbage now.
+pub type GcProbe = std::sync::Arc<dyn Fn(PageKey) -> bool + Send + Sync>;
+
+/// A [`CleanFirst`] rule with what it needs to apply: the GC state of devices.
+#[derive(Clone, Default)]
+pub struct DirtyRule {
+    mode: CleanFirst,
+    collecting: Option<GcProbe>,
+}
+
+impl std::fmt::Debug for DirtyRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirtyRule").field("mode", &self.mode).finish_non_exhaustive()
+    }
+}
+
+impl DirtyRule {
+    /// `mode`, asking `collecting` about garbage collection (no probe: no device collects).
+    pub fn new(mode: CleanFirst, collecting: Option<GcProbe>) -> Self {
+        DirtyRule { mode, collecting }
+    }
+
+    /// Whether to pass over dirty frame `id` and look on for a clean one.
+    pub(crate) fn defer(&self, frames: &FrameTable, id: FrameId) -> bool {
+        match self.mode {
+            CleanFirst::Always => true,
+            CleanFirst::Never => false,
+            CleanFirst::WhileGc => self.collecting.as_ref().is_some_and(|gc| gc(frames.key(id))),
+        }
+    }
+}
 
 /// What [`Policy::pick_victim`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,16 +188,17 @@ pub enum Victim {
 /// The sweep CLOCK-like policies share: up to `steps` frames from `hand` on (advanced with
 /// `fetch_add`, so concurrent evictors sweep different frames), passing over the frames
 /// `pass_over` keeps, claiming the first clean, unpinned, unreferenced one (a referenced one
-/// loses its bit), and reporting the first dirty one seen if no clean one was claimed.
+/// loses its bit). A dirty one is reported at once unless `dirty` defers it; then the first
+/// deferred one is reported if no clean one was claimed.
 pub(crate) fn sweep(
     frames: &FrameTable,
     hand: &crate::sync::AtomicUsize,
     steps: usize,
+    dirty: &DirtyRule,
     mut pass_over: impl FnMut(FrameId) -> bool,
 ) -> Victim {
-    use crate::frame::state::ClaimResult;
     let n = frames.len();
-    let mut dirty = None;
+    let mut deferred = None;
     for _ in 0..steps {
         // Relaxed: the hand only spreads evictors over the table; the claim CAS orders
         // everything that matters.
@@ -98,29 +208,24 @@ pub(crate) fn sweep(
         }
         match frames.state(id).try_claim() {
             ClaimResult::Claimed => return Victim::Claimed(id),
+            ClaimResult::Dirty if !dirty.defer(frames, id) => return Victim::Dirty(id),
             ClaimResult::Dirty => {
-                dirty.get_or_insert(id);
+                deferred.get_or_insert(id);
             }
             ClaimResult::Busy | ClaimResult::Referenced => {}
         }
     }
-    match dirty {
-        Some(id) => Victim::Dirty(id),
-        None => Victim::None,
-    }
+    deferred.map_or(Victim::None, Victim::Dirty)
 }
 
-/// A table of `n` frames holding valid, clean, unpinned pages 0.. of file 1, for policy tests.
-#[cfg(all(test, not(loom)))]
-pub(crate) fn resident_table(n: usize) -> FrameTable {
-    let t = FrameTable::new(n, 4096).unwrap();
-    for i in 0..n as FrameId {
-        t.set_key(i, crate::frame::PageKey { file: 1, page: i as u64 });
-        t.state(i).assign_locked();
-        t.unlock(i, crate::frame::state::VALID, 0);
-        t.state(i).unpin();
+/// [`crate::frame::FrameState::try_claim`] for policies that keep their own history of use: the reference
+/// bit (set by every pin, which also reaches [`Policy::on_hit`]) does not save the frame.
+pub(crate) fn claim_unreferenced(frames: &FrameTable, id: FrameId) -> ClaimResult {
+    match frames.state(id).try_claim() {
+        // The first try cleared the bit.
+        ClaimResult::Referenced => frames.state(id).try_claim(),
+        r => r,
     }
-    t
 }
 
 /// A page replacement policy.
@@ -128,9 +233,113 @@ pub trait Policy: Send + Sync {
     /// Short name for reports.
     fn name(&self) -> &'static str;
 
+    /// Frame `id` was just given a new page (it is `LOCKED` by the loader). Frames also leave
+    /// pages without the policy choosing them (truncation, stream eviction, failed loads):
+    /// policies that keep lists find such frames unowned, or inserted again, and drop them.
+    fn on_insert(&self, _frames: &FrameTable, _id: FrameId) {}
+
     /// A frame was pinned on a hit. Default: nothing beyond the `REFERENCED` bit.
     fn on_hit(&self, _frame: FrameId) {}
 
     /// Finds a frame to evict, clean pages first.
     fn pick_victim(&self, frames: &FrameTable) -> Victim;
+}
+
+/// Tables and drivers shared by the policies' tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::frame::state::VALID;
+
+    /// A table of `n` frames holding valid, clean, unpinned pages 0.. of file 1.
+    pub(crate) fn resident_table(n: usize) -> FrameTable {
+        let t = FrameTable::new(n, 4096).unwrap();
+        for i in 0..n as FrameId {
+            t.set_key(i, PageKey { file: 1, page: i as u64 });
+            t.state(i).assign_locked();
+            t.unlock(i, VALID, 0);
+            t.state(i).unpin();
+        }
+        t
+    }
+
+    /// A resident table of `n` frames and a policy for it that saw every frame inserted.
+    pub(crate) fn resident_table_with<P: Policy>(
+        n: usize,
+        build: impl FnOnce(usize) -> P,
+    ) -> (FrameTable, P) {
+        let t = FrameTable::new(n, 4096).unwrap();
+        let p = build(n);
+        for i in 0..n as FrameId {
+            insert(&t, &p, i, i as u64);
+        }
+        (t, p)
+    }
+
+    /// Gives frame `id` page `page` of file 1 as a miss does: assigned, loaded, unpinned.
+    pub(crate) fn insert(t: &FrameTable, p: &dyn Policy, id: FrameId, page: u64) {
+        t.set_key(id, PageKey { file: 1, page });
+        t.state(id).assign_locked();
+        p.on_insert(t, id);
+        t.unlock(id, VALID, 0);
+        t.state(id).unpin();
+    }
+
+    /// Evicts (each victim taking a fresh page, unused after) until frame `keep` goes: how
+    /// many evictions it survived. Panics if a pick finds nothing clean.
+    pub(crate) fn evictions_until(t: &FrameTable, p: &dyn Policy, keep: FrameId) -> usize {
+        let mut next_page = t.len() as u64;
+        for evicted in 0..100_000 {
+            match p.pick_victim(t) {
+                Victim::Claimed(id) if id == keep => return evicted,
+                Victim::Claimed(id) => {
+                    insert(t, p, id, next_page);
+                    next_page += 1;
+                }
+                v => panic!("{v:?}"),
+            }
+        }
+        panic!("frame {keep} was never evicted");
+    }
+
+    /// A table of 8 frames, all dirty but frame 5, which is the most used.
+    fn dirty_but_hot_five(kind: PolicyKind, rule: DirtyRule) -> (FrameTable, Box<dyn Policy>) {
+        let t = FrameTable::new(8, 4096).unwrap();
+        let p = kind.build(8, rule);
+        for i in 0..8 {
+            insert(&t, p.as_ref(), i, u64::from(i));
+            if i != 5 {
+                assert!(t.state(i).try_lock());
+                t.unlock(i, crate::frame::state::DIRTY, 0);
+            }
+        }
+        for _ in 0..3 {
+            t.state(5).try_pin().unwrap();
+            p.on_hit(5);
+            t.state(5).unpin();
+        }
+        (t, p)
+    }
+
+    #[test]
+    fn clean_first_rules_decide_between_a_dirty_victim_and_a_hot_clean_page() {
+        let gc: GcProbe = std::sync::Arc::new(|key: PageKey| key.page != 2);
+        for kind in PolicyKind::ALL {
+            // Clean first: the hot clean page goes rather than a dirty one.
+            let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::Always, None));
+            assert_eq!(p.pick_victim(&t), Victim::Claimed(5), "{kind:?}");
+            // Plain: the policy's order picks a cold page, dirty or not.
+            let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::Never, None));
+            assert!(matches!(p.pick_victim(&t), Victim::Dirty(id) if id != 5), "{kind:?}");
+            // GC-aware: a dirty page is taken only if its device is not collecting.
+            let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::WhileGc, Some(gc.clone())));
+            match p.pick_victim(&t) {
+                Victim::Dirty(id) => assert_eq!(id, 2, "{kind:?}"),
+                v => assert_eq!(v, Victim::Claimed(5), "{kind:?}"),
+            }
+            // No device collecting: plain.
+            let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::WhileGc, None));
+            assert!(matches!(p.pick_victim(&t), Victim::Dirty(id) if id != 5), "{kind:?}");
+        }
+    }
 }
