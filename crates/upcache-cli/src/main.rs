@@ -3,8 +3,11 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod bench;
+mod hitratio;
 mod micro;
+mod plot;
 mod size;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -26,6 +29,11 @@ enum Command {
     IndexBench(micro::index::IndexBenchArgs),
     /// Free-frame allocation cost, per allocator and thread count
     AllocBench(micro::alloc::AllocBenchArgs),
+    /// Replay a block trace (CloudPhysics, MSR, upcache's own, or generated) against upcache
+    /// and the kernel: `bench` with --trace FILE or --synth KIND
+    Replay(Box<bench::BenchArgs>),
+    /// Hit ratio of each replacement policy and of OPT on a trace, at several cache sizes
+    HitRatio(hitratio::HitRatioArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,8 +42,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(*args),
+        Command::Replay(args) => bench::run_replay(*args),
         Command::IndexBench(args) => micro::index::run(args),
         Command::AllocBench(args) => micro::alloc::run(args),
+        Command::HitRatio(args) => hitratio::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,7 +7,7 @@
 mod engine;
 mod progress;
 pub(crate) mod report;
-mod workload;
+pub(crate) mod workload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,8 +27,11 @@ use self::engine::{
 };
 use self::progress::Progress;
 use self::report::{Latency, Report};
-use self::workload::{fill_content, OpGen, Rw, Shape};
+use self::workload::{fill_content, OpGen, Rw, Shape, TraceSource};
 use crate::size::{fmt_size, parse_duration, parse_size};
+use crate::trace::replay::{self, ReplayOps};
+use crate::trace::Access;
+use std::sync::Arc;
 
 /// Flags of `upcache bench`. Workload flags left unset take the defaults shown; with no
 /// workload flag at all, the default comparison runs (see the command's long help).
@@ -184,6 +187,32 @@ pub struct BenchArgs {
     /// Keep the engines' data (of the last repetition) instead of removing it
     #[arg(long)]
     keep: bool,
+    /// Replay this block trace instead of a generated workload: its volumes become files,
+    /// requests are aligned out to 4 KiB and its touched 1 MiB regions packed together; the
+    /// threads take its requests in order. Runs the trace once (or its first --ops requests)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["rw", "bs", "size", "files", "zipf", "runtime", "synth"])]
+    trace: Option<PathBuf>,
+    /// Format of --trace: cloudphysics, msr or upcache
+    #[arg(long, value_name = "FORMAT", default_value = "cloudphysics")]
+    trace_format: crate::trace::Format,
+    /// Replay a generated trace instead: zipf:THETA, uniform, scan, ycsb-a, ycsb-b, ycsb-c,
+    /// ycsb-f, of --ops requests (default 1,000,000) of 4 KiB over --footprint
+    #[arg(long, value_name = "KIND", conflicts_with_all = ["rw", "bs", "size", "files", "zipf", "runtime"])]
+    synth: Option<crate::trace::synth::Synth>,
+    /// Footprint of a generated trace (--synth) [default: 1g]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "synth")]
+    footprint: Option<u64>,
+    /// Replay timing: fast (each thread issues the next request as soon as it is done) or
+    /// trace (each request at its time in the trace, divided by --speed)
+    #[arg(long, value_enum, default_value_t = Timing::Fast)]
+    timing: Timing,
+    /// Replay speed with --timing trace: 2 replays twice as fast as recorded
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    speed: f64,
+    /// Record the measured phase of the first engine's first run as an upcache trace (replay
+    /// it with --trace FILE --trace-format upcache)
+    #[arg(long, value_name = "FILE")]
+    record_trace: Option<PathBuf>,
 }
 
 /// The long help's description of the no-flag default.
@@ -222,6 +251,11 @@ struct Plan {
     lat_every: u64,
     /// Sync every this many writes per thread (`--fsync`; 0 never).
     fsync: u64,
+    /// The trace replayed instead of `rw` (`--trace`, `--synth`) and its speed (None: fast).
+    trace: Option<Arc<ReplayOps>>,
+    speed: Option<f64>,
+    /// Where to record the first measured phase (`--record-trace`).
+    record: Option<PathBuf>,
     upcache: UpcacheOpts,
 }
 
@@ -243,6 +277,8 @@ impl BenchArgs {
             && self.device_dirs.is_none()
             && !self.warm
             && self.zipf.is_none()
+            && self.trace.is_none()
+            && self.synth.is_none()
     }
 }
 
@@ -258,11 +294,14 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     for (i, e) in engines.iter().enumerate() {
         ensure!(!engines[..i].contains(e), "--compare lists {} twice", e.name());
     }
+    let trace = load_trace(&a)?;
     let rw = a.rw.unwrap_or(Rw::Randread);
-    let bs = a.bs.unwrap_or(4096);
-    let size = a.size.unwrap_or(256 << 20);
+    let bs = trace.as_ref().map_or(a.bs.unwrap_or(4096), |t| t.max_len);
+    let size = trace.as_ref().map_or(a.size.unwrap_or(256 << 20), |t| t.file_size.max(t.max_len));
     let threads = a.threads.unwrap_or(1) as usize;
-    let files = if a.shared_file {
+    let files = if let Some(t) = &trace {
+        t.files
+    } else if a.shared_file {
         1
     } else if rw == Rw::Append {
         // A file per thread, each appended to by its thread alone.
@@ -275,6 +314,8 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         a.files.unwrap_or(1) as usize
     };
     let stop = match (a.runtime, a.ops) {
+        (_, Some(n)) if trace.is_some() => Stop::Ops(n.min(trace.as_ref().map_or(0, |t| t.ops.len() as u64))),
+        (_, None) if trace.is_some() => Stop::Ops(trace.as_ref().map_or(0, |t| t.ops.len() as u64)),
         (_, Some(n)) => Stop::Ops(n),
         (Some(d), None) => Stop::Runtime(d),
         (None, None) if profile => Stop::Runtime(Duration::from_secs(5)),
@@ -374,6 +415,9 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         keep: a.keep,
         lat_every: a.lat_every,
         fsync: a.fsync,
+        trace,
+        speed: (a.timing == Timing::Trace).then_some(a.speed),
+        record: a.record_trace.clone(),
         json: a.json,
         upcache: UpcacheOpts {
             device_dirs: a.device_dirs,
@@ -410,6 +454,11 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     if a.fsync > 0 && a.api == engine::Api::Async {
         bail!("--fsync runs with the synchronous APIs (copy, pin), not --api async");
     }
+    if (plan.trace.is_some() || plan.record.is_some()) && a.api == engine::Api::Async {
+        bail!(
+            "--trace, --synth and --record-trace run with the synchronous APIs (copy, pin), not --api async"
+        );
+    }
     // Builds every thread's generator once, to report a bad combination (e.g. more threads
     // than blocks for a sequential workload) before any work.
     op_gens(&plan).map_err(anyhow::Error::msg)?;
@@ -417,7 +466,68 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
 }
 
 fn op_gens(p: &Plan) -> Result<Vec<OpGen>, String> {
+    if let Some(ops) = &p.trace {
+        // A fresh cursor for each measured phase, shared by its threads.
+        let cursor = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        return Ok((0..p.threads)
+            .map(|_| {
+                let end = match p.stop {
+                    Stop::Ops(n) => n as usize,
+                    Stop::Runtime(_) => ops.ops.len(),
+                };
+                let source = TraceSource { ops: ops.clone(), cursor: cursor.clone(), speed: p.speed, end };
+                OpGen::trace(p.shape, source)
+            })
+            .collect());
+    }
     (0..p.threads).map(|t| OpGen::new(p.shape, p.rw, p.read_pct, p.zipf, t, p.threads, p.seed)).collect()
+}
+
+/// Writes a recorded measured phase as an upcache trace.
+fn write_recorded(path: &Path, accesses: &[Access]) -> Result<()> {
+    use std::io::Write;
+    let f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(f);
+    writeln!(out, "{}", crate::trace::formats::UPCACHE_HEADER)?;
+    for a in accesses {
+        crate::trace::formats::write_upcache(&mut out, a)?;
+    }
+    out.flush().with_context(|| format!("write {}", path.display()))
+}
+
+/// When a replay issues each request (`--timing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Timing {
+    /// As soon as a thread is free.
+    Fast,
+    /// At its time in the trace, divided by --speed.
+    Trace,
+}
+
+/// The trace to replay (`--trace`, `--synth`), prepared, if any.
+fn load_trace(a: &BenchArgs) -> Result<Option<Arc<ReplayOps>>> {
+    let trace = match (&a.trace, a.synth) {
+        (Some(path), _) => crate::trace::formats::load(path, a.trace_format)?,
+        (None, Some(kind)) => {
+            let pages = a.footprint.unwrap_or(1 << 30) / replay::ALIGN;
+            let ops = a.ops.unwrap_or(1_000_000);
+            crate::trace::synth::generate(kind, ops, pages, replay::ALIGN, a.seed)
+                .map_err(anyhow::Error::msg)?
+        }
+        (None, None) => return Ok(None),
+    };
+    ensure!(a.speed.is_finite() && a.speed > 0.0, "--speed must be a positive number, got {}", a.speed);
+    let prepared = replay::prepare(&trace, MAX_TRACE_REQUEST).map_err(anyhow::Error::msg)?;
+    Ok(Some(Arc::new(prepared)))
+}
+
+/// The longest request a replay accepts.
+const MAX_TRACE_REQUEST: u64 = 64 << 20;
+
+/// Runs `upcache replay`: `bench` that must be given a trace.
+pub fn run_replay(args: BenchArgs) -> Result<()> {
+    ensure!(args.trace.is_some() || args.synth.is_some(), "replay needs --trace FILE or --synth KIND");
+    run(args)
 }
 
 /// Runs `upcache bench`.
@@ -497,7 +607,11 @@ fn header(p: &Plan, base: &Path) -> String {
         Stop::Runtime(d) => format!("runtime {:?}", d),
         Stop::Ops(n) => format!("ops {n}"),
     };
-    let mix = if p.rw == Rw::Randrw { format!(" rwmixread {}%", p.read_pct) } else { String::new() };
+    let mix = if p.rw == Rw::Randrw && p.trace.is_none() {
+        format!(" rwmixread {}%", p.read_pct)
+    } else {
+        String::new()
+    };
     let zipf = p.zipf.map(|z| format!(" zipf {z}")).unwrap_or_default();
     let zipf = if p.fsync > 0 { format!("{zipf} fsync every {}", p.fsync) } else { zipf };
     let u = &p.upcache;
@@ -505,9 +619,13 @@ fn header(p: &Plan, base: &Path) -> String {
         Some(d) => d.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","),
         None => u.devices.to_string(),
     };
+    let workload = match (&p.trace, p.speed) {
+        (None, _) => p.rw.name().to_string(),
+        (Some(t), None) => format!("trace of {} requests, as fast as possible, largest", t.ops.len()),
+        (Some(t), Some(x)) => format!("trace of {} requests at {x}x its timing, largest", t.ops.len()),
+    };
     let mut h = format!(
-        "{}{mix}{zipf} bs {} threads {} files {} x {} {}{stop} seed {}; dir {}",
-        p.rw.name(),
+        "{workload}{mix}{zipf} bs {} threads {} files {} x {} {}{stop} seed {}; dir {}",
         fmt_size(p.bs),
         p.threads,
         p.shape.files,
@@ -570,7 +688,11 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
         }
         let before = eng.stats();
         let cpu0 = cpu_seconds();
-        let m = measure(&eng, kind, p)?;
+        let record = p.record.is_some() && run == 1 && kind == p.engines[0];
+        let m = measure(&eng, kind, p, record)?;
+        if let (true, Some(path)) = (record, &p.record) {
+            write_recorded(path, &m.recorded)?;
+        }
         let cpu = cpu_seconds() - cpu0;
         let after = eng.stats();
         let rss = mem_mib("VmRSS:");
@@ -587,11 +709,15 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
                 );
             }
         }
-        let bytes = m.ops * p.bs;
+        let bytes = m.bytes;
         Ok(Report {
             engine: kind.name().into(),
             run,
-            rw: p.rw.name().into(),
+            rw: match (&p.trace, p.speed) {
+                (None, _) => p.rw.name().into(),
+                (Some(_), None) => "trace".into(),
+                (Some(_), Some(_)) => "trace-timed".into(),
+            },
             bs: p.bs,
             threads: p.threads,
             files: p.shape.files,
@@ -688,7 +814,10 @@ struct Measured {
     seconds: f64,
     ops: u64,
     reads: u64,
+    bytes: u64,
     hist: Histogram<u64>,
+    /// Every thread's requests, by issue time (`--record-trace`).
+    recorded: Vec<Access>,
 }
 
 struct ThreadResult {
@@ -696,7 +825,10 @@ struct ThreadResult {
     end: Instant,
     ops: u64,
     reads: u64,
+    bytes: u64,
     hist: Histogram<u64>,
+    /// The thread's requests with their issue times (`--record-trace`).
+    recorded: Vec<Access>,
 }
 
 /// A per-thread op counter on its own cache line, so publishing progress costs a plain store.
@@ -707,7 +839,7 @@ struct Counter(AtomicU64);
 /// If no op completes for this long, the engine is taken to be stuck and the process exits.
 const STALL_LIMIT: Duration = Duration::from_secs(120);
 
-fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
+fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Result<Measured> {
     let gens = op_gens(p).map_err(anyhow::Error::msg)?;
     // Each thread gets its buffer here (the thread first touches it); no allocation per op.
     let bufs = (0..p.threads).map(|_| AlignedBuf::new(p.bs as usize)).collect::<Result<Vec<_>>>()?;
@@ -715,6 +847,8 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
     let abort = AtomicBool::new(false);
     let counters: Vec<Counter> = (0..p.threads).map(|_| Counter::default()).collect();
     let quota = |t: usize| match p.stop {
+        // A trace's threads share its requests and stop at its end (cut to --ops).
+        Stop::Ops(_) if p.trace.is_some() => u64::MAX,
         Stop::Ops(n) => n / p.threads as u64 + u64::from((t as u64) < n % p.threads as u64),
         Stop::Runtime(_) => u64::MAX,
     };
@@ -741,6 +875,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
                     depth: p.upcache.iodepth,
                     lat_every: p.lat_every,
                     fsync: p.fsync,
+                    record,
                 };
                 s.spawn(move || w.run())
             })
@@ -785,8 +920,24 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan) -> Result<Measured> {
     let end = results.iter().map(|r| r.end).max().context("no threads")?;
     let ops = results.iter().map(|r| r.ops).sum();
     let reads = results.iter().map(|r| r.reads).sum();
-    let hists: Vec<Histogram<u64>> = results.into_iter().map(|r| r.hist).collect();
-    Ok(Measured { seconds: (end - start).as_secs_f64().max(1e-9), ops, reads, hist: report::merge(&hists) })
+    let bytes = results.iter().map(|r| r.bytes).sum();
+    let mut recorded = Vec::new();
+    let mut hists = Vec::with_capacity(results.len());
+    for r in results {
+        // Times relative to the earliest thread's start.
+        let shift = r.start.duration_since(start).as_micros() as u64;
+        recorded.extend(r.recorded.into_iter().map(|a| Access { time_us: a.time_us + shift, ..a }));
+        hists.push(r.hist);
+    }
+    recorded.sort_by_key(|a| a.time_us);
+    Ok(Measured {
+        seconds: (end - start).as_secs_f64().max(1e-9),
+        ops,
+        reads,
+        bytes,
+        hist: report::merge(&hists),
+        recorded,
+    })
 }
 
 /// One benchmark thread's state, all allocated before the clock starts.
@@ -807,6 +958,8 @@ struct Worker<'a, E> {
     lat_every: u64,
     /// Sync every this many writes (0 never).
     fsync: u64,
+    /// Keep every request and its issue time (`--record-trace`).
+    record: bool,
 }
 
 impl<E: Engine> Worker<'_, E> {
@@ -830,7 +983,8 @@ impl<E: Engine> Worker<'_, E> {
         self.barrier.wait();
         let start = Instant::now();
         let deadline = self.runtime.map(|d| start + d);
-        let (mut n, mut reads, mut end) = (0u64, 0u64, start);
+        let (mut n, mut reads, mut bytes, mut end) = (0u64, 0u64, 0u64, start);
+        let mut recorded = self.record.then(Vec::new);
         // Writes since the last sync (`--fsync`; never equal to a zero `fsync`, as it counts
         // from 1).
         let mut unsynced = 0u64;
@@ -840,17 +994,35 @@ impl<E: Engine> Worker<'_, E> {
         // Ops until the next timed one (a countdown: a division per op costs a pin's worth).
         let mut untimed = 0u64;
         while n < self.quota {
-            let op = self.gen.next(&mut rng);
+            let Some(op) = self.gen.next(&mut rng) else { break };
+            if let Some(at) = op.at_us {
+                // A replay at the trace's timing: wait for the request's time (late: go now).
+                let due = start + Duration::from_micros(at);
+                let now = Instant::now();
+                if due > now {
+                    thread::sleep(due - now);
+                }
+            }
             let timed = untimed == 0;
             untimed = if timed { every - 1 } else { untimed - 1 };
             let t0 = if timed { Some(Instant::now()) } else { None };
+            if let Some(r) = &mut recorded {
+                let at = t0.unwrap_or_else(Instant::now).duration_since(start).as_micros() as u64;
+                r.push(Access {
+                    time_us: at,
+                    write: !op.read,
+                    volume: op.file as u32,
+                    offset: op.offset,
+                    len: op.len as u64,
+                });
+            }
             let r = if op.read {
-                self.eng.read(op.file, &mut self.buf, op.offset)
+                self.eng.read(op.file, &mut self.buf[..op.len], op.offset)
             } else {
                 // Stamp the op number so successive writes differ (cheap: 8 bytes).
                 self.buf[..stamp].copy_from_slice(&n.to_le_bytes()[..stamp]);
                 unsynced += 1;
-                self.eng.write(op.file, &self.buf, op.offset).and_then(|()| {
+                self.eng.write(op.file, &self.buf[..op.len], op.offset).and_then(|()| {
                     if unsynced == self.fsync {
                         unsynced = 0;
                         self.eng.sync_data(op.file)
@@ -866,6 +1038,7 @@ impl<E: Engine> Worker<'_, E> {
             }
             n += 1;
             reads += u64::from(op.read);
+            bytes += op.len as u64;
             if let Some(t0) = t0 {
                 let t1 = Instant::now();
                 hist.saturating_record((t1 - t0).as_nanos() as u64);
@@ -881,7 +1054,7 @@ impl<E: Engine> Worker<'_, E> {
             end = Instant::now();
             self.done.store(n, Ordering::Relaxed); // Relaxed: as above.
         }
-        Ok(ThreadResult { start, end, ops: n, reads, hist })
+        Ok(ThreadResult { start, end, ops: n, reads, bytes, hist, recorded: recorded.unwrap_or_default() })
     }
 
     /// `--api async`: keeps `depth` ops in flight on the thread's queue; an op's latency runs
@@ -909,7 +1082,8 @@ impl<E: Engine> Worker<'_, E> {
         loop {
             while !stop && submitted < self.quota {
                 let Some(tag) = free.pop() else { break };
-                let op = self.gen.next(&mut rng);
+                // Generated workloads never end (traces are refused with the async API).
+                let Some(op) = self.gen.next(&mut rng) else { break };
                 let buf = bufs.pop().expect("a buffer per free slot");
                 slots[tag as usize] = (Instant::now(), op.read);
                 if let Err(e) = q.submit(op.file, op.offset, buf, !op.read, tag) {
@@ -938,7 +1112,7 @@ impl<E: Engine> Worker<'_, E> {
             self.done.store(n, Ordering::Relaxed);
             stop |= deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed);
         }
-        Ok(ThreadResult { start, end, ops: n, reads, hist })
+        Ok(ThreadResult { start, end, ops: n, reads, bytes: n * bs as u64, hist, recorded: Vec::new() })
     }
 }
 

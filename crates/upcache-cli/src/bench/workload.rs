@@ -58,12 +58,28 @@ impl Shape {
     }
 }
 
-/// One operation: read or write `bs` bytes at `offset` of file `file`.
+/// One operation: read or write `len` bytes at `offset` of file `file`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
     pub read: bool,
     pub file: usize,
     pub offset: u64,
+    pub len: usize,
+    /// When to issue it, in µs after the start of the measured phase (a replay at the trace's
+    /// own timing); None: at once.
+    pub at_us: Option<u64>,
+}
+
+/// A prepared trace shared by the threads that replay it: each takes the next request.
+pub struct TraceSource {
+    pub ops: std::sync::Arc<crate::trace::replay::ReplayOps>,
+    /// The next request to issue, shared by all threads of one measured phase.
+    pub cursor: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Replay speed against the trace's own timing (2.0: twice as fast); None: as fast as
+    /// possible.
+    pub speed: Option<f64>,
+    /// Requests replayed: the first `end` (`--ops`).
+    pub end: usize,
 }
 
 enum Pick {
@@ -77,6 +93,8 @@ enum Pick {
     Zipf { dist: Zipf<f64>, scramble: Scramble },
     /// Block `next` of file `file`, then the one after, without end.
     Append { file: usize, next: u64 },
+    /// The requests of a trace, in order, shared with the other threads.
+    Trace(TraceSource),
 }
 
 /// Generates a thread's operations. Owned by one thread; no allocation per op.
@@ -133,9 +151,26 @@ impl OpGen {
         Ok(OpGen { shape, rw, read_pct: read_pct.min(100), pick })
     }
 
-    /// The next operation.
+    /// A thread's generator replaying `source` (with the other threads of the phase).
+    pub fn trace(shape: Shape, source: TraceSource) -> OpGen {
+        OpGen { shape, rw: Rw::Randrw, read_pct: 0, pick: Pick::Trace(source) }
+    }
+
+    /// The next operation; None once a replayed trace is over.
     #[inline]
-    pub fn next(&mut self, rng: &mut SmallRng) -> Op {
+    pub fn next(&mut self, rng: &mut SmallRng) -> Option<Op> {
+        if let Pick::Trace(t) = &self.pick {
+            // Relaxed: only hands out distinct indexes.
+            let i = t.cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let op = t.ops.ops[..t.end.min(t.ops.ops.len())].get(i)?;
+            return Some(Op {
+                read: !op.write,
+                file: op.file as usize,
+                offset: op.offset,
+                len: op.len as usize,
+                at_us: t.speed.map(|s| (op.time_us as f64 / s) as u64),
+            });
+        }
         let read = match self.rw {
             Rw::Read | Rw::Randread => true,
             Rw::Write | Rw::Randwrite | Rw::Append => false,
@@ -162,8 +197,9 @@ impl OpGen {
                 *next += 1;
                 (*file, *next - 1)
             }
+            Pick::Trace(_) => unreachable!("handled above"),
         };
-        Op { read, file, offset: block * s.bs }
+        Some(Op { read, file, offset: block * s.bs, len: s.bs as usize, at_us: None })
     }
 }
 
@@ -241,7 +277,7 @@ mod tests {
 
     fn check_in_range(g: &mut OpGen, s: Shape, rng: &mut SmallRng) {
         for _ in 0..20_000 {
-            let op = g.next(rng);
+            let op = g.next(rng).unwrap();
             assert!(op.file < s.files, "{op:?}");
             assert_eq!(op.offset % s.bs, 0, "{op:?}");
             assert!(op.offset + s.bs <= s.blocks_per_file * s.bs, "{op:?}");
@@ -272,7 +308,7 @@ mod tests {
         // 10 blocks over 3 threads: slices of 3, 3 and 4 blocks, each walked in order.
         for (t, len) in [3, 3, 4].into_iter().enumerate() {
             let mut g = OpGen::new(s, Rw::Read, 50, None, t, 3, 1).unwrap();
-            let ops: Vec<Op> = (0..2 * len).map(|_| g.next(&mut rng)).collect();
+            let ops: Vec<Op> = (0..2 * len).map(|_| g.next(&mut rng).unwrap()).collect();
             assert_eq!(ops[..len], ops[len..], "thread {t} wraps to its own start");
             assert!(ops
                 .windows(2)
@@ -292,7 +328,7 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(3);
         for pct in [0, 25, 100] {
             let mut g = OpGen::new(s, Rw::Randrw, pct, None, 0, 1, 1).unwrap();
-            let reads = (0..10_000).filter(|_| g.next(&mut rng).read).count();
+            let reads = (0..10_000).filter(|_| g.next(&mut rng).unwrap().read).count();
             let want = 100 * pct as usize;
             assert!(reads.abs_diff(want) < 300, "pct {pct}: {reads} reads");
         }
@@ -318,7 +354,7 @@ mod tests {
         let mut g = OpGen::new(s, Rw::Randread, 50, Some(1.2), 0, 1, 9).unwrap();
         let mut counts = vec![0u32; 10_000];
         for _ in 0..100_000 {
-            counts[(g.next(&mut rng).offset / 4096) as usize] += 1;
+            counts[(g.next(&mut rng).unwrap().offset / 4096) as usize] += 1;
         }
         let hottest = counts.iter().enumerate().max_by_key(|c| c.1).unwrap();
         assert!(*hottest.1 > 10_000, "rank 1 should take a large share");

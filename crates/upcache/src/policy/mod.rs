@@ -33,6 +33,7 @@ pub mod lru;
 pub mod s3fifo;
 mod sample;
 pub mod sieve;
+pub mod simulate;
 
 pub use clock::ClockPolicy;
 pub use gclock::GClockPolicy;

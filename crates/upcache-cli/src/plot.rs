@@ -1,0 +1,184 @@
+//! Line charts (plotters) as PNG or SVG, chosen by the file's extension: hit ratio against
+//! cache size, throughput against threads or devices, latency CDFs.
+//!
+//! Text is laid out with a TrueType font read at run time (`UPCACHE_FONT`, else DejaVu Sans
+//! from the usual Debian path): plotters has none of its own in this build (no system font
+//! lookup, which would need fontconfig).
+
+use anyhow::{bail, Context, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One line: a name for the legend and its points.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart of several series over shared axes.
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// A logarithmic x axis (cache sizes, latencies).
+    pub x_log: bool,
+    pub series: Vec<Series>,
+}
+
+const FONT_PATHS: [&str; 2] =
+    ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"];
+
+/// Registers a font for the bitmap backend, once.
+fn register_font() -> Result<()> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let path = std::env::var("UPCACHE_FONT")
+                .ok()
+                .or_else(|| FONT_PATHS.iter().find(|p| Path::new(p).exists()).map(|p| p.to_string()));
+            let Some(path) = path else {
+                return Err("no font to draw text with: set UPCACHE_FONT to a .ttf file".into());
+            };
+            let bytes = std::fs::read(&path).map_err(|e| format!("read font {path}: {e}"))?;
+            // plotters keeps the font for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{path} is not a usable TrueType font"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// Draws `chart` to `path` (`.png` or `.svg`).
+pub fn draw(chart: &Chart, path: &Path) -> Result<()> {
+    let size = (960, 600);
+    let ext = path.extension().and_then(|e| e.to_str());
+    if !matches!(ext, Some("svg" | "png")) {
+        bail!("plot file {} must end in .png or .svg", path.display());
+    }
+    register_font()?;
+    if ext == Some("svg") {
+        draw_on(chart, SVGBackend::new(path, size).into_drawing_area())
+    } else {
+        draw_on(chart, BitMapBackend::new(path, size).into_drawing_area())
+    }
+    .with_context(|| format!("draw {}", path.display()))
+}
+
+fn draw_on<DB: DrawingBackend>(chart: &Chart, area: DrawingArea<DB, plotters::coord::Shift>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    // A logarithmic axis is drawn as a linear one over log10(x), labelled with x: plotters'
+    // own log scale labels every minor tick, which overlap.
+    let tx = |x: f64| if chart.x_log { x.log10() } else { x };
+    let points = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    for &(x, y) in points {
+        if chart.x_log && x <= 0.0 {
+            bail!("a logarithmic axis cannot show {x}");
+        }
+        x0 = x0.min(tx(x));
+        x1 = x1.max(tx(x));
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        bail!("nothing to plot");
+    }
+    if x1 <= x0 {
+        (x0, x1) = (x0 - 0.5, x1 + 0.5);
+    }
+    let pad = (x1 - x0) * 0.03;
+    let y1 = if y1 > 0.0 { y1 * 1.05 } else { 1.0 };
+    area.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&area)
+        .caption(&chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0 - pad..x1 + pad, 0f64..y1)
+        .map_err(err)?;
+    let label = |v: &f64| {
+        let x = if chart.x_log { 10f64.powf(*v) } else { *v };
+        if x.abs() >= 100.0 || x == x.round() {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.2}")
+        }
+    };
+    c.configure_mesh()
+        .x_desc(&chart.x_label)
+        .y_desc(&chart.y_label)
+        .x_labels(10)
+        .x_label_formatter(&label)
+        .draw()
+        .map_err(err)?;
+    for (i, s) in chart.series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    area.present().map_err(err)?;
+    Ok(())
+}
+
+fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
+    anyhow::Error::new(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chart(x_log: bool) -> Chart {
+        Chart {
+            title: "hit ratio".into(),
+            x_label: "cache (pages)".into(),
+            y_label: "%".into(),
+            x_log,
+            series: vec![
+                Series { name: "a".into(), points: vec![(10.0, 5.0), (100.0, 30.0), (1000.0, 60.0)] },
+                Series { name: "b".into(), points: vec![(10.0, 7.0), (100.0, 35.0), (1000.0, 62.0)] },
+            ],
+        }
+    }
+
+    #[test]
+    fn svg_has_every_series_and_bad_input_is_an_error() {
+        if register_font().is_err() {
+            return; // checked by png_is_a_png_when_a_font_is_there
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("c.svg");
+        draw(&chart(true), &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("<svg") && text.contains("\na\n") && text.contains("\nb\n"), "{text}");
+        assert!(draw(&chart(false), &dir.path().join("c.txt")).is_err());
+        let empty = Chart { series: vec![], ..chart(false) };
+        assert!(draw(&empty, &svg).is_err());
+    }
+
+    #[test]
+    fn png_is_a_png_when_a_font_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("c.png");
+        match register_font() {
+            Ok(()) => {
+                draw(&chart(false), &png).unwrap();
+                assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+            }
+            // No font on this machine: the error says what to do.
+            Err(e) => assert!(e.to_string().contains("UPCACHE_FONT")),
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The `upcache` command end to end: trace replay (each format, recorded traces), hit-ratio
+//! tables, and clear errors for bad input. Small runs in temp dirs; nothing here is timed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn upcache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_upcache")).args(args).output().expect("run upcache")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = upcache(args);
+    assert!(out.status.success(), "upcache {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn a_recorded_run_replays_request_for_request_on_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.trace");
+    let d = dir.path().join("data");
+    let d = d.to_str().unwrap();
+    ok(&[
+        "bench",
+        "--engine",
+        "upcache",
+        "--rw",
+        "randrw",
+        "--size",
+        "8m",
+        "--ops",
+        "3000",
+        "--threads",
+        "2",
+        "--cache",
+        "4m",
+        "--dir",
+        d,
+        "--record-trace",
+        rec.to_str().unwrap(),
+        "--json",
+    ]);
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert_eq!(text.lines().count(), 1 + 3000, "a header and one line per op");
+    let reports = json(&ok(&[
+        "replay",
+        "--trace",
+        rec.to_str().unwrap(),
+        "--trace-format",
+        "upcache",
+        "--compare",
+        "upcache,kernel,direct",
+        "--threads",
+        "2",
+        "--cache",
+        "4m",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    for r in reports.as_array().unwrap() {
+        assert_eq!(r["ops"], 3000, "{r}");
+        assert_eq!(r["rw"], "trace");
+    }
+}
+
+#[test]
+fn each_trace_format_replays_and_timed_replay_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let d = d.to_str().unwrap();
+    for (file, format, ops) in
+        [("cloudphysics-sample.csv", "cloudphysics", 2000), ("msr-sample.csv", "msr", 1500)]
+    {
+        let r = json(&ok(&[
+            "replay",
+            "--trace",
+            data(file).to_str().unwrap(),
+            "--trace-format",
+            format,
+            "--cache",
+            "8m",
+            "--threads",
+            "2",
+            "--dir",
+            d,
+            "--json",
+        ]));
+        assert_eq!(r["ops"], ops, "{format}: {r}");
+    }
+    // At 100,000x the trace's own timing, 200 requests (the sample spans about 2 s).
+    let r = json(&ok(&[
+        "replay",
+        "--trace",
+        data("cloudphysics-sample.csv").to_str().unwrap(),
+        "--timing",
+        "trace",
+        "--speed",
+        "100000",
+        "--ops",
+        "200",
+        "--cache",
+        "8m",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!((r["ops"].as_u64(), r["rw"].as_str()), (Some(200), Some("trace-timed")));
+    let r = json(&ok(&[
+        "replay",
+        "--synth",
+        "ycsb-a",
+        "--ops",
+        "2000",
+        "--footprint",
+        "4m",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    assert!(r["write_ops"].as_u64().unwrap() > 500, "{r}");
+}
+
+#[test]
+fn hit_ratio_tables_put_opt_on_top() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hr.json");
+    let plot = dir.path().join("hr.svg");
+    let table = ok(&[
+        "hit-ratio",
+        "--trace",
+        data("cloudphysics-sample.csv").to_str().unwrap(),
+        "--sizes",
+        "5%,20%,64k",
+        "--json",
+        out.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    for name in ["opt", "clock", "gclock", "lru", "lfu", "s3fifo", "sieve"] {
+        assert!(table.lines().any(|l| l.starts_with(name)), "{name} missing:\n{table}");
+    }
+    let doc = json(&std::fs::read_to_string(&out).unwrap());
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 7 * 3);
+    for c in cells {
+        let opt = cells.iter().find(|o| o["policy"] == "opt" && o["frames"] == c["frames"]).unwrap();
+        assert!(c["hits"].as_u64() <= opt["hits"].as_u64(), "{c} beats {opt}");
+    }
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    ok(&["hit-ratio", "--synth", "zipf:0.99", "--ops", "20000", "--footprint", "16m", "--sizes", "10%"]);
+}
+
+#[test]
+fn bad_traces_and_arguments_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "version,time,op,size,lbn\n1,5,28,512,7\n1,6,99,512,8\n").unwrap();
+    for args in [
+        vec!["hit-ratio", "--trace", bad.to_str().unwrap()],
+        vec!["replay", "--trace", bad.to_str().unwrap()],
+    ] {
+        let out = upcache(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("line 3") && err.contains("99"), "{err}");
+    }
+    for (args, want) in [
+        (vec!["replay"], "--trace"),
+        (vec!["hit-ratio", "--synth", "zipf:0.9", "--sizes", "0%"], "0%"),
+        (vec!["hit-ratio", "--synth", "zipf:0.9", "--plot", "x.txt", "--ops", "10"], ".png or .svg"),
+        (vec!["bench", "--policy", "clock+sometimes"], "sometimes"),
+    ] {
+        let out = upcache(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}
