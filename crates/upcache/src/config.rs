@@ -7,6 +7,7 @@ use crate::alloc::AllocKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
+use crate::io::device::sim::SimDevice;
 use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
 use crate::policy::{CleanFirst, PolicyKind};
@@ -69,6 +70,8 @@ pub struct Config {
     pub(crate) submit: SubmitKind,
     pub(crate) readahead: u64,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
+    /// Simulated devices, by device index (`with_sim_device`).
+    pub(crate) sim_devices: Vec<(usize, Arc<SimDevice>)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -127,6 +130,7 @@ impl Config {
             submit: SubmitKind::default(),
             readahead: DEFAULT_READAHEAD,
             engine: None,
+            sim_devices: Vec::new(),
         }
     }
 
@@ -207,6 +211,21 @@ impl Config {
         self
     }
 
+    /// Makes device `index` (of the device directories) a simulated SSD: its backing files,
+    /// in its directory, hold the data, and `sim` decides the timing, garbage collection,
+    /// faults and what a power cut loses (`io::device::sim`). The same device may serve
+    /// several caches in turn (a power-cut test reopens with it).
+    pub fn with_sim_device(mut self, index: usize, sim: Arc<SimDevice>) -> Self {
+        self.sim_devices.retain(|(d, _)| *d != index);
+        self.sim_devices.push((index, sim));
+        self
+    }
+
+    /// The simulated device at `index`, if it is one.
+    pub(crate) fn sim_device(&self, index: usize) -> Option<Arc<SimDevice>> {
+        self.sim_devices.iter().find(|(d, _)| *d == index).map(|(_, s)| s.clone())
+    }
+
     /// When the policy passes over dirty pages for clean ones: always (the default), only
     /// while the page's device reports garbage collection, or never.
     pub fn with_clean_first(mut self, rule: CleanFirst) -> Self {
@@ -280,6 +299,14 @@ impl Config {
         let n = self.device_dirs.len();
         if n == 0 || n > MAX_DEVICES {
             return bad(format!("need 1 to {MAX_DEVICES} device directories, got {n}"));
+        }
+        for (i, (dev, _)) in self.sim_devices.iter().enumerate() {
+            if *dev >= n {
+                return bad(format!("simulated device {dev} is past the {n} device directories"));
+            }
+            if self.sim_devices[..i].iter().any(|(d, _)| d == dev) {
+                return bad(format!("device {dev} is simulated twice"));
+            }
         }
         for (i, a) in self.device_dirs.iter().enumerate() {
             if self.device_dirs[..i].contains(a) {

@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use upcache::io::device::sim::{SimConfig, SimDevice};
 use upcache::{
     AllocKind, Cache, CleanFirst, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind,
     PolicyKind, SubmitKind,
@@ -86,6 +87,8 @@ struct Layout {
     flush: FlushKind,
     policy: PolicyKind,
     clean_first: CleanFirst,
+    /// Device 0 is a simulated SSD (a mixed array).
+    sim: bool,
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
@@ -104,6 +107,7 @@ fn layout() -> impl Strategy<Value = Layout> {
             proptest::sample::select(FlushKind::ALL.to_vec()),
             proptest::sample::select(PolicyKind::ALL.to_vec()),
             proptest::sample::select(CleanFirst::ALL.to_vec()),
+            any::<bool>(),
         ),
     )
         .prop_map(
@@ -118,7 +122,7 @@ fn layout() -> impl Strategy<Value = Layout> {
                 io,
                 submit,
                 streams,
-                (flush, policy, clean_first),
+                (flush, policy, clean_first, sim),
             )| {
                 Layout {
                     page_size,
@@ -134,6 +138,7 @@ fn layout() -> impl Strategy<Value = Layout> {
                     flush,
                     policy,
                     clean_first,
+                    sim,
                 }
             },
         )
@@ -145,12 +150,14 @@ struct Harness {
     cache: Option<Cache>,
     handles: BTreeMap<usize, File>,
     oracle: BTreeMap<usize, Vec<u8>>,
+    /// Device 0 when `layout.sim`; kept across reopens.
+    sim: Option<std::sync::Arc<SimDevice>>,
 }
 
 impl Harness {
     fn config(&self) -> Config {
         let l = &self.layout;
-        Config::new(common::dirs(self.root.path(), l.devices), (l.frames * l.page_size) as u64)
+        let c = Config::new(common::dirs(self.root.path(), l.devices), (l.frames * l.page_size) as u64)
             .with_page_size(l.page_size)
             .with_stripe_unit(l.stripe_pages * l.page_size as u64)
             .with_dirty_background_ratio(0.25)
@@ -163,7 +170,11 @@ impl Harness {
             .with_streams(l.streams)
             .with_flush(l.flush)
             .with_policy(l.policy)
-            .with_clean_first(l.clean_first)
+            .with_clean_first(l.clean_first);
+        match &self.sim {
+            Some(s) => c.with_sim_device(0, s.clone()),
+            None => c,
+        }
     }
 
     fn cache(&self) -> &Cache {
@@ -288,7 +299,16 @@ proptest! {
     #[test]
     fn random_ops_match_the_oracle(layout in layout(), ops in proptest::collection::vec(op(), 1..100)) {
         let root = tempfile::tempdir().unwrap();
-        let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new() };
+        let sim = layout.sim.then(|| {
+            SimDevice::new(SimConfig {
+                read_latency: std::time::Duration::ZERO,
+                write_latency: std::time::Duration::ZERO,
+                gc_every: 1 << 20,
+                gc_time: std::time::Duration::ZERO,
+                ..SimConfig::default()
+            })
+        });
+        let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new(), sim };
         h.cache = Some(Cache::create(h.config()).unwrap());
         for op in &ops {
             h.apply(op);

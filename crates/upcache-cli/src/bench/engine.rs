@@ -12,6 +12,8 @@ use std::ptr::NonNull;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use std::sync::Arc;
+use upcache::io::device::sim::{SimConfig, SimDevice, SimStats};
 use upcache::{Cache, Config, ErrorKind, Stats};
 
 /// Alignment of every I/O buffer: what O_DIRECT needs on 4 KiB-sector devices. The other
@@ -89,6 +91,8 @@ impl Drop for AlignedBuf {
 pub struct UpcacheOpts {
     /// Explicit device directories; else `<root>/dev0..dev{devices-1}`.
     pub device_dirs: Option<Vec<PathBuf>>,
+    /// Simulated devices with these settings (`--devices sim:N`), seeded one after another.
+    pub sim: Option<upcache::io::device::sim::SimConfig>,
     /// Metadata log directory, if not the first device directory.
     pub meta_dir: Option<PathBuf>,
     pub devices: usize,
@@ -180,6 +184,10 @@ pub trait Engine: Sync + Sized {
     fn stats(&self) -> Option<Stats> {
         None
     }
+    /// Counters of the simulated devices, summed, for engines that have them.
+    fn sim_stats(&self) -> Option<SimStats> {
+        None
+    }
     /// The I/O engine in use, for engines that choose one.
     fn io_name(&self) -> Option<&'static str> {
         None
@@ -237,6 +245,8 @@ pub struct UpcacheEngine {
     /// Threads run queues (`--api async`) that submit in batches of this many reads.
     queued: Option<usize>,
     page_size: u64,
+    /// The simulated devices (`--devices sim:N`).
+    sims: Vec<Arc<SimDevice>>,
 }
 
 /// An upcache `IoQueue` over the engine's files.
@@ -293,9 +303,16 @@ impl UpcacheEngine {
 impl Engine for UpcacheEngine {
     fn setup(s: &Setup) -> Result<Self> {
         let o = s.upcache;
+        // Simulated devices keep their data in memory (tmpfs) where the host has one.
+        let dev_root = match &o.sim {
+            Some(_) if Path::new("/dev/shm").is_dir() => {
+                PathBuf::from(format!("/dev/shm/upcache-sim-{}", std::process::id()))
+            }
+            _ => s.root.to_path_buf(),
+        };
         let dirs: Vec<PathBuf> = match &o.device_dirs {
             Some(d) => d.clone(),
-            None => (0..o.devices).map(|i| s.root.join(format!("dev{i}"))).collect(),
+            None => (0..o.devices).map(|i| dev_root.join(format!("dev{i}"))).collect(),
         };
         let mut created = Vec::new();
         for d in &dirs {
@@ -327,6 +344,14 @@ impl Engine for UpcacheEngine {
         if let Some(m) = &meta_dir {
             config = config.with_meta_dir(m);
         }
+        let mut sims = Vec::new();
+        if let Some(sc) = &o.sim {
+            for i in 0..dirs.len() {
+                let dev = SimDevice::new(SimConfig { seed: sc.seed.wrapping_add(i as u64), ..sc.clone() });
+                config = config.with_sim_device(i, dev.clone());
+                sims.push(dev);
+            }
+        }
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
             Err(e) => {
@@ -356,6 +381,7 @@ impl Engine for UpcacheEngine {
             pin,
             queued,
             page_size,
+            sims,
         })
     }
 
@@ -418,6 +444,21 @@ impl Engine for UpcacheEngine {
 
     fn io_name(&self) -> Option<&'static str> {
         Some(self.cache().io_engine())
+    }
+
+    fn sim_stats(&self) -> Option<SimStats> {
+        (!self.sims.is_empty()).then(|| {
+            self.sims.iter().map(|d| d.stats()).fold(SimStats::default(), |a, b| SimStats {
+                reads: a.reads + b.reads,
+                writes: a.writes + b.writes,
+                read_bytes: a.read_bytes + b.read_bytes,
+                write_bytes: a.write_bytes + b.write_bytes,
+                flushes: a.flushes + b.flushes,
+                gc_episodes: a.gc_episodes + b.gc_episodes,
+                gc_delayed: a.gc_delayed + b.gc_delayed,
+                faults: a.faults + b.faults,
+            })
+        })
     }
 
     fn queue(&self, depth: usize) -> Result<Option<Box<dyn AsyncIo + '_>>> {

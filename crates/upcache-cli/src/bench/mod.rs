@@ -75,10 +75,16 @@ pub struct BenchArgs {
     /// upcache memory budget [default: 512m]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache: Option<u64>,
-    /// Number of upcache device directories, <dir>/upcache/dev0.. [default: 1]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=upcache::MAX_DEVICES as u64),
-          conflicts_with = "device_dirs")]
-    devices: Option<u64>,
+    /// Number of upcache device directories, <dir>/upcache/dev0.. [default: 1]; sim:N for N
+    /// simulated SSDs (io::device::sim; their data in /dev/shm where it exists), set with --sim
+    #[arg(long, value_name = "N|sim:N", value_parser = parse_devices, conflicts_with = "device_dirs")]
+    devices: Option<(u64, bool)>,
+    /// Settings of simulated devices (with --devices sim:N), key=value,...: channels,
+    /// read-latency, write-latency, bandwidth, gc-every, gc-time, gc-read-slowdown, volatile,
+    /// jitter, seed [default: 8 channels, 80us reads, 20us writes, 800 MB/s, 10ms of GC every
+    /// 64MiB written, reads 4x slower during GC, 8MiB volatile cache, 10% jitter]
+    #[arg(long, value_name = "SETTINGS", value_parser = parse_sim)]
+    sim: Option<upcache::io::device::sim::SimConfig>,
     /// upcache device directories (one per SSD), comma-separated
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     device_dirs: Option<Vec<PathBuf>>,
@@ -374,6 +380,9 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         upcache::MIN_FRAMES,
         fmt_size(page_size)
     );
+    if a.sim.is_some() && !matches!(a.devices, Some((_, true))) {
+        bail!("--sim sets simulated devices: give --devices sim:N too");
+    }
     let devices = match (&a.device_dirs, a.devices) {
         (Some(d), _) => {
             ensure!(
@@ -383,7 +392,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             );
             d.len()
         }
-        (None, Some(n)) => n as usize,
+        (None, Some((n, _))) => n as usize,
         (None, None) if profile => 4,
         (None, None) => 1,
     };
@@ -420,6 +429,10 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         record: a.record_trace.clone(),
         json: a.json,
         upcache: UpcacheOpts {
+            sim: match a.devices {
+                Some((_, true)) => Some(a.sim.clone().unwrap_or_default()),
+                _ => None,
+            },
             device_dirs: a.device_dirs,
             meta_dir: a.meta_dir,
             devices,
@@ -617,6 +630,7 @@ fn header(p: &Plan, base: &Path) -> String {
     let u = &p.upcache;
     let devs = match &u.device_dirs {
         Some(d) => d.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","),
+        None if u.sim.is_some() => format!("sim:{}", u.devices),
         None => u.devices.to_string(),
     };
     let workload = match (&p.trace, p.speed) {
@@ -687,6 +701,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             warm_and_check(&eng, kind, p)?;
         }
         let before = eng.stats();
+        let sim_before = eng.sim_stats();
         let cpu0 = cpu_seconds();
         let record = p.record.is_some() && run == 1 && kind == p.engines[0];
         let m = measure(&eng, kind, p, record)?;
@@ -695,6 +710,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
         }
         let cpu = cpu_seconds() - cpu0;
         let after = eng.stats();
+        let sim = sim_before.zip(eng.sim_stats());
         let rss = mem_mib("VmRSS:");
         let t = Instant::now();
         eng.flush().context("flush after the measured phase")?;
@@ -746,6 +762,8 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             reclaimed: d(|s| s.reclaimed),
             readahead_pages: d(|s| s.readahead_pages),
             hot_hits: d(|s| s.hot_hits),
+            sim_gc_episodes: sim.map(|(b, a)| a.gc_episodes - b.gc_episodes),
+            sim_gc_delayed: sim.map(|(b, a)| a.gc_delayed - b.gc_delayed),
             // Gauges at the end of the measured phase, not deltas.
             metadata_bytes: after.map(|s| s.metadata_bytes),
             index_bytes: after.map(|s| s.index_bytes),
@@ -1161,6 +1179,23 @@ pub(crate) fn parse_choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) 
 pub(crate) fn parse_policy(s: &str) -> Result<(upcache::PolicyKind, upcache::CleanFirst), String> {
     let (kind, rule) = s.split_once('+').unwrap_or((s, "clean-first"));
     Ok((parse_choice(kind)?, parse_choice(rule)?))
+}
+
+/// Parses `--devices`: `N` or `sim:N`; (N, simulated).
+fn parse_devices(s: &str) -> Result<(u64, bool), String> {
+    let (n, sim) = match s.trim().strip_prefix("sim:") {
+        Some(n) => (n, true),
+        None => (s.trim(), false),
+    };
+    match n.parse::<u64>() {
+        Ok(n) if (1..=upcache::MAX_DEVICES as u64).contains(&n) => Ok((n, sim)),
+        _ => Err(format!("expected N or sim:N with N from 1 to {}, got {s:?}", upcache::MAX_DEVICES)),
+    }
+}
+
+/// Parses `--sim` settings over the defaults.
+fn parse_sim(s: &str) -> Result<upcache::io::device::sim::SimConfig, String> {
+    upcache::io::device::sim::SimConfig::default().parse_settings(s).map_err(|e| e.to_string())
 }
 
 /// Parses `on` or `off`.

@@ -97,6 +97,13 @@ pub struct Report {
     /// Pins served by the pinning thread's hot index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hot_hits: Option<u64>,
+    /// Simulated devices (`--devices sim:N`): garbage-collection episodes during the measured
+    /// phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_gc_episodes: Option<u64>,
+    /// Simulated device requests that garbage collection delayed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_gc_delayed: Option<u64>,
     /// Pages loaded ahead of sequential readers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readahead_pages: Option<u64>,

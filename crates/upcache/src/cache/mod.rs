@@ -277,14 +277,20 @@ impl Cache {
         // A resizable (set-associative) cache gives frame memory back with MADV_DONTNEED,
         // which would detach registered buffers from the arena: it does not register them.
         let registrable = (config.index != IndexKind::SetAssoc).then(|| frames.region());
-        let engine = config
+        let mut engine = config
             .engine
             .clone()
             .unwrap_or_else(|| config.io.build(registrable, config.device_dirs.len(), config.submit));
+        if !config.sim_devices.is_empty() {
+            engine = Arc::new(crate::io::engine::sim::SimRouted::new(engine));
+        }
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
         let run_pages = if config.streams { limits.pages } else { crate::writeback::run::MAX_RUN };
         let writeback = Writeback::new(&config, frames.len(), run_pages);
-        let policy = config.policy.build(frames.len(), DirtyRule::new(config.clean_first, None));
+        let layout =
+            StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
+        let policy =
+            config.policy.build(frames.len(), DirtyRule::new(config.clean_first, gc_probe(&config, layout)));
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous =
             if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };
@@ -292,12 +298,7 @@ impl Cache {
         let segment_limit = limits.segment_bytes.checked_ilog2().map_or(1, |l| 1 << l);
         let segment_block = contiguous.min(segment_limit).max(config.page_size);
         let inner = Arc::new(CacheInner {
-            layout: StripeLayout::new(
-                config.page_size,
-                config.stripe_unit,
-                config.device_dirs.len(),
-                config.layout,
-            ),
+            layout,
             free: FrameAllocator::new(config.alloc, frames.len()),
             sets: (config.index == IndexKind::SetAssoc)
                 .then(|| Arc::new(SetTable::new(frames.len(), config.set_ways, config.set_policy))),
@@ -544,7 +545,14 @@ impl CacheInner {
         let dirs = &self.config.device_dirs;
         let mut out = Vec::with_capacity(dirs.len());
         for (i, dir) in dirs.iter().enumerate() {
-            out.push(device::open_backing(dir, i, id, create, self.config.allow_buffered)?);
+            out.push(device::open_backing(
+                dir,
+                i,
+                id,
+                create,
+                self.config.allow_buffered,
+                self.config.sim_device(i),
+            )?);
         }
         Ok(out)
     }
@@ -838,4 +846,16 @@ impl Drop for CacheInner {
             }
         }
     }
+}
+
+/// Whether the device holding a page is collecting garbage, for the GC-aware rule: the
+/// simulated devices' signal (file devices never report it). None without simulated devices.
+fn gc_probe(config: &Config, layout: StripeLayout) -> Option<crate::policy::GcProbe> {
+    if config.sim_devices.is_empty() {
+        return None;
+    }
+    let sims: Vec<_> = (0..config.device_dirs.len()).map(|i| config.sim_device(i)).collect();
+    Some(Arc::new(move |key: crate::frame::PageKey| {
+        sims[layout.locate(key.page).0].as_ref().is_some_and(|s| s.collecting())
+    }))
 }

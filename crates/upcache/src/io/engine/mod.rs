@@ -15,6 +15,7 @@
 //! implement the three single-request methods, since batches and queues fall back to them.
 
 pub mod psync;
+pub mod sim;
 pub mod threads;
 pub mod uring;
 

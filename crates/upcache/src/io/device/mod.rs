@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use super::layout::DeviceId;
 use crate::error::{Error, ErrorKind, Result};
 
+pub mod sim;
+
 /// One open backing file: a cache file's share of one device.
 #[derive(Debug)]
 pub struct BackingFile {
@@ -27,6 +29,8 @@ pub struct BackingFile {
     zeros: super::zero_window::ZeroWindow,
     /// Opened with O_DIRECT (not the buffered fallback): a completed write is on the device.
     direct: bool,
+    /// The simulated device the file is on, if it is one; the file holds its data.
+    sim: Option<std::sync::Arc<sim::SimDevice>>,
 }
 
 impl BackingFile {
@@ -54,6 +58,11 @@ impl BackingFile {
     /// a device flush to be durable.
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// The simulated device the file is on, if any (its I/O goes through it).
+    pub fn sim(&self) -> Option<&sim::SimDevice> {
+        self.sim.as_deref()
     }
 
     /// The file's window of zeros written ahead (see [`super::zero_window`]).
@@ -118,13 +127,15 @@ pub fn remove_orphans(dir: &Path, known: &std::collections::HashSet<u64>) -> Res
     Ok(())
 }
 
-/// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`.
+/// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`. A file on a
+/// simulated device `sim` is opened buffered: it is the device's medium, not the device.
 pub fn open_backing(
     dir: &Path,
     device: DeviceId,
     file_id: u64,
     create: bool,
     allow_buffered: bool,
+    sim: Option<std::sync::Arc<sim::SimDevice>>,
 ) -> Result<BackingFile> {
     let path = backing_path(dir, file_id);
     let open = |direct: bool| {
@@ -135,10 +146,10 @@ pub fn open_backing(
         }
         o.open(&path)
     };
-    let mut direct = true;
-    let file = match open(true) {
+    let mut direct = sim.is_none();
+    let file = match open(direct) {
         Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+        Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
             if !allow_buffered {
                 return Err(Error::with_source(
                     ErrorKind::Unsupported,
@@ -163,7 +174,15 @@ pub fn open_backing(
         }
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
-    Ok(BackingFile { file, device, file_id, flushes: Default::default(), zeros: Default::default(), direct })
+    Ok(BackingFile {
+        file,
+        device,
+        file_id,
+        flushes: Default::default(),
+        zeros: Default::default(),
+        direct,
+        sim,
+    })
 }
 
 #[cfg(all(test, not(loom)))]
