@@ -748,6 +748,8 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             iops: m.ops as f64 / m.seconds,
             mib_s: bytes as f64 / m.seconds / (1 << 20) as f64,
             lat_us: Latency::from_histogram(&m.hist),
+            read_lat_us: (!m.by_kind[0].is_empty()).then(|| Latency::from_histogram(&m.by_kind[0])),
+            write_lat_us: (!m.by_kind[1].is_empty()).then(|| Latency::from_histogram(&m.by_kind[1])),
             cpu_seconds: cpu,
             cpu_us_per_op: cpu * 1e6 / m.ops.max(1) as f64,
             io: eng.io_name().map(str::to_owned),
@@ -834,6 +836,8 @@ struct Measured {
     reads: u64,
     bytes: u64,
     hist: Histogram<u64>,
+    /// Latencies of reads and of writes.
+    by_kind: [Histogram<u64>; 2],
     /// Every thread's requests, by issue time (`--record-trace`).
     recorded: Vec<Access>,
 }
@@ -845,6 +849,8 @@ struct ThreadResult {
     reads: u64,
     bytes: u64,
     hist: Histogram<u64>,
+    /// Latencies of reads and of writes.
+    by_kind: [Histogram<u64>; 2],
     /// The thread's requests with their issue times (`--record-trace`).
     recorded: Vec<Access>,
 }
@@ -941,11 +947,15 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
     let bytes = results.iter().map(|r| r.bytes).sum();
     let mut recorded = Vec::new();
     let mut hists = Vec::with_capacity(results.len());
+    let (mut reads_h, mut writes_h) = (Vec::new(), Vec::new());
     for r in results {
         // Times relative to the earliest thread's start.
         let shift = r.start.duration_since(start).as_micros() as u64;
         recorded.extend(r.recorded.into_iter().map(|a| Access { time_us: a.time_us + shift, ..a }));
         hists.push(r.hist);
+        let [rh, wh] = r.by_kind;
+        reads_h.push(rh);
+        writes_h.push(wh);
     }
     recorded.sort_by_key(|a| a.time_us);
     Ok(Measured {
@@ -954,6 +964,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
         reads,
         bytes,
         hist: report::merge(&hists),
+        by_kind: [report::merge(&reads_h), report::merge(&writes_h)],
         recorded,
     })
 }
@@ -995,6 +1006,8 @@ impl<E: Engine> Worker<'_, E> {
         }
         let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
         let mut hist = report::new_histogram();
+        // Reads' and writes' latencies apart as well.
+        let mut by_kind = [report::new_histogram(), report::new_histogram()];
         // The write pattern: non-zero pseudo-random bytes, filled once.
         fill_content(&mut self.buf, !self.seed, usize::MAX - self.thread, 0);
         let stamp = self.buf.len().min(8);
@@ -1059,7 +1072,9 @@ impl<E: Engine> Worker<'_, E> {
             bytes += op.len as u64;
             if let Some(t0) = t0 {
                 let t1 = Instant::now();
-                hist.saturating_record((t1 - t0).as_nanos() as u64);
+                let ns = (t1 - t0).as_nanos() as u64;
+                hist.saturating_record(ns);
+                by_kind[usize::from(!op.read)].saturating_record(ns);
                 end = t1;
                 // Relaxed: progress display and stall detection only.
                 self.done.store(n, Ordering::Relaxed);
@@ -1072,7 +1087,16 @@ impl<E: Engine> Worker<'_, E> {
             end = Instant::now();
             self.done.store(n, Ordering::Relaxed); // Relaxed: as above.
         }
-        Ok(ThreadResult { start, end, ops: n, reads, bytes, hist, recorded: recorded.unwrap_or_default() })
+        Ok(ThreadResult {
+            start,
+            end,
+            ops: n,
+            reads,
+            bytes,
+            hist,
+            by_kind,
+            recorded: recorded.unwrap_or_default(),
+        })
     }
 
     /// `--api async`: keeps `depth` ops in flight on the thread's queue; an op's latency runs
@@ -1080,6 +1104,8 @@ impl<E: Engine> Worker<'_, E> {
     fn run_queued(mut self, mut q: Box<dyn AsyncIo + '_>) -> Result<ThreadResult> {
         let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
         let mut hist = report::new_histogram();
+        // Reads' and writes' latencies apart as well.
+        let mut by_kind = [report::new_histogram(), report::new_histogram()];
         let bs = self.buf.len();
         let mut bufs: Vec<Vec<u8>> = (0..self.depth)
             .map(|i| {
@@ -1119,7 +1145,9 @@ impl<E: Engine> Worker<'_, E> {
             for (tag, r, buf) in done.drain(..) {
                 let (t0, read) = slots[tag as usize];
                 r.with_context(|| format!("queued {}", if read { "read" } else { "write" }))?;
-                hist.saturating_record((t1 - t0).as_nanos() as u64);
+                let ns = (t1 - t0).as_nanos() as u64;
+                hist.saturating_record(ns);
+                by_kind[usize::from(!read)].saturating_record(ns);
                 n += 1;
                 reads += u64::from(read);
                 bufs.push(buf);
@@ -1130,7 +1158,16 @@ impl<E: Engine> Worker<'_, E> {
             self.done.store(n, Ordering::Relaxed);
             stop |= deadline.is_some_and(|d| t1 >= d) || self.abort.load(Ordering::Relaxed);
         }
-        Ok(ThreadResult { start, end, ops: n, reads, bytes: n * bs as u64, hist, recorded: Vec::new() })
+        Ok(ThreadResult {
+            start,
+            end,
+            ops: n,
+            reads,
+            bytes: n * bs as u64,
+            hist,
+            by_kind,
+            recorded: Vec::new(),
+        })
     }
 }
 

@@ -70,6 +70,11 @@ pub struct Report {
     pub iops: f64,
     pub mib_s: f64,
     pub lat_us: Latency,
+    /// Latency of reads alone, and of writes alone (when the run has both, they differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_lat_us: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_lat_us: Option<Latency>,
     /// User + system CPU time of the process during the measured phase (all threads).
     pub cpu_seconds: f64,
     pub cpu_us_per_op: f64,

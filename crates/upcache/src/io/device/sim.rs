@@ -7,7 +7,8 @@
 //!   requests beyond `channels` queue. The caller sleeps until its request completes. Jitter
 //!   is drawn from a generator seeded by `seed`.
 //! - **Garbage collection.** Every `gc_every` bytes written start an episode of `gc_time`:
-//!   writes wait for its end, reads take `gc_read_slowdown` times as long, and
+//!   writes wait for its end (queued, not holding a channel), reads take `gc_read_slowdown`
+//!   times as long, and
 //!   [`SimDevice::collecting`] reports it (the signal ScalaCache §5.4 reads from its drive).
 //! - **Faults.** [`SimDevice::inject`]: EIO on reads, writes or flushes (all, in an offset
 //!   range, or from the Nth operation on), ENOSPC on writes past a capacity.
@@ -341,7 +342,7 @@ impl SimDevice {
     fn schedule(&self, st: &mut State, write: bool, bytes: u64) -> Instant {
         let now = Instant::now();
         let c = (0..st.free_at.len()).min_by_key(|&i| st.free_at[i]).unwrap_or(0);
-        let mut start = st.free_at[c].max(now);
+        let start = st.free_at[c].max(now);
         let per_channel = (self.config.bandwidth / st.free_at.len() as u64).max(1);
         let base = if write { self.config.write_latency } else { self.config.read_latency };
         let mut service = base + Duration::from_nanos(bytes.saturating_mul(1_000_000_000) / per_channel);
@@ -353,16 +354,19 @@ impl SimDevice {
             let pct = 100 + (st.rng % span) as i64 - i64::from(self.config.jitter_pct);
             service = service * pct as u32 / 100;
         }
+        // While the drive collects, a write waits in its queue for the episode's end without
+        // holding a channel (reads keep being served, slower); the channel's time is its own.
+        let mut done = start + service;
+        st.free_at[c] = done;
         if let Some(until) = st.gc_until.filter(|&u| u > start) {
             st.stats.gc_delayed += 1;
             if write {
-                start = until; // the drive takes no writes while it collects
+                done = done.max(until + service);
             } else {
-                service *= self.config.gc_read_slowdown;
+                done = start + service * self.config.gc_read_slowdown;
+                st.free_at[c] = done;
             }
         }
-        let done = start + service;
-        st.free_at[c] = done;
         if write && self.config.gc_every > 0 {
             st.written_since_gc += bytes;
             if st.written_since_gc >= self.config.gc_every {

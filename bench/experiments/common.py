@@ -1,0 +1,100 @@
+"""Shared by the experiment scripts (one per seed paper's claims): build the release binary
+if needed, run `upcache bench --json` rows side by side, interleaved round by round (so that
+the machine's drift hits every row alike), and print each row's medians and the ratios that
+the claim is about.
+
+A row is (name, bench args, cgroup memory limit or None); the limit caps the kernel's page
+cache to upcache's budget for fair comparisons (needs root and cgroup v1).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_run import CGROUP, UPCACHE, upcache  # noqa: E402
+
+# What the bench process needs besides the page cache, included in the kernel's cap.
+PROCESS_SLACK = 16 << 20
+START = time.time()
+
+
+def build():
+    """Builds target/release/upcache (a no-op when it is up to date)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "upcache-cli"], cwd=ROOT, check=True)
+
+
+def size_bytes(s):
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
+
+
+def hit_ratio(r):
+    h, m = r.get("hits"), r.get("misses")
+    return 100.0 * h / (h + m) if h is not None and m and h + m else float("nan")
+
+
+# Columns: name, how to read it from a report, format.
+METRICS = {
+    "iops": (lambda r: r["iops"], "{:10.0f}"),
+    "MiB/s": (lambda r: r["mib_s"], "{:8.1f}"),
+    "p50us": (lambda r: r["lat_us"]["p50"], "{:8.0f}"),
+    "p99us": (lambda r: r["lat_us"]["p99"], "{:8.0f}"),
+    "read_p99us": (lambda r: (r.get("read_lat_us") or {}).get("p99", float("nan")), "{:10.0f}"),
+    "read_p999us": (lambda r: (r.get("read_lat_us") or {}).get("p999", float("nan")), "{:11.0f}"),
+    "cpu_us/op": (lambda r: r["cpu_us_per_op"], "{:9.2f}"),
+    "cpu_cores": (lambda r: r["cpu_seconds"] / r["seconds"], "{:9.2f}"),
+    "hit%": (hit_ratio, "{:6.1f}"),
+}
+
+
+def compare(title, rows, rounds, columns, ratios):
+    """Runs `rows` for `rounds` interleaved rounds; prints medians of `columns` and, for each
+    (a, b, metric) in `ratios`, median(a)/median(b). Returns {row: {metric: median}}."""
+    print(f"\n== {title} ({rounds} rounds, interleaved) ==", flush=True)
+    got = {name: [] for name, _, _ in rows}
+    for i in range(rounds):
+        for name, args, cap in rows:
+            got[name].append(upcache(args, cap)[0])
+        line = "  ".join(f"{k} {METRICS['iops'][0](v[-1]):.0f}" for k, v in got.items())
+        print(f"round {i + 1} (iops): {line}", flush=True)
+    med = {k: {c: statistics.median(METRICS[c][0](r) for r in v) for c in columns} for k, v in got.items()}
+    width = max(len(k) for k in got)
+    print(f"medians of {rounds}:")
+    print("  " + " " * width + "".join(f" {c:>11}" for c in columns))
+    for k in got:
+        print("  " + k.ljust(width) + "".join(" " + METRICS[c][1].format(med[k][c]).rjust(11) for c in columns))
+    for a, b, c in ratios:
+        print(f"  {a} / {b} ({c}): {med[a][c] / med[b][c]:.2f}x")
+    return med
+
+
+def elapsed():
+    return f"{time.time() - START:.0f} s"
+
+
+def not_switchable(what, why):
+    """Says that a technique has no off switch to compare against, instead of faking it."""
+    print(f"\n== {what} ==\nnot measured on/off: {why}", flush=True)
+
+
+def cleanup_cgroup():
+    try:
+        os.rmdir(CGROUP)
+    except OSError:
+        pass
+
+
+def check_binary():
+    if not os.path.exists(UPCACHE):
+        sys.exit(f"{UPCACHE} is missing: build() failed?")
+
+
+def dump(path, med):
+    with open(path, "w") as f:
+        json.dump(med, f, indent=2)

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Seed 001 (parallel writes on a log-structured FS, SYSTOR'19), run on upcache:
+
+1. File range lock (§3.2): writers of disjoint parts of one file run in parallel. upcache has
+   no file-wide-lock mode to switch to, so the comparison is 2 writer threads against 1 on
+   one file (the range lock's scaling) and against the kernel (whose inode lock serializes
+   writers of a file), capped to the same memory. 4 KiB random writes within the cache;
+   dirty ratios 0.6/0.9 so write-back does not churn (see bench/RESULTS.md, issue 5).
+2. Metadata log for fsync (§3.3-3.5): a sync logs the file's new length as one small record
+   instead of a file-system metadata commit. The log is how upcache persists lengths (there
+   is no off switch), so: 4 KiB appends each followed by sync_data, against the kernel's
+   write + fdatasync.
+
+    bench/experiments/seed001_f2fs.py [--rounds 3] [--dir /tmp/upcache-experiments]
+"""
+
+import argparse
+import os
+import sys
+
+import common
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/upcache-experiments")
+    a = ap.parse_args()
+    common.build()
+    common.check_binary()
+    d = os.path.join(a.dir, "seed001")
+    os.makedirs(d, exist_ok=True)
+    cache = "256m"
+    cap = common.size_bytes(cache) + common.PROCESS_SLACK
+
+    base = ["--rw", "randwrite", "--bs", "4k", "--size", "128m", "--shared-file", "--runtime", "4s",
+            "--devices", "1", "--cache", cache, "--warm", "--dirty-ratios", "0.6,0.9", "--dir", d]
+    common.compare(
+        "range lock: one file, 4 KiB random writes in the cache",
+        [("upcache-1t", ["--engine", "upcache", "--threads", "1"] + base, None),
+         ("upcache-2t", ["--engine", "upcache", "--threads", "2"] + base, None),
+         ("kernel-2t", ["--engine", "kernel", "--threads", "2"] + base, cap)],
+        a.rounds, ["iops", "p99us", "cpu_us/op"],
+        [("upcache-2t", "upcache-1t", "iops"), ("upcache-2t", "kernel-2t", "iops")])
+    common.not_switchable("range lock off", "upcache has no file-wide writer lock to compare with")
+
+    base = ["--rw", "append", "--bs", "4k", "--threads", "1", "--runtime", "4s", "--fsync", "1",
+            "--devices", "1", "--cache", cache, "--dir", d]
+    common.compare(
+        "metadata log: 4 KiB appends, each made durable (sync_data vs fdatasync), 1 thread",
+        [("upcache", ["--engine", "upcache"] + base, None), ("kernel", ["--engine", "kernel"] + base, cap)],
+        a.rounds, ["iops", "p50us", "p99us", "cpu_us/op"], [("upcache", "kernel", "iops")])
+    common.not_switchable("metadata log off", "lengths are persisted only through the log")
+    print(f"\ntotal {common.elapsed()}")
+    common.cleanup_cgroup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
