@@ -6,6 +6,7 @@ mod bench;
 mod hitratio;
 mod micro;
 mod plot;
+mod plotcmd;
 mod size;
 mod trace;
 
@@ -34,6 +35,8 @@ enum Command {
     Replay(Box<bench::BenchArgs>),
     /// Hit ratio of each replacement policy and of OPT on a trace, at several cache sizes
     HitRatio(hitratio::HitRatioArgs),
+    /// Charts from `bench --json` output: throughput against threads or devices, latency CDFs
+    Plot(plotcmd::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::IndexBench(args) => micro::index::run(args),
         Command::AllocBench(args) => micro::alloc::run(args),
         Command::HitRatio(args) => hitratio::run(args),
+        Command::Plot(args) => plotcmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -111,6 +111,7 @@ where
         .y_desc(&chart.y_label)
         .x_labels(10)
         .x_label_formatter(&label)
+        .y_label_formatter(&|v| if v.abs() >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
         .draw()
         .map_err(err)?;
     for (i, s) in chart.series.iter().enumerate() {

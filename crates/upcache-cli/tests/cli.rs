@@ -183,3 +183,76 @@ fn bad_traces_and_arguments_are_clear_errors() {
         assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn plots_of_throughput_and_latency_cdfs_from_bench_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let d = d.to_str().unwrap();
+    let mut files = Vec::new();
+    for threads in ["1", "2"] {
+        let out = ok(&[
+            "bench",
+            "--compare",
+            "upcache,kernel",
+            "--rw",
+            "randread",
+            "--size",
+            "4m",
+            "--ops",
+            "2000",
+            "--threads",
+            threads,
+            "--cache",
+            "8m",
+            "--dir",
+            d,
+            "--json",
+        ]);
+        let reports = json(&out);
+        for r in reports.as_array().unwrap() {
+            let cdf = r["lat_cdf"].as_array().unwrap();
+            let qs: Vec<f64> = cdf.iter().map(|p| p[0].as_f64().unwrap()).collect();
+            let us: Vec<f64> = cdf.iter().map(|p| p[1].as_f64().unwrap()).collect();
+            assert!(qs.windows(2).all(|w| w[0] < w[1]) && us.windows(2).all(|w| w[0] <= w[1]), "{cdf:?}");
+            assert_eq!(qs.last(), Some(&1.0));
+        }
+        let f = dir.path().join(format!("t{threads}.json"));
+        std::fs::write(&f, out).unwrap();
+        files.push(f);
+    }
+    let svg = dir.path().join("tp.svg");
+    let f: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+    ok(&["plot", "--kind", "throughput", "--x", "threads", "--out", svg.to_str().unwrap(), f[0], f[1]]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("upcache") && text.contains("kernel"));
+    let png = dir.path().join("cdf.png");
+    ok(&["plot", "--kind", "cdf", "--out", png.to_str().unwrap(), f[0]]);
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+    let cdf = dir.path().join("bench-cdf.svg");
+    ok(&[
+        "bench",
+        "--engine",
+        "upcache",
+        "--size",
+        "4m",
+        "--ops",
+        "500",
+        "--cache",
+        "8m",
+        "--dir",
+        d,
+        "--plot-cdf",
+        cdf.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read_to_string(&cdf).unwrap().contains("<svg"));
+    let out = upcache(&[
+        "plot",
+        "--kind",
+        "cdf",
+        "--out",
+        png.to_str().unwrap(),
+        data("msr-sample.csv").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not JSON"));
+}

@@ -219,6 +219,9 @@ pub struct BenchArgs {
     /// it with --trace FILE --trace-format upcache)
     #[arg(long, value_name = "FILE")]
     record_trace: Option<PathBuf>,
+    /// Draw the latency CDF of each engine's first run to FILE (.png or .svg)
+    #[arg(long, value_name = "FILE")]
+    plot_cdf: Option<PathBuf>,
 }
 
 /// The long help's description of the no-flag default.
@@ -546,6 +549,7 @@ pub fn run_replay(args: BenchArgs) -> Result<()> {
 /// Runs `upcache bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     let dir = args.dir.clone();
+    let plot_cdf = args.plot_cdf.clone();
     let plan = resolve(args)?;
     let (tmp, base) = match dir {
         Some(d) => (None, d),
@@ -572,6 +576,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("{} engine (run {run})", kind.name()))?;
             reports.push(r);
         }
+    }
+    if let Some(path) = &plot_cdf {
+        let curves: Vec<(String, Vec<(f64, f64)>)> =
+            reports.iter().filter(|r| r.run == 1).map(|r| (r.engine.clone(), r.lat_cdf.clone())).collect();
+        crate::plotcmd::draw_cdf(
+            &curves,
+            &format!("Latency CDF: {} {} threads", reports[0].rw, plan.threads),
+            path,
+        )?;
+        eprintln!("plot: {}", path.display());
     }
     if plan.json {
         let out = if plan.engines.len() > 1 || plan.repeat > 1 {
@@ -736,6 +750,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             },
             bs: p.bs,
             threads: p.threads,
+            devices: if kind == EngineKind::Upcache { p.upcache.devices } else { 1 },
             files: p.shape.files,
             size: p.size,
             warm,
@@ -748,6 +763,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             iops: m.ops as f64 / m.seconds,
             mib_s: bytes as f64 / m.seconds / (1 << 20) as f64,
             lat_us: Latency::from_histogram(&m.hist),
+            lat_cdf: report::cdf_points(&m.hist),
             read_lat_us: (!m.by_kind[0].is_empty()).then(|| Latency::from_histogram(&m.by_kind[0])),
             write_lat_us: (!m.by_kind[1].is_empty()).then(|| Latency::from_histogram(&m.by_kind[1])),
             cpu_seconds: cpu,

@@ -21,6 +21,18 @@ pub fn merge(hists: &[Histogram<u64>]) -> Histogram<u64> {
     all
 }
 
+/// The latency CDF of `h` as (fraction of ops at or under, microseconds) points: every
+/// percent, then finer towards the tail (per mille up to 99.9%, then 99.99%, 99.999%, max).
+pub fn cdf_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut qs: Vec<f64> = (1..100).map(|p| p as f64 / 100.0).collect();
+    qs.extend((991..1000).map(|p| p as f64 / 1000.0));
+    qs.extend([0.9999, 0.99999, 1.0]);
+    qs.into_iter().map(|q| (q, h.value_at_quantile(q) as f64 / 1000.0)).collect()
+}
+
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Latency {
@@ -56,6 +68,8 @@ pub struct Report {
     pub rw: String,
     pub bs: u64,
     pub threads: usize,
+    /// upcache devices (the other engines use one directory).
+    pub devices: usize,
     pub files: usize,
     /// Bytes per file.
     pub size: u64,
@@ -70,6 +84,8 @@ pub struct Report {
     pub iops: f64,
     pub mib_s: f64,
     pub lat_us: Latency,
+    /// The latency CDF: (fraction of ops, µs) points (`cdf_points`).
+    pub lat_cdf: Vec<(f64, f64)>,
     /// Latency of reads alone, and of writes alone (when the run has both, they differ).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_lat_us: Option<Latency>,

@@ -21,6 +21,11 @@ thread_local! {
 /// Seeds handed to threads: a fixed sequence, so that a single-threaded replay is repeatable.
 static SEEDS: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
+/// Restarts this thread's generator from `seed`, for repeatable simulations (`simulate.rs`).
+pub(crate) fn reseed(seed: u64) {
+    RNG.with(|r| r.set(seed | 1));
+}
+
 /// A random number from this thread's xorshift generator.
 fn next_random() -> u64 {
     RNG.with(|r| {

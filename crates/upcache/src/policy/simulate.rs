@@ -10,7 +10,9 @@ use crate::frame::{FrameId, FrameTable, PageKey};
 use crate::{Error, ErrorKind, Result};
 use std::collections::{BTreeSet, HashMap};
 
-/// One policy over a table of `frames` frames, fed keys one at a time.
+/// One policy over a table of `frames` frames, fed keys one at a time. Repeatable: the same
+/// keys give the same hits (the sampling policies' generator is reseeded at construction; feed
+/// a simulator from the thread that built it).
 pub struct Simulator {
     table: FrameTable,
     policy: Box<dyn Policy>,
@@ -27,6 +29,8 @@ impl Simulator {
         // The frames' memory is mapped but never touched: it costs address space only.
         let table = FrameTable::new(frames, crate::MIN_PAGE_SIZE)?;
         let policy = kind.build(frames, DirtyRule::default());
+        // Sampling policies draw from a per-thread generator: the same start every time.
+        super::sample::reseed(0x5eed);
         Ok(Simulator {
             table,
             policy,
