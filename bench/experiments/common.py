@@ -7,6 +7,7 @@ A row is (name, bench args, cgroup memory limit or None); the limit caps the ker
 cache to upcache's budget for fair comparisons (needs root and cgroup v1).
 """
 
+import argparse
 import json
 import os
 import statistics
@@ -98,3 +99,26 @@ def check_binary():
 def dump(path, med):
     with open(path, "w") as f:
         json.dump(med, f, indent=2)
+
+
+def start(name, doc, extra_args=None):
+    """Parses --rounds and --dir (and `extra_args(parser)`), builds the binary, and makes the
+    experiment's data directory. Returns (args, directory)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians of these)")
+    ap.add_argument("--dir", default="/tmp/upcache-experiments", help="where the data goes")
+    if extra_args:
+        extra_args(ap)
+    a = ap.parse_args()
+    build()
+    check_binary()
+    d = os.path.join(a.dir, name)
+    os.makedirs(d, exist_ok=True)
+    return a, d
+
+
+def finish():
+    """Prints the wall time and removes the cgroup; the script's exit code."""
+    print(f"\ntotal {elapsed()}")
+    cleanup_cgroup()
+    return 0

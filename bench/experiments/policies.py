@@ -11,7 +11,6 @@
     bench/experiments/policies.py [--rounds 3] [--dir /tmp/upcache-experiments] [--trace FILE]
 """
 
-import argparse
 import os
 import subprocess
 import sys
@@ -20,15 +19,8 @@ import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    ap.add_argument("--trace", default=os.path.join(common.ROOT, "..", "shared", "traces", "cloudphysics-io.csv"))
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "policies")
-    os.makedirs(d, exist_ok=True)
+    trace = os.path.join(common.ROOT, "..", "shared", "traces", "cloudphysics-io.csv")
+    a, d = common.start("policies", __doc__, lambda ap: ap.add_argument("--trace", default=trace))
 
     print("\n== hit ratio on the CloudPhysics trace, every policy and OPT ==", flush=True)
     if os.path.exists(a.trace):
@@ -51,9 +43,7 @@ def main():
         a.rounds, ["iops", "p99us", "cpu_us/op", "hit%"],
         [("upcache-clock", "kernel", "iops"), ("upcache-s3fifo", "kernel", "iops"),
          ("upcache-sieve", "kernel", "iops")])
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

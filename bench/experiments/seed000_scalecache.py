@@ -12,22 +12,13 @@
     bench/experiments/seed000_scalecache.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
 
-import argparse
-import os
 import sys
 
 import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "seed000")
-    os.makedirs(d, exist_ok=True)
+    a, d = common.start("seed000", __doc__)
 
     base = ["--engine", "upcache", "--rw", "write", "--bs", "1m", "--size", "1g", "--files", "2",
             "--threads", "2", "--runtime", "6s", "--devices", "1", "--cache", "256m", "--dir", d]
@@ -43,9 +34,7 @@ def main():
         "ccXArray vs a locked radix tree: 4 KiB random reads, 4 threads, 75% misses, no device time",
         [("radix", base + ["--index", "radix"], None), ("locked", base + ["--index", "locked"], None)],
         a.rounds, ["iops", "p99us", "cpu_us/op", "hit%"], [("radix", "locked", "iops")])
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

@@ -14,22 +14,13 @@
     bench/experiments/seed001_f2fs.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
 
-import argparse
-import os
 import sys
 
 import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "seed001")
-    os.makedirs(d, exist_ok=True)
+    a, d = common.start("seed001", __doc__)
     cache = "256m"
     cap = common.size_bytes(cache) + common.PROCESS_SLACK
 
@@ -51,9 +42,7 @@ def main():
         [("upcache", ["--engine", "upcache"] + base, None), ("kernel", ["--engine", "kernel"] + base, cap)],
         a.rounds, ["iops", "p50us", "p99us", "cpu_us/op"], [("upcache", "kernel", "iops")])
     common.not_switchable("metadata log off", "lengths are persisted only through the log")
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

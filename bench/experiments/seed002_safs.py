@@ -14,22 +14,13 @@
     bench/experiments/seed002_safs.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
 
-import argparse
-import os
 import sys
 
 import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "seed002")
-    os.makedirs(d, exist_ok=True)
+    a, d = common.start("seed002", __doc__)
 
     slow = "channels=2,read-latency=300us,gc-every=0"
     base = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", "1g", "--cache", "16m",
@@ -58,9 +49,7 @@ def main():
         [("clean-first", base + ["--policy", "clock+clean-first"], None),
          ("plain", base + ["--policy", "clock+plain"], None)],
         a.rounds, ["iops", "read_p99us", "read_p999us", "cpu_us/op"], [("clean-first", "plain", "iops")])
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

@@ -10,22 +10,13 @@
     bench/experiments/seed003_streamcache.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
 
-import argparse
-import os
 import sys
 
 import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "seed003")
-    os.makedirs(d, exist_ok=True)
+    a, d = common.start("seed003", __doc__)
 
     base = ["--rw", "write", "--bs", "1m", "--size", "1g", "--threads", "1", "--runtime", "6s",
             "--devices", "1", "--cache", "256m", "--dir", d]
@@ -44,9 +35,7 @@ def main():
         "two-layer allocator vs one global queue: 4 KiB random reads, 75% misses, 4 threads",
         [("twolayer", base + ["--alloc", "twolayer"], None), ("global", base + ["--alloc", "global"], None)],
         a.rounds, ["iops", "p99us", "cpu_us/op"], [("twolayer", "global", "iops")])
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

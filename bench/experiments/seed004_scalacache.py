@@ -15,22 +15,13 @@
     bench/experiments/seed004_scalacache.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
 
-import argparse
-import os
 import sys
 
 import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/tmp/upcache-experiments")
-    a = ap.parse_args()
-    common.build()
-    common.check_binary()
-    d = os.path.join(a.dir, "seed004")
-    os.makedirs(d, exist_ok=True)
+    a, d = common.start("seed004", __doc__)
 
     gc = "channels=4,read-latency=100us,write-latency=30us,bandwidth=400000000,gc-every=8m,gc-time=20ms"
     base = ["--engine", "upcache", "--rw", "randrw", "--rwmixread", "70", "--bs", "4k", "--size", "512m",
@@ -53,9 +44,7 @@ def main():
         [("pin", base + ["--api", "pin"], None), ("copy", base + ["--api", "copy"], None)],
         a.rounds, ["iops", "p99us", "cpu_us/op"], [("pin", "copy", "iops")])
     common.not_switchable("bundled I/O", "misses are always bundled into one batch per read (cache/batch.rs)")
-    print(f"\ntotal {common.elapsed()}")
-    common.cleanup_cgroup()
-    return 0
+    return common.finish()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 //! throughput against threads or devices (one line per engine, medians of the runs at each
 //! point), or the latency CDF of each run.
 
+use crate::bench::report::median;
 use crate::plot::{draw, Chart, Series};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -65,16 +66,6 @@ fn reports(files: &[PathBuf]) -> Result<Vec<Value>> {
 
 fn num(r: &Value, key: &str) -> Result<f64> {
     r.get(key).and_then(Value::as_f64).with_context(|| format!("a report has no {key}"))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Draws latency CDFs: one line per (label, (fraction, µs) points).
