@@ -306,7 +306,7 @@ proptest! {
                 gc_every: 1 << 20,
                 gc_time: std::time::Duration::ZERO,
                 ..SimConfig::default()
-            })
+            }).unwrap()
         });
         let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new(), sim };
         h.cache = Some(Cache::create(h.config()).unwrap());

@@ -21,6 +21,7 @@ fn fast(volatile: u64, seed: u64) -> Arc<SimDevice> {
         seed,
         ..SimConfig::default()
     })
+    .unwrap()
 }
 
 /// A config of 4 devices, the first `sims.len()` simulated.
@@ -61,15 +62,16 @@ fn power_cuts_keep_every_synced_byte() {
         // Every device simulated, with a volatile cache larger than what goes unsynced.
         let sims: Vec<_> = (0..4).map(|i| fast(64 << 20, round * 8 + i)).collect();
         let synced = common::pattern(round, 1 << 20);
-        let later = common::pattern(round + 100, 1 << 20);
+        let rewrite = common::pattern(round + 100, 4096 * (round as usize + 1));
         {
-            let cache = Cache::create(config(tmp.path(), &sims, 32)).unwrap();
+            let cache = Cache::create(config(tmp.path(), &sims, 16)).unwrap();
             let f = cache.create_file("f").unwrap();
             f.write_all_at(&synced, 0).unwrap();
             f.sync_data().unwrap();
-            // Written after the sync, some of it written back by eviction, none flushed.
-            f.write_all_at(&later, 1 << 20).unwrap();
-            f.write_all_at(&later[..4096 * (round as usize + 1)], 0).unwrap_or(());
+            // Overwrite the first pages, then stream 4 MiB past them through 16 frames: the
+            // rewritten pages are evicted, so written back to the devices, never flushed.
+            f.write_all_at(&rewrite, 0).unwrap();
+            f.write_all_at(&common::pattern(round + 200, 4 << 20), 1 << 20).unwrap();
             let lost: usize = sims.iter().map(|s| s.power_cut().unwrap()).sum();
             assert!(lost > 0, "eviction wrote back unsynced pages, which the cut must undo");
             // The process "dies" with the power: the cache's own shutdown writes fail.
@@ -77,13 +79,15 @@ fn power_cuts_keep_every_synced_byte() {
         for s in &sims {
             s.power_on();
         }
-        let cache = Cache::open(config(tmp.path(), &sims, 32)).unwrap();
+        let cache = Cache::open(config(tmp.path(), &sims, 16)).unwrap();
         let f = cache.open_file("f").unwrap();
         let mut back = vec![0u8; synced.len()];
         f.read_exact_at(&mut back, 0).unwrap();
-        // The first pages may hold the rewrite if it was synced by the shutdown before the
-        // cut... it was not: the cut came first, so everything synced reads as synced.
+        // The rewrite reached the devices but was never flushed: the cut restored the synced
+        // bytes under it (a cut that kept unflushed writes, or a sync that flushed nothing,
+        // fails this).
         assert!(back == synced, "round {round}: synced data changed by a power cut");
+        assert_eq!(cache.file_len("f").unwrap(), 1 << 20, "the unsynced length was not logged");
     }
 }
 
@@ -153,7 +157,8 @@ fn gc_aware_eviction_spares_dirty_pages_of_a_collecting_device() {
         gc_time: Duration::from_secs(2),
         jitter_pct: 0,
         ..SimConfig::default()
-    });
+    })
+    .unwrap();
     let c = Config::new(common::dirs(tmp.path(), 1), 16 * 4096)
         .with_policy(PolicyKind::Clock)
         .with_clean_first(CleanFirst::WhileGc)

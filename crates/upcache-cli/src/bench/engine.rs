@@ -347,7 +347,7 @@ impl Engine for UpcacheEngine {
         let mut sims = Vec::new();
         if let Some(sc) = &o.sim {
             for i in 0..dirs.len() {
-                let dev = SimDevice::new(SimConfig { seed: sc.seed.wrapping_add(i as u64), ..sc.clone() });
+                let dev = SimDevice::new(SimConfig { seed: sc.seed.wrapping_add(i as u64), ..sc.clone() })?;
                 config = config.with_sim_device(i, dev.clone());
                 sims.push(dev);
             }

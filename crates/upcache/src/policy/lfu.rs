@@ -1,8 +1,9 @@
-//! LFU with dynamic aging (LFU-DA), approximated by sampling: each frame keeps a priority, its
-//! use count plus the cache's age at insertion; eviction takes the lowest-priority of a few
-//! random frames (`policy/sample.rs`) and raises the age to the victim's priority. Plain LFU
-//! keeps pages that were hot long ago forever; with the age, a new page starts level with the
-//! pages that survived, and old counts stop protecting a page once the age passes them.
+//! LFU with dynamic aging (LFU-DA, Arlitt et al.), approximated by sampling: each frame keeps
+//! its use count and a priority, the cache's age at its last use plus the count; eviction
+//! takes the lowest-priority of a few random frames (`policy/sample.rs`) and raises the age to
+//! the victim's priority. Plain LFU keeps pages that were hot long ago forever; with the age,
+//! a page's priority is refreshed only when it is used, so old counts stop protecting a page
+//! once the age has passed them.
 //!
 //! Pinned hits add one through [`Policy::on_hit`]; a lock-free hit only marks the touched
 //! bitmap and adds one when eviction samples the frame.
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct LfuPolicy {
     /// The priority of the last victim: the age new pages start from.
     age: AtomicU32,
+    uses: Box<[AtomicU32]>,
     priority: Box<[AtomicU32]>,
     dirty: DirtyRule,
 }
@@ -24,17 +26,17 @@ pub struct LfuPolicy {
 impl LfuPolicy {
     /// A policy for a table of `frames` frames, taking dirty frames by `dirty`.
     pub fn new(frames: usize, dirty: DirtyRule) -> Self {
-        LfuPolicy {
-            age: AtomicU32::new(0),
-            priority: (0..frames).map(|_| AtomicU32::new(0)).collect(),
-            dirty,
-        }
+        let zeros = || (0..frames).map(|_| AtomicU32::new(0)).collect();
+        LfuPolicy { age: AtomicU32::new(0), uses: zeros(), priority: zeros(), dirty }
     }
 
     fn count_use(&self, id: FrameId) {
-        // Relaxed: a hint; load + store, as a lost use costs little and a hit is the hot path.
-        let p = &self.priority[id as usize];
-        p.store(p.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
+        // Relaxed: hints; load + store, as a lost use costs little and a hit is the hot path.
+        let u = &self.uses[id as usize];
+        let n = u.load(Ordering::Relaxed).saturating_add(1);
+        u.store(n, Ordering::Relaxed);
+        let age = self.age.load(Ordering::Relaxed);
+        self.priority[id as usize].store(age.saturating_add(n), Ordering::Relaxed);
     }
 }
 
@@ -45,8 +47,8 @@ impl Policy for LfuPolicy {
 
     fn on_insert(&self, _frames: &FrameTable, id: FrameId) {
         // Relaxed: see `count_use`.
-        let start = self.age.load(Ordering::Relaxed).saturating_add(1);
-        self.priority[id as usize].store(start, Ordering::Relaxed);
+        self.uses[id as usize].store(0, Ordering::Relaxed);
+        self.count_use(id);
     }
 
     fn on_hit(&self, id: FrameId) {
@@ -94,5 +96,27 @@ mod tests {
         // With aging, 5 old uses protect frame 3 for about 5 rounds, not forever (plain LFU
         // would keep it while fresh pages with one use come and go).
         assert!(evictions_until(&t, &p, 3) < 10 * 32);
+    }
+
+    #[test]
+    fn a_use_refreshes_the_priority_to_the_current_age() {
+        use crate::policy::tests::insert;
+        let (t, p) = resident_table_with(32, |n| LfuPolicy::new(n, DirtyRule::default()));
+        // Age the cache by a few rounds of evictions, then use frame 3 once: its priority is
+        // the age now plus its uses, above every page inserted before (at most age + 1).
+        let mut page = 1000;
+        for _ in 0..5 * 32 {
+            match p.pick_victim(&t) {
+                Victim::Claimed(id) => {
+                    insert(&t, &p, id, page);
+                    page += 1;
+                }
+                v => panic!("{v:?}"),
+            }
+        }
+        p.on_hit(3);
+        let age = p.age.load(Ordering::Relaxed);
+        assert!(age >= 3, "the age rose: {age}");
+        assert!(p.priority[3].load(Ordering::Relaxed) >= age + 2);
     }
 }

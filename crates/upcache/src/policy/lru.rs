@@ -58,11 +58,12 @@ impl Policy for LruPolicy {
             if frames.take_touched(id) {
                 self.stamp(id);
             }
-            // Relaxed: as in `stamp`. Oldest first: the largest age ranks lowest.
-            let age = self
-                .now
-                .load(Ordering::Relaxed)
-                .wrapping_sub(self.last_use[id as usize].load(Ordering::Relaxed));
+            // Relaxed: as in `stamp`. Oldest first: the largest age ranks lowest. The stamp is
+            // read first, and one from the future (stamped after our read of `now`, which a
+            // concurrent insert advanced) counts as age 0, not as wrapped to the oldest.
+            let stamp = self.last_use[id as usize].load(Ordering::Relaxed);
+            let age = self.now.load(Ordering::Relaxed).wrapping_sub(stamp);
+            let age = if age > u32::MAX / 2 { 0 } else { age };
             u64::from(u32::MAX - age)
         });
         victim

@@ -332,12 +332,15 @@ pub(crate) mod tests {
             // Plain: the policy's order picks a cold page, dirty or not.
             let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::Never, None));
             assert!(matches!(p.pick_victim(&t), Victim::Dirty(id) if id != 5), "{kind:?}");
-            // GC-aware: a dirty page is taken only if its device is not collecting.
+            // GC-aware: a dirty page is taken only if its device is not collecting. Every
+            // device collects but page 2's: frame 2 goes (dirty) before the hot clean page,
+            // the way plain would have taken it, and no other dirty page is offered.
             let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::WhileGc, Some(gc.clone())));
-            match p.pick_victim(&t) {
-                Victim::Dirty(id) => assert_eq!(id, 2, "{kind:?}"),
-                v => assert_eq!(v, Victim::Claimed(5), "{kind:?}"),
-            }
+            assert_eq!(p.pick_victim(&t), Victim::Dirty(2), "{kind:?}");
+            // Page 2's device collecting too: clean first.
+            let all: GcProbe = std::sync::Arc::new(|_| true);
+            let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::WhileGc, Some(all)));
+            assert_eq!(p.pick_victim(&t), Victim::Claimed(5), "{kind:?}");
             // No device collecting: plain.
             let (t, p) = dirty_but_hot_five(kind, DirtyRule::new(CleanFirst::WhileGc, None));
             assert!(matches!(p.pick_victim(&t), Victim::Dirty(id) if id != 5), "{kind:?}");

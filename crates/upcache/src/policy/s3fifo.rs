@@ -130,6 +130,21 @@ impl Queues {
         }
     }
 
+    /// Drops stale entries once they outnumber the live ones (frames re-inserted after leaving
+    /// outside the policy, while no eviction came to pop their old entries).
+    fn compact_if_stale(&mut self) {
+        let live = self.small_len + self.main_len;
+        if self.small.len() + self.main.len() <= 2 * live + 64 {
+            return;
+        }
+        let (generation, home) = (&self.generation, &self.home);
+        let keep = |want: Home| {
+            move |&(id, g): &(FrameId, u32)| generation[id as usize] == g && home[id as usize] == want
+        };
+        self.small.retain(keep(Home::Small));
+        self.main.retain(keep(Home::Main));
+    }
+
     fn join(&mut self, id: FrameId, home: Home) {
         self.home[id as usize] = home;
         let entry = (id, self.generation[id as usize]);
@@ -164,6 +179,7 @@ impl Policy for S3FifoPolicy {
         q.generation[id as usize] = q.generation[id as usize].wrapping_add(1);
         let home = if q.ghost.take(key) { Home::Main } else { Home::Small };
         q.join(id, home);
+        q.compact_if_stale();
     }
 
     fn on_hit(&self, id: FrameId) {
@@ -173,13 +189,24 @@ impl Policy for S3FifoPolicy {
     fn pick_victim(&self, frames: &FrameTable) -> Victim {
         let mut q = lock(&self.queues);
         let mut deferred = None;
-        // Small entries passed over as dirty in a row: once every one was, look in main.
-        let mut small_deferred = 0;
+        // Entries of each queue passed over in a row (pinned, under I/O, or dirty and deferred):
+        // once a queue's every entry was, the other queue is tried, whatever the sizes say.
+        let (mut stuck_small, mut stuck_main) = (0, 0);
         // Every main entry may go round MAX_USES times, and a small one moves once.
         let budget = (MAX_USES as usize + 2) * (q.small_len + q.main_len) + 2;
         for _ in 0..budget {
-            let small_exhausted = small_deferred >= q.small_len && q.main_len > 0;
-            let from_small = !small_exhausted && (q.small_len >= self.small_target || q.main_len == 0);
+            let small_stuck = stuck_small >= q.small_len;
+            let main_stuck = stuck_main >= q.main_len;
+            if small_stuck && main_stuck {
+                break;
+            }
+            let from_small = if small_stuck {
+                false
+            } else if main_stuck {
+                true
+            } else {
+                q.small_len >= self.small_target
+            };
             let popped = if from_small { q.small.pop_front() } else { q.main.pop_front() };
             let Some((id, generation)) = popped else {
                 if q.small_len + q.main_len == 0 {
@@ -204,6 +231,7 @@ impl Policy for S3FifoPolicy {
                 // Small → main resets the count; main goes round with one use less.
                 self.uses[id as usize].store(if from_small { 0 } else { uses - 1 }, Ordering::Relaxed);
                 q.join(id, Home::Main);
+                (stuck_small, stuck_main) = (0, 0);
                 continue;
             }
             match claim_unreferenced(frames, id) {
@@ -225,13 +253,18 @@ impl Policy for S3FifoPolicy {
                     }
                     return Victim::Dirty(id);
                 }
-                ClaimResult::Dirty => {
-                    deferred.get_or_insert(id);
-                    small_deferred += usize::from(from_small);
+                // Dirty and deferred, pinned or under I/O: round again.
+                r => {
+                    if r == ClaimResult::Dirty {
+                        deferred.get_or_insert(id);
+                    }
+                    if from_small {
+                        stuck_small += 1;
+                    } else {
+                        stuck_main += 1;
+                    }
                     q.join(id, expected);
                 }
-                // Pinned or under I/O: round again.
-                ClaimResult::Busy | ClaimResult::Referenced => q.join(id, expected),
             }
         }
         deferred.map_or(Victim::None, Victim::Dirty)
@@ -266,15 +299,14 @@ mod tests {
         for id in 0..10 {
             p.on_hit(id);
         }
-        let mut evicted = Vec::new();
         for page in 100..200 {
+            // Each victim held an unused old page (10..20) or a page of the scan itself.
             let id = miss(&t, &p, page);
-            evicted.push(t.key(id).page);
+            assert!(id >= 10 || t.key(id).page >= 100, "used page {id} was evicted");
         }
         for id in 0..10 {
             assert_eq!(t.key(id).page, u64::from(id), "used page {id} was evicted");
         }
-        assert!(evicted.len() == 100);
     }
 
     #[test]
@@ -290,5 +322,33 @@ mod tests {
             let id = miss(&t, &p, page);
             assert_ne!(id, 0);
         }
+    }
+
+    #[test]
+    fn pinned_pages_in_the_small_queue_do_not_hide_main() {
+        let (t, p) = resident_table_with(20, policy(20));
+        // Pages 0..10 used (they move to main on the first eviction pass), pages 10..20
+        // pinned in the small queue: a victim must come from main.
+        for id in 0..10 {
+            p.on_hit(id);
+        }
+        for id in 10..20 {
+            t.state(id).try_pin().unwrap();
+        }
+        assert!(matches!(p.pick_victim(&t), Victim::Claimed(id) if id < 10));
+    }
+
+    #[test]
+    fn stale_entries_are_compacted() {
+        let (t, p) = resident_table_with(8, policy(8));
+        // Frames freed outside the policy and inserted again, many times, with no eviction.
+        for round in 0..100u64 {
+            for id in 0..8 {
+                assert_eq!(t.state(id).try_claim(), ClaimResult::Claimed);
+                insert(&t, &p, id, 1000 + round * 8 + u64::from(id));
+            }
+        }
+        let q = lock(&p.queues);
+        assert!(q.small.len() + q.main.len() <= 2 * 8 + 64 + 1, "{} entries", q.small.len() + q.main.len());
     }
 }

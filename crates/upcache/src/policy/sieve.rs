@@ -124,14 +124,20 @@ impl Policy for SievePolicy {
                 continue;
             }
             if frames.take_touched(id) {
-                continue; // visited: keep it, mark cleared
+                // Visited: keep it, every mark cleared (a pin's bit too) in this one pass.
+                frames.state(id).clear_referenced();
+                continue;
             }
             match frames.state(id).try_claim() {
                 ClaimResult::Claimed => {
                     l.unlink(id);
                     return Victim::Claimed(id);
                 }
-                ClaimResult::Dirty if !self.dirty.defer(frames, id) => return Victim::Dirty(id),
+                ClaimResult::Dirty if !self.dirty.defer(frames, id) => {
+                    // The hand stays on it: once written back, the next pick takes it.
+                    l.hand = id;
+                    return Victim::Dirty(id);
+                }
                 ClaimResult::Dirty => {
                     deferred.get_or_insert(id);
                 }

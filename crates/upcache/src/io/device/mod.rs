@@ -20,7 +20,9 @@ pub mod sim;
 /// One open backing file: a cache file's share of one device.
 #[derive(Debug)]
 pub struct BackingFile {
-    file: File,
+    /// Shared with a simulated device's unflushed writes (`sim.rs`), which must restore
+    /// bytes through it after the handle is gone.
+    file: std::sync::Arc<File>,
     device: DeviceId,
     file_id: u64,
     /// Syncs of this file share flushes.
@@ -58,6 +60,11 @@ impl BackingFile {
     /// a device flush to be durable.
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// The open OS file, shared.
+    pub(crate) fn shared_file(&self) -> &std::sync::Arc<File> {
+        &self.file
     }
 
     /// The simulated device the file is on, if any (its I/O goes through it).
@@ -174,6 +181,7 @@ pub fn open_backing(
         }
         Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
     };
+    let file = std::sync::Arc::new(file);
     Ok(BackingFile {
         file,
         device,

@@ -26,6 +26,7 @@ use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A simulated device's parameters.
@@ -107,25 +108,44 @@ impl SimConfig {
                 })
             };
             match k {
-                "channels" => self.channels = num(v)? as usize,
+                "channels" => self.channels = usize::try_from(num(v)?).unwrap_or(usize::MAX),
                 "read-latency" => self.read_latency = dur(v)?,
                 "write-latency" => self.write_latency = dur(v)?,
                 "bandwidth" => self.bandwidth = num(v)?,
                 "gc-every" => self.gc_every = num(v)?,
                 "gc-time" => self.gc_time = dur(v)?,
-                "gc-read-slowdown" => self.gc_read_slowdown = num(v)? as u32,
+                "gc-read-slowdown" => self.gc_read_slowdown = u32::try_from(num(v)?).unwrap_or(u32::MAX),
                 "volatile" => self.volatile_bytes = num(v)?,
-                "jitter" => self.jitter_pct = num(v)? as u32,
+                "jitter" => self.jitter_pct = u32::try_from(num(v)?).unwrap_or(u32::MAX),
                 "seed" => self.seed = num(v)?,
                 _ => return Err(bad(format!("unknown sim setting {k:?}"))),
             }
         }
-        if self.channels == 0 || self.bandwidth == 0 || self.gc_read_slowdown == 0 || self.jitter_pct >= 100 {
-            return Err(bad(
-                "sim: channels, bandwidth and gc-read-slowdown must be positive, jitter under 100".into(),
-            ));
-        }
+        self.check()?;
         Ok(self)
+    }
+
+    /// Whether the settings are in range: 1 to 1024 channels, a positive bandwidth, a GC read
+    /// slowdown of 1 to 1000, jitter under 100%, and latencies and GC time of at most an hour.
+    pub fn check(&self) -> crate::Result<()> {
+        let hour = Duration::from_secs(3600);
+        let ok = (1..=1024).contains(&self.channels)
+            && self.bandwidth > 0
+            && (1..=1000).contains(&self.gc_read_slowdown)
+            && self.jitter_pct < 100
+            && self.read_latency <= hour
+            && self.write_latency <= hour
+            && self.gc_time <= hour;
+        if ok {
+            return Ok(());
+        }
+        Err(crate::Error::new(
+            crate::ErrorKind::InvalidInput,
+            format!(
+                "simulated device settings out of range (1-1024 channels, bandwidth > 0, gc-read-slowdown \
+                 1-1000, jitter < 100, latencies and gc-time at most 1 hour): {self:?}"
+            ),
+        ))
     }
 }
 
@@ -191,7 +211,7 @@ pub struct SimStats {
 
 /// A write a power cut may still undo: the bytes it overwrote.
 struct Volatile {
-    file: File,
+    file: Arc<File>,
     offset: u64,
     before: Vec<u8>,
 }
@@ -203,6 +223,8 @@ struct State {
     gc_until: Option<Instant>,
     rng: u64,
     faults: Vec<(Fault, u64)>,
+    /// The latest completion booked (a flush waits for it).
+    last_done: Instant,
     volatile: VecDeque<Volatile>,
     volatile_len: u64,
     stats: SimStats,
@@ -218,6 +240,14 @@ pub struct SimDevice {
     gc_until_ns: AtomicU64,
     epoch: Instant,
     powered: AtomicBool,
+    /// Power cuts so far: a write in flight across one is lost, and fails.
+    cuts: AtomicU64,
+}
+
+/// A simulated write on its way: when it completes, and the power-cut count it started in.
+pub(crate) struct PendingWrite {
+    pub(crate) done: Instant,
+    cuts: u64,
 }
 
 impl std::fmt::Debug for SimDevice {
@@ -232,16 +262,18 @@ fn powered_off() -> io::Error {
 }
 
 impl SimDevice {
-    /// A powered-on device.
-    pub fn new(config: SimConfig) -> std::sync::Arc<SimDevice> {
+    /// A powered-on device; an error if `config` is out of range (see [`SimConfig::check`]).
+    pub fn new(config: SimConfig) -> crate::Result<Arc<SimDevice>> {
+        config.check()?;
         let now = Instant::now();
-        std::sync::Arc::new(SimDevice {
+        Ok(Arc::new(SimDevice {
             state: Mutex::new(State {
                 free_at: vec![now; config.channels.max(1)],
                 written_since_gc: 0,
                 gc_until: None,
                 rng: config.seed | 1,
                 faults: Vec::new(),
+                last_done: now,
                 volatile: VecDeque::new(),
                 volatile_len: 0,
                 stats: SimStats::default(),
@@ -250,7 +282,8 @@ impl SimDevice {
             gc_until_ns: AtomicU64::new(0),
             epoch: now,
             powered: AtomicBool::new(true),
-        })
+            cuts: AtomicU64::new(0),
+        }))
     }
 
     /// Its parameters.
@@ -288,6 +321,8 @@ impl SimDevice {
         // SeqCst: requests that see the device powered must have finished touching the
         // volatile list before we undo it; both happen under the state lock as well.
         self.powered.store(false, Ordering::SeqCst);
+        // SeqCst: a write that finishes after this sees the count changed.
+        self.cuts.fetch_add(1, Ordering::SeqCst);
         let lost = st.volatile.len();
         while let Some(v) = st.volatile.pop_back() {
             v.file.write_all_at(&v.before, v.offset)?;
@@ -312,8 +347,10 @@ impl SimDevice {
         let mut fail = None;
         for (fault, seen) in &mut st.faults {
             match *fault {
+                // A flush has no range: a flush fault hits every flush.
                 Fault::EioAt { op: f, start, end }
-                    if matches(f) && offset < end && start < offset + len.max(1) =>
+                    if matches(f)
+                        && (op == FaultOp::Flush || (offset < end && start < offset + len.max(1))) =>
                 {
                     fail = Some(libc::EIO);
                 }
@@ -367,6 +404,7 @@ impl SimDevice {
                 st.free_at[c] = done;
             }
         }
+        st.last_done = st.last_done.max(done);
         if write && self.config.gc_every > 0 {
             st.written_since_gc += bytes;
             if st.written_since_gc >= self.config.gc_every {
@@ -398,9 +436,19 @@ impl SimDevice {
     }
 
     /// Writes `bufs` to `file` at `offset`.
-    pub(crate) fn write(&self, file: &File, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        let done = self.submit_write(file, offset, bufs)?;
-        Self::wait(done);
+    pub(crate) fn write(&self, file: &Arc<File>, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        let w = self.submit_write(file, offset, bufs)?;
+        Self::wait(w.done);
+        self.finish_write(w)
+    }
+
+    /// After a submitted write's completion time: EIO if a power cut came while it was in
+    /// flight (the cut undid it, so it must not count as written).
+    pub(crate) fn finish_write(&self, w: PendingWrite) -> io::Result<()> {
+        // SeqCst: see `power_cut`.
+        if self.cuts.load(Ordering::SeqCst) != w.cuts {
+            return Err(powered_off());
+        }
         Ok(())
     }
 
@@ -432,7 +480,12 @@ impl SimDevice {
     }
 
     /// `write` without the wait (see `submit_read`).
-    pub(crate) fn submit_write(&self, file: &File, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<Instant> {
+    pub(crate) fn submit_write(
+        &self,
+        file: &Arc<File>,
+        offset: u64,
+        bufs: &[IoSlice<'_>],
+    ) -> io::Result<PendingWrite> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let done = {
             let mut st = lock(&self.state);
@@ -445,7 +498,7 @@ impl SimDevice {
                 let mut before = vec![0u8; len as usize];
                 read_full_at(file, &mut before, offset)?;
                 st.volatile_len += len;
-                st.volatile.push_back(Volatile { file: file.try_clone()?, offset, before });
+                st.volatile.push_back(Volatile { file: file.clone(), offset, before });
                 // Past the cache's capacity the oldest writes have reached flash.
                 while st.volatile_len > self.config.volatile_bytes {
                     let Some(v) = st.volatile.pop_front() else { break };
@@ -457,7 +510,9 @@ impl SimDevice {
                 file.write_all_at(b, off)?;
                 off += b.len() as u64;
             }
-            self.schedule(&mut st, true, len)
+            let done = self.schedule(&mut st, true, len);
+            // SeqCst: see `power_cut` (read under the lock that cuts take too).
+            PendingWrite { done, cuts: self.cuts.load(Ordering::SeqCst) }
         };
         Ok(done)
     }
@@ -470,8 +525,8 @@ impl SimDevice {
             st.stats.flushes += 1;
             st.volatile.clear();
             st.volatile_len = 0;
-            // A flush waits for the writes before it: the latest-finishing channel.
-            st.free_at.iter().copied().max().unwrap_or_else(Instant::now)
+            // A flush waits for the writes before it, those waiting for GC included.
+            st.last_done
         };
         Self::wait(done);
         Ok(())
@@ -513,7 +568,7 @@ mod tests {
         SimConfig { jitter_pct: 0, ..c }
     }
 
-    fn file() -> (tempfile::TempDir, File) {
+    fn file() -> (tempfile::TempDir, Arc<File>) {
         let d = tempfile::tempdir().unwrap();
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -522,14 +577,14 @@ mod tests {
             .truncate(true)
             .open(d.path().join("f"))
             .unwrap();
-        (d, f)
+        (d, Arc::new(f))
     }
 
     #[test]
     fn requests_queue_behind_busy_channels() {
         let c = quiet(SimConfig { channels: 2, gc_every: 0, ..SimConfig::default() });
         let service = c.read_latency + Duration::from_nanos(4096 * 1_000_000_000 / (c.bandwidth / 2));
-        let d = SimDevice::new(c);
+        let d = SimDevice::new(c).unwrap();
         let mut st = lock(&d.state);
         let t0 = Instant::now();
         let a = d.schedule(&mut st, false, 4096);
@@ -544,7 +599,7 @@ mod tests {
     fn written_volume_starts_garbage_collection_that_stalls_writes_and_slows_reads() {
         let c =
             quiet(SimConfig { gc_every: 1 << 20, gc_time: Duration::from_secs(60), ..SimConfig::default() });
-        let d = SimDevice::new(c.clone());
+        let d = SimDevice::new(c.clone()).unwrap();
         let mut st = lock(&d.state);
         assert!(!d.collecting());
         let mut last = Instant::now();
@@ -569,7 +624,8 @@ mod tests {
             read_latency: Duration::ZERO,
             write_latency: Duration::ZERO,
             ..SimConfig::default()
-        }));
+        }))
+        .unwrap();
         let page = [7u8; 4096];
         dev.write(&f, 0, &[IoSlice::new(&page)]).unwrap();
         dev.inject(Fault::EioAt { op: FaultOp::Read, start: 8192, end: 12288 });
@@ -599,7 +655,7 @@ mod tests {
             volatile_bytes: 8192,
             ..SimConfig::default()
         };
-        let dev = SimDevice::new(quiet(c));
+        let dev = SimDevice::new(quiet(c)).unwrap();
         let (a, b, c) = ([1u8; 4096], [2u8; 4096], [3u8; 4096]);
         dev.write(&f, 0, &[IoSlice::new(&a)]).unwrap();
         dev.flush().unwrap();
@@ -641,5 +697,26 @@ mod tests {
         for bad in ["channels=0", "speed=3", "read-latency=5h", "gc-every", "jitter=100"] {
             assert!(SimConfig::default().parse_settings(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_write_in_flight_across_a_power_cut_fails_and_flushes_wait_for_gc_delayed_writes() {
+        let (_d, f) = file();
+        let c = SimConfig { gc_every: 4096, gc_time: Duration::from_secs(30), ..SimConfig::default() };
+        let dev = SimDevice::new(quiet(c)).unwrap();
+        let page = [9u8; 4096];
+        // This write starts an episode; the next one waits for its end.
+        dev.write(&f, 0, &[IoSlice::new(&page)]).unwrap();
+        let w = dev.submit_write(&f, 4096, &[IoSlice::new(&page)]).unwrap();
+        {
+            let st = lock(&dev.state);
+            assert!(st.last_done >= w.done, "a flush waits for the delayed write");
+            assert!(w.done >= Instant::now() + Duration::from_secs(20));
+        }
+        dev.power_cut().unwrap();
+        assert_eq!(dev.finish_write(w).unwrap_err().raw_os_error(), Some(libc::EIO));
+        dev.power_on();
+        let w = dev.submit_write(&f, 8192, &[IoSlice::new(&page)]).unwrap();
+        dev.finish_write(w).unwrap();
     }
 }

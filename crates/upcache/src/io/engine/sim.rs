@@ -43,7 +43,7 @@ impl IoEngine for SimRouted {
 
     fn write_vectored(&self, file: &BackingFile, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         match file.sim() {
-            Some(s) => s.write(file.file(), offset, bufs),
+            Some(s) => s.write(file.shared_file(), offset, bufs),
             None => self.inner.write_vectored(file, offset, bufs),
         }
     }
@@ -64,9 +64,12 @@ impl IoEngine for SimRouted {
             return self.inner.run_batch(reqs);
         }
         let mut last = None;
-        let out = reqs
+        // Simulated writes, to be told if a power cut overtook them.
+        let mut writes = Vec::new();
+        let mut out: Vec<io::Result<usize>> = reqs
             .iter_mut()
-            .map(|r| match r {
+            .enumerate()
+            .map(|(i, r)| match r {
                 IoReq::Read { file, offset, bufs } => match file.sim() {
                     Some(s) => s.submit_read(file.file(), *offset, bufs).map(|(n, done)| {
                         last = last.max(Some(done));
@@ -77,8 +80,9 @@ impl IoEngine for SimRouted {
                 IoReq::Write { file, offset, bufs } => {
                     let n = bufs.iter().map(|b| b.len()).sum();
                     match file.sim() {
-                        Some(s) => s.submit_write(file.file(), *offset, bufs).map(|done| {
-                            last = last.max(Some(done));
+                        Some(s) => s.submit_write(file.shared_file(), *offset, bufs).map(|w| {
+                            last = last.max(Some(w.done));
+                            writes.push((i, s, w));
                             n
                         }),
                         None => self.inner.write_vectored(file, *offset, bufs).map(|()| n),
@@ -88,6 +92,11 @@ impl IoEngine for SimRouted {
             .collect();
         if let Some(done) = last {
             SimDevice::wait(done);
+        }
+        for (i, s, w) in writes {
+            if let Err(e) = s.finish_write(w) {
+                out[i] = Err(e);
+            }
         }
         out
     }
