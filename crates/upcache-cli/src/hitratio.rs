@@ -26,13 +26,13 @@ pub struct HitRatioArgs {
     #[arg(long, value_name = "KIND")]
     synth: Option<Synth>,
     /// Operations of a generated trace
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "trace")]
     ops: u64,
     /// Footprint of a generated trace
-    #[arg(long, default_value = "1g", value_parser = parse_size)]
+    #[arg(long, default_value = "1g", value_parser = parse_size, conflicts_with = "trace")]
     footprint: u64,
     /// Seed of a generated trace
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "trace")]
     seed: u64,
     /// Cache page size
     #[arg(long, default_value = "4k", value_parser = parse_size)]

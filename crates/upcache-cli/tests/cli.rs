@@ -177,6 +177,9 @@ fn bad_traces_and_arguments_are_clear_errors() {
         (vec!["hit-ratio", "--synth", "zipf:0.9", "--sizes", "0%"], "0%"),
         (vec!["hit-ratio", "--synth", "zipf:0.9", "--plot", "x.txt", "--ops", "10"], ".png or .svg"),
         (vec!["bench", "--policy", "clock+sometimes"], "sometimes"),
+        (vec!["bench", "--timing", "trace"], "--trace or --synth"),
+        (vec!["bench", "--plot-cdf", "x.pdf"], ".png or .svg"),
+        (vec!["hit-ratio", "--trace", "x.csv", "--ops", "5"], "--ops"),
     ] {
         let out = upcache(&args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -322,7 +322,13 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
     } else {
         a.files.unwrap_or(1) as usize
     };
+    ensure!(
+        trace.is_some() || (a.timing == Timing::Fast && a.speed == 1.0),
+        "--timing and --speed apply to replays: give --trace or --synth"
+    );
     let stop = match (a.runtime, a.ops) {
+        // With --synth, --ops made the trace (YCSB-F makes 1.5 requests per op): run all of it.
+        (_, Some(_)) if a.synth.is_some() => Stop::Ops(trace.as_ref().map_or(0, |t| t.ops.len() as u64)),
         (_, Some(n)) if trace.is_some() => Stop::Ops(n.min(trace.as_ref().map_or(0, |t| t.ops.len() as u64))),
         (_, None) if trace.is_some() => Stop::Ops(trace.as_ref().map_or(0, |t| t.ops.len() as u64)),
         (_, Some(n)) => Stop::Ops(n),
@@ -550,6 +556,13 @@ pub fn run_replay(args: BenchArgs) -> Result<()> {
 pub fn run(args: BenchArgs) -> Result<()> {
     let dir = args.dir.clone();
     let plot_cdf = args.plot_cdf.clone();
+    if let Some(p) = &plot_cdf {
+        ensure!(
+            matches!(p.extension().and_then(|e| e.to_str()), Some("png" | "svg")),
+            "--plot-cdf {} must end in .png or .svg",
+            p.display()
+        );
+    }
     let plan = resolve(args)?;
     let (tmp, base) = match dir {
         Some(d) => (None, d),
@@ -577,16 +590,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
             reports.push(r);
         }
     }
-    if let Some(path) = &plot_cdf {
-        let curves: Vec<(String, Vec<(f64, f64)>)> =
-            reports.iter().filter(|r| r.run == 1).map(|r| (r.engine.clone(), r.lat_cdf.clone())).collect();
-        crate::plotcmd::draw_cdf(
-            &curves,
-            &format!("Latency CDF: {} {} threads", reports[0].rw, plan.threads),
-            path,
-        )?;
-        eprintln!("plot: {}", path.display());
-    }
     if plan.json {
         let out = if plan.engines.len() > 1 || plan.repeat > 1 {
             serde_json::to_string_pretty(&reports)?
@@ -597,6 +600,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         let names: Vec<&str> = plan.engines.iter().map(|e| e.name()).collect();
         print!("{}", report::table(&names, &reports, plan.repeat));
+    }
+    // After the results are out: a chart that cannot be drawn costs only itself.
+    if let Some(path) = &plot_cdf {
+        let curves: Vec<(String, Vec<(f64, f64)>)> =
+            reports.iter().filter(|r| r.run == 1).map(|r| (r.engine.clone(), r.lat_cdf.clone())).collect();
+        let title = format!("Latency CDF: {} {} threads", reports[0].rw, plan.threads);
+        match crate::plotcmd::draw_cdf(&curves, &title, path) {
+            Ok(()) => eprintln!("plot: {}", path.display()),
+            Err(e) => eprintln!("warning: no latency plot: {e:#}"),
+        }
     }
     if let Some(t) = tmp {
         if plan.keep {
@@ -871,10 +884,11 @@ struct ThreadResult {
     recorded: Vec<Access>,
 }
 
-/// A per-thread op counter on its own cache line, so publishing progress costs a plain store.
+/// A per-thread op counter on its own cache line, so publishing progress costs a plain store;
+/// and a heartbeat, bumped while a timed replay waits for its next request on purpose.
 #[repr(align(128))]
 #[derive(Default)]
-struct Counter(AtomicU64);
+struct Counter(AtomicU64, AtomicU64);
 
 /// If no op completes for this long, the engine is taken to be stuck and the process exits.
 const STALL_LIMIT: Duration = Duration::from_secs(120);
@@ -912,6 +926,7 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
                     barrier: &barrier,
                     abort: &abort,
                     done: &counters[t].0,
+                    heartbeat: &counters[t].1,
                     depth: p.upcache.iodepth,
                     lat_every: p.lat_every,
                     fsync: p.fsync,
@@ -931,14 +946,16 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
         while !handles.iter().all(|h| h.is_finished()) {
             thread::sleep(Duration::from_millis(50));
             let done: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+            // Relaxed: stall detection only. Waiting for a trace's next request is progress.
+            let alive = done + counters.iter().map(|c| c.1.load(Ordering::Relaxed)).sum::<u64>();
             let secs = start.elapsed().as_secs_f64();
             match p.stop {
                 Stop::Runtime(_) => bar.set(start.elapsed().as_millis() as u64),
                 Stop::Ops(_) => bar.set(done),
             }
             bar.set_message(format!("{:.0} iops", done as f64 / secs.max(1e-9)));
-            if done != last_done {
-                (last_done, last_change) = (done, Instant::now());
+            if alive != last_done {
+                (last_done, last_change) = (alive, Instant::now());
             } else if last_change.elapsed() > STALL_LIMIT {
                 // The threads cannot be cancelled; report and leave rather than hang.
                 eprintln!(
@@ -997,6 +1014,8 @@ struct Worker<'a, E> {
     barrier: &'a Barrier,
     abort: &'a AtomicBool,
     done: &'a AtomicU64,
+    /// Bumped while waiting for a timed replay's next request.
+    heartbeat: &'a AtomicU64,
     /// Ops in flight with `--api async`.
     depth: usize,
     /// Time one op in this many.
@@ -1044,10 +1063,17 @@ impl<E: Engine> Worker<'_, E> {
             let Some(op) = self.gen.next(&mut rng) else { break };
             if let Some(at) = op.at_us {
                 // A replay at the trace's timing: wait for the request's time (late: go now).
+                // Sleeps of at most a second, each a heartbeat for the stall detector (a trace
+                // may be idle for hours).
                 let due = start + Duration::from_micros(at);
-                let now = Instant::now();
-                if due > now {
-                    thread::sleep(due - now);
+                loop {
+                    let now = Instant::now();
+                    if due <= now || self.abort.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    thread::sleep((due - now).min(Duration::from_secs(1)));
+                    // Relaxed: stall detection only.
+                    self.heartbeat.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let timed = untimed == 0;

@@ -53,11 +53,20 @@ pub fn load(path: &Path, format: Format) -> Result<Trace> {
     parse(std::io::BufReader::new(file), format).with_context(|| format!("read trace {}", path.display()))
 }
 
-/// Parses a trace in `format`; times become relative to the first request.
+/// The end of a request (offset + length) must stay under this: 64 PiB.
+pub const MAX_END: u64 = 1 << 56;
+/// The longest request accepted: 1 GiB.
+pub const MAX_LEN: u64 = 1 << 30;
+
+/// Parses a trace in `format`. Volumes are numbered from 0 in order of appearance, times
+/// become relative to the earliest request, and requests are put in time order (stable, so
+/// a trace already in order keeps it). A request past [`MAX_END`] or longer than [`MAX_LEN`]
+/// is an error.
 pub fn parse(input: impl BufRead, format: Format) -> Result<Trace> {
     let mut trace = Trace::default();
     let mut volumes: HashMap<String, u32> = HashMap::new();
-    let mut first_time = None;
+    let mut dense: HashMap<u32, u32> = HashMap::new();
+    let mut times = Vec::new();
     for (i, line) in input.lines().enumerate() {
         let line = line.with_context(|| format!("line {}", i + 1))?;
         let line = line.trim();
@@ -72,11 +81,21 @@ pub fn parse(input: impl BufRead, format: Format) -> Result<Trace> {
         let Some((time, mut access)) = parsed.with_context(|| format!("line {}: {line:?}", i + 1))? else {
             continue; // a header
         };
-        let t0 = *first_time.get_or_insert(time);
-        access.time_us = time.saturating_sub(t0);
-        trace.volumes = trace.volumes.max(access.volume + 1);
+        if access.len > MAX_LEN || access.offset.checked_add(access.len).is_none_or(|end| end > MAX_END) {
+            bail!("line {}: {line:?}: a request must end before byte 2^56 and be at most 1 GiB long", i + 1);
+        }
+        // Dense volume numbers, whatever the trace calls them.
+        let next = dense.len() as u32;
+        access.volume = *dense.entry(access.volume).or_insert(next);
+        trace.volumes = dense.len() as u32;
+        times.push(time);
         trace.accesses.push(access);
     }
+    let t0 = times.iter().copied().min().unwrap_or(0);
+    for (a, t) in trace.accesses.iter_mut().zip(&times) {
+        a.time_us = t - t0;
+    }
+    trace.accesses.sort_by_key(|a| a.time_us);
     Ok(trace)
 }
 
@@ -191,14 +210,14 @@ mod tests {
     fn upcache_format_round_trips() {
         let accesses = vec![
             Access { time_us: 0, write: false, volume: 0, offset: 4096, len: 8192 },
-            Access { time_us: 15, write: true, volume: 3, offset: 0, len: 512 },
+            Access { time_us: 15, write: true, volume: 1, offset: 0, len: 512 },
         ];
         let mut out = format!("{UPCACHE_HEADER}\n").into_bytes();
         for a in &accesses {
             write_upcache(&mut out, a).unwrap();
         }
         let t = parse_str(std::str::from_utf8(&out).unwrap(), Format::Upcache).unwrap();
-        assert_eq!((t.accesses, t.volumes), (accesses, 4));
+        assert_eq!((t.accesses, t.volumes), (accesses, 2));
     }
 
     #[test]
@@ -214,6 +233,20 @@ mod tests {
             let e = format!("{:#}", parse_str(text, format).unwrap_err());
             assert!(e.contains("line 1") && e.contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn huge_or_overflowing_requests_are_errors_and_volumes_are_dense_and_times_sorted() {
+        for bad in
+            ["0,r,0,18446744073709551000,4096\n", "0,r,0,0,2147483648\n", "0,w,0,72057594037927936,1\n"]
+        {
+            let e = format!("{:#}", parse_str(bad, Format::Upcache).unwrap_err());
+            assert!(e.contains("line 1") && e.contains("2^56"), "{e}");
+        }
+        let t = parse_str("50,r,4000000000,0,4096\n10,w,7,4096,4096\n", Format::Upcache).unwrap();
+        assert_eq!(t.volumes, 2);
+        let got: Vec<(u64, u32)> = t.accesses.iter().map(|a| (a.time_us, a.volume)).collect();
+        assert_eq!(got, [(0, 1), (40, 0)]);
     }
 
     #[test]
