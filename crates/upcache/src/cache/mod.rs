@@ -282,7 +282,7 @@ impl Cache {
             .clone()
             .unwrap_or_else(|| config.io.build(registrable, config.device_dirs.len(), config.submit));
         if !config.sim_devices.is_empty() {
-            engine = Arc::new(crate::io::engine::sim::SimRouted::new(engine));
+            engine = std::sync::Arc::new(crate::io::engine::sim::SimRouted::new(engine));
         }
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
         let run_pages = if config.streams { limits.pages } else { crate::writeback::run::MAX_RUN };
@@ -855,7 +855,7 @@ fn gc_probe(config: &Config, layout: StripeLayout) -> Option<crate::policy::GcPr
         return None;
     }
     let sims: Vec<_> = (0..config.device_dirs.len()).map(|i| config.sim_device(i)).collect();
-    Some(Arc::new(move |key: crate::frame::PageKey| {
+    Some(std::sync::Arc::new(move |key: crate::frame::PageKey| {
         sims[layout.locate(key.page).0].as_ref().is_some_and(|s| s.collecting())
     }))
 }
