@@ -1,0 +1,169 @@
+//! `upcache_config`: the array's device directories, memory budget and settings.
+
+use crate::error::{guard, status, Fail};
+use std::ffi::{c_char, CStr};
+use std::path::PathBuf;
+use upcache::Config;
+
+/// An opaque configuration.
+pub struct upcache_config {
+    tag: u64,
+    pub(crate) config: Config,
+}
+
+const CONFIG_TAG: u64 = 0x7563_636f_6e66_6967; // "ucconfig"
+const DEAD: u64 = 0;
+
+/// A UTF-8 string argument.
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
+    if p.is_null() {
+        return Err(Fail::invalid(format!("{what} is null")));
+    }
+    // SAFETY: the caller passes a NUL-terminated string (the function's contract).
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Fail::invalid(format!("{what} is not UTF-8")))
+}
+
+/// The live configuration behind `p`.
+///
+/// # Safety
+/// `p` is null or a pointer from `upcache_config_new` (possibly freed: then its tag says so,
+/// as long as the memory was not reused).
+pub(crate) unsafe fn config_ref<'a>(p: *const upcache_config) -> Result<&'a upcache_config, Fail> {
+    // SAFETY: non-null pointers come from `upcache_config_new` (the function's contract).
+    match unsafe { p.as_ref() } {
+        Some(c) if c.tag == CONFIG_TAG => Ok(c),
+        Some(_) => Err(Fail::invalid("not a live upcache_config")),
+        None => Err(Fail::invalid("config is null")),
+    }
+}
+
+unsafe fn config_mut<'a>(p: *mut upcache_config) -> Result<&'a mut upcache_config, Fail> {
+    // SAFETY: as in `config_ref`; the caller does not share the config during the call.
+    match unsafe { p.as_mut() } {
+        Some(c) if c.tag == CONFIG_TAG => Ok(c),
+        Some(_) => Err(Fail::invalid("not a live upcache_config")),
+        None => Err(Fail::invalid("config is null")),
+    }
+}
+
+/// A configuration over `ndirs` device directories (one per SSD) with `memory_bytes` of page
+/// frames; NULL on a bad argument (see `upcache_last_error`). Settings are checked when the
+/// cache is created or opened.
+///
+/// # Safety
+/// `dirs` points to `ndirs` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_new(
+    dirs: *const *const c_char,
+    ndirs: usize,
+    memory_bytes: u64,
+) -> *mut upcache_config {
+    guard(
+        |_| std::ptr::null_mut(),
+        || {
+            if dirs.is_null() || ndirs == 0 || ndirs > upcache::MAX_DEVICES {
+                return Err(Fail::invalid(format!("need 1 to {} device directories", upcache::MAX_DEVICES)));
+            }
+            let mut paths = Vec::with_capacity(ndirs);
+            for i in 0..ndirs {
+                // SAFETY: `dirs` has `ndirs` entries (the function's contract).
+                let p = unsafe { *dirs.add(i) };
+                // SAFETY: each entry is NUL-terminated (the function's contract).
+                paths.push(PathBuf::from(unsafe { text(p, "a device directory") }?));
+            }
+            let config = Config::new(paths, memory_bytes);
+            Ok(Box::into_raw(Box::new(upcache_config { tag: CONFIG_TAG, config })))
+        },
+    )
+}
+
+/// Frees a configuration (NULL is ignored). Caches made from it are not affected.
+///
+/// # Safety
+/// `config` is NULL or from `upcache_config_new`, not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_free(config: *mut upcache_config) -> i32 {
+    status(|| {
+        if config.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the function's contract.
+        let c = unsafe { config_mut(config) }?;
+        c.tag = DEAD;
+        // SAFETY: allocated by `Box::into_raw` in `upcache_config_new`, freed only here.
+        drop(unsafe { Box::from_raw(config) });
+        Ok(())
+    })
+}
+
+/// Applies `f` to a live configuration.
+unsafe fn update(config: *mut upcache_config, f: impl FnOnce(Config) -> Result<Config, Fail>) -> i32 {
+    status(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { config_mut(config) }?;
+        // On a bad value the configuration stays as it was.
+        c.config = f(c.config.clone())?;
+        Ok(())
+    })
+}
+
+/// Sets the page size (a power of two from 4 KiB to 64 KiB; default 4 KiB).
+///
+/// # Safety
+/// `config` is from `upcache_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_page_size(config: *mut upcache_config, bytes: usize) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_page_size(bytes))) }
+}
+
+/// Sets the stripe unit (a multiple of the page size; default 128 KiB).
+///
+/// # Safety
+/// `config` is from `upcache_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_stripe_unit(config: *mut upcache_config, bytes: u64) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_stripe_unit(bytes))) }
+}
+
+/// Sets the number of flusher threads (default 2).
+///
+/// # Safety
+/// `config` is from `upcache_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_flushers(config: *mut upcache_config, threads: usize) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_flusher_threads(threads))) }
+}
+
+/// Sets the replacement policy by name: clock, gclock, lru, lfu, s3fifo or sieve.
+///
+/// # Safety
+/// `config` is from `upcache_config_new`; `policy` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_policy(
+    config: *mut upcache_config,
+    policy: *const c_char,
+) -> i32 {
+    // SAFETY: the function's contract.
+    let name = match unsafe { text(policy, "policy") } {
+        Ok(n) => n.to_owned(),
+        Err(e) => return status(|| Err(e)),
+    };
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_policy(name.parse::<upcache::PolicyKind>()?))) }
+}
+
+/// Allows buffered backing files where the file system refuses O_DIRECT (default: refuse).
+///
+/// # Safety
+/// `config` is from `upcache_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_allow_buffered(config: *mut upcache_config, allow: bool) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_allow_buffered(allow))) }
+}

@@ -1,0 +1,215 @@
+//! `upcache_file`: an open file; reads, writes, syncs, truncation and size.
+
+use crate::cache::{cache_ref, upcache_cache};
+use crate::config::text;
+use crate::error::{guard, status, Fail, UPCACHE_OK};
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use upcache::File;
+
+/// An opaque open file.
+pub struct upcache_file {
+    tag: u64,
+    file: File,
+    /// The cache handle's count of open files.
+    open_files: Arc<AtomicUsize>,
+}
+
+const FILE_TAG: u64 = 0x7563_6669_6c65_2121; // "ucfile!!"
+const DEAD: u64 = 0;
+
+/// # Safety
+/// `p` is null or from `upcache_file_create`/`upcache_file_open`.
+unsafe fn file_ref<'a>(p: *const upcache_file) -> Result<&'a upcache_file, Fail> {
+    // SAFETY: non-null pointers come from the file openers (the contract).
+    match unsafe { p.as_ref() } {
+        Some(f) if f.tag == FILE_TAG => Ok(f),
+        Some(_) => Err(Fail::invalid("not a live upcache_file")),
+        None => Err(Fail::invalid("file is null")),
+    }
+}
+
+unsafe fn open(
+    cache: *mut upcache_cache,
+    name: *const c_char,
+    out: *mut *mut upcache_file,
+    create: bool,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the caller's contract.
+        let name = unsafe { text(name, "name") }?;
+        let file = if create { c.cache.create_file(name) } else { c.cache.open_file(name) }?;
+        // SeqCst: see `upcache_close`.
+        c.open_files.fetch_add(1, Ordering::SeqCst);
+        let handle = Box::new(upcache_file { tag: FILE_TAG, file, open_files: c.open_files.clone() });
+        // SAFETY: `out` is non-null and writable (the caller's contract).
+        unsafe { *out = Box::into_raw(handle) };
+        Ok(())
+    })
+}
+
+/// Creates file `name` (empty) and opens it into `*out`.
+///
+/// # Safety
+/// `cache` is from `upcache_create`/`upcache_open`; `name` is NUL-terminated; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_file_create(
+    cache: *mut upcache_cache,
+    name: *const c_char,
+    out: *mut *mut upcache_file,
+) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { open(cache, name, out, true) }
+}
+
+/// Opens existing file `name` into `*out`.
+///
+/// # Safety
+/// As `upcache_file_create`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_file_open(
+    cache: *mut upcache_cache,
+    name: *const c_char,
+    out: *mut *mut upcache_file,
+) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { open(cache, name, out, false) }
+}
+
+/// Closes a file handle (its written data stays cached until written back or synced).
+///
+/// # Safety
+/// `file` is from `upcache_file_create`/`upcache_file_open`, not closed before, and no other
+/// thread uses it during or after the call.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_file_close(file: *mut upcache_file) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        unsafe { file_ref(file) }?;
+        // SAFETY: allocated by `Box::into_raw` in `open`, freed only here.
+        let mut handle = unsafe { Box::from_raw(file) };
+        handle.tag = DEAD;
+        // SeqCst: see `upcache_close`.
+        handle.open_files.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+/// Checks a buffer argument: a null pointer is only allowed with length 0.
+fn buffer_ok(p: *const c_void, len: usize) -> Result<(), Fail> {
+    if len > isize::MAX as usize {
+        return Err(Fail::invalid("length over SSIZE_MAX"));
+    }
+    if p.is_null() && len > 0 {
+        return Err(Fail::invalid("buffer is null"));
+    }
+    Ok(())
+}
+
+/// Reads up to `len` bytes at `offset` into `buf`, as pread(2): the bytes read, fewer at the
+/// end of the file (0 past it), or a negative code.
+///
+/// # Safety
+/// `file` is live; `buf` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_pread(
+    file: *mut upcache_file,
+    buf: *mut c_void,
+    len: usize,
+    offset: u64,
+) -> i64 {
+    guard(i64::from, || {
+        // SAFETY: the function's contract.
+        let f = unsafe { file_ref(file) }?;
+        buffer_ok(buf, len)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `buf` is non-null and writable for `len` bytes (checked, and the contract).
+        let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+        Ok(f.file.read_at(b, offset)? as i64)
+    })
+}
+
+/// Writes all `len` bytes of `buf` at `offset`, as pwrite(2) that never writes short: `len`,
+/// or a negative code.
+///
+/// # Safety
+/// `file` is live; `buf` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_pwrite(
+    file: *mut upcache_file,
+    buf: *const c_void,
+    len: usize,
+    offset: u64,
+) -> i64 {
+    guard(i64::from, || {
+        // SAFETY: the function's contract.
+        let f = unsafe { file_ref(file) }?;
+        buffer_ok(buf, len)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `buf` is non-null and readable for `len` bytes (checked, and the contract).
+        let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        f.file.write_all_at(b, offset)?;
+        Ok(len as i64)
+    })
+}
+
+/// Makes the file's data and length durable (fsync(2)).
+///
+/// # Safety
+/// `file` is live.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_fsync(file: *mut upcache_file) -> i32 {
+    // SAFETY: the function's contract.
+    status(|| Ok(unsafe { file_ref(file) }?.file.sync_all()?))
+}
+
+/// Makes the file's data durable, and its length if it changed (fdatasync(2)).
+///
+/// # Safety
+/// `file` is live.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_fdatasync(file: *mut upcache_file) -> i32 {
+    // SAFETY: the function's contract.
+    status(|| Ok(unsafe { file_ref(file) }?.file.sync_data()?))
+}
+
+/// Sets the file's length (ftruncate(2)): bytes past it are dropped, a longer file reads as
+/// zeros past the old end.
+///
+/// # Safety
+/// `file` is live.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_ftruncate(file: *mut upcache_file, len: u64) -> i32 {
+    // SAFETY: the function's contract.
+    status(|| Ok(unsafe { file_ref(file) }?.file.set_len(len)?))
+}
+
+/// Stores the file's length in bytes in `*out`.
+///
+/// # Safety
+/// `file` is live; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_size(file: *mut upcache_file, out: *mut u64) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let f = unsafe { file_ref(file) }?;
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: `out` is non-null and writable (the contract).
+        unsafe { *out = f.file.len() };
+        Ok(())
+    })
+}
+
+const _: () = assert!(UPCACHE_OK == 0);

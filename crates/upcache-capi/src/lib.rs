@@ -1,0 +1,27 @@
+//! The C ABI of upcache: `include/upcache.h` (generated from this crate by cbindgen).
+//!
+//! Conventions:
+//! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`) are opaque pointers made by
+//!   `*_new`, `upcache_create`/`upcache_open` and `upcache_file_create`/`upcache_file_open`,
+//!   and given back by the matching `*_free`/`*_close`. Each carries a tag that every call
+//!   checks, so a null, foreign or already closed handle is reported as `UPCACHE_EINVAL`
+//!   rather than used (a pointer to freed memory can still not be detected reliably).
+//! - Functions return `UPCACHE_OK` (0) or a negative `UPCACHE_E*` code; `upcache_pread` and
+//!   `upcache_pwrite` return a byte count or a negative code. `upcache_last_error` gives the
+//!   calling thread's last error message.
+//! - No panic crosses the boundary: every entry point catches one and reports
+//!   `UPCACHE_EPANIC`.
+//! - Handles may be used from any thread; a file handle may be shared by threads.
+
+#![allow(non_camel_case_types)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod cache;
+mod config;
+mod error;
+mod file;
+
+pub use cache::*;
+pub use config::*;
+pub use error::*;
+pub use file::*;

@@ -1,0 +1,148 @@
+/* The C ABI from C: round trips, reopen, errors, and threads sharing a file handle.
+ * Built and run by tests/c_abi.rs: test_capi DIR (an empty directory). Exit status 0 = pass. */
+#include "upcache.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, #cond, upcache_last_error());                          \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+static unsigned char pattern(uint64_t i, unsigned seed) { return (unsigned char)((i * 131u + seed * 7u) >> 3); }
+
+enum { THREADS = 4, SLICE = 256 * 1024 };
+
+struct worker {
+    upcache_file *file;
+    unsigned id;
+    int ok;
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    unsigned char *buf = malloc(SLICE), *back = malloc(SLICE);
+    uint64_t base = (uint64_t)w->id * SLICE + 1000; /* not page aligned */
+    for (uint64_t i = 0; i < SLICE; i++) buf[i] = pattern(base + i, w->id);
+    w->ok = upcache_pwrite(w->file, buf, SLICE, base) == SLICE &&
+            upcache_pread(w->file, back, SLICE, base) == SLICE && memcmp(buf, back, SLICE) == 0;
+    free(buf);
+    free(back);
+    return NULL;
+}
+
+static upcache_config *config(const char *root, char dirs[2][4096]) {
+    const char *ptrs[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(dirs[i], 4096, "%s/dev%d", root, i);
+        ptrs[i] = dirs[i];
+    }
+    upcache_config *c = upcache_config_new(ptrs, 2, 16u << 20);
+    CHECK(c != NULL);
+    CHECK(upcache_config_set_stripe_unit(c, 8192) == UPCACHE_OK);
+    CHECK(upcache_config_set_policy(c, "sieve") == UPCACHE_OK);
+    CHECK(upcache_config_set_policy(c, "nonsense") == UPCACHE_ECONFIG); /* and c is unchanged */
+    CHECK(upcache_config_set_allow_buffered(c, true) == UPCACHE_OK);
+    return c;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    char dirs[2][4096];
+    upcache_config *cfg = config(argv[1], dirs);
+    upcache_cache *cache = NULL;
+    CHECK(upcache_create(cfg, &cache) == UPCACHE_OK);
+    CHECK(upcache_create(cfg, &cache) == UPCACHE_EEXIST || upcache_last_error()[0] != 0);
+
+    upcache_file *f = NULL;
+    CHECK(upcache_file_create(cache, "data", &f) == UPCACHE_OK);
+    CHECK(upcache_file_create(cache, "data", &f) == UPCACHE_EEXIST);
+
+    /* Threads writing and reading disjoint slices through one handle. */
+    pthread_t threads[THREADS];
+    struct worker workers[THREADS];
+    for (unsigned i = 0; i < THREADS; i++) {
+        workers[i] = (struct worker){f, i, 0};
+        pthread_create(&threads[i], NULL, work, &workers[i]);
+    }
+    for (unsigned i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(workers[i].ok);
+    }
+    uint64_t size = 0;
+    CHECK(upcache_size(f, &size) == UPCACHE_OK);
+    CHECK(size == (uint64_t)THREADS * SLICE + 1000);
+    CHECK(upcache_fdatasync(f) == UPCACHE_OK);
+
+    /* Reads past the end are short, then empty; truncation drops the tail. */
+    unsigned char buf[8192];
+    CHECK(upcache_pread(f, buf, sizeof buf, size - 100) == 100);
+    CHECK(upcache_pread(f, buf, sizeof buf, size + 5) == 0);
+    CHECK(upcache_ftruncate(f, size - 4096) == UPCACHE_OK);
+    CHECK(upcache_size(f, &size) == UPCACHE_OK && size == (uint64_t)THREADS * SLICE + 1000 - 4096);
+    CHECK(upcache_fsync(f) == UPCACHE_OK);
+
+    /* Errors: bad arguments and names are codes, never crashes. */
+    CHECK(upcache_pread(NULL, buf, 1, 0) == UPCACHE_EINVAL);
+    CHECK(upcache_pread(f, NULL, 10, 0) == UPCACHE_EINVAL);
+    CHECK(upcache_pread(f, NULL, 0, 0) == 0);
+    CHECK(upcache_pwrite(f, buf, (size_t)-1, 0) == UPCACHE_EINVAL);
+    CHECK(upcache_size(f, NULL) == UPCACHE_EINVAL);
+    upcache_file *g = NULL;
+    CHECK(upcache_file_open(cache, "missing", &g) == UPCACHE_ENOENT);
+    CHECK(upcache_file_create(cache, "a/b", &g) == UPCACHE_ENAME);
+    CHECK(upcache_file_create(cache, "..", &g) == UPCACHE_ENAME);
+    CHECK(upcache_file_create(cache, NULL, &g) == UPCACHE_EINVAL);
+    CHECK(upcache_file_create(cache, "x", NULL) == UPCACHE_EINVAL);
+    CHECK(strlen(upcache_last_error()) > 0);
+    CHECK(strcmp(upcache_strerror(UPCACHE_ENOENT), "no such file") == 0);
+    CHECK(upcache_close(cache) == UPCACHE_EBUSY); /* a file is still open */
+    CHECK(upcache_file_close(NULL) == UPCACHE_EINVAL);
+
+    CHECK(upcache_file_close(f) == UPCACHE_OK);
+    CHECK(upcache_close(cache) == UPCACHE_OK);
+    CHECK(upcache_close(NULL) == UPCACHE_EINVAL);
+
+    /* Reopen: every byte written is there. */
+    CHECK(upcache_open(cfg, &cache) == UPCACHE_OK);
+    CHECK(upcache_file_open(cache, "data", &f) == UPCACHE_OK);
+    unsigned char *back = malloc(SLICE);
+    for (unsigned i = 0; i < THREADS; i++) {
+        uint64_t base = (uint64_t)i * SLICE + 1000;
+        int64_t want = i + 1 < THREADS ? SLICE : SLICE - 4096;
+        CHECK(upcache_pread(f, back, SLICE, base) == want);
+        for (int64_t j = 0; j < want; j++) {
+            if (back[j] != pattern(base + (uint64_t)j, i)) {
+                fprintf(stderr, "slice %u byte %lld differs after reopen\n", i, (long long)j);
+                failures++;
+                break;
+            }
+        }
+    }
+    free(back);
+    CHECK(upcache_file_close(f) == UPCACHE_OK);
+    CHECK(upcache_remove(cache, "data") == UPCACHE_OK);
+    CHECK(upcache_file_open(cache, "data", &f) == UPCACHE_ENOENT);
+    CHECK(upcache_close(cache) == UPCACHE_OK);
+    CHECK(upcache_config_free(cfg) == UPCACHE_OK);
+    CHECK(upcache_config_free(NULL) == UPCACHE_OK);
+
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("c abi: all checks passed\n");
+    return 0;
+}
