@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::records;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -268,4 +269,93 @@ fn metadata_records_cut_anywhere_recover_to_a_prefix() {
         drop(cache);
         std::fs::remove_dir_all(&copy).unwrap();
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random writes and syncs, killed at random points.
+
+const RANDOM_CHILD_ENV: &str = "UPCACHE_RANDOM_CRASH_CHILD";
+/// Kill points of `random_writes_killed_anywhere_keep_every_synced_record`:
+/// `UPCACHE_CRASH_KILLS`, else 120 (`ci/crash.sh` runs 1000).
+const KILLS_ENV: &str = "UPCACHE_CRASH_KILLS";
+fn random_config(root: &Path) -> upcache::Config {
+    // 24 frames for 3 x 48 x 1500 bytes: eviction writes back unsynced records all the time.
+    common::config(root, 2, 4096, 24).with_flusher_threads(1).with_dirty_background_ratio(0.2)
+}
+
+#[test]
+#[ignore = "the body of the random crash test's child process, run by that test"]
+fn random_crash_child_entry() {
+    let spec = std::env::var(RANDOM_CHILD_ENV).expect("run by the random crash test");
+    let (seed, root) = spec.split_once(':').unwrap();
+    let seed: u64 = seed.parse().unwrap();
+    let cache = Cache::create(random_config(Path::new(root))).unwrap();
+    let files = records::create_files(&cache);
+    println!("ready");
+    for n in 0.. {
+        records::run_op(&files, records::op(seed, n)).unwrap();
+        println!("{n}");
+    }
+}
+
+/// A child writes random records to 3 files and syncs them at random, and is killed after a
+/// random number of completed ops; the parent reopens and checks, for every slot of every
+/// file: if the slot was not written after the file's last completed sync, it holds exactly
+/// the record the sync covered (or zeros if none was written); otherwise it may hold anything
+/// a later write could leave. Each kill point is a fresh array.
+#[test]
+fn random_writes_killed_anywhere_keep_every_synced_record() {
+    let kills: u64 = std::env::var(KILLS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(120);
+    let mut checked_slots = 0u64;
+    for round in 0..kills {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("array");
+        let seed = 0x5eed + round;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["random_crash_child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(RANDOM_CHILD_ENV, format!("{seed}:{}", root.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                match line.split_whitespace().last() {
+                    Some("ready") => drop(tx.send(None)),
+                    Some(w) => {
+                        if let Ok(n) = w.parse::<u64>() {
+                            let _ = tx.send(Some(n));
+                        }
+                    }
+                    None => {}
+                }
+            }
+        });
+        let next = |what: &str| {
+            rx.recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|e| panic!("round {round}: no {what} from the child ({e:?})"))
+        };
+        assert_eq!(next("ready"), None);
+        // Kill after a pseudo-random number of completed ops: 1 to 120.
+        let wait_for = 1 + (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) % 120;
+        let mut done = None;
+        for _ in 0..wait_for {
+            done = next("op");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        // Ops reported after our last read completed too.
+        let done = rx.try_iter().fold(done, |d, n| d.max(n)).expect("ops were reported");
+
+        let cache =
+            Cache::open(random_config(&root)).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
+        // Ops reported after our last read may have started (and written) before the kill.
+        let oracle = records::Oracle::after(seed, done, 3);
+        checked_slots +=
+            oracle.check(&cache, &format!("round {round} (seed {seed}, killed after op {done})"));
+    }
+    assert!(checked_slots > 0);
 }
