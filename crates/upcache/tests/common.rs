@@ -66,7 +66,7 @@ pub mod records {
             x ^= x << 17;
         }
         let file = x % FILES;
-        if (x >> 8) % 6 == 0 {
+        if (x >> 8).is_multiple_of(6) {
             Op::Sync { file }
         } else {
             Op::Write { file, slot: (x >> 16) % SLOTS, seq: n + 1 }
