@@ -111,6 +111,13 @@ fn frame(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
     frame_version(magic, FORMAT_VERSION, body)
 }
 
+/// `body` framed as a catalog of format `version` (magic, version, length, checksum), so that
+/// fuzzing reaches [`Catalog::decode`]'s body parser instead of stopping at the checksum.
+#[doc(hidden)]
+pub fn frame_catalog_body(version: u32, body: &[u8]) -> Vec<u8> {
+    frame_version(CATALOG_MAGIC, version, body)
+}
+
 /// `body` framed as a file of format `version` (older versions only in tests).
 fn frame_version(magic: &[u8; 8], version: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + body.len());

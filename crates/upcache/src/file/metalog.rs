@@ -109,8 +109,9 @@ impl Record {
         out.extend_from_slice(&body);
     }
 
-    /// Decodes a body whose checksum matched; None if it is not a well-formed record.
-    fn decode(body: &[u8]) -> Option<Record> {
+    /// Decodes a body whose checksum matched; None if it is not a well-formed record. Never
+    /// panics (public for fuzzing).
+    pub fn decode(body: &[u8]) -> Option<Record> {
         let (&kind, rest) = body.split_first()?;
         let id = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
         let rest = &rest[8..];
@@ -136,7 +137,9 @@ pub fn log_name(array_id: u64, generation: u64) -> String {
     format!("upcache.{array_id:016x}.metalog.{generation:016x}")
 }
 
-fn header(array_id: u64, generation: u64) -> [u8; HEADER_LEN as usize] {
+/// The header of log `generation` of array `array_id` (public for tests and fuzzing, which
+/// build logs around it).
+pub fn header(array_id: u64, generation: u64) -> [u8; HEADER_LEN as usize] {
     let mut h = [0u8; HEADER_LEN as usize];
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
