@@ -142,9 +142,13 @@ impl CacheInner {
 
     /// [`runs`] with this cache's layout and request limits: frames side by side in the arena
     /// and in one aligned `segment_block` are taken as one memory segment.
-    pub(crate) fn runs_of(&self, pages: impl IntoIterator<Item = (u64, FrameId)>) -> Vec<Run> {
+    pub(crate) fn runs_of(
+        &self,
+        file: &FileInner,
+        pages: impl IntoIterator<Item = (u64, FrameId)>,
+    ) -> Vec<Run> {
         let block = self.segment_block;
-        runs(&self.layout, self.limits, pages, |a, b| {
+        runs(&file.layout, self.limits, pages, |a, b| {
             b == a + 1 && self.frames.ptr(b) as usize & (block - 1) != 0
         })
     }
@@ -286,7 +290,7 @@ impl CacheInner {
             return Ok(());
         }
         let ps = self.frames.page_size();
-        let runs = self.runs_of(claimed.pages.iter().copied());
+        let runs = self.runs_of(file, claimed.pages.iter().copied());
         let mut slices: Vec<Vec<IoSliceMut<'_>>> = runs
             .iter()
             .map(|r| {

@@ -7,6 +7,7 @@ pub(crate) mod async_load;
 pub(crate) mod batch;
 mod hot;
 pub(crate) mod page;
+mod plain;
 mod reclaim;
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::catalog::{sync_dir, ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
 use crate::file::metalog::{self, MetaLog, NewLog, Record};
 use crate::file::namespace::Namespace;
-use crate::file::{validate_name, File, FileInner, IoQueue};
+use crate::file::{validate_name, File, FileInner, IoQueue, Placement};
 use crate::frame::{FrameId, FrameTable};
 use crate::index::setassoc::{SetAssocIndex, SetTable};
 use crate::index::IndexKind;
@@ -68,6 +69,10 @@ pub(crate) struct CacheInner {
     log_shares_device: Vec<bool>,
     /// A flusher is checkpointing: the others go on writing back.
     checkpoint_running: AtomicBool,
+    /// OS files cached by path (`Cache::open_path`), by (device, inode).
+    pub(crate) plain_files: sync::Mutex<HashMap<(u64, u64), Arc<FileInner>>>,
+    /// The next plain file's id, past every catalog id (`plain::PLAIN_ID`).
+    pub(crate) next_plain_id: crate::sync::AtomicU64,
     pub(crate) writeback: Writeback,
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
@@ -313,6 +318,8 @@ impl Cache {
             checkpointing: Mutex::new(()),
             log_shares_device,
             checkpoint_running: AtomicBool::new(false),
+            plain_files: sync::Mutex::new(HashMap::new()),
+            next_plain_id: crate::sync::AtomicU64::new(plain::PLAIN_ID),
             writeback,
             metrics: Metrics::default(),
             readahead: Inbox::default(),
@@ -353,6 +360,7 @@ impl Cache {
             0,
             inner.new_index(id),
             backing,
+            Placement { layout: inner.layout, plain: false },
             inner.config.streams,
         ));
         sync::write(&inner.files).insert(id, file.clone());
@@ -378,6 +386,7 @@ impl Cache {
             e.len,
             inner.new_index(e.id),
             backing,
+            Placement { layout: inner.layout, plain: false },
             inner.config.streams,
         ));
         // Registered before its first page is cached, so that eviction can always find the
@@ -527,7 +536,7 @@ impl CacheInner {
     /// Takes a file out of the cache: drops its pages (dirty ones too), gives its free-frame
     /// cache back to the pool and removes it from the open-files map. The caller holds the
     /// whole file exclusive in its range lock.
-    fn forget_file(&self, file: &FileInner) {
+    pub(crate) fn forget_file(&self, file: &FileInner) {
         self.drop_pages_from(file, 0);
         self.free.drain(&file.frames);
         sync::write(&self.files).remove(&file.id);
@@ -569,7 +578,7 @@ impl CacheInner {
         let len = file.len.load(Ordering::Relaxed); // Relaxed: the file is not shared yet.
         let pages = len.div_ceil(ps);
         for b in &file.backing {
-            let want = self.layout.device_len(b.device(), pages);
+            let want = file.layout.device_len(b.device(), pages);
             let have = b.file().metadata().map_err(|e| Error::io("stat backing file", e))?.len();
             if have > want {
                 device::truncate(b, want)?;
@@ -620,6 +629,9 @@ impl CacheInner {
 
     /// Appends a record of the file's length if it differs from the last durable one.
     fn append_len(&self, file: &FileInner) -> Option<(metalog::Ticket, u64)> {
+        if file.plain {
+            return None; // its length is the OS file's, set by `sync_plain`
+        }
         // Acquire on len: see every write that extended it. persisted_len is the length of the
         // file's latest length record, stored once that record is durable, so if the two
         // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
@@ -674,6 +686,9 @@ impl CacheInner {
     /// As `sync_file`; with `log_len` None, the length is not logged (the caller logs many
     /// files' lengths with one commit).
     fn sync_file_then(&self, file: &FileInner, log_len: Option<bool>) -> Result<()> {
+        if file.plain {
+            return self.sync_plain(file, log_len == Some(true));
+        }
         let mut first = self.flush_file(file).err();
         if let Some(e) = file.take_write_error() {
             first.get_or_insert(e);
@@ -745,7 +760,7 @@ impl CacheInner {
         let ps = self.config.page_size as u64;
         // Acquire: see the writes that extended it.
         let len = file.len.load(Ordering::Acquire);
-        let data_end = self.layout.device_len(b.device(), len.div_ceil(ps));
+        let data_end = file.layout.device_len(b.device(), len.div_ceil(ps));
         if !b.zeros().note_sync(data_end) {
             return Ok(());
         }
@@ -856,6 +871,7 @@ fn gc_probe(config: &Config, layout: StripeLayout) -> Option<crate::policy::GcPr
     }
     let sims: Vec<_> = (0..config.device_dirs.len()).map(|i| config.sim_device(i)).collect();
     Some(std::sync::Arc::new(move |key: crate::frame::PageKey| {
-        sims[layout.locate(key.page).0].as_ref().is_some_and(|s| s.collecting())
+        // Plain files (`Cache::open_path`) are on no simulated device.
+        key.file < plain::PLAIN_ID && sims[layout.locate(key.page).0].as_ref().is_some_and(|s| s.collecting())
     }))
 }

@@ -416,7 +416,7 @@ impl CacheInner {
         match fill {
             Fill::Overwrite => {}
             Fill::Read => {
-                let (dev, off) = self.layout.locate(page);
+                let (dev, off) = file.layout.locate(page);
                 // SAFETY: as above; the slice covers exactly this frame and lives only for the
                 // read call.
                 let buf = unsafe { std::slice::from_raw_parts_mut(lp.ptr(), ps) };

@@ -361,7 +361,7 @@ impl File {
         // so no byte that the device still holds past `size` is ever past the reported end.
         // (Bytes between `size` and the old end are then unspecified, as after a failed write.)
         for b in &self.file.backing {
-            device::truncate(b, self.cache.layout.device_len(b.device(), pages))?;
+            device::truncate(b, self.file.device_end(b.device(), size))?;
         }
         self.file.len.store(size, Ordering::Release);
         Ok(())

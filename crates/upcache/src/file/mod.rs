@@ -28,6 +28,7 @@ use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
+use crate::io::layout::StripeLayout;
 use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::writeback::streams::FileStreams;
@@ -64,10 +65,23 @@ pub(crate) struct FileInner {
     pub(crate) frames: FileFrames,
     /// One backing file per device, in device order.
     pub(crate) backing: Vec<BackingFile>,
+    /// Where its pages are on the backing files: the array's striping, or, for a plain file,
+    /// one device with page `p` at byte `p * page_size` (a 1-device stripe is the identity).
+    pub(crate) layout: StripeLayout,
+    /// An OS file cached by path (`Cache::open_path`): not in the catalog or the metadata log;
+    /// its length is the OS file's, set at sync.
+    pub(crate) plain: bool,
     /// The file's read stream, for readahead.
     pub(crate) readahead: FileReadahead,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
     write_error: Mutex<Option<Error>>,
+}
+
+/// Where a file's pages live: its layout over the backing files, and whether it is a plain OS
+/// file (`FileInner::plain`).
+pub(crate) struct Placement {
+    pub(crate) layout: StripeLayout,
+    pub(crate) plain: bool,
 }
 
 impl FileInner {
@@ -77,6 +91,7 @@ impl FileInner {
         len: u64,
         index: Box<dyn PageIndex>,
         backing: Vec<BackingFile>,
+        place: Placement,
         streams: bool,
     ) -> Self {
         FileInner {
@@ -93,8 +108,20 @@ impl FileInner {
             writes: WriteSeq::default(),
             frames: FileFrames::default(),
             backing,
+            layout: place.layout,
+            plain: place.plain,
             readahead: FileReadahead::default(),
             write_error: Mutex::new(None),
+        }
+    }
+
+    /// Where the backing file on `dev` must end for a file of `len` bytes: whole stripe units
+    /// of pages in an array, exactly `len` for a plain file (other programs read its size).
+    pub(crate) fn device_end(&self, dev: usize, len: u64) -> u64 {
+        if self.plain {
+            len
+        } else {
+            self.layout.device_len(dev, len.div_ceil(self.layout.page_size()))
         }
     }
 

@@ -511,7 +511,7 @@ fn start_loads(
         return;
     }
     let file = req.file.inner().clone();
-    for run in cache.runs_of(fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
+    for run in cache.runs_of(&file, fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
         let members: Vec<usize> = fresh[run.members].to_vec();
         let ptrs = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
         let bufs = ptrs.as_slice();

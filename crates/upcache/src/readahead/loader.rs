@@ -154,7 +154,7 @@ fn start_window(cache: &CacheInner, w: &Window, queue: &mut dyn IoQueue, slots: 
         // An error means no frame to spare: read ahead less.
         let full = cache.claim_missing(file, start..chunk_end, &mut claimed).is_err();
         cache.metrics.readahead_pages.add(claimed.len() as u64);
-        for run in cache.runs_of(claimed.iter().copied()) {
+        for run in cache.runs_of(file, claimed.iter().copied()) {
             let pages = claimed[run.members].to_vec();
             let ptrs = cache.frame_ptrs(pages.iter().map(|&(_, id)| id));
             let slot = match slots.iter().position(Option::is_none) {

@@ -64,12 +64,12 @@ impl CacheInner {
         let mut run = std::collections::VecDeque::with_capacity(8);
         run.push_back((page, id));
         while run.len() < max {
-            let Some(prev) = self.layout.prev_on_device(run[0].0) else { break };
+            let Some(prev) = file.layout.prev_on_device(run[0].0) else { break };
             let Some(pid) = self.try_lock_dirty_page(file, prev) else { break };
             run.push_front((prev, pid));
         }
         while run.len() < max {
-            let Some(next) = self.layout.next_on_device(run[run.len() - 1].0) else { break };
+            let Some(next) = file.layout.next_on_device(run[run.len() - 1].0) else { break };
             let Some(nid) = self.try_lock_dirty_page(file, next) else { break };
             run.push_back((next, nid));
         }
@@ -98,7 +98,7 @@ impl CacheInner {
             .iter()
             .zip(&slices)
             .map(|((file, run), bufs)| {
-                let (dev, offset) = self.layout.locate(run[0].0);
+                let (dev, offset) = file.layout.locate(run[0].0);
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })
             .collect();
@@ -108,7 +108,7 @@ impl CacheInner {
         // Ended (written or not): outside a backing file's zero window it may have allocated
         // blocks or grown the file, which its next sync must fdatasync (io/zero_window.rs).
         for (file, run) in runs {
-            let (dev, offset) = self.layout.locate(run[0].0);
+            let (dev, offset) = file.layout.locate(run[0].0);
             file.backing[dev].zeros().after_write(offset, offset + (run.len() * ps) as u64);
         }
         runs.iter()
@@ -140,7 +140,7 @@ impl CacheInner {
                         self.frames.unlock(f, 0, 0);
                     }
                     self.metrics.writeback_errors.add(1);
-                    let (dev, _) = self.layout.locate(run[0].0);
+                    let (dev, _) = file.layout.locate(run[0].0);
                     Err(Error::io(
                         format!(
                             "write back pages {}..={} of {:?} to device {dev}",
@@ -298,7 +298,7 @@ impl CacheInner {
         // wrote up to a request per device more than its quota).
         let mut budget: usize = ranges.iter().map(|r| (r.end - r.start) as usize).sum();
         let mut batch_pages = 0;
-        let max_batch_pages = BATCH_REQUESTS_PER_DEVICE * self.writeback.run_pages * self.layout.devices();
+        let max_batch_pages = BATCH_REQUESTS_PER_DEVICE * self.writeback.run_pages * file.layout.devices();
         for page in ranges.iter().flat_map(|r| r.clone()) {
             if budget == 0 {
                 break;

@@ -134,6 +134,58 @@ pub fn remove_orphans(dir: &Path, known: &std::collections::HashSet<u64>) -> Res
     Ok(())
 }
 
+/// Opens the OS file at `path` as the only backing file (device 0) of plain file `file_id`
+/// (`Cache::open_path`), creating it (mode 0666 less the umask) if `create`: O_DIRECT, or
+/// buffered where refused and `allow_buffered`.
+pub fn open_plain(path: &Path, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
+    let open = |direct: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(create).mode(0o666);
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        o.open(path)
+    };
+    let mut direct = true;
+    let file = match open(true) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && allow_buffered => {
+            direct = false;
+            open(false).map_err(|e| Error::io(format!("open {}", path.display()), e))?
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            return Err(Error::with_source(
+                ErrorKind::Unsupported,
+                format!(
+                    "the file system of {} refuses O_DIRECT (allow buffered backing files)",
+                    path.display()
+                ),
+                e,
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::with_source(ErrorKind::NotFound, format!("no file {}", path.display()), e))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(Error::with_source(
+                ErrorKind::InvalidInput,
+                format!("{} is a directory", path.display()),
+                e,
+            ))
+        }
+        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+    };
+    Ok(BackingFile {
+        file: std::sync::Arc::new(file),
+        device: 0,
+        file_id,
+        flushes: Default::default(),
+        zeros: Default::default(),
+        direct,
+        sim: None,
+    })
+}
+
 /// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`. A file on a
 /// simulated device `sim` is opened buffered: it is the device's medium, not the device.
 pub fn open_backing(

@@ -1,0 +1,122 @@
+//! Plain-file mode (`Cache::open_path`): existing OS files cached by path. After a sync (or
+//! `close_path`), the OS file, read directly, holds every byte written through the cache and
+//! has exactly the file's length; the array's catalog never sees these files.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use upcache::{Cache, ErrorKind};
+
+fn cache(root: &std::path::Path, frames: usize) -> Cache {
+    Cache::create(common::config(root, 1, 4096, frames).with_allow_buffered(true)).unwrap()
+}
+
+#[test]
+fn an_existing_file_reads_and_writes_through_the_cache_and_syncs_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("data.bin");
+    let before = common::pattern(1, 10_000);
+    std::fs::write(&path, &before).unwrap();
+
+    let f = cache.open_path(&path, false).unwrap();
+    assert_eq!(f.len(), 10_000);
+    let mut back = vec![0u8; 10_000];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == before);
+
+    // Overwrite across pages, append past the end (not page aligned), sync.
+    let patch = common::pattern(2, 5000);
+    f.write_all_at(&patch, 3000).unwrap();
+    let tail = common::pattern(3, 777);
+    f.write_all_at(&tail, 20_000).unwrap();
+    f.sync_data().unwrap();
+    let mut want = before.clone();
+    want[3000..8000].copy_from_slice(&patch);
+    want.resize(20_000, 0);
+    want.extend_from_slice(&tail);
+    assert_eq!(std::fs::read(&path).unwrap(), want, "the OS file after sync_data");
+
+    // Shrink and extend: the OS size follows exactly.
+    f.set_len(4321).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), want[..4321]);
+    f.set_len(9000).unwrap();
+    f.sync_data().unwrap();
+    let mut grown = want[..4321].to_vec();
+    grown.resize(9000, 0);
+    assert_eq!(std::fs::read(&path).unwrap(), grown);
+
+    // Not in the array's namespace.
+    assert!(cache.list().is_empty());
+}
+
+#[test]
+fn opens_share_one_copy_and_close_path_writes_back_and_forgets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("new.bin");
+    assert_eq!(cache.open_path(&path, false).unwrap_err().kind(), ErrorKind::NotFound);
+    let a = cache.open_path(&path, true).unwrap();
+    a.write_all_at(b"hello", 4096 * 3 + 1).unwrap();
+    // Another path to the same file (a hard link) shares the cached, unsynced bytes.
+    let link = tmp.path().join("link.bin");
+    std::fs::hard_link(&path, &link).unwrap();
+    let b = cache.open_path(&link, false).unwrap();
+    let mut buf = [0u8; 5];
+    b.read_exact_at(&mut buf, 4096 * 3 + 1).unwrap();
+    assert_eq!(&buf, b"hello");
+
+    cache.close_path(&path).unwrap();
+    assert_eq!(a.read_exact_at(&mut buf, 0).unwrap_err().kind(), ErrorKind::NotFound);
+    let os = std::fs::File::open(&path).unwrap();
+    assert_eq!(os.metadata().unwrap().len(), 4096 * 3 + 6);
+    os.read_exact_at(&mut buf, 4096 * 3 + 1).unwrap();
+    assert_eq!(&buf, b"hello");
+    assert_eq!(cache.close_path(&path).unwrap_err().kind(), ErrorKind::NotFound);
+    // Opened again: the OS file as it now is.
+    std::fs::write(&path, b"replaced").unwrap();
+    let c = cache.open_path(&path, false).unwrap();
+    let mut eight = [0u8; 8];
+    c.read_exact_at(&mut eight, 0).unwrap();
+    assert_eq!(&eight, b"replaced");
+    assert_eq!(cache.open_path(tmp.path(), false).unwrap_err().kind(), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn a_file_larger_than_the_cache_written_by_threads_reaches_the_os_file_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 16 frames for a 1 MiB file: eviction writes back all the time.
+    let cache = cache(&tmp.path().join("array"), 16);
+    let path = tmp.path().join("big.bin");
+    let f = cache.open_path(&path, true).unwrap();
+    let slice = 256 * 1024 + 123;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let f = f.clone();
+            s.spawn(move || {
+                let data = common::pattern(10 + t, slice);
+                for chunk in 0..slice.div_ceil(5000) {
+                    let at = chunk * 5000;
+                    let end = (at + 5000).min(slice);
+                    f.write_all_at(&data[at..end], t * slice as u64 + at as u64).unwrap();
+                }
+            });
+        }
+    });
+    let mut back = vec![0u8; slice];
+    for t in 0..4u64 {
+        f.read_exact_at(&mut back, t * slice as u64).unwrap();
+        assert!(back == common::pattern(10 + t, slice), "slice {t} through the cache");
+    }
+    drop(f);
+    drop(cache); // closing the cache syncs plain files too
+    let os = std::fs::read(&path).unwrap();
+    assert_eq!(os.len(), 4 * slice);
+    for t in 0..4 {
+        assert!(
+            os[t * slice..(t + 1) * slice] == common::pattern(10 + t as u64, slice)[..],
+            "slice {t} in the OS file"
+        );
+    }
+}
