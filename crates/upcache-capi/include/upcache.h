@@ -10,8 +10,8 @@
 // Success.
 #define UPCACHE_OK 0
 
-// A bad argument: a null or closed handle, a null buffer, a name that is not UTF-8, an
-// offset or length out of range.
+// A bad argument: a null handle or one of another kind, a null buffer, a name that is not
+// UTF-8, an offset or length out of range.
 #define UPCACHE_EINVAL -1
 
 // A configuration value is out of range or inconsistent.
@@ -181,7 +181,8 @@ int32_t upcache_file_close(struct upcache_file *file);
 int64_t upcache_pread(struct upcache_file *file, void *buf, uintptr_t len, uint64_t offset);
 
 // Writes all `len` bytes of `buf` at `offset`, as pwrite(2) that never writes short: `len`,
-// or a negative code.
+// or a negative code, in which case a prefix of the bytes may have been written (and the
+// file extended over it), as after a failed write(2).
 //
 // # Safety
 // `file` is live; `buf` is readable for `len` bytes.

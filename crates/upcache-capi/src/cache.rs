@@ -9,6 +9,13 @@ use upcache::Cache;
 
 /// An opaque open cache.
 pub struct upcache_cache {
+    _opaque: [u8; 0],
+}
+
+/// What an `upcache_cache` points to.
+#[repr(C)]
+pub(crate) struct CacheHandle {
+    /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
     pub(crate) cache: Cache,
     /// File handles open on it: the cache cannot be closed under them.
@@ -22,13 +29,13 @@ const DEAD: u64 = 0;
 ///
 /// # Safety
 /// `p` is null or from `upcache_create`/`upcache_open`.
-pub(crate) unsafe fn cache_ref<'a>(p: *const upcache_cache) -> Result<&'a upcache_cache, Fail> {
-    // SAFETY: non-null pointers come from `upcache_create`/`upcache_open` (the contract).
-    match unsafe { p.as_ref() } {
-        Some(c) if c.tag == CACHE_TAG => Ok(c),
-        Some(_) => Err(Fail::invalid("not a live upcache_cache")),
-        None => Err(Fail::invalid("cache is null")),
+pub(crate) unsafe fn cache_ref<'a>(p: *const upcache_cache) -> Result<&'a CacheHandle, Fail> {
+    // SAFETY: the caller's contract: null or a handle, every kind `repr(C)` with the tag first.
+    if unsafe { crate::error::tag_of(p.cast()) } != Some(CACHE_TAG) {
+        return Err(Fail::invalid(if p.is_null() { "cache is null" } else { "not a live upcache_cache" }));
     }
+    // SAFETY: the tag says it is a live cache.
+    Ok(unsafe { &*p.cast::<CacheHandle>() })
 }
 
 unsafe fn start(config: *const upcache_config, out: *mut *mut upcache_cache, create: bool) -> i32 {
@@ -39,9 +46,9 @@ unsafe fn start(config: *const upcache_config, out: *mut *mut upcache_cache, cre
         // SAFETY: the caller's contract.
         let c = unsafe { config_ref(config) }?;
         let cache = if create { Cache::create(c.config.clone()) } else { Cache::open(c.config.clone()) }?;
-        let handle = Box::new(upcache_cache { tag: CACHE_TAG, cache, open_files: Arc::default() });
+        let handle = Box::new(CacheHandle { tag: CACHE_TAG, cache, open_files: Arc::default() });
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = Box::into_raw(handle) };
+        unsafe { *out = Box::into_raw(handle).cast::<upcache_cache>() };
         Ok(())
     })
 }
@@ -86,7 +93,7 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
         }
         c.cache.sync()?;
         // SAFETY: allocated by `Box::into_raw` in `start`, freed only here.
-        let mut handle = unsafe { Box::from_raw(cache) };
+        let mut handle = unsafe { Box::from_raw(cache.cast::<CacheHandle>()) };
         handle.tag = DEAD;
         drop(handle);
         Ok(())

@@ -7,6 +7,13 @@ use upcache::Config;
 
 /// An opaque configuration.
 pub struct upcache_config {
+    _opaque: [u8; 0],
+}
+
+/// What an `upcache_config` points to.
+#[repr(C)]
+pub(crate) struct ConfigHandle {
+    /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
     pub(crate) config: Config,
 }
@@ -31,22 +38,23 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, F
 /// # Safety
 /// `p` is null or a pointer from `upcache_config_new` (possibly freed: then its tag says so,
 /// as long as the memory was not reused).
-pub(crate) unsafe fn config_ref<'a>(p: *const upcache_config) -> Result<&'a upcache_config, Fail> {
-    // SAFETY: non-null pointers come from `upcache_config_new` (the function's contract).
-    match unsafe { p.as_ref() } {
-        Some(c) if c.tag == CONFIG_TAG => Ok(c),
-        Some(_) => Err(Fail::invalid("not a live upcache_config")),
-        None => Err(Fail::invalid("config is null")),
+pub(crate) unsafe fn config_ref<'a>(p: *const upcache_config) -> Result<&'a ConfigHandle, Fail> {
+    // SAFETY: the caller's contract: null or a handle (of any kind, all `repr(C)` with the tag
+    // first), so reading the tag alone is in bounds.
+    if unsafe { crate::error::tag_of(p.cast()) } != Some(CONFIG_TAG) {
+        return Err(Fail::invalid(if p.is_null() { "config is null" } else { "not a live upcache_config" }));
     }
+    // SAFETY: the tag says it is a live config.
+    Ok(unsafe { &*p.cast::<ConfigHandle>() })
 }
 
-unsafe fn config_mut<'a>(p: *mut upcache_config) -> Result<&'a mut upcache_config, Fail> {
-    // SAFETY: as in `config_ref`; the caller does not share the config during the call.
-    match unsafe { p.as_mut() } {
-        Some(c) if c.tag == CONFIG_TAG => Ok(c),
-        Some(_) => Err(Fail::invalid("not a live upcache_config")),
-        None => Err(Fail::invalid("config is null")),
+unsafe fn config_mut<'a>(p: *mut upcache_config) -> Result<&'a mut ConfigHandle, Fail> {
+    // SAFETY: as in `config_ref`.
+    if unsafe { crate::error::tag_of(p.cast_const().cast()) } != Some(CONFIG_TAG) {
+        return Err(Fail::invalid(if p.is_null() { "config is null" } else { "not a live upcache_config" }));
     }
+    // SAFETY: a live config, not shared during the call (a config is set up by one thread).
+    Ok(unsafe { &mut *p.cast::<ConfigHandle>() })
 }
 
 /// A configuration over `ndirs` device directories (one per SSD) with `memory_bytes` of page
@@ -75,7 +83,7 @@ pub unsafe extern "C" fn upcache_config_new(
                 paths.push(PathBuf::from(unsafe { text(p, "a device directory") }?));
             }
             let config = Config::new(paths, memory_bytes);
-            Ok(Box::into_raw(Box::new(upcache_config { tag: CONFIG_TAG, config })))
+            Ok(Box::into_raw(Box::new(ConfigHandle { tag: CONFIG_TAG, config })).cast::<upcache_config>())
         },
     )
 }
@@ -94,7 +102,7 @@ pub unsafe extern "C" fn upcache_config_free(config: *mut upcache_config) -> i32
         let c = unsafe { config_mut(config) }?;
         c.tag = DEAD;
         // SAFETY: allocated by `Box::into_raw` in `upcache_config_new`, freed only here.
-        drop(unsafe { Box::from_raw(config) });
+        drop(unsafe { Box::from_raw(config.cast::<ConfigHandle>()) });
         Ok(())
     })
 }

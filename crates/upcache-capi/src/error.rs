@@ -8,8 +8,8 @@ use upcache::ErrorKind;
 
 /// Success.
 pub const UPCACHE_OK: i32 = 0;
-/// A bad argument: a null or closed handle, a null buffer, a name that is not UTF-8, an
-/// offset or length out of range.
+/// A bad argument: a null handle or one of another kind, a null buffer, a name that is not
+/// UTF-8, an offset or length out of range.
 pub const UPCACHE_EINVAL: i32 = -1;
 /// A configuration value is out of range or inconsistent.
 pub const UPCACHE_ECONFIG: i32 = -2;
@@ -75,11 +75,22 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// The tag of the handle at `p` (every handle kind is `repr(C)` with a `u64` tag first), or
+/// None for NULL.
+///
+/// # Safety
+/// `p` is null or points to a handle of one of the kinds.
+pub(crate) unsafe fn tag_of(p: *const u64) -> Option<u64> {
+    // SAFETY: the caller's contract; only the tag word is read.
+    (!p.is_null()).then(|| unsafe { p.read() })
+}
+
 fn set_last_error(msg: &str) {
     // A message with a NUL inside is cut there rather than lost.
     let msg = msg.split('\0').next().unwrap_or_default();
     let c = CString::new(msg).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+    // During thread teardown (a C TLS destructor calling us) there is nowhere to keep it.
+    let _ = LAST_ERROR.try_with(|l| *l.borrow_mut() = c);
 }
 
 /// Runs `f`, turning a failure or a panic into a code (and the last error message).
@@ -111,7 +122,7 @@ pub(crate) fn status(f: impl FnOnce() -> Result<(), Fail>) -> i32 {
 /// the thread's next failing upcache call.
 #[no_mangle]
 pub extern "C" fn upcache_last_error() -> *const c_char {
-    LAST_ERROR.with(|l| l.borrow().as_ptr())
+    LAST_ERROR.try_with(|l| l.borrow().as_ptr()).unwrap_or(c"".as_ptr())
 }
 
 /// A fixed description of a result code.

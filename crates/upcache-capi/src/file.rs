@@ -10,6 +10,13 @@ use upcache::File;
 
 /// An opaque open file.
 pub struct upcache_file {
+    _opaque: [u8; 0],
+}
+
+/// What an `upcache_file` points to.
+#[repr(C)]
+struct FileHandle {
+    /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
     file: File,
     /// The cache handle's count of open files.
@@ -21,13 +28,13 @@ const DEAD: u64 = 0;
 
 /// # Safety
 /// `p` is null or from `upcache_file_create`/`upcache_file_open`.
-unsafe fn file_ref<'a>(p: *const upcache_file) -> Result<&'a upcache_file, Fail> {
-    // SAFETY: non-null pointers come from the file openers (the contract).
-    match unsafe { p.as_ref() } {
-        Some(f) if f.tag == FILE_TAG => Ok(f),
-        Some(_) => Err(Fail::invalid("not a live upcache_file")),
-        None => Err(Fail::invalid("file is null")),
+unsafe fn file_ref<'a>(p: *const upcache_file) -> Result<&'a FileHandle, Fail> {
+    // SAFETY: the caller's contract: null or a handle, every kind `repr(C)` with the tag first.
+    if unsafe { crate::error::tag_of(p.cast()) } != Some(FILE_TAG) {
+        return Err(Fail::invalid(if p.is_null() { "file is null" } else { "not a live upcache_file" }));
     }
+    // SAFETY: the tag says it is a live file.
+    Ok(unsafe { &*p.cast::<FileHandle>() })
 }
 
 unsafe fn open(
@@ -47,9 +54,9 @@ unsafe fn open(
         let file = if create { c.cache.create_file(name) } else { c.cache.open_file(name) }?;
         // SeqCst: see `upcache_close`.
         c.open_files.fetch_add(1, Ordering::SeqCst);
-        let handle = Box::new(upcache_file { tag: FILE_TAG, file, open_files: c.open_files.clone() });
+        let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = Box::into_raw(handle) };
+        unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
         Ok(())
     })
 }
@@ -93,7 +100,7 @@ pub unsafe extern "C" fn upcache_file_close(file: *mut upcache_file) -> i32 {
         // SAFETY: the function's contract.
         unsafe { file_ref(file) }?;
         // SAFETY: allocated by `Box::into_raw` in `open`, freed only here.
-        let mut handle = unsafe { Box::from_raw(file) };
+        let mut handle = unsafe { Box::from_raw(file.cast::<FileHandle>()) };
         handle.tag = DEAD;
         // SeqCst: see `upcache_close`.
         handle.open_files.fetch_sub(1, Ordering::SeqCst);
@@ -138,7 +145,8 @@ pub unsafe extern "C" fn upcache_pread(
 }
 
 /// Writes all `len` bytes of `buf` at `offset`, as pwrite(2) that never writes short: `len`,
-/// or a negative code.
+/// or a negative code, in which case a prefix of the bytes may have been written (and the
+/// file extended over it), as after a failed write(2).
 ///
 /// # Safety
 /// `file` is live; `buf` is readable for `len` bytes.

@@ -3,15 +3,17 @@
 //! Conventions:
 //! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`) are opaque pointers made by
 //!   `*_new`, `upcache_create`/`upcache_open` and `upcache_file_create`/`upcache_file_open`,
-//!   and given back by the matching `*_free`/`*_close`. Each carries a tag that every call
-//!   checks, so a null, foreign or already closed handle is reported as `UPCACHE_EINVAL`
-//!   rather than used (a pointer to freed memory can still not be detected reliably).
+//!   and given back by the matching `*_free`/`*_close`. NULL is reported as `UPCACHE_EINVAL`.
+//!   Each handle starts with a tag that every call checks, which catches a handle of another
+//!   kind and, often, one already closed; but using a closed handle is undefined behaviour
+//!   (its memory may have been reused by a new handle), as with a closed file descriptor.
 //! - Functions return `UPCACHE_OK` (0) or a negative `UPCACHE_E*` code; `upcache_pread` and
 //!   `upcache_pwrite` return a byte count or a negative code. `upcache_last_error` gives the
 //!   calling thread's last error message.
 //! - No panic crosses the boundary: every entry point catches one and reports
 //!   `UPCACHE_EPANIC`.
-//! - Handles may be used from any thread; a file handle may be shared by threads.
+//! - Cache and file handles may be used from any thread, and shared by threads (not across
+//!   their close). A config is set up by one thread, then read by any.
 
 #![allow(non_camel_case_types)]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -120,3 +120,68 @@ fn a_file_larger_than_the_cache_written_by_threads_reaches_the_os_file_intact() 
         );
     }
 }
+
+/// Writers keep writing records (reopening when a close took their handle away) while
+/// another thread closes and reopens the file over and over, and a third syncs: at the end,
+/// every slot of the OS file holds the last record written to it, and the file its length.
+#[test]
+fn closes_and_syncs_racing_writers_lose_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 16);
+    let path = tmp.path().join("raced.bin");
+    drop(cache.open_path(&path, true).unwrap());
+    const SLOT: usize = 3000;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let last: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (cache, path) = (&cache, &path);
+                s.spawn(move || {
+                    let mut last = vec![0u64; 16];
+                    let mut f = cache.open_path(path, false).unwrap();
+                    for seq in 1..=300u64 {
+                        let slot = (seq * 7 + w) % 16;
+                        let data = common::pattern(seq * 100 + w, SLOT);
+                        // The slots of writer w are w, w+2, ...: disjoint between writers.
+                        let at = (slot / 2 * 2 + w) * SLOT as u64;
+                        loop {
+                            match f.write_all_at(&data, at) {
+                                Ok(()) => break,
+                                Err(e) if e.kind() == ErrorKind::NotFound => {
+                                    f = cache.open_path(path, false).unwrap()
+                                }
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                        last[(slot / 2 * 2 + w) as usize] = seq * 100 + w;
+                    }
+                    last
+                })
+            })
+            .collect();
+        let closer = s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match cache.close_path(&path) {
+                    Ok(()) | Err(_) => {}
+                }
+                let f = cache.open_path(&path, false).unwrap();
+                let _ = f.sync_data();
+            }
+        });
+        let last: Vec<Vec<u64>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        closer.join().unwrap();
+        last
+    });
+    let _ = cache.close_path(&path);
+    drop(cache);
+    let os = std::fs::read(&path).unwrap();
+    let written: Vec<u64> = (0..16).map(|i| last[0][i].max(last[1][i])).collect();
+    let end = written.iter().rposition(|&s| s != 0).map_or(0, |i| (i + 1) * SLOT);
+    assert_eq!(os.len(), end, "the OS file's size");
+    for (i, &seed) in written.iter().enumerate() {
+        if seed != 0 {
+            assert!(os[i * SLOT..(i + 1) * SLOT] == common::pattern(seed, SLOT)[..], "slot {i}");
+        }
+    }
+}

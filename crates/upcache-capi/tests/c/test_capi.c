@@ -50,7 +50,7 @@ static upcache_config *config(const char *root, char dirs[2][4096]) {
     CHECK(c != NULL);
     CHECK(upcache_config_set_stripe_unit(c, 8192) == UPCACHE_OK);
     CHECK(upcache_config_set_policy(c, "sieve") == UPCACHE_OK);
-    CHECK(upcache_config_set_policy(c, "nonsense") == UPCACHE_ECONFIG); /* and c is unchanged */
+    CHECK(upcache_config_set_policy(c, "nonsense") == UPCACHE_ECONFIG); /* c is unchanged: */
     CHECK(upcache_config_set_allow_buffered(c, true) == UPCACHE_OK);
     return c;
 }
@@ -64,7 +64,8 @@ int main(int argc, char **argv) {
     upcache_config *cfg = config(argv[1], dirs);
     upcache_cache *cache = NULL;
     CHECK(upcache_create(cfg, &cache) == UPCACHE_OK);
-    CHECK(upcache_create(cfg, &cache) == UPCACHE_EEXIST || upcache_last_error()[0] != 0);
+    upcache_cache *again = NULL;
+    CHECK(upcache_create(cfg, &again) == UPCACHE_EEXIST && again == NULL);
 
     upcache_file *f = NULL;
     CHECK(upcache_file_create(cache, "data", &f) == UPCACHE_OK);

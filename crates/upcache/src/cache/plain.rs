@@ -38,10 +38,22 @@ impl Cache {
             ));
         }
         let key = (meta.dev(), meta.ino());
-        let mut plain = sync::lock(&inner.plain_files);
-        if let Some(f) = plain.get(&key) {
-            return Ok(File::new(f.clone(), inner.clone())); // the new descriptor closes here
-        }
+        let mut plain = loop {
+            let plain = sync::lock(&inner.plain_files);
+            match plain.get(&key) {
+                // Being closed: wait until its pages are written back and it is gone, so this
+                // open reads the OS file as the close leaves it.
+                // Acquire: pairs with the Release that marks it closing.
+                Some(f) if f.removed.load(Ordering::Acquire) => {
+                    drop(plain);
+                    crate::sync::yield_now();
+                }
+                Some(f) => return Ok(File::new(f.clone(), inner.clone())), // our descriptor closes
+                None => break plain,
+            }
+        };
+        // The size now, under the lock: a close that just finished may have changed it.
+        let meta = backing.file().metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         let ps = inner.config.page_size;
         let layout = StripeLayout::new(ps, ps as u64, 1, LayoutKind::Stripe);
         let file = Arc::new(FileInner::new(
@@ -59,33 +71,59 @@ impl Cache {
         Ok(File::new(file, inner.clone()))
     }
 
-    /// Stops caching the OS file at `path`: writes its dirty pages back, makes the OS file's
-    /// size its length, drops its pages and closes it (no fsync: as close(2)). Its handles then
-    /// fail with `NotFound`. On a write-back error nothing is dropped and the error returned.
+    /// Stops caching the OS file at `path` (see [`Cache::close_plain`]). `NotFound` if it is
+    /// not cached (or was renamed or unlinked since: close it by its handle then).
     pub fn close_path(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        let inner = &self.inner;
-        let mut plain = sync::lock(&inner.plain_files);
-        let key = (meta.dev(), meta.ino());
-        let Some(file) = plain.get(&key).cloned() else {
-            return Err(Error::new(ErrorKind::NotFound, format!("{} is not cached", path.display())));
-        };
-        let _all = file.range.write(0, u64::MAX);
-        inner.flush_file(&file)?;
-        if let Some(e) = file.take_write_error() {
-            return Err(e);
+        let file = sync::lock(&self.inner.plain_files).get(&(meta.dev(), meta.ino())).cloned();
+        match file {
+            Some(f) => self.inner.close_plain(&f),
+            None => Err(Error::new(ErrorKind::NotFound, format!("{} is not cached", path.display()))),
         }
-        inner.fit_plain_len(&file, true)?;
-        // Release: handles that see it fail with NotFound (`check_live`).
-        file.removed.store(true, Ordering::Release);
-        inner.forget_file(&file);
-        plain.remove(&key);
-        Ok(())
+    }
+
+    /// Stops caching the plain file `file` was opened on: writes its dirty pages back, makes
+    /// the OS file's size its length, drops its pages and closes it (no fsync: as close(2)).
+    /// Its handles then fail with `NotFound`; an open of it meanwhile waits for the close. On
+    /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
+    /// file of the array.
+    pub fn close_plain(&self, file: &File) -> Result<()> {
+        if !file.inner().plain {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{:?} is not a plain file", file.name()),
+            ));
+        }
+        self.inner.close_plain(file.inner())
     }
 }
 
 impl CacheInner {
+    /// See [`Cache::close_plain`]. No lock but the file's range lock is held across the I/O.
+    fn close_plain(&self, file: &Arc<FileInner>) -> Result<()> {
+        let all = file.range.write(0, u64::MAX);
+        // Acquire: see the Release below of a close that ran first.
+        if file.removed.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(ErrorKind::NotFound, format!("{} was closed", file.name)));
+        }
+        // Marked closing (above): new operations fail, opens wait. Undone on failure.
+        let flushed = self.flush_file(file).and_then(|()| match file.take_write_error() {
+            Some(e) => Err(e),
+            None => self.fit_plain_len(file),
+        });
+        if let Err(e) = flushed {
+            // Release: the file is live again.
+            file.removed.store(false, Ordering::Release);
+            return Err(e);
+        }
+        self.forget_file(file);
+        drop(all);
+        let mut plain = sync::lock(&self.plain_files);
+        plain.retain(|_, f| !Arc::ptr_eq(f, file));
+        Ok(())
+    }
+
     /// `sync_data` (`all`: `sync_all`) of a plain file: dirty pages written back, the OS
     /// file's size made the length, then fdatasync (fsync).
     pub(crate) fn sync_plain(&self, file: &FileInner, all: bool) -> Result<()> {
@@ -94,43 +132,34 @@ impl CacheInner {
             return Err(e);
         }
         {
-            // From the page holding the end on, exclusive: no writer extends the file while
-            // its OS size is cut back to the length. Only tried: this thread may hold a pin of
-            // that page; then the size is only extended, never cut (a page of zeros may stay
-            // past the end until a later sync).
+            // From the page holding the end on, exclusive: no writer extends or shrinks the
+            // file while its OS size is set. Only tried: this thread may hold a pin of that
+            // page, or a writer may be appending; then the size is left for a later sync (the
+            // written pages are on the OS file already; only an extension by `set_len`, which
+            // reads as zeros, or a page of zeros past the end, can be off until then).
             let ps = self.config.page_size as u64;
-            let tail = file.range.try_write(file.len.load(Ordering::Acquire) / ps * ps, u64::MAX);
-            self.fit_plain_len(file, tail.is_some())?;
+            let start = file.len.load(Ordering::Acquire) / ps * ps;
+            if let Some(_tail) = file.range.try_write(start, u64::MAX) {
+                // A shrink between the read and the lock leaves pages below `start` unlocked.
+                if file.len.load(Ordering::Acquire) >= start {
+                    self.fit_plain_len(file)?;
+                }
+            }
         }
         let b = &file.backing[0];
         let synced = if all { b.file().sync_all() } else { self.engine.sync_data(b) };
         synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
     }
 
-    /// Makes the OS file at least as long as the file (fallocate, which never shrinks, so a
-    /// write-back racing it keeps its bytes); with `exact`, also cuts it back to the length.
-    /// `exact` needs the file's range from the page holding the end on held exclusive: the
-    /// length is then stable and nothing past it is written back.
-    pub(crate) fn fit_plain_len(&self, file: &FileInner, exact: bool) -> Result<()> {
-        use std::os::fd::AsRawFd;
+    /// Sets the OS file's size to the file's length (ftruncate: an extension stays sparse).
+    /// The caller holds the file's range from the page holding the end on exclusive: the
+    /// length is then stable, and write-back past it can only add zeros, which this cuts.
+    pub(crate) fn fit_plain_len(&self, file: &FileInner) -> Result<()> {
         // Acquire: see the extension of every write that ended before.
         let len = file.len.load(Ordering::Acquire);
         let b = &file.backing[0];
         let have = b.file().metadata().map_err(|e| Error::io(format!("stat {}", file.name), e))?.len();
-        if have < len {
-            // SAFETY: fallocate on our open descriptor; mode 0 allocates and extends only.
-            let r = unsafe {
-                libc::fallocate(b.as_raw_fd(), 0, have as libc::off_t, (len - have) as libc::off_t)
-            };
-            if r != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                    return Err(Error::io(format!("extend {}", file.name), e));
-                }
-                // No fallocate here: extend by truncation (only past what is there now).
-                device::truncate(b, len)?;
-            }
-        } else if exact && have > len {
+        if have != len {
             device::truncate(b, len)?;
         }
         Ok(())
