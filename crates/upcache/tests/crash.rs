@@ -23,6 +23,62 @@ use std::time::Duration;
 
 use upcache::Cache;
 
+/// A child process: this test binary running the ignored test `entry` with `env` set to
+/// `value`. A thread reads its output and sends the last word of each line (libtest may print
+/// "test <entry> ... " before the child's first line, on the same line), so that a stuck child
+/// fails a `recv_timeout` instead of hanging the test.
+struct Child {
+    process: std::process::Child,
+    words: mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Child {
+    fn spawn(entry: &str, env: &str, value: impl AsRef<std::ffi::OsStr>) -> Child {
+        let mut process = Command::new(std::env::current_exe().unwrap())
+            .args([entry, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(env, value)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(process.stdout.take().unwrap());
+        let (tx, words) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Some(w) = line.split_whitespace().last() {
+                    let _ = tx.send(w.to_owned());
+                }
+            }
+        });
+        Child { process, words, reader: Some(reader) }
+    }
+
+    /// The next word, within two minutes.
+    fn next(&self, what: &str) -> String {
+        self.words
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("no {what} from the child ({e:?}): it exited early or is stuck"))
+    }
+
+    /// The next number it printed (skipping other words).
+    fn next_number(&self, what: &str) -> u64 {
+        loop {
+            if let Ok(n) = self.next(what).parse() {
+                return n;
+            }
+        }
+    }
+
+    /// Kills it; returns the numbers it printed that were not read yet (they completed too).
+    fn kill(mut self) -> Vec<u64> {
+        self.process.kill().unwrap();
+        self.process.wait().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        self.words.try_iter().filter_map(|w| w.parse().ok()).collect()
+    }
+}
+
 const CHILD_ENV: &str = "UPCACHE_CRASH_CHILD";
 const STEP_BYTES: usize = 3 * 4096 + 100;
 
@@ -66,36 +122,12 @@ fn killed_at_any_point_the_array_reopens_with_every_synced_byte() {
     drop(Cache::create(config(tmp.path())).unwrap());
     let mut synced = 0u64; // steps known complete
     for (round, lines) in [1u64, 3, 2, 5, 1, 4, 2, 3, 1, 6].into_iter().enumerate() {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["crash_child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, tmp.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // A thread reads the child's steps, so a stuck child fails the test instead of
-        // hanging it. libtest may print "test crash_child_entry ... " before the first step on
-        // the same line, so a step is the last word of a line.
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                if let Some(i) = line.split_whitespace().last().and_then(|w| w.parse::<u64>().ok()) {
-                    let _ = tx.send(i);
-                }
-            }
-        });
+        let child = Child::spawn("crash_child_entry", CHILD_ENV, tmp.path());
         for _ in 0..lines {
-            let i = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|e| {
-                panic!("round {round}: no progress from the child ({e:?}): exited early or stuck")
-            });
-            synced = synced.max(i + 1);
+            synced = synced.max(child.next_number(&format!("step (round {round})")) + 1);
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
         // Steps the child finished between our last read and the kill count as synced too.
-        reader.join().unwrap();
-        synced = rx.try_iter().fold(synced, |s, i| s.max(i + 1));
+        synced = child.kill().into_iter().fold(synced, |s, i| s.max(i + 1));
 
         let cache = Cache::open(config(tmp.path())).unwrap();
         let log = cache.open_file("log").unwrap();
@@ -196,23 +228,12 @@ fn metadata_records_cut_anywhere_recover_to_a_prefix() {
     let tmp = tempfile::tempdir().unwrap();
     let array = tmp.path().join("array");
     drop(Cache::create(config(&array)).unwrap());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["meta_crash_child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(META_CHILD_ENV, &array)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let child = Child::spawn("meta_crash_child_entry", META_CHILD_ENV, &array);
     let mut done = 0;
     while done < 40 {
-        let line = out.next().expect("the child stopped early").unwrap();
-        if let Some(i) = line.split_whitespace().last().and_then(|w| w.parse::<u64>().ok()) {
-            done = i + 1;
-        }
+        done = child.next_number("op") + 1;
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     // Kept as killed: every open checkpoints, which empties the log.
     let killed = tmp.path().join("killed");
     copy_dir(&array, &killed);
@@ -311,44 +332,17 @@ fn random_writes_killed_anywhere_keep_every_synced_record() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("array");
         let seed = 0x5eed + round;
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["random_crash_child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(RANDOM_CHILD_ENV, format!("{seed}:{}", root.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                match line.split_whitespace().last() {
-                    Some("ready") => drop(tx.send(None)),
-                    Some(w) => {
-                        if let Ok(n) = w.parse::<u64>() {
-                            let _ = tx.send(Some(n));
-                        }
-                    }
-                    None => {}
-                }
-            }
-        });
-        let next = |what: &str| {
-            rx.recv_timeout(Duration::from_secs(120))
-                .unwrap_or_else(|e| panic!("round {round}: no {what} from the child ({e:?})"))
-        };
-        assert_eq!(next("ready"), None);
+        let child =
+            Child::spawn("random_crash_child_entry", RANDOM_CHILD_ENV, format!("{seed}:{}", root.display()));
+        while child.next(&format!("ready (round {round})")) != "ready" {}
         // Kill after a pseudo-random number of completed ops: 1 to 120.
         let wait_for = 1 + (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) % 120;
-        let mut done = None;
+        let mut done = 0;
         for _ in 0..wait_for {
-            done = next("op");
+            done = child.next_number(&format!("op (round {round})"));
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        reader.join().unwrap();
         // Ops reported after our last read completed too.
-        let done = rx.try_iter().fold(done, |d, n| d.max(n)).expect("ops were reported");
+        let done = child.kill().into_iter().fold(done, u64::max);
 
         let cache =
             Cache::open(random_config(&root)).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
