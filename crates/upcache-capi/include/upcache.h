@@ -166,6 +166,25 @@ int32_t upcache_file_create(struct upcache_cache *cache,
 // As `upcache_file_create`.
 int32_t upcache_file_open(struct upcache_cache *cache, const char *name, struct upcache_file **out);
 
+// Opens the OS file at `path` through the cache (plain-file mode: an existing file, not one
+// of the array's), creating it if `create`, into `*out`. Its size is the OS file's, exact
+// after each sync. `upcache_close_path` stops caching it.
+//
+// # Safety
+// As `upcache_file_create`, with `path` NUL-terminated.
+int32_t upcache_file_open_path(struct upcache_cache *cache,
+                               const char *path,
+                               bool create,
+                               struct upcache_file **out);
+
+// Stops caching the OS file at `path` (opened with `upcache_file_open_path`): writes its
+// dirty pages back and makes its size exact (no fsync, as close(2)); its handles then fail
+// with `UPCACHE_ENOENT` (close them). `UPCACHE_ENOENT` if it is not cached.
+//
+// # Safety
+// `cache` is from `upcache_create`/`upcache_open`; `path` is NUL-terminated.
+int32_t upcache_close_path(struct upcache_cache *cache, const char *path);
+
 // Closes a file handle (its written data stays cached until written back or synced).
 //
 // # Safety

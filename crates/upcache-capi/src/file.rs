@@ -89,6 +89,53 @@ pub unsafe extern "C" fn upcache_file_open(
     unsafe { open(cache, name, out, false) }
 }
 
+/// Opens the OS file at `path` through the cache (plain-file mode: an existing file, not one
+/// of the array's), creating it if `create`, into `*out`. Its size is the OS file's, exact
+/// after each sync. `upcache_close_path` stops caching it.
+///
+/// # Safety
+/// As `upcache_file_create`, with `path` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_file_open_path(
+    cache: *mut upcache_cache,
+    path: *const c_char,
+    create: bool,
+    out: *mut *mut upcache_file,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the function's contract.
+        let path = unsafe { text(path, "path") }?;
+        let file = c.cache.open_path(path, create)?;
+        // SeqCst: see `upcache_close`.
+        c.open_files.fetch_add(1, Ordering::SeqCst);
+        let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
+        // SAFETY: `out` is non-null and writable (the function's contract).
+        unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
+        Ok(())
+    })
+}
+
+/// Stops caching the OS file at `path` (opened with `upcache_file_open_path`): writes its
+/// dirty pages back and makes its size exact (no fsync, as close(2)); its handles then fail
+/// with `UPCACHE_ENOENT` (close them). `UPCACHE_ENOENT` if it is not cached.
+///
+/// # Safety
+/// `cache` is from `upcache_create`/`upcache_open`; `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_close_path(cache: *mut upcache_cache, path: *const c_char) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let c = unsafe { cache_ref(cache) }?;
+        // SAFETY: the function's contract.
+        Ok(c.cache.close_path(unsafe { text(path, "path") }?)?)
+    })
+}
+
 /// Closes a file handle (its written data stays cached until written back or synced).
 ///
 /// # Safety

@@ -134,6 +134,30 @@ int main(int argc, char **argv) {
     }
     free(back);
     CHECK(upcache_file_close(f) == UPCACHE_OK);
+
+    /* Plain-file mode: an OS file outside the array, through the cache. */
+    char plain[4200];
+    snprintf(plain, sizeof plain, "%s/plain.txt", argv[1]);
+    upcache_file *p = NULL;
+    CHECK(upcache_file_open_path(cache, plain, false, &p) == UPCACHE_ENOENT);
+    CHECK(upcache_file_open_path(cache, plain, true, &p) == UPCACHE_OK);
+    const char line[] = "written through upcache\n";
+    CHECK(upcache_pwrite(p, line, sizeof line - 1, 5000) == (int64_t)(sizeof line - 1));
+    CHECK(upcache_fdatasync(p) == UPCACHE_OK);
+    FILE *os = fopen(plain, "rb");
+    CHECK(os != NULL);
+    if (os) {
+        char got[sizeof line] = {0};
+        CHECK(fseek(os, 0, SEEK_END) == 0 && ftell(os) == 5000 + (long)(sizeof line - 1));
+        CHECK(fseek(os, 5000, SEEK_SET) == 0 && fread(got, 1, sizeof line - 1, os) == sizeof line - 1);
+        CHECK(strcmp(got, line) == 0);
+        fclose(os);
+    }
+    CHECK(upcache_close_path(cache, plain) == UPCACHE_OK);
+    CHECK(upcache_pread(p, buf, 10, 0) == UPCACHE_ENOENT);
+    CHECK(upcache_close_path(cache, plain) == UPCACHE_ENOENT);
+    CHECK(upcache_file_close(p) == UPCACHE_OK);
+
     CHECK(upcache_remove(cache, "data") == UPCACHE_OK);
     CHECK(upcache_file_open(cache, "data", &f) == UPCACHE_ENOENT);
     CHECK(upcache_close(cache) == UPCACHE_OK);
