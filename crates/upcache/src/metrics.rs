@@ -61,6 +61,7 @@ pub struct Metrics {
     pub(crate) reclaimed: Counter,
     pub(crate) stream_evictions: Counter,
     pub(crate) readahead_pages: Counter,
+    pub(crate) readahead_windows: Counter,
     pub(crate) hot_hits: Counter,
     pub(crate) read_ios: Counter,
     pub(crate) read_bytes: Counter,
@@ -87,6 +88,9 @@ pub struct Stats {
     pub stream_evictions: u64,
     /// Pages loaded ahead of sequential readers (readahead).
     pub readahead_pages: u64,
+    /// Readahead windows handed to the loader (whether it or the reader then loads the pages
+    /// first depends on scheduling; that it was asked does not).
+    pub readahead_windows: u64,
     /// Pins served by the pinning thread's hot index, without a shared index lookup.
     pub hot_hits: u64,
     /// Device read requests.
@@ -124,6 +128,7 @@ impl Metrics {
             reclaimed: self.reclaimed.get(),
             stream_evictions: self.stream_evictions.get(),
             readahead_pages: self.readahead_pages.get(),
+            readahead_windows: self.readahead_windows.get(),
             hot_hits: self.hot_hits.get(),
             read_ios: self.read_ios.get(),
             read_bytes: self.read_bytes.get(),

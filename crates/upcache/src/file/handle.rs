@@ -198,6 +198,7 @@ impl File {
         }
         let min = (crate::readahead::MIN_WINDOW / self.cache.config.page_size as u64).max(1);
         if let Some(w) = self.file.readahead.on_read(first, last, min, max) {
+            self.cache.metrics.readahead_windows.add(1);
             self.cache.readahead.post(&self.file, w);
         }
     }
