@@ -134,56 +134,78 @@ pub fn remove_orphans(dir: &Path, known: &std::collections::HashSet<u64>) -> Res
     Ok(())
 }
 
-/// Opens the OS file at `path` as the only backing file (device 0) of plain file `file_id`
-/// (`Cache::open_path`), creating it (mode 0666 less the umask) if `create`: O_DIRECT, or
-/// buffered where refused and `allow_buffered`.
-pub fn open_plain(path: &Path, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
+/// Opens `path` read-write (created with `mode`, less the umask, if `create`), with O_DIRECT
+/// if `direct`; where the file system refuses O_DIRECT (EINVAL), buffered instead if
+/// `allow_buffered`. Returns the file and whether it is O_DIRECT; a refusal without
+/// `allow_buffered` is the EINVAL, for the caller to explain.
+fn open_rw(
+    path: &Path,
+    create: bool,
+    mode: u32,
+    direct: bool,
+    allow_buffered: bool,
+) -> io::Result<(File, bool)> {
     let open = |direct: bool| {
         let mut o = OpenOptions::new();
-        o.read(true).write(true).create(create).mode(0o666);
+        o.read(true).write(true).create(create).mode(mode);
         if direct {
             o.custom_flags(libc::O_DIRECT);
         }
         o.open(path)
     };
-    let mut direct = true;
-    let file = match open(true) {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && allow_buffered => {
-            direct = false;
-            open(false).map_err(|e| Error::io(format!("open {}", path.display()), e))?
+    match open(direct) {
+        Err(e) if direct && allow_buffered && e.raw_os_error() == Some(libc::EINVAL) => {
+            Ok((open(false)?, false))
         }
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            return Err(Error::with_source(
-                ErrorKind::Unsupported,
-                format!(
-                    "the file system of {} refuses O_DIRECT (allow buffered backing files)",
-                    path.display()
-                ),
-                e,
-            ))
+        r => r.map(|f| (f, direct)),
+    }
+}
+
+/// The error of an O_DIRECT refusal that buffered files were not allowed to work around.
+fn refused(e: &io::Error, direct: bool) -> bool {
+    direct && e.raw_os_error() == Some(libc::EINVAL)
+}
+
+impl BackingFile {
+    fn new(
+        file: File,
+        device: DeviceId,
+        file_id: u64,
+        direct: bool,
+        sim: Option<std::sync::Arc<sim::SimDevice>>,
+    ) -> Self {
+        BackingFile {
+            file: std::sync::Arc::new(file),
+            device,
+            file_id,
+            flushes: Default::default(),
+            zeros: Default::default(),
+            direct,
+            sim,
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Error::with_source(ErrorKind::NotFound, format!("no file {}", path.display()), e))
+    }
+}
+
+/// Opens the OS file at `path` as the only backing file (device 0) of plain file `file_id`
+/// (`Cache::open_path`), creating it (mode 0666 less the umask) if `create`: O_DIRECT, or
+/// buffered where refused and `allow_buffered`.
+pub fn open_plain(path: &Path, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
+    let (file, direct) = open_rw(path, create, 0o666, true, allow_buffered).map_err(|e| {
+        if refused(&e, true) {
+            let msg = format!(
+                "the file system of {} refuses O_DIRECT (allow buffered backing files)",
+                path.display()
+            );
+            Error::with_source(ErrorKind::Unsupported, msg, e)
+        } else if e.kind() == io::ErrorKind::NotFound {
+            Error::with_source(ErrorKind::NotFound, format!("no file {}", path.display()), e)
+        } else if e.raw_os_error() == Some(libc::EISDIR) {
+            Error::with_source(ErrorKind::InvalidInput, format!("{} is a directory", path.display()), e)
+        } else {
+            Error::io(format!("open {}", path.display()), e)
         }
-        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
-            return Err(Error::with_source(
-                ErrorKind::InvalidInput,
-                format!("{} is a directory", path.display()),
-                e,
-            ))
-        }
-        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
-    };
-    Ok(BackingFile {
-        file: std::sync::Arc::new(file),
-        device: 0,
-        file_id,
-        flushes: Default::default(),
-        zeros: Default::default(),
-        direct,
-        sim: None,
-    })
+    })?;
+    Ok(BackingFile::new(file, 0, file_id, direct, None))
 }
 
 /// Opens (creating if asked) the backing file of `file_id` on `device` in `dir`. A file on a
@@ -197,52 +219,29 @@ pub fn open_backing(
     sim: Option<std::sync::Arc<sim::SimDevice>>,
 ) -> Result<BackingFile> {
     let path = backing_path(dir, file_id);
-    let open = |direct: bool| {
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).create(create).mode(0o600);
-        if direct {
-            o.custom_flags(libc::O_DIRECT);
-        }
-        o.open(&path)
-    };
-    let mut direct = sim.is_none();
-    let file = match open(direct) {
-        Ok(f) => f,
-        Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
-            if !allow_buffered {
-                return Err(Error::with_source(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "the file system of {} refuses O_DIRECT; use a file system that supports \
-                         it or allow buffered backing files (Config::with_allow_buffered)",
-                        dir.display()
-                    ),
-                    e,
-                ));
-            }
-            log::warn!("{}: O_DIRECT refused, using buffered backing files", dir.display());
-            direct = false;
-            open(false).map_err(|e| Error::io(format!("open {}", path.display()), e))?
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Error::with_source(
+    let want_direct = sim.is_none();
+    let (file, direct) = open_rw(&path, create, 0o600, want_direct, allow_buffered).map_err(|e| {
+        if refused(&e, want_direct) {
+            let msg = format!(
+                "the file system of {} refuses O_DIRECT; use a file system that supports it or allow \
+                 buffered backing files (Config::with_allow_buffered)",
+                dir.display()
+            );
+            Error::with_source(ErrorKind::Unsupported, msg, e)
+        } else if e.kind() == io::ErrorKind::NotFound {
+            Error::with_source(
                 ErrorKind::NotAnArray,
                 format!("backing file {} is missing", path.display()),
                 e,
-            ))
+            )
+        } else {
+            Error::io(format!("open {}", path.display()), e)
         }
-        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
-    };
-    let file = std::sync::Arc::new(file);
-    Ok(BackingFile {
-        file,
-        device,
-        file_id,
-        flushes: Default::default(),
-        zeros: Default::default(),
-        direct,
-        sim,
-    })
+    })?;
+    if want_direct && !direct {
+        log::warn!("{}: O_DIRECT refused, using buffered backing files", dir.display());
+    }
+    Ok(BackingFile::new(file, device, file_id, direct, sim))
 }
 
 #[cfg(all(test, not(loom)))]
