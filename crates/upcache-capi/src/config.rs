@@ -157,13 +157,8 @@ pub unsafe extern "C" fn upcache_config_set_policy(
     config: *mut upcache_config,
     policy: *const c_char,
 ) -> i32 {
-    // SAFETY: the function's contract.
-    let name = match unsafe { text(policy, "policy") } {
-        Ok(n) => n.to_owned(),
-        Err(e) => return status(|| Err(e)),
-    };
-    // SAFETY: the function's contract.
-    unsafe { update(config, |c| Ok(c.with_policy(name.parse::<upcache::PolicyKind>()?))) }
+    // SAFETY: the function's contract (`policy` is read inside the guard, as `config`).
+    unsafe { update(config, |c| Ok(c.with_policy(text(policy, "policy")?.parse::<upcache::PolicyKind>()?))) }
 }
 
 /// Allows buffered backing files where the file system refuses O_DIRECT (default: refuse).

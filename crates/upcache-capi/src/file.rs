@@ -1,6 +1,6 @@
 //! `upcache_file`: an open file; reads, writes, syncs, truncation and size.
 
-use crate::cache::{cache_ref, upcache_cache};
+use crate::cache::{cache_ref, upcache_cache, CacheHandle};
 use crate::config::text;
 use crate::error::{guard, status, Fail, UPCACHE_OK};
 use std::ffi::{c_char, c_void};
@@ -52,13 +52,22 @@ unsafe fn open(
         // SAFETY: the caller's contract.
         let name = unsafe { text(name, "name") }?;
         let file = if create { c.cache.create_file(name) } else { c.cache.open_file(name) }?;
-        // SeqCst: see `upcache_close`.
-        c.open_files.fetch_add(1, Ordering::SeqCst);
-        let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
+        unsafe { hand_out(c, file, out) };
         Ok(())
     })
+}
+
+/// Makes a handle of `file`, counted open on `c`, and stores it in `*out`.
+///
+/// # Safety
+/// `out` is non-null and writable.
+unsafe fn hand_out(c: &CacheHandle, file: File, out: *mut *mut upcache_file) {
+    // SeqCst: see `upcache_close`.
+    c.open_files.fetch_add(1, Ordering::SeqCst);
+    let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
+    // SAFETY: the function's contract.
+    unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
 }
 
 /// Creates file `name` (empty) and opens it into `*out`.
@@ -111,11 +120,8 @@ pub unsafe extern "C" fn upcache_file_open_path(
         // SAFETY: the function's contract.
         let path = unsafe { text(path, "path") }?;
         let file = c.cache.open_path(path, create)?;
-        // SeqCst: see `upcache_close`.
-        c.open_files.fetch_add(1, Ordering::SeqCst);
-        let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
-        // SAFETY: `out` is non-null and writable (the function's contract).
-        unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
+        // SAFETY: `out` is non-null and writable (checked, and the function's contract).
+        unsafe { hand_out(c, file, out) };
         Ok(())
     })
 }
