@@ -8,7 +8,6 @@ cache to upcache's budget for fair comparisons (needs root and cgroup v1).
 """
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -94,11 +93,6 @@ def cleanup_cgroup():
 def check_binary():
     if not os.path.exists(UPCACHE):
         sys.exit(f"{UPCACHE} is missing: build() failed?")
-
-
-def dump(path, med):
-    with open(path, "w") as f:
-        json.dump(med, f, indent=2)
 
 
 def start(name, doc, extra_args=None):
