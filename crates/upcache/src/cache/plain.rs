@@ -127,6 +127,15 @@ impl CacheInner {
     /// `sync_data` (`all`: `sync_all`) of a plain file: dirty pages written back, the OS
     /// file's size made the length, then fdatasync (fsync).
     pub(crate) fn sync_plain(&self, file: &FileInner, all: bool) -> Result<()> {
+        self.write_back_plain(file)?;
+        let b = &file.backing[0];
+        let synced = if all { b.file().sync_all() } else { self.engine.sync_data(b) };
+        synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
+    }
+
+    /// Dirty pages written back and the OS file's size made the length, without a sync: what
+    /// another reader of the OS file needs to see the file as the cache does.
+    pub(crate) fn write_back_plain(&self, file: &FileInner) -> Result<()> {
         self.flush_file(file)?;
         if let Some(e) = file.take_write_error() {
             return Err(e);
@@ -146,9 +155,7 @@ impl CacheInner {
                 }
             }
         }
-        let b = &file.backing[0];
-        let synced = if all { b.file().sync_all() } else { self.engine.sync_data(b) };
-        synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
+        Ok(())
     }
 
     /// Sets the OS file's size to the file's length (ftruncate: an extension stays sparse).

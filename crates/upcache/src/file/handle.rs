@@ -378,6 +378,22 @@ impl File {
         self.cache.sync_file(&self.file, false)
     }
 
+    /// Writes back the file's dirty pages without making them durable (no device sync), and
+    /// reports, once, any earlier write-back error. For a plain file, the OS file's size is
+    /// made the length too (unless a pin or an appender holds the tail): other readers of the
+    /// OS file then see what the cache holds, as they would after close(2).
+    pub fn write_back(&self) -> Result<()> {
+        self.file.check_live()?;
+        if self.file.plain {
+            return self.cache.write_back_plain(&self.file);
+        }
+        self.cache.flush_file(&self.file)?;
+        match self.file.take_write_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Like `sync_data`, and also makes every namespace change logged so far durable (a
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {

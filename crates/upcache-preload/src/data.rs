@@ -1,0 +1,676 @@
+//! Data calls on cached descriptors: reads, writes, seeks, syncs, truncation, allocation.
+//! The file offset stays in the kernel: calls that use it read it, do their I/O through the
+//! cache, and move it, under the description's offset lock.
+
+use crate::errno;
+use crate::open::{cached, shielded};
+use crate::real;
+use crate::shim::{Description, Shim};
+use libc::{c_char, c_int, c_void, iovec, off64_t, off_t, size_t, ssize_t};
+use std::sync::atomic::Ordering;
+use upcache::File;
+
+/// Linux moves at most this many bytes per read or write call.
+const MAX_IO: usize = 0x7fff_f000;
+
+/// The most iovecs a call takes (IOV_MAX).
+const IOV_MAX: c_int = 1024;
+
+/// The kernel's offset of `fd`.
+fn offset(fd: c_int) -> Result<u64, i32> {
+    // SAFETY: lseek has no memory arguments.
+    let at = unsafe { real::lseek64()(fd, 0, libc::SEEK_CUR) };
+    if at < 0 {
+        return Err(last_errno());
+    }
+    Ok(at as u64)
+}
+
+fn seek_to(fd: c_int, at: u64) -> Result<u64, i32> {
+    let at = i64::try_from(at).map_err(|_| libc::EOVERFLOW)?;
+    // SAFETY: lseek has no memory arguments.
+    if unsafe { real::lseek64()(fd, at, libc::SEEK_SET) } < 0 {
+        return Err(last_errno());
+    }
+    Ok(at as u64)
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Reads at `at` into `bufs` in turn until one is short (end of file). An error after some
+/// bytes is reported as the short count, as read(2) does.
+fn read_bufs(file: &File, bufs: &mut [&mut [u8]], at: u64) -> Result<usize, i32> {
+    let mut done = 0usize;
+    for buf in bufs.iter_mut() {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read_at(&mut buf[filled..], at + (done + filled) as u64) {
+                Ok(0) => return Ok(done + filled),
+                Ok(n) => filled += n,
+                Err(_) if done + filled > 0 => return Ok(done + filled),
+                Err(e) => return Err(errno::of(&e)),
+            }
+        }
+        done += filled;
+    }
+    Ok(done)
+}
+
+fn write_bufs(file: &File, bufs: &[&[u8]], at: u64) -> Result<usize, i32> {
+    let mut done = 0usize;
+    for buf in bufs {
+        let mut put = 0;
+        while put < buf.len() {
+            match file.write_at(&buf[put..], at + (done + put) as u64) {
+                Ok(0) => return Err(libc::EIO),
+                Ok(n) => put += n,
+                Err(_) if done + put > 0 => return Ok(done + put),
+                Err(e) => return Err(errno::of(&e)),
+            }
+        }
+        done += put;
+    }
+    Ok(done)
+}
+
+/// Where a read or write goes: an explicit offset, or the kernel's offset of the descriptor.
+#[derive(Clone, Copy)]
+enum At {
+    Offset(u64),
+    Current(c_int),
+}
+
+fn read_at(shim: &Shim, desc: &Description, bufs: &mut [&mut [u8]], at: At) -> Result<usize, i32> {
+    if !desc.readable {
+        return Err(libc::EBADF);
+    }
+    let file = desc.shared.file();
+    let n = match at {
+        At::Offset(off) => read_bufs(file, bufs, off)?,
+        At::Current(fd) => {
+            let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
+            let off = offset(fd)?;
+            let n = read_bufs(file, bufs, off)?;
+            seek_to(fd, off + n as u64)?;
+            n
+        }
+    };
+    let c = &shim.counters; // Relaxed: statistics
+    c.reads.fetch_add(1, Ordering::Relaxed);
+    c.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(n)
+}
+
+/// `append`: at the end of the file whatever `at` says (O_APPEND, RWF_APPEND), then moves the
+/// kernel's offset past what it wrote.
+fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: bool) -> Result<usize, i32> {
+    if !desc.writable {
+        return Err(libc::EBADF);
+    }
+    let file = desc.shared.file();
+    // Relaxed: the flag is the caller's own setting, ordered by the caller.
+    let append = append || desc.append.load(Ordering::Relaxed);
+    let n = match (at, append) {
+        (_, true) => {
+            let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
+            let _end = desc.shared.append.lock().unwrap_or_else(|p| p.into_inner());
+            let end = file.len();
+            let n = write_bufs(file, bufs, end)?;
+            if let At::Current(fd) = at {
+                seek_to(fd, end + n as u64)?;
+            }
+            n
+        }
+        (At::Offset(off), false) => write_bufs(file, bufs, off)?,
+        (At::Current(fd), false) => {
+            let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
+            let off = offset(fd)?;
+            let n = write_bufs(file, bufs, off)?;
+            seek_to(fd, off + n as u64)?;
+            n
+        }
+    };
+    let c = &shim.counters; // Relaxed: statistics
+    c.writes.fetch_add(1, Ordering::Relaxed);
+    c.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(n)
+}
+
+fn ssize(r: Result<usize, i32>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(code) => errno::fail(code),
+    }
+}
+
+fn explicit(off: i64) -> Result<At, i32> {
+    u64::try_from(off).map(At::Offset).map_err(|_| libc::EINVAL)
+}
+
+/// The caller's buffer as a slice (at most MAX_IO bytes, as Linux moves per call).
+///
+/// # Safety
+/// `buf` points to `len` bytes the caller lets us write, or `len` is 0.
+unsafe fn buf_mut<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], i32> {
+    match (buf.is_null(), len) {
+        (_, 0) => Ok(&mut []),
+        (true, _) => Err(libc::EFAULT),
+        // SAFETY: as the function's contract says.
+        _ => Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast(), len.min(MAX_IO)) }),
+    }
+}
+
+/// # Safety
+/// `buf` points to `len` readable bytes, or `len` is 0.
+unsafe fn buf_ref<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> {
+    match (buf.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(libc::EFAULT),
+        // SAFETY: as the function's contract says.
+        _ => Ok(unsafe { std::slice::from_raw_parts(buf.cast(), len.min(MAX_IO)) }),
+    }
+}
+
+/// # Safety
+/// `iov` points to `count` iovecs, each valid as for `buf_mut`.
+unsafe fn iovecs_mut<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a mut [u8]>, i32> {
+    if !(0..=IOV_MAX).contains(&count) {
+        return Err(libc::EINVAL);
+    }
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if iov.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: as the function's contract says.
+    let iovs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
+    // SAFETY: each iovec as the contract says.
+    iovs.iter().map(|v| unsafe { buf_mut(v.iov_base, v.iov_len) }).collect()
+}
+
+/// # Safety
+/// As `iovecs_mut`, readable.
+unsafe fn iovecs<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a [u8]>, i32> {
+    // SAFETY: as the function's contract says (read only through the shared slices).
+    Ok(unsafe { iovecs_mut(iov, count) }?.into_iter().map(|b| &*b).collect())
+}
+
+// SAFETY (every function below): as in open.rs, arguments are what the C prototype says.
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    match cached(fd) {
+        Some((shim, d, _inside)) => {
+            shielded(|| ssize(buf_mut(buf, len).and_then(|b| read_at(shim, &d, &mut [b], At::Current(fd)))))
+        }
+        None => real::read()(fd, buf, len),
+    }
+}
+
+/// The _FORTIFY_SOURCE form of read.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, _buflen: size_t) -> ssize_t {
+    read(fd, buf, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    match cached(fd) {
+        Some((shim, d, _inside)) => shielded(|| {
+            ssize(buf_ref(buf, len).and_then(|b| write_at(shim, &d, &[b], At::Current(fd), false)))
+        }),
+        None => real::write()(fd, buf, len),
+    }
+}
+
+unsafe fn pread_any(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> Option<ssize_t> {
+    let (shim, d, _inside) = cached(fd)?;
+    Some(shielded(|| ssize(explicit(off).and_then(|at| read_at(shim, &d, &mut [buf_mut(buf, len)?], at)))))
+}
+
+unsafe fn pwrite_any(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> Option<ssize_t> {
+    let (shim, d, _inside) = cached(fd)?;
+    Some(shielded(|| {
+        ssize(explicit(off).and_then(|at| write_at(shim, &d, &[buf_ref(buf, len)?], at, false)))
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
+    pread_any(fd, buf, len, off).unwrap_or_else(|| real::pread()(fd, buf, len, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off64_t) -> ssize_t {
+    pread_any(fd, buf, len, off).unwrap_or_else(|| real::pread64()(fd, buf, len, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: off_t,
+    _buflen: size_t,
+) -> ssize_t {
+    pread(fd, buf, len, off)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: off64_t,
+    _buflen: size_t,
+) -> ssize_t {
+    pread64(fd, buf, len, off)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
+    pwrite_any(fd, buf, len, off).unwrap_or_else(|| real::pwrite()(fd, buf, len, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off64_t) -> ssize_t {
+    pwrite_any(fd, buf, len, off).unwrap_or_else(|| real::pwrite64()(fd, buf, len, off))
+}
+
+/// RWF_* flags of preadv2/pwritev2 this shim knows (HIPRI and NOWAIT are hints it ignores).
+const RWF_KNOWN: c_int =
+    libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND;
+
+/// preadv, preadv2 and readv: `off` -1 (or `None`) is the kernel's offset.
+unsafe fn preadv_any(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: Option<i64>,
+    flags: c_int,
+) -> Option<ssize_t> {
+    let (shim, d, _inside) = cached(fd)?;
+    Some(shielded(|| {
+        ssize((|| {
+            if flags & !RWF_KNOWN != 0 || flags & libc::RWF_APPEND != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let at = match off {
+                None | Some(-1) => At::Current(fd),
+                Some(o) => explicit(o)?,
+            };
+            read_at(shim, &d, &mut iovecs_mut(iov, count)?, at)
+        })())
+    }))
+}
+
+unsafe fn pwritev_any(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: Option<i64>,
+    flags: c_int,
+) -> Option<ssize_t> {
+    let (shim, d, _inside) = cached(fd)?;
+    Some(shielded(|| {
+        ssize((|| {
+            if flags & !RWF_KNOWN != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let at = match off {
+                None | Some(-1) => At::Current(fd),
+                Some(o) => explicit(o)?,
+            };
+            let n = write_at(shim, &d, &iovecs(iov, count)?, at, flags & libc::RWF_APPEND != 0)?;
+            let file = d.shared.file();
+            let synced = if flags & libc::RWF_SYNC != 0 {
+                file.sync_all()
+            } else if flags & libc::RWF_DSYNC != 0 {
+                file.sync_data()
+            } else {
+                Ok(())
+            };
+            synced.map(|()| n).map_err(|e| errno::of(&e))
+        })())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
+    preadv_any(fd, iov, count, None, 0).unwrap_or_else(|| real::readv()(fd, iov, count))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
+    pwritev_any(fd, iov, count, None, 0).unwrap_or_else(|| real::writev()(fd, iov, count))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    match off {
+        -1 => None, // an explicit offset is required: EINVAL from libc
+        _ => preadv_any(fd, iov, count, Some(off), 0),
+    }
+    .unwrap_or_else(|| real::preadv()(fd, iov, count, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t {
+    match off {
+        -1 => None,
+        _ => preadv_any(fd, iov, count, Some(off), 0),
+    }
+    .unwrap_or_else(|| real::preadv64()(fd, iov, count, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    match off {
+        -1 => None,
+        _ => pwritev_any(fd, iov, count, Some(off), 0),
+    }
+    .unwrap_or_else(|| real::pwritev()(fd, iov, count, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t {
+    match off {
+        -1 => None,
+        _ => pwritev_any(fd, iov, count, Some(off), 0),
+    }
+    .unwrap_or_else(|| real::pwritev64()(fd, iov, count, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    preadv_any(fd, iov, count, Some(off), flags)
+        .unwrap_or_else(|| real::preadv2()(fd, iov, count, off, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    preadv_any(fd, iov, count, Some(off), flags)
+        .unwrap_or_else(|| real::preadv64v2()(fd, iov, count, off, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    pwritev_any(fd, iov, count, Some(off), flags)
+        .unwrap_or_else(|| real::pwritev2()(fd, iov, count, off, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const iovec,
+    count: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    pwritev_any(fd, iov, count, Some(off), flags)
+        .unwrap_or_else(|| real::pwritev64v2()(fd, iov, count, off, flags))
+}
+
+/// SEEK_END, SEEK_DATA and SEEK_HOLE need the cached length (the whole file is data); SEEK_SET
+/// and SEEK_CUR go to the kernel as they are.
+fn lseek_cached(fd: c_int, desc: &Description, off: i64, whence: c_int) -> Result<u64, i32> {
+    let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
+    let len = desc.shared.file().len();
+    let at = match whence {
+        libc::SEEK_END => len.checked_add_signed(off).ok_or(libc::EINVAL)?,
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            let off = u64::try_from(off).map_err(|_| libc::EINVAL)?;
+            if off >= len {
+                return Err(libc::ENXIO);
+            }
+            if whence == libc::SEEK_DATA {
+                off
+            } else {
+                len
+            }
+        }
+        _ => {
+            // SAFETY: lseek has no memory arguments.
+            let at = unsafe { real::lseek64()(fd, off, whence) };
+            return if at < 0 { Err(last_errno()) } else { Ok(at as u64) };
+        }
+    };
+    seek_to(fd, at)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| match lseek_cached(fd, &d, off, whence) {
+            Ok(at) => at as off_t,
+            Err(code) => errno::fail(code),
+        }),
+        None => real::lseek()(fd, off, whence),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| match lseek_cached(fd, &d, off, whence) {
+            Ok(at) => at as off64_t,
+            Err(code) => errno::fail(code),
+        }),
+        None => real::lseek64()(fd, off, whence),
+    }
+}
+
+fn status(r: upcache::Result<()>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => errno::fail_with(&e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    match cached(fd) {
+        Some((shim, d, _inside)) => shielded(|| {
+            shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+            status(d.shared.file().sync_all())
+        }),
+        None => real::fsync()(fd),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    match cached(fd) {
+        Some((shim, d, _inside)) => shielded(|| {
+            shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+            status(d.shared.file().sync_data())
+        }),
+        None => real::fdatasync()(fd),
+    }
+}
+
+fn set_len(desc: &Description, len: i64) -> c_int {
+    match u64::try_from(len) {
+        Err(_) => errno::fail(libc::EINVAL),
+        // ftruncate(2): EINVAL for a descriptor not open for writing.
+        Ok(_) if !desc.writable => errno::fail(libc::EINVAL),
+        Ok(len) => status(desc.shared.file().set_len(len)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| set_len(&d, len)),
+        None => real::ftruncate()(fd, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| set_len(&d, len)),
+        None => real::ftruncate64()(fd, len),
+    }
+}
+
+/// truncate(2) of a cached file: libc truncates the OS file (checking permissions), then the
+/// cache drops or adds what the new length says.
+fn truncate_cached(path: *const c_char, len: i64, truncated: c_int) -> c_int {
+    if truncated != 0 {
+        return truncated;
+    }
+    let Some(_inside) = crate::guard::enter() else { return 0 };
+    let Some(shim) = crate::shim::current() else { return 0 };
+    shielded(|| {
+        let Some(st) = crate::meta::path_stat(path) else { return 0 };
+        match shim.lookup((st.st_dev, st.st_ino)) {
+            Some(shared) => status(shared.file().set_len(len as u64)),
+            None => 0,
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    truncate_cached(path, len, real::truncate()(path, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    truncate_cached(path, len, real::truncate64()(path, len))
+}
+
+/// Zeros `[from, to)` of the cached file, within its length.
+fn zero(file: &File, from: u64, to: u64) -> upcache::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    let to = to.min(file.len());
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// fallocate(2) of a cached file. Allocation (mode 0, KEEP_SIZE) goes to the OS file and
+/// extends the cached length; punching holes and zeroing ranges write zeros through the cache
+/// (then punch the OS file, so reads agree either way); other modes are not supported.
+fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i64) -> c_int {
+    let (Ok(from), Ok(n)) = (u64::try_from(off), u64::try_from(len)) else {
+        return errno::fail(libc::EINVAL);
+    };
+    if n == 0 {
+        return errno::fail(libc::EINVAL);
+    }
+    if !desc.writable {
+        return errno::fail(libc::EBADF);
+    }
+    let Some(to) = from.checked_add(n) else { return errno::fail(libc::EFBIG) };
+    let file = desc.shared.file();
+    let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => {
+            // SAFETY: no memory arguments.
+            if unsafe { real::fallocate64()(fd, mode, off, len) } != 0 {
+                return -1;
+            }
+        }
+        libc::FALLOC_FL_PUNCH_HOLE if keep => {
+            if let Err(e) = zero(file, from, to) {
+                return errno::fail_with(&e);
+            }
+            // SAFETY: no memory arguments.
+            return unsafe { real::fallocate64()(fd, mode, off, len) };
+        }
+        libc::FALLOC_FL_ZERO_RANGE => {
+            if let Err(e) = zero(file, from, to) {
+                return errno::fail_with(&e);
+            }
+        }
+        _ => return errno::fail(libc::EOPNOTSUPP),
+    }
+    if !keep && to > file.len() {
+        return status(file.set_len(to));
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| fallocate_cached(fd, &d, mode, off, len)),
+        None => real::fallocate()(fd, mode, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| fallocate_cached(fd, &d, mode, off, len)),
+        None => real::fallocate64()(fd, mode, off, len),
+    }
+}
+
+/// posix_fallocate returns the error instead of setting errno. libc's own fallback for file
+/// systems without fallocate writes to the OS file behind the cache, so it is not used: there
+/// the range is only added to the length (it reads as zeros; its space is not reserved).
+fn posix_fallocate_cached(fd: c_int, desc: &Description, off: i64, len: i64) -> c_int {
+    if off < 0 || len <= 0 {
+        return libc::EINVAL;
+    }
+    if fallocate_cached(fd, desc, 0, off, len) == 0 {
+        return 0;
+    }
+    match last_errno() {
+        libc::EOPNOTSUPP => {
+            let file = desc.shared.file();
+            let to = (off as u64).saturating_add(len as u64);
+            if to > file.len() {
+                if let Err(e) = file.set_len(to) {
+                    return errno::of(&e);
+                }
+            }
+            0
+        }
+        code => code,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| posix_fallocate_cached(fd, &d, off, len)),
+        None => real::posix_fallocate()(fd, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| posix_fallocate_cached(fd, &d, off, len)),
+        None => real::posix_fallocate64()(fd, off, len),
+    }
+}

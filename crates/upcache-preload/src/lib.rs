@@ -1,0 +1,48 @@
+//! LD_PRELOAD shim (issue 7): unmodified programs' data I/O on regular files under
+//! `UPCACHE_PREFIX` is served by an upcache [`upcache::Cache`] in plain-file mode; every
+//! other call, and every file outside the prefix, goes to libc untouched.
+//!
+//! ```text
+//! UPCACHE_PREFIX=/data/db LD_PRELOAD=libupcache_preload.so sqlite3 /data/db/x.sqlite
+//! ```
+//!
+//! Environment:
+//! - `UPCACHE_PREFIX`: the directory whose files are cached (resolved, symlinks and all).
+//!   Unset: the shim does nothing.
+//! - `UPCACHE_MEMORY`: the cache's memory for pages, bytes with an optional K/M/G suffix;
+//!   default 256M.
+//! - `UPCACHE_DEVICES`: where each process keeps its cache's own state (an array directory
+//!   with a catalog; the cached files' data stays in the files themselves); default the
+//!   temporary directory. Removed as soon as the cache has started.
+//! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit.
+//!
+//! How a call is served:
+//! - the app's file descriptor is always a real one, opened by libc, so locks, `fstat`,
+//!   `fcntl` and `poll` work as before; the shim keeps a table from descriptor to cached file
+//!   (`table.rs`), and the file offset stays in the kernel (`read`/`write` read it and move
+//!   it), so dup'ed, inherited and exec'ed descriptors agree on it;
+//! - a file is adopted after libc opened it, if the descriptor's resolved path
+//!   (`/proc/self/fd`) is under the prefix: paths outside are never cached or changed;
+//! - the last close of a file writes its dirty pages back to it (no fsync, as close(2));
+//!   so do fork (in the parent, before it), exit, `mmap`, `fdopen`, `fopen` and `sendfile`,
+//!   the ways that reach the file without the shim;
+//! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
+//!   the child's own cache (`shim.rs`);
+//! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
+//! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
+//!   passes everything through.
+
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (variadic open/fcntl)");
+
+mod data;
+mod errno;
+mod guard;
+mod meta;
+mod open;
+mod real;
+mod settings;
+mod shim;
+mod table;
+
+pub use settings::parse_size;

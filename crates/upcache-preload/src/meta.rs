@@ -1,0 +1,144 @@
+//! The stat family: the OS's answer, with the size of a cached file made its cached length
+//! (the OS file's size lags until write-back).
+
+use crate::guard;
+use crate::open::cached;
+use crate::real;
+use crate::shim;
+use libc::{c_char, c_int, c_uint};
+
+/// The cached length of the file (device, inode), if a descriptor of it is open.
+fn cached_len(dev: u64, ino: u64) -> Option<u64> {
+    let _inside = guard::enter()?;
+    Some(shim::current()?.lookup((dev, ino))?.file().len())
+}
+
+/// stat(2) of `path`, through libc.
+pub(crate) fn path_stat(path: *const c_char) -> Option<libc::stat64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `path` is the caller's C string; `st` is writable stat64 storage.
+    (unsafe { real::stat64()(path, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
+}
+
+/// Both `stat` and `stat64` have these fields (one layout on 64-bit Linux).
+trait Sized_ {
+    fn key(&self) -> (u64, u64);
+    fn set_size(&mut self, len: u64);
+}
+
+impl Sized_ for libc::stat {
+    fn key(&self) -> (u64, u64) {
+        (self.st_dev, self.st_ino)
+    }
+    fn set_size(&mut self, len: u64) {
+        self.st_size = len as i64;
+    }
+}
+
+impl Sized_ for libc::stat64 {
+    fn key(&self) -> (u64, u64) {
+        (self.st_dev, self.st_ino)
+    }
+    fn set_size(&mut self, len: u64) {
+        self.st_size = len as i64;
+    }
+}
+
+/// After a successful stat into `st`: the cached length, if the file is cached.
+fn fix<S: Sized_>(result: c_int, st: *mut S) -> c_int {
+    if result != 0 || st.is_null() || !shim::enabled_quick() {
+        return result;
+    }
+    // SAFETY: libc just filled `*st` (result 0), the caller's writable stat buffer.
+    let st = unsafe { &mut *st };
+    let (dev, ino) = st.key();
+    if let Some(len) = cached_len(dev, ino) {
+        st.set_size(len);
+    }
+    result
+}
+
+// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    let r = real::fstat()(fd, st);
+    if r == 0 && !st.is_null() {
+        if let Some((_, d, _inside)) = cached(fd) {
+            (*st).set_size(d.shared.file().len());
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+    let r = real::fstat64()(fd, st);
+    if r == 0 && !st.is_null() {
+        if let Some((_, d, _inside)) = cached(fd) {
+            (*st).set_size(d.shared.file().len());
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    fix(real::stat()(path, st), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    fix(real::stat64()(path, st), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    fix(real::lstat()(path, st), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
+    fix(real::lstat64()(path, st), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    fix(real::fstatat()(dirfd, path, st, flags), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    fix(real::fstatat64()(dirfd, path, st, flags), st)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
+    let r = real::statx()(dirfd, path, flags, mask, stx);
+    if r == 0 && !stx.is_null() && shim::enabled_quick() {
+        let s = &mut *stx;
+        if s.stx_mask & libc::STATX_SIZE != 0 {
+            let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
+            if let Some(len) = cached_len(dev, s.stx_ino) {
+                s.stx_size = len;
+            }
+        }
+    }
+    r
+}

@@ -1,0 +1,379 @@
+//! Opening, closing and duplicating descriptors, and the calls that reach a file without the
+//! shim (FILE streams, mappings, sendfile), which get the file written back first.
+
+use crate::errno;
+use crate::guard::{self, Inside};
+use crate::real;
+use crate::shim::{self, Description, Shim};
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The cached file open on `fd`, with this thread inside the shim; None: pass through.
+pub(crate) fn cached(fd: c_int) -> Option<(&'static Shim, Arc<Description>, Inside)> {
+    let inside = guard::enter()?;
+    let shim = shim::current()?;
+    let desc = shim.table.get(fd)?;
+    Some((shim, desc, inside))
+}
+
+/// Runs `f`; a panic becomes -1 with EIO instead of unwinding into C.
+pub(crate) fn shielded<T: From<i8>>(f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| errno::fail(libc::EIO))
+}
+
+/// `fstat64` through libc.
+pub(crate) fn os_stat(fd: c_int) -> Option<libc::stat64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `st` is writable stat64 storage; libc fills it on success.
+    (unsafe { real::fstat64()(fd, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
+}
+
+/// Caches the file libc just opened on `fd` (with `flags`) if it is a regular file under the
+/// prefix. Returns `fd`, or -1 if an O_TRUNC could not be applied to the cached file.
+fn adopt(fd: c_int, flags: c_int) -> c_int {
+    if fd < 0 || flags & libc::O_PATH != 0 {
+        return fd;
+    }
+    let Some(_inside) = guard::enter() else { return fd };
+    if !shim::enabled() {
+        return fd;
+    }
+    shielded(|| adopt_inside(fd, flags))
+}
+
+fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
+    let Some(st) = os_stat(fd) else { return fd };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return fd;
+    }
+    // Where the descriptor really is: relative paths, dirfds, `..` and symlinks resolved.
+    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { return fd };
+    let Some(shim) = shim::for_path(&path) else { return fd };
+    let shared = match shim.shared((st.st_dev, st.st_ino), fd) {
+        Ok(s) => s,
+        Err(e) => {
+            // Not cached, so nothing cached can disagree with it: libc serves it.
+            shim::warn(&format!("{}: not cached: {e}", path.display()));
+            return fd;
+        }
+    };
+    let access = flags & libc::O_ACCMODE;
+    let writable = access != libc::O_RDONLY;
+    if flags & libc::O_TRUNC != 0 && writable {
+        if let Err(e) = shared.file().set_len(0) {
+            // SAFETY: our descriptor, not yet handed to the caller.
+            unsafe { real::close()(fd) };
+            return errno::fail_with(&e);
+        }
+    }
+    let desc = Arc::new(Description {
+        shared,
+        readable: access != libc::O_WRONLY,
+        writable,
+        append: AtomicBool::new(flags & libc::O_APPEND != 0),
+        offset: Mutex::new(()),
+    });
+    // A leftover: its descriptor was closed by a way the shim does not see.
+    if let Some(stale) = shim.table.set(fd, Some(desc)) {
+        let _ = shim::release(stale);
+    }
+    shim.counters.opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+    fd
+}
+
+// SAFETY (every function below): C callers pass what the C prototypes require (valid paths,
+// buffers and descriptors or not, as libc itself accepts them); the shim forwards the same
+// arguments to libc and reads them only where libc would.
+
+/// open(2). `mode` is variadic in C: on x86-64 and aarch64 Linux a named argument is passed
+/// where the first variadic one is, and, as in libc, it is read only with O_CREAT/O_TMPFILE.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    adopt(real::open()(path, flags, mode as c_uint), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    adopt(real::open64()(path, flags, mode as c_uint), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    adopt(real::openat()(dirfd, path, flags, mode as c_uint), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    adopt(real::openat64()(dirfd, path, flags, mode as c_uint), flags)
+}
+
+/// The _FORTIFY_SOURCE forms of open (no mode).
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    adopt(real::__open_2()(path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    adopt(real::__open64_2()(path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    adopt(real::__openat_2()(dirfd, path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    adopt(real::__openat64_2()(dirfd, path, flags), flags)
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    adopt(real::creat()(path, mode), CREAT)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    adopt(real::creat64()(path, mode), CREAT)
+}
+
+/// Forgets `fd` before libc closes it (so that a descriptor reusing the number meanwhile is
+/// not forgotten instead); the last close of a file reports its write-back error.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
+    let closed = real::close()(fd);
+    match taken {
+        Some((desc, _inside)) => shielded(|| match shim::release(desc) {
+            Err(code) if closed == 0 => errno::fail(code),
+            _ => closed,
+        }),
+        None => closed,
+    }
+}
+
+/// Makes `new` (just made by libc as a copy of `old`) a descriptor of what `old` is.
+fn copied(old: c_int, new: c_int) -> c_int {
+    if new < 0 || old == new {
+        return new;
+    }
+    let Some(_inside) = guard::enter() else { return new };
+    let Some(shim) = shim::current() else { return new };
+    if let Some(replaced) = shim.table.set(new, shim.table.get(old)) {
+        // dup2/dup3 closed it, silently: so is its write-back error.
+        let _ = shielded(|| shim::release(replaced).map_or(-1, |()| 0));
+    }
+    new
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    copied(fd, real::dup()(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    copied(old, real::dup2()(old, new))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    copied(old, real::dup3()(old, new, flags))
+}
+
+fn after_fcntl(fd: c_int, cmd: c_int, arg: c_ulong, result: c_int) -> c_int {
+    if result < 0 {
+        return result;
+    }
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => copied(fd, result),
+        libc::F_SETFL => {
+            if let Some((_, desc, _inside)) = cached(fd) {
+                // Relaxed: read by writes of this description, ordered by the caller.
+                desc.append.store(arg as c_int & libc::O_APPEND != 0, Ordering::Relaxed);
+            }
+            result
+        }
+        _ => result,
+    }
+}
+
+/// fcntl(2). The third argument is variadic in C (an int or a pointer); it is taken as a
+/// word, where both ABIs put either, and passed on as one.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    after_fcntl(fd, cmd, arg, real::fcntl()(fd, cmd, arg))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    after_fcntl(fd, cmd, arg, real::fcntl64()(fd, cmd, arg))
+}
+
+/// close_range(2): what it closes is forgotten (write-back errors are dropped, as its own).
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let closed = real::close_range()(first, last, flags);
+    if closed == 0 && flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 {
+        if let (Some(_inside), Some(shim)) = (guard::enter(), shim::current()) {
+            for (fd, _) in shim.table.all() {
+                if (first..=last).contains(&(fd as c_uint)) {
+                    if let Some(desc) = shim.table.set(fd, None) {
+                        let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
+                    }
+                }
+            }
+        }
+    }
+    closed
+}
+
+/// A FILE stream closes its descriptor inside libc: forget it first.
+#[no_mangle]
+pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
+    let fd = if stream.is_null() { -1 } else { libc::fileno(stream) };
+    let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
+    let closed = real::fclose()(stream);
+    if let Some((desc, _inside)) = taken {
+        let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
+    }
+    closed
+}
+
+/// Writes back the cached file open on `fd`, if any, for a reader that bypasses the shim.
+fn write_back(fd: c_int) -> Result<(), i32> {
+    match cached(fd) {
+        Some((_, desc, _inside)) => desc.shared.file().write_back().map_err(|e| errno::of(&e)),
+        None => Ok(()),
+    }
+}
+
+/// Writes back the cached file that `fd` (opened by libc, unseen) is a descriptor of.
+fn write_back_inode(fd: c_int) {
+    let Some(_inside) = guard::enter() else { return };
+    let Some(shim) = shim::current() else { return };
+    if let Some(st) = os_stat(fd) {
+        if let Some(shared) = shim.lookup((st.st_dev, st.st_ino)) {
+            let _ = shared.file().write_back();
+        }
+    }
+}
+
+/// A stream over a cached descriptor reads and writes the OS file through libc: it starts
+/// from the file as the cache holds it (later writes through the stream are not cached).
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if let Err(code) = write_back(fd) {
+        errno::set(code);
+        return std::ptr::null_mut();
+    }
+    real::fdopen()(fd, mode)
+}
+
+fn opened_stream(stream: *mut FILE) -> *mut FILE {
+    if !stream.is_null() {
+        // SAFETY: a stream libc just opened.
+        write_back_inode(unsafe { libc::fileno(stream) });
+    }
+    stream
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    opened_stream(real::fopen()(path, mode))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    opened_stream(real::fopen64()(path, mode))
+}
+
+/// A mapping reads the OS file: it starts from the file as the cache holds it (writes through
+/// the mapping, or through the cache after it, are not seen by the other).
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        if let Err(code) = write_back(fd) {
+            errno::set(code);
+            return libc::MAP_FAILED;
+        }
+    }
+    real::mmap()(addr, len, prot, flags, fd, off)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        if let Err(code) = write_back(fd) {
+            errno::set(code);
+            return libc::MAP_FAILED;
+        }
+    }
+    real::mmap64()(addr, len, prot, flags, fd, off)
+}
+
+/// Copies between descriptors in the kernel: from a cached file after writing it back; into
+/// one, refused (EINVAL, as for a file that does not support it), or the cache would be stale.
+fn kernel_copy_allowed(out_fd: c_int, in_fd: c_int) -> Result<(), i32> {
+    if cached(out_fd).is_some() {
+        return Err(libc::EINVAL);
+    }
+    write_back(in_fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t {
+    match kernel_copy_allowed(out_fd, in_fd) {
+        Ok(()) => real::sendfile()(out_fd, in_fd, off, count),
+        Err(code) => errno::fail(code),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    off: *mut off64_t,
+    count: size_t,
+) -> ssize_t {
+    match kernel_copy_allowed(out_fd, in_fd) {
+        Ok(()) => real::sendfile64()(out_fd, in_fd, off, count),
+        Err(code) => errno::fail(code),
+    }
+}
+
+/// Into a cached file: EXDEV, on which callers (cp, for one) copy with read and write.
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    in_fd: c_int,
+    in_off: *mut off64_t,
+    out_fd: c_int,
+    out_off: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    match kernel_copy_allowed(out_fd, in_fd) {
+        Ok(()) => real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags),
+        Err(libc::EINVAL) => errno::fail(libc::EXDEV),
+        Err(code) => errno::fail(code),
+    }
+}

@@ -1,0 +1,104 @@
+//! libc's own functions, found past the shim with `dlsym(RTLD_NEXT)` on first use.
+
+use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The next definition of `name` (NUL-terminated) after this library, cached in `slot`.
+fn resolve(name: &'static [u8], slot: &AtomicUsize) -> usize {
+    // Relaxed: the address is the same whichever thread resolves it.
+    let cached = slot.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: `name` is NUL-terminated (the macro adds the NUL); dlsym has no other demands.
+    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if found == 0 {
+        // Every symbol here is glibc's; a program calling it was linked against it.
+        let msg = b"upcache-preload: a libc symbol is missing; aborting\n";
+        // SAFETY: a valid buffer of that length.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        std::process::abort();
+    }
+    slot.store(found, Ordering::Relaxed); // Relaxed: as above
+    found
+}
+
+macro_rules! real {
+    ($($name:ident: $ty:ty;)*) => {$(
+        #[allow(non_snake_case)]
+        pub(crate) fn $name() -> $ty {
+            static SLOT: AtomicUsize = AtomicUsize::new(0);
+            let addr = resolve(concat!(stringify!($name), "\0").as_bytes(), &SLOT);
+            // SAFETY: `addr` is libc's definition of this name, whose C type is `$ty`.
+            unsafe { std::mem::transmute::<usize, $ty>(addr) }
+        }
+    )*};
+}
+
+type Stat = *mut libc::stat64;
+
+real! {
+    open: unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int;
+    open64: unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int;
+    openat: unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int;
+    openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int;
+    __open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+    __open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+    __openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
+    __openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
+    creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int;
+    creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int;
+    close: unsafe extern "C" fn(c_int) -> c_int;
+    close_range: unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
+    dup: unsafe extern "C" fn(c_int) -> c_int;
+    dup2: unsafe extern "C" fn(c_int, c_int) -> c_int;
+    dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+    fcntl64: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+    read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
+    write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
+    pread: unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
+    pread64: unsafe extern "C" fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t;
+    pwrite: unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
+    pwrite64: unsafe extern "C" fn(c_int, *const c_void, size_t, off64_t) -> ssize_t;
+    readv: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    writev: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    preadv: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    preadv64: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t;
+    pwritev: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    pwritev64: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t;
+    preadv2: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    preadv64v2: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t;
+    pwritev2: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    pwritev64v2: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t;
+    lseek: unsafe extern "C" fn(c_int, off_t, c_int) -> off_t;
+    lseek64: unsafe extern "C" fn(c_int, off64_t, c_int) -> off64_t;
+    fsync: unsafe extern "C" fn(c_int) -> c_int;
+    fdatasync: unsafe extern "C" fn(c_int) -> c_int;
+    ftruncate: unsafe extern "C" fn(c_int, off_t) -> c_int;
+    ftruncate64: unsafe extern "C" fn(c_int, off64_t) -> c_int;
+    truncate: unsafe extern "C" fn(*const c_char, off_t) -> c_int;
+    truncate64: unsafe extern "C" fn(*const c_char, off64_t) -> c_int;
+    fallocate: unsafe extern "C" fn(c_int, c_int, off_t, off_t) -> c_int;
+    fallocate64: unsafe extern "C" fn(c_int, c_int, off64_t, off64_t) -> c_int;
+    posix_fallocate: unsafe extern "C" fn(c_int, off_t, off_t) -> c_int;
+    posix_fallocate64: unsafe extern "C" fn(c_int, off64_t, off64_t) -> c_int;
+    fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
+    fstat64: unsafe extern "C" fn(c_int, Stat) -> c_int;
+    stat: unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
+    stat64: unsafe extern "C" fn(*const c_char, Stat) -> c_int;
+    lstat: unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
+    lstat64: unsafe extern "C" fn(*const c_char, Stat) -> c_int;
+    fstatat: unsafe extern "C" fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
+    fstatat64: unsafe extern "C" fn(c_int, *const c_char, Stat, c_int) -> c_int;
+    statx: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+    mmap: unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+    mmap64: unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
+    fdopen: unsafe extern "C" fn(c_int, *const c_char) -> *mut FILE;
+    fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE;
+    fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE;
+    fclose: unsafe extern "C" fn(*mut FILE) -> c_int;
+    sendfile: unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
+    sendfile64: unsafe extern "C" fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
+    copy_file_range: unsafe extern "C" fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+}

@@ -1,0 +1,78 @@
+//! The environment the shim reads when the first file under the prefix opens.
+
+use std::path::PathBuf;
+
+/// Default page memory of each process's cache.
+const DEFAULT_MEMORY: u64 = 256 << 20;
+
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// UPCACHE_PREFIX, resolved: only files whose resolved path is under it are cached.
+    pub prefix: PathBuf,
+    /// UPCACHE_MEMORY.
+    pub memory: u64,
+    /// UPCACHE_DEVICES, or the temporary directory: where each process's cache state goes.
+    pub state_root: PathBuf,
+    /// UPCACHE_STATS.
+    pub stats: Option<PathBuf>,
+}
+
+impl Settings {
+    /// None if UPCACHE_PREFIX is unset or empty (the shim stays out of the way); an error
+    /// message if a setting is bad.
+    pub fn from_env() -> Result<Option<Settings>, String> {
+        let prefix = match std::env::var_os("UPCACHE_PREFIX") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => return Ok(None),
+        };
+        let prefix = std::fs::canonicalize(&prefix)
+            .map_err(|e| format!("UPCACHE_PREFIX={}: {e}", prefix.display()))?;
+        let memory = match std::env::var("UPCACHE_MEMORY") {
+            Ok(v) => parse_size(&v).map_err(|e| format!("UPCACHE_MEMORY={v}: {e}"))?,
+            Err(std::env::VarError::NotPresent) => DEFAULT_MEMORY,
+            Err(e) => return Err(format!("UPCACHE_MEMORY: {e}")),
+        };
+        let state_root = match std::env::var_os("UPCACHE_DEVICES") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => std::env::temp_dir(),
+        };
+        let stats = std::env::var_os("UPCACHE_STATS").filter(|s| !s.is_empty()).map(PathBuf::from);
+        Ok(Some(Settings { prefix, memory, state_root, stats }))
+    }
+}
+
+/// Bytes from "4096", "64K", "256M", "2G" (powers of 1024; `k`/`m`/`g` too, an optional `B`
+/// or `iB`). Errors on anything else, zero, or overflow.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (digits, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| "not a size (like 256M)".to_string())?;
+    let bytes = n.checked_mul(1 << shift).ok_or_else(|| "too large".to_string())?;
+    if bytes == 0 {
+        return Err("must be more than 0".into());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_bad_ones_are_errors() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size(" 1g "), Ok(1 << 30));
+        for bad in ["", "M", "0", "-1", "1T", "1.5G", "99999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The shim's state: its settings, its cache (made when the first file under the prefix
+//! opens), its descriptor table and its cached files; and what fork and exit do to them.
+//!
+//! One `Shim` per process image, leaked (libc calls may come from any thread at any time,
+//! exit handlers included, so it is never freed). A forked child leaks its parent's too:
+//! the parent's cache threads do not exist in the child, so the child never touches it, and
+//! makes its own on its first open under the prefix.
+
+use crate::errno;
+use crate::settings::Settings;
+use crate::table::FdTable;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use upcache::{Cache, Config, File};
+
+/// A cached OS file, shared by every descriptor of it; the last one to go closes it.
+pub(crate) struct Shared {
+    file: Option<File>,
+    shim: &'static Shim,
+    /// Serializes O_APPEND writes, which must find the end and write there as one step.
+    pub append: Mutex<()>,
+}
+
+impl Shared {
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("taken only on drop or last close")
+    }
+
+    /// Stops caching the file: writes its dirty pages back and frees its pages. On an error
+    /// nothing is dropped; the file is kept to be written back at exit.
+    fn close(&mut self) -> upcache::Result<()> {
+        let file = self.file.take().expect("closed once");
+        let closed = self.shim.cache.close_plain(&file);
+        if closed.is_err() {
+            lock(&self.shim.orphans).push(file);
+        }
+        closed
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = self.close(); // reported by `release` when it is the last close
+        }
+    }
+}
+
+/// An open file description of a cached file: one per open, shared by dup'ed descriptors.
+pub(crate) struct Description {
+    pub shared: Arc<Shared>,
+    pub readable: bool,
+    pub writable: bool,
+    /// O_APPEND, which fcntl(F_SETFL) may change.
+    pub append: AtomicBool,
+    /// Held by calls that use the kernel's file offset, which must read and move it as one.
+    pub offset: Mutex<()>,
+}
+
+/// Counters for UPCACHE_STATS (Relaxed: statistics, read at exit).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub opens: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub syncs: AtomicU64,
+}
+
+pub(crate) struct Shim {
+    pub settings: &'static Settings,
+    pub cache: Cache,
+    /// Canonical `state_dir`: never cached, even under the prefix.
+    state_canonical: PathBuf,
+    pub table: FdTable,
+    /// Every cached file by (device, inode), while a descriptor of it is open.
+    files: Mutex<HashMap<(u64, u64), Weak<Shared>>>,
+    /// Files whose last close failed to write them back: tried again at exit.
+    orphans: Mutex<Vec<File>>,
+    pub counters: Counters,
+    pid: u32,
+}
+
+/// This process's shim, once started.
+static SHIM: AtomicPtr<Shim> = AtomicPtr::new(std::ptr::null_mut());
+
+const UNKNOWN: u8 = 0;
+const OFF: u8 = 1;
+const READY: u8 = 2;
+/// Whether the settings were read: OFF when there is no prefix, or the shim failed to start.
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+/// The settings, once read (READY); leaked, as the environment is read once per process.
+static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(std::ptr::null_mut());
+/// Serializes starting the shim, and is held across fork so that no child starts with it held.
+static START: Mutex<()> = Mutex::new(());
+/// Once per process image: the fork and exit handlers (inherited by forked children).
+static HOOKED: AtomicBool = AtomicBool::new(false);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The running shim, if any (no starting).
+pub(crate) fn current() -> Option<&'static Shim> {
+    // Acquire: pairs with the Release that published it.
+    let p = SHIM.load(Ordering::Acquire);
+    // SAFETY: published only fully made, and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Whether the shim is to cache anything (a prefix is set), reading the settings the first time.
+pub(crate) fn enabled() -> bool {
+    // Acquire: see the settings stored before it (they are read under START anyway).
+    match STATE.load(Ordering::Acquire) {
+        OFF => false,
+        READY => true,
+        _ => {
+            let _start = lock(&START);
+            if STATE.load(Ordering::Acquire) == UNKNOWN {
+                let next = match Settings::from_env() {
+                    Ok(Some(s)) => {
+                        SETTINGS.store(Box::into_raw(Box::new(s)), Ordering::Release); // Release: made
+                        READY
+                    }
+                    Ok(None) => OFF,
+                    Err(msg) => {
+                        warn(&format!("{msg}; passing everything through"));
+                        OFF
+                    }
+                };
+                STATE.store(next, Ordering::Release); // Release: after the settings
+            }
+            STATE.load(Ordering::Acquire) == READY
+        }
+    }
+}
+
+/// The shim, started if need be, for a file at the resolved path `path`: None if the file
+/// is not to be cached (outside the prefix, no prefix, or the shim could not start).
+pub(crate) fn for_path(path: &Path) -> Option<&'static Shim> {
+    if !enabled() {
+        return None;
+    }
+    // Acquire: pairs with the Release that stored it (before READY).
+    let settings = SETTINGS.load(Ordering::Acquire);
+    // SAFETY: non-null only once made, and never freed.
+    let settings: &'static Settings = unsafe { settings.as_ref() }?;
+    if !path.starts_with(&settings.prefix) {
+        return None;
+    }
+    let shim = match current() {
+        Some(s) => s,
+        None => start(settings)?,
+    };
+    (!path.starts_with(&shim.state_canonical)).then_some(shim)
+}
+
+fn start(settings: &'static Settings) -> Option<&'static Shim> {
+    let _start = lock(&START);
+    if let Some(s) = current() {
+        return Some(s);
+    }
+    // Acquire: as in `enabled` (a failed start of another thread turned it OFF).
+    if STATE.load(Ordering::Acquire) != READY {
+        return None;
+    }
+    match Shim::new(settings) {
+        Ok(shim) => {
+            let shim: &'static Shim = Box::leak(Box::new(shim));
+            SHIM.store(shim as *const Shim as *mut Shim, Ordering::Release); // Release: made
+            hook();
+            Some(shim)
+        }
+        Err(msg) => {
+            warn(&format!("cannot start: {msg}; passing everything through"));
+            STATE.store(OFF, Ordering::Release); // Release: as in `enabled`
+            None
+        }
+    }
+}
+
+impl Shim {
+    fn new(settings: &'static Settings) -> Result<Shim, String> {
+        let pid = std::process::id();
+        let state_dir = make_state_dir(&settings.state_root, pid)?;
+        let config = Config::new([&state_dir], settings.memory).with_allow_buffered(true);
+        let cache = match Cache::create(config) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&state_dir);
+                return Err(format!("cache in {}: {e}", state_dir.display()));
+            }
+        };
+        let state_canonical = std::fs::canonicalize(&state_dir).unwrap_or_else(|_| state_dir.clone());
+        // The cache keeps its catalog and log open, and writes them again only for files of
+        // its array, which the shim never makes: the directory can go now, so that a process
+        // that ends without exit handlers (_exit, a signal) leaves nothing behind.
+        let _ = std::fs::remove_dir_all(&state_dir);
+        Ok(Shim {
+            settings,
+            cache,
+            state_canonical,
+            table: FdTable::new(),
+            files: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            pid,
+        })
+    }
+
+    /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet.
+    pub fn shared(&'static self, key: (u64, u64), fd: i32) -> upcache::Result<Arc<Shared>> {
+        let mut files = lock(&self.files);
+        if let Some(s) = files.get(&key).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        // The descriptor's own inode, whatever its path has become since.
+        let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
+        let shared = Arc::new(Shared { file: Some(file), shim: self, append: Mutex::new(()) });
+        files.retain(|_, w| w.strong_count() > 0);
+        files.insert(key, Arc::downgrade(&shared));
+        Ok(shared)
+    }
+
+    /// The cached file with this (device, inode), if a descriptor of it is open.
+    pub fn lookup(&self, key: (u64, u64)) -> Option<Arc<Shared>> {
+        lock(&self.files).get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Writes back every cached file, so that the OS files hold what the cache does.
+    fn write_back_all(&self) {
+        let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
+        for s in &live {
+            if let Err(e) = s.file().write_back() {
+                warn(&format!("writing {} back: {e}", s.file().name()));
+            }
+        }
+        let orphans = lock(&self.orphans);
+        for f in orphans.iter() {
+            if let Err(e) = f.write_back() {
+                warn(&format!("writing {} back: {e}; its unwritten data is lost", f.name()));
+            }
+        }
+    }
+
+    fn report(&self) {
+        let Some(path) = &self.settings.stats else { return };
+        let c = &self.counters;
+        let s = self.cache.stats();
+        let line = format!(
+            "pid={} opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
+            self.pid,
+            c.opens.load(Ordering::Relaxed),
+            c.reads.load(Ordering::Relaxed),
+            c.writes.load(Ordering::Relaxed),
+            c.read_bytes.load(Ordering::Relaxed),
+            c.write_bytes.load(Ordering::Relaxed),
+            c.syncs.load(Ordering::Relaxed),
+            s.hits,
+            s.misses,
+            s.writeback_bytes,
+        );
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            warn(&format!("UPCACHE_STATS={}: {e}", path.display()));
+        }
+    }
+}
+
+/// A fresh directory for this process's cache state under `root`.
+fn make_state_dir(root: &Path, pid: u32) -> Result<PathBuf, String> {
+    for attempt in 0..100u32 {
+        let dir = root.join(format!("upcache-shim.{pid}.{attempt}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("UPCACHE_DEVICES: create {}: {e}", dir.display())),
+        }
+    }
+    Err(format!("UPCACHE_DEVICES: no free directory name in {}", root.display()))
+}
+
+/// Releases a descriptor's hold on its description. The last close of a file writes it
+/// back; its error is the close's.
+pub(crate) fn release(desc: Arc<Description>) -> Result<(), i32> {
+    let Some(desc) = Arc::into_inner(desc) else { return Ok(()) };
+    match Arc::into_inner(desc.shared) {
+        Some(mut shared) => shared.close().map_err(|e| errno::of(&e)),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn warn(msg: &str) {
+    let line = format!("upcache-preload: {msg}\n");
+    // SAFETY: a valid buffer of that length; stderr may be closed, then nothing is written.
+    unsafe { crate::real::write()(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// Installs the fork and exit handlers, once per process image.
+fn hook() {
+    if HOOKED.swap(true, Ordering::AcqRel) {
+        return; // AcqRel: one caller installs
+    }
+    // SAFETY: the handlers are `extern "C" fn()` that live as long as the process.
+    unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
+        libc::atexit(at_exit);
+    }
+}
+
+thread_local! {
+    /// START, held by the forking thread from before the fork until after it.
+    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, ()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    // The child reads the files through libc or its own cache: give it what ours holds.
+    if let Some(shim) = current() {
+        shim.write_back_all();
+    }
+    let held = lock(&START);
+    let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork_parent() {
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn after_fork_child() {
+    // The parent's shim is leaked, not dropped: its cache's threads are not in this process.
+    // The settings stay: the same environment.
+    SHIM.store(std::ptr::null_mut(), Ordering::Release); // Release: as in `start`
+    let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn at_exit() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    if let Some(shim) = current() {
+        if shim.pid == std::process::id() {
+            shim.write_back_all();
+            shim.report();
+        }
+    }
+}
+
+/// Whether a shim runs in this process, without starting one: for calls that only matter
+/// when files are cached.
+pub(crate) fn enabled_quick() -> bool {
+    // Relaxed: a hint; `current` itself synchronizes.
+    !SHIM.load(Ordering::Relaxed).is_null()
+}

@@ -1,0 +1,135 @@
+//! Runs `tests/c/shim_test.c`, a C program checking POSIX file semantics, with and without
+//! the shim: the same checks must pass both ways, and with the shim its counters must show
+//! that the opens under the prefix, and only those, were cached. Needs a C compiler (`cc`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `target/<profile>`, where `cargo build` puts the shim (tests run from its `deps/`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps").to_path_buf()
+}
+
+/// The shim, built as the cdylib (`cargo test` builds the rlib only), and the C test.
+fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    let built =
+        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
+    assert!(built.success(), "cargo build -p upcache-preload failed");
+    let shim = target_dir().join("libupcache_preload.so");
+    assert!(shim.exists(), "{} missing", shim.display());
+    let bin = dir.join("shim_test");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_test.c"))
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .unwrap_or_else(|e| panic!("run {cc}: {e} (a C compiler is needed)"));
+    assert!(status.success(), "compiling shim_test.c failed");
+    (shim, bin)
+}
+
+struct Run {
+    out: Output,
+    text: String,
+    stats: String,
+}
+
+/// Runs the C test in fresh directories, with `env` set (and LD_PRELOAD if `shim`).
+fn run(tmp: &Path, bin: &Path, shim: Option<&Path>, env: &[(&str, &str)]) -> Run {
+    let prefix = tmp.join("prefix");
+    let outside = tmp.join("outside");
+    for d in [&prefix, &outside] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let stats = tmp.join("stats");
+    let _ = std::fs::remove_file(&stats);
+    let mut cmd = Command::new(bin);
+    cmd.arg(&prefix).arg(&outside).env("UPCACHE_STATS", &stats).env("TMPDIR", tmp);
+    cmd.env("UPCACHE_PREFIX", &prefix).env("UPCACHE_MEMORY", "16M");
+    if let Some(shim) = shim {
+        cmd.env("LD_PRELOAD", shim);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let stats = std::fs::read_to_string(&stats).unwrap_or_default();
+    Run { out, text, stats }
+}
+
+/// The value of `key=` in a stats line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+/// "opens under prefix: N" from the C test's output.
+fn expected_opens(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("opens under prefix: "))
+        .expect("the count")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (shim, bin) = build(tmp.path());
+
+    let plain = run(tmp.path(), &bin, None, &[]);
+    assert!(plain.out.status.success() && plain.text.contains("all checks passed"), "{}", plain.text);
+    assert_eq!(plain.stats, "", "no shim, no counters");
+
+    let cached = run(tmp.path(), &bin, Some(&shim), &[]);
+    assert!(cached.out.status.success() && cached.text.contains("all checks passed"), "{}", cached.text);
+    // One line from the process (the forked child may add its own, for its own opens).
+    let lines: Vec<&str> = cached.stats.lines().collect();
+    let main = lines.iter().max_by_key(|l| field(l, "opens")).expect("a stats line");
+    assert_eq!(field(main, "opens"), expected_opens(&cached.text), "{}", cached.stats);
+    assert!(field(main, "write_bytes") > 1 << 20 && field(main, "read_bytes") > 0, "{main}");
+    assert!(field(main, "syncs") >= 2, "{main}");
+    assert!(lines.len() <= 2, "{}", cached.stats);
+    // The private state directories are gone.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("upcache-shim"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_shim_that_cannot_start_passes_everything_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (shim, bin) = build(tmp.path());
+    for (key, value, says) in [
+        ("UPCACHE_MEMORY", "lots", "UPCACHE_MEMORY=lots"),
+        ("UPCACHE_PREFIX", "/nonexistent/upcache", "UPCACHE_PREFIX=/nonexistent/upcache"),
+        // Too small for the cache: starting fails after the settings were read.
+        ("UPCACHE_MEMORY", "4K", "cannot start"),
+        ("UPCACHE_DEVICES", "/nonexistent/upcache", "UPCACHE_DEVICES"),
+    ] {
+        let r = run(tmp.path(), &bin, Some(&shim), &[(key, value)]);
+        assert!(r.out.status.success() && r.text.contains("all checks passed"), "{key}={value}: {}", r.text);
+        assert!(
+            r.text.contains("passing everything through") && r.text.contains(says),
+            "{key}={value}: {}",
+            r.text
+        );
+        assert_eq!(r.stats, "", "{key}={value}: nothing cached");
+    }
+    // No prefix: silent, and nothing cached.
+    let r = run(tmp.path(), &bin, Some(&shim), &[("UPCACHE_PREFIX", "")]);
+    assert!(r.out.status.success() && !r.text.contains("upcache-preload"), "{}", r.text);
+    assert_eq!(r.stats, "");
+}
