@@ -23,8 +23,9 @@
 //!   it), so dup'ed, inherited and exec'ed descriptors agree on it;
 //! - a file is adopted after libc opened it, if the descriptor's resolved path
 //!   (`/proc/self/fd`) is under the prefix: paths outside are never cached or changed;
-//! - the last close of a file writes its dirty pages back to it (no fsync, as close(2));
-//!   so do fork (in the parent, before it), exit, `mmap`, `fdopen`, `fopen` and `sendfile`,
+//! - the last close of a file writes its dirty pages back to it (no fsync, as close(2)),
+//!   and so do exit and _exit;
+//!   so do fork (in the parent, before it), `mmap`, `fdopen`, `fopen` and `sendfile`,
 //!   the ways that reach the file without the shim;
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
 //!   the child's own cache (`shim.rs`);

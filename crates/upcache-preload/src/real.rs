@@ -100,5 +100,7 @@ real! {
     fclose: unsafe extern "C" fn(*mut FILE) -> c_int;
     sendfile: unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     sendfile64: unsafe extern "C" fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
+    _exit: unsafe extern "C" fn(c_int) -> !;
+    _Exit: unsafe extern "C" fn(c_int) -> !;
     copy_file_range: unsafe extern "C" fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
 }

@@ -343,6 +343,22 @@ extern "C" fn after_fork_child() {
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }
 
+/// _exit(2) skips exit handlers, but the kernel keeps what a process wrote before it: so
+/// does the shim. (A vfork child has another pid than the shim's and writes nothing.)
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    at_exit();
+    // SAFETY: no arguments but the status.
+    unsafe { crate::real::_exit()(status) }
+}
+
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    at_exit();
+    // SAFETY: as above.
+    unsafe { crate::real::_Exit()(status) }
+}
+
 extern "C" fn at_exit() {
     let Some(_inside) = crate::guard::enter() else { return };
     if let Some(shim) = current() {
