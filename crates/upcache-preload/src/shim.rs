@@ -32,6 +32,11 @@ impl Shared {
     /// Stops caching the file: writes its dirty pages back and frees its pages. On an error
     /// nothing is dropped; the file is kept to be written back at exit.
     fn close(&mut self) -> upcache::Result<()> {
+        // The last reference may go in any thread, outside the shim (a reader that outlived a
+        // close): the library's own libc calls must pass through, or its stat of the file
+        // would wait for the files map, which an open of this file holds while it waits for
+        // this close.
+        let _inside = crate::guard::enter();
         let file = self.file.take().expect("closed once");
         let closed = self.shim.cache.close_plain(&file);
         if closed.is_err() {
@@ -83,6 +88,7 @@ pub(crate) struct Shim {
     orphans: Mutex<Vec<File>>,
     pub counters: Counters,
     pid: u32,
+    reported: AtomicBool,
 }
 
 /// This process's shim, once started.
@@ -209,6 +215,7 @@ impl Shim {
             orphans: Mutex::new(Vec::new()),
             counters: Counters::default(),
             pid,
+            reported: AtomicBool::new(false),
         })
     }
 
@@ -316,6 +323,13 @@ fn hook() {
     }
 }
 
+/// Run by the dynamic linker's own exit handler, registered before any of the program's, so
+/// after them all: writes that a program's exit handlers made after `at_exit` ran are written
+/// back too.
+#[used]
+#[link_section = ".fini_array"]
+static AT_FINI: extern "C" fn() = at_exit;
+
 thread_local! {
     /// START, held by the forking thread from before the fork until after it.
     static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, ()>>> =
@@ -359,12 +373,16 @@ pub extern "C" fn _Exit(status: libc::c_int) -> ! {
     unsafe { crate::real::_Exit()(status) }
 }
 
+/// Writes every cached file back; the first time, reports the counters.
 extern "C" fn at_exit() {
     let Some(_inside) = crate::guard::enter() else { return };
     if let Some(shim) = current() {
         if shim.pid == std::process::id() {
             shim.write_back_all();
-            shim.report();
+            // AcqRel: one report per process.
+            if !shim.reported.swap(true, Ordering::AcqRel) {
+                shim.report();
+            }
         }
     }
 }

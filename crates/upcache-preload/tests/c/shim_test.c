@@ -260,7 +260,32 @@ static void outside_and_links(const char *dir, const char *out) {
     CHECK(close(fd) == 0 && close(dfd) == 0);
 }
 
+/* Data written without a close must reach the file when the process ends: by _exit in a
+ * child, and by an exit handler that runs after the shim's own (registered first). */
+static int late_fd = -1;
+static void late_write(void) {
+    if (late_fd >= 0) CHECK(pwrite(late_fd, "written at exit", 15, 0) == 15);
+}
+
+static void endings(const char *dir) {
+    const char *path = in_prefix(dir, "exited");
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        CHECK(fd >= 0 && write(fd, "written before _exit", 20) == 20);
+        _exit(0);
+    }
+    int status;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    unsigned char back[64];
+    off_t size;
+    CHECK(os_read(path, back, sizeof back, &size) == 20 && size == 20 && memcmp(back, "written before _exit", 20) == 0);
+    late_fd = open_p(in_prefix(dir, "atexit"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+}
+
 int main(int argc, char **argv) {
+    atexit(late_write);
     if (argc != 3) {
         fprintf(stderr, "usage: %s PREFIX_DIR OUTSIDE_DIR\n", argv[0]);
         return 2;
@@ -269,6 +294,7 @@ int main(int argc, char **argv) {
     threads(argv[1]);
     forked(argv[1]);
     outside_and_links(argv[1], argv[2]);
+    endings(argv[1]);
     printf("opens under prefix: %d\nall checks passed\n", prefix_opens);
     return 0;
 }
