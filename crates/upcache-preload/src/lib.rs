@@ -25,7 +25,8 @@
 //!   (`/proc/self/fd`) is under the prefix: paths outside are never cached or changed;
 //! - the last close of a file writes its dirty pages back to it (no fsync, as close(2)),
 //!   and so do exit and _exit;
-//!   so do fork (in the parent, before it), `mmap`, `fdopen`, `fopen` and `sendfile`,
+//!   so do fork (in the parent, before it), exec, posix_spawn, system, popen, `mmap`,
+//!   `fdopen`, `fopen` and `sendfile`,
 //!   the ways that reach the file without the shim;
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
 //!   the child's own cache (`shim.rs`);
@@ -41,6 +42,7 @@ mod errno;
 mod guard;
 mod meta;
 mod open;
+mod process;
 mod real;
 mod settings;
 mod shim;

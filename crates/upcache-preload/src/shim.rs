@@ -239,7 +239,7 @@ impl Shim {
     }
 
     /// Writes back every cached file, so that the OS files hold what the cache does.
-    fn write_back_all(&self) {
+    pub(crate) fn write_back_all(&self) {
         let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
         for s in &live {
             if let Err(e) = s.file().write_back() {

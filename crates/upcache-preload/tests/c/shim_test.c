@@ -267,7 +267,7 @@ static void late_write(void) {
     if (late_fd >= 0) CHECK(pwrite(late_fd, "written at exit", 15, 0) == 15);
 }
 
-static void endings(const char *dir) {
+static void endings(const char *dir, const char *out) {
     const char *path = in_prefix(dir, "exited");
     pid_t child = fork();
     CHECK(child >= 0);
@@ -281,6 +281,15 @@ static void endings(const char *dir) {
     unsigned char back[64];
     off_t size;
     CHECK(os_read(path, back, sizeof back, &size) == 20 && size == 20 && memcmp(back, "written before _exit", 20) == 0);
+    /* another program, started while the data is written but not closed, reads it */
+    int fd = open_p(in_prefix(dir, "shown"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    CHECK(write(fd, "shown to a child", 16) == 16);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cat '%s' > '%s/copied'", pbuf, out);
+    CHECK(system(cmd) == 0);
+    snprintf(obuf, sizeof obuf, "%s/copied", out);
+    CHECK(os_read(obuf, back, sizeof back, &size) == 16 && memcmp(back, "shown to a child", 16) == 0);
+    CHECK(close(fd) == 0);
     late_fd = open_p(in_prefix(dir, "atexit"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
 }
 
@@ -294,7 +303,7 @@ int main(int argc, char **argv) {
     threads(argv[1]);
     forked(argv[1]);
     outside_and_links(argv[1], argv[2]);
-    endings(argv[1]);
+    endings(argv[1], argv[2]);
     printf("opens under prefix: %d\nall checks passed\n", prefix_opens);
     return 0;
 }

@@ -1,0 +1,97 @@
+//! New programs: exec replaces this process (its cache goes with it, exit handlers unrun), and
+//! posix_spawn, system and popen start a child without fork's handlers. Each writes every
+//! cached file back first, so the new program reads the files as this one left them (data
+//! written before an exec survives it in the kernel too).
+//!
+//! The variadic execl, execlp and execle are not interposed (their argument lists cannot be
+//! forwarded on stable Rust); they call libc's execve inside libc.
+
+use crate::guard;
+use crate::real;
+use crate::shim;
+use libc::{c_char, c_int, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, FILE};
+
+fn write_back_everything() {
+    let Some(_inside) = guard::enter() else { return };
+    if let Some(shim) = shim::current() {
+        shim.write_back_all();
+    }
+}
+
+// SAFETY (every function below): the arguments are passed to libc as the caller gave them.
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    write_back_everything();
+    real::execve()(path, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    write_back_everything();
+    real::execv()(path, argv)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    write_back_everything();
+    real::execvp()(file, argv)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    write_back_everything();
+    real::execvpe()(file, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    write_back_everything();
+    real::fexecve()(fd, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    write_back_everything();
+    real::posix_spawn()(pid, path, actions, attr, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    actions: *const posix_spawn_file_actions_t,
+    attr: *const posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    write_back_everything();
+    real::posix_spawnp()(pid, file, actions, attr, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    write_back_everything();
+    real::system()(command)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE {
+    write_back_everything();
+    real::popen()(command, mode)
+}
