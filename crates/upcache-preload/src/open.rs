@@ -54,8 +54,15 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     let shared = match shim.shared((st.st_dev, st.st_ino), fd) {
         Ok(s) => s,
         Err(e) => {
-            // Not cached, so nothing cached can disagree with it: libc serves it.
-            shim::warn(&format!("{}: not cached: {e}", path.display()));
+            // Not cached, so nothing cached can disagree with it: libc serves it. (For one,
+            // a file this process may only read: the cache opens files read-write.)
+            // Relaxed: statistics, and a once-only message.
+            if shim.counters.uncached.fetch_add(1, Ordering::Relaxed) == 0 {
+                shim::warn(&format!(
+                    "{}: not cached: {e} (said once; counted in UPCACHE_STATS)",
+                    path.display()
+                ));
+            }
             return fd;
         }
     };

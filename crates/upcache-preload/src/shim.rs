@@ -74,6 +74,8 @@ pub(crate) struct Counters {
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub syncs: AtomicU64,
+    /// Opens under the prefix that the cache refused (left to libc).
+    pub uncached: AtomicU64,
 }
 
 pub(crate) struct Shim {
@@ -259,9 +261,10 @@ impl Shim {
         let c = &self.counters;
         let s = self.cache.stats();
         let line = format!(
-            "pid={} opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
+            "pid={} opens={} uncached={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
             self.pid,
             c.opens.load(Ordering::Relaxed),
+            c.uncached.load(Ordering::Relaxed),
             c.reads.load(Ordering::Relaxed),
             c.writes.load(Ordering::Relaxed),
             c.read_bytes.load(Ordering::Relaxed),
