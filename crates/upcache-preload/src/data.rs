@@ -39,11 +39,24 @@ fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
+/// A caller's buffer to read into, kept raw: C may list one buffer twice in an iovec array,
+/// so a `&mut` slice is made for one buffer at a time, while it is filled.
+#[derive(Clone, Copy)]
+struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
 /// Reads at `at` into `bufs` in turn until one is short (end of file). An error after some
 /// bytes is reported as the short count, as read(2) does.
-fn read_bufs(file: &File, bufs: &mut [&mut [u8]], at: u64) -> Result<usize, i32> {
+fn read_bufs(file: &File, bufs: &[RawBuf], at: u64) -> Result<usize, i32> {
     let mut done = 0usize;
-    for buf in bufs.iter_mut() {
+    for raw in bufs {
+        let buf: &mut [u8] = match raw.len {
+            0 => &mut [],
+            // SAFETY: the caller's writable buffer (`buf_mut`), the only slice of it alive.
+            len => unsafe { std::slice::from_raw_parts_mut(raw.ptr, len) },
+        };
         let mut filled = 0;
         while filled < buf.len() {
             match file.read_at(&mut buf[filled..], at + (done + filled) as u64) {
@@ -82,7 +95,7 @@ enum At {
     Current(c_int),
 }
 
-fn read_at(shim: &Shim, desc: &Description, bufs: &mut [&mut [u8]], at: At) -> Result<usize, i32> {
+fn read_at(shim: &Shim, desc: &Description, bufs: &[RawBuf], at: At) -> Result<usize, i32> {
     if !desc.readable {
         return Err(libc::EBADF);
     }
@@ -149,16 +162,14 @@ fn explicit(off: i64) -> Result<At, i32> {
     u64::try_from(off).map(At::Offset).map_err(|_| libc::EINVAL)
 }
 
-/// The caller's buffer as a slice (at most MAX_IO bytes, as Linux moves per call).
-///
-/// # Safety
-/// `buf` points to `len` bytes the caller lets us write, or `len` is 0.
-unsafe fn buf_mut<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], i32> {
+/// The caller's buffer to read into (at most MAX_IO bytes, as Linux moves per call). Its
+/// bytes must be writable, or `len` 0: a bad pointer other than null faults, where the
+/// kernel would return EFAULT.
+fn buf_mut(buf: *mut c_void, len: size_t) -> Result<RawBuf, i32> {
     match (buf.is_null(), len) {
-        (_, 0) => Ok(&mut []),
+        (_, 0) => Ok(RawBuf { ptr: std::ptr::null_mut(), len: 0 }),
         (true, _) => Err(libc::EFAULT),
-        // SAFETY: as the function's contract says.
-        _ => Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast(), len.min(MAX_IO)) }),
+        _ => Ok(RawBuf { ptr: buf.cast(), len: len.min(MAX_IO) }),
     }
 }
 
@@ -173,29 +184,36 @@ unsafe fn buf_ref<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> 
     }
 }
 
+/// The caller's iovec array.
+///
 /// # Safety
-/// `iov` points to `count` iovecs, each valid as for `buf_mut`.
-unsafe fn iovecs_mut<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a mut [u8]>, i32> {
+/// `iov` points to `count` iovecs, or `count` is 0.
+unsafe fn iovec_array<'a>(iov: *const iovec, count: c_int) -> Result<&'a [iovec], i32> {
     if !(0..=IOV_MAX).contains(&count) {
         return Err(libc::EINVAL);
     }
     if count == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if iov.is_null() {
         return Err(libc::EFAULT);
     }
     // SAFETY: as the function's contract says.
-    let iovs = unsafe { std::slice::from_raw_parts(iov, count as usize) };
-    // SAFETY: each iovec as the contract says.
-    iovs.iter().map(|v| unsafe { buf_mut(v.iov_base, v.iov_len) }).collect()
+    Ok(unsafe { std::slice::from_raw_parts(iov, count as usize) })
 }
 
 /// # Safety
-/// As `iovecs_mut`, readable.
+/// As `iovec_array`; each buffer as for `buf_mut`.
+unsafe fn iovecs_mut(iov: *const iovec, count: c_int) -> Result<Vec<RawBuf>, i32> {
+    // SAFETY: as the function's contract says.
+    unsafe { iovec_array(iov, count) }?.iter().map(|v| buf_mut(v.iov_base, v.iov_len)).collect()
+}
+
+/// # Safety
+/// As `iovec_array`; each buffer readable as for `buf_ref`.
 unsafe fn iovecs<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a [u8]>, i32> {
-    // SAFETY: as the function's contract says (read only through the shared slices).
-    Ok(unsafe { iovecs_mut(iov, count) }?.into_iter().map(|b| &*b).collect())
+    // SAFETY: as the function's contract says.
+    unsafe { iovec_array(iov, count) }?.iter().map(|v| unsafe { buf_ref(v.iov_base, v.iov_len) }).collect()
 }
 
 // SAFETY (every function below): as in open.rs, arguments are what the C prototype says.
@@ -204,7 +222,7 @@ unsafe fn iovecs<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a [u8]>, i
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
     match cached(fd) {
         Some((shim, d, _inside)) => {
-            shielded(|| ssize(buf_mut(buf, len).and_then(|b| read_at(shim, &d, &mut [b], At::Current(fd)))))
+            shielded(|| ssize(buf_mut(buf, len).and_then(|b| read_at(shim, &d, &[b], At::Current(fd)))))
         }
         None => real::read()(fd, buf, len),
     }
@@ -228,7 +246,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 
 unsafe fn pread_any(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> Option<ssize_t> {
     let (shim, d, _inside) = cached(fd)?;
-    Some(shielded(|| ssize(explicit(off).and_then(|at| read_at(shim, &d, &mut [buf_mut(buf, len)?], at)))))
+    Some(shielded(|| ssize(explicit(off).and_then(|at| read_at(shim, &d, &[buf_mut(buf, len)?], at)))))
 }
 
 unsafe fn pwrite_any(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> Option<ssize_t> {
@@ -302,7 +320,7 @@ unsafe fn preadv_any(
                 None | Some(-1) => At::Current(fd),
                 Some(o) => explicit(o)?,
             };
-            read_at(shim, &d, &mut iovecs_mut(iov, count)?, at)
+            read_at(shim, &d, &iovecs_mut(iov, count)?, at)
         })())
     }))
 }

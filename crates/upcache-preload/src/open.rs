@@ -33,7 +33,13 @@ pub(crate) fn os_stat(fd: c_int) -> Option<libc::stat64> {
 /// Caches the file libc just opened on `fd` (with `flags`) if it is a regular file under the
 /// prefix. Returns `fd`, or -1 if an O_TRUNC could not be applied to the cached file.
 fn adopt(fd: c_int, flags: c_int) -> c_int {
-    if fd < 0 || flags & libc::O_PATH != 0 {
+    if fd < 0 {
+        return fd;
+    }
+    // The number is new: whatever the table says of it is from a descriptor closed in a way
+    // the shim did not see (inside libc), and must not catch this one's I/O.
+    forget(fd);
+    if flags & libc::O_PATH != 0 {
         return fd;
     }
     let Some(_inside) = guard::enter() else { return fd };
@@ -164,6 +170,16 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
 }
 
+/// Drops the table's entry for `fd`, if any (its write-back error is dropped too).
+fn forget(fd: c_int) {
+    if let Some(shim) = shim::current() {
+        if let Some(stale) = shim.table.set(fd, None) {
+            let _inside = guard::enter();
+            let _ = shielded(|| shim::release(stale).map_or(-1, |()| 0));
+        }
+    }
+}
+
 /// Makes `new` (just made by libc as a copy of `old`) a descriptor of what `old` is.
 fn copied(old: c_int, new: c_int) -> c_int {
     if new < 0 || old == new {
@@ -222,22 +238,43 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     after_fcntl(fd, cmd, arg, real::fcntl64()(fd, cmd, arg))
 }
 
-/// close_range(2): what it closes is forgotten (write-back errors are dropped, as its own).
+/// Takes the entries of descriptors `first..=last` out of the table (before libc closes them,
+/// as `close` does).
+fn take_range(first: c_uint, last: c_uint) -> Vec<Arc<Description>> {
+    let Some(shim) = shim::current() else { return Vec::new() };
+    let in_range = shim.table.all().into_iter().filter(|&(fd, _)| (first..=last).contains(&(fd as c_uint)));
+    in_range.filter_map(|(fd, _)| shim.table.set(fd, None)).collect()
+}
+
+/// Releases descriptions whose descriptors were closed (write-back errors are dropped, as
+/// close_range drops close errors).
+fn release_all(taken: Vec<Arc<Description>>) {
+    if taken.is_empty() {
+        return;
+    }
+    let _inside = guard::enter();
+    for desc in taken {
+        let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
+    }
+}
+
+/// close_range(2). With CLOSE_RANGE_CLOEXEC nothing closes now (exec writes back first).
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let closed = real::close_range()(first, last, flags);
-    if closed == 0 && flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 {
-        if let (Some(_inside), Some(shim)) = (guard::enter(), shim::current()) {
-            for (fd, _) in shim.table.all() {
-                if (first..=last).contains(&(fd as c_uint)) {
-                    if let Some(desc) = shim.table.set(fd, None) {
-                        let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
-                    }
-                }
-            }
-        }
+    if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC != 0 {
+        return real::close_range()(first, last, flags);
     }
+    let taken = take_range(first, last);
+    let closed = real::close_range()(first, last, flags);
+    release_all(taken);
     closed
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    let taken = take_range(first.max(0) as c_uint, c_uint::MAX);
+    real::closefrom()(first);
+    release_all(taken);
 }
 
 /// A FILE stream closes its descriptor inside libc: forget it first.
@@ -260,48 +297,83 @@ fn write_back(fd: c_int) -> Result<(), i32> {
     }
 }
 
-/// Writes back the cached file that `fd` (opened by libc, unseen) is a descriptor of.
-fn write_back_inode(fd: c_int) {
-    let Some(_inside) = guard::enter() else { return };
-    let Some(shim) = shim::current() else { return };
-    if let Some(st) = os_stat(fd) {
-        if let Some(shared) = shim.lookup((st.st_dev, st.st_ino)) {
-            let _ = shared.file().write_back();
-        }
+/// Stops caching the file open on `fd`, if it is cached (`Shim::demote`).
+fn demote_fd(fd: c_int) -> Result<(), i32> {
+    match cached(fd) {
+        Some((shim, desc, _inside)) => shim.demote(&desc.shared),
+        None => Ok(()),
     }
 }
 
-/// A stream over a cached descriptor reads and writes the OS file through libc: it starts
-/// from the file as the cache holds it (later writes through the stream are not cached).
+/// Stops caching the file at `path`, if it is cached: libc is about to open it unseen.
+fn demote_path(path: *const c_char) -> Result<(), i32> {
+    let Some(_inside) = guard::enter() else { return Ok(()) };
+    let Some(shim) = shim::current() else { return Ok(()) };
+    let Some(st) = crate::meta::path_stat(path) else { return Ok(()) };
+    match shim.lookup((st.st_dev, st.st_ino)) {
+        Some(shared) => shim.demote(&shared),
+        None => Ok(()),
+    }
+}
+
+/// A FILE stream reads and writes with libc's internal calls, which the shim does not see:
+/// the file is demoted (written back, then libc's for every descriptor) first.
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
-    if let Err(code) = write_back(fd) {
+    if let Err(code) = demote_fd(fd) {
         errno::set(code);
         return std::ptr::null_mut();
     }
     real::fdopen()(fd, mode)
 }
 
-fn opened_stream(stream: *mut FILE) -> *mut FILE {
-    if !stream.is_null() {
-        // SAFETY: a stream libc just opened.
-        write_back_inode(unsafe { libc::fileno(stream) });
-    }
-    stream
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    opened_stream(real::fopen()(path, mode))
+    if let Err(code) = demote_path(path) {
+        errno::set(code);
+        return std::ptr::null_mut();
+    }
+    real::fopen()(path, mode)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    opened_stream(real::fopen64()(path, mode))
+    if let Err(code) = demote_path(path) {
+        errno::set(code);
+        return std::ptr::null_mut();
+    }
+    real::fopen64()(path, mode)
 }
 
-/// A mapping reads the OS file: it starts from the file as the cache holds it (writes through
-/// the mapping, or through the cache after it, are not seen by the other).
+/// freopen closes the stream's descriptor and opens a file inside libc: the old entry is
+/// taken out first, and the file opened is demoted (with no path, the stream's own file).
+unsafe fn reopen(path: *const c_char, stream: *mut FILE, open: impl FnOnce() -> *mut FILE) -> *mut FILE {
+    let fd = if stream.is_null() { -1 } else { libc::fileno(stream) };
+    let demoted = if path.is_null() { demote_fd(fd) } else { demote_path(path) };
+    if let Err(code) = demoted {
+        errno::set(code);
+        return std::ptr::null_mut();
+    }
+    let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
+    let reopened = open();
+    if let Some((desc, _inside)) = taken {
+        let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
+    }
+    reopened
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
+    reopen(path, stream, || real::freopen()(path, mode, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
+    reopen(path, stream, || real::freopen64()(path, mode, stream))
+}
+
+/// A mapping reads and writes the OS file: the file is demoted first (its descriptors go to
+/// libc, so the mapping and read/write agree, as they do in the kernel).
 #[no_mangle]
 pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
@@ -312,7 +384,7 @@ pub unsafe extern "C" fn mmap(
     off: off_t,
 ) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 {
-        if let Err(code) = write_back(fd) {
+        if let Err(code) = demote_fd(fd) {
             errno::set(code);
             return libc::MAP_FAILED;
         }
@@ -330,7 +402,7 @@ pub unsafe extern "C" fn mmap64(
     off: off64_t,
 ) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 {
-        if let Err(code) = write_back(fd) {
+        if let Err(code) = demote_fd(fd) {
             errno::set(code);
             return libc::MAP_FAILED;
         }

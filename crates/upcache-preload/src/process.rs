@@ -3,8 +3,10 @@
 //! cached file back first, so the new program reads the files as this one left them (data
 //! written before an exec survives it in the kernel too).
 //!
-//! The variadic execl, execlp and execle are not interposed (their argument lists cannot be
-//! forwarded on stable Rust); they call libc's execve inside libc.
+//! The variadic execl, execlp and execle (glibc's call its internal execve, unseen) are
+//! trampolines in assembly on x86-64: stable Rust can neither receive nor forward a variadic
+//! list, so they save the argument registers, write back, restore them and jump to libc's
+//! function, leaving the stack (and any arguments on it) as the caller made it.
 
 use crate::guard;
 use crate::real;
@@ -94,4 +96,44 @@ pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
 pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE {
     write_back_everything();
     real::popen()(command, mode)
+}
+
+/// Called by the trampolines: must not unwind into assembly.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+extern "C" fn before_exec() {
+    let _ = std::panic::catch_unwind(write_back_everything);
+}
+
+macro_rules! exec_trampolines {
+    ($($name:ident => $target:ident;)*) => {$(
+        /// libc's address of the function, for the trampoline's jump.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+        extern "C" fn $target() -> usize {
+            real::$name() as usize
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            // The six argument registers and %al (the vector register count of a variadic
+            // call) are saved; 7 pushes from the entry's rsp = 8 (mod 16) align the calls.
+            core::arch::naked_asm!(
+                "push rdi", "push rsi", "push rdx", "push rcx", "push r8", "push r9", "push rax",
+                "call {before}",
+                "call {target}",
+                "mov r11, rax",
+                "pop rax", "pop r9", "pop r8", "pop rcx", "pop rdx", "pop rsi", "pop rdi",
+                "jmp r11",
+                before = sym before_exec,
+                target = sym $target,
+            )
+        }
+    )*};
+}
+
+exec_trampolines! {
+    execl => real_execl;
+    execlp => real_execlp;
+    execle => real_execle;
 }

@@ -4,7 +4,21 @@ use libc::{c_char, c_int, c_uint, c_void, mode_t, off64_t, off_t, size_t, ssize_
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The next definition of `name` (NUL-terminated) after this library, cached in `slot`.
+/// Aborts if there is none: a program calling it was linked against a libc that has it.
 fn resolve(name: &'static [u8], slot: &AtomicUsize) -> usize {
+    match find(name, slot) {
+        0 => {
+            let msg = b"upcache-preload: a libc symbol is missing; aborting\n";
+            // SAFETY: a valid buffer of that length.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            std::process::abort();
+        }
+        found => found,
+    }
+}
+
+/// As `resolve`, 0 if there is none.
+fn find(name: &'static [u8], slot: &AtomicUsize) -> usize {
     // Relaxed: the address is the same whichever thread resolves it.
     let cached = slot.load(Ordering::Relaxed);
     if cached != 0 {
@@ -12,28 +26,38 @@ fn resolve(name: &'static [u8], slot: &AtomicUsize) -> usize {
     }
     // SAFETY: `name` is NUL-terminated (the macro adds the NUL); dlsym has no other demands.
     let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
-    if found == 0 {
-        // Every symbol here is glibc's; a program calling it was linked against it.
-        let msg = b"upcache-preload: a libc symbol is missing; aborting\n";
-        // SAFETY: a valid buffer of that length.
-        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-        std::process::abort();
-    }
     slot.store(found, Ordering::Relaxed); // Relaxed: as above
     found
 }
 
 macro_rules! real {
-    ($($name:ident: $ty:ty;)*) => {$(
-        #[allow(non_snake_case)]
-        pub(crate) fn $name() -> $ty {
-            static SLOT: AtomicUsize = AtomicUsize::new(0);
-            let addr = resolve(concat!(stringify!($name), "\0").as_bytes(), &SLOT);
-            // SAFETY: `addr` is libc's definition of this name, whose C type is `$ty`.
-            unsafe { std::mem::transmute::<usize, $ty>(addr) }
+    ($($name:ident: $ty:ty;)*) => {
+        $(
+            #[allow(non_snake_case)]
+            pub(crate) fn $name() -> $ty {
+                let addr = resolve(concat!(stringify!($name), "\0").as_bytes(), &slots::$name);
+                // SAFETY: `addr` is libc's definition of this name, whose C type is `$ty`.
+                unsafe { std::mem::transmute::<usize, $ty>(addr) }
+            }
+        )*
+
+        #[allow(non_upper_case_globals)]
+        mod slots {
+            use std::sync::atomic::AtomicUsize;
+            $(pub(super) static $name: AtomicUsize = AtomicUsize::new(0);)*
         }
-    )*};
+
+        /// Looks every symbol up now, at load: a libc call made later from inside dlsym (an
+        /// allocator starting up, say) then finds them resolved.
+        extern "C" fn resolve_all() {
+            $(find(concat!(stringify!($name), "\0").as_bytes(), &slots::$name);)*
+        }
+    };
 }
+
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_AT_LOAD: extern "C" fn() = resolve_all;
 
 type Stat = *mut libc::stat64;
 
@@ -97,9 +121,15 @@ real! {
     fdopen: unsafe extern "C" fn(c_int, *const c_char) -> *mut FILE;
     fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE;
     fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE;
+    freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+    freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+    closefrom: unsafe extern "C" fn(c_int);
     fclose: unsafe extern "C" fn(*mut FILE) -> c_int;
     sendfile: unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     sendfile64: unsafe extern "C" fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
+    execl: unsafe extern "C" fn(*const c_char, *const c_char, ...) -> c_int;
+    execlp: unsafe extern "C" fn(*const c_char, *const c_char, ...) -> c_int;
+    execle: unsafe extern "C" fn(*const c_char, *const c_char, ...) -> c_int;
     execve: unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execv: unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
     execvp: unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;

@@ -13,12 +13,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use upcache::{Cache, Config, File};
 
 /// A cached OS file, shared by every descriptor of it; the last one to go closes it.
 pub(crate) struct Shared {
     file: Option<File>,
+    key: (u64, u64),
     shim: &'static Shim,
     /// Serializes O_APPEND writes, which must find the end and write there as one step.
     pub append: Mutex<()>,
@@ -42,6 +43,14 @@ impl Shared {
         if closed.is_err() {
             lock(&self.shim.orphans).push(file);
         }
+        // Opens of the file wait while its dead entry is in the map (`Shim::shared`): the
+        // library would hand them this closing copy.
+        let mut files = lock(&self.shim.files);
+        if files.get(&self.key).is_some_and(|w| w.strong_count() == 0) {
+            files.remove(&self.key);
+        }
+        drop(files);
+        self.shim.closed.notify_all();
         closed
     }
 }
@@ -84,8 +93,11 @@ pub(crate) struct Shim {
     /// Canonical `state_dir`: never cached, even under the prefix.
     state_canonical: PathBuf,
     pub table: FdTable,
-    /// Every cached file by (device, inode), while a descriptor of it is open.
+    /// Every cached file by (device, inode), while a descriptor of it is open, and until its
+    /// close ends (a dead entry: the close is under way).
     files: Mutex<HashMap<(u64, u64), Weak<Shared>>>,
+    /// Signalled when a close removes its dead entry.
+    closed: Condvar,
     /// Files whose last close failed to write them back: tried again at exit.
     orphans: Mutex<Vec<File>>,
     pub counters: Counters,
@@ -214,6 +226,7 @@ impl Shim {
             state_canonical,
             table: FdTable::new(),
             files: Mutex::new(HashMap::new()),
+            closed: Condvar::new(),
             orphans: Mutex::new(Vec::new()),
             counters: Counters::default(),
             pid,
@@ -224,13 +237,16 @@ impl Shim {
     /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet.
     pub fn shared(&'static self, key: (u64, u64), fd: i32) -> upcache::Result<Arc<Shared>> {
         let mut files = lock(&self.files);
-        if let Some(s) = files.get(&key).and_then(Weak::upgrade) {
-            return Ok(s);
+        while let Some(w) = files.get(&key) {
+            match w.upgrade() {
+                Some(s) => return Ok(s),
+                // Being closed: wait until the close has written it back and forgotten it.
+                None => files = self.closed.wait(files).unwrap_or_else(|p| p.into_inner()),
+            }
         }
         // The descriptor's own inode, whatever its path has become since.
         let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
-        let shared = Arc::new(Shared { file: Some(file), shim: self, append: Mutex::new(()) });
-        files.retain(|_, w| w.strong_count() > 0);
+        let shared = Arc::new(Shared { file: Some(file), key, shim: self, append: Mutex::new(()) });
         files.insert(key, Arc::downgrade(&shared));
         Ok(shared)
     }
@@ -238,6 +254,47 @@ impl Shim {
     /// The cached file with this (device, inode), if a descriptor of it is open.
     pub fn lookup(&self, key: (u64, u64)) -> Option<Arc<Shared>> {
         lock(&self.files).get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Stops caching `shared`'s file: writes it back and hands every descriptor of it to libc
+    /// (the file is closed in the cache when the caller's reference, the last, goes). For
+    /// ways to the file that would write past the cache: streams, mappings, other processes.
+    pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
+        shared.file().write_back().map_err(|e| errno::of(&e))?;
+        for (fd, desc) in self.table.all() {
+            if Arc::ptr_eq(&desc.shared, shared) {
+                if let Some(taken) = self.table.set(fd, None) {
+                    if !Arc::ptr_eq(&taken.shared, shared) {
+                        self.table.set(fd, Some(taken)); // reused meanwhile: not ours
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Demotes every file with a descriptor a child process would inherit (not close-on-exec):
+    /// the child writes it through libc, so this process must too.
+    fn demote_inherited(&self) {
+        let mut inherited: Vec<Arc<Shared>> = Vec::new();
+        for (fd, desc) in self.table.all() {
+            // SAFETY: F_GETFD takes no argument; the 0 is ignored.
+            let flags = unsafe { crate::real::fcntl()(fd, libc::F_GETFD, 0 as libc::c_int) };
+            if flags >= 0
+                && flags & libc::FD_CLOEXEC == 0
+                && !inherited.iter().any(|s| Arc::ptr_eq(s, &desc.shared))
+            {
+                inherited.push(desc.shared.clone());
+            }
+        }
+        for shared in &inherited {
+            if let Err(code) = self.demote(shared) {
+                warn(&format!(
+                    "fork: writing {} back failed (errno {code}); it stays cached",
+                    shared.file().name()
+                ));
+            }
+        }
     }
 
     /// Writes back every cached file, so that the OS files hold what the cache does.
@@ -341,8 +398,10 @@ thread_local! {
 
 extern "C" fn before_fork() {
     let Some(_inside) = crate::guard::enter() else { return };
-    // The child reads the files through libc or its own cache: give it what ours holds.
+    // The child reads the files through libc or its own cache: give it what ours holds, and
+    // stop caching what it inherits (both would write it).
     if let Some(shim) = current() {
+        shim.demote_inherited();
         shim.write_back_all();
     }
     let held = lock(&START);
@@ -358,6 +417,14 @@ extern "C" fn after_fork_child() {
     // The settings stay: the same environment.
     SHIM.store(std::ptr::null_mut(), Ordering::Release); // Release: as in `start`
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
+}
+
+/// vfork's child shares this process's memory, so it would change the parent's table (a
+/// close_range before exec, for one) and run its cache: it is a fork here, which POSIX allows.
+#[no_mangle]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no arguments; the fork handlers above run.
+    unsafe { libc::fork() }
 }
 
 /// _exit(2) skips exit handlers, but the kernel keeps what a process wrote before it: so

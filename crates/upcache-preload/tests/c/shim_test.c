@@ -260,6 +260,113 @@ static void outside_and_links(const char *dir, const char *out) {
     CHECK(close(fd) == 0 && close(dfd) == 0);
 }
 
+static void expect_file(const char *path, const char *want) {
+    unsigned char back[256];
+    off_t size;
+    ssize_t got = os_read(path, back, sizeof back, &size);
+    if (got != (ssize_t)strlen(want) || size != got || memcmp(back, want, got) != 0) {
+        fprintf(stderr, "%s holds %zd bytes \"%.*s\", want \"%s\"\n", path, got, (int)(got > 0 ? got : 0), back, want);
+        exit(1);
+    }
+}
+
+static void *open_close_loop(void *arg) {
+    const char *path = arg;
+    char buf[8];
+    for (int i = 0; i < 300; i++) {
+        int fd = open(path, O_RDWR);
+        CHECK(fd >= 0 && pwrite(fd, "racer", 5, 0) == 5 && pread(fd, buf, 5, 0) == 5);
+        CHECK(close(fd) == 0);
+    }
+    return NULL;
+}
+
+/* Another process, a stream, a mapping or a second open sharing a cached file. */
+static void sharing(const char *dir, const char *out) {
+    /* a child writing through an inherited descriptor, as a shell's redirection does */
+    const char *path = in_prefix(dir, "inherited");
+    int fd = open_p(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(write(fd, "a", 1) == 1);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) _exit(write(fd, "b", 1) == 1 ? 0 : 1);
+    int status;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(write(fd, "c", 1) == 1 && close(fd) == 0);
+    expect_file(path, "abc");
+    fd = open_p(path, O_WRONLY | O_APPEND, 0);
+    CHECK(write(fd, "1111", 4) == 4);
+    child = fork();
+    CHECK(child >= 0);
+    if (child == 0) _exit(write(fd, "22", 2) == 2 ? 0 : 1);
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(write(fd, "333", 3) == 3 && close(fd) == 0);
+    expect_file(path, "abc111122333");
+
+    /* a vfork child closing every descriptor before exec (as CPython's subprocess does) */
+    fd = open_p(path, O_WRONLY | O_APPEND, 0);
+    CHECK(write(fd, "x", 1) == 1);
+    child = vfork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        close_range(3, ~0U, 0);
+        _exit(0);
+    }
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(write(fd, "y", 1) == 1 && close(fd) == 0);
+    expect_file(path, "abc111122333xy");
+
+    /* exec with a close-on-exec descriptor still holding written data */
+    const char *execd = in_prefix(dir, "execd");
+    child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        int cfd = open(execd, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+        if (cfd < 0 || write(cfd, "survives the exec", 17) != 17) _exit(1);
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(2);
+    }
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    expect_file(in_prefix(dir, "execd"), "survives the exec");
+
+    /* a stream over a cached descriptor, and fopen "w" of a cached file */
+    path = in_prefix(dir, "streamed");
+    fd = open_p(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    CHECK(write(fd, "head ", 5) == 5);
+    FILE *f = fdopen(fd, "w");
+    CHECK(f != NULL && fprintf(f, "stream") == 6 && fclose(f) == 0);
+    expect_file(path, "head stream");
+    fd = open_p(path, O_RDWR, 0);
+    CHECK(pwrite(fd, "twelve bytes", 12, 0) == 12);
+    f = fopen(path, "w");
+    CHECK(f != NULL && fclose(f) == 0);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && st.st_size == 0 && close(fd) == 0);
+    expect_file(path, "");
+
+    /* freopen of a stream over a cached descriptor, to a file outside: the number is reused */
+    fd = open_p(path, O_RDWR, 0);
+    f = fdopen(fd, "r+");
+    CHECK(f != NULL);
+    snprintf(obuf, sizeof obuf, "%s/reopened", out);
+    f = freopen(obuf, "w", f);
+    CHECK(f != NULL && write(fileno(f), "outside", 7) == 7 && fclose(f) == 0);
+    expect_file(obuf, "outside");
+    expect_file(in_prefix(dir, "streamed"), "");
+
+    /* opens and closes of one file racing in two threads */
+    path = in_prefix(dir, "raced");
+    fd = open_p(path, O_CREAT | O_RDWR, 0644);
+    CHECK(close(fd) == 0);
+    static char raced[4096];
+    snprintf(raced, sizeof raced, "%s", path);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, open_close_loop, raced) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    prefix_opens += 600;
+    expect_file(raced, "racer");
+}
+
 /* Data written without a close must reach the file when the process ends: by _exit in a
  * child, and by an exit handler that runs after the shim's own (registered first). */
 static int late_fd = -1;
@@ -304,6 +411,7 @@ int main(int argc, char **argv) {
     forked(argv[1]);
     outside_and_links(argv[1], argv[2]);
     endings(argv[1], argv[2]);
+    sharing(argv[1], argv[2]);
     printf("opens under prefix: %d\nall checks passed\n", prefix_opens);
     return 0;
 }
