@@ -24,15 +24,22 @@
 //! - a file is adopted after libc opened it, if the descriptor's resolved path
 //!   (`/proc/self/fd`) is under the prefix: paths outside are never cached or changed;
 //! - the last close of a file writes its dirty pages back to it (no fsync, as close(2)),
-//!   and so do exit and _exit;
-//!   so do fork (in the parent, before it), exec, posix_spawn, system, popen, `mmap`,
-//!   `fdopen`, `fopen` and `sendfile`,
-//!   the ways that reach the file without the shim;
+//!   and so do exit, `_exit`, exec (the execl family through assembly trampolines),
+//!   posix_spawn, system, popen and `sendfile` from it;
+//! - a file that something else is about to write or read without the shim is *demoted*:
+//!   written back, and every descriptor of it handed to libc for good. That is done to files
+//!   a forked child inherits (not close-on-exec), and by `fdopen`, `fopen`, `freopen` and
+//!   `mmap` of them;
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
-//!   the child's own cache (`shim.rs`);
+//!   the child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
 //! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
 //!   passes everything through.
+//!
+//! Not served: another process that opens a cached file itself sees the cache's writes only
+//! once they are written back (close, fsync, exit), and its own writes are not seen by the
+//! cache; the `__xstat` family of binaries built for glibc < 2.33 reports the OS size; the
+//! execl family is written back only on x86-64.
 
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (variadic open/fcntl)");
