@@ -7,10 +7,12 @@
 //! makes its own on its first open under the prefix.
 
 use crate::errno;
+use crate::retain::{Retained, Signature};
 use crate::settings::Settings;
 use crate::table::FdTable;
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -39,10 +41,21 @@ impl Shared {
         // this close.
         let _inside = crate::guard::enter();
         let file = self.file.take().expect("closed once");
-        let closed = self.shim.cache.close_plain(&file);
-        if closed.is_err() {
-            lock(&self.shim.orphans).push(file);
-        }
+        let closed = match file.write_back().and_then(|()| file.os_metadata()) {
+            // Kept, written back, for a later open (`retain.rs`).
+            Ok(meta) if meta.nlink() > 0 => {
+                for old in self.shim.retained.keep(self.key, file, Signature::of_meta(&meta)) {
+                    // Written back when kept; the OS file may have changed since.
+                    let _ = self.shim.cache.discard_plain(&old);
+                }
+                Ok(())
+            }
+            Ok(_) => self.shim.cache.close_plain(&file), // unlinked: nothing to keep
+            Err(e) => {
+                lock(&self.shim.orphans).push(file);
+                Err(e)
+            }
+        };
         // Opens of the file wait while its dead entry is in the map (`Shim::shared`): the
         // library would hand them this closing copy.
         let mut files = lock(&self.shim.files);
@@ -85,6 +98,8 @@ pub(crate) struct Counters {
     pub syncs: AtomicU64,
     /// Opens under the prefix that the cache refused (left to libc).
     pub uncached: AtomicU64,
+    /// Opens that found the file's pages kept since its last close.
+    pub reopened: AtomicU64,
 }
 
 pub(crate) struct Shim {
@@ -100,6 +115,8 @@ pub(crate) struct Shim {
     closed: Condvar,
     /// Files whose last close failed to write them back: tried again at exit.
     orphans: Mutex<Vec<File>>,
+    /// Files kept after their last close.
+    retained: Retained,
     pub counters: Counters,
     pid: u32,
     reported: AtomicBool,
@@ -228,6 +245,7 @@ impl Shim {
             files: Mutex::new(HashMap::new()),
             closed: Condvar::new(),
             orphans: Mutex::new(Vec::new()),
+            retained: Retained::default(),
             counters: Counters::default(),
             pid,
             reported: AtomicBool::new(false),
@@ -244,11 +262,29 @@ impl Shim {
                 None => files = self.closed.wait(files).unwrap_or_else(|p| p.into_inner()),
             }
         }
+        if let Some((file, kept)) = self.retained.take(key) {
+            if crate::open::os_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
+                let shared = Arc::new(Shared { file: Some(file), key, shim: self, append: Mutex::new(()) });
+                files.insert(key, Arc::downgrade(&shared));
+                self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+                return Ok(shared);
+            }
+            // Changed since it was kept: its pages are stale (and were written back). Dropped
+            // without I/O: a close would also cut the OS file to the stale length.
+            let _ = self.cache.discard_plain(&file);
+        }
         // The descriptor's own inode, whatever its path has become since.
         let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
         let shared = Arc::new(Shared { file: Some(file), key, shim: self, append: Mutex::new(()) });
         files.insert(key, Arc::downgrade(&shared));
         Ok(shared)
+    }
+
+    /// Drops the copy of `key` kept after its last close, if any.
+    pub fn forget_kept(&self, key: (u64, u64)) {
+        if let Some((file, _)) = self.retained.take(key) {
+            let _ = self.cache.discard_plain(&file); // written back when kept
+        }
     }
 
     /// The cached file with this (device, inode), if a descriptor of it is open.
@@ -318,10 +354,11 @@ impl Shim {
         let c = &self.counters;
         let s = self.cache.stats();
         let line = format!(
-            "pid={} opens={} uncached={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
+            "pid={} opens={} uncached={} reopened={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
             self.pid,
             c.opens.load(Ordering::Relaxed),
             c.uncached.load(Ordering::Relaxed),
+            c.reopened.load(Ordering::Relaxed),
             c.reads.load(Ordering::Relaxed),
             c.writes.load(Ordering::Relaxed),
             c.read_bytes.load(Ordering::Relaxed),

@@ -102,6 +102,7 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
     let main = lines.iter().max_by_key(|l| field(l, "opens")).expect("a stats line");
     assert_eq!(field(main, "opens"), expected_opens(&cached.text), "{}", cached.stats);
     assert_eq!(field(main, "uncached"), 0, "{}", cached.stats);
+    assert!(field(main, "reopened") > 0, "pages kept after a close: {main}");
     assert!(field(main, "write_bytes") > 1 << 20 && field(main, "read_bytes") > 0, "{main}");
     assert!(field(main, "syncs") >= 2, "{main}");
     // The children (two forked, and `cat` under system(3)) open one file each.

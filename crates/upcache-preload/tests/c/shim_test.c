@@ -354,6 +354,20 @@ static void sharing(const char *dir, const char *out) {
     expect_file(obuf, "outside");
     expect_file(in_prefix(dir, "streamed"), "");
 
+    /* pages kept after a close serve a reopen, unless the file changed behind the cache */
+    path = in_prefix(dir, "kept");
+    fd = open_p(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    CHECK(write(fd, "first version", 13) == 13 && close(fd) == 0);
+    char got[32] = {0};
+    fd = open_p(path, O_RDONLY, 0);
+    CHECK(read(fd, got, sizeof got) == 13 && memcmp(got, "first version", 13) == 0 && close(fd) == 0);
+    int raw = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY);
+    CHECK(raw >= 0 && syscall(SYS_pwrite64, raw, "second version!", 15, 0) == 15);
+    syscall(SYS_close, raw);
+    fd = open_p(path, O_RDONLY, 0);
+    CHECK(read(fd, got, sizeof got) == 15 && memcmp(got, "second version!", 15) == 0 && close(fd) == 0);
+    CHECK(unlink(path) == 0);
+
     /* opens and closes of one file racing in two threads */
     path = in_prefix(dir, "raced");
     fd = open_p(path, O_CREAT | O_RDWR, 0644);

@@ -99,6 +99,31 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
+    /// ones too, are dropped, and the OS file is left as it is. For a copy known to be stale
+    /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
+    /// file of the array; `NotFound` if it was closed.
+    pub fn discard_plain(&self, file: &File) -> Result<()> {
+        let f = file.inner();
+        if !f.plain {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{:?} is not a plain file", file.name()),
+            ));
+        }
+        let inner = &self.inner;
+        let _all = f.range.write(0, u64::MAX);
+        // AcqRel: as in `close_plain`.
+        if f.removed.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(ErrorKind::NotFound, format!("{} was closed", f.name)));
+        }
+        inner.forget_file(f);
+        sync::lock(&inner.plain_files).retain(|_, p| !Arc::ptr_eq(p, f));
+        Ok(())
+    }
+}
+
 impl CacheInner {
     /// See [`Cache::close_plain`]. No lock but the file's range lock is held across the I/O.
     fn close_plain(&self, file: &Arc<FileInner>) -> Result<()> {

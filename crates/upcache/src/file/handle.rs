@@ -378,6 +378,18 @@ impl File {
         self.cache.sync_file(&self.file, false)
     }
 
+    /// The OS file's metadata, for a plain file ([`crate::Cache::open_path`]): its size is
+    /// the length only after a write-back or sync. `InvalidInput` for a file of the array.
+    pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
+        if !self.file.plain {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{:?} is not a plain file", self.file.name),
+            ));
+        }
+        self.file.backing[0].file().metadata().map_err(|e| Error::io(format!("stat {}", self.file.name), e))
+    }
+
     /// Writes back the file's dirty pages without making them durable (no device sync), and
     /// reports, once, any earlier write-back error. For a plain file, the OS file's size is
     /// made the length too (unless a pin or an appender holds the tail): other readers of the

@@ -1,0 +1,71 @@
+//! Unlinks and renames: a file kept after its last close (`retain.rs`) that loses its name
+//! is dropped, so that the cache's descriptor does not keep its space allocated. (stdio's
+//! `remove` unlinks inside libc, unseen: such a file goes when it is pushed out, or at exit.)
+
+use crate::guard;
+use crate::real;
+use crate::shim;
+use libc::{c_char, c_int, c_uint};
+
+/// (device, inode) of what `path` (relative to `dirfd`) names, not following a last symlink.
+fn named(dirfd: c_int, path: *const c_char) -> Option<(u64, u64)> {
+    shim::current()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: the caller's path; `st` is writable stat64 storage.
+    let found = unsafe { real::fstatat64()(dirfd, path, st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) } == 0;
+    // SAFETY: filled on success.
+    found.then(|| unsafe { st.assume_init() }).map(|st| (st.st_dev, st.st_ino))
+}
+
+/// After `result` (0: the name is gone), drops the kept copy of `key`.
+fn dropped(key: Option<(u64, u64)>, result: c_int) -> c_int {
+    if let (0, Some(key), Some(shim)) = (result, key, shim::current()) {
+        let _inside = guard::enter();
+        shim.forget_kept(key);
+    }
+    result
+}
+
+// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    let key = named(libc::AT_FDCWD, path);
+    dropped(key, real::unlink()(path))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let key = named(dirfd, path);
+    dropped(key, real::unlinkat()(dirfd, path, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    let key = named(libc::AT_FDCWD, new);
+    dropped(key, real::rename()(old, new))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+) -> c_int {
+    let key = named(newdir, new);
+    dropped(key, real::renameat()(olddir, old, newdir, new))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // RENAME_EXCHANGE keeps both files.
+    let key = if flags & libc::RENAME_EXCHANGE != 0 { None } else { named(newdir, new) };
+    dropped(key, real::renameat2()(olddir, old, newdir, new, flags))
+}
