@@ -185,3 +185,36 @@ fn closes_and_syncs_racing_writers_lose_nothing() {
         }
     }
 }
+
+#[test]
+fn write_back_leaves_the_file_cached_and_discard_drops_it_without_io() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("kept.bin");
+    std::fs::write(&path, b"").unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    let first = common::pattern(4, 6000);
+    f.write_all_at(&first, 0).unwrap();
+    f.write_back().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), first, "written back with the exact size");
+    assert_eq!(f.os_metadata().unwrap().len(), 6000);
+    // Still cached: the OS file changes behind the cache are not seen...
+    let other = common::pattern(5, 9000);
+    std::fs::write(&path, &other).unwrap();
+    let mut back = vec![0u8; 6000];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == first);
+    // ...until the copy is discarded: with no I/O (a dirty page is dropped, the OS file
+    // keeps its size), and the next open reads the OS file.
+    f.write_all_at(b"dropped", 0).unwrap();
+    cache.discard_plain(&f).unwrap();
+    assert_eq!(f.read_at(&mut back, 0).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(cache.discard_plain(&f).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(std::fs::read(&path).unwrap(), other);
+    let g = cache.open_path(&path, false).unwrap();
+    assert_eq!(g.len(), 9000);
+    let mut back = vec![0u8; 9000];
+    g.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == other);
+    assert_eq!(cache.pinned_frames(), 0);
+}
