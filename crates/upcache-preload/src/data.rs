@@ -692,3 +692,36 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
         None => real::posix_fallocate64()(fd, off, len),
     }
 }
+
+/// POSIX_FADV_DONTNEED drops the range's clean pages (after writing dirty ones back), as the
+/// kernel does to its page cache: programs that empty caches before measuring (fio) get the
+/// same from the shim. Other advice is only advice (libc's, on the real descriptor).
+fn fadvise_cached(fd: c_int, desc: &Description, off: i64, len: i64, advice: c_int) -> c_int {
+    if off < 0 || len < 0 {
+        return libc::EINVAL;
+    }
+    if advice == libc::POSIX_FADV_DONTNEED {
+        let file = desc.shared.file();
+        if let Err(e) = file.write_back().and_then(|()| file.evict(off as u64, len as u64)) {
+            return errno::of(&e);
+        }
+    }
+    // SAFETY: no memory arguments.
+    unsafe { real::posix_fadvise64()(fd, off, len, advice) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| fadvise_cached(fd, &d, off, len, advice)),
+        None => real::posix_fadvise()(fd, off, len, advice),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
+    match cached(fd) {
+        Some((_, d, _inside)) => shielded(|| fadvise_cached(fd, &d, off, len, advice)),
+        None => real::posix_fadvise64()(fd, off, len, advice),
+    }
+}

@@ -107,6 +107,8 @@ real! {
     fallocate64: unsafe extern "C" fn(c_int, c_int, off64_t, off64_t) -> c_int;
     posix_fallocate: unsafe extern "C" fn(c_int, off_t, off_t) -> c_int;
     posix_fallocate64: unsafe extern "C" fn(c_int, off64_t, off64_t) -> c_int;
+    posix_fadvise: unsafe extern "C" fn(c_int, off_t, off_t, c_int) -> c_int;
+    posix_fadvise64: unsafe extern "C" fn(c_int, off64_t, off64_t, c_int) -> c_int;
     fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
     fstat64: unsafe extern "C" fn(c_int, Stat) -> c_int;
     stat: unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;

@@ -218,3 +218,31 @@ fn write_back_leaves_the_file_cached_and_discard_drops_it_without_io() {
     assert!(back == other);
     assert_eq!(cache.pinned_frames(), 0);
 }
+
+#[test]
+fn evict_drops_clean_pages_of_a_range_and_keeps_dirty_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("evicted.bin");
+    let data = common::pattern(6, 16 * 4096);
+    std::fs::write(&path, &data).unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    let mut back = vec![0u8; data.len()];
+    f.read_exact_at(&mut back, 0).unwrap();
+    // Page 3 dirty; pages 1..=6 wholly in the range, 0 and 7 only partly (kept).
+    f.write_all_at(b"dirty", 3 * 4096).unwrap();
+    let misses = cache.stats().misses;
+    f.evict(4096 - 1, 6 * 4096 + 2).unwrap();
+    let mut want = data.clone();
+    want[3 * 4096..3 * 4096 + 5].copy_from_slice(b"dirty");
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == want, "the dirty page kept its bytes");
+    // Pages 1, 2, 4, 5 and 6 were loaded again.
+    assert_eq!(cache.stats().misses - misses, 5);
+    let misses = cache.stats().misses;
+    f.evict(0, 0).unwrap();
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == want);
+    assert_eq!(cache.stats().misses - misses, 15, "every clean page, to the end");
+    assert_eq!(cache.pinned_frames(), 0);
+}

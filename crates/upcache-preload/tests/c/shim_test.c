@@ -142,6 +142,12 @@ static void basics(const char *dir) {
     CHECK(ftruncate(fd, -1) == -1 && errno == EINVAL);
     CHECK(pread(fd, back, 10, -1) == -1 && errno == EINVAL);
     CHECK(fsync(fd) == 0 && fdatasync(fd) == 0);
+    /* dropping cached pages keeps every byte, written back or not */
+    CHECK(pwrite(fd, "unsynced", 8, 100) == 8);
+    memcpy(oracle + 100, "unsynced", 8);
+    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    CHECK(pread(fd, back, size, 0) == size && memcmp(back, oracle, size) == 0);
+    CHECK(posix_fadvise(fd, -1, 0, POSIX_FADV_DONTNEED) == EINVAL);
 
     /* a mapping and a stream see what was written, without a close */
     char *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);

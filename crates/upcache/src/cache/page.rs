@@ -526,6 +526,30 @@ impl CacheInner {
 
     /// Drops every cached page of `file` from `first_page` on, discarding dirty data. The
     /// caller holds the file's range lock over those pages exclusively.
+    /// Drops the clean resident pages `first..end` of `file` (dirty ones stay). The caller
+    /// holds that range of the file exclusive, so no reader or writer is pinning them.
+    pub(crate) fn drop_clean_pages(&self, file: &FileInner, first: u64, end: u64) {
+        let key = |page| PageKey { file: file.id, page };
+        for (page, id) in file.index.entries_from(first) {
+            if page >= end {
+                break;
+            }
+            if !self.frames.pin_if_holds(id, key(page)) {
+                continue; // evicted meanwhile, or re-assigned
+            }
+            let st = self.frames.state(id);
+            self.frames.lock_pinned(id); // waits out a write-back in flight
+            if st.load() & DIRTY != 0 || !file.index.remove_if(page, id) {
+                self.frames.unlock(id, 0, 0);
+                st.unpin();
+                continue;
+            }
+            let old = st.unlock(0, VALID | REFERENCED);
+            self.frames.waits.wake_if_waiters(id, old);
+            self.release_frame(file, id);
+        }
+    }
+
     pub(crate) fn drop_pages_from(&self, file: &FileInner, first_page: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first_page) {

@@ -378,6 +378,19 @@ impl File {
         self.cache.sync_file(&self.file, false)
     }
 
+    /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
+    /// end of the file); dirty pages stay. The next reads of them load them from the devices:
+    /// what POSIX_FADV_DONTNEED does to the kernel's page cache. Waits for readers and
+    /// writers of the range.
+    pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
+        let end = if len == 0 { u64::MAX } else { offset.saturating_add(len) };
+        let _range = self.file.range.write(offset, end);
+        self.file.check_live()?;
+        let ps = self.cache.config.page_size as u64;
+        self.cache.drop_clean_pages(&self.file, offset.div_ceil(ps), end / ps);
+        Ok(())
+    }
+
     /// The OS file's metadata, for a plain file ([`crate::Cache::open_path`]): its size is
     /// the length only after a write-back or sync. `InvalidInput` for a file of the array.
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
