@@ -697,10 +697,8 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
 /// kernel does to its page cache: programs that empty caches before measuring (fio) get the
 /// same from the shim. Other advice is only advice (libc's, on the real descriptor).
 fn fadvise_cached(fd: c_int, desc: &Description, off: i64, len: i64, advice: c_int) -> c_int {
-    if off < 0 || len < 0 {
-        return libc::EINVAL;
-    }
-    if advice == libc::POSIX_FADV_DONTNEED {
+    // (A negative range is the kernel's to judge.)
+    if advice == libc::POSIX_FADV_DONTNEED && off >= 0 && len >= 0 {
         let file = desc.shared.file();
         if let Err(e) = file.write_back().and_then(|()| file.evict(off as u64, len as u64)) {
             return errno::of(&e);
