@@ -1,6 +1,5 @@
 //! Unlinks and renames: a file kept after its last close (`retain.rs`) that loses its name
-//! is dropped, so that the cache's descriptor does not keep its space allocated. (stdio's
-//! `remove` unlinks inside libc, unseen: such a file goes when it is pushed out, or at exit.)
+//! is dropped, so that the cache's descriptor does not keep its space allocated.
 
 use crate::guard;
 use crate::real;
@@ -38,6 +37,13 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let key = named(dirfd, path);
     dropped(key, real::unlinkat()(dirfd, path, flags))
+}
+
+/// stdio's remove (unlink or rmdir inside libc).
+#[no_mangle]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    let key = named(libc::AT_FDCWD, path);
+    dropped(key, real::remove()(path))
 }
 
 #[no_mangle]

@@ -187,7 +187,9 @@ fn copied(old: c_int, new: c_int) -> c_int {
     }
     let Some(_inside) = guard::enter() else { return new };
     let Some(shim) = shim::current() else { return new };
-    if let Some(replaced) = shim.table.set(new, shim.table.get(old)) {
+    // Relaxed: as in `Shim::demote`.
+    let copy = shim.table.get(old).filter(|d| !d.shared.demoted.load(Ordering::Relaxed));
+    if let Some(replaced) = shim.table.set(new, copy) {
         // dup2/dup3 closed it, silently: so is its write-back error.
         let _ = shielded(|| shim::release(replaced).map_or(-1, |()| 0));
     }
@@ -310,7 +312,9 @@ fn demote_path(path: *const c_char) -> Result<(), i32> {
     let Some(_inside) = guard::enter() else { return Ok(()) };
     let Some(shim) = shim::current() else { return Ok(()) };
     let Some(st) = crate::meta::path_stat(path) else { return Ok(()) };
-    match shim.lookup((st.st_dev, st.st_ino)) {
+    let key = (st.st_dev, st.st_ino);
+    shim.forget_kept(key);
+    match shim.lookup(key) {
         Some(shared) => shim.demote(&shared),
         None => Ok(()),
     }

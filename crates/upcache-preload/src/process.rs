@@ -17,6 +17,7 @@ fn write_back_everything() {
     let Some(_inside) = guard::enter() else { return };
     if let Some(shim) = shim::current() {
         shim.write_back_all();
+        shim.forget_all_kept();
     }
 }
 

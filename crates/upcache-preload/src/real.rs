@@ -126,6 +126,7 @@ real! {
     freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     closefrom: unsafe extern "C" fn(c_int);
+    remove: unsafe extern "C" fn(*const c_char) -> c_int;
     unlink: unsafe extern "C" fn(*const c_char) -> c_int;
     unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
     rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int;

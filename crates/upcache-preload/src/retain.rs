@@ -61,6 +61,12 @@ impl Retained {
         kept.drain(..excess).map(|k| k.file).collect()
     }
 
+    /// Takes every kept copy.
+    pub fn take_all(&self) -> Vec<File> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.drain(..).map(|k| k.file).collect()
+    }
+
     /// Takes the kept copy of `key`, with its signature.
     pub fn take(&self, key: (u64, u64)) -> Option<(File, Signature)> {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());

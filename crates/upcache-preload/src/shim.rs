@@ -25,15 +25,25 @@ pub(crate) struct Shared {
     shim: &'static Shim,
     /// Serializes O_APPEND writes, which must find the end and write there as one step.
     pub append: Mutex<()>,
+    /// Handed to libc (`Shim::demote`): not to be kept, copied to a new descriptor or shared
+    /// with a new open.
+    pub demoted: AtomicBool,
 }
 
 impl Shared {
+    fn new(file: File, key: (u64, u64), shim: &'static Shim) -> Shared {
+        Shared { file: Some(file), key, shim, append: Mutex::new(()), demoted: AtomicBool::new(false) }
+    }
+
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("taken only on drop or last close")
     }
 
-    /// Stops caching the file: writes its dirty pages back and frees its pages. On an error
-    /// nothing is dropped; the file is kept to be written back at exit.
+    /// Stops caching the file: writes it back and keeps it for a later open (`retain.rs`),
+    /// or frees its pages. On an error nothing is dropped; the file is written back again at
+    /// exit. A demoted file was written back when demoted and libc may have changed the OS
+    /// file since: it is dropped with no I/O (what a write racing the demotion put in the
+    /// cache is lost with it).
     fn close(&mut self) -> upcache::Result<()> {
         // The last reference may go in any thread, outside the shim (a reader that outlived a
         // close): the library's own libc calls must pass through, or its stat of the file
@@ -41,29 +51,40 @@ impl Shared {
         // this close.
         let _inside = crate::guard::enter();
         let file = self.file.take().expect("closed once");
-        let closed = match file.write_back().and_then(|()| file.os_metadata()) {
-            // Kept, written back, for a later open (`retain.rs`).
-            Ok(meta) if meta.nlink() > 0 => {
-                for old in self.shim.retained.keep(self.key, file, Signature::of_meta(&meta)) {
-                    // Written back when kept; the OS file may have changed since.
-                    let _ = self.shim.cache.discard_plain(&old);
+        let shim = self.shim;
+        // Relaxed: set before the table entries went; this is the last reference.
+        let closed = if self.demoted.load(Ordering::Relaxed) {
+            shim.cache.discard_plain(&file)
+        } else {
+            match file.write_back().and_then(|()| file.os_metadata()) {
+                // Kept only with the OS size right (`write_back` leaves it when the tail is
+                // busy, with a loader, say): a kept copy is never written back again.
+                Ok(meta) if meta.nlink() > 0 && meta.len() == file.len() => {
+                    // Under the map lock, as opens take kept copies: a copy pushed out is
+                    // discarded before an open could get it from the library.
+                    let _files = lock(&shim.files);
+                    for old in shim.retained.keep(self.key, file, Signature::of_meta(&meta)) {
+                        // Written back when kept; the OS file may have changed since.
+                        let _ = shim.cache.discard_plain(&old);
+                    }
+                    Ok(())
                 }
-                Ok(())
-            }
-            Ok(_) => self.shim.cache.close_plain(&file), // unlinked: nothing to keep
-            Err(e) => {
-                lock(&self.shim.orphans).push(file);
-                Err(e)
+                // Unlinked, or its size to fix: closed (which fixes it).
+                Ok(_) => shim.cache.close_plain(&file),
+                Err(e) => {
+                    lock(&shim.orphans).push(file);
+                    Err(e)
+                }
             }
         };
         // Opens of the file wait while its dead entry is in the map (`Shim::shared`): the
         // library would hand them this closing copy.
-        let mut files = lock(&self.shim.files);
+        let mut files = lock(&shim.files);
         if files.get(&self.key).is_some_and(|w| w.strong_count() == 0) {
             files.remove(&self.key);
         }
         drop(files);
-        self.shim.closed.notify_all();
+        shim.closed.notify_all();
         closed
     }
 }
@@ -257,14 +278,20 @@ impl Shim {
         let mut files = lock(&self.files);
         while let Some(w) = files.get(&key) {
             match w.upgrade() {
-                Some(s) => return Ok(s),
-                // Being closed: wait until the close has written it back and forgotten it.
-                None => files = self.closed.wait(files).unwrap_or_else(|p| p.into_inner()),
+                // Relaxed: a demotion sets it before it writes back; a miss here is a race
+                // with it, as any open racing an fdopen of the file.
+                Some(s) if !s.demoted.load(Ordering::Relaxed) => return Ok(s),
+                // Being closed (or demoted, closed when its operations in flight end): wait
+                // until the close has forgotten it.
+                other => {
+                    drop(other);
+                    files = self.closed.wait(files).unwrap_or_else(|p| p.into_inner());
+                }
             }
         }
         if let Some((file, kept)) = self.retained.take(key) {
             if crate::open::os_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
-                let shared = Arc::new(Shared { file: Some(file), key, shim: self, append: Mutex::new(()) });
+                let shared = Arc::new(Shared::new(file, key, self));
                 files.insert(key, Arc::downgrade(&shared));
                 self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
                 return Ok(shared);
@@ -275,14 +302,25 @@ impl Shim {
         }
         // The descriptor's own inode, whatever its path has become since.
         let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
-        let shared = Arc::new(Shared { file: Some(file), key, shim: self, append: Mutex::new(()) });
+        let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
         Ok(shared)
     }
 
     /// Drops the copy of `key` kept after its last close, if any.
     pub fn forget_kept(&self, key: (u64, u64)) {
+        // Under the map lock, as opens take kept copies (see `Shared::close`).
+        let _files = lock(&self.files);
         if let Some((file, _)) = self.retained.take(key) {
+            let _ = self.cache.discard_plain(&file); // written back when kept
+        }
+    }
+
+    /// Drops every kept copy: another program is about to start, and may change any of
+    /// them within the same tick of the file system's clock, unseen by the check.
+    pub fn forget_all_kept(&self) {
+        let _files = lock(&self.files);
+        for file in self.retained.take_all() {
             let _ = self.cache.discard_plain(&file); // written back when kept
         }
     }
@@ -297,13 +335,12 @@ impl Shim {
     /// ways to the file that would write past the cache: streams, mappings, other processes.
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
         shared.file().write_back().map_err(|e| errno::of(&e))?;
+        // Relaxed: read by `copied` and `shared`, which tolerate a race with a demotion as
+        // the program's own race between the file's two users.
+        shared.demoted.store(true, Ordering::Relaxed);
         for (fd, desc) in self.table.all() {
             if Arc::ptr_eq(&desc.shared, shared) {
-                if let Some(taken) = self.table.set(fd, None) {
-                    if !Arc::ptr_eq(&taken.shared, shared) {
-                        self.table.set(fd, Some(taken)); // reused meanwhile: not ours
-                    }
-                }
+                self.table.remove_if(fd, &desc); // unless closed and reused meanwhile
             }
         }
         Ok(())
@@ -440,6 +477,7 @@ extern "C" fn before_fork() {
     if let Some(shim) = current() {
         shim.demote_inherited();
         shim.write_back_all();
+        shim.forget_all_kept();
     }
     let held = lock(&START);
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(held));

@@ -70,6 +70,14 @@ impl FdTable {
         }
     }
 
+    /// Empties `fd`'s slot if it still holds `desc` (compare and swap: a close and an open
+    /// that reused the number meanwhile keep theirs).
+    pub fn remove_if(&self, fd: i32, desc: &Arc<Description>) {
+        if let Some(slot) = self.slot(fd, false) {
+            slot.compare_and_swap(desc, None);
+        }
+    }
+
     /// Every cached descriptor.
     pub fn all(&self) -> Vec<(i32, Arc<Description>)> {
         let mut out = Vec::new();

@@ -373,6 +373,20 @@ static void sharing(const char *dir, const char *out) {
     CHECK(read(fd, got, sizeof got) == 15 && memcmp(got, "second version!", 15) == 0 && close(fd) == 0);
     CHECK(unlink(path) == 0);
 
+    /* rewrites of the same size through a stream, within one tick of the clock: a stream
+     * over a cached descriptor, and fopen of a file kept after its close */
+    path = in_prefix(dir, "same-size");
+    fd = open_p(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    CHECK(write(fd, "AAAA", 4) == 4 && lseek(fd, 0, SEEK_SET) == 0);
+    f = fdopen(fd, "r+");
+    CHECK(f != NULL && fputs("BBBB", f) >= 0 && fclose(f) == 0);
+    fd = open_p(path, O_RDONLY, 0);
+    CHECK(read(fd, got, sizeof got) == 4 && memcmp(got, "BBBB", 4) == 0 && close(fd) == 0);
+    f = fopen(path, "r+");
+    CHECK(f != NULL && fputs("CCCC", f) >= 0 && fclose(f) == 0);
+    fd = open_p(path, O_RDONLY, 0);
+    CHECK(read(fd, got, sizeof got) == 4 && memcmp(got, "CCCC", 4) == 0 && close(fd) == 0);
+
     /* opens and closes of one file racing in two threads */
     path = in_prefix(dir, "raced");
     fd = open_p(path, O_CREAT | O_RDWR, 0644);

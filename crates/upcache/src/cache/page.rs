@@ -524,15 +524,13 @@ impl CacheInner {
         })
     }
 
-    /// Drops every cached page of `file` from `first_page` on, discarding dirty data. The
-    /// caller holds the file's range lock over those pages exclusively.
     /// Drops the clean resident pages `first..end` of `file` (dirty ones stay). The caller
     /// holds that range of the file exclusive, so no reader or writer is pinning them.
     pub(crate) fn drop_clean_pages(&self, file: &FileInner, first: u64, end: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first) {
             if page >= end {
-                break;
+                continue; // (entries come in no particular order)
             }
             if !self.frames.pin_if_holds(id, key(page)) {
                 continue; // evicted meanwhile, or re-assigned
@@ -550,6 +548,8 @@ impl CacheInner {
         }
     }
 
+    /// Drops every cached page of `file` from `first_page` on, discarding dirty data. The
+    /// caller holds the file's range lock over those pages exclusively.
     pub(crate) fn drop_pages_from(&self, file: &FileInner, first_page: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first_page) {
