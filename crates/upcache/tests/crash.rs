@@ -35,6 +35,12 @@ struct Child {
 
 impl Child {
     fn spawn(entry: &str, env: &str, value: impl AsRef<std::ffi::OsStr>) -> Child {
+        // One spawn at a time in this process: a child between its fork and its exec holds a
+        // copy of every descriptor, the array lock of another test's just-closed cache too,
+        // and that test's own child would find its array busy. `spawn` returns after the
+        // exec, when the copies are closed.
+        static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
         let mut process = Command::new(std::env::current_exe().unwrap())
             .args([entry, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
             .env(env, value)
