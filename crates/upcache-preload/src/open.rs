@@ -74,7 +74,9 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     };
     let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
-    if flags & libc::O_TRUNC != 0 && writable {
+    // Linux truncates on O_TRUNC whatever the access mode (O_RDONLY | O_TRUNC included), so
+    // libc's open just did: the cached copy must follow.
+    if flags & libc::O_TRUNC != 0 {
         if let Err(e) = shared.file().set_len(0) {
             // SAFETY: our descriptor, not yet handed to the caller.
             unsafe { real::close()(fd) };

@@ -13,22 +13,31 @@ fn target_dir() -> PathBuf {
 
 /// The shim, built as the cdylib (`cargo test` builds the rlib only), and the C test.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    (build_shim(), compile(dir, "shim_test"))
+}
+
+fn build_shim() -> PathBuf {
     let built =
         Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
     assert!(built.success(), "cargo build -p upcache-preload failed");
     let shim = target_dir().join("libupcache_preload.so");
     assert!(shim.exists(), "{} missing", shim.display());
-    let bin = dir.join("shim_test");
+    shim
+}
+
+/// `tests/c/<name>.c`, compiled into `dir`.
+fn compile(dir: &Path, name: &str) -> PathBuf {
+    let bin = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
         .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_test.c"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
         .arg("-o")
         .arg(&bin)
         .status()
         .unwrap_or_else(|e| panic!("run {cc}: {e} (a C compiler is needed)"));
-    assert!(status.success(), "compiling shim_test.c failed");
-    (shim, bin)
+    assert!(status.success(), "compiling {name}.c failed");
+    bin
 }
 
 struct Run {
@@ -144,4 +153,46 @@ fn a_shim_that_cannot_start_passes_everything_through() {
     let r = run(tmp.path(), &bin, Some(&shim), &[("UPCACHE_PREFIX", "")]);
     assert!(r.out.status.success() && !r.text.contains("upcache-preload"), "{}", r.text);
     assert_eq!(r.stats, "");
+}
+
+/// The kernel as the oracle: random sequences of opens, closes, dups, reads and writes (plain,
+/// positioned and vectored), seeks, truncations, fallocate, syncs, stats and DONTNEED advice
+/// on 3 files through up to 8 descriptors (`tests/c/shim_diff.c`), with a cache of 64 pages
+/// (far smaller than the files), must print the same results, data checksums and final OS
+/// files with the shim as without it. (It found that O_RDONLY | O_TRUNC truncates, and a
+/// short O_DIRECT read racing a write-back past the end of the file.)
+#[test]
+fn random_operations_give_the_kernels_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = build_shim();
+    let bin = compile(tmp.path(), "shim_diff");
+    let seeds: u64 = std::env::var("UPCACHE_SHIM_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+    for seed in 1..=seeds {
+        let mut transcripts = Vec::new();
+        for with_shim in [false, true] {
+            let dir = tmp.path().join(if with_shim { "shim" } else { "kernel" });
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut cmd = Command::new(&bin);
+            cmd.arg(&dir).arg(seed.to_string()).arg("2000").env("TMPDIR", tmp.path());
+            if with_shim {
+                cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "256K");
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
+            transcripts.push(String::from_utf8(out.stdout).unwrap());
+        }
+        if transcripts[0] != transcripts[1] {
+            let first = transcripts[0].lines().zip(transcripts[1].lines()).position(|(a, b)| a != b);
+            let line = first.unwrap_or(transcripts[0].lines().count().min(transcripts[1].lines().count()));
+            let around =
+                |t: &str| t.lines().skip(line.saturating_sub(3)).take(6).collect::<Vec<_>>().join("\n");
+            panic!(
+                "seed {seed}: the shim differs from the kernel at line {}:\nkernel:\n{}\nshim:\n{}",
+                line + 1,
+                around(&transcripts[0]),
+                around(&transcripts[1])
+            );
+        }
+    }
 }

@@ -38,10 +38,15 @@ pub(crate) fn preadv_all(fd: RawFd, offset: u64, mut bufs: &mut [IoSliceMut<'_>]
         let at = (offset + done as u64) as libc::off_t;
         // SAFETY: IoSliceMut is ABI-compatible with iovec; the slices are valid for writes of
         // their lengths for the duration of the call, and the fd is open.
-        let n = retrying(|| unsafe { libc::preadv(fd, bufs.as_ptr() as *const libc::iovec, cnt, at) })?;
-        if n == 0 {
-            break; // end of file
-        }
+        let n = match retrying(|| unsafe { libc::preadv(fd, bufs.as_ptr() as *const libc::iovec, cnt, at) }) {
+            Ok(0) => break, // end of file
+            Ok(n) => n,
+            // A short read ended at the end of the file, which then grew before this read (a
+            // write-back past it): with O_DIRECT, reading on from that unaligned end is
+            // EINVAL. The bytes past the end as it was read as zeros, which they were.
+            Err(e) if done > 0 && e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) => return Err(e),
+        };
         done += n;
         IoSliceMut::advance_slices(&mut bufs, n);
     }
