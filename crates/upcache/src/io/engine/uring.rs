@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crossbeam_queue::SegQueue;
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-use super::psync::{preadv_all, pwritev_all};
+use super::psync::{preadv_all, preadv_on, pwritev_all};
 use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 
@@ -390,7 +390,7 @@ fn finish(req: &mut IoReq<'_, '_>, res: i32) -> io::Result<usize> {
             settle(res, want, |done| {
                 let mut rest: &mut [IoSliceMut<'_>] = bufs;
                 IoSliceMut::advance_slices(&mut rest, done);
-                Ok(done + preadv_all(file.as_raw_fd(), *offset + done as u64, rest)?)
+                preadv_on(file.as_raw_fd(), *offset, rest, done)
             })
         }
         IoReq::Write { file, offset, bufs } => {
@@ -506,7 +506,7 @@ impl UringQueue {
                     .collect();
                 let mut rest = &mut bufs[..];
                 IoSliceMut::advance_slices(&mut rest, done);
-                Ok(done + preadv_all(s.fd, s.offset + done as u64, rest)?)
+                preadv_on(s.fd, s.offset, rest, done)
             });
             self.ready.push((s.tag, r));
             self.free.push(i as usize);
