@@ -723,3 +723,23 @@ pub unsafe extern "C" fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, 
         None => real::posix_fadvise64()(fd, off, len, advice),
     }
 }
+
+/// sync(2) and syncfs(2): the kernel's files, and every cached file made durable too.
+fn sync_everything() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    if let Some(shim) = crate::shim::current() {
+        shim.sync_all_files();
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    sync_everything();
+    real::sync()()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    sync_everything();
+    real::syncfs()(fd)
+}

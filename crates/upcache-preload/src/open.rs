@@ -145,6 +145,34 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
     adopt(real::__openat64_2()(dirfd, path, flags), flags)
 }
 
+/// mkstemp and its kin open inside libc: the descriptor they return is adopted like an
+/// open's (O_RDWR, and the flags mkostemp takes), so that a later open of the same file by
+/// name cannot cache a copy that this descriptor writes around.
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+    adopt(real::mkstemp()(template), libc::O_RDWR)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+    adopt(real::mkstemp64()(template), libc::O_RDWR)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+    adopt(real::mkostemp()(template, flags), libc::O_RDWR | flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
+    adopt(real::mkstemps()(template, suffix), libc::O_RDWR)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    adopt(real::mkostemps()(template, suffix, flags), libc::O_RDWR | flags)
+}
+
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
 #[no_mangle]

@@ -109,6 +109,13 @@ real! {
     posix_fallocate64: unsafe extern "C" fn(c_int, off64_t, off64_t) -> c_int;
     posix_fadvise: unsafe extern "C" fn(c_int, off_t, off_t, c_int) -> c_int;
     posix_fadvise64: unsafe extern "C" fn(c_int, off64_t, off64_t, c_int) -> c_int;
+    mkstemp: unsafe extern "C" fn(*mut c_char) -> c_int;
+    mkstemp64: unsafe extern "C" fn(*mut c_char) -> c_int;
+    mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
+    mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
+    mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+    sync: unsafe extern "C" fn();
+    syncfs: unsafe extern "C" fn(c_int) -> c_int;
     fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
     fstat64: unsafe extern "C" fn(c_int, Stat) -> c_int;
     stat: unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;

@@ -370,6 +370,21 @@ impl Shim {
         }
     }
 
+    /// Makes every cached file durable (sync(2) has no error to report: failures are said).
+    pub(crate) fn sync_all_files(&self) {
+        let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
+        for s in &live {
+            if let Err(e) = s.file().sync_all() {
+                warn(&format!("sync {}: {e}", s.file().name()));
+            }
+        }
+        for f in lock(&self.orphans).iter() {
+            if let Err(e) = f.sync_all() {
+                warn(&format!("sync {}: {e}", f.name()));
+            }
+        }
+    }
+
     /// Writes back every cached file, so that the OS files hold what the cache does.
     pub(crate) fn write_back_all(&self) {
         let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();

@@ -387,6 +387,20 @@ static void sharing(const char *dir, const char *out) {
     fd = open_p(path, O_RDONLY, 0);
     CHECK(read(fd, got, sizeof got) == 4 && memcmp(got, "CCCC", 4) == 0 && close(fd) == 0);
 
+    /* mkstemp's descriptor is cached like an open's: an open by name shares its copy; and
+     * sync(2) makes what it wrote reach the OS file while it is still open */
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/tmpXXXXXX", dir);
+    fd = mkstemp(tmpl);
+    prefix_opens++;
+    CHECK(fd >= 0 && write(fd, "from mkstemp", 12) == 12);
+    int byname = open_p(tmpl, O_RDONLY, 0);
+    CHECK(pread(byname, got, sizeof got, 0) == 12 && memcmp(got, "from mkstemp", 12) == 0);
+    CHECK(pwrite(fd, "FROM", 4, 0) == 4 && pread(byname, got, 4, 0) == 4 && memcmp(got, "FROM", 4) == 0);
+    sync();
+    expect_file(tmpl, "FROM mkstemp");
+    CHECK(close(byname) == 0 && close(fd) == 0 && unlink(tmpl) == 0);
+
     /* opens and closes of one file racing in two threads */
     path = in_prefix(dir, "raced");
     fd = open_p(path, O_CREAT | O_RDWR, 0644);
