@@ -15,6 +15,9 @@
 //!   with a catalog; the cached files' data stays in the files themselves); default the
 //!   temporary directory. Removed as soon as the cache has started.
 //! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit.
+//! - `UPCACHE_DIRECT`: 1 (the default) to read and write the files with O_DIRECT, 0 through
+//!   the kernel's page cache (misses then find pages other processes left there, and
+//!   written-back pages are seen by them at once, for twice the memory).
 //!
 //! How a call is served:
 //! - the app's file descriptor is always a real one, opened by libc, so locks, `fstat`,

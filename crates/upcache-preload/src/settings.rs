@@ -15,6 +15,8 @@ pub(crate) struct Settings {
     pub state_root: PathBuf,
     /// UPCACHE_STATS.
     pub stats: Option<PathBuf>,
+    /// UPCACHE_DIRECT: the cached files opened O_DIRECT (1, the default) or buffered (0).
+    pub direct: bool,
 }
 
 impl Settings {
@@ -37,7 +39,13 @@ impl Settings {
             _ => std::env::temp_dir(),
         };
         let stats = std::env::var_os("UPCACHE_STATS").filter(|s| !s.is_empty()).map(PathBuf::from);
-        Ok(Some(Settings { prefix, memory, state_root, stats }))
+        let direct = match std::env::var("UPCACHE_DIRECT").as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("1") => true,
+            Ok("0") => false,
+            Ok(v) => return Err(format!("UPCACHE_DIRECT={v}: 0 or 1")),
+            Err(e) => return Err(format!("UPCACHE_DIRECT: {e}")),
+        };
+        Ok(Some(Settings { prefix, memory, state_root, stats, direct }))
     }
 }
 

@@ -245,7 +245,9 @@ impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
         let state_dir = make_state_dir(&settings.state_root, pid)?;
-        let config = Config::new([&state_dir], settings.memory).with_allow_buffered(true);
+        let config = Config::new([&state_dir], settings.memory)
+            .with_allow_buffered(true)
+            .with_plain_direct(settings.direct);
         let cache = match Cache::create(config) {
             Ok(c) => c,
             Err(e) => {

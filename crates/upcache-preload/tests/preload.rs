@@ -104,6 +104,9 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
     assert!(plain.out.status.success() && plain.text.contains("all checks passed"), "{}", plain.text);
     assert_eq!(plain.stats, "", "no shim, no counters");
 
+    // O_DIRECT backing files (the default), then buffered ones: the same checks.
+    let buffered = run(tmp.path(), &bin, Some(&shim), &[("UPCACHE_DIRECT", "0")]);
+    assert!(buffered.out.status.success() && buffered.text.contains("all checks passed"), "{}", buffered.text);
     let cached = run(tmp.path(), &bin, Some(&shim), &[]);
     assert!(cached.out.status.success() && cached.text.contains("all checks passed"), "{}", cached.text);
     // One line from the process, and one from each child that opened files under the prefix.
@@ -139,6 +142,7 @@ fn a_shim_that_cannot_start_passes_everything_through() {
         // Too small for the cache: starting fails after the settings were read.
         ("UPCACHE_MEMORY", "4K", "cannot start"),
         ("UPCACHE_DEVICES", "/nonexistent/upcache", "UPCACHE_DEVICES"),
+        ("UPCACHE_DIRECT", "maybe", "UPCACHE_DIRECT=maybe"),
     ] {
         let r = run(tmp.path(), &bin, Some(&shim), &[(key, value)]);
         assert!(r.out.status.success() && r.text.contains("all checks passed"), "{key}={value}: {}", r.text);

@@ -59,6 +59,7 @@ pub struct Config {
     pub(crate) streams: bool,
     pub(crate) meta_dir: Option<PathBuf>,
     pub(crate) allow_buffered: bool,
+    pub(crate) plain_direct: bool,
     pub(crate) index: IndexKind,
     pub(crate) alloc: AllocKind,
     pub(crate) policy: PolicyKind,
@@ -88,6 +89,7 @@ impl std::fmt::Debug for Config {
             .field("streams", &self.streams)
             .field("meta_dir", &self.meta_dir)
             .field("allow_buffered", &self.allow_buffered)
+            .field("plain_direct", &self.plain_direct)
             .field("index", &self.index)
             .field("alloc", &self.alloc)
             .field("policy", &self.policy)
@@ -119,6 +121,7 @@ impl Config {
             streams: true,
             meta_dir: None,
             allow_buffered: false,
+            plain_direct: true,
             index: IndexKind::default(),
             alloc: AllocKind::default(),
             policy: PolicyKind::default(),
@@ -256,6 +259,16 @@ impl Config {
     /// cache under ours would double-cache every page.
     pub fn with_allow_buffered(mut self, allow: bool) -> Self {
         self.allow_buffered = allow;
+        self
+    }
+
+    /// Whether plain files ([`crate::Cache::open_path`]) are opened O_DIRECT (the default) or
+    /// buffered. Buffered, the kernel's page cache sits under this one for them: misses are
+    /// served from it when it holds the page (a file other processes have been using), and
+    /// written-back pages are seen by other processes at once, at the price of caching pages
+    /// twice. For programs that share files with others (the LD_PRELOAD shim).
+    pub fn with_plain_direct(mut self, direct: bool) -> Self {
+        self.plain_direct = direct;
         self
     }
 

@@ -246,3 +246,25 @@ fn evict_drops_clean_pages_of_a_range_and_keeps_dirty_ones() {
     assert_eq!(cache.stats().misses - misses, 15, "every clean page, to the end");
     assert_eq!(cache.pinned_frames(), 0);
 }
+
+#[test]
+fn buffered_plain_files_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = common::config(&tmp.path().join("array"), 1, 4096, 32).with_plain_direct(false);
+    let cache = Cache::create(config).unwrap();
+    let path = tmp.path().join("buffered.bin");
+    let before = common::pattern(8, 9000);
+    std::fs::write(&path, &before).unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    let mut back = vec![0u8; 9000];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == before);
+    let patch = common::pattern(9, 5000);
+    f.write_all_at(&patch, 7000).unwrap();
+    f.write_back().unwrap();
+    let mut want = before;
+    want.truncate(7000);
+    want.extend_from_slice(&patch);
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    cache.close_plain(&f).unwrap();
+}

@@ -24,12 +24,13 @@ impl Cache {
     /// `create` and it does not exist). The returned handle reads, writes, syncs and resizes
     /// the OS file through the cache; other handles of the same file share its pages.
     /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
-    /// config allows buffered backing files.
+    /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
     pub fn open_path(&self, path: impl AsRef<Path>, create: bool) -> Result<File> {
         let path = path.as_ref();
         let inner = &self.inner;
         let id = inner.next_plain_id.fetch_add(1, Ordering::Relaxed); // Relaxed: a unique id
-        let backing = device::open_plain(path, id, create, inner.config.allow_buffered)?;
+        let c = &inner.config;
+        let backing = device::open_plain(path, id, create, c.plain_direct, c.allow_buffered)?;
         let meta = backing.file().metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         if !meta.is_file() {
             return Err(Error::new(

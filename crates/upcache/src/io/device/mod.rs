@@ -187,10 +187,16 @@ impl BackingFile {
 }
 
 /// Opens the OS file at `path` as the only backing file (device 0) of plain file `file_id`
-/// (`Cache::open_path`), creating it (mode 0666 less the umask) if `create`: O_DIRECT, or
-/// buffered where refused and `allow_buffered`.
-pub fn open_plain(path: &Path, file_id: u64, create: bool, allow_buffered: bool) -> Result<BackingFile> {
-    let (file, direct) = open_rw(path, create, 0o666, true, allow_buffered).map_err(|e| {
+/// (`Cache::open_path`), creating it (mode 0666 less the umask) if `create`: O_DIRECT if
+/// `direct` (buffered where refused and `allow_buffered`), else buffered.
+pub fn open_plain(
+    path: &Path,
+    file_id: u64,
+    create: bool,
+    direct: bool,
+    allow_buffered: bool,
+) -> Result<BackingFile> {
+    let (file, direct) = open_rw(path, create, 0o666, direct, allow_buffered).map_err(|e| {
         if refused(&e, true) {
             let msg = format!(
                 "the file system of {} refuses O_DIRECT (allow buffered backing files)",
