@@ -57,7 +57,13 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     // Where the descriptor really is: relative paths, dirfds, `..` and symlinks resolved.
     let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { return fd };
     let Some(shim) = shim::for_path(&path) else { return fd };
-    let shared = match shim.shared((st.st_dev, st.st_ino), fd) {
+    let key = (st.st_dev, st.st_ino);
+    if shim.is_demoted(key) {
+        // libc's: its other descriptors, streams or mappings may be about.
+        shim.counters.demoted_opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+        return fd;
+    }
+    let shared = match shim.shared(key, fd) {
         Ok(s) => s,
         Err(e) => {
             // Not cached, so nothing cached can disagree with it: libc serves it. (For one,

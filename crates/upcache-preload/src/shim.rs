@@ -121,6 +121,8 @@ pub(crate) struct Counters {
     pub uncached: AtomicU64,
     /// Opens that found the file's pages kept since its last close.
     pub reopened: AtomicU64,
+    /// Opens under the prefix of demoted files (left to libc).
+    pub demoted_opens: AtomicU64,
 }
 
 pub(crate) struct Shim {
@@ -138,6 +140,9 @@ pub(crate) struct Shim {
     orphans: Mutex<Vec<File>>,
     /// Files kept after their last close.
     retained: Retained,
+    /// Files demoted: never cached again in this process, since descriptors of them that
+    /// libc serves may still be open (and so may mappings and streams).
+    demoted: Mutex<std::collections::HashSet<(u64, u64)>>,
     pub counters: Counters,
     pid: u32,
     reported: AtomicBool,
@@ -269,6 +274,7 @@ impl Shim {
             closed: Condvar::new(),
             orphans: Mutex::new(Vec::new()),
             retained: Retained::default(),
+            demoted: Mutex::new(std::collections::HashSet::new()),
             counters: Counters::default(),
             pid,
             reported: AtomicBool::new(false),
@@ -327,6 +333,11 @@ impl Shim {
         }
     }
 
+    /// Whether the file (device, inode) was demoted: libc's for good.
+    pub fn is_demoted(&self, key: (u64, u64)) -> bool {
+        lock(&self.demoted).contains(&key)
+    }
+
     /// The cached file with this (device, inode), if a descriptor of it is open.
     pub fn lookup(&self, key: (u64, u64)) -> Option<Arc<Shared>> {
         lock(&self.files).get(&key).and_then(Weak::upgrade)
@@ -337,6 +348,7 @@ impl Shim {
     /// ways to the file that would write past the cache: streams, mappings, other processes.
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
         shared.file().write_back().map_err(|e| errno::of(&e))?;
+        lock(&self.demoted).insert(shared.key);
         // Relaxed: read by `copied` and `shared`, which tolerate a race with a demotion as
         // the program's own race between the file's two users.
         shared.demoted.store(true, Ordering::Relaxed);
@@ -408,11 +420,12 @@ impl Shim {
         let c = &self.counters;
         let s = self.cache.stats();
         let line = format!(
-            "pid={} opens={} uncached={} reopened={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
+            "pid={} opens={} uncached={} reopened={} demoted_opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
             self.pid,
             c.opens.load(Ordering::Relaxed),
             c.uncached.load(Ordering::Relaxed),
             c.reopened.load(Ordering::Relaxed),
+            c.demoted_opens.load(Ordering::Relaxed),
             c.reads.load(Ordering::Relaxed),
             c.writes.load(Ordering::Relaxed),
             c.read_bytes.load(Ordering::Relaxed),

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
     for (long op = 0; op < ops; op++) {
         int s = pick_open(), fd = s >= 0 ? fds[s] : -1;
         printf("%ld f%d: ", op, s >= 0 ? file_of[s] : -1);
-        switch (below(s < 0 ? 1 : 18)) {
+        switch (below(s < 0 ? 1 : 21)) {
         case 0: { /* open into a free slot */
             int free_slot = -1;
             for (int i = 0; i < SLOTS; i++)
@@ -182,6 +183,38 @@ int main(int argc, char **argv) {
             int mode = modes[below(4)];
             printf("mode %d ", mode);
             result("fallocate", fallocate(fd, mode, (off_t)below(SPAN), (off_t)below(MAXLEN) + 1));
+            break;
+        }
+        case 18: { /* a mapping of what is there (which hands the file to libc) */
+            struct stat st;
+            if (fstat(fd, &st) != 0 || st.st_size == 0) {
+                printf("nothing to map\n");
+                break;
+            }
+            size_t len = (size_t)st.st_size;
+            void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+            if (m == MAP_FAILED) {
+                result("mmap", -1);
+                break;
+            }
+            printf("mmap %zu crc %08x\n", len, crc(m, len));
+            munmap(m, len);
+            break;
+        }
+        case 19: { /* O_APPEND on or off */
+            int fl = fcntl(fd, F_GETFL);
+            result("setfl", fl < 0 ? fl : fcntl(fd, F_SETFL, fl ^ O_APPEND));
+            break;
+        }
+        case 20: { /* dup2 onto another open slot */
+            int t = pick_open();
+            if (t == s) {
+                printf("same\n");
+                break;
+            }
+            int r = dup2(fd, fds[t]);
+            if (r >= 0) file_of[t] = file_of[s];
+            result("dup2", r < 0 ? r : t);
             break;
         }
         case 17: {
