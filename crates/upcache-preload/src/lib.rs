@@ -30,7 +30,8 @@
 //!   and so do exit, `_exit`, exec (the execl family through assembly trampolines),
 //!   posix_spawn, system, popen and `sendfile` from it;
 //! - a file that something else is about to write or read without the shim is *demoted*:
-//!   written back, and every descriptor of it handed to libc for good. That is done to files
+//!   written back, and every descriptor of it handed to libc, and never cached again in the
+//!   process. That is done to files
 //!   a forked child inherits (not close-on-exec), and by `fdopen`, `fopen`, `freopen` and
 //!   `mmap` of them;
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
