@@ -97,7 +97,7 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
         offset: Mutex::new(()),
     });
     // A leftover: its descriptor was closed by a way the shim does not see.
-    if let Some(stale) = shim.table.set(fd, Some(desc)) {
+    if let Some(stale) = shim.install(fd, Some(desc)) {
         let _ = shim::release(stale);
     }
     shim.counters.opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
@@ -225,7 +225,7 @@ fn copied(old: c_int, new: c_int) -> c_int {
     let Some(shim) = shim::current() else { return new };
     // Relaxed: as in `Shim::demote`.
     let copy = shim.table.get(old).filter(|d| !d.shared.demoted.load(Ordering::Relaxed));
-    if let Some(replaced) = shim.table.set(new, copy) {
+    if let Some(replaced) = shim.install(new, copy) {
         // dup2/dup3 closed it, silently: so is its write-back error.
         let _ = shielded(|| shim::release(replaced).map_or(-1, |()| 0));
     }

@@ -333,6 +333,19 @@ impl Shim {
         }
     }
 
+    /// Makes `fd` a descriptor of `desc` (or of nothing), unless its file is demoted
+    /// meanwhile; returns what the slot held.
+    pub fn install(&self, fd: i32, desc: Option<Arc<Description>>) -> Option<Arc<Description>> {
+        let old = self.table.set(fd, desc.clone());
+        if let Some(d) = desc {
+            // SeqCst: see `demote`.
+            if d.shared.demoted.load(Ordering::SeqCst) {
+                self.table.remove_if(fd, &d);
+            }
+        }
+        old
+    }
+
     /// Whether the file (device, inode) was demoted: libc's for good.
     pub fn is_demoted(&self, key: (u64, u64)) -> bool {
         lock(&self.demoted).contains(&key)
@@ -349,9 +362,11 @@ impl Shim {
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
         shared.file().write_back().map_err(|e| errno::of(&e))?;
         lock(&self.demoted).insert(shared.key);
-        // Relaxed: read by `copied` and `shared`, which tolerate a race with a demotion as
-        // the program's own race between the file's two users.
-        shared.demoted.store(true, Ordering::Relaxed);
+        // SeqCst: a descriptor made meanwhile (`Shim::install`) is either seen by the scan
+        // below or sees this flag: this store and that load are SeqCst, and so is at least one
+        // read-write operation in every arc-swap operation (its documented guarantee), the
+        // slot's swap and the scan's loads included.
+        shared.demoted.store(true, Ordering::SeqCst);
         for (fd, desc) in self.table.all() {
             if Arc::ptr_eq(&desc.shared, shared) {
                 self.table.remove_if(fd, &desc); // unless closed and reused meanwhile
