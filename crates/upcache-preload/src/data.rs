@@ -131,7 +131,8 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
             let _end = desc.shared.append.lock().unwrap_or_else(|p| p.into_inner());
             let end = file.len();
             let n = write_bufs(file, bufs, end)?;
-            if let At::Current(fd) = at {
+            // As the kernel: an append that wrote nothing leaves the offset where it was.
+            if let (At::Current(fd), true) = (at, n > 0) {
                 seek_to(fd, end + n as u64)?;
             }
             n
@@ -593,9 +594,9 @@ fn zero(file: &File, from: u64, to: u64) -> upcache::Result<()> {
     Ok(())
 }
 
-/// fallocate(2) of a cached file. Allocation (mode 0, KEEP_SIZE) goes to the OS file and
-/// extends the cached length; punching holes and zeroing ranges write zeros through the cache
-/// (then punch the OS file, so reads agree either way); other modes are not supported.
+/// fallocate(2) of a cached file: the OS file's own, then for punching holes and zeroing
+/// ranges zeros written through the cache, and an extension of the cached length without
+/// KEEP_SIZE; modes that move data (collapse, insert) are not supported.
 fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i64) -> c_int {
     let (Ok(from), Ok(n)) = (u64::try_from(off), u64::try_from(len)) else {
         return errno::fail(libc::EINVAL);
@@ -609,26 +610,23 @@ fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i
     let Some(to) = from.checked_add(n) else { return errno::fail(libc::EFBIG) };
     let file = desc.shared.file();
     let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-    match mode & !libc::FALLOC_FL_KEEP_SIZE {
-        0 => {
-            // SAFETY: no memory arguments.
-            if unsafe { real::fallocate64()(fd, mode, off, len) } != 0 {
-                return -1;
-            }
-        }
-        libc::FALLOC_FL_PUNCH_HOLE if keep => {
-            if let Err(e) = zero(file, from, to) {
-                return errno::fail_with(&e);
-            }
-            // SAFETY: no memory arguments.
-            return unsafe { real::fallocate64()(fd, mode, off, len) };
-        }
-        libc::FALLOC_FL_ZERO_RANGE => {
-            if let Err(e) = zero(file, from, to) {
-                return errno::fail_with(&e);
-            }
-        }
+    let zeroes = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 => false,
+        libc::FALLOC_FL_PUNCH_HOLE if keep => true,
+        libc::FALLOC_FL_ZERO_RANGE => true,
         _ => return errno::fail(libc::EOPNOTSUPP),
+    };
+    // The OS file first: whether the file system supports the mode is its to say, and a
+    // refusal changes nothing. (A write-back of an older dirty page racing it is undone by
+    // the zeros written through the cache next, which reach the OS file in turn.)
+    // SAFETY: no memory arguments.
+    if unsafe { real::fallocate64()(fd, mode, off, len) } != 0 {
+        return -1;
+    }
+    if zeroes {
+        if let Err(e) = zero(file, from, to) {
+            return errno::fail_with(&e);
+        }
     }
     if !keep && to > file.len() {
         return status(file.set_len(to));

@@ -56,15 +56,15 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     }
     // Where the descriptor really is: relative paths, dirfds, `..` and symlinks resolved.
     let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { return fd };
-    let Some(shim) = shim::for_path(&path) else { return fd };
+    let Some(shim) = shim::for_path(&path, fd) else { return fd };
     let key = (st.st_dev, st.st_ino);
-    if shim.is_demoted(key) {
-        // libc's: its other descriptors, streams or mappings may be about.
-        shim.counters.demoted_opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-        return fd;
-    }
     let shared = match shim.shared(key, fd) {
-        Ok(s) => s,
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            // Demoted: libc's, as its other descriptors, streams or mappings may be about.
+            shim.counters.demoted_opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+            return fd;
+        }
         Err(e) => {
             // Not cached, so nothing cached can disagree with it: libc serves it. (For one,
             // a file this process may only read: the cache opens files read-write.)
@@ -170,13 +170,28 @@ pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+    adopt(real::mkostemp64()(template, flags), libc::O_RDWR | flags)
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
     adopt(real::mkstemps()(template, suffix), libc::O_RDWR)
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix: c_int) -> c_int {
+    adopt(real::mkstemps64()(template, suffix), libc::O_RDWR)
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
     adopt(real::mkostemps()(template, suffix, flags), libc::O_RDWR | flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    adopt(real::mkostemps64()(template, suffix, flags), libc::O_RDWR | flags)
 }
 
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
@@ -335,24 +350,51 @@ fn write_back(fd: c_int) -> Result<(), i32> {
     }
 }
 
-/// Stops caching the file open on `fd`, if it is cached (`Shim::demote`).
+/// Demotes the file open on `fd` (`Shim::demote`): libc is about to reach it unseen. A file
+/// that is not cached (yet) is recorded as demoted all the same, so that no later open caches
+/// it while the stream or mapping lives.
 fn demote_fd(fd: c_int) -> Result<(), i32> {
-    match cached(fd) {
-        Some((shim, desc, _inside)) => shim.demote(&desc.shared),
-        None => Ok(()),
+    if let Some((shim, desc, _inside)) = cached(fd) {
+        return shim.demote(&desc.shared);
+    }
+    let Some(_inside) = guard::enter() else { return Ok(()) };
+    if shim::enabled() {
+        if let Some(st) = os_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+            demote_key((st.st_dev, st.st_ino))?;
+        }
+    }
+    Ok(())
+}
+
+/// Demotes the file at `path`, as `demote_fd`.
+fn demote_path(path: *const c_char) -> Result<(), i32> {
+    let Some(_inside) = guard::enter() else { return Ok(()) };
+    if !shim::enabled() {
+        return Ok(());
+    }
+    match crate::meta::path_stat(path) {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => demote_key((st.st_dev, st.st_ino)),
+        _ => Ok(()),
     }
 }
 
-/// Stops caching the file at `path`, if it is cached: libc is about to open it unseen.
-fn demote_path(path: *const c_char) -> Result<(), i32> {
-    let Some(_inside) = guard::enter() else { return Ok(()) };
-    let Some(shim) = shim::current() else { return Ok(()) };
-    let Some(st) = crate::meta::path_stat(path) else { return Ok(()) };
-    let key = (st.st_dev, st.st_ino);
-    shim.forget_kept(key);
-    match shim.lookup(key) {
-        Some(shared) => shim.demote(&shared),
-        None => Ok(()),
+/// Demotes the file (device, inode), cached or not. The caller is inside the shim.
+fn demote_key(key: (u64, u64)) -> Result<(), i32> {
+    match shim::current() {
+        Some(shim) => {
+            shim.forget_kept(key);
+            match shim.lookup(key) {
+                Some(shared) => shim.demote(&shared),
+                None => {
+                    shim::mark_demoted(key);
+                    Ok(())
+                }
+            }
+        }
+        None => {
+            shim::mark_demoted(key);
+            Ok(())
+        }
     }
 }
 

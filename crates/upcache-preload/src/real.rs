@@ -112,8 +112,11 @@ real! {
     mkstemp: unsafe extern "C" fn(*mut c_char) -> c_int;
     mkstemp64: unsafe extern "C" fn(*mut c_char) -> c_int;
     mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
+    mkostemp64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
     mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
+    mkstemps64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
     mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+    mkostemps64: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
     sync: unsafe extern "C" fn();
     syncfs: unsafe extern "C" fn(c_int) -> c_int;
     fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;

@@ -10,7 +10,7 @@ use crate::errno;
 use crate::retain::{Retained, Signature};
 use crate::settings::Settings;
 use crate::table::FdTable;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ impl Shared {
                 // Unlinked, or its size to fix: closed (which fixes it).
                 Ok(_) => shim.cache.close_plain(&file),
                 Err(e) => {
-                    lock(&shim.orphans).push(file);
+                    lock(&shim.orphans).push((self.key, file));
                     Err(e)
                 }
             }
@@ -137,12 +137,9 @@ pub(crate) struct Shim {
     /// Signalled when a close removes its dead entry.
     closed: Condvar,
     /// Files whose last close failed to write them back: tried again at exit.
-    orphans: Mutex<Vec<File>>,
+    orphans: Mutex<Vec<((u64, u64), File)>>,
     /// Files kept after their last close.
     retained: Retained,
-    /// Files demoted: never cached again in this process, since descriptors of them that
-    /// libc serves may still be open (and so may mappings and streams).
-    demoted: Mutex<std::collections::HashSet<(u64, u64)>>,
     pub counters: Counters,
     pid: u32,
     reported: AtomicBool,
@@ -160,6 +157,40 @@ static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
 static SETTINGS: AtomicPtr<Settings> = AtomicPtr::new(std::ptr::null_mut());
 /// Serializes starting the shim, and is held across fork so that no child starts with it held.
 static START: Mutex<()> = Mutex::new(());
+/// Files demoted: never cached again in this process image, since descriptors of them that
+/// libc serves may still be open, and so may mappings and streams. Outside any `Shim`: a
+/// stream or mapping made before the shim started counts, and a forked child inherits the
+/// set with the descriptors. Held across fork, as START.
+static DEMOTED: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+
+/// Demotes every regular file under `prefix` that a descriptor other than `except` has open.
+fn demote_open_files(prefix: &Path, except: i32) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    for entry in dir.flatten() {
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if fd == except {
+            continue;
+        }
+        let Ok(path) = std::fs::read_link(entry.path()) else { continue };
+        if !path.starts_with(prefix) {
+            continue;
+        }
+        if let Some(st) = crate::open::os_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+            mark_demoted((st.st_dev, st.st_ino));
+        }
+    }
+}
+
+/// Records that the file (device, inode) is libc's for good.
+pub(crate) fn mark_demoted(key: (u64, u64)) {
+    lock(&DEMOTED).insert(key);
+}
+
+/// Whether the file (device, inode) was demoted.
+pub(crate) fn is_demoted(key: (u64, u64)) -> bool {
+    lock(&DEMOTED).contains(&key)
+}
+
 /// Once per process image: the fork and exit handlers (inherited by forked children).
 static HOOKED: AtomicBool = AtomicBool::new(false);
 
@@ -204,7 +235,7 @@ pub(crate) fn enabled() -> bool {
 
 /// The shim, started if need be, for a file at the resolved path `path`: None if the file
 /// is not to be cached (outside the prefix, no prefix, or the shim could not start).
-pub(crate) fn for_path(path: &Path) -> Option<&'static Shim> {
+pub(crate) fn for_path(path: &Path, adopting: i32) -> Option<&'static Shim> {
     if !enabled() {
         return None;
     }
@@ -217,12 +248,13 @@ pub(crate) fn for_path(path: &Path) -> Option<&'static Shim> {
     }
     let shim = match current() {
         Some(s) => s,
-        None => start(settings)?,
+        None => start(settings, adopting)?,
     };
     (!path.starts_with(&shim.state_canonical)).then_some(shim)
 }
 
-fn start(settings: &'static Settings) -> Option<&'static Shim> {
+/// Starts the shim for the open of `adopting`.
+fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
     let _start = lock(&START);
     if let Some(s) = current() {
         return Some(s);
@@ -231,6 +263,9 @@ fn start(settings: &'static Settings) -> Option<&'static Shim> {
     if STATE.load(Ordering::Acquire) != READY {
         return None;
     }
+    // Descriptors of files under the prefix open already were opened by libc (inherited
+    // across an exec, or before the shim could see them): those files are libc's.
+    demote_open_files(&settings.prefix, adopting);
     match Shim::new(settings) {
         Ok(shim) => {
             let shim: &'static Shim = Box::leak(Box::new(shim));
@@ -274,21 +309,21 @@ impl Shim {
             closed: Condvar::new(),
             orphans: Mutex::new(Vec::new()),
             retained: Retained::default(),
-            demoted: Mutex::new(std::collections::HashSet::new()),
             counters: Counters::default(),
             pid,
             reported: AtomicBool::new(false),
         })
     }
 
-    /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet.
-    pub fn shared(&'static self, key: (u64, u64), fd: i32) -> upcache::Result<Arc<Shared>> {
+    /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet;
+    /// None if it is demoted (checked under the map lock, after any close under way).
+    pub fn shared(&'static self, key: (u64, u64), fd: i32) -> upcache::Result<Option<Arc<Shared>>> {
         let mut files = lock(&self.files);
         while let Some(w) = files.get(&key) {
             match w.upgrade() {
                 // Relaxed: a demotion sets it before it writes back; a miss here is a race
                 // with it, as any open racing an fdopen of the file.
-                Some(s) if !s.demoted.load(Ordering::Relaxed) => return Ok(s),
+                Some(s) if !s.demoted.load(Ordering::Relaxed) => return Ok(Some(s)),
                 // Being closed (or demoted, closed when its operations in flight end): wait
                 // until the close has forgotten it.
                 other => {
@@ -297,12 +332,15 @@ impl Shim {
                 }
             }
         }
+        if is_demoted(key) {
+            return Ok(None);
+        }
         if let Some((file, kept)) = self.retained.take(key) {
             if crate::open::os_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
                 let shared = Arc::new(Shared::new(file, key, self));
                 files.insert(key, Arc::downgrade(&shared));
                 self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-                return Ok(shared);
+                return Ok(Some(shared));
             }
             // Changed since it was kept: its pages are stale (and were written back). Dropped
             // without I/O: a close would also cut the OS file to the stale length.
@@ -312,7 +350,7 @@ impl Shim {
         let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
-        Ok(shared)
+        Ok(Some(shared))
     }
 
     /// Drops the copy of `key` kept after its last close, if any.
@@ -346,11 +384,6 @@ impl Shim {
         old
     }
 
-    /// Whether the file (device, inode) was demoted: libc's for good.
-    pub fn is_demoted(&self, key: (u64, u64)) -> bool {
-        lock(&self.demoted).contains(&key)
-    }
-
     /// The cached file with this (device, inode), if a descriptor of it is open.
     pub fn lookup(&self, key: (u64, u64)) -> Option<Arc<Shared>> {
         lock(&self.files).get(&key).and_then(Weak::upgrade)
@@ -361,7 +394,7 @@ impl Shim {
     /// ways to the file that would write past the cache: streams, mappings, other processes.
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
         shared.file().write_back().map_err(|e| errno::of(&e))?;
-        lock(&self.demoted).insert(shared.key);
+        mark_demoted(shared.key);
         // SeqCst: a descriptor made meanwhile (`Shim::install`) is either seen by the scan
         // below or sees this flag: this store and that load are SeqCst, and so is at least one
         // read-write operation in every arc-swap operation (its documented guarantee), the
@@ -401,33 +434,33 @@ impl Shim {
 
     /// Makes every cached file durable (sync(2) has no error to report: failures are said).
     pub(crate) fn sync_all_files(&self) {
-        let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
-        for s in &live {
-            if let Err(e) = s.file().sync_all() {
-                warn(&format!("sync {}: {e}", s.file().name()));
-            }
-        }
-        for f in lock(&self.orphans).iter() {
-            if let Err(e) = f.sync_all() {
-                warn(&format!("sync {}: {e}", f.name()));
+        for file in self.live_files() {
+            if let Err(e) = file.sync_all() {
+                warn(&format!("sync {}: {e}", file.name()));
             }
         }
     }
 
     /// Writes back every cached file, so that the OS files hold what the cache does.
     pub(crate) fn write_back_all(&self) {
-        let live: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
-        for s in &live {
-            if let Err(e) = s.file().write_back() {
-                warn(&format!("writing {} back: {e}", s.file().name()));
+        for file in self.live_files() {
+            if let Err(e) = file.write_back() {
+                warn(&format!("writing {} back: {e}; its unwritten data is kept in memory", file.name()));
             }
         }
+    }
+
+    /// Handles of every file this cache owns the OS copy of: open ones and ones whose close
+    /// failed to write them back, but not demoted ones (libc's now: a write-back or sync
+    /// would cut the OS file to a stale length).
+    fn live_files(&self) -> Vec<File> {
+        let open: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
+        // Relaxed: as in `Shared::close`; a demotion racing this is the program's own race.
+        let mut files: Vec<File> =
+            open.iter().filter(|s| !s.demoted.load(Ordering::Relaxed)).map(|s| s.file().clone()).collect();
         let orphans = lock(&self.orphans);
-        for f in orphans.iter() {
-            if let Err(e) = f.write_back() {
-                warn(&format!("writing {} back: {e}; its unwritten data is lost", f.name()));
-            }
-        }
+        files.extend(orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone()));
+        files
     }
 
     fn report(&self) {
@@ -509,10 +542,11 @@ fn hook() {
 #[link_section = ".fini_array"]
 static AT_FINI: extern "C" fn() = at_exit;
 
+/// The locks held by the forking thread from before the fork until after it.
+type ForkHold = (MutexGuard<'static, ()>, MutexGuard<'static, BTreeSet<(u64, u64)>>);
+
 thread_local! {
-    /// START, held by the forking thread from before the fork until after it.
-    static FORK_HOLD: std::cell::RefCell<Option<MutexGuard<'static, ()>>> =
-        const { std::cell::RefCell::new(None) };
+    static FORK_HOLD: std::cell::RefCell<Option<ForkHold>> = const { std::cell::RefCell::new(None) };
 }
 
 extern "C" fn before_fork() {
@@ -524,7 +558,7 @@ extern "C" fn before_fork() {
         shim.write_back_all();
         shim.forget_all_kept();
     }
-    let held = lock(&START);
+    let held = (lock(&START), lock(&DEMOTED));
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(held));
 }
 

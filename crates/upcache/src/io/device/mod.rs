@@ -197,7 +197,7 @@ pub fn open_plain(
     allow_buffered: bool,
 ) -> Result<BackingFile> {
     let (file, direct) = open_rw(path, create, 0o666, direct, allow_buffered).map_err(|e| {
-        if refused(&e, true) {
+        if refused(&e, direct) {
             let msg = format!(
                 "the file system of {} refuses O_DIRECT (allow buffered backing files)",
                 path.display()
