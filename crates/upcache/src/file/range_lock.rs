@@ -483,12 +483,16 @@ mod tests {
         assert_eq!(pack((far + 1) * G, (far + 2) * G, false), None, "start too far");
     }
 
-    /// Polls (under the mutex, never sleeping) until `n` writers are counted.
+    /// Polls (never sleeping) until `n` writers wait in the queue. (Not the count alone: a
+    /// writer's failed fast attempt counts itself for a moment before it queues.)
     fn until_writers(l: &RangeLock, n: u64) {
-        while l.writers.load(Ordering::SeqCst) != n {
+        loop {
+            let queued = sync::lock(&l.queue).requests.iter().filter(|r| r.exclusive).count() as u64;
+            if queued == n && l.writers.load(Ordering::SeqCst) == n {
+                return;
+            }
             thread::yield_now();
         }
-        drop(sync::lock(&l.queue));
     }
 
     #[test]
