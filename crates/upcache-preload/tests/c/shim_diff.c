@@ -54,6 +54,15 @@ static int pick_open(void) {
     return n ? open_slots[below(n)] : -1;
 }
 
+/* The last free slot, or -1 (after printing "full"). */
+static int free_slot(void) {
+    int slot = -1;
+    for (int i = 0; i < SLOTS; i++)
+        if (fds[i] < 0) slot = i;
+    if (slot < 0) printf("full\n");
+    return slot;
+}
+
 static void fill(unsigned char *b, size_t n) {
     uint64_t x = next();
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(x >> ((i % 8) * 8)) ^ (unsigned char)i;
@@ -74,20 +83,15 @@ int main(int argc, char **argv) {
         printf("%ld f%d: ", op, s >= 0 ? file_of[s] : -1);
         switch (below(s < 0 ? 1 : 21)) {
         case 0: { /* open into a free slot */
-            int free_slot = -1;
-            for (int i = 0; i < SLOTS; i++)
-                if (fds[i] < 0) free_slot = i;
-            if (free_slot < 0) {
-                printf("full\n");
-                break;
-            }
+            int slot = free_slot();
+            if (slot < 0) break;
             int flags = access[below(3)] | (below(2) ? O_CREAT : 0) | (below(6) ? 0 : O_APPEND) |
                         (below(20) ? 0 : O_TRUNC);
             int file = (int)below(FILES);
             int r = open(names[file], flags, 0644);
-            if (r >= 0) fds[free_slot] = r, file_of[free_slot] = file;
+            if (r >= 0) fds[slot] = r, file_of[slot] = file;
             printf("f%d flags %o ", file, flags);
-            result("open", r < 0 ? r : free_slot);
+            result("open", r < 0 ? r : slot);
             break;
         }
         case 1:
@@ -95,16 +99,11 @@ int main(int argc, char **argv) {
             fds[s] = -1;
             break;
         case 2: {
-            int free_slot = -1;
-            for (int i = 0; i < SLOTS; i++)
-                if (fds[i] < 0) free_slot = i;
-            if (free_slot < 0) {
-                printf("full\n");
-                break;
-            }
+            int slot = free_slot();
+            if (slot < 0) break;
             int r = dup(fd);
-            if (r >= 0) fds[free_slot] = r, file_of[free_slot] = file_of[s];
-            result("dup", r < 0 ? r : free_slot);
+            if (r >= 0) fds[slot] = r, file_of[slot] = file_of[s];
+            result("dup", r < 0 ? r : slot);
             break;
         }
         case 3:
