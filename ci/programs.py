@@ -61,7 +61,8 @@ def fio(engine, data, env, shim):
     # instead: each forked job makes its own cache).
     if engine == "psync":
         cmd.append("--thread")
-    out = json.loads(run(cmd, env).stdout)
+    # In the data directory: fio leaves its verify state files in the working directory.
+    out = json.loads(run(cmd, env, cwd=data).stdout)
     job = out["jobs"][0]
     if job["error"] != 0:
         sys.exit(f"FAILED: fio {engine}: error {job['error']}")
