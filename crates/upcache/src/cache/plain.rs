@@ -79,7 +79,7 @@ impl Cache {
         let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         let file = sync::lock(&self.inner.plain_files).get(&(meta.dev(), meta.ino())).cloned();
         match file {
-            Some(f) => self.inner.close_plain(&f),
+            Some(f) => self.inner.close_plain(&f, true),
             None => Err(Error::new(ErrorKind::NotFound, format!("{} is not cached", path.display()))),
         }
     }
@@ -90,54 +90,43 @@ impl Cache {
     /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
     /// file of the array.
     pub fn close_plain(&self, file: &File) -> Result<()> {
-        if !file.inner().plain {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("{:?} is not a plain file", file.name()),
-            ));
-        }
-        self.inner.close_plain(file.inner())
+        self.inner.close_plain(plain_inner(file)?, true)
     }
-}
 
-impl Cache {
     /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
     /// ones too, are dropped, and the OS file is left as it is. For a copy known to be stale
     /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
     /// file of the array; `NotFound` if it was closed.
     pub fn discard_plain(&self, file: &File) -> Result<()> {
-        let f = file.inner();
-        if !f.plain {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("{:?} is not a plain file", file.name()),
-            ));
-        }
-        let inner = &self.inner;
-        let _all = f.range.write(0, u64::MAX);
-        // AcqRel: as in `close_plain`.
-        if f.removed.swap(true, Ordering::AcqRel) {
-            return Err(Error::new(ErrorKind::NotFound, format!("{} was closed", f.name)));
-        }
-        inner.forget_file(f);
-        sync::lock(&inner.plain_files).retain(|_, p| !Arc::ptr_eq(p, f));
-        Ok(())
+        self.inner.close_plain(plain_inner(file)?, false)
+    }
+}
+
+/// The file behind `file` if it is a plain one; `InvalidInput` for a file of the array.
+fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
+    match file.inner() {
+        f if f.plain => Ok(f),
+        _ => Err(Error::new(ErrorKind::InvalidInput, format!("{:?} is not a plain file", file.name()))),
     }
 }
 
 impl CacheInner {
-    /// See [`Cache::close_plain`]. No lock but the file's range lock is held across the I/O.
-    fn close_plain(&self, file: &Arc<FileInner>) -> Result<()> {
+    /// See [`Cache::close_plain`] (`write_back`) and [`Cache::discard_plain`]. No lock but the
+    /// file's range lock is held across the I/O.
+    fn close_plain(&self, file: &Arc<FileInner>, write_back: bool) -> Result<()> {
         let all = file.range.write(0, u64::MAX);
         // Acquire: see the Release below of a close that ran first.
         if file.removed.swap(true, Ordering::AcqRel) {
             return Err(Error::new(ErrorKind::NotFound, format!("{} was closed", file.name)));
         }
         // Marked closing (above): new operations fail, opens wait. Undone on failure.
-        let flushed = self.flush_file(file).and_then(|()| match file.take_write_error() {
-            Some(e) => Err(e),
-            None => self.fit_plain_len(file),
-        });
+        let flushed = match write_back {
+            true => self.flush_file(file).and_then(|()| match file.take_write_error() {
+                Some(e) => Err(e),
+                None => self.fit_plain_len(file),
+            }),
+            false => Ok(()),
+        };
         if let Err(e) = flushed {
             // Release: the file is live again.
             file.removed.store(false, Ordering::Release);
