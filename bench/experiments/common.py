@@ -53,6 +53,14 @@ METRICS = {
 }
 
 
+def cpu_bound_reads(d):
+    """Bench flags for 4 KiB random reads, 4 threads, of 256 MiB through a 64 MiB cache (75%
+    misses) on 4 simulated devices with no device time: what is left is the cache's own CPU."""
+    fast = "read-latency=0us,write-latency=0us,bandwidth=100g,gc-every=0,jitter=0"
+    return ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", "256m", "--cache", "64m",
+            "--threads", "4", "--runtime", "4s", "--devices", "sim:4", "--sim", fast, "--dir", d]
+
+
 def compare(title, rows, rounds, columns, ratios):
     """Runs `rows` for `rounds` interleaved rounds; prints medians of `columns` and, for each
     (a, b, metric) in `ratios`, median(a)/median(b). Returns {row: {metric: median}}."""

@@ -27,9 +27,7 @@ def main():
         [("dflush", base + ["--flush", "dflush"], None), ("background", base + ["--flush", "background"], None)],
         a.rounds, ["MiB/s", "p99us", "cpu_us/op"], [("dflush", "background", "MiB/s")])
 
-    fast = "read-latency=0us,write-latency=0us,bandwidth=100g,gc-every=0,jitter=0"
-    base = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", "256m", "--cache", "64m",
-            "--threads", "4", "--runtime", "4s", "--devices", "sim:4", "--sim", fast, "--dir", d]
+    base = common.cpu_bound_reads(d)
     common.compare(
         "ccXArray vs a locked radix tree: 4 KiB random reads, 4 threads, 75% misses, no device time",
         [("radix", base + ["--index", "radix"], None), ("locked", base + ["--index", "locked"], None)],

@@ -28,9 +28,7 @@ def main():
         a.rounds, ["MiB/s", "p99us", "cpu_us/op"],
         [("streams-on", "streams-off", "MiB/s"), ("streams-on", "direct", "MiB/s")])
 
-    fast = "read-latency=0us,write-latency=0us,bandwidth=100g,gc-every=0,jitter=0"
-    base = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", "256m", "--cache", "64m",
-            "--threads", "4", "--runtime", "4s", "--devices", "sim:4", "--sim", fast, "--dir", d]
+    base = common.cpu_bound_reads(d)
     common.compare(
         "two-layer allocator vs one global queue: 4 KiB random reads, 75% misses, 4 threads",
         [("twolayer", base + ["--alloc", "twolayer"], None), ("global", base + ["--alloc", "global"], None)],

@@ -380,22 +380,14 @@ fn demote_path(path: *const c_char) -> Result<(), i32> {
 
 /// Demotes the file (device, inode), cached or not. The caller is inside the shim.
 fn demote_key(key: (u64, u64)) -> Result<(), i32> {
-    match shim::current() {
-        Some(shim) => {
-            shim.forget_kept(key);
-            match shim.lookup(key) {
-                Some(shared) => shim.demote(&shared),
-                None => {
-                    shim::mark_demoted(key);
-                    Ok(())
-                }
-            }
-        }
-        None => {
-            shim::mark_demoted(key);
-            Ok(())
+    if let Some(shim) = shim::current() {
+        shim.forget_kept(key);
+        if let Some(shared) = shim.lookup(key) {
+            return shim.demote(&shared);
         }
     }
+    shim::mark_demoted(key);
+    Ok(())
 }
 
 /// A FILE stream reads and writes with libc's internal calls, which the shim does not see:
