@@ -21,6 +21,7 @@ pub(crate) fn of(e: &Error) -> i32 {
         ErrorKind::CacheFull => libc::ENOMEM,
         ErrorKind::Unsupported => libc::EOPNOTSUPP,
         ErrorKind::Busy => libc::EBUSY,
+        ErrorKind::FileTooLarge => libc::EFBIG,
         _ => libc::EIO,
     }
 }
@@ -34,4 +35,9 @@ pub(crate) fn fail<T: From<i8>>(code: i32) -> T {
 /// -1 with `errno` set for `e`.
 pub(crate) fn fail_with<T: From<i8>>(e: &Error) -> T {
     fail(of(e))
+}
+
+/// The C library's text for `code` ("No space left on device").
+pub(crate) fn describe(code: i32) -> String {
+    std::io::Error::from_raw_os_error(code).to_string()
 }

@@ -59,6 +59,7 @@ mod real;
 mod retain;
 mod settings;
 mod shim;
+mod stdio;
 mod table;
 
 pub use settings::parse_size;

@@ -58,7 +58,16 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { return fd };
     let Some(shim) = shim::for_path(&path, fd) else { return fd };
     let key = (st.st_dev, st.st_ino);
-    let shared = match shim.shared(key, fd) {
+    if crate::stdio::wraps(fd) {
+        // Opened onto stdin, stdout or stderr (after a close of it), or onto a number a stream
+        // still wraps: libc's (`stdio.rs`), and so is the file, for the process.
+        if let Err(code) = demote_key(key) {
+            shim::warn(&format!("{}: {}; it stays cached", path.display(), errno::describe(code)));
+        }
+        shim.counters.demoted_opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+        return fd;
+    }
+    let shared = match shim.shared(key, fd, &path) {
         Ok(Some(s)) => s,
         Ok(None) => {
             // Demoted: libc's, as its other descriptors, streams or mappings may be about.
@@ -239,7 +248,19 @@ fn copied(old: c_int, new: c_int) -> c_int {
     let Some(_inside) = guard::enter() else { return new };
     let Some(shim) = shim::current() else { return new };
     // Relaxed: as in `Shim::demote`.
-    let copy = shim.table.get(old).filter(|d| !d.shared.demoted.load(Ordering::Relaxed));
+    let mut copy = shim.table.get(old).filter(|d| !d.shared.demoted.load(Ordering::Relaxed));
+    if let Some(desc) = copy.as_ref().filter(|_| crate::stdio::wraps(new)) {
+        // Onto stdin, stdout or stderr (a shell's redirection), or a stream's descriptor: the
+        // stream writes it unseen, so the file is libc's from now on (`stdio.rs`).
+        match shim.demote(&desc.shared) {
+            Ok(()) => copy = None,
+            Err(code) => shim::warn(&format!(
+                "{}: {}; it stays cached, and what a stream writes to descriptor {new} may be overwritten",
+                desc.shared.file().name(),
+                errno::describe(code)
+            )),
+        }
+    }
     if let Some(replaced) = shim.install(new, copy) {
         // dup2/dup3 closed it, silently: so is its write-back error.
         let _ = shielded(|| shim::release(replaced).map_or(-1, |()| 0));

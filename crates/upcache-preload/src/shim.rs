@@ -317,7 +317,12 @@ impl Shim {
 
     /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet;
     /// None if it is demoted (checked under the map lock, after any close under way).
-    pub fn shared(&'static self, key: (u64, u64), fd: i32) -> upcache::Result<Option<Arc<Shared>>> {
+    pub fn shared(
+        &'static self,
+        key: (u64, u64),
+        fd: i32,
+        path: &Path,
+    ) -> upcache::Result<Option<Arc<Shared>>> {
         let mut files = lock(&self.files);
         while let Some(w) = files.get(&key) {
             match w.upgrade() {
@@ -346,8 +351,10 @@ impl Shim {
             // without I/O: a close would also cut the OS file to the stale length.
             let _ = self.cache.discard_plain(&file);
         }
-        // The descriptor's own inode, whatever its path has become since.
-        let file = self.cache.open_path(format!("/proc/self/fd/{fd}"), false)?;
+        // The descriptor's own inode, whatever its path has become since; named by the path
+        // it was opened at, for messages.
+        let file =
+            self.cache.open_path_as(format!("/proc/self/fd/{fd}"), false, &path.display().to_string())?;
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
         Ok(Some(shared))

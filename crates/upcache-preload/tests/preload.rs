@@ -2,42 +2,15 @@
 //! the shim: the same checks must pass both ways, and with the shim its counters must show
 //! that the opens under the prefix, and only those, were cached. Needs a C compiler (`cc`).
 
+mod common;
+
+use common::{build_shim, compile, field};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `target/<profile>`, where `cargo build` puts the shim (tests run from its `deps/`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps").to_path_buf()
-}
-
-/// The shim, built as the cdylib (`cargo test` builds the rlib only), and the C test.
+/// The shim and the C test.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
     (build_shim(), compile(dir, "shim_test"))
-}
-
-fn build_shim() -> PathBuf {
-    let built =
-        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
-    assert!(built.success(), "cargo build -p upcache-preload failed");
-    let shim = target_dir().join("libupcache_preload.so");
-    assert!(shim.exists(), "{} missing", shim.display());
-    shim
-}
-
-/// `tests/c/<name>.c`, compiled into `dir`.
-fn compile(dir: &Path, name: &str) -> PathBuf {
-    let bin = dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&cc)
-        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
-        .arg("-o")
-        .arg(&bin)
-        .status()
-        .unwrap_or_else(|e| panic!("run {cc}: {e} (a C compiler is needed)"));
-    assert!(status.success(), "compiling {name}.c failed");
-    bin
 }
 
 struct Run {
@@ -74,15 +47,6 @@ fn run(tmp: &Path, bin: &Path, shim: Option<&Path>, env: &[(&str, &str)]) -> Run
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let stats = std::fs::read_to_string(&stats).unwrap_or_default();
     Run { out, text, stats }
-}
-
-/// The value of `key=` in a stats line.
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        .parse()
-        .unwrap()
 }
 
 /// "opens under prefix: N" from the C test's output.

@@ -35,6 +35,8 @@ pub enum ErrorKind {
     WriteZero,
     /// The array is already open, in this process or another.
     Busy,
+    /// A write or length at or past the largest file its file system allows (EFBIG).
+    FileTooLarge,
 }
 
 /// An upcache error: a kind, what was being done, and the OS error underneath if any.
@@ -131,6 +133,7 @@ impl From<Error> for io::Error {
             ErrorKind::UnexpectedEof => io::ErrorKind::UnexpectedEof,
             ErrorKind::WriteZero => io::ErrorKind::WriteZero,
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
+            ErrorKind::FileTooLarge => io::ErrorKind::FileTooLarge,
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)

@@ -268,3 +268,94 @@ fn buffered_plain_files_round_trip() {
     assert_eq!(std::fs::read(&path).unwrap(), want);
     cache.close_plain(&f).unwrap();
 }
+
+/// Appends `bytes` to the OS file as another process would (not through the cache).
+fn append_outside(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write;
+    std::fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+}
+
+#[test]
+fn a_write_back_never_cuts_what_another_writer_appended() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("log");
+    std::fs::write(&path, b"old contents, to be truncated").unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    // The cache truncates (as an open with O_TRUNC does), then someone else writes the file.
+    f.set_len(0).unwrap();
+    append_outside(&path, b"hello\n");
+    f.write_back().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"hello\n", "a write-back cut the other writer's bytes");
+    assert_eq!(f.len(), 6, "the growth is the file's");
+    append_outside(&path, b"more\n");
+    cache.close_plain(&f).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"hello\nmore\n", "the last close cut them");
+}
+
+#[test]
+fn refresh_len_takes_in_an_outside_append_clean_or_dirty_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("tail");
+    std::fs::write(&path, b"line 1\n").unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    let mut buf = vec![0u8; 64];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 7); // the page holding the end is cached, clean
+    assert_eq!(f.refresh_len().unwrap(), 7, "nothing appended yet");
+
+    append_outside(&path, b"line 2\n");
+    assert_eq!(f.refresh_len().unwrap(), 14);
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 14);
+    assert_eq!(&buf[..14], b"line 1\nline 2\n");
+
+    // Our own write-back's page of zeros past the end is not growth.
+    f.write_all_at(b"ours\n", 14).unwrap();
+    f.write_back().unwrap();
+    assert_eq!(f.refresh_len().unwrap(), 19);
+    assert_eq!(std::fs::read(&path).unwrap(), b"line 1\nline 2\nours\n");
+
+    // A dirty page holding the end keeps our bytes and gains the other writer's after them.
+    f.write_all_at(b"more\n", 19).unwrap();
+    let ours = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(ours, 19, "not written back yet");
+    // The other writer appends at the OS file's end, which is where our pending bytes go.
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all_at(b"their\n", 24).unwrap();
+    assert_eq!(f.refresh_len().unwrap(), 30);
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 30);
+    assert_eq!(&buf[..30], b"line 1\nline 2\nours\nmore\ntheir\n");
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"line 1\nline 2\nours\nmore\ntheir\n");
+
+    // Across a page boundary: the new pages load from the OS file.
+    let big = common::pattern(7, 10_000);
+    append_outside(&path, &big);
+    assert_eq!(f.refresh_len().unwrap(), 30 + 10_000);
+    let mut back = vec![0u8; 10_000];
+    f.read_exact_at(&mut back, 30).unwrap();
+    assert!(back == big);
+}
+
+#[test]
+fn writes_stop_at_the_file_systems_largest_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("big");
+    std::fs::write(&path, b"x").unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    // The kernel's own answer, from the OS file: the first offset a write fails at.
+    let os = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let limit = (0..63).map(|b| 1u64 << b).find(|&at| os.write_at(b"x", at - 1).is_err());
+    os.set_len(1).unwrap();
+    let Some(limit) = limit else {
+        eprintln!("the file system takes writes at 2^62: nothing to check");
+        return;
+    };
+    let err = f.write_at(b"y", limit).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FileTooLarge, "{err}");
+    assert_eq!(std::io::Error::from(err).kind(), std::io::ErrorKind::FileTooLarge);
+    assert_eq!(f.set_len(limit + 1).unwrap_err().kind(), ErrorKind::FileTooLarge);
+    assert_eq!(f.len(), 1, "nothing of the failed writes");
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"x");
+}

@@ -10,6 +10,8 @@
 use super::{Cache, CacheInner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{File, FileInner, Placement};
+use crate::frame::state::VALID;
+use crate::frame::{FrameId, PageKey};
 use crate::io::device;
 use crate::io::layout::{LayoutKind, StripeLayout};
 use crate::sync::{self, Arc, Ordering};
@@ -26,6 +28,13 @@ impl Cache {
     /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
     /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
     pub fn open_path(&self, path: impl AsRef<Path>, create: bool) -> Result<File> {
+        let path = path.as_ref();
+        self.open_path_as(path, create, &path.display().to_string())
+    }
+
+    /// [`Cache::open_path`], with `name` as the file's name in errors and messages (for a
+    /// path that says little, such as `/proc/self/fd/3`).
+    pub fn open_path_as(&self, path: impl AsRef<Path>, create: bool, name: &str) -> Result<File> {
         let path = path.as_ref();
         let inner = &self.inner;
         let id = inner.next_plain_id.fetch_add(1, Ordering::Relaxed); // Relaxed: a unique id
@@ -57,15 +66,18 @@ impl Cache {
         let meta = backing.file().metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         let ps = inner.config.page_size;
         let layout = StripeLayout::new(ps, ps as u64, 1, LayoutKind::Stripe);
-        let file = Arc::new(FileInner::new(
+        let max_len = device::largest_file(backing.file(), crate::file::MAX_FILE_SIZE, ps as u64);
+        let mut file = FileInner::new(
             id,
-            path.display().to_string(),
+            name.to_string(),
             meta.len(),
             inner.new_index(id),
             vec![backing],
             Placement { layout, plain: true },
             inner.config.streams,
-        ));
+        );
+        file.max_len = max_len;
+        let file = Arc::new(file);
         // Registered before its first page is cached, so that eviction can find it.
         sync::write(&inner.files).insert(id, file.clone());
         plain.insert(key, file.clone());
@@ -173,17 +185,134 @@ impl CacheInner {
         Ok(())
     }
 
-    /// Sets the OS file's size to the file's length (ftruncate: an extension stays sparse).
-    /// The caller holds the file's range from the page holding the end on exclusive: the
-    /// length is then stable, and write-back past it can only add zeros, which this cuts.
+    /// Sets the OS file's size to the file's length (ftruncate: an extension stays sparse),
+    /// unless someone else grew the OS file: then its length becomes the OS file's size
+    /// (`take_in_growth_locked`). The caller holds the file's range from the page holding the
+    /// end on exclusive: the length is then stable, and write-back past it can only add zeros,
+    /// which this cuts.
     pub(crate) fn fit_plain_len(&self, file: &FileInner) -> Result<()> {
+        self.take_in_growth_locked(file, true).map(|_| ())
+    }
+
+    /// For a plain file whose OS file is larger than this cache made it (another process
+    /// appended): the file's length becomes the OS file's size, and the bytes past the old
+    /// length are read from it. See [`crate::File::refresh_len`]. Returns the length.
+    pub(crate) fn take_in_plain_growth(&self, file: &FileInner) -> Result<u64> {
+        let ps = self.config.page_size as u64;
+        // Without a lock first: no growth but ours (a write-back's last page, say).
+        let have = os_len(file)?;
+        // SeqCst: as in `fit_or_grow`.
+        if have <= file.os_size.load(Ordering::SeqCst) || have <= file.len.load(Ordering::Acquire) {
+            return Ok(file.len.load(Ordering::Acquire));
+        }
+        loop {
+            let start = file.len.load(Ordering::Acquire) / ps * ps;
+            let _tail = file.range.write(start, u64::MAX);
+            file.check_live()?;
+            // A shrink between the read and the lock leaves pages below `start` unlocked.
+            if file.len.load(Ordering::Acquire) >= start {
+                return self.take_in_growth_locked(file, false);
+            }
+        }
+    }
+
+    /// The OS file's size against the file's length, with the range from the page holding the
+    /// end on held exclusive by the caller (no writer changes the length) and that page's
+    /// frame, if cached, locked here (no write-back of it is in flight, so the OS size is not
+    /// about to grow by our own zeros). Larger than `os_size`: grown by someone else, taken in.
+    /// Otherwise, if `fit`, the OS size is made the length. Returns the length.
+    fn take_in_growth_locked(&self, file: &FileInner, fit: bool) -> Result<u64> {
+        let ps = self.config.page_size as u64;
         // Acquire: see the extension of every write that ended before.
         let len = file.len.load(Ordering::Acquire);
-        let b = &file.backing[0];
-        let have = b.file().metadata().map_err(|e| Error::io(format!("stat {}", file.name), e))?.len();
-        if have != len {
-            device::truncate(b, len)?;
+        let (tail, in_tail) = (len / ps, (len % ps) as usize);
+        let key = PageKey { file: file.id, page: tail };
+        let frame = file.index.peek(tail).filter(|&id| self.frames.pin_if_holds(id, key)).filter(|&id| {
+            self.frames.lock_pinned(id); // waits out a write-back in flight
+                                         // A load that failed meanwhile leaves the frame not VALID: not the page.
+            let valid = self.frames.state(id).load() & VALID != 0;
+            if !valid {
+                self.frames.unlock(id, 0, 0);
+                self.frames.state(id).unpin();
+            }
+            valid
+        });
+        let fitted = self.fit_or_grow(file, len, frame.map(|id| (id, in_tail)), fit);
+        if let Some(id) = frame {
+            self.frames.unlock(id, 0, 0);
+            self.frames.state(id).unpin();
         }
-        Ok(())
+        fitted
     }
+
+    fn fit_or_grow(
+        &self,
+        file: &FileInner,
+        len: u64,
+        tail: Option<(FrameId, usize)>,
+        fit: bool,
+    ) -> Result<u64> {
+        let b = &file.backing[0];
+        let have = os_len(file)?;
+        // SeqCst: write-backs raise it before they write (writeback/run.rs).
+        let ours = file.os_size.load(Ordering::SeqCst);
+        if have > ours && have > len {
+            let ps = self.config.page_size as u64;
+            let _change = file.writes.begin();
+            // No page past the one holding the end is dirty; clean ones would read as zeros.
+            self.drop_clean_pages(file, len / ps + 1, u64::MAX);
+            if let Some((id, in_tail)) = tail.filter(|&(_, at)| at > 0) {
+                // The page holding the old end, cached (clean or dirty): its bytes past that
+                // end are zeros of ours; the OS file's are the ones to read there.
+                let mut raw = vec![0u8; 2 * ps as usize];
+                let at = raw.as_ptr().align_offset(ps as usize);
+                let page = &mut raw[at..at + ps as usize]; // aligned, for O_DIRECT
+                let start = len / ps * ps;
+                let n = read_fully(b.file(), page, start)
+                    .map_err(|e| Error::io(format!("read the end of {}", file.name), e))?;
+                if n > in_tail {
+                    // SAFETY: the frame is LOCKED by us (no other writer, no write-back), and
+                    // lock-free readers retry on the change begun above; in bounds of a page.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            page[in_tail..n].as_ptr(),
+                            self.frames.ptr(id).add(in_tail),
+                            n - in_tail,
+                        )
+                    };
+                }
+            }
+            file.os_size.fetch_max(have, Ordering::SeqCst);
+            // Release: readers that see the new length find the pages past the old one gone.
+            file.len.store(have, Ordering::Release);
+            return Ok(have);
+        }
+        if fit && have != len {
+            device::truncate(b, len)?;
+            // SeqCst: as above; no write-back of the tail page is in flight.
+            file.os_size.store(len, Ordering::SeqCst);
+        }
+        Ok(len)
+    }
+}
+
+/// The OS file's size.
+fn os_len(file: &FileInner) -> Result<u64> {
+    let meta = file.backing[0].file().metadata();
+    Ok(meta.map_err(|e| Error::io(format!("stat {}", file.name), e))?.len())
+}
+
+/// Reads at `at` until `buf` is full or the file ends; the bytes read.
+fn read_fully(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }

@@ -244,8 +244,21 @@ impl File {
     }
 
     /// Writes `buf` at `offset`, extending the file if needed. Returns `buf.len()`, or fewer
-    /// bytes if an error stopped it after some pages were written (like pwrite).
+    /// bytes if an error stopped it after some pages were written (like pwrite), or if the
+    /// file would pass the largest file its file system allows: up to that size, as the
+    /// kernel does; `FileTooLarge` for a write that starts there or past it.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let max = self.file.max_len;
+        if offset >= max && !buf.is_empty() {
+            return Err(Error::new(
+                ErrorKind::FileTooLarge,
+                format!(
+                    "write at {offset} of {}: its file system's largest file is {max} bytes",
+                    self.file.name
+                ),
+            ));
+        }
+        let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
         let end = end_of(offset, buf.len())?;
         if buf.is_empty() {
             self.file.check_live()?;
@@ -329,10 +342,13 @@ impl File {
     /// Shrinks or extends the file. Bytes past the old end read as zeros after an extension;
     /// a shrink drops cached pages past the new end, dirty or not.
     pub fn set_len(&self, size: u64) -> Result<()> {
-        if size > MAX_FILE_SIZE {
+        if size > self.file.max_len {
             return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("length {size} is past the maximum file size {MAX_FILE_SIZE}"),
+                ErrorKind::FileTooLarge,
+                format!(
+                    "length {size} of {} is past its file system's largest file, {} bytes",
+                    self.file.name, self.file.max_len
+                ),
             ));
         }
         self.cache.balance_dirty(1);
@@ -364,6 +380,8 @@ impl File {
         for b in &self.file.backing {
             device::truncate(b, self.file.device_end(b.device(), size))?;
         }
+        // The last page may be written back (to its end) from here on, while it is dirty.
+        self.file.os_size.store(size.next_multiple_of(ps), Ordering::SeqCst);
         self.file.len.store(size, Ordering::Release);
         Ok(())
     }
@@ -401,6 +419,19 @@ impl File {
             ));
         }
         self.file.backing[0].file().metadata().map_err(|e| Error::io(format!("stat {}", self.file.name), e))
+    }
+
+    /// For a plain file ([`crate::Cache::open_path`]) that another process may be appending
+    /// to: if the OS file is now larger than anything this cache wrote or truncated it to,
+    /// the file's length becomes the OS file's size, and the bytes past the old length read
+    /// what the OS file holds there (as `tail -f` expects of the kernel's cache). Returns the
+    /// length. A file of the array has no other writer: its length as it is.
+    pub fn refresh_len(&self) -> Result<u64> {
+        self.file.check_live()?;
+        if !self.file.plain {
+            return Ok(self.len());
+        }
+        self.cache.take_in_plain_growth(&self.file)
     }
 
     /// Writes back the file's dirty pages without making them durable (no device sync), and

@@ -71,6 +71,14 @@ pub(crate) struct FileInner {
     /// An OS file cached by path (`Cache::open_path`): not in the catalog or the metadata log;
     /// its length is the OS file's, set at sync.
     pub(crate) plain: bool,
+    /// For a plain file: a bound on the OS file's size as this cache's own writes and
+    /// truncations can have left it (raised before each write-back is issued, to the end of
+    /// its last page; lowered at truncation). An OS size above it was made by someone else:
+    /// never cut by a write-back, and taken in as the file's length (`cache/plain.rs`).
+    pub(crate) os_size: AtomicU64,
+    /// The largest length the file may have: for a plain file, its file system's limit (the
+    /// kernel's EFBIG); `MAX_FILE_SIZE` for a file of the array.
+    pub(crate) max_len: u64,
     /// The file's read stream, for readahead.
     pub(crate) readahead: FileReadahead,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
@@ -110,6 +118,8 @@ impl FileInner {
             backing,
             layout: place.layout,
             plain: place.plain,
+            os_size: AtomicU64::new(len),
+            max_len: MAX_FILE_SIZE,
             readahead: FileReadahead::default(),
             write_error: Mutex::new(None),
         }

@@ -99,6 +99,10 @@ impl CacheInner {
             .zip(&slices)
             .map(|((file, run), bufs)| {
                 let (dev, offset) = file.layout.locate(run[0].0);
+                if file.plain {
+                    // Before the write can grow the OS file: a size up to here is ours.
+                    file.os_size.fetch_max(offset + (run.len() * ps) as u64, Ordering::SeqCst);
+                }
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })
             .collect();

@@ -314,3 +314,27 @@ pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
     file.zeros.forget();
     r.map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
 }
+
+/// The largest size the file system lets `file` reach (the kernel's `s_maxbytes`, past which
+/// writes fail with EFBIG), at most `cap`, rounded down to `page_size` (write-back writes
+/// whole pages). Found by where `lseek(SEEK_SET)` stops accepting offsets, which the kernel
+/// checks against the same limit; the file's own offset is not used by the cache.
+pub fn largest_file(file: &File, cap: u64, page_size: u64) -> u64 {
+    let accepts = |at: u64| {
+        // SAFETY: lseek takes no memory; the descriptor is the cache's own.
+        i64::try_from(at).is_ok_and(|at| unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_SET) } == at)
+    };
+    let (mut ok, mut bad) = (0u64, cap.saturating_add(1));
+    if accepts(cap) {
+        ok = cap;
+    }
+    while bad - ok > 1 {
+        let mid = ok + (bad - ok) / 2;
+        if accepts(mid) {
+            ok = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    ok / page_size * page_size
+}

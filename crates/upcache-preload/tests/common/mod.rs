@@ -1,0 +1,71 @@
+//! What the shim's integration tests share: building the shim as the cdylib that programs
+//! load, compiling the C test programs, and reading the shim's counters.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`, where `cargo build` puts the shim (tests run from its `deps/`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps").to_path_buf()
+}
+
+/// The shim, built as the cdylib (`cargo test` builds the rlib only).
+pub fn build_shim() -> PathBuf {
+    let built =
+        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
+    assert!(built.success(), "cargo build -p upcache-preload failed");
+    let shim = target_dir().join("libupcache_preload.so");
+    assert!(shim.exists(), "{} missing", shim.display());
+    shim
+}
+
+/// `tests/c/<name>.c`, compiled into `dir`.
+pub fn compile(dir: &Path, name: &str) -> PathBuf {
+    let bin = dir.join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .unwrap_or_else(|e| panic!("run {cc}: {e} (a C compiler is needed)"));
+    assert!(status.success(), "compiling {name}.c failed");
+    bin
+}
+
+/// The value of `key=` in a stats line.
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+/// The sum of `key=` over every stats line (one per process that cached files).
+pub fn total(stats: &str, key: &str) -> u64 {
+    stats.lines().map(|l| field(l, key)).sum()
+}
+
+/// Every regular file under `dir` (recursively), by path relative to it, with its bytes.
+pub fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let ty = e.file_type().unwrap();
+            if ty.is_dir() {
+                todo.push(e.path());
+            } else if ty.is_file() {
+                let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
