@@ -95,16 +95,30 @@ enum At {
     Current(c_int),
 }
 
+/// Before a read that reaches past the cached length: growth of the OS file by another
+/// process is taken in (`File::refresh_len`), so that a reader following a log (`tail -f`)
+/// sees what the kernel would show it. Its error is the read's to meet, if any.
+fn see_growth(file: &File, off: u64, want: usize) {
+    if off.saturating_add(want as u64) > file.len() {
+        let _ = file.refresh_len();
+    }
+}
+
 fn read_at(shim: &Shim, desc: &Description, bufs: &[RawBuf], at: At) -> Result<usize, i32> {
     if !desc.readable {
         return Err(libc::EBADF);
     }
     let file = desc.shared.file();
+    let want = bufs.iter().map(|b| b.len).sum();
     let n = match at {
-        At::Offset(off) => read_bufs(file, bufs, off)?,
+        At::Offset(off) => {
+            see_growth(file, off, want);
+            read_bufs(file, bufs, off)?
+        }
         At::Current(fd) => {
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
             let off = offset(fd)?;
+            see_growth(file, off, want);
             let n = read_bufs(file, bufs, off)?;
             seek_to(fd, off + n as u64)?;
             n
@@ -114,6 +128,50 @@ fn read_at(shim: &Shim, desc: &Description, bufs: &[RawBuf], at: At) -> Result<u
     c.reads.fetch_add(1, Ordering::Relaxed);
     c.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
     Ok(n)
+}
+
+/// The process's file size limit (RLIMIT_FSIZE), if it has one.
+fn size_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is writable rlimit storage.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0;
+    (got && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// SIGXFSZ and EFBIG, as the kernel answers a write or truncate past RLIMIT_FSIZE.
+fn past_size_limit() -> i32 {
+    // SAFETY: no memory arguments; the signal goes to this thread, as the kernel's does.
+    unsafe { libc::raise(libc::SIGXFSZ) };
+    libc::EFBIG
+}
+
+/// `bufs` cut to the first `max` bytes.
+fn first_bytes<'a>(bufs: &[&'a [u8]], mut max: u64) -> Vec<&'a [u8]> {
+    let mut out = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        let n = (b.len() as u64).min(max) as usize;
+        out.push(&b[..n]);
+        max -= n as u64;
+    }
+    out
+}
+
+/// Writes `bufs` at `at` within the process's file size limit, as the kernel checks it before
+/// the file system's (which the library applies): past it, SIGXFSZ and EFBIG; across it, the
+/// bytes up to it. Asked only of writes that extend the file.
+fn write_limited(file: &File, bufs: &[&[u8]], at: u64) -> Result<usize, i32> {
+    let want: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+    if want > 0 && at.saturating_add(want) > file.len() {
+        if let Some(limit) = size_limit() {
+            if at >= limit {
+                return Err(past_size_limit());
+            }
+            if at + want > limit {
+                return write_bufs(file, &first_bytes(bufs, limit - at), at);
+            }
+        }
+    }
+    write_bufs(file, bufs, at)
 }
 
 /// `append`: at the end of the file whatever `at` says (O_APPEND, RWF_APPEND), then moves the
@@ -129,19 +187,20 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
         (_, true) => {
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
             let _end = desc.shared.append.lock().unwrap_or_else(|p| p.into_inner());
-            let end = file.len();
-            let n = write_bufs(file, bufs, end)?;
+            // The end as the kernel knows it, another process's appends included.
+            let end = file.refresh_len().unwrap_or_else(|_| file.len());
+            let n = write_limited(file, bufs, end)?;
             // As the kernel: an append that wrote nothing leaves the offset where it was.
             if let (At::Current(fd), true) = (at, n > 0) {
                 seek_to(fd, end + n as u64)?;
             }
             n
         }
-        (At::Offset(off), false) => write_bufs(file, bufs, off)?,
+        (At::Offset(off), false) => write_limited(file, bufs, off)?,
         (At::Current(fd), false) => {
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
             let off = offset(fd)?;
-            let n = write_bufs(file, bufs, off)?;
+            let n = write_limited(file, bufs, off)?;
             seek_to(fd, off + n as u64)?;
             n
         }
@@ -455,7 +514,14 @@ pub unsafe extern "C" fn pwritev64v2(
 /// and SEEK_CUR go to the kernel as they are.
 fn lseek_cached(fd: c_int, desc: &Description, off: i64, whence: c_int) -> Result<u64, i32> {
     let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
-    let len = desc.shared.file().len();
+    let file = desc.shared.file();
+    let len = match whence {
+        // Where the end is now, another process's appends included.
+        libc::SEEK_END | libc::SEEK_DATA | libc::SEEK_HOLE => {
+            file.refresh_len().map_err(|e| errno::of(&e))?
+        }
+        _ => file.len(),
+    };
     let at = match whence {
         libc::SEEK_END => len.checked_add_signed(off).ok_or(libc::EINVAL)?,
         libc::SEEK_DATA | libc::SEEK_HOLE => {
@@ -534,6 +600,7 @@ fn set_len(desc: &Description, len: i64) -> c_int {
         Err(_) => errno::fail(libc::EINVAL),
         // ftruncate(2): EINVAL for a descriptor not open for writing.
         Ok(_) if !desc.writable => errno::fail(libc::EINVAL),
+        Ok(len) if size_limit().is_some_and(|limit| len > limit) => errno::fail(past_size_limit()),
         Ok(len) => status(desc.shared.file().set_len(len)),
     }
 }

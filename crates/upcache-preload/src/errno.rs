@@ -2,6 +2,12 @@
 
 use upcache::{Error, ErrorKind};
 
+/// This thread's `errno`.
+pub(crate) fn get() -> i32 {
+    // SAFETY: as in `set`.
+    unsafe { *libc::__errno_location() }
+}
+
 pub(crate) fn set(code: i32) {
     // SAFETY: glibc's per-thread errno, always valid on the calling thread.
     unsafe { *libc::__errno_location() = code };

@@ -1,12 +1,19 @@
 //! Re-entrancy guard: while a thread runs the shim's own code, every libc call it makes (the
 //! library's opens, reads and stats included, which reach the shim's exported symbols too)
 //! goes straight to libc.
+//!
+//! It also marks where a fatal signal must wait (`signals.rs`): a thread inside the shim may
+//! hold the locks that the signal's write-back needs, so an asynchronous signal that arrives
+//! then is raised again when the thread leaves the shim.
 
 use std::cell::Cell;
 
 thread_local! {
-    // `const` and without a destructor: usable at any point of a thread's life.
+    // `const` and without a destructor: usable at any point of a thread's life, and from a
+    // signal handler (a plain thread-local load, no lazy initialization).
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// A fatal signal that arrived while the thread was inside, to raise again on leaving.
+    static DEFERRED: Cell<i32> = const { Cell::new(0) };
 }
 
 /// Proof that this thread is inside the shim; leaving drops it.
@@ -17,8 +24,22 @@ pub(crate) fn enter() -> Option<Inside> {
     INSIDE.try_with(|inside| if inside.replace(true) { None } else { Some(Inside(())) }).ok().flatten()
 }
 
+/// From a signal handler: if this thread is inside the shim, remembers `sig` to raise again as
+/// it leaves, and returns true.
+pub(crate) fn defer_if_inside(sig: i32) -> bool {
+    let inside = INSIDE.try_with(Cell::get).unwrap_or(false);
+    inside && DEFERRED.try_with(|d| d.set(sig)).is_ok()
+}
+
 impl Drop for Inside {
     fn drop(&mut self) {
         let _ = INSIDE.try_with(|inside| inside.set(false));
+        let deferred = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
+        if deferred != 0 {
+            let errno = crate::errno::get();
+            // SAFETY: no memory arguments; the handler runs now, outside the shim.
+            unsafe { libc::raise(deferred) };
+            crate::errno::set(errno);
+        }
     }
 }

@@ -48,6 +48,8 @@
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (variadic open/fcntl)");
 
+mod bypass;
+mod copy;
 mod data;
 mod errno;
 mod guard;
@@ -59,6 +61,7 @@ mod real;
 mod retain;
 mod settings;
 mod shim;
+mod signals;
 mod stdio;
 mod table;
 

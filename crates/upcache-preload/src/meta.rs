@@ -7,10 +7,21 @@ use crate::real;
 use crate::shim;
 use libc::{c_char, c_int, c_uint};
 
-/// The cached length of the file (device, inode), if a descriptor of it is open.
-fn cached_len(dev: u64, ino: u64) -> Option<u64> {
+/// The size to report for a cached file whose OS file is `os_size` bytes: its cached length,
+/// after taking in growth by another process (`File::refresh_len`), which a larger OS size
+/// may be (or only the zeros of a write-back's last page).
+fn size_of(file: &upcache::File, os_size: i64) -> u64 {
+    let len = file.len();
+    if os_size as u64 > len {
+        return file.refresh_len().unwrap_or(len);
+    }
+    len
+}
+
+/// The size to report for the file (device, inode), if a descriptor of it is open.
+fn cached_len(dev: u64, ino: u64, os_size: i64) -> Option<u64> {
     let _inside = guard::enter()?;
-    Some(shim::current()?.lookup((dev, ino))?.file().len())
+    Some(size_of(shim::current()?.lookup((dev, ino))?.file(), os_size))
 }
 
 /// stat(2) of `path`, through libc.
@@ -23,12 +34,16 @@ pub(crate) fn path_stat(path: *const c_char) -> Option<libc::stat64> {
 /// Both `stat` and `stat64` have these fields (one layout on 64-bit Linux).
 trait Sized_ {
     fn key(&self) -> (u64, u64);
+    fn size(&self) -> i64;
     fn set_size(&mut self, len: u64);
 }
 
 impl Sized_ for libc::stat {
     fn key(&self) -> (u64, u64) {
         (self.st_dev, self.st_ino)
+    }
+    fn size(&self) -> i64 {
+        self.st_size
     }
     fn set_size(&mut self, len: u64) {
         self.st_size = len as i64;
@@ -38,6 +53,9 @@ impl Sized_ for libc::stat {
 impl Sized_ for libc::stat64 {
     fn key(&self) -> (u64, u64) {
         (self.st_dev, self.st_ino)
+    }
+    fn size(&self) -> i64 {
+        self.st_size
     }
     fn set_size(&mut self, len: u64) {
         self.st_size = len as i64;
@@ -52,7 +70,7 @@ fn fix<S: Sized_>(result: c_int, st: *mut S) -> c_int {
     // SAFETY: libc just filled `*st` (result 0), the caller's writable stat buffer.
     let st = unsafe { &mut *st };
     let (dev, ino) = st.key();
-    if let Some(len) = cached_len(dev, ino) {
+    if let Some(len) = cached_len(dev, ino, st.size()) {
         st.set_size(len);
     }
     result
@@ -65,7 +83,8 @@ pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
     let r = real::fstat()(fd, st);
     if r == 0 && !st.is_null() {
         if let Some((_, d, _inside)) = cached(fd) {
-            (*st).set_size(d.shared.file().len());
+            let len = size_of(d.shared.file(), (*st).size());
+            (*st).set_size(len);
         }
     }
     r
@@ -76,7 +95,8 @@ pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
     let r = real::fstat64()(fd, st);
     if r == 0 && !st.is_null() {
         if let Some((_, d, _inside)) = cached(fd) {
-            (*st).set_size(d.shared.file().len());
+            let len = size_of(d.shared.file(), (*st).size());
+            (*st).set_size(len);
         }
     }
     r
@@ -135,7 +155,7 @@ pub unsafe extern "C" fn statx(
         let s = &mut *stx;
         if s.stx_mask & libc::STATX_SIZE != 0 {
             let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
-            if let Some(len) = cached_len(dev, s.stx_ino) {
+            if let Some(len) = cached_len(dev, s.stx_ino, s.stx_size as i64) {
                 s.stx_size = len;
             }
         }

@@ -1,11 +1,11 @@
 //! Opening, closing and duplicating descriptors, and the calls that reach a file without the
-//! shim (FILE streams, mappings, sendfile), which get the file written back first.
+//! shim (FILE streams, mappings), which get the file demoted first.
 
 use crate::errno;
 use crate::guard::{self, Inside};
 use crate::real;
 use crate::shim::{self, Description, Shim};
-use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off64_t, off_t, size_t, FILE};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -364,7 +364,7 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 }
 
 /// Writes back the cached file open on `fd`, if any, for a reader that bypasses the shim.
-fn write_back(fd: c_int) -> Result<(), i32> {
+pub(crate) fn write_back(fd: c_int) -> Result<(), i32> {
     match cached(fd) {
         Some((_, desc, _inside)) => desc.shared.file().write_back().map_err(|e| errno::of(&e)),
         None => Ok(()),
@@ -374,7 +374,7 @@ fn write_back(fd: c_int) -> Result<(), i32> {
 /// Demotes the file open on `fd` (`Shim::demote`): libc is about to reach it unseen. A file
 /// that is not cached (yet) is recorded as demoted all the same, so that no later open caches
 /// it while the stream or mapping lives.
-fn demote_fd(fd: c_int) -> Result<(), i32> {
+pub(crate) fn demote_fd(fd: c_int) -> Result<(), i32> {
     if let Some((shim, desc, _inside)) = cached(fd) {
         return shim.demote(&desc.shared);
     }
@@ -503,51 +503,4 @@ pub unsafe extern "C" fn mmap64(
         }
     }
     real::mmap64()(addr, len, prot, flags, fd, off)
-}
-
-/// Copies between descriptors in the kernel: from a cached file after writing it back; into
-/// one, refused (EINVAL, as for a file that does not support it), or the cache would be stale.
-fn kernel_copy_allowed(out_fd: c_int, in_fd: c_int) -> Result<(), i32> {
-    if cached(out_fd).is_some() {
-        return Err(libc::EINVAL);
-    }
-    write_back(in_fd)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t {
-    match kernel_copy_allowed(out_fd, in_fd) {
-        Ok(()) => real::sendfile()(out_fd, in_fd, off, count),
-        Err(code) => errno::fail(code),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sendfile64(
-    out_fd: c_int,
-    in_fd: c_int,
-    off: *mut off64_t,
-    count: size_t,
-) -> ssize_t {
-    match kernel_copy_allowed(out_fd, in_fd) {
-        Ok(()) => real::sendfile64()(out_fd, in_fd, off, count),
-        Err(code) => errno::fail(code),
-    }
-}
-
-/// Into a cached file: EXDEV, on which callers (cp, for one) copy with read and write.
-#[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
-    in_fd: c_int,
-    in_off: *mut off64_t,
-    out_fd: c_int,
-    out_off: *mut off64_t,
-    len: size_t,
-    flags: c_uint,
-) -> ssize_t {
-    match kernel_copy_allowed(out_fd, in_fd) {
-        Ok(()) => real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags),
-        Err(libc::EINVAL) => errno::fail(libc::EXDEV),
-        Err(code) => errno::fail(code),
-    }
 }

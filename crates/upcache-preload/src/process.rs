@@ -6,7 +6,8 @@
 //! The variadic execl, execlp and execle (glibc's call its internal execve, unseen) are
 //! trampolines in assembly on x86-64: stable Rust can neither receive nor forward a variadic
 //! list, so they save the argument registers, write back, restore them and jump to libc's
-//! function, leaving the stack (and any arguments on it) as the caller made it.
+//! function, leaving the stack (and any arguments on it) as the caller made it. So is
+//! `dprintf` (`bypass.rs`).
 
 use crate::guard;
 use crate::real;
@@ -16,7 +17,7 @@ use libc::{c_char, c_int, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t, 
 fn write_back_everything() {
     let Some(_inside) = guard::enter() else { return };
     if let Some(shim) = shim::current() {
-        shim.write_back_all();
+        shim.write_back_all("before starting a program", "the new program reads the file without it");
         shim.forget_all_kept();
     }
 }
@@ -105,8 +106,11 @@ extern "C" fn before_exec() {
     let _ = std::panic::catch_unwind(write_back_everything);
 }
 
-macro_rules! exec_trampolines {
-    ($($name:ident => $target:ident;)*) => {$(
+/// Jumps to libc's function after calling a hook with the caller's first argument (the
+/// argument registers, %al and xmm0-7, which a variadic call may pass doubles in, are saved
+/// around the hook).
+macro_rules! trampolines {
+    ($($name:ident => $target:ident via $before:path;)*) => {$(
         /// libc's address of the function, for the trampoline's jump.
         #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
         extern "C" fn $target() -> usize {
@@ -117,24 +121,32 @@ macro_rules! exec_trampolines {
         #[unsafe(naked)]
         #[no_mangle]
         pub unsafe extern "C" fn $name() {
-            // The six argument registers and %al (the vector register count of a variadic
-            // call) are saved; 7 pushes from the entry's rsp = 8 (mod 16) align the calls.
+            // 7 pushes and 128 bytes from the entry's rsp = 8 (mod 16) align the calls.
             core::arch::naked_asm!(
                 "push rdi", "push rsi", "push rdx", "push rcx", "push r8", "push r9", "push rax",
+                "sub rsp, 128",
+                "movdqu [rsp], xmm0", "movdqu [rsp + 16], xmm1", "movdqu [rsp + 32], xmm2",
+                "movdqu [rsp + 48], xmm3", "movdqu [rsp + 64], xmm4", "movdqu [rsp + 80], xmm5",
+                "movdqu [rsp + 96], xmm6", "movdqu [rsp + 112], xmm7",
                 "call {before}",
                 "call {target}",
                 "mov r11, rax",
+                "movdqu xmm0, [rsp]", "movdqu xmm1, [rsp + 16]", "movdqu xmm2, [rsp + 32]",
+                "movdqu xmm3, [rsp + 48]", "movdqu xmm4, [rsp + 64]", "movdqu xmm5, [rsp + 80]",
+                "movdqu xmm6, [rsp + 96]", "movdqu xmm7, [rsp + 112]",
+                "add rsp, 128",
                 "pop rax", "pop r9", "pop r8", "pop rcx", "pop rdx", "pop rsi", "pop rdi",
                 "jmp r11",
-                before = sym before_exec,
+                before = sym $before,
                 target = sym $target,
             )
         }
     )*};
 }
 
-exec_trampolines! {
-    execl => real_execl;
-    execlp => real_execlp;
-    execle => real_execle;
+trampolines! {
+    execl => real_execl via before_exec;
+    execlp => real_execlp via before_exec;
+    execle => real_execle via before_exec;
+    dprintf => real_dprintf via crate::bypass::before_dprintf;
 }

@@ -171,7 +171,27 @@ real! {
     ) -> c_int;
     system: unsafe extern "C" fn(*const c_char) -> c_int;
     popen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE;
+    sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    bsd_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    sysv_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    aio_read: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_read64: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_write: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_write64: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_fsync: unsafe extern "C" fn(c_int, *mut libc::aiocb) -> c_int;
+    aio_fsync64: unsafe extern "C" fn(c_int, *mut libc::aiocb) -> c_int;
+    lio_listio: unsafe extern "C" fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int;
+    lio_listio64: unsafe extern "C" fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int;
+    io_submit: unsafe extern "C" fn(libc::c_ulong, libc::c_long, *mut *mut c_void) -> c_int;
+    syscall: unsafe extern "C" fn(libc::c_long, ...) -> libc::c_long;
+    io_uring_queue_init: unsafe extern "C" fn(c_uint, *mut c_void, c_uint) -> c_int;
+    io_uring_queue_init_params: unsafe extern "C" fn(c_uint, *mut c_void, *mut c_void) -> c_int;
+    io_uring_setup: unsafe extern "C" fn(c_uint, *mut c_void) -> c_int;
+    vdprintf: unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
+    dprintf: unsafe extern "C" fn(c_int, *const c_char, ...) -> c_int;
     _exit: unsafe extern "C" fn(c_int) -> !;
     _Exit: unsafe extern "C" fn(c_int) -> !;
     copy_file_range: unsafe extern "C" fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+    splice: unsafe extern "C" fn(c_int, *mut libc::loff_t, c_int, *mut libc::loff_t, size_t, c_uint) -> ssize_t;
 }

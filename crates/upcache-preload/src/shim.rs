@@ -141,6 +141,8 @@ pub(crate) struct Shim {
     /// Files kept after their last close.
     retained: Retained,
     pub counters: Counters,
+    /// Write-backs asked for by fatal signals' handlers (`signals.rs`).
+    pub rescue: crate::signals::Rescue,
     pid: u32,
     reported: AtomicBool,
 }
@@ -189,6 +191,35 @@ pub(crate) fn mark_demoted(key: (u64, u64)) {
 /// Whether the file (device, inode) was demoted.
 pub(crate) fn is_demoted(key: (u64, u64)) -> bool {
     lock(&DEMOTED).contains(&key)
+}
+
+/// Set once the program drives I/O the shim cannot see the files of (an io_uring): from then
+/// on, nothing is cached in this process image (a forked child inherits it, and the ring).
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// Stops caching in this process image for good: every cached file is demoted (written back
+/// and handed to libc) and no open is cached from now on. Said once, with `why`.
+pub(crate) fn stop_caching(why: &str) {
+    // SeqCst: an open racing this either sees the flag (`Shim::shared` checks it under the
+    // map lock) or put its file in the map before the scan below takes that lock.
+    if STOPPED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let Some(_inside) = crate::guard::enter() else { return };
+    if let Some(shim) = current() {
+        let open: Vec<Arc<Shared>> = lock(&shim.files).values().filter_map(Weak::upgrade).collect();
+        for shared in &open {
+            if let Err(code) = shim.demote(shared) {
+                warn(&format!(
+                    "{}: {}; it stays cached while {why}",
+                    shared.file().name(),
+                    crate::errno::describe(code)
+                ));
+            }
+        }
+        shim.forget_all_kept();
+    }
+    warn(&format!("{why}: caching stops in this process (pid {})", std::process::id()));
 }
 
 /// Once per process image: the fork and exit handlers (inherited by forked children).
@@ -243,7 +274,8 @@ pub(crate) fn for_path(path: &Path, adopting: i32) -> Option<&'static Shim> {
     let settings = SETTINGS.load(Ordering::Acquire);
     // SAFETY: non-null only once made, and never freed.
     let settings: &'static Settings = unsafe { settings.as_ref() }?;
-    if !path.starts_with(&settings.prefix) {
+    // SeqCst: see `stop_caching`.
+    if !path.starts_with(&settings.prefix) || STOPPED.load(Ordering::SeqCst) {
         return None;
     }
     let shim = match current() {
@@ -266,11 +298,21 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
     // Descriptors of files under the prefix open already were opened by libc (inherited
     // across an exec, or before the shim could see them): those files are libc's.
     demote_open_files(&settings.prefix, adopting);
-    match Shim::new(settings) {
+    // The cache's threads and the rescuer start with every signal blocked: fatal signals go
+    // to the program's threads, whose handler waits for the rescuer (`signals.rs`).
+    let made = crate::signals::with_signals_blocked(|| {
+        let shim: &'static Shim = Box::leak(Box::new(Shim::new(settings)?));
+        std::thread::Builder::new()
+            .name("upcache-rescue".into())
+            .spawn(move || crate::signals::rescuer(shim))
+            .map_err(|e| format!("start a thread: {e}"))?;
+        Ok::<_, String>(shim)
+    });
+    match made {
         Ok(shim) => {
-            let shim: &'static Shim = Box::leak(Box::new(shim));
             SHIM.store(shim as *const Shim as *mut Shim, Ordering::Release); // Release: made
             hook();
+            crate::signals::install();
             Some(shim)
         }
         Err(msg) => {
@@ -310,6 +352,7 @@ impl Shim {
             orphans: Mutex::new(Vec::new()),
             retained: Retained::default(),
             counters: Counters::default(),
+            rescue: crate::signals::Rescue::default(),
             pid,
             reported: AtomicBool::new(false),
         })
@@ -337,7 +380,8 @@ impl Shim {
                 }
             }
         }
-        if is_demoted(key) {
+        // SeqCst: see `stop_caching` (checked under the map lock, which its scan takes).
+        if is_demoted(key) || STOPPED.load(Ordering::SeqCst) {
             return Ok(None);
         }
         if let Some((file, kept)) = self.retained.take(key) {
@@ -448,13 +492,25 @@ impl Shim {
         }
     }
 
-    /// Writes back every cached file, so that the OS files hold what the cache does.
-    pub(crate) fn write_back_all(&self) {
+    /// Writes back every cached file, so that the OS files hold what the cache does. A
+    /// failure is said with `when` (what is happening) and `then` (what follows for the data).
+    pub(crate) fn write_back_all(&self, when: &str, then: &str) {
+        self.write_back_all_with(when, then, || {});
+    }
+
+    /// `write_back_all`, calling `each` after each file.
+    pub(crate) fn write_back_all_with(&self, when: &str, then: &str, mut each: impl FnMut()) {
         for file in self.live_files() {
             if let Err(e) = file.write_back() {
-                warn(&format!("writing {} back: {e}; its unwritten data is kept in memory", file.name()));
+                warn(&format!("writing {} back {when}: {e}; {then}", file.name()));
             }
+            each();
         }
+    }
+
+    /// Whether this shim is the one of the process `pid` (a forked child's is its own).
+    pub(crate) fn runs_in(&self, pid: libc::pid_t) -> bool {
+        self.pid == pid as u32
     }
 
     /// Handles of every file this cache owns the OS copy of: open ones and ones whose close
@@ -562,7 +618,7 @@ extern "C" fn before_fork() {
     // stop caching what it inherits (both would write it).
     if let Some(shim) = current() {
         shim.demote_inherited();
-        shim.write_back_all();
+        shim.write_back_all("before a fork", "the child reads the file without it");
         shim.forget_all_kept();
     }
     let held = (lock(&START), lock(&DEMOTED));
@@ -609,7 +665,7 @@ extern "C" fn at_exit() {
     let Some(_inside) = crate::guard::enter() else { return };
     if let Some(shim) = current() {
         if shim.pid == std::process::id() {
-            shim.write_back_all();
+            shim.write_back_all("at exit", "what the cache holds of it is lost with the process");
             // AcqRel: one report per process.
             if !shim.reported.swap(true, Ordering::AcqRel) {
                 shim.report();

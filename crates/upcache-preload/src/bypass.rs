@@ -1,0 +1,256 @@
+//! Ways a program reaches a file's bytes through libc or the kernel where the shim cannot
+//! serve the call: the file is demoted first (written back, then libc's for the process), or,
+//! for an io_uring (whose requests name descriptors in memory the shim never sees), caching
+//! stops for the whole process.
+//!
+//! - POSIX AIO (`aio_read`, `aio_write`, `aio_fsync`, `lio_listio`): glibc's helper threads call
+//!   its internal pread/pwrite.
+//! - Linux AIO (`io_submit`, through libaio or `syscall`): the kernel reads and writes the OS
+//!   file.
+//! - io_uring (`io_uring_setup` through `syscall`, or liburing's `io_uring_queue_init*` and
+//!   `io_uring_setup`): a ring that liburing sets up with its own inline system calls is seen
+//!   only through those entry points; a program issuing the raw system call itself is not seen
+//!   at all (a write-back then still never cuts what the ring appended: `os_size`).
+//! - `dprintf` and `vdprintf`: libc formats into an internal stream on the descriptor.
+
+use crate::open::{cached, demote_fd};
+use crate::shim;
+use crate::{errno, real};
+use libc::{aiocb, c_char, c_int, c_long, c_uint, c_void, sigevent};
+
+/// Demotes the file on `fd` if it is cached (the common case, a file never cached, costs a
+/// lock-free table lookup).
+fn demote_if_cached(fd: c_int) -> Result<(), i32> {
+    match cached(fd) {
+        Some(_) => demote_fd(fd),
+        None => Ok(()),
+    }
+}
+
+/// An aiocb's descriptor, demoted if cached; -1 (errno set) if the demotion failed.
+///
+/// # Safety
+/// `cb` is null or a valid aiocb.
+unsafe fn demote_aiocb(cb: *const aiocb) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(cb) = (unsafe { cb.as_ref() }) else { return 0 };
+    match demote_if_cached(cb.aio_fildes) {
+        Ok(()) => 0,
+        Err(code) => errno::fail(code),
+    }
+}
+
+/// The part of the kernel's `struct iocb` before the descriptor (linux/aio_abi.h, 64-bit).
+#[repr(C)]
+struct IocbHead {
+    data: u64,
+    key: u32,
+    rw_flags: u32,
+    opcode: u16,
+    reqprio: i16,
+    fildes: u32,
+}
+
+/// Demotes the files of `nr` iocbs; -1 (errno set) if a demotion failed.
+///
+/// # Safety
+/// `iocbs` points to `nr` valid iocb pointers, or is what the kernel would reject (checked
+/// for null only).
+unsafe fn demote_iocbs(nr: c_long, iocbs: *const *const IocbHead) -> c_int {
+    if iocbs.is_null() || nr <= 0 {
+        return 0;
+    }
+    for i in 0..nr as usize {
+        // SAFETY: the caller's contract.
+        let Some(cb) = (unsafe { (*iocbs.add(i)).as_ref() }) else { continue };
+        if let Err(code) = demote_if_cached(cb.fildes as c_int) {
+            return errno::fail(code);
+        }
+    }
+    0
+}
+
+fn uring_seen() {
+    if !by_the_cache() {
+        shim::stop_caching("the program set up an io_uring, whose requests the shim cannot see");
+    }
+}
+
+/// Whether this thread is the cache's own (its io_uring engine makes rings too): inside the
+/// shim, or one of the threads the library starts (named `upcache-*`; never the main thread,
+/// which a program called `upcache-*` would otherwise be).
+fn by_the_cache() -> bool {
+    let Some(_inside) = crate::guard::enter() else { return true };
+    // SAFETY: no arguments.
+    if unsafe { libc::gettid() == libc::getpid() } {
+        return false;
+    }
+    let mut name = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    name.starts_with(b"upcache-")
+}
+
+// SAFETY (every function below): arguments are what the C prototype says, passed on as given.
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_read(cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_read()(cb),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_read64(cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_read64()(cb),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_write(cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_write()(cb),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_write64(cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_write64()(cb),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_fsync()(op, cb),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aio_fsync64(op: c_int, cb: *mut aiocb) -> c_int {
+    match demote_aiocb(cb) {
+        0 => real::aio_fsync64()(op, cb),
+        e => e,
+    }
+}
+
+/// # Safety
+/// `list` is null or points to `n` aiocb pointers (each null or valid).
+unsafe fn demote_list(list: *const *mut aiocb, n: c_int) -> c_int {
+    if list.is_null() {
+        return 0;
+    }
+    for i in 0..n.max(0) as usize {
+        // SAFETY: the caller's contract.
+        let e = unsafe { demote_aiocb(*list.add(i)) };
+        if e != 0 {
+            return e;
+        }
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lio_listio(
+    mode: c_int,
+    list: *const *mut aiocb,
+    n: c_int,
+    sev: *mut sigevent,
+) -> c_int {
+    match demote_list(list, n) {
+        0 => real::lio_listio()(mode, list, n, sev),
+        e => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lio_listio64(
+    mode: c_int,
+    list: *const *mut aiocb,
+    n: c_int,
+    sev: *mut sigevent,
+) -> c_int {
+    match demote_list(list, n) {
+        0 => real::lio_listio64()(mode, list, n, sev),
+        e => e,
+    }
+}
+
+/// libaio's io_submit (found only if the program loaded libaio, which it then calls).
+#[no_mangle]
+pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *mut c_void) -> c_int {
+    match demote_iocbs(nr, iocbs.cast()) {
+        0 => real::io_submit()(ctx, nr, iocbs),
+        e => e,
+    }
+}
+
+/// syscall(2): io_uring_setup stops caching; io_submit demotes its files; the rest passes.
+/// Variadic in C: on x86-64 and aarch64 Linux the named arguments are where the variadic ones
+/// would be, and unused ones are harmless junk (as libc's own syscall reads all six).
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a: c_long,
+    b: c_long,
+    c: c_long,
+    d: c_long,
+    e: c_long,
+    f: c_long,
+) -> c_long {
+    match n {
+        libc::SYS_io_uring_setup => uring_seen(),
+        libc::SYS_io_submit => {
+            if demote_iocbs(b, c as *const *const IocbHead) != 0 {
+                return -1;
+            }
+        }
+        _ => {}
+    }
+    real::syscall()(n, a, b, c, d, e, f)
+}
+
+/// liburing's entry points that set up a ring (it makes the system calls itself).
+#[no_mangle]
+pub unsafe extern "C" fn io_uring_queue_init(entries: c_uint, ring: *mut c_void, flags: c_uint) -> c_int {
+    uring_seen();
+    real::io_uring_queue_init()(entries, ring, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn io_uring_queue_init_params(
+    entries: c_uint,
+    ring: *mut c_void,
+    p: *mut c_void,
+) -> c_int {
+    uring_seen();
+    real::io_uring_queue_init_params()(entries, ring, p)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn io_uring_setup(entries: c_uint, p: *mut c_void) -> c_int {
+    uring_seen();
+    real::io_uring_setup()(entries, p)
+}
+
+/// vdprintf writes through an internal stream; `dprintf` (variadic) is an assembly trampoline
+/// in `process.rs` that demotes its descriptor the same way.
+#[no_mangle]
+pub unsafe extern "C" fn vdprintf(fd: c_int, format: *const c_char, args: *mut c_void) -> c_int {
+    if let Err(code) = demote_if_cached(fd) {
+        return errno::fail(code);
+    }
+    real::vdprintf()(fd, format, args)
+}
+
+/// Called by the `dprintf` trampoline with its descriptor: must not unwind into assembly.
+pub(crate) extern "C" fn before_dprintf(fd: c_int) {
+    let _ = std::panic::catch_unwind(|| demote_if_cached(fd));
+}

@@ -1,0 +1,306 @@
+//! Fatal signals: what `write` accepted survives the writer's death, as it does with the
+//! kernel's page cache. For every signal whose default action ends the process and whose
+//! disposition is the default when the shim starts, the shim installs a handler that has every
+//! cached file written back, then restores the default action and raises the signal again,
+//! so the process ends as it would have (its wait status, its core dump). A signal the program
+//! handles itself stays the program's: the shim only stands in for "the default".
+//!
+//! The handler does not write back itself: the interrupted thread may hold a lock that the
+//! write-back needs (malloc's, or the shim's own). It hands the work to a rescue thread that
+//! the shim starts with every signal blocked (as are the cache's own threads), and waits for
+//! it, giving up if the rescuer makes no progress for `STALL` (a rescuer stuck behind a lock
+//! that the interrupted thread holds). A thread inside the shim when an asynchronous signal
+//! arrives may hold the shim's locks: the signal is raised again as that thread leaves the
+//! shim (`guard.rs`), moments later.
+//!
+//! `sigaction`, `signal`, `bsd_signal` and `sysv_signal` are interposed so that the program
+//! sees "the default" where the shim's handler stands, and setting the default puts the
+//! shim's handler back. Not covered: SIGKILL and the OOM killer (no handler runs; what is not
+//! written back yet is lost until the shared cache of issue 17 holds it outside the process),
+//! a stack overflow without an alternate signal stack, and a program changing a signal's
+//! disposition at the instant the shim starts.
+
+use crate::real;
+use crate::shim::{self, Shim};
+use libc::{c_int, c_void, sighandler_t, siginfo_t};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// How long a handler waits for a rescuer that finishes no file.
+const STALL: Duration = Duration::from_secs(10);
+
+/// Signals whose default action ends the process (signal(7)), but SIGKILL and SIGSTOP, which
+/// cannot be caught. Real-time signals are added from SIGRTMIN (past glibc's own two).
+const FATAL: [c_int; 22] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGILL,
+    libc::SIGTRAP,
+    libc::SIGABRT,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGUSR1,
+    libc::SIGSEGV,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGSTKFLT,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGIO,
+    libc::SIGPWR,
+    libc::SIGSYS,
+];
+
+fn is_fatal(sig: c_int) -> bool {
+    FATAL.contains(&sig) || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig)
+}
+
+fn fatal_signals() -> impl Iterator<Item = c_int> {
+    FATAL.into_iter().chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+}
+
+/// The work a rescuer is asked for and has done, counted (wrapping).
+#[derive(Default)]
+pub(crate) struct Rescue {
+    asked: AtomicU32,
+    done: AtomicU32,
+    /// Files written back by the rescuer, for a waiting handler to see it is not stuck.
+    progress: AtomicU32,
+}
+
+fn handler_address() -> sighandler_t {
+    on_fatal as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as sighandler_t
+}
+
+/// The shim's disposition for `sig`.
+fn ours() -> libc::sigaction {
+    // SAFETY: sigaction is plain data; all zeros is a valid value, filled in below.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler_address();
+    // Everything blocked while it runs (the raise it ends with stays pending until it returns);
+    // the program's alternate stack if it has one (a stack overflow's SIGSEGV).
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    // SAFETY: a valid sigset_t.
+    unsafe { libc::sigfillset(&mut act.sa_mask) };
+    act
+}
+
+fn default_action() -> libc::sigaction {
+    // SAFETY: as in `ours`; zeros are SIG_DFL, no flags, an empty mask.
+    unsafe { std::mem::zeroed() }
+}
+
+/// At the shim's start: the handler stands in for every fatal signal left at its default.
+pub(crate) fn install() {
+    let act = ours();
+    for sig in fatal_signals() {
+        let mut cur = default_action();
+        // SAFETY: valid sigaction storage.
+        let got = unsafe { real::sigaction()(sig, std::ptr::null(), &mut cur) } == 0;
+        if got && cur.sa_sigaction == libc::SIG_DFL {
+            // SAFETY: as above.
+            unsafe { real::sigaction()(sig, &act, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// Runs `f` with every signal blocked in this thread: threads it starts inherit the mask, so
+/// no signal is delivered to the cache's threads or the rescuer (which the handler waits for).
+pub(crate) fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: valid sigset_t storage for both masks.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    let out = f();
+    // SAFETY: the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    out
+}
+
+/// The rescuer's loop: each time a handler asks, write every cached file back.
+pub(crate) fn rescuer(shim: &'static Shim) {
+    let r = &shim.rescue;
+    loop {
+        // SeqCst (all): the handler's `asked` increment, then its wait on `done`.
+        let asked = r.asked.load(Ordering::SeqCst);
+        if asked == r.done.load(Ordering::SeqCst) {
+            futex_wait(&r.asked, asked, None);
+            continue;
+        }
+        if let Some(_inside) = crate::guard::enter() {
+            shim.write_back_all_with(
+                "as the process dies of a signal",
+                "what it holds of it is lost",
+                || {
+                    r.progress.fetch_add(1, Ordering::SeqCst);
+                },
+            );
+        }
+        r.done.store(asked, Ordering::SeqCst);
+        futex_wake(&r.done);
+    }
+}
+
+/// Has the rescuer write everything back; returns when it has, or when it seems stuck.
+/// Async-signal-safe: atomics, futex and clock_gettime only.
+fn rescue(shim: &Shim) {
+    let r = &shim.rescue;
+    let ticket = r.asked.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+    futex_wake(&r.asked);
+    let (mut seen, mut since) = (r.progress.load(Ordering::SeqCst), now());
+    loop {
+        let done = r.done.load(Ordering::SeqCst);
+        if done.wrapping_sub(ticket) as i32 >= 0 {
+            return;
+        }
+        let progress = r.progress.load(Ordering::SeqCst);
+        if progress != seen {
+            (seen, since) = (progress, now());
+        } else if now().saturating_sub(since) > STALL {
+            return;
+        }
+        futex_wait(&r.done, done, Some(Duration::from_millis(100)));
+    }
+}
+
+extern "C" fn on_fatal(sig: c_int, _info: *mut siginfo_t, _ctx: *mut c_void) {
+    let errno = crate::errno::get();
+    if crate::guard::defer_if_inside(sig) {
+        crate::errno::set(errno);
+        return;
+    }
+    if let Some(shim) = shim::current() {
+        // SAFETY: getpid has no arguments. (A forked child before its own shim has none.)
+        if shim.runs_in(unsafe { libc::getpid() }) {
+            rescue(shim);
+        }
+    }
+    // The default action, as the program asked for; raised again, it is delivered as this
+    // handler returns (it is blocked until then), with the same wait status and core dump.
+    let dfl = default_action();
+    // SAFETY: a valid sigaction; raise has no memory arguments.
+    unsafe {
+        real::sigaction()(sig, &dfl, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    crate::errno::set(errno);
+}
+
+fn now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec storage.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live u32 for the call; the timeout, if any, outlives it. Returns at
+    // once if the word is no longer `expected`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live u32; waking has no other memory arguments.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX)
+    };
+}
+
+/// The program's view of a disposition: the shim's handler is "the default".
+fn as_seen(act: &mut libc::sigaction) {
+    if act.sa_sigaction == handler_address() {
+        *act = default_action();
+    }
+}
+
+/// Whether the shim stands in for the default of `sig` now (it runs in this process).
+fn standing_in(sig: c_int) -> bool {
+    is_fatal(sig) && shim::current().is_some()
+}
+
+// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    if !is_fatal(sig) {
+        return real::sigaction()(sig, act, old);
+    }
+    let mine;
+    let mut act = act;
+    if let Some(a) = act.as_ref() {
+        if a.sa_sigaction == libc::SIG_DFL && standing_in(sig) {
+            mine = ours();
+            act = &mine;
+        }
+    }
+    // One call: the old disposition is swapped out atomically, as the program's own call does.
+    let r = real::sigaction()(sig, act, old);
+    if r == 0 {
+        if let Some(o) = old.as_mut() {
+            as_seen(o);
+        }
+    }
+    r
+}
+
+/// signal(3) and kin: the shim's handler for the default, and the default for its handler.
+unsafe fn signal_with(
+    sig: c_int,
+    handler: sighandler_t,
+    set: unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t,
+) -> sighandler_t {
+    if !is_fatal(sig) {
+        return set(sig, handler);
+    }
+    if handler == libc::SIG_DFL && standing_in(sig) {
+        let act = ours();
+        let mut old = default_action();
+        if real::sigaction()(sig, &act, &mut old) != 0 {
+            return libc::SIG_ERR;
+        }
+        as_seen(&mut old);
+        return old.sa_sigaction;
+    }
+    match set(sig, handler) {
+        h if h == handler_address() => libc::SIG_DFL,
+        h => h,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    signal_with(sig, handler, real::signal())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    signal_with(sig, handler, real::bsd_signal())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    signal_with(sig, handler, real::sysv_signal())
+}
