@@ -207,11 +207,7 @@ pub unsafe extern "C" fn syscall(
 ) -> c_long {
     match n {
         libc::SYS_io_uring_setup => uring_seen(),
-        libc::SYS_io_submit => {
-            if demote_iocbs(b, c as *const *const IocbHead) != 0 {
-                return -1;
-            }
-        }
+        libc::SYS_io_submit if demote_iocbs(b, c as *const *const IocbHead) != 0 => return -1,
         _ => {}
     }
     real::syscall()(n, a, b, c, d, e, f)
