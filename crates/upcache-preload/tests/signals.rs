@@ -1,0 +1,36 @@
+//! A writer killed by a fatal signal keeps what `write` accepted (`tests/c/shim_signals.c`):
+//! sent by another process, raised, a real fault, `abort`, a broken pipe, a program's handler
+//! that chains to the default, another thread writing meanwhile; and a signal the program
+//! handles itself stays the program's. Run without the shim (the kernel's answer) and with it,
+//! where every child's lines must still have been in the cache, not the OS file, when it died.
+
+mod common;
+
+use common::{build_shim, compile};
+use std::process::Command;
+
+#[test]
+fn writers_killed_by_signals_keep_every_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = build_shim();
+    let bin = compile(tmp.path(), "shim_signals");
+    for with_shim in [false, true] {
+        let dir = tmp.path().join(if with_shim { "shim" } else { "kernel" });
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new(&bin);
+        cmd.arg(&dir);
+        if with_shim {
+            cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "16M");
+        }
+        let out = cmd.output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("all checks passed"), "shim {with_shim}:\n{text}");
+        let cases: Vec<&str> = text.lines().filter(|l| l.contains(" held=")).collect();
+        assert_eq!(cases.len(), 15, "{text}");
+        // With the shim the lines were in the cache only (the test would pass vacuously if the
+        // shim had left the file to the kernel); without it, in the OS file.
+        let held = if with_shim { "held=y" } else { "held=n" };
+        assert!(cases.iter().all(|l| l.contains(held)), "shim {with_shim}:\n{text}");
+        assert!(!text.contains("upcache-preload"), "the shim complained:\n{text}");
+    }
+}
