@@ -21,10 +21,12 @@ use libc::{aiocb, c_char, c_int, c_long, c_uint, c_void, sigevent};
 /// Demotes the file on `fd` if it is cached (the common case, a file never cached, costs a
 /// lock-free table lookup).
 fn demote_if_cached(fd: c_int) -> Result<(), i32> {
-    match cached(fd) {
-        Some(_) => demote_fd(fd),
-        None => Ok(()),
+    // (Its guard is dropped here: `demote_fd` enters the shim itself.)
+    let is_cached = cached(fd).is_some();
+    if is_cached {
+        demote_fd(fd)?;
     }
+    Ok(())
 }
 
 /// An aiocb's descriptor, demoted if cached; -1 (errno set) if the demotion failed.

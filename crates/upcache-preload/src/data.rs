@@ -104,12 +104,24 @@ fn see_growth(file: &File, off: u64, want: usize) {
     }
 }
 
+/// EINVAL if `off + want` does not fit a signed 64-bit offset, as the kernel checks every
+/// read and write.
+fn in_range(off: u64, want: usize) -> Result<(), i32> {
+    match off.checked_add(want as u64) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(libc::EINVAL),
+    }
+}
+
 fn read_at(shim: &Shim, desc: &Description, bufs: &[RawBuf], at: At) -> Result<usize, i32> {
     if !desc.readable {
         return Err(libc::EBADF);
     }
     let file = desc.shared.file();
     let want = bufs.iter().map(|b| b.len).sum();
+    if let At::Offset(off) = at {
+        in_range(off, want)?;
+    }
     let n = match at {
         At::Offset(off) => {
             see_growth(file, off, want);
@@ -181,6 +193,9 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
         return Err(libc::EBADF);
     }
     let file = desc.shared.file();
+    if let At::Offset(off) = at {
+        in_range(off, bufs.iter().map(|b| b.len()).sum())?;
+    }
     // Relaxed: the flag is the caller's own setting, ordered by the caller.
     let append = append || desc.append.load(Ordering::Relaxed);
     let n = match (at, append) {

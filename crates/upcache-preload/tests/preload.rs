@@ -180,3 +180,44 @@ fn random_operations_give_the_kernels_results() {
         }
     }
 }
+
+/// Every way bytes reach a file past the shim's read and write calls (`tests/c/shim_bypass.c`):
+/// sendfile, copy_file_range and splice into and out of cached files, POSIX and Linux AIO,
+/// dprintf and vdprintf, a cached descriptor copied onto a stream's or opened onto stdout,
+/// EFBIG and RLIMIT_FSIZE, and an io_uring. The transcript and the files left must be the
+/// kernel's.
+#[test]
+fn ways_around_read_and_write_give_the_kernels_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = build_shim();
+    let bin = compile(tmp.path(), "shim_bypass");
+    let stats = tmp.path().join("bypass.stats");
+    let mut runs = Vec::new();
+    for with_shim in [false, true] {
+        let dir = tmp.path().join(if with_shim { "shim" } else { "kernel" });
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new(&bin);
+        cmd.arg(&dir);
+        if with_shim {
+            cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "16M");
+            cmd.env("UPCACHE_STATS", &stats);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success() && stdout.ends_with("done\n"), "shim {with_shim}:\n{stdout}{stderr}");
+        runs.push((stdout, stderr, common::tree(&dir)));
+    }
+    let (kernel, shimmed) = (&runs[0], &runs[1]);
+    for (k, s) in kernel.0.lines().zip(shimmed.0.lines()) {
+        assert_eq!(k, s, "the shim differs from the kernel:\nkernel:\n{}\nshim:\n{}", kernel.0, shimmed.0);
+    }
+    assert_eq!(kernel.0.lines().count(), shimmed.0.lines().count());
+    for ((name, k), (_, s)) in kernel.2.iter().zip(&shimmed.2) {
+        assert!(k == s, "{name} differs");
+    }
+    // The io_uring made the shim stop caching, and it said so; nothing else was said.
+    assert!(shimmed.1.contains("io_uring") && shimmed.1.lines().count() == 1, "{}", shimmed.1);
+    let line = std::fs::read_to_string(&stats).unwrap();
+    assert!(field(&line, "opens") >= 10 && field(&line, "writes") >= 10, "{line}");
+}

@@ -23,7 +23,8 @@ fn writers_killed_by_signals_keep_every_line() {
             cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "16M");
         }
         let out = cmd.output().unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("all checks passed"), "shim {with_shim}:\n{text}");
         let cases: Vec<&str> = text.lines().filter(|l| l.contains(" held=")).collect();
         assert_eq!(cases.len(), 15, "{text}");
