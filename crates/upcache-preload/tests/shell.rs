@@ -109,3 +109,52 @@ fn a_redirected_echo_then_an_append_keep_both_lines() {
     let f = files.iter().find(|(n, _)| n == "f").expect("f");
     assert_eq!(String::from_utf8_lossy(&f.1), "hello\nmore\n");
 }
+
+/// A shimmed `tail -f` prints the lines that a process without the shim appends (with
+/// inotify, and polling). A watchdog ends `tail` after a minute, so that a tail that never
+/// sees a line fails the test instead of hanging it.
+#[test]
+fn a_shimmed_tail_f_follows_an_unshimmed_writer() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let so = build_shim();
+    for polling in [false, true] {
+        let log = tmp.path().join(format!("log-{polling}"));
+        std::fs::write(&log, "first\n").unwrap();
+        let mut cmd = Command::new("tail");
+        cmd.arg("-f").arg("-n").arg("+1");
+        if polling {
+            cmd.args(["---disable-inotify", "-s", "0.05"]);
+        }
+        cmd.arg(&log).stdout(std::process::Stdio::piped());
+        cmd.env("LD_PRELOAD", &so).env("UPCACHE_PREFIX", tmp.path()).env("UPCACHE_MEMORY", "4M");
+        let mut tail = cmd.spawn().unwrap();
+        let pid = tail.id() as i32;
+        let (done, stop) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if stop.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+                // SAFETY: no memory arguments; the child is ours and not yet reaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        });
+        let mut out = BufReader::new(tail.stdout.take().unwrap());
+        let mut next = || {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            line
+        };
+        assert_eq!(next(), "first\n", "polling {polling}");
+        for i in 0..5 {
+            // Appended as another program would: open, write, fsync, close.
+            let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+            writeln!(f, "appended {i}").unwrap();
+            f.sync_all().unwrap();
+            drop(f);
+            assert_eq!(next(), format!("appended {i}\n"), "polling {polling}: tail missed a line");
+        }
+        drop(done);
+        watchdog.join().unwrap();
+        tail.kill().unwrap();
+        tail.wait().unwrap();
+    }
+}
