@@ -53,6 +53,9 @@
 // Any other failure; see `upcache_last_error`.
 #define UPCACHE_EOTHER -14
 
+// A write or length at or past the largest file the file system allows (EFBIG).
+#define UPCACHE_EFBIG -15
+
 // An opaque open cache.
 typedef struct upcache_cache upcache_cache;
 

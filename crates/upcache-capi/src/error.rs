@@ -37,6 +37,8 @@ pub const UPCACHE_EBUSY: i32 = -12;
 pub const UPCACHE_EPANIC: i32 = -13;
 /// Any other failure; see `upcache_last_error`.
 pub const UPCACHE_EOTHER: i32 = -14;
+/// A write or length at or past the largest file the file system allows (EFBIG).
+pub const UPCACHE_EFBIG: i32 = -15;
 
 /// A failed call: its code and what to tell `upcache_last_error`.
 pub(crate) struct Fail {
@@ -65,6 +67,7 @@ impl From<upcache::Error> for Fail {
             ErrorKind::NoSpace => UPCACHE_ENOSPC,
             ErrorKind::CacheFull => UPCACHE_EFULL,
             ErrorKind::Busy => UPCACHE_EBUSY,
+            ErrorKind::FileTooLarge => UPCACHE_EFBIG,
             _ => UPCACHE_EOTHER,
         };
         Fail { code, msg: e.to_string() }
@@ -143,6 +146,7 @@ pub extern "C" fn upcache_strerror(code: i32) -> *const c_char {
         UPCACHE_EFULL => b"cache full: every frame pinned or under I/O\0",
         UPCACHE_EBUSY => b"busy\0",
         UPCACHE_EPANIC => b"internal error\0",
+        UPCACHE_EFBIG => b"file too large for its file system\0",
         _ => b"unknown error\0",
     };
     s.as_ptr().cast()
