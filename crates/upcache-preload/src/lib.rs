@@ -28,12 +28,18 @@
 //!   (`/proc/self/fd`) is under the prefix: paths outside are never cached or changed;
 //! - the last close of a file writes its dirty pages back to it (no fsync, as close(2)),
 //!   and so do exit, `_exit`, exec (the execl family through assembly trampolines),
-//!   posix_spawn, system, popen and `sendfile` from it;
+//!   posix_spawn, system, popen, a kernel copy (`sendfile`, `splice`, ...) from it, and a
+//!   fatal signal (`signals.rs`: the process then dies as it would have);
 //! - a file that something else is about to write or read without the shim is *demoted*:
 //!   written back, and every descriptor of it handed to libc, and never cached again in the
-//!   process. That is done to files
-//!   a forked child inherits (not close-on-exec), and by `fdopen`, `fopen`, `freopen` and
-//!   `mmap` of them;
+//!   process. That is done to files a forked child inherits (not close-on-exec), that reach
+//!   stdin, stdout, stderr or a descriptor a stdio stream wraps (`stdio.rs`: a shell's
+//!   `echo hello > f`), by `fdopen`, `fopen`, `freopen` and `mmap` of them, and by POSIX or
+//!   Linux AIO and `dprintf` on them (`bypass.rs`); an io_uring stops caching for the
+//!   process; kernel copies into a cached file are served (`copy.rs`);
+//! - growth of a cached file by another process is seen by `fstat`, `lseek(SEEK_END)`,
+//!   appends and reads past the cached end (`tail -f`), and a write-back never cuts it;
+//! - the file system's largest file and RLIMIT_FSIZE fail the write that crosses them (EFBIG);
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
 //!   the child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
@@ -41,9 +47,10 @@
 //!   passes everything through.
 //!
 //! Not served: another process that opens a cached file itself sees the cache's writes only
-//! once they are written back (close, fsync, exit), and its own writes are not seen by the
-//! cache; the `__xstat` family of binaries built for glibc < 2.33 reports the OS size; the
-//! execl family is written back only on x86-64.
+//! once they are written back (close, fsync, exit, a fatal signal), and its writes inside the
+//! cached length are not seen by the cache; SIGKILL and the OOM killer lose what is not
+//! written back yet; the `__xstat` family of binaries built for glibc < 2.33 reports the OS
+//! size; the execl family and `dprintf` are interposed only on x86-64.
 
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (variadic open/fcntl)");

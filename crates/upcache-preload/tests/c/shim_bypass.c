@@ -262,6 +262,20 @@ static void limits(void) {
     close(fd);
 }
 
+static void vectored_flags(void) {
+    int fd = open_new("pwritev2");
+    struct iovec v[2] = {{"abc", 3}, {"defgh", 5}};
+    said("pwritev2 at 100", pwritev2(fd, v, 2, 100, 0));
+    said("pwritev2 at the offset", pwritev2(fd, v, 1, -1, 0));
+    said("  offset after", (long)lseek(fd, 0, SEEK_CUR));
+    said("pwritev2 RWF_APPEND", pwritev2(fd, v, 2, 5, RWF_APPEND));
+    said("pwritev2 RWF_DSYNC", pwritev2(fd, v + 1, 1, 50, RWF_DSYNC));
+    said("pwritev2 RWF_SYNC", pwritev2(fd, v, 1, 60, RWF_SYNC));
+    said("pwritev2 unknown flag", pwritev2(fd, v, 1, 0, 0x40000000));
+    show("pwritev2", fd);
+    close(fd);
+}
+
 /* One IORING_OP_WRITE through a ring set up with the raw system calls. */
 static int uring_write(int fd, const void *buf, unsigned len, uint64_t off) {
     struct io_uring_params p;
@@ -326,6 +340,7 @@ int main(int argc, char **argv) {
     async_io();
     stdio_paths();
     limits();
+    vectored_flags();
     io_uring();
     printf("done\n");
     return 0;

@@ -226,10 +226,13 @@ impl CacheInner {
         // Acquire: see the extension of every write that ended before.
         let len = file.len.load(Ordering::Acquire);
         let (tail, in_tail) = (len / ps, (len % ps) as usize);
+        // Lock-free readers retry across a change of the length and of the pages past it.
+        let _change = file.writes.begin();
         let key = PageKey { file: file.id, page: tail };
         let frame = file.index.peek(tail).filter(|&id| self.frames.pin_if_holds(id, key)).filter(|&id| {
-            self.frames.lock_pinned(id); // waits out a write-back in flight
-                                         // A load that failed meanwhile leaves the frame not VALID: not the page.
+            // Waits out a write-back in flight. A load that failed meanwhile leaves the frame
+            // not VALID: not the page.
+            self.frames.lock_pinned(id);
             let valid = self.frames.state(id).load() & VALID != 0;
             if !valid {
                 self.frames.unlock(id, 0, 0);
@@ -241,6 +244,12 @@ impl CacheInner {
         if let Some(id) = frame {
             self.frames.unlock(id, 0, 0);
             self.frames.state(id).unpin();
+        }
+        if fitted.as_ref().is_ok_and(|&now| now > len) {
+            // No page past the one that held the end is dirty; clean ones would read as
+            // zeros. Dropped holding no frame (this waits on theirs), and before readers of
+            // them, which wait for the caller's range, can copy from them.
+            self.drop_clean_pages(file, tail + 1, u64::MAX);
         }
         fitted
     }
@@ -258,9 +267,6 @@ impl CacheInner {
         let ours = file.os_size.load(Ordering::SeqCst);
         if have > ours && have > len {
             let ps = self.config.page_size as u64;
-            let _change = file.writes.begin();
-            // No page past the one holding the end is dirty; clean ones would read as zeros.
-            self.drop_clean_pages(file, len / ps + 1, u64::MAX);
             if let Some((id, in_tail)) = tail.filter(|&(_, at)| at > 0) {
                 // The page holding the old end, cached (clean or dirty): its bytes past that
                 // end are zeros of ours; the OS file's are the ones to read there.
@@ -272,7 +278,7 @@ impl CacheInner {
                     .map_err(|e| Error::io(format!("read the end of {}", file.name), e))?;
                 if n > in_tail {
                     // SAFETY: the frame is LOCKED by us (no other writer, no write-back), and
-                    // lock-free readers retry on the change begun above; in bounds of a page.
+                    // lock-free readers retry on the caller's change; in bounds of a page.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             page[in_tail..n].as_ptr(),
@@ -283,7 +289,7 @@ impl CacheInner {
                 }
             }
             file.os_size.fetch_max(have, Ordering::SeqCst);
-            // Release: readers that see the new length find the pages past the old one gone.
+            // Release: as every length change (readers of the range wait for the caller's lock).
             file.len.store(have, Ordering::Release);
             return Ok(have);
         }

@@ -249,6 +249,13 @@ impl File {
     /// kernel does; `FileTooLarge` for a write that starts there or past it.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
         let max = self.file.max_len;
+        // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("offset {offset} + length {} is past the largest file offset", buf.len()),
+            ));
+        }
         if offset >= max && !buf.is_empty() {
             return Err(Error::new(
                 ErrorKind::FileTooLarge,
@@ -342,6 +349,12 @@ impl File {
     /// Shrinks or extends the file. Bytes past the old end read as zeros after an extension;
     /// a shrink drops cached pages past the new end, dirty or not.
     pub fn set_len(&self, size: u64) -> Result<()> {
+        if size > i64::MAX as u64 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("length {size} is past the largest file offset"),
+            ));
+        }
         if size > self.file.max_len {
             return Err(Error::new(
                 ErrorKind::FileTooLarge,
