@@ -95,37 +95,20 @@ fn by_the_cache() -> bool {
 
 // SAFETY (every function below): arguments are what the C prototype says, passed on as given.
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_read(cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_read()(cb),
-        e => e,
-    }
+/// aio_read, aio_write and their 64-bit twins (one function each in glibc's 64-bit ABI).
+macro_rules! aio_submits {
+    ($($name:ident)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(cb: *mut aiocb) -> c_int {
+            match demote_aiocb(cb) {
+                0 => real::$name()(cb),
+                e => e,
+            }
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_read64(cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_read64()(cb),
-        e => e,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_write(cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_write()(cb),
-        e => e,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_write64(cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_write64()(cb),
-        e => e,
-    }
-}
+aio_submits! { aio_read aio_read64 aio_write aio_write64 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut aiocb) -> c_int {
@@ -159,31 +142,20 @@ unsafe fn demote_list(list: *const *mut aiocb, n: c_int) -> c_int {
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio(
-    mode: c_int,
-    list: *const *mut aiocb,
-    n: c_int,
-    sev: *mut sigevent,
-) -> c_int {
-    match demote_list(list, n) {
-        0 => real::lio_listio()(mode, list, n, sev),
-        e => e,
-    }
+/// lio_listio and its 64-bit twin.
+macro_rules! lio_listios {
+    ($($name:ident)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(mode: c_int, list: *const *mut aiocb, n: c_int, sev: *mut sigevent) -> c_int {
+            match demote_list(list, n) {
+                0 => real::$name()(mode, list, n, sev),
+                e => e,
+            }
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio64(
-    mode: c_int,
-    list: *const *mut aiocb,
-    n: c_int,
-    sev: *mut sigevent,
-) -> c_int {
-    match demote_list(list, n) {
-        0 => real::lio_listio64()(mode, list, n, sev),
-        e => e,
-    }
-}
+lio_listios! { lio_listio lio_listio64 }
 
 /// libaio's io_submit (found only if the program loaded libaio, which it then calls).
 #[no_mangle]

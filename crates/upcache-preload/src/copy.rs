@@ -111,13 +111,19 @@ fn same_file(a: c_int, b: c_int) -> bool {
     }
 }
 
+/// A copy the kernel makes, into a file that is not cached: from the source as the cache
+/// holds it (written back first).
+fn by_the_kernel(in_fd: c_int, copy: impl FnOnce() -> ssize_t) -> ssize_t {
+    match write_back(in_fd) {
+        Ok(()) => copy(),
+        Err(code) => errno::fail(code),
+    }
+}
+
 /// sendfile(2) into a cached file: EINVAL for an O_APPEND destination, as the kernel says.
 unsafe fn sendfile_any(out_fd: c_int, in_fd: c_int, off: *mut i64, count: size_t) -> Option<ssize_t> {
     let Some(d) = dest(out_fd) else {
-        if let Err(code) = write_back(in_fd) {
-            return Some(errno::fail(code));
-        }
-        return None;
+        return write_back(in_fd).err().map(errno::fail);
     };
     if d.append {
         return Some(errno::fail(libc::EINVAL));
@@ -157,10 +163,7 @@ pub unsafe extern "C" fn copy_file_range(
     flags: c_uint,
 ) -> ssize_t {
     let Some(d) = dest(out_fd) else {
-        if let Err(code) = write_back(in_fd) {
-            return errno::fail(code);
-        }
-        return real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags);
+        return by_the_kernel(in_fd, || real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags));
     };
     if flags != 0 {
         return errno::fail(libc::EINVAL);
@@ -193,10 +196,7 @@ pub unsafe extern "C" fn splice(
     flags: c_uint,
 ) -> ssize_t {
     let Some(d) = dest(out_fd) else {
-        if let Err(code) = write_back(in_fd) {
-            return errno::fail(code);
-        }
-        return real::splice()(in_fd, in_off, out_fd, out_off, len, flags);
+        return by_the_kernel(in_fd, || real::splice()(in_fd, in_off, out_fd, out_off, len, flags));
     };
     let is_pipe = crate::open::os_stat(in_fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
     if !is_pipe {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{build_shim, compile, field};
+use common::{build_shim, compile, field, shimmed};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -199,8 +199,7 @@ fn ways_around_read_and_write_give_the_kernels_results() {
         let mut cmd = Command::new(&bin);
         cmd.arg(&dir);
         if with_shim {
-            cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "16M");
-            cmd.env("UPCACHE_STATS", &stats);
+            shimmed(&mut cmd, &shim, &dir, "16M").env("UPCACHE_STATS", &stats);
         }
         let out = cmd.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

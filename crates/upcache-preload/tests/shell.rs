@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{build_shim, total, tree};
+use common::{build_shim, shimmed, total, tree};
 use std::path::Path;
 use std::process::Command;
 
@@ -47,8 +47,7 @@ fn run(dir: &Path, script: &str, shim: Option<(&Path, &Path)>) -> (String, Vec<(
     let mut cmd = Command::new("bash");
     cmd.arg("-c").arg(script).current_dir(dir).env("LC_ALL", "C");
     if let Some((so, stats)) = shim {
-        cmd.env("LD_PRELOAD", so).env("UPCACHE_PREFIX", dir).env("UPCACHE_MEMORY", "4M");
-        cmd.env("UPCACHE_STATS", stats);
+        shimmed(&mut cmd, so, dir, "4M").env("UPCACHE_STATS", stats);
     }
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -127,7 +126,7 @@ fn a_shimmed_tail_f_follows_an_unshimmed_writer() {
             cmd.args(["---disable-inotify", "-s", "0.05"]);
         }
         cmd.arg(&log).stdout(std::process::Stdio::piped());
-        cmd.env("LD_PRELOAD", &so).env("UPCACHE_PREFIX", tmp.path()).env("UPCACHE_MEMORY", "4M");
+        shimmed(&mut cmd, &so, tmp.path(), "4M");
         let mut tail = cmd.spawn().unwrap();
         let pid = tail.id() as i32;
         let (done, stop) = std::sync::mpsc::channel::<()>();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{build_shim, compile};
+use common::{build_shim, compile, shimmed};
 use std::process::Command;
 
 #[test]
@@ -20,7 +20,7 @@ fn writers_killed_by_signals_keep_every_line() {
         let mut cmd = Command::new(&bin);
         cmd.arg(&dir);
         if with_shim {
-            cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "16M");
+            shimmed(&mut cmd, &shim, &dir, "16M");
         }
         let out = cmd.output().unwrap();
         let text =

@@ -37,6 +37,11 @@ pub fn compile(dir: &Path, name: &str) -> PathBuf {
     bin
 }
 
+/// Makes `cmd` load the shim `so` and cache what is under `prefix` in `memory` (a size).
+pub fn shimmed<'a>(cmd: &'a mut Command, so: &Path, prefix: &Path, memory: &str) -> &'a mut Command {
+    cmd.env("LD_PRELOAD", so).env("UPCACHE_PREFIX", prefix).env("UPCACHE_MEMORY", memory)
+}
+
 /// The value of `key=` in a stats line.
 pub fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
