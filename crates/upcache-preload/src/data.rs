@@ -3,6 +3,7 @@
 //! cache, and move it, under the description's offset lock.
 
 use crate::errno;
+use crate::limits::{past_size_limit, size_limit};
 use crate::open::{cached, shielded};
 use crate::real;
 use crate::shim::{Description, Shim};
@@ -142,21 +143,6 @@ fn read_at(shim: &Shim, desc: &Description, bufs: &[RawBuf], at: At) -> Result<u
     Ok(n)
 }
 
-/// The process's file size limit (RLIMIT_FSIZE), if it has one.
-fn size_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is writable rlimit storage.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0;
-    (got && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
-}
-
-/// SIGXFSZ and EFBIG, as the kernel answers a write or truncate past RLIMIT_FSIZE.
-fn past_size_limit() -> i32 {
-    // SAFETY: no memory arguments; the signal goes to this thread, as the kernel's does.
-    unsafe { libc::raise(libc::SIGXFSZ) };
-    libc::EFBIG
-}
-
 /// `bufs` cut to the first `max` bytes.
 fn first_bytes<'a>(bufs: &[&'a [u8]], mut max: u64) -> Vec<&'a [u8]> {
     let mut out = Vec::with_capacity(bufs.len());
@@ -170,10 +156,10 @@ fn first_bytes<'a>(bufs: &[&'a [u8]], mut max: u64) -> Vec<&'a [u8]> {
 
 /// Writes `bufs` at `at` within the process's file size limit, as the kernel checks it before
 /// the file system's (which the library applies): past it, SIGXFSZ and EFBIG; across it, the
-/// bytes up to it. Asked only of writes that extend the file.
+/// bytes up to it.
 fn write_limited(file: &File, bufs: &[&[u8]], at: u64) -> Result<usize, i32> {
     let want: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-    if want > 0 && at.saturating_add(want) > file.len() {
+    if want > 0 {
         if let Some(limit) = size_limit() {
             if at >= limit {
                 return Err(past_size_limit());
@@ -203,7 +189,7 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
             let _end = desc.shared.append.lock().unwrap_or_else(|p| p.into_inner());
             // The end as the kernel knows it, another process's appends included.
-            let end = file.refresh_len().unwrap_or_else(|_| file.len());
+            let end = file.refresh_len().map_err(|e| errno::of(&e))?;
             let n = write_limited(file, bufs, end)?;
             // As the kernel: an append that wrote nothing leaves the offset where it was.
             if let (At::Current(fd), true) = (at, n > 0) {
@@ -615,7 +601,10 @@ fn set_len(desc: &Description, len: i64) -> c_int {
         Err(_) => errno::fail(libc::EINVAL),
         // ftruncate(2): EINVAL for a descriptor not open for writing.
         Ok(_) if !desc.writable => errno::fail(libc::EINVAL),
-        Ok(len) if size_limit().is_some_and(|limit| len > limit) => errno::fail(past_size_limit()),
+        // The limit stops growth only, as the kernel's `inode_newsize_ok`.
+        Ok(len) if len > desc.shared.file().len() && size_limit().is_some_and(|limit| len > limit) => {
+            errno::fail(past_size_limit())
+        }
         Ok(len) => status(desc.shared.file().set_len(len)),
     }
 }

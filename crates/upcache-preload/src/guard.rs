@@ -31,9 +31,21 @@ pub(crate) fn defer_if_inside(sig: i32) -> bool {
     inside && DEFERRED.try_with(|d| d.set(sig)).is_ok()
 }
 
+/// Raises `sig` as this thread leaves the shim (now, if it is not inside): for a signal the
+/// shim itself sends (SIGXFSZ), whose handler must not run with the shim's locks held.
+pub(crate) fn raise_on_leaving(sig: i32) {
+    if !defer_if_inside(sig) {
+        // SAFETY: no memory arguments.
+        unsafe { libc::raise(sig) };
+    }
+}
+
 impl Drop for Inside {
     fn drop(&mut self) {
         let _ = INSIDE.try_with(|inside| inside.set(false));
+        // A handler running between the two must see the flag cleared or leave its signal
+        // where the load below finds it: the compiler may not swap them.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
         let deferred = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
         if deferred != 0 {
             let errno = crate::errno::get();

@@ -60,6 +60,7 @@ mod copy;
 mod data;
 mod errno;
 mod guard;
+mod limits;
 mod meta;
 mod namespace;
 mod open;

@@ -60,7 +60,14 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     let key = (st.st_dev, st.st_ino);
     if crate::stdio::wraps(fd) {
         // Opened onto stdin, stdout or stderr (after a close of it), or onto a number a stream
-        // still wraps: libc's (`stdio.rs`), and so is the file, for the process.
+        // still wraps: libc's (`stdio.rs`), and so is the file, for the process. A copy cached
+        // through another descriptor follows the truncation libc's open just made first, or
+        // the demotion would write its stale pages back over it.
+        if let Some(shared) = shim.lookup(key).filter(|_| flags & libc::O_TRUNC != 0) {
+            if let Err(e) = shared.file().set_len(0) {
+                shim::warn(&format!("{}: truncating the cached copy: {e}", path.display()));
+            }
+        }
         if let Err(code) = demote_key(key) {
             shim::warn(&format!("{}: {}; it stays cached", path.display(), errno::describe(code)));
         }

@@ -175,6 +175,11 @@ real! {
     signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
     bsd_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
     sysv_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    sigset: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    setrlimit: unsafe extern "C" fn(libc::__rlimit_resource_t, *const libc::rlimit) -> c_int;
+    setrlimit64: unsafe extern "C" fn(libc::__rlimit_resource_t, *const libc::rlimit64) -> c_int;
+    prlimit: unsafe extern "C" fn(libc::pid_t, libc::__rlimit_resource_t, *const libc::rlimit, *mut libc::rlimit) -> c_int;
+    prlimit64: unsafe extern "C" fn(libc::pid_t, libc::__rlimit_resource_t, *const libc::rlimit64, *mut libc::rlimit64) -> c_int;
     aio_read: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
     aio_read64: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
     aio_write: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;

@@ -26,7 +26,7 @@ use libc::{c_int, c_void, sighandler_t, siginfo_t};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-/// How long a handler waits for a rescuer that finishes no file.
+/// How long a handler waits for a rescuer that writes nothing back and finishes no file.
 const STALL: Duration = Duration::from_secs(10);
 
 /// Signals whose default action ends the process (signal(7)), but SIGKILL and SIGSTOP, which
@@ -69,7 +69,8 @@ fn fatal_signals() -> impl Iterator<Item = c_int> {
 pub(crate) struct Rescue {
     asked: AtomicU32,
     done: AtomicU32,
-    /// Files written back by the rescuer, for a waiting handler to see it is not stuck.
+    /// Files written back by the rescuer (with the cache's bytes written back, what a waiting
+    /// handler watches to see that it is not stuck).
     progress: AtomicU32,
 }
 
@@ -137,13 +138,16 @@ pub(crate) fn rescuer(shim: &'static Shim) {
             continue;
         }
         if let Some(_inside) = crate::guard::enter() {
-            shim.write_back_all_with(
-                "as the process dies of a signal",
-                "what it holds of it is lost",
-                || {
-                    r.progress.fetch_add(1, Ordering::SeqCst);
-                },
-            );
+            // A panic must not end the rescuer: every later signal would wait for it in vain.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                shim.write_back_all_with(
+                    "as the process dies of a signal",
+                    "what it holds of it is lost",
+                    || {
+                        r.progress.fetch_add(1, Ordering::SeqCst);
+                    },
+                )
+            }));
         }
         r.done.store(asked, Ordering::SeqCst);
         futex_wake(&r.done);
@@ -156,15 +160,16 @@ fn rescue(shim: &Shim) {
     let r = &shim.rescue;
     let ticket = r.asked.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
     futex_wake(&r.asked);
-    let (mut seen, mut since) = (r.progress.load(Ordering::SeqCst), now());
+    let progress = || r.progress.load(Ordering::SeqCst).wrapping_add(shim.cache.written_back_bytes() as u32);
+    let (mut seen, mut since) = (progress(), now());
     loop {
         let done = r.done.load(Ordering::SeqCst);
         if done.wrapping_sub(ticket) as i32 >= 0 {
             return;
         }
-        let progress = r.progress.load(Ordering::SeqCst);
-        if progress != seen {
-            (seen, since) = (progress, now());
+        let now_at = progress();
+        if now_at != seen {
+            (seen, since) = (now_at, now());
         } else if now().saturating_sub(since) > STALL {
             return;
         }
@@ -172,25 +177,41 @@ fn rescue(shim: &Shim) {
     }
 }
 
-extern "C" fn on_fatal(sig: c_int, _info: *mut siginfo_t, _ctx: *mut c_void) {
+/// Whether `sig` is a fault the CPU raised at an instruction that runs again when the handler
+/// returns (a bad address, an illegal instruction, a division by zero), rather than a signal
+/// sent (`si_code` <= 0: kill, raise, sigqueue).
+fn refaults(sig: c_int, info: *const siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
+    matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) && code > 0
+}
+
+extern "C" fn on_fatal(sig: c_int, info: *mut siginfo_t, _ctx: *mut c_void) {
     let errno = crate::errno::get();
-    if crate::guard::defer_if_inside(sig) {
+    let fault = refaults(sig, info);
+    // A fault cannot wait: its instruction would fault again as soon as this returns.
+    if !fault && crate::guard::defer_if_inside(sig) {
         crate::errno::set(errno);
         return;
     }
     if let Some(shim) = shim::current() {
         // SAFETY: getpid has no arguments. (A forked child before its own shim has none.)
         if shim.runs_in(unsafe { libc::getpid() }) {
+            // (After a fault inside the shim the thread may hold a lock the rescuer needs:
+            // then the wait ends with `STALL`, and whatever was written back is kept.)
             rescue(shim);
         }
     }
-    // The default action, as the program asked for; raised again, it is delivered as this
-    // handler returns (it is blocked until then), with the same wait status and core dump.
+    // The default action, as the program asked for: a fault happens again as this returns,
+    // with its own siginfo; a sent signal is raised again and delivered as this returns (it
+    // is blocked until then). Either way the wait status and core dump are the kernel's.
     let dfl = default_action();
     // SAFETY: a valid sigaction; raise has no memory arguments.
     unsafe {
         real::sigaction()(sig, &dfl, std::ptr::null_mut());
-        libc::raise(sig);
+        if !fault {
+            libc::raise(sig);
+        }
     }
     crate::errno::set(errno);
 }
@@ -298,6 +319,28 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
     signal_with(sig, handler, real::bsd_signal())
+}
+
+/// sigset(3) also takes the signal out of the mask when it sets a disposition: libc's does
+/// that, then the shim's handler replaces the default.
+#[no_mangle]
+pub unsafe extern "C" fn sigset(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    if handler != libc::SIG_DFL || !standing_in(sig) {
+        return match real::sigset()(sig, handler) {
+            h if h == handler_address() => libc::SIG_DFL,
+            h => h,
+        };
+    }
+    let old = real::sigset()(sig, handler);
+    if old != libc::SIG_ERR {
+        let act = ours();
+        real::sigaction()(sig, &act, std::ptr::null_mut());
+    }
+    if old == handler_address() {
+        libc::SIG_DFL
+    } else {
+        old
+    }
 }
 
 #[no_mangle]

@@ -359,3 +359,50 @@ fn writes_stop_at_the_file_systems_largest_file() {
     f.sync_data().unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"x");
 }
+
+#[test]
+fn writing_back_the_page_holding_the_end_keeps_another_writers_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Buffered: the page holding the end is written back exactly up to the length.
+    let config = common::config(&tmp.path().join("array"), 1, 4096, 32).with_allow_buffered(true);
+    let cache = Cache::create(config.with_plain_direct(false)).unwrap();
+    let path = tmp.path().join("shared.log");
+    let before = common::pattern(8, 5000);
+    std::fs::write(&path, &before).unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    f.write_all_at(b"OURS", 4500).unwrap(); // the page holding the end, dirty
+    append_outside(&path, b"their line\n");
+    f.write_back().unwrap();
+    let mut want = before.clone();
+    want[4500..4504].copy_from_slice(b"OURS");
+    want.extend_from_slice(b"their line\n");
+    assert_eq!(std::fs::read(&path).unwrap(), want, "the write-back overwrote or cut the append");
+    assert_eq!(f.len(), 5011);
+    cache.close_plain(&f).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+}
+
+#[test]
+fn a_shrink_by_another_process_is_not_undone_and_set_len_starts_from_the_os_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = cache(&tmp.path().join("array"), 32);
+    let path = tmp.path().join("rotated.log");
+    std::fs::write(&path, common::pattern(9, 5000)).unwrap();
+    let reader = cache.open_path(&path, false).unwrap();
+    let mut buf = vec![0u8; 100];
+    reader.read_exact_at(&mut buf, 0).unwrap();
+    // Rotated by copytruncate: a reader's write-back and close must leave it empty.
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
+    reader.write_back().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "a write-back undid the truncation");
+    cache.close_plain(&reader).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "the close undid the truncation");
+
+    // Grown by another process to 10,000, then set to 8,000 here: 8,000, as ftruncate gives.
+    std::fs::write(&path, b"short").unwrap();
+    let f = cache.open_path(&path, false).unwrap();
+    append_outside(&path, &common::pattern(10, 9995));
+    f.set_len(8000).unwrap();
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 8000);
+}

@@ -214,10 +214,25 @@ static void stdio_paths(void) {
     CHECK(write(fd, "end\n", 4) == 4);
     dup2(saved_out, 1);
     dup2(saved_err, 2);
-    close(saved_out);
     close(saved_err);
     said("open landed on", landed);
     said("F_DUPFD landed on", e);
+    /* An O_TRUNC open onto stdout of a file cached, with unwritten data, through another
+     * descriptor: the truncation holds. */
+    int other = open_new("trunc-onto1");
+    static char eight[8192];
+    fill(eight, sizeof eight, 6);
+    CHECK(write(other, eight, sizeof eight) == (ssize_t)sizeof eight);
+    fflush(stdout);
+    close(1);
+    int t1 = open(at("trunc-onto1"), O_WRONLY | O_TRUNC);
+    printf("after the truncation\n");
+    fflush(stdout);
+    dup2(saved_out, 1);
+    close(saved_out);
+    said("O_TRUNC open landed on", t1);
+    show("trunc-onto1", other);
+    close(other);
     /* (1 and 2 are the saved ones again: nothing of the file is left open.) */
     int r = open(at("onto1"), O_RDONLY);
     show("onto1", r);
@@ -235,6 +250,13 @@ static void limits(void) {
     show("limits", fd);
 
     /* RLIMIT_FSIZE: SIGXFSZ ignored, so the write fails with EFBIG (or is cut short). */
+    int large = open_new("fsize-large");
+    static char bytes[30000];
+    fill(bytes, sizeof bytes, 5);
+    CHECK(write(large, bytes, sizeof bytes) == (ssize_t)sizeof bytes);
+    /* Written back before the limit drops: the shim's own write-backs are held to the limit
+     * too (it is the process's), where the kernel's are not. */
+    CHECK(fsync(large) == 0);
     struct rlimit old, small;
     CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
     signal(SIGXFSZ, SIG_IGN);
@@ -248,6 +270,11 @@ static void limits(void) {
     said("write at RLIMIT_FSIZE", write(big, buf, 10));
     said("pwrite inside RLIMIT_FSIZE", pwrite(big, buf, 10, 0));
     said("ftruncate past RLIMIT_FSIZE", ftruncate(big, 20000));
+    said("pwrite inside a larger file, past RLIMIT_FSIZE", pwrite(large, "x", 1, 20000));
+    said("ftruncate shrinking past RLIMIT_FSIZE", ftruncate(large, 12288));
+    said("ftruncate growing past RLIMIT_FSIZE", ftruncate(large, 16000));
+    show("fsize-large", large);
+    close(large);
     CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
     signal(SIGXFSZ, SIG_DFL);
     show("fsize", big);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -23,7 +24,7 @@
 
 #define LINES 1000
 
-enum how { SENT, RAISED, FAULT, ABORTED, BROKEN_PIPE, CHAINED, HANDLED, THREADED };
+enum how { SENT, RAISED, FAULT, ABORTED, BROKEN_PIPE, CHAINED, HANDLED, THREADED, BAD_BUFFER };
 
 struct scase {
     const char *name;
@@ -39,11 +40,20 @@ static const struct scase CASES[] = {
     {"TERM raised", SIGTERM, RAISED}, {"SEGV fault", SIGSEGV, FAULT},
     {"ABRT abort", SIGABRT, ABORTED}, {"PIPE broken", SIGPIPE, BROKEN_PIPE},
     {"TERM chained", SIGTERM, CHAINED}, {"USR2 handled", SIGUSR2, HANDLED},
-    {"TERM threads", SIGTERM, THREADED},
+    {"TERM threads", SIGTERM, THREADED}, {"SEGV bad buffer", SIGSEGV, BAD_BUFFER},
 };
 
 static char path[4096];
 static volatile sig_atomic_t handled;
+static volatile pid_t current_child;
+
+static void on_watchdog(int sig) {
+    (void)sig;
+    static const char msg[] = "a child hung: killed\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    if (current_child > 0) kill(current_child, SIGKILL);
+    _exit(2);
+}
 
 /* The OS file's size, through the raw system call (never the shim's answer). */
 static long os_size(int fd) {
@@ -81,6 +91,7 @@ static void *spin_writer(void *arg) {
 }
 
 static void child(const struct scase *c, int ready) {
+    signal(SIGALRM, SIG_DFL); /* the parent's watchdog is not the child's */
     struct rlimit none = {0, 0};
     setrlimit(RLIMIT_CORE, &none); /* no core files in the test directory */
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -125,6 +136,18 @@ static void child(const struct scase *c, int ready) {
         (void)!write(p[1], "x", 1);
         break;
     }
+    case BAD_BUFFER: {
+        /* read(2) into a read-only page: the kernel says EFAULT; the shim's copy faults (a
+         * fault inside the shim must end the process, not loop). Either way the child then
+         * dies of SIGSEGV. */
+        char *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(ro != MAP_FAILED);
+        int rd = open(path, O_RDONLY);
+        CHECK(rd >= 0);
+        (void)!read(rd, ro, 100);
+        raise(SIGSEGV);
+        break;
+    }
     case HANDLED:
         while (!handled) pause();
         write_lines(fd, LINES, 2 * LINES);
@@ -152,6 +175,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
+    /* A child that hangs (a fault looping in a handler) fails the run instead of hanging it. */
+    signal(SIGALRM, on_watchdog);
+    alarm(120);
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         const struct scase *c = &CASES[i];
         snprintf(path, sizeof path, "%s/case%zu", argv[1], i);
@@ -164,6 +190,7 @@ int main(int argc, char **argv) {
             close(ready[0]);
             child(c, ready[1]);
         }
+        current_child = pid;
         close(ready[1]);
         char held = '?';
         CHECK(read(ready[0], &held, 1) == 1);

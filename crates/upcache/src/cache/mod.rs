@@ -476,6 +476,12 @@ impl Cache {
         self.inner.stats()
     }
 
+    /// Bytes written back so far (`Stats::writeback_bytes`), alone: a few atomic loads, no
+    /// lock and no allocation, so a signal handler may watch write-back progress with it.
+    pub fn written_back_bytes(&self) -> u64 {
+        self.inner.metrics.writeback_bytes.get()
+    }
+
     /// A queue for asynchronous reads and writes with up to `depth` requests in flight (1 to
     /// 4096); see [`IoQueue`]. Each queue has its own io_uring, so make one per thread.
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {

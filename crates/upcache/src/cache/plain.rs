@@ -77,6 +77,7 @@ impl Cache {
             inner.config.streams,
         );
         file.max_len = max_len;
+        file.tail_unit = device::write_unit(&file.backing[0], ps as u64);
         let file = Arc::new(file);
         // Registered before its first page is cached, so that eviction can find it.
         sync::write(&inner.files).insert(id, file.clone());
@@ -274,8 +275,11 @@ impl CacheInner {
                 let at = raw.as_ptr().align_offset(ps as usize);
                 let page = &mut raw[at..at + ps as usize]; // aligned, for O_DIRECT
                 let start = len / ps * ps;
-                let n = read_fully(b.file(), page, start)
-                    .map_err(|e| Error::io(format!("read the end of {}", file.name), e))?;
+                // One read of the whole page (O_DIRECT needs it aligned); short at the end of
+                // the file, and never past the size taken in.
+                let n = read_page(b.file(), page, start)
+                    .map_err(|e| Error::io(format!("read the end of {}", file.name), e))?
+                    .min((have - start) as usize);
                 if n > in_tail {
                     // SAFETY: the frame is LOCKED by us (no other writer, no write-back), and
                     // lock-free readers retry on the caller's change; in bounds of a page.
@@ -289,14 +293,20 @@ impl CacheInner {
                 }
             }
             file.os_size.fetch_max(have, Ordering::SeqCst);
-            // Release: as every length change (readers of the range wait for the caller's lock).
+            file.os_len_known.store(have, Ordering::Relaxed); // Relaxed: under the range lock
+                                                              // Release: as every length change (readers of the range wait for the caller's lock).
             file.len.store(have, Ordering::Release);
             return Ok(have);
         }
-        if fit && have != len {
+        // Past the length and ours: zeros of a write-back's last page, to cut. Short of it:
+        // this cache's extension to make, unless someone else shrank the OS file, which is
+        // theirs to have done (a `copytruncate` of a log this process only reads).
+        let known = file.os_len_known.load(Ordering::Relaxed); // Relaxed: under the range lock
+        if fit && (have > len || (have < len && len > known)) {
             device::truncate(b, len)?;
             // SeqCst: as above; no write-back of the tail page is in flight.
             file.os_size.store(len, Ordering::SeqCst);
+            file.os_len_known.store(len, Ordering::Relaxed);
         }
         Ok(len)
     }
@@ -308,17 +318,13 @@ fn os_len(file: &FileInner) -> Result<u64> {
     Ok(meta.map_err(|e| Error::io(format!("stat {}", file.name), e))?.len())
 }
 
-/// Reads at `at` until `buf` is full or the file ends; the bytes read.
-fn read_fully(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+/// One read of `buf` at `at`, retried if interrupted; the bytes read (fewer at the end).
+fn read_page(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], at + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
+    loop {
+        match f.read_at(buf, at) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
-    Ok(done)
 }

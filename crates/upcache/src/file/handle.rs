@@ -364,6 +364,11 @@ impl File {
                 ),
             ));
         }
+        if self.file.plain && size > self.len() {
+            // An extension starts from the end as the OS file has it now: another process's
+            // growth first, so that this length wins over it, as a later ftruncate would.
+            self.cache.take_in_plain_growth(&self.file)?;
+        }
         self.cache.balance_dirty(1);
         // `from <= size` covers every byte a shrink drops, and any write that could extend the
         // file past `from` while we wait conflicts with this range.
@@ -395,6 +400,7 @@ impl File {
         }
         // The last page may be written back (to its end) from here on, while it is dirty.
         self.file.os_size.store(size.next_multiple_of(ps), Ordering::SeqCst);
+        self.file.os_len_known.store(size, Ordering::Relaxed); // Relaxed: under the range lock
         self.file.len.store(size, Ordering::Release);
         Ok(())
     }

@@ -76,6 +76,16 @@ pub(crate) struct FileInner {
     /// its last page; lowered at truncation). An OS size above it was made by someone else:
     /// never cut by a write-back, and taken in as the file's length (`cache/plain.rs`).
     pub(crate) os_size: AtomicU64,
+    /// For a plain file: the OS file's size as this cache last found or left it (at open, at
+    /// a truncate, when it took in growth). A length above it is this cache's extension, for
+    /// a sync to make the OS size; an OS size below it was a shrink by someone else, never
+    /// undone. Written under the file's range from the end's page on.
+    pub(crate) os_len_known: AtomicU64,
+    /// For a plain file: the unit its write-back writes the page holding the end in, from the
+    /// page's start up to the length rounded up to it (1 for a buffered file: exactly to the
+    /// length), so that bytes another process put past the end are not overwritten with zeros.
+    /// The page size for a file of the array (whole pages).
+    pub(crate) tail_unit: u64,
     /// The largest length the file may have: for a plain file, its file system's limit (the
     /// kernel's EFBIG); `MAX_FILE_SIZE` for a file of the array.
     pub(crate) max_len: u64,
@@ -119,7 +129,9 @@ impl FileInner {
             layout: place.layout,
             plain: place.plain,
             os_size: AtomicU64::new(len),
+            os_len_known: AtomicU64::new(len),
             max_len: MAX_FILE_SIZE,
+            tail_unit: u64::MAX,
             readahead: FileReadahead::default(),
             write_error: Mutex::new(None),
         }

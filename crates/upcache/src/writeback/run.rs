@@ -32,6 +32,24 @@ const BATCH_REQUESTS_PER_DEVICE: usize = 2;
 /// Frames a write-back scan takes from the shared cursor at a time.
 const SCAN_CHUNK: usize = 256;
 
+/// How much of `page` a write-back writes: the whole page, but for the page holding a plain
+/// file's end, which is written up to the end rounded up to the file's `tail_unit` (another
+/// process's bytes past the end are not overwritten). The caller holds the frame LOCKED: no
+/// writer can extend the file inside this page meanwhile, and one that extends it past the
+/// page leaves the rest of it zeros in the cache and a hole or what was there on the OS file.
+fn written_of_page(file: &FileInner, page: u64, ps: usize) -> usize {
+    if !file.plain {
+        return ps;
+    }
+    let start = page * ps as u64;
+    // Acquire: pairs with the Release of the writes that extended the file.
+    let len = file.len.load(Ordering::Acquire);
+    if len <= start || len >= start + ps as u64 {
+        return ps;
+    }
+    (len - start).next_multiple_of(file.tail_unit).min(ps as u64) as usize
+}
+
 impl CacheInner {
     /// Takes `LOCKED` on the dirty frame holding `page` of `file`, if there is one.
     fn try_lock_dirty_page(&self, file: &FileInner, page: u64) -> Option<FrameId> {
@@ -83,13 +101,14 @@ impl CacheInner {
         let ps = self.frames.page_size();
         let slices: Vec<Vec<IoSlice<'_>>> = runs
             .iter()
-            .map(|(_, run)| {
+            .map(|(file, run)| {
                 run.iter()
-                    .map(|&(_, f)| {
+                    .map(|&(page, f)| {
+                        let n = written_of_page(file, page, ps);
                         // SAFETY: we hold the frame LOCKED, so no writer changes its bytes
-                        // while the slice lives; readers only read. The slice covers exactly
+                        // while the slice lives; readers only read. The slice lies inside
                         // the frame.
-                        IoSlice::new(unsafe { std::slice::from_raw_parts(self.frames.ptr(f), ps) })
+                        IoSlice::new(unsafe { std::slice::from_raw_parts(self.frames.ptr(f), n) })
                     })
                     .collect()
             })
@@ -101,7 +120,8 @@ impl CacheInner {
                 let (dev, offset) = file.layout.locate(run[0].0);
                 if file.plain {
                     // Before the write can grow the OS file: a size up to here is ours.
-                    file.os_size.fetch_max(offset + (run.len() * ps) as u64, Ordering::SeqCst);
+                    let end = offset + bufs.iter().map(|b| b.len() as u64).sum::<u64>();
+                    file.os_size.fetch_max(end, Ordering::SeqCst);
                 }
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })

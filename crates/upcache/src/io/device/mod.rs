@@ -338,3 +338,24 @@ pub fn largest_file(file: &File, cap: u64, page_size: u64) -> u64 {
     }
     ok / page_size * page_size
 }
+
+/// The smallest unit `file` can be written in at an aligned offset: 1 for a buffered file;
+/// for an O_DIRECT one, the file system's direct I/O offset alignment (`statx` DIOALIGN,
+/// Linux 6.1), or `page_size` where the kernel does not say.
+pub fn write_unit(file: &BackingFile, page_size: u64) -> u64 {
+    if !file.is_direct() {
+        return 1;
+    }
+    // SAFETY: statx is plain data; all zeros is a valid value for the kernel to fill.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor itself; `stx` is writable.
+    let ok = unsafe {
+        libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut stx)
+    } == 0;
+    let align = u64::from(stx.stx_dio_offset_align);
+    if ok && stx.stx_mask & libc::STATX_DIOALIGN != 0 && align.is_power_of_two() && align <= page_size {
+        align
+    } else {
+        page_size
+    }
+}
