@@ -12,6 +12,8 @@
 //!   only through those entry points; a program issuing the raw system call itself is not seen
 //!   at all (a write-back then still never cuts what the ring appended: `os_size`).
 //! - `dprintf` and `vdprintf`: libc formats into an internal stream on the descriptor.
+//! - `syscall(SYS_read, ...)` and the other raw forms of the calls the shim serves, on a cached
+//!   file's descriptor: served as the libc call would be (`routed`).
 
 use crate::open::{cached, demote_fd};
 use crate::shim;
@@ -166,7 +168,75 @@ pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *
     }
 }
 
-/// syscall(2): io_uring_setup stops caching; io_submit demotes its files; the rest passes.
+/// Whether `fd` is a cached file's descriptor (false inside the shim: its own calls pass).
+fn is_cached(fd: c_long) -> bool {
+    c_int::try_from(fd).is_ok_and(|fd| cached(fd).is_some())
+}
+
+/// A raw system call on a cached file's descriptor, served by the shim's own entry point for
+/// it, as the libc call would be; None for any other call or descriptor.
+///
+/// # Safety
+/// The arguments are what the system call `n` takes.
+unsafe fn routed(
+    n: c_long,
+    a: c_long,
+    b: c_long,
+    c: c_long,
+    d: c_long,
+    e: c_long,
+    f: c_long,
+) -> Option<c_long> {
+    use crate::{copy, data, meta, open};
+    let fd = a as c_int;
+    let p = |x: c_long| x as *mut c_void;
+    // SAFETY (all): the caller's arguments, as the kernel would take them.
+    let r = match n {
+        libc::SYS_dup2 | libc::SYS_dup3 if !is_cached(a) && !is_cached(b) => return None,
+        libc::SYS_dup2 => open::dup2(fd, b as c_int) as c_long,
+        libc::SYS_dup3 => open::dup3(fd, b as c_int, c as c_int) as c_long,
+        libc::SYS_sendfile if !is_cached(a) && !is_cached(b) => return None,
+        libc::SYS_copy_file_range | libc::SYS_splice if !is_cached(a) && !is_cached(c) => return None,
+        libc::SYS_sendfile => copy::sendfile64(fd, b as c_int, p(c).cast(), d as usize) as c_long,
+        libc::SYS_copy_file_range => {
+            copy::copy_file_range(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32) as c_long
+        }
+        libc::SYS_splice => {
+            copy::splice(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32) as c_long
+        }
+        libc::SYS_mmap if !is_cached(e) => return None,
+        libc::SYS_mmap => open::mmap64(p(a), b as usize, c as c_int, d as c_int, e as c_int, f) as c_long,
+        _ if !is_cached(a) => return None,
+        libc::SYS_read => data::read(fd, p(b), c as usize) as c_long,
+        libc::SYS_write => data::write(fd, p(b), c as usize) as c_long,
+        libc::SYS_pread64 => data::pread64(fd, p(b), c as usize, d) as c_long,
+        libc::SYS_pwrite64 => data::pwrite64(fd, p(b), c as usize, d) as c_long,
+        libc::SYS_readv => data::readv(fd, p(b).cast(), c as c_int) as c_long,
+        libc::SYS_writev => data::writev(fd, p(b).cast(), c as c_int) as c_long,
+        libc::SYS_preadv => data::preadv64(fd, p(b).cast(), c as c_int, d) as c_long,
+        libc::SYS_pwritev => data::pwritev64(fd, p(b).cast(), c as c_int, d) as c_long,
+        libc::SYS_preadv2 => data::preadv64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
+        libc::SYS_pwritev2 => data::pwritev64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
+        libc::SYS_lseek => data::lseek64(fd, b, c as c_int) as c_long,
+        libc::SYS_fsync => data::fsync(fd) as c_long,
+        libc::SYS_fdatasync => data::fdatasync(fd) as c_long,
+        libc::SYS_ftruncate => data::ftruncate64(fd, b) as c_long,
+        libc::SYS_fallocate => data::fallocate64(fd, b as c_int, c, d) as c_long,
+        libc::SYS_fstat => meta::fstat64(fd, p(b).cast()) as c_long,
+        libc::SYS_fadvise64 => match data::posix_fadvise64(fd, b, c, d as c_int) {
+            0 => 0,
+            code => crate::errno::fail::<c_long>(code),
+        },
+        libc::SYS_close => open::close(fd) as c_long,
+        libc::SYS_dup => open::dup(fd) as c_long,
+        libc::SYS_fcntl => open::fcntl(fd, b as c_int, c as libc::c_ulong) as c_long,
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// syscall(2): io_uring_setup stops caching; io_submit demotes its files; calls on a cached
+/// file's descriptor go where their libc function would; the rest passes.
 /// Variadic in C: on x86-64 and aarch64 Linux the named arguments are where the variadic ones
 /// would be, and unused ones are harmless junk (as libc's own syscall reads all six).
 #[no_mangle]
@@ -182,7 +252,11 @@ pub unsafe extern "C" fn syscall(
     match n {
         libc::SYS_io_uring_setup => uring_seen(),
         libc::SYS_io_submit if demote_iocbs(b, c as *const *const IocbHead) != 0 => return -1,
-        _ => {}
+        _ => {
+            if let Some(r) = routed(n, a, b, c, d, e, f) {
+                return r;
+            }
+        }
     }
     real::syscall()(n, a, b, c, d, e, f)
 }

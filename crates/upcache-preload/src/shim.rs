@@ -582,8 +582,26 @@ pub(crate) fn release(desc: Arc<Description>) -> Result<(), i32> {
 
 pub(crate) fn warn(msg: &str) {
     let line = format!("upcache-preload: {msg}\n");
-    // SAFETY: a valid buffer of that length; stderr may be closed, then nothing is written.
-    unsafe { crate::real::write()(2, line.as_ptr().cast(), line.len()) };
+    // A broken pipe on stderr must not kill the process for the shim's own message: SIGPIPE
+    // is blocked around the write, and one it raised is taken back (unless one was pending).
+    // SAFETY: valid sigset and timespec storage; a valid buffer of that length (stderr may be
+    // closed, then nothing is written).
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let wrote = crate::real::write()(2, line.as_ptr().cast(), line.len());
+        if wrote < 0 && crate::errno::get() == libc::EPIPE && !was_pending {
+            let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            libc::sigtimedwait(&pipe, std::ptr::null_mut(), &now);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
 }
 
 /// Installs the fork and exit handlers, once per process image.

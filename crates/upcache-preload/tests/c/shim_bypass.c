@@ -282,6 +282,26 @@ static void limits(void) {
     close(fd);
 }
 
+/* The raw forms of the calls the shim serves, on a cached descriptor. */
+static void raw_syscalls(void) {
+    int fd = open_new("raw");
+    CHECK(write(fd, "cached first\n", 13) == 13);
+    said("SYS_write", syscall(SYS_write, fd, "raw write\n", 10));
+    said("SYS_pwrite64", syscall(SYS_pwrite64, fd, "RAW", 3, 0));
+    char buf[64];
+    said("SYS_pread64", syscall(SYS_pread64, fd, buf, sizeof buf, 0));
+    said("SYS_lseek end", syscall(SYS_lseek, fd, 0, SEEK_END));
+    struct stat st;
+    said("SYS_fstat", syscall(SYS_fstat, fd, &st));
+    said("  size", (long)st.st_size);
+    said("SYS_ftruncate", syscall(SYS_ftruncate, fd, 30));
+    int d = (int)syscall(SYS_dup, fd);
+    said("SYS_dup then write", write(d, "via dup\n", 8));
+    said("SYS_close", syscall(SYS_close, d));
+    show("raw", fd);
+    close(fd);
+}
+
 static void vectored_flags(void) {
     int fd = open_new("pwritev2");
     struct iovec v[2] = {{"abc", 3}, {"defgh", 5}};
@@ -361,6 +381,7 @@ int main(int argc, char **argv) {
     stdio_paths();
     limits();
     vectored_flags();
+    raw_syscalls();
     io_uring();
     printf("done\n");
     return 0;
