@@ -1,11 +1,14 @@
 //! Plain-file mode: an existing OS file cached by path (issue 7), for programs that keep
 //! their own directories (the LD_PRELOAD shim). One device, the OS file itself, with page
 //! `p` at byte `p * page_size`; no catalog entry and no metadata-log record: the OS file's
-//! size is the file's length, made exact at each sync (write-back writes whole pages, so
-//! between syncs the OS file may end up to a page past the length, in zeros).
+//! size is the file's length, made exact at each sync (write-back of the page holding the
+//! end stops at the length, rounded up to the direct I/O unit for O_DIRECT: between syncs the
+//! OS file may end that far past the length, in zeros).
 //!
-//! One cached copy per OS file: opens by any path of the same (device, inode) share it. The
-//! cache assumes no other process writes the file meanwhile (as any user-space cache must).
+//! One cached copy per OS file: opens by any path of the same (device, inode) share it.
+//! Another process's writes inside the cached length are not seen (as in any user-space
+//! cache); its growth is, and is never cut (`os_size`, `take_in_growth_locked`), nor a shrink
+//! of its undone (`os_len_known`).
 
 use super::{Cache, CacheInner};
 use crate::error::{Error, ErrorKind, Result};
