@@ -35,7 +35,7 @@ fn array() -> &'static Array {
 }
 
 fn known(code: i64) -> bool {
-    code >= 0 || (UPCACHE_EOTHER as i64..=UPCACHE_EINVAL as i64).contains(&code) && code != UPCACHE_EPANIC as i64
+    code >= 0 || (UPCACHE_EFBIG as i64..=UPCACHE_EINVAL as i64).contains(&code) && code != UPCACHE_EPANIC as i64
 }
 
 struct Input<'a>(&'a [u8]);
