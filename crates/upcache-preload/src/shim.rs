@@ -143,6 +143,8 @@ pub(crate) struct Shim {
     pub counters: Counters,
     /// Write-backs asked for by fatal signals' handlers (`signals.rs`).
     pub rescue: crate::signals::Rescue,
+    /// Write-back failures said so far.
+    said: Mutex<BTreeSet<String>>,
     pid: u32,
     reported: AtomicBool,
 }
@@ -353,6 +355,7 @@ impl Shim {
             retained: Retained::default(),
             counters: Counters::default(),
             rescue: crate::signals::Rescue::default(),
+            said: Mutex::new(BTreeSet::new()),
             pid,
             reported: AtomicBool::new(false),
         })
@@ -498,11 +501,15 @@ impl Shim {
         self.write_back_all_with(when, then, || {});
     }
 
-    /// `write_back_all`, calling `each` after each file.
+    /// `write_back_all`, calling `each` after each file. A failure said already in the same
+    /// words is not said again (exit writes back twice: `at_exit`).
     pub(crate) fn write_back_all_with(&self, when: &str, then: &str, mut each: impl FnMut()) {
         for file in self.live_files() {
             if let Err(e) = file.write_back() {
-                warn(&format!("writing {} back {when}: {e}; {then}", file.name()));
+                let msg = format!("writing {} back {when}: {e}; {then}", file.name());
+                if lock(&self.said).insert(msg.clone()) {
+                    warn(&msg);
+                }
             }
             each();
         }
