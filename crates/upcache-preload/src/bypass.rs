@@ -95,16 +95,20 @@ fn by_the_cache() -> bool {
     name.starts_with(b"upcache-")
 }
 
-// SAFETY (every function below): arguments are what the C prototype says, passed on as given.
+// Every function below is called by C with what its prototype says.
 
 /// aio_read, aio_write and their 64-bit twins (one function each in glibc's 64-bit ABI).
 macro_rules! aio_submits {
     ($($name:ident)*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(cb: *mut aiocb) -> c_int {
-            match demote_aiocb(cb) {
-                0 => real::$name()(cb),
-                e => e,
+            // SAFETY: `cb` is the caller's aiocb, null or valid, read as the call reads it and
+            // passed on unchanged.
+            unsafe {
+                match demote_aiocb(cb) {
+                    0 => real::$name()(cb),
+                    e => e,
+                }
             }
         }
     )*};
@@ -114,17 +118,23 @@ aio_submits! { aio_read aio_read64 aio_write aio_write64 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_fsync()(op, cb),
-        e => e,
+    // SAFETY: as in `aio_read`.
+    unsafe {
+        match demote_aiocb(cb) {
+            0 => real::aio_fsync()(op, cb),
+            e => e,
+        }
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aio_fsync64(op: c_int, cb: *mut aiocb) -> c_int {
-    match demote_aiocb(cb) {
-        0 => real::aio_fsync64()(op, cb),
-        e => e,
+    // SAFETY: as in `aio_read`.
+    unsafe {
+        match demote_aiocb(cb) {
+            0 => real::aio_fsync64()(op, cb),
+            e => e,
+        }
     }
 }
 
@@ -149,9 +159,13 @@ macro_rules! lio_listios {
     ($($name:ident)*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(mode: c_int, list: *const *mut aiocb, n: c_int, sev: *mut sigevent) -> c_int {
-            match demote_list(list, n) {
-                0 => real::$name()(mode, list, n, sev),
-                e => e,
+            // SAFETY: the caller's list of `n` aiocb pointers (each null or valid) and sigevent,
+            // read as the call reads them and passed on unchanged.
+            unsafe {
+                match demote_list(list, n) {
+                    0 => real::$name()(mode, list, n, sev),
+                    e => e,
+                }
             }
         }
     )*};
@@ -162,9 +176,12 @@ lio_listios! { lio_listio lio_listio64 }
 /// libaio's io_submit (found only if the program loaded libaio, which it then calls).
 #[no_mangle]
 pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *mut c_void) -> c_int {
-    match demote_iocbs(nr, iocbs.cast()) {
-        0 => real::io_submit()(ctx, nr, iocbs),
-        e => e,
+    // SAFETY: the caller's `nr` iocb pointers, read as the kernel reads them and passed on.
+    unsafe {
+        match demote_iocbs(nr, iocbs.cast()) {
+            0 => real::io_submit()(ctx, nr, iocbs),
+            e => e,
+        }
     }
 }
 
@@ -190,47 +207,51 @@ unsafe fn routed(
     use crate::{copy, data, meta, open};
     let fd = a as c_int;
     let p = |x: c_long| x as *mut c_void;
-    // SAFETY (all): the caller's arguments, as the kernel would take them.
-    let r = match n {
-        libc::SYS_dup2 | libc::SYS_dup3 if !is_cached(a) && !is_cached(b) => return None,
-        libc::SYS_dup2 => open::dup2(fd, b as c_int) as c_long,
-        libc::SYS_dup3 => open::dup3(fd, b as c_int, c as c_int) as c_long,
-        libc::SYS_sendfile if !is_cached(a) && !is_cached(b) => return None,
-        libc::SYS_copy_file_range | libc::SYS_splice if !is_cached(a) && !is_cached(c) => return None,
-        libc::SYS_sendfile => copy::sendfile64(fd, b as c_int, p(c).cast(), d as usize) as c_long,
-        libc::SYS_copy_file_range => {
-            copy::copy_file_range(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32) as c_long
+    // SAFETY: the caller's arguments, as system call `n` takes them, given to the shim's entry
+    // point for the same call, whose C prototype takes the same (pointers as the kernel's).
+    let r = unsafe {
+        match n {
+            libc::SYS_dup2 | libc::SYS_dup3 if !is_cached(a) && !is_cached(b) => return None,
+            libc::SYS_dup2 => open::dup2(fd, b as c_int) as c_long,
+            libc::SYS_dup3 => open::dup3(fd, b as c_int, c as c_int) as c_long,
+            libc::SYS_sendfile if !is_cached(a) && !is_cached(b) => return None,
+            libc::SYS_copy_file_range | libc::SYS_splice if !is_cached(a) && !is_cached(c) => return None,
+            libc::SYS_sendfile => copy::sendfile64(fd, b as c_int, p(c).cast(), d as usize) as c_long,
+            libc::SYS_copy_file_range => {
+                copy::copy_file_range(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32)
+                    as c_long
+            }
+            libc::SYS_splice => {
+                copy::splice(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32) as c_long
+            }
+            libc::SYS_mmap if !is_cached(e) => return None,
+            libc::SYS_mmap => open::mmap64(p(a), b as usize, c as c_int, d as c_int, e as c_int, f) as c_long,
+            _ if !is_cached(a) => return None,
+            libc::SYS_read => data::read(fd, p(b), c as usize) as c_long,
+            libc::SYS_write => data::write(fd, p(b), c as usize) as c_long,
+            libc::SYS_pread64 => data::pread64(fd, p(b), c as usize, d) as c_long,
+            libc::SYS_pwrite64 => data::pwrite64(fd, p(b), c as usize, d) as c_long,
+            libc::SYS_readv => data::readv(fd, p(b).cast(), c as c_int) as c_long,
+            libc::SYS_writev => data::writev(fd, p(b).cast(), c as c_int) as c_long,
+            libc::SYS_preadv => data::preadv64(fd, p(b).cast(), c as c_int, d) as c_long,
+            libc::SYS_pwritev => data::pwritev64(fd, p(b).cast(), c as c_int, d) as c_long,
+            libc::SYS_preadv2 => data::preadv64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
+            libc::SYS_pwritev2 => data::pwritev64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
+            libc::SYS_lseek => data::lseek64(fd, b, c as c_int) as c_long,
+            libc::SYS_fsync => data::fsync(fd) as c_long,
+            libc::SYS_fdatasync => data::fdatasync(fd) as c_long,
+            libc::SYS_ftruncate => data::ftruncate64(fd, b) as c_long,
+            libc::SYS_fallocate => data::fallocate64(fd, b as c_int, c, d) as c_long,
+            libc::SYS_fstat => meta::fstat64(fd, p(b).cast()) as c_long,
+            libc::SYS_fadvise64 => match data::posix_fadvise64(fd, b, c, d as c_int) {
+                0 => 0,
+                code => crate::errno::fail::<c_long>(code),
+            },
+            libc::SYS_close => open::close(fd) as c_long,
+            libc::SYS_dup => open::dup(fd) as c_long,
+            libc::SYS_fcntl => open::fcntl(fd, b as c_int, c as libc::c_ulong) as c_long,
+            _ => return None,
         }
-        libc::SYS_splice => {
-            copy::splice(fd, p(b).cast(), c as c_int, p(d).cast(), e as usize, f as u32) as c_long
-        }
-        libc::SYS_mmap if !is_cached(e) => return None,
-        libc::SYS_mmap => open::mmap64(p(a), b as usize, c as c_int, d as c_int, e as c_int, f) as c_long,
-        _ if !is_cached(a) => return None,
-        libc::SYS_read => data::read(fd, p(b), c as usize) as c_long,
-        libc::SYS_write => data::write(fd, p(b), c as usize) as c_long,
-        libc::SYS_pread64 => data::pread64(fd, p(b), c as usize, d) as c_long,
-        libc::SYS_pwrite64 => data::pwrite64(fd, p(b), c as usize, d) as c_long,
-        libc::SYS_readv => data::readv(fd, p(b).cast(), c as c_int) as c_long,
-        libc::SYS_writev => data::writev(fd, p(b).cast(), c as c_int) as c_long,
-        libc::SYS_preadv => data::preadv64(fd, p(b).cast(), c as c_int, d) as c_long,
-        libc::SYS_pwritev => data::pwritev64(fd, p(b).cast(), c as c_int, d) as c_long,
-        libc::SYS_preadv2 => data::preadv64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
-        libc::SYS_pwritev2 => data::pwritev64v2(fd, p(b).cast(), c as c_int, d, f as c_int) as c_long,
-        libc::SYS_lseek => data::lseek64(fd, b, c as c_int) as c_long,
-        libc::SYS_fsync => data::fsync(fd) as c_long,
-        libc::SYS_fdatasync => data::fdatasync(fd) as c_long,
-        libc::SYS_ftruncate => data::ftruncate64(fd, b) as c_long,
-        libc::SYS_fallocate => data::fallocate64(fd, b as c_int, c, d) as c_long,
-        libc::SYS_fstat => meta::fstat64(fd, p(b).cast()) as c_long,
-        libc::SYS_fadvise64 => match data::posix_fadvise64(fd, b, c, d as c_int) {
-            0 => 0,
-            code => crate::errno::fail::<c_long>(code),
-        },
-        libc::SYS_close => open::close(fd) as c_long,
-        libc::SYS_dup => open::dup(fd) as c_long,
-        libc::SYS_fcntl => open::fcntl(fd, b as c_int, c as libc::c_ulong) as c_long,
-        _ => return None,
     };
     Some(r)
 }
@@ -249,23 +270,28 @@ pub unsafe extern "C" fn syscall(
     e: c_long,
     f: c_long,
 ) -> c_long {
-    match n {
-        libc::SYS_io_uring_setup => uring_seen(),
-        libc::SYS_io_submit if demote_iocbs(b, c as *const *const IocbHead) != 0 => return -1,
-        _ => {
-            if let Some(r) = routed(n, a, b, c, d, e, f) {
-                return r;
+    // SAFETY: the caller's arguments, as system call `n` takes them: read where the kernel
+    // would (io_submit's iocbs), handed to the entry point for the call, or passed on.
+    unsafe {
+        match n {
+            libc::SYS_io_uring_setup => uring_seen(),
+            libc::SYS_io_submit if demote_iocbs(b, c as *const *const IocbHead) != 0 => return -1,
+            _ => {
+                if let Some(r) = routed(n, a, b, c, d, e, f) {
+                    return r;
+                }
             }
         }
+        real::syscall()(n, a, b, c, d, e, f)
     }
-    real::syscall()(n, a, b, c, d, e, f)
 }
 
 /// liburing's entry points that set up a ring (it makes the system calls itself).
 #[no_mangle]
 pub unsafe extern "C" fn io_uring_queue_init(entries: c_uint, ring: *mut c_void, flags: c_uint) -> c_int {
     uring_seen();
-    real::io_uring_queue_init()(entries, ring, flags)
+    // SAFETY: the caller's ring storage, passed on unchanged.
+    unsafe { real::io_uring_queue_init()(entries, ring, flags) }
 }
 
 #[no_mangle]
@@ -275,13 +301,15 @@ pub unsafe extern "C" fn io_uring_queue_init_params(
     p: *mut c_void,
 ) -> c_int {
     uring_seen();
-    real::io_uring_queue_init_params()(entries, ring, p)
+    // SAFETY: the caller's ring and parameter storage, passed on unchanged.
+    unsafe { real::io_uring_queue_init_params()(entries, ring, p) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn io_uring_setup(entries: c_uint, p: *mut c_void) -> c_int {
     uring_seen();
-    real::io_uring_setup()(entries, p)
+    // SAFETY: the caller's parameter storage, passed on unchanged.
+    unsafe { real::io_uring_setup()(entries, p) }
 }
 
 /// vdprintf writes through an internal stream; `dprintf` (variadic) is an assembly trampoline
@@ -291,7 +319,8 @@ pub unsafe extern "C" fn vdprintf(fd: c_int, format: *const c_char, args: *mut c
     if let Err(code) = demote_if_cached(fd) {
         return errno::fail(code);
     }
-    real::vdprintf()(fd, format, args)
+    // SAFETY: the caller's format and va_list, passed on unchanged.
+    unsafe { real::vdprintf()(fd, format, args) }
 }
 
 /// Called by the `dprintf` trampoline with its descriptor: must not unwind into assembly.

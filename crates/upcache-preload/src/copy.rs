@@ -135,12 +135,15 @@ unsafe fn sendfile_any(out_fd: c_int, in_fd: c_int, off: *mut i64, count: size_t
     Some(unsafe { serve(in_fd, off, out_fd, std::ptr::null_mut(), count) })
 }
 
-// SAFETY (every function below): arguments are what the C prototype says; offsets are read and
+// Every function below is called by C with what its prototype says; offsets are read and
 // written only where the kernel would.
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t {
-    sendfile_any(out_fd, in_fd, off, count).unwrap_or_else(|| real::sendfile()(out_fd, in_fd, off, count))
+    // SAFETY: `off` is the caller's, null or valid, as sendfile(2) takes it.
+    unsafe {
+        sendfile_any(out_fd, in_fd, off, count).unwrap_or_else(|| real::sendfile()(out_fd, in_fd, off, count))
+    }
 }
 
 #[no_mangle]
@@ -150,7 +153,11 @@ pub unsafe extern "C" fn sendfile64(
     off: *mut off64_t,
     count: size_t,
 ) -> ssize_t {
-    sendfile_any(out_fd, in_fd, off, count).unwrap_or_else(|| real::sendfile64()(out_fd, in_fd, off, count))
+    // SAFETY: as in `sendfile`.
+    unsafe {
+        sendfile_any(out_fd, in_fd, off, count)
+            .unwrap_or_else(|| real::sendfile64()(out_fd, in_fd, off, count))
+    }
 }
 
 #[no_mangle]
@@ -163,7 +170,10 @@ pub unsafe extern "C" fn copy_file_range(
     flags: c_uint,
 ) -> ssize_t {
     let Some(d) = dest(out_fd) else {
-        return by_the_kernel(in_fd, || real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags));
+        // SAFETY: the caller's arguments, offsets null or valid, as copy_file_range(2) takes them.
+        return by_the_kernel(in_fd, || unsafe {
+            real::copy_file_range()(in_fd, in_off, out_fd, out_off, len, flags)
+        });
     };
     if flags != 0 {
         return errno::fail(libc::EINVAL);
@@ -174,14 +184,16 @@ pub unsafe extern "C" fn copy_file_range(
     if same_file(in_fd, out_fd) {
         // Overlapping ranges of one file are EINVAL; the kernel's own check needs the offsets
         // each call would use, so only disjoint explicit ranges are served.
-        let (Some(a), Some(b)) = (in_off.as_ref(), out_off.as_ref()) else {
+        // SAFETY: the caller's offsets, each null or valid.
+        let (Some(a), Some(b)) = (unsafe { in_off.as_ref() }, unsafe { out_off.as_ref() }) else {
             return errno::fail(libc::EINVAL);
         };
         if a.saturating_add(len as i64) > *b && b.saturating_add(len as i64) > *a {
             return errno::fail(libc::EINVAL);
         }
     }
-    serve(in_fd, in_off, out_fd, out_off, len)
+    // SAFETY: as above.
+    unsafe { serve(in_fd, in_off, out_fd, out_off, len) }
 }
 
 /// splice(2). Into a cached file from a pipe: served (one read of what the pipe holds, as the
@@ -196,7 +208,10 @@ pub unsafe extern "C" fn splice(
     flags: c_uint,
 ) -> ssize_t {
     let Some(d) = dest(out_fd) else {
-        return by_the_kernel(in_fd, || real::splice()(in_fd, in_off, out_fd, out_off, len, flags));
+        // SAFETY: the caller's arguments, offsets null or valid, as splice(2) takes them.
+        return by_the_kernel(in_fd, || unsafe {
+            real::splice()(in_fd, in_off, out_fd, out_off, len, flags)
+        });
     };
     let is_pipe = crate::open::os_stat(in_fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
     if !is_pipe {
@@ -214,14 +229,16 @@ pub unsafe extern "C" fn splice(
     if flags & libc::SPLICE_F_NONBLOCK != 0 {
         let mut p = libc::pollfd { fd: in_fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
-        if libc::poll(&mut p, 1, 0) == 0 {
+        if unsafe { libc::poll(&mut p, 1, 0) } == 0 {
             return errno::fail(libc::EAGAIN);
         }
     }
     let mut buf = vec![0u8; len.clamp(1, CHUNK)];
-    let got = real::read()(in_fd, buf.as_mut_ptr().cast(), buf.len().min(len));
+    // SAFETY: `buf` is writable for the length given.
+    let got = unsafe { real::read()(in_fd, buf.as_mut_ptr().cast(), buf.len().min(len)) };
     if got <= 0 {
         return got;
     }
-    write_all(out_fd, &buf[..got as usize], out_off)
+    // SAFETY: `out_off` is the caller's, null or valid.
+    unsafe { write_all(out_fd, &buf[..got as usize], out_off) }
 }

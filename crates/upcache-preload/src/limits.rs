@@ -47,16 +47,19 @@ fn is_self(pid: pid_t) -> bool {
     pid == 0 || pid == unsafe { libc::getpid() }
 }
 
-// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+// Every function below is called by C with what its prototype says: its unsafe blocks only
+// pass the arguments on.
 
 #[no_mangle]
 pub unsafe extern "C" fn setrlimit(resource: libc::__rlimit_resource_t, lim: *const rlimit) -> c_int {
-    changed(resource, real::setrlimit()(resource, lim))
+    // SAFETY: `lim` is the caller's rlimit, passed as setrlimit(2) takes it.
+    changed(resource, unsafe { real::setrlimit()(resource, lim) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setrlimit64(resource: libc::__rlimit_resource_t, lim: *const rlimit64) -> c_int {
-    changed(resource, real::setrlimit64()(resource, lim))
+    // SAFETY: as in `setrlimit`.
+    changed(resource, unsafe { real::setrlimit64()(resource, lim) })
 }
 
 #[no_mangle]
@@ -66,7 +69,8 @@ pub unsafe extern "C" fn prlimit(
     new: *const rlimit,
     old: *mut rlimit,
 ) -> c_int {
-    let r = real::prlimit()(pid, resource, new, old);
+    // SAFETY: the caller's rlimit pointers (each null or valid), passed as prlimit(2) takes them.
+    let r = unsafe { real::prlimit()(pid, resource, new, old) };
     if new.is_null() || !is_self(pid) {
         return r;
     }
@@ -80,7 +84,8 @@ pub unsafe extern "C" fn prlimit64(
     new: *const rlimit64,
     old: *mut rlimit64,
 ) -> c_int {
-    let r = real::prlimit64()(pid, resource, new, old);
+    // SAFETY: as in `prlimit`.
+    let r = unsafe { real::prlimit64()(pid, resource, new, old) };
     if new.is_null() || !is_self(pid) {
         return r;
     }

@@ -76,70 +76,41 @@ fn fix<S: Sized_>(result: c_int, st: *mut S) -> c_int {
     result
 }
 
-// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
-
-#[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    let r = real::fstat()(fd, st);
-    if r == 0 && !st.is_null() {
-        if let Some((_, d, _inside)) = cached(fd) {
-            let len = size_of(d.shared.file(), (*st).size());
-            (*st).set_size(len);
-        }
+/// After a successful fstat into `st`: the cached size, if `fd` is a cached file's.
+fn fix_fd<S: Sized_>(result: c_int, fd: c_int, st: *mut S) -> c_int {
+    if result != 0 || st.is_null() {
+        return result;
     }
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
-    let r = real::fstat64()(fd, st);
-    if r == 0 && !st.is_null() {
-        if let Some((_, d, _inside)) = cached(fd) {
-            let len = size_of(d.shared.file(), (*st).size());
-            (*st).set_size(len);
-        }
+    if let Some((_, d, _inside)) = cached(fd) {
+        // SAFETY: libc just filled `*st` (result 0), the caller's writable stat buffer.
+        let st = unsafe { &mut *st };
+        st.set_size(size_of(d.shared.file(), st.size()));
     }
-    r
+    result
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    fix(real::stat()(path, st), st)
+/// The stat family: libc's answer, with the size fixed (`fix`, `fix_fd`).
+macro_rules! stats {
+    ($($name:ident($($arg:ident: $ty:ty),*) fixed by $fix:ident($($with:ident),*);)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's arguments, as this function's C prototype has them (a C
+            // string path, a writable stat buffer), passed on unchanged.
+            let r = unsafe { real::$name()($($arg),*) };
+            $fix(r, $($with),*)
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    fix(real::stat64()(path, st), st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    fix(real::lstat()(path, st), st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    fix(real::lstat64()(path, st), st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    fix(real::fstatat()(dirfd, path, st, flags), st)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat64,
-    flags: c_int,
-) -> c_int {
-    fix(real::fstatat64()(dirfd, path, st, flags), st)
+stats! {
+    fstat(fd: c_int, st: *mut libc::stat) fixed by fix_fd(fd, st);
+    fstat64(fd: c_int, st: *mut libc::stat64) fixed by fix_fd(fd, st);
+    stat(path: *const c_char, st: *mut libc::stat) fixed by fix(st);
+    stat64(path: *const c_char, st: *mut libc::stat64) fixed by fix(st);
+    lstat(path: *const c_char, st: *mut libc::stat) fixed by fix(st);
+    lstat64(path: *const c_char, st: *mut libc::stat64) fixed by fix(st);
+    fstatat(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) fixed by fix(st);
+    fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) fixed by fix(st);
 }
 
 #[no_mangle]
@@ -150,9 +121,11 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     stx: *mut libc::statx,
 ) -> c_int {
-    let r = real::statx()(dirfd, path, flags, mask, stx);
+    // SAFETY: the caller's arguments, as statx(2) takes them, passed on unchanged.
+    let r = unsafe { real::statx()(dirfd, path, flags, mask, stx) };
     if r == 0 && !stx.is_null() && shim::enabled_quick() {
-        let s = &mut *stx;
+        // SAFETY: libc just filled `*stx` (r 0), the caller's writable statx buffer.
+        let s = unsafe { &mut *stx };
         if s.stx_mask & libc::STATX_SIZE != 0 {
             let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
             if let Some(len) = cached_len(dev, s.stx_ino, s.stx_size as i64) {

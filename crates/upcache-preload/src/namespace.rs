@@ -25,31 +25,36 @@ fn dropped(key: Option<(u64, u64)>, result: c_int) -> c_int {
     result
 }
 
-// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+// Every function below is called by C with what its prototype says: its unsafe blocks only
+// pass the arguments on.
 
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     let key = named(libc::AT_FDCWD, path);
-    dropped(key, real::unlink()(path))
+    // SAFETY: `path` is the caller's C string, passed as unlink(2) takes it.
+    dropped(key, unsafe { real::unlink()(path) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let key = named(dirfd, path);
-    dropped(key, real::unlinkat()(dirfd, path, flags))
+    // SAFETY: the caller's directory descriptor, C string and flags, passed on as given.
+    dropped(key, unsafe { real::unlinkat()(dirfd, path, flags) })
 }
 
 /// stdio's remove (unlink or rmdir inside libc).
 #[no_mangle]
 pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     let key = named(libc::AT_FDCWD, path);
-    dropped(key, real::remove()(path))
+    // SAFETY: `path` is the caller's C string, passed as remove(3) takes it.
+    dropped(key, unsafe { real::remove()(path) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
     let key = named(libc::AT_FDCWD, new);
-    dropped(key, real::rename()(old, new))
+    // SAFETY: the caller's two C strings, passed as rename(2) takes them.
+    dropped(key, unsafe { real::rename()(old, new) })
 }
 
 #[no_mangle]
@@ -60,7 +65,8 @@ pub unsafe extern "C" fn renameat(
     new: *const c_char,
 ) -> c_int {
     let key = named(newdir, new);
-    dropped(key, real::renameat()(olddir, old, newdir, new))
+    // SAFETY: the caller's descriptors and C strings, passed as renameat(2) takes them.
+    dropped(key, unsafe { real::renameat()(olddir, old, newdir, new) })
 }
 
 #[no_mangle]
@@ -73,5 +79,6 @@ pub unsafe extern "C" fn renameat2(
 ) -> c_int {
     // RENAME_EXCHANGE keeps both files.
     let key = if flags & libc::RENAME_EXCHANGE != 0 { None } else { named(newdir, new) };
-    dropped(key, real::renameat2()(olddir, old, newdir, new, flags))
+    // SAFETY: the caller's descriptors, C strings and flags, passed as renameat2(2) takes them.
+    dropped(key, unsafe { real::renameat2()(olddir, old, newdir, new, flags) })
 }

@@ -22,82 +22,46 @@ fn write_back_everything() {
     }
 }
 
-// SAFETY (every function below): the arguments are passed to libc as the caller gave them.
-
-#[no_mangle]
-pub unsafe extern "C" fn execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    write_back_everything();
-    real::execve()(path, argv, envp)
+/// Functions that start a program: each writes every cached file back, then calls libc's.
+macro_rules! written_back_first {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            write_back_everything();
+            // SAFETY: the caller's arguments, as this function's C prototype has them, passed
+            // on unchanged; the shim reads none of them.
+            unsafe { real::$name()($($arg),*) }
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    write_back_everything();
-    real::execv()(path, argv)
-}
+type Argv = *const *const c_char;
+type SpawnArgv = *const *mut c_char;
 
-#[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    write_back_everything();
-    real::execvp()(file, argv)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(
-    file: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    write_back_everything();
-    real::execvpe()(file, argv, envp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    write_back_everything();
-    real::fexecve()(fd, argv, envp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    write_back_everything();
-    real::posix_spawn()(pid, path, actions, attr, argv, envp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    write_back_everything();
-    real::posix_spawnp()(pid, file, actions, attr, argv, envp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
-    write_back_everything();
-    real::system()(command)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE {
-    write_back_everything();
-    real::popen()(command, mode)
+written_back_first! {
+    execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int;
+    execv(path: *const c_char, argv: Argv) -> c_int;
+    execvp(file: *const c_char, argv: Argv) -> c_int;
+    execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int;
+    fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int;
+    posix_spawn(
+        pid: *mut pid_t,
+        path: *const c_char,
+        actions: *const posix_spawn_file_actions_t,
+        attr: *const posix_spawnattr_t,
+        argv: SpawnArgv,
+        envp: SpawnArgv
+    ) -> c_int;
+    posix_spawnp(
+        pid: *mut pid_t,
+        file: *const c_char,
+        actions: *const posix_spawn_file_actions_t,
+        attr: *const posix_spawnattr_t,
+        argv: SpawnArgv,
+        envp: SpawnArgv
+    ) -> c_int;
+    system(command: *const c_char) -> c_int;
+    popen(command: *const c_char, mode: *const c_char) -> *mut FILE;
 }
 
 /// Called by the trampolines: must not unwind into assembly.

@@ -258,7 +258,7 @@ fn standing_in(sig: c_int) -> bool {
     is_fatal(sig) && shim::current().is_some()
 }
 
-// SAFETY (every function below): arguments are what the C prototype says, passed to libc.
+// Every function below is called by C with what its prototype says.
 
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(
@@ -267,20 +267,24 @@ pub unsafe extern "C" fn sigaction(
     old: *mut libc::sigaction,
 ) -> c_int {
     if !is_fatal(sig) {
-        return real::sigaction()(sig, act, old);
+        // SAFETY: the caller's sigaction pointers, each null or valid, passed on.
+        return unsafe { real::sigaction()(sig, act, old) };
     }
     let mine;
     let mut act = act;
-    if let Some(a) = act.as_ref() {
+    // SAFETY: `act` is the caller's, null or valid.
+    if let Some(a) = unsafe { act.as_ref() } {
         if a.sa_sigaction == libc::SIG_DFL && standing_in(sig) {
             mine = ours();
             act = &mine;
         }
     }
     // One call: the old disposition is swapped out atomically, as the program's own call does.
-    let r = real::sigaction()(sig, act, old);
+    // SAFETY: `act` is the caller's or `mine`, which outlives the call; `old` the caller's.
+    let r = unsafe { real::sigaction()(sig, act, old) };
     if r == 0 {
-        if let Some(o) = old.as_mut() {
+        // SAFETY: the caller's, null or valid, just filled by libc.
+        if let Some(o) = unsafe { old.as_mut() } {
             as_seen(o);
         }
     }
@@ -288,24 +292,28 @@ pub unsafe extern "C" fn sigaction(
 }
 
 /// signal(3) and kin: the shim's handler for the default, and the default for its handler.
-unsafe fn signal_with(
+/// `set` is libc's function of that kind (its arguments are plain values).
+fn signal_with(
     sig: c_int,
     handler: sighandler_t,
     set: unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t,
 ) -> sighandler_t {
     if !is_fatal(sig) {
-        return set(sig, handler);
+        // SAFETY: libc's function, with a signal number and a disposition.
+        return unsafe { set(sig, handler) };
     }
     if handler == libc::SIG_DFL && standing_in(sig) {
         let act = ours();
         let mut old = default_action();
-        if real::sigaction()(sig, &act, &mut old) != 0 {
+        // SAFETY: valid sigaction storage for both.
+        if unsafe { real::sigaction()(sig, &act, &mut old) } != 0 {
             return libc::SIG_ERR;
         }
         as_seen(&mut old);
         return old.sa_sigaction;
     }
-    match set(sig, handler) {
+    // SAFETY: as above.
+    match unsafe { set(sig, handler) } {
         h if h == handler_address() => libc::SIG_DFL,
         h => h,
     }
@@ -326,15 +334,18 @@ pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighan
 #[no_mangle]
 pub unsafe extern "C" fn sigset(sig: c_int, handler: sighandler_t) -> sighandler_t {
     if handler != libc::SIG_DFL || !standing_in(sig) {
-        return match real::sigset()(sig, handler) {
+        // SAFETY: plain values.
+        return match unsafe { real::sigset()(sig, handler) } {
             h if h == handler_address() => libc::SIG_DFL,
             h => h,
         };
     }
-    let old = real::sigset()(sig, handler);
+    // SAFETY: plain values.
+    let old = unsafe { real::sigset()(sig, handler) };
     if old != libc::SIG_ERR {
         let act = ours();
-        real::sigaction()(sig, &act, std::ptr::null_mut());
+        // SAFETY: a valid sigaction; no old one asked for.
+        unsafe { real::sigaction()(sig, &act, std::ptr::null_mut()) };
     }
     if old == handler_address() {
         libc::SIG_DFL
