@@ -274,89 +274,36 @@ unsafe fn iovecs_mut(iov: *const iovec, count: c_int) -> Result<Vec<RawBuf>, i32
 /// As `iovec_array`; each buffer readable as for `buf_ref`.
 unsafe fn iovecs<'a>(iov: *const iovec, count: c_int) -> Result<Vec<&'a [u8]>, i32> {
     // SAFETY: as the function's contract says.
-    unsafe { iovec_array(iov, count) }?.iter().map(|v| unsafe { buf_ref(v.iov_base, v.iov_len) }).collect()
+    let array = unsafe { iovec_array(iov, count) }?;
+    array
+        .iter()
+        .map(|v| {
+            // SAFETY: each buffer readable, as the function's contract says.
+            unsafe { buf_ref(v.iov_base, v.iov_len) }
+        })
+        .collect()
 }
 
-// SAFETY (every function below): as in open.rs, arguments are what the C prototype says.
-
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    match cached(fd) {
-        Some((shim, d, _inside)) => {
-            shielded(|| ssize(buf_mut(buf, len).and_then(|b| read_at(shim, &d, &[b], At::Current(fd)))))
-        }
-        None => real::read()(fd, buf, len),
-    }
-}
-
-/// The _FORTIFY_SOURCE form of read.
-#[no_mangle]
-pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, _buflen: size_t) -> ssize_t {
-    read(fd, buf, len)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    match cached(fd) {
-        Some((shim, d, _inside)) => shielded(|| {
-            ssize(buf_ref(buf, len).and_then(|b| write_at(shim, &d, &[b], At::Current(fd), false)))
-        }),
-        None => real::write()(fd, buf, len),
-    }
-}
-
+/// pread of a cached file; None if `fd` is not one.
+///
+/// # Safety
+/// `buf` is writable for `len` bytes, or `len` is 0.
 unsafe fn pread_any(fd: c_int, buf: *mut c_void, len: size_t, off: i64) -> Option<ssize_t> {
     let (shim, d, _inside) = cached(fd)?;
     Some(shielded(|| ssize(explicit(off).and_then(|at| read_at(shim, &d, &[buf_mut(buf, len)?], at)))))
 }
 
+/// pwrite of a cached file; None if `fd` is not one.
+///
+/// # Safety
+/// `buf` is readable for `len` bytes, or `len` is 0.
 unsafe fn pwrite_any(fd: c_int, buf: *const c_void, len: size_t, off: i64) -> Option<ssize_t> {
     let (shim, d, _inside) = cached(fd)?;
     Some(shielded(|| {
-        ssize(explicit(off).and_then(|at| write_at(shim, &d, &[buf_ref(buf, len)?], at, false)))
+        // SAFETY: as the function's contract says.
+        let buf = unsafe { buf_ref(buf, len) };
+        ssize(explicit(off).and_then(|at| write_at(shim, &d, &[buf?], at, false)))
     }))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
-    pread_any(fd, buf, len, off).unwrap_or_else(|| real::pread()(fd, buf, len, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off64_t) -> ssize_t {
-    pread_any(fd, buf, len, off).unwrap_or_else(|| real::pread64()(fd, buf, len, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pread_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    len: size_t,
-    off: off_t,
-    _buflen: size_t,
-) -> ssize_t {
-    pread(fd, buf, len, off)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    len: size_t,
-    off: off64_t,
-    _buflen: size_t,
-) -> ssize_t {
-    pread64(fd, buf, len, off)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
-    pwrite_any(fd, buf, len, off).unwrap_or_else(|| real::pwrite()(fd, buf, len, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off64_t) -> ssize_t {
-    pwrite_any(fd, buf, len, off).unwrap_or_else(|| real::pwrite64()(fd, buf, len, off))
 }
 
 /// RWF_* flags of preadv2/pwritev2 this shim knows (HIPRI and NOWAIT are hints it ignores).
@@ -364,6 +311,9 @@ const RWF_KNOWN: c_int =
     libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND;
 
 /// preadv, preadv2 and readv: `off` -1 (or `None`) is the kernel's offset.
+///
+/// # Safety
+/// `iov` points to `count` iovecs whose buffers are writable, or `count` is 0.
 unsafe fn preadv_any(
     fd: c_int,
     iov: *const iovec,
@@ -381,11 +331,16 @@ unsafe fn preadv_any(
                 None | Some(-1) => At::Current(fd),
                 Some(o) => explicit(o)?,
             };
-            read_at(shim, &d, &iovecs_mut(iov, count)?, at)
+            // SAFETY: as the function's contract says.
+            read_at(shim, &d, &unsafe { iovecs_mut(iov, count) }?, at)
         })())
     }))
 }
 
+/// pwritev, pwritev2 and writev, as `preadv_any`.
+///
+/// # Safety
+/// `iov` points to `count` iovecs whose buffers are readable, or `count` is 0.
 unsafe fn pwritev_any(
     fd: c_int,
     iov: *const iovec,
@@ -403,7 +358,9 @@ unsafe fn pwritev_any(
                 None | Some(-1) => At::Current(fd),
                 Some(o) => explicit(o)?,
             };
-            let n = write_at(shim, &d, &iovecs(iov, count)?, at, flags & libc::RWF_APPEND != 0)?;
+            // SAFETY: as the function's contract says.
+            let bufs = unsafe { iovecs(iov, count) }?;
+            let n = write_at(shim, &d, &bufs, at, flags & libc::RWF_APPEND != 0)?;
             let file = d.shared.file();
             let synced = if flags & libc::RWF_SYNC != 0 {
                 file.sync_all()
@@ -415,100 +372,6 @@ unsafe fn pwritev_any(
             synced.map(|()| n).map_err(|e| errno::of(&e))
         })())
     }))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
-    preadv_any(fd, iov, count, None, 0).unwrap_or_else(|| real::readv()(fd, iov, count))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
-    pwritev_any(fd, iov, count, None, 0).unwrap_or_else(|| real::writev()(fd, iov, count))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
-    match off {
-        -1 => None, // an explicit offset is required: EINVAL from libc
-        _ => preadv_any(fd, iov, count, Some(off), 0),
-    }
-    .unwrap_or_else(|| real::preadv()(fd, iov, count, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t {
-    match off {
-        -1 => None,
-        _ => preadv_any(fd, iov, count, Some(off), 0),
-    }
-    .unwrap_or_else(|| real::preadv64()(fd, iov, count, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
-    match off {
-        -1 => None,
-        _ => pwritev_any(fd, iov, count, Some(off), 0),
-    }
-    .unwrap_or_else(|| real::pwritev()(fd, iov, count, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t {
-    match off {
-        -1 => None,
-        _ => pwritev_any(fd, iov, count, Some(off), 0),
-    }
-    .unwrap_or_else(|| real::pwritev64()(fd, iov, count, off))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv2(
-    fd: c_int,
-    iov: *const iovec,
-    count: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    preadv_any(fd, iov, count, Some(off), flags)
-        .unwrap_or_else(|| real::preadv2()(fd, iov, count, off, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64v2(
-    fd: c_int,
-    iov: *const iovec,
-    count: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    preadv_any(fd, iov, count, Some(off), flags)
-        .unwrap_or_else(|| real::preadv64v2()(fd, iov, count, off, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev2(
-    fd: c_int,
-    iov: *const iovec,
-    count: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    pwritev_any(fd, iov, count, Some(off), flags)
-        .unwrap_or_else(|| real::pwritev2()(fd, iov, count, off, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64v2(
-    fd: c_int,
-    iov: *const iovec,
-    count: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    pwritev_any(fd, iov, count, Some(off), flags)
-        .unwrap_or_else(|| real::pwritev64v2()(fd, iov, count, off, flags))
 }
 
 /// SEEK_END, SEEK_DATA and SEEK_HOLE need the cached length (the whole file is data); SEEK_SET
@@ -545,54 +408,10 @@ fn lseek_cached(fd: c_int, desc: &Description, off: i64, whence: c_int) -> Resul
     seek_to(fd, at)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| match lseek_cached(fd, &d, off, whence) {
-            Ok(at) => at as off_t,
-            Err(code) => errno::fail(code),
-        }),
-        None => real::lseek()(fd, off, whence),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| match lseek_cached(fd, &d, off, whence) {
-            Ok(at) => at as off64_t,
-            Err(code) => errno::fail(code),
-        }),
-        None => real::lseek64()(fd, off, whence),
-    }
-}
-
 fn status(r: upcache::Result<()>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => errno::fail_with(&e),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    match cached(fd) {
-        Some((shim, d, _inside)) => shielded(|| {
-            shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-            status(d.shared.file().sync_all())
-        }),
-        None => real::fsync()(fd),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    match cached(fd) {
-        Some((shim, d, _inside)) => shielded(|| {
-            shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-            status(d.shared.file().sync_data())
-        }),
-        None => real::fdatasync()(fd),
     }
 }
 
@@ -606,22 +425,6 @@ fn set_len(desc: &Description, len: i64) -> c_int {
             errno::fail(past_size_limit())
         }
         Ok(len) => status(desc.shared.file().set_len(len)),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| set_len(&d, len)),
-        None => real::ftruncate()(fd, len),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| set_len(&d, len)),
-        None => real::ftruncate64()(fd, len),
     }
 }
 
@@ -640,16 +443,6 @@ fn truncate_cached(path: *const c_char, len: i64, truncated: c_int) -> c_int {
             None => 0,
         }
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    truncate_cached(path, len, real::truncate()(path, len))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    truncate_cached(path, len, real::truncate64()(path, len))
 }
 
 /// Zeros `[from, to)` of the cached file, within its length.
@@ -705,22 +498,6 @@ fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| fallocate_cached(fd, &d, mode, off, len)),
-        None => real::fallocate()(fd, mode, off, len),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| fallocate_cached(fd, &d, mode, off, len)),
-        None => real::fallocate64()(fd, mode, off, len),
-    }
-}
-
 /// posix_fallocate returns the error instead of setting errno. libc's own fallback for file
 /// systems without fallocate writes to the OS file behind the cache, so it is not used: there
 /// the range is only added to the length (it reads as zeros; its space is not reserved).
@@ -746,22 +523,6 @@ fn posix_fallocate_cached(fd: c_int, desc: &Description, off: i64, len: i64) -> 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| posix_fallocate_cached(fd, &d, off, len)),
-        None => real::posix_fallocate()(fd, off, len),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| posix_fallocate_cached(fd, &d, off, len)),
-        None => real::posix_fallocate64()(fd, off, len),
-    }
-}
-
 /// POSIX_FADV_DONTNEED drops the range's clean pages (after writing dirty ones back), as the
 /// kernel does to its page cache: programs that empty caches before measuring (fio) get the
 /// same from the shim. Other advice is only advice (libc's, on the real descriptor).
@@ -777,22 +538,6 @@ fn fadvise_cached(fd: c_int, desc: &Description, off: i64, len: i64, advice: c_i
     unsafe { real::posix_fadvise64()(fd, off, len, advice) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| fadvise_cached(fd, &d, off, len, advice)),
-        None => real::posix_fadvise()(fd, off, len, advice),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int {
-    match cached(fd) {
-        Some((_, d, _inside)) => shielded(|| fadvise_cached(fd, &d, off, len, advice)),
-        None => real::posix_fadvise64()(fd, off, len, advice),
-    }
-}
-
 /// sync(2) and syncfs(2): the kernel's files, and every cached file made durable too.
 fn sync_everything() {
     let Some(_inside) = crate::guard::enter() else { return };
@@ -801,14 +546,150 @@ fn sync_everything() {
     }
 }
 
+/// Calls on a descriptor: served by the shim when `$served` (an `Option`) says so, the
+/// descriptor being a cached file's, and by libc's function of the same name otherwise.
+macro_rules! served {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $served:expr;)*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller's arguments, as this function's C prototype has them: the
+            // shim reads and writes the caller's buffers only within the lengths given, as
+            // libc would, or passes the arguments on unchanged.
+            unsafe { $served.unwrap_or_else(|| real::$name()($($arg),*)) }
+        }
+    )*};
+}
+
+/// The kernel's offset, as `read`/`write` use it; one for preadv2/pwritev2's -1.
+fn current_or(off: i64) -> Option<i64> {
+    (off != -1).then_some(off)
+}
+
+served! {
+    read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t = cached(fd).map(|(shim, d, _inside)| {
+        shielded(|| ssize(buf_mut(buf, len).and_then(|b| read_at(shim, &d, &[b], At::Current(fd)))))
+    });
+    write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t = cached(fd).map(|(shim, d, _inside)| {
+        shielded(|| ssize(buf_ref(buf, len).and_then(|b| write_at(shim, &d, &[b], At::Current(fd), false))))
+    });
+    pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t = pread_any(fd, buf, len, off);
+    pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off64_t) -> ssize_t = pread_any(fd, buf, len, off);
+    pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t = pwrite_any(fd, buf, len, off);
+    pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off64_t) -> ssize_t = pwrite_any(fd, buf, len, off);
+    readv(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t = preadv_any(fd, iov, count, None, 0);
+    writev(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t = pwritev_any(fd, iov, count, None, 0);
+    /// (An explicit offset is required: -1 is libc's to refuse.)
+    preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t =
+        current_or(off).and_then(|o| preadv_any(fd, iov, count, Some(o), 0));
+    preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t =
+        current_or(off).and_then(|o| preadv_any(fd, iov, count, Some(o), 0));
+    pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t =
+        current_or(off).and_then(|o| pwritev_any(fd, iov, count, Some(o), 0));
+    pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off64_t) -> ssize_t =
+        current_or(off).and_then(|o| pwritev_any(fd, iov, count, Some(o), 0));
+    preadv2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t =
+        preadv_any(fd, iov, count, Some(off), flags);
+    preadv64v2(fd: c_int, iov: *const iovec, count: c_int, off: off64_t, flags: c_int) -> ssize_t =
+        preadv_any(fd, iov, count, Some(off), flags);
+    pwritev2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t =
+        pwritev_any(fd, iov, count, Some(off), flags);
+    pwritev64v2(fd: c_int, iov: *const iovec, count: c_int, off: off64_t, flags: c_int) -> ssize_t =
+        pwritev_any(fd, iov, count, Some(off), flags);
+    lseek(fd: c_int, off: off_t, whence: c_int) -> off_t = lseek_any(fd, off, whence);
+    lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t = lseek_any(fd, off, whence);
+    fsync(fd: c_int) -> c_int = sync_any(fd, true);
+    fdatasync(fd: c_int) -> c_int = sync_any(fd, false);
+    ftruncate(fd: c_int, len: off_t) -> c_int = cached(fd).map(|(_, d, _inside)| shielded(|| set_len(&d, len)));
+    ftruncate64(fd: c_int, len: off64_t) -> c_int = cached(fd).map(|(_, d, _inside)| shielded(|| set_len(&d, len)));
+    fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| fallocate_cached(fd, &d, mode, off, len)));
+    fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| fallocate_cached(fd, &d, mode, off, len)));
+    posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| posix_fallocate_cached(fd, &d, off, len)));
+    posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| posix_fallocate_cached(fd, &d, off, len)));
+    posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| fadvise_cached(fd, &d, off, len, advice)));
+    posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int =
+        cached(fd).map(|(_, d, _inside)| shielded(|| fadvise_cached(fd, &d, off, len, advice)));
+}
+
+/// lseek of a cached file (`lseek_cached`), in the C convention.
+fn lseek_any(fd: c_int, off: i64, whence: c_int) -> Option<i64> {
+    let (_, d, _inside) = cached(fd)?;
+    Some(shielded(|| match lseek_cached(fd, &d, off, whence) {
+        Ok(at) => at as i64,
+        Err(code) => errno::fail(code),
+    }))
+}
+
+/// fsync (`all`) or fdatasync of a cached file.
+fn sync_any(fd: c_int, all: bool) -> Option<c_int> {
+    let (shim, d, _inside) = cached(fd)?;
+    Some(shielded(|| {
+        shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
+        let file = d.shared.file();
+        status(if all { file.sync_all() } else { file.sync_data() })
+    }))
+}
+
+// The _FORTIFY_SOURCE forms, and the calls on a path or on no descriptor: called by C with
+// what their prototypes say.
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, _buflen: size_t) -> ssize_t {
+    // SAFETY: the caller's read(2) arguments (the object size is libc's check to make).
+    unsafe { read(fd, buf, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: off_t,
+    _buflen: size_t,
+) -> ssize_t {
+    // SAFETY: as in `__read_chk`, for pread(2).
+    unsafe { pread(fd, buf, len, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    off: off64_t,
+    _buflen: size_t,
+) -> ssize_t {
+    // SAFETY: as in `__read_chk`, for pread64.
+    unsafe { pread64(fd, buf, len, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: `path` is the caller's C string, as truncate(2) takes it.
+    truncate_cached(path, len, unsafe { real::truncate()(path, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    // SAFETY: as in `truncate`.
+    truncate_cached(path, len, unsafe { real::truncate64()(path, len) })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sync() {
     sync_everything();
-    real::sync()()
+    // SAFETY: no arguments.
+    unsafe { real::sync()() }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
     sync_everything();
-    real::syncfs()(fd)
+    // SAFETY: no memory arguments.
+    unsafe { real::syncfs()(fd) }
 }
