@@ -120,114 +120,61 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
     fd
 }
 
-// SAFETY (every function below): C callers pass what the C prototypes require (valid paths,
-// buffers and descriptors or not, as libc itself accepts them); the shim forwards the same
-// arguments to libc and reads them only where libc would.
-
-/// open(2). `mode` is variadic in C: on x86-64 and aarch64 Linux a named argument is passed
-/// where the first variadic one is, and, as in libc, it is read only with O_CREAT/O_TMPFILE.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    adopt(real::open()(path, flags, mode as c_uint), flags)
+/// Calls that open a file inside libc: the descriptor libc returns is adopted (`adopt`) with
+/// the open flags that `$flags` (an expression of the arguments) gives.
+macro_rules! adopted {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) with $flags:expr;)*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's arguments, as this function's C prototype has them (a C
+            // string path or a writable template), passed on unchanged.
+            adopt(unsafe { real::$name()($($arg),*) }, $flags)
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    adopt(real::open64()(path, flags, mode as c_uint), flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    adopt(real::openat()(dirfd, path, flags, mode as c_uint), flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    adopt(real::openat64()(dirfd, path, flags, mode as c_uint), flags)
-}
-
-/// The _FORTIFY_SOURCE forms of open (no mode).
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    adopt(real::__open_2()(path, flags), flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    adopt(real::__open64_2()(path, flags), flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    adopt(real::__openat_2()(dirfd, path, flags), flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    adopt(real::__openat64_2()(dirfd, path, flags), flags)
-}
-
-/// mkstemp and its kin open inside libc: the descriptor they return is adopted like an
-/// open's (O_RDWR, and the flags mkostemp takes), so that a later open of the same file by
-/// name cannot cache a copy that this descriptor writes around.
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
-    adopt(real::mkstemp()(template), libc::O_RDWR)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
-    adopt(real::mkstemp64()(template), libc::O_RDWR)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
-    adopt(real::mkostemp()(template, flags), libc::O_RDWR | flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
-    adopt(real::mkostemp64()(template, flags), libc::O_RDWR | flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
-    adopt(real::mkstemps()(template, suffix), libc::O_RDWR)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix: c_int) -> c_int {
-    adopt(real::mkstemps64()(template, suffix), libc::O_RDWR)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    adopt(real::mkostemps()(template, suffix, flags), libc::O_RDWR | flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    adopt(real::mkostemps64()(template, suffix, flags), libc::O_RDWR | flags)
-}
-
+/// creat's flags.
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    adopt(real::creat()(path, mode), CREAT)
+adopted! {
+    /// open(2). `mode` is variadic in C: on x86-64 and aarch64 Linux a named argument is passed
+    /// where the first variadic one is, and, as in libc, it is read only with O_CREAT/O_TMPFILE.
+    open(path: *const c_char, flags: c_int, mode: mode_t) with flags;
+    open64(path: *const c_char, flags: c_int, mode: mode_t) with flags;
+    openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) with flags;
+    openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) with flags;
+    /// The _FORTIFY_SOURCE forms of open (no mode).
+    __open_2(path: *const c_char, flags: c_int) with flags;
+    __open64_2(path: *const c_char, flags: c_int) with flags;
+    __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) with flags;
+    __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) with flags;
+    /// mkstemp and its kin open inside libc: the descriptor they return is adopted like an
+    /// open's (O_RDWR, and the flags mkostemp takes), so that a later open of the same file by
+    /// name cannot cache a copy that this descriptor writes around.
+    mkstemp(template: *mut c_char) with libc::O_RDWR;
+    mkstemp64(template: *mut c_char) with libc::O_RDWR;
+    mkostemp(template: *mut c_char, flags: c_int) with libc::O_RDWR | flags;
+    mkostemp64(template: *mut c_char, flags: c_int) with libc::O_RDWR | flags;
+    mkstemps(template: *mut c_char, suffix: c_int) with libc::O_RDWR;
+    mkstemps64(template: *mut c_char, suffix: c_int) with libc::O_RDWR;
+    mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) with libc::O_RDWR | flags;
+    mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) with libc::O_RDWR | flags;
+    creat(path: *const c_char, mode: mode_t) with CREAT;
+    creat64(path: *const c_char, mode: mode_t) with CREAT;
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    adopt(real::creat64()(path, mode), CREAT)
-}
+// The functions below are called by C with what their prototypes say (valid paths, buffers
+// and descriptors or not, as libc itself accepts them); the shim passes the same arguments to
+// libc and reads them only where libc would.
 
 /// Forgets `fd` before libc closes it (so that a descriptor reusing the number meanwhile is
 /// not forgotten instead); the last close of a file reports its write-back error.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
-    let closed = real::close()(fd);
+    // SAFETY: no memory arguments.
+    let closed = unsafe { real::close()(fd) };
     match taken {
         Some((desc, _inside)) => shielded(|| match shim::release(desc) {
             Err(code) if closed == 0 => errno::fail(code),
@@ -277,17 +224,20 @@ fn copied(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    copied(fd, real::dup()(fd))
+    // SAFETY: no memory arguments.
+    copied(fd, unsafe { real::dup()(fd) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    copied(old, real::dup2()(old, new))
+    // SAFETY: no memory arguments.
+    copied(old, unsafe { real::dup2()(old, new) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    copied(old, real::dup3()(old, new, flags))
+    // SAFETY: no memory arguments.
+    copied(old, unsafe { real::dup3()(old, new, flags) })
 }
 
 fn after_fcntl(fd: c_int, cmd: c_int, arg: c_ulong, result: c_int) -> c_int {
@@ -311,12 +261,14 @@ fn after_fcntl(fd: c_int, cmd: c_int, arg: c_ulong, result: c_int) -> c_int {
 /// word, where both ABIs put either, and passed on as one.
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    after_fcntl(fd, cmd, arg, real::fcntl()(fd, cmd, arg))
+    // SAFETY: the caller's argument, an int or a pointer that `cmd` says is valid, passed on.
+    after_fcntl(fd, cmd, arg, unsafe { real::fcntl()(fd, cmd, arg) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    after_fcntl(fd, cmd, arg, real::fcntl64()(fd, cmd, arg))
+    // SAFETY: as in `fcntl`.
+    after_fcntl(fd, cmd, arg, unsafe { real::fcntl64()(fd, cmd, arg) })
 }
 
 /// Takes the entries of descriptors `first..=last` out of the table (before libc closes them,
@@ -343,10 +295,12 @@ fn release_all(taken: Vec<Arc<Description>>) {
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC != 0 {
-        return real::close_range()(first, last, flags);
+        // SAFETY: no memory arguments.
+        return unsafe { real::close_range()(first, last, flags) };
     }
     let taken = take_range(first, last);
-    let closed = real::close_range()(first, last, flags);
+    // SAFETY: no memory arguments.
+    let closed = unsafe { real::close_range()(first, last, flags) };
     release_all(taken);
     closed
 }
@@ -354,16 +308,19 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(first: c_int) {
     let taken = take_range(first.max(0) as c_uint, c_uint::MAX);
-    real::closefrom()(first);
+    // SAFETY: no memory arguments.
+    unsafe { real::closefrom()(first) };
     release_all(taken);
 }
 
 /// A FILE stream closes its descriptor inside libc: forget it first.
 #[no_mangle]
 pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
-    let fd = if stream.is_null() { -1 } else { libc::fileno(stream) };
+    // SAFETY: the caller's stream, live until the fclose below.
+    let fd = if stream.is_null() { -1 } else { unsafe { libc::fileno(stream) } };
     let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
-    let closed = real::fclose()(stream);
+    // SAFETY: the caller's stream, passed on.
+    let closed = unsafe { real::fclose()(stream) };
     if let Some((desc, _inside)) = taken {
         let _ = shielded(|| shim::release(desc).map_or(-1, |()| 0));
     }
@@ -426,7 +383,8 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         errno::set(code);
         return std::ptr::null_mut();
     }
-    real::fdopen()(fd, mode)
+    // SAFETY: the caller's mode string, passed on.
+    unsafe { real::fdopen()(fd, mode) }
 }
 
 #[no_mangle]
@@ -435,7 +393,8 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
         errno::set(code);
         return std::ptr::null_mut();
     }
-    real::fopen()(path, mode)
+    // SAFETY: the caller's path and mode strings, passed on.
+    unsafe { real::fopen()(path, mode) }
 }
 
 #[no_mangle]
@@ -444,13 +403,18 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
         errno::set(code);
         return std::ptr::null_mut();
     }
-    real::fopen64()(path, mode)
+    // SAFETY: as in `fopen`.
+    unsafe { real::fopen64()(path, mode) }
 }
 
 /// freopen closes the stream's descriptor and opens a file inside libc: the old entry is
 /// taken out first, and the file opened is demoted (with no path, the stream's own file).
+///
+/// # Safety
+/// `stream` is null or a live stream; `path` null or a C string.
 unsafe fn reopen(path: *const c_char, stream: *mut FILE, open: impl FnOnce() -> *mut FILE) -> *mut FILE {
-    let fd = if stream.is_null() { -1 } else { libc::fileno(stream) };
+    // SAFETY: as the function's contract says.
+    let fd = if stream.is_null() { -1 } else { unsafe { libc::fileno(stream) } };
     let demoted = if path.is_null() { demote_fd(fd) } else { demote_path(path) };
     if let Err(code) = demoted {
         errno::set(code);
@@ -466,12 +430,14 @@ unsafe fn reopen(path: *const c_char, stream: *mut FILE, open: impl FnOnce() -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
-    reopen(path, stream, || real::freopen()(path, mode, stream))
+    // SAFETY: the caller's path, mode and stream, passed on.
+    unsafe { reopen(path, stream, || real::freopen()(path, mode, stream)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
-    reopen(path, stream, || real::freopen64()(path, mode, stream))
+    // SAFETY: as in `freopen`.
+    unsafe { reopen(path, stream, || real::freopen64()(path, mode, stream)) }
 }
 
 /// A mapping reads and writes the OS file: the file is demoted first (its descriptors go to
@@ -491,7 +457,8 @@ pub unsafe extern "C" fn mmap(
             return libc::MAP_FAILED;
         }
     }
-    real::mmap()(addr, len, prot, flags, fd, off)
+    // SAFETY: the caller's mapping request, passed on; the shim reads none of it.
+    unsafe { real::mmap()(addr, len, prot, flags, fd, off) }
 }
 
 #[no_mangle]
@@ -509,5 +476,6 @@ pub unsafe extern "C" fn mmap64(
             return libc::MAP_FAILED;
         }
     }
-    real::mmap64()(addr, len, prot, flags, fd, off)
+    // SAFETY: as in `mmap`.
+    unsafe { real::mmap64()(addr, len, prot, flags, fd, off) }
 }
