@@ -116,27 +116,23 @@ macro_rules! aio_submits {
 
 aio_submits! { aio_read aio_read64 aio_write aio_write64 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut aiocb) -> c_int {
-    // SAFETY: as in `aio_read`.
-    unsafe {
-        match demote_aiocb(cb) {
-            0 => real::aio_fsync()(op, cb),
-            e => e,
+/// aio_fsync and its 64-bit twin.
+macro_rules! aio_fsyncs {
+    ($($name:ident)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(op: c_int, cb: *mut aiocb) -> c_int {
+            // SAFETY: as in `aio_read`.
+            unsafe {
+                match demote_aiocb(cb) {
+                    0 => real::$name()(op, cb),
+                    e => e,
+                }
+            }
         }
-    }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_fsync64(op: c_int, cb: *mut aiocb) -> c_int {
-    // SAFETY: as in `aio_read`.
-    unsafe {
-        match demote_aiocb(cb) {
-            0 => real::aio_fsync64()(op, cb),
-            e => e,
-        }
-    }
-}
+aio_fsyncs! { aio_fsync aio_fsync64 }
 
 /// # Safety
 /// `list` is null or points to `n` aiocb pointers (each null or valid).
@@ -195,15 +191,7 @@ fn is_cached(fd: c_long) -> bool {
 ///
 /// # Safety
 /// The arguments are what the system call `n` takes.
-unsafe fn routed(
-    n: c_long,
-    a: c_long,
-    b: c_long,
-    c: c_long,
-    d: c_long,
-    e: c_long,
-    f: c_long,
-) -> Option<c_long> {
+unsafe fn routed(n: c_long, [a, b, c, d, e, f]: [c_long; 6]) -> Option<c_long> {
     use crate::{copy, data, meta, open};
     let fd = a as c_int;
     let p = |x: c_long| x as *mut c_void;
@@ -277,7 +265,7 @@ pub unsafe extern "C" fn syscall(
             libc::SYS_io_uring_setup => uring_seen(),
             libc::SYS_io_submit if demote_iocbs(b, c as *const *const IocbHead) != 0 => return -1,
             _ => {
-                if let Some(r) = routed(n, a, b, c, d, e, f) {
+                if let Some(r) = routed(n, [a, b, c, d, e, f]) {
                     return r;
                 }
             }

@@ -62,32 +62,28 @@ pub unsafe extern "C" fn setrlimit64(resource: libc::__rlimit_resource_t, lim: *
     changed(resource, unsafe { real::setrlimit64()(resource, lim) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn prlimit(
-    pid: pid_t,
-    resource: libc::__rlimit_resource_t,
-    new: *const rlimit,
-    old: *mut rlimit,
-) -> c_int {
-    // SAFETY: the caller's rlimit pointers (each null or valid), passed as prlimit(2) takes them.
-    let r = unsafe { real::prlimit()(pid, resource, new, old) };
-    if new.is_null() || !is_self(pid) {
-        return r;
-    }
-    changed(resource, r)
+/// prlimit and its 64-bit twin: a change of this process's own limit counts.
+macro_rules! prlimits {
+    ($($name:ident($lim:ty);)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: pid_t,
+            resource: libc::__rlimit_resource_t,
+            new: *const $lim,
+            old: *mut $lim,
+        ) -> c_int {
+            // SAFETY: the caller's rlimit pointers (each null or valid), passed as prlimit(2)
+            // takes them.
+            let r = unsafe { real::$name()(pid, resource, new, old) };
+            if new.is_null() || !is_self(pid) {
+                return r;
+            }
+            changed(resource, r)
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn prlimit64(
-    pid: pid_t,
-    resource: libc::__rlimit_resource_t,
-    new: *const rlimit64,
-    old: *mut rlimit64,
-) -> c_int {
-    // SAFETY: as in `prlimit`.
-    let r = unsafe { real::prlimit64()(pid, resource, new, old) };
-    if new.is_null() || !is_self(pid) {
-        return r;
-    }
-    changed(resource, r)
+prlimits! {
+    prlimit(rlimit);
+    prlimit64(rlimit64);
 }
