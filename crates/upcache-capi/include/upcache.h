@@ -47,7 +47,7 @@
 // The array is open elsewhere, or a cache still has open files.
 #define UPCACHE_EBUSY -12
 
-// An internal error (a panic, caught at the boundary).
+// An internal error: a panic, caught at the boundary, or a background thread's, reported by a sync.
 #define UPCACHE_EPANIC -13
 
 // Any other failure; see `upcache_last_error`.

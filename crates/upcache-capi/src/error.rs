@@ -33,7 +33,7 @@ pub const UPCACHE_ENOSPC: i32 = -10;
 pub const UPCACHE_EFULL: i32 = -11;
 /// The array is open elsewhere, or a cache still has open files.
 pub const UPCACHE_EBUSY: i32 = -12;
-/// An internal error (a panic, caught at the boundary).
+/// An internal error: a panic, caught at the boundary, or a background thread's, reported by a sync.
 pub const UPCACHE_EPANIC: i32 = -13;
 /// Any other failure; see `upcache_last_error`.
 pub const UPCACHE_EOTHER: i32 = -14;
@@ -68,6 +68,7 @@ impl From<upcache::Error> for Fail {
             ErrorKind::CacheFull => UPCACHE_EFULL,
             ErrorKind::Busy => UPCACHE_EBUSY,
             ErrorKind::FileTooLarge => UPCACHE_EFBIG,
+            ErrorKind::Internal => UPCACHE_EPANIC,
             _ => UPCACHE_EOTHER,
         };
         Fail { code, msg: e.to_string() }

@@ -28,6 +28,7 @@ pub(crate) fn of(e: &Error) -> i32 {
         ErrorKind::Unsupported => libc::EOPNOTSUPP,
         ErrorKind::Busy => libc::EBUSY,
         ErrorKind::FileTooLarge => libc::EFBIG,
+        ErrorKind::Internal => libc::EIO,
         _ => libc::EIO,
     }
 }

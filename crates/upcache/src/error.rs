@@ -37,6 +37,8 @@ pub enum ErrorKind {
     Busy,
     /// A write or length at or past the largest file its file system allows (EFBIG).
     FileTooLarge,
+    /// A bug: a background thread of the cache panicked (reported by the next sync).
+    Internal,
 }
 
 /// An upcache error: a kind, what was being done, and the OS error underneath if any.

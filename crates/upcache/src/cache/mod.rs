@@ -4,6 +4,7 @@
 //! and the flusher threads. Page access (hit, miss, eviction) is in [`page`].
 
 pub(crate) mod async_load;
+pub(crate) mod background;
 pub(crate) mod batch;
 mod hot;
 pub(crate) mod page;
@@ -74,6 +75,8 @@ pub(crate) struct CacheInner {
     /// The next plain file's id, past every catalog id (`plain::PLAIN_ID`).
     pub(crate) next_plain_id: crate::sync::AtomicU64,
     pub(crate) writeback: Writeback,
+    /// Panics of the background threads, for the next sync to report.
+    pub(crate) background: background::BackgroundFailures,
     pub(crate) metrics: Metrics,
     /// Windows for the readahead loader.
     pub(crate) readahead: Inbox,
@@ -321,6 +324,7 @@ impl Cache {
             plain_files: sync::Mutex::new(HashMap::new()),
             next_plain_id: crate::sync::AtomicU64::new(plain::PLAIN_ID),
             writeback,
+            background: background::BackgroundFailures::default(),
             metrics: Metrics::default(),
             readahead: Inbox::default(),
             limits,
@@ -466,9 +470,9 @@ impl Cache {
     }
 
     /// Writes back every dirty page of every file, syncs the backing files and logs every
-    /// changed length.
+    /// changed length. Reports, once, any panic of a background thread (`ErrorKind::Internal`).
     pub fn sync(&self) -> Result<()> {
-        self.inner.sync_everything()
+        self.inner.background.after(self.inner.sync_everything())
     }
 
     /// Counters and gauges.

@@ -409,10 +409,11 @@ impl File {
     /// file, or, for appends on ext4/XFS, the device flush of the metadata log's commit
     /// (`io/zero_window.rs`). Returns
     /// once every page dirtied before the call is on its device; reports, once, any earlier
-    /// write-back error. Persists the length too if it changed.
+    /// write-back error, and any panic of a background thread (`ErrorKind::Internal`).
+    /// Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.sync_file(&self.file, false)
+        self.cache.background.after(self.cache.sync_file(&self.file, false))
     }
 
     /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
@@ -473,6 +474,6 @@ impl File {
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.sync_file(&self.file, true)
+        self.cache.background.after(self.cache.sync_file(&self.file, true))
     }
 }

@@ -53,7 +53,7 @@ impl Loader {
         let c = cache.clone();
         let thread = std::thread::Builder::new()
             .name("upcache-readahead".into())
-            .spawn(move || run(&c))
+            .spawn(move || c.background.keep_running("readahead", || run(&c)))
             .map_err(|e| Error::io("spawn readahead thread", e))?;
         Ok(Loader { cache: cache.clone(), thread: Some(thread) })
     }

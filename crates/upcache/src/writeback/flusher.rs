@@ -32,7 +32,7 @@ impl Flushers {
             let c = cache.clone();
             let t = std::thread::Builder::new()
                 .name(format!("upcache-flush-{i}"))
-                .spawn(move || run(&c))
+                .spawn(move || c.background.keep_running("flusher", || run(&c)))
                 .map_err(|e| Error::io("spawn flusher thread", e))?;
             threads.push(t);
         }
