@@ -105,7 +105,7 @@ unsafe fn serve(in_fd: c_int, in_off: *mut i64, out_fd: c_int, out_off: *mut i64
 
 /// Whether `a` and `b` are descriptors of the same file.
 fn same_file(a: c_int, b: c_int) -> bool {
-    match (crate::open::os_stat(a), crate::open::os_stat(b)) {
+    match (crate::os::fd_stat(a), crate::os::fd_stat(b)) {
         (Some(x), Some(y)) => (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino),
         _ => false,
     }
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn splice(
             real::splice()(in_fd, in_off, out_fd, out_off, len, flags)
         });
     };
-    let is_pipe = crate::open::os_stat(in_fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
+    let is_pipe = crate::os::fd_stat(in_fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
     if !is_pipe {
         return errno::fail(libc::EINVAL); // one end must be a pipe
     }

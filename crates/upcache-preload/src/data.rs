@@ -437,7 +437,7 @@ fn truncate_cached(path: *const c_char, len: i64, truncated: c_int) -> c_int {
     let Some(_inside) = crate::guard::enter() else { return 0 };
     let Some(shim) = crate::shim::current() else { return 0 };
     shielded(|| {
-        let Some(st) = crate::meta::path_stat(path) else { return 0 };
+        let Some(st) = crate::os::path_stat(path) else { return 0 };
         match shim.lookup((st.st_dev, st.st_ino)) {
             Some(shared) => status(shared.file().set_len(len as u64)),
             None => 0,

@@ -64,6 +64,7 @@ mod limits;
 mod meta;
 mod namespace;
 mod open;
+mod os;
 mod process;
 mod real;
 mod retain;

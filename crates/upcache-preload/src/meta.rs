@@ -24,13 +24,6 @@ fn cached_len(dev: u64, ino: u64, os_size: i64) -> Option<u64> {
     Some(size_of(shim::current()?.lookup((dev, ino))?.file(), os_size))
 }
 
-/// stat(2) of `path`, through libc.
-pub(crate) fn path_stat(path: *const c_char) -> Option<libc::stat64> {
-    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
-    // SAFETY: `path` is the caller's C string; `st` is writable stat64 storage.
-    (unsafe { real::stat64()(path, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
-}
-
 /// Both `stat` and `stat64` have these fields (one layout on 64-bit Linux).
 trait Sized_ {
     fn key(&self) -> (u64, u64);

@@ -3,6 +3,7 @@
 
 use crate::errno;
 use crate::guard::{self, Inside};
+use crate::os::{fd_stat, path_stat};
 use crate::real;
 use crate::shim::{self, Description, Shim};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off64_t, off_t, size_t, FILE};
@@ -21,13 +22,6 @@ pub(crate) fn cached(fd: c_int) -> Option<(&'static Shim, Arc<Description>, Insi
 /// Runs `f`; a panic becomes -1 with EIO instead of unwinding into C.
 pub(crate) fn shielded<T: From<i8>>(f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| errno::fail(libc::EIO))
-}
-
-/// `fstat64` through libc.
-pub(crate) fn os_stat(fd: c_int) -> Option<libc::stat64> {
-    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
-    // SAFETY: `st` is writable stat64 storage; libc fills it on success.
-    (unsafe { real::fstat64()(fd, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
 }
 
 /// Caches the file libc just opened on `fd` (with `flags`) if it is a regular file under the
@@ -50,7 +44,7 @@ fn adopt(fd: c_int, flags: c_int) -> c_int {
 }
 
 fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
-    let Some(st) = os_stat(fd) else { return fd };
+    let Some(st) = fd_stat(fd) else { return fd };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return fd;
     }
@@ -344,7 +338,7 @@ pub(crate) fn demote_fd(fd: c_int) -> Result<(), i32> {
     }
     let Some(_inside) = guard::enter() else { return Ok(()) };
     if shim::enabled() {
-        if let Some(st) = os_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+        if let Some(st) = fd_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
             demote_key((st.st_dev, st.st_ino))?;
         }
     }
@@ -357,7 +351,7 @@ fn demote_path(path: *const c_char) -> Result<(), i32> {
     if !shim::enabled() {
         return Ok(());
     }
-    match crate::meta::path_stat(path) {
+    match path_stat(path) {
         Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => demote_key((st.st_dev, st.st_ino)),
         _ => Ok(()),
     }

@@ -9,6 +9,7 @@
 use crate::errno;
 use crate::retain::{Retained, Signature};
 use crate::settings::Settings;
+use crate::signals::Rescue;
 use crate::table::FdTable;
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
@@ -130,7 +131,7 @@ pub(crate) struct Shim {
     pub cache: Cache,
     /// Canonical `state_dir`: never cached, even under the prefix.
     state_canonical: PathBuf,
-    pub table: FdTable,
+    pub table: FdTable<Description>,
     /// Every cached file by (device, inode), while a descriptor of it is open, and until its
     /// close ends (a dead entry: the close is under way).
     files: Mutex<HashMap<(u64, u64), Weak<Shared>>>,
@@ -141,8 +142,6 @@ pub(crate) struct Shim {
     /// Files kept after their last close.
     retained: Retained,
     pub counters: Counters,
-    /// Write-backs asked for by fatal signals' handlers (`signals.rs`).
-    pub rescue: crate::signals::Rescue,
     /// Write-back failures said so far.
     said: Mutex<BTreeSet<String>>,
     pid: u32,
@@ -179,7 +178,7 @@ fn demote_open_files(prefix: &Path, except: i32) {
         if !path.starts_with(prefix) {
             continue;
         }
-        if let Some(st) = crate::open::os_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
+        if let Some(st) = crate::os::fd_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
             mark_demoted((st.st_dev, st.st_ino));
         }
     }
@@ -304,17 +303,26 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
     // to the program's threads, whose handler waits for the rescuer (`signals.rs`).
     let made = crate::signals::with_signals_blocked(|| {
         let shim: &'static Shim = Box::leak(Box::new(Shim::new(settings)?));
+        let rescue: &'static Rescue = Box::leak(Box::new(Rescue::new(&shim.cache)));
         std::thread::Builder::new()
             .name("upcache-rescue".into())
-            .spawn(move || crate::signals::rescuer(shim))
+            .spawn(move || {
+                crate::signals::rescuer(rescue, |each| {
+                    shim.write_back_all_with(
+                        "as the process dies of a signal",
+                        "what it holds of it is lost",
+                        each,
+                    )
+                })
+            })
             .map_err(|e| format!("start a thread: {e}"))?;
-        Ok::<_, String>(shim)
+        Ok::<_, String>((shim, rescue))
     });
     match made {
-        Ok(shim) => {
+        Ok((shim, rescue)) => {
             SHIM.store(shim as *const Shim as *mut Shim, Ordering::Release); // Release: made
             hook();
-            crate::signals::install();
+            crate::signals::install(rescue);
             Some(shim)
         }
         Err(msg) => {
@@ -354,7 +362,6 @@ impl Shim {
             orphans: Mutex::new(Vec::new()),
             retained: Retained::default(),
             counters: Counters::default(),
-            rescue: crate::signals::Rescue::default(),
             said: Mutex::new(BTreeSet::new()),
             pid,
             reported: AtomicBool::new(false),
@@ -388,7 +395,7 @@ impl Shim {
             return Ok(None);
         }
         if let Some((file, kept)) = self.retained.take(key) {
-            if crate::open::os_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
+            if crate::os::fd_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
                 let shared = Arc::new(Shared::new(file, key, self));
                 files.insert(key, Arc::downgrade(&shared));
                 self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
@@ -513,11 +520,6 @@ impl Shim {
             }
             each();
         }
-    }
-
-    /// Whether this shim is the one of the process `pid` (a forked child's is its own).
-    pub(crate) fn runs_in(&self, pid: libc::pid_t) -> bool {
-        self.pid == pid as u32
     }
 
     /// Handles of every file this cache owns the OS copy of: open ones and ones whose close
@@ -658,6 +660,7 @@ extern "C" fn after_fork_child() {
     // The parent's shim is leaked, not dropped: its cache's threads are not in this process.
     // The settings stay: the same environment.
     SHIM.store(std::ptr::null_mut(), Ordering::Release); // Release: as in `start`
+    crate::signals::forget();
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }
 

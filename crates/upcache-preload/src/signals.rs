@@ -21,10 +21,10 @@
 //! disposition at the instant the shim starts.
 
 use crate::real;
-use crate::shim::{self, Shim};
 use libc::{c_int, c_void, sighandler_t, siginfo_t};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::time::Duration;
+use upcache::Cache;
 
 /// How long a handler waits for a rescuer that writes nothing back and finishes no file.
 const STALL: Duration = Duration::from_secs(10);
@@ -64,14 +64,40 @@ fn fatal_signals() -> impl Iterator<Item = c_int> {
     FATAL.into_iter().chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
 }
 
-/// The work a rescuer is asked for and has done, counted (wrapping).
-#[derive(Default)]
+/// One process image's rescue: the work a rescuer is asked for and has done, counted
+/// (wrapping), and what a waiting handler watches to see that it is not stuck.
 pub(crate) struct Rescue {
     asked: AtomicU32,
     done: AtomicU32,
-    /// Files written back by the rescuer (with the cache's bytes written back, what a waiting
-    /// handler watches to see that it is not stuck).
+    /// Files written back by the rescuer.
     progress: AtomicU32,
+    /// The cache it writes back (its bytes written back count as progress too).
+    cache: &'static Cache,
+    pid: u32,
+}
+
+impl Rescue {
+    pub(crate) fn new(cache: &'static Cache) -> Rescue {
+        let (asked, done, progress) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        Rescue { asked, done, progress, cache, pid: std::process::id() }
+    }
+}
+
+/// The running shim's rescue, set when it starts (`install`); null before, and in a forked
+/// child until its own shim starts.
+static RESCUE: AtomicPtr<Rescue> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The rescue of this process image, if its shim runs.
+fn current() -> Option<&'static Rescue> {
+    // Acquire: pairs with the Release in `install`. (A plain load: async-signal-safe.)
+    let p = RESCUE.load(Ordering::Acquire);
+    // SAFETY: set only to a leaked Rescue, never freed.
+    unsafe { p.as_ref() }
+}
+
+/// A forked child: the parent's rescuer is not in it.
+pub(crate) fn forget() {
+    RESCUE.store(std::ptr::null_mut(), Ordering::Release); // Release: as in `install`
 }
 
 fn handler_address() -> sighandler_t {
@@ -96,8 +122,10 @@ fn default_action() -> libc::sigaction {
     unsafe { std::mem::zeroed() }
 }
 
-/// At the shim's start: the handler stands in for every fatal signal left at its default.
-pub(crate) fn install() {
+/// At the shim's start, with its rescue (whose rescuer runs): the handler stands in for every
+/// fatal signal left at its default.
+pub(crate) fn install(rescue: &'static Rescue) {
+    RESCUE.store(rescue as *const Rescue as *mut Rescue, Ordering::Release); // Release: made
     let act = ours();
     for sig in fatal_signals() {
         let mut cur = default_action();
@@ -127,9 +155,9 @@ pub(crate) fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// The rescuer's loop: each time a handler asks, write every cached file back.
-pub(crate) fn rescuer(shim: &'static Shim) {
-    let r = &shim.rescue;
+/// The rescuer's loop: each time a handler asks, `write_back` every cached file (calling the
+/// function it is given after each).
+pub(crate) fn rescuer(r: &Rescue, write_back: impl Fn(&dyn Fn())) {
     loop {
         // SeqCst (all): the handler's `asked` increment, then its wait on `done`.
         let asked = r.asked.load(Ordering::SeqCst);
@@ -140,13 +168,9 @@ pub(crate) fn rescuer(shim: &'static Shim) {
         if let Some(_inside) = crate::guard::enter() {
             // A panic must not end the rescuer: every later signal would wait for it in vain.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shim.write_back_all_with(
-                    "as the process dies of a signal",
-                    "what it holds of it is lost",
-                    || {
-                        r.progress.fetch_add(1, Ordering::SeqCst);
-                    },
-                )
+                write_back(&|| {
+                    r.progress.fetch_add(1, Ordering::SeqCst);
+                })
             }));
         }
         r.done.store(asked, Ordering::SeqCst);
@@ -156,11 +180,10 @@ pub(crate) fn rescuer(shim: &'static Shim) {
 
 /// Has the rescuer write everything back; returns when it has, or when it seems stuck.
 /// Async-signal-safe: atomics, futex and clock_gettime only.
-fn rescue(shim: &Shim) {
-    let r = &shim.rescue;
+fn rescue(r: &Rescue) {
     let ticket = r.asked.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
     futex_wake(&r.asked);
-    let progress = || r.progress.load(Ordering::SeqCst).wrapping_add(shim.cache.written_back_bytes() as u32);
+    let progress = || r.progress.load(Ordering::SeqCst).wrapping_add(r.cache.written_back_bytes() as u32);
     let (mut seen, mut since) = (progress(), now());
     loop {
         let done = r.done.load(Ordering::SeqCst);
@@ -194,12 +217,13 @@ extern "C" fn on_fatal(sig: c_int, info: *mut siginfo_t, _ctx: *mut c_void) {
         crate::errno::set(errno);
         return;
     }
-    if let Some(shim) = shim::current() {
-        // SAFETY: getpid has no arguments. (A forked child before its own shim has none.)
-        if shim.runs_in(unsafe { libc::getpid() }) {
+    if let Some(r) = current() {
+        // SAFETY: getpid has no arguments. (A child that cloned without fork's handlers has
+        // its parent's, whose rescuer is not in it.)
+        if r.pid == unsafe { libc::getpid() } as u32 {
             // (After a fault inside the shim the thread may hold a lock the rescuer needs:
             // then the wait ends with `STALL`, and whatever was written back is kept.)
-            rescue(shim);
+            rescue(r);
         }
     }
     // The default action, as the program asked for: a fault happens again as this returns,
@@ -255,7 +279,7 @@ fn as_seen(act: &mut libc::sigaction) {
 
 /// Whether the shim stands in for the default of `sig` now (it runs in this process).
 fn standing_in(sig: c_int) -> bool {
-    is_fatal(sig) && shim::current().is_some()
+    is_fatal(sig) && current().is_some()
 }
 
 // Every function below is called by C with what its prototype says.

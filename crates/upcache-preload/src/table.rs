@@ -5,7 +5,6 @@
 //! of `ArcSwapOption`, whose loads are lock-free and keep the description alive while used
 //! even if another thread closes the descriptor meanwhile.
 
-use crate::shim::Description;
 use arc_swap::ArcSwapOption;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -16,20 +15,21 @@ const CHUNKS: usize = 1024;
 /// Descriptors from this one on are never cached (the table's size).
 pub(crate) const MAX_FD: usize = CHUNK * CHUNKS;
 
-struct Chunk {
-    slots: Box<[ArcSwapOption<Description>]>,
+struct Chunk<T> {
+    slots: Box<[ArcSwapOption<T>]>,
 }
 
-pub(crate) struct FdTable {
-    chunks: Box<[AtomicPtr<Chunk>]>,
+/// A map from descriptor number to `T` (the shim's `Description`s).
+pub(crate) struct FdTable<T> {
+    chunks: Box<[AtomicPtr<Chunk<T>>]>,
 }
 
-impl FdTable {
+impl<T> FdTable<T> {
     pub fn new() -> Self {
         FdTable { chunks: (0..CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect() }
     }
 
-    fn slot(&self, fd: i32, make: bool) -> Option<&ArcSwapOption<Description>> {
+    fn slot(&self, fd: i32, make: bool) -> Option<&ArcSwapOption<T>> {
         let fd = usize::try_from(fd).ok().filter(|&fd| fd < MAX_FD)?;
         let cell = &self.chunks[fd / CHUNK];
         // Acquire: pairs with the Release that published the chunk, so its slots are made.
@@ -58,12 +58,12 @@ impl FdTable {
     }
 
     /// The cached file open on `fd`, if any.
-    pub fn get(&self, fd: i32) -> Option<Arc<Description>> {
+    pub fn get(&self, fd: i32) -> Option<Arc<T>> {
         self.slot(fd, false)?.load_full()
     }
 
     /// Makes `fd` a descriptor of `desc` (or of nothing); returns what it was.
-    pub fn set(&self, fd: i32, desc: Option<Arc<Description>>) -> Option<Arc<Description>> {
+    pub fn set(&self, fd: i32, desc: Option<Arc<T>>) -> Option<Arc<T>> {
         match (self.slot(fd, desc.is_some()), desc) {
             (Some(slot), desc) => slot.swap(desc),
             (None, _) => None,
@@ -72,14 +72,14 @@ impl FdTable {
 
     /// Empties `fd`'s slot if it still holds `desc` (compare and swap: a close and an open
     /// that reused the number meanwhile keep theirs).
-    pub fn remove_if(&self, fd: i32, desc: &Arc<Description>) {
+    pub fn remove_if(&self, fd: i32, desc: &Arc<T>) {
         if let Some(slot) = self.slot(fd, false) {
             slot.compare_and_swap(desc, None);
         }
     }
 
     /// Every cached descriptor.
-    pub fn all(&self) -> Vec<(i32, Arc<Description>)> {
+    pub fn all(&self) -> Vec<(i32, Arc<T>)> {
         let mut out = Vec::new();
         for (c, cell) in self.chunks.iter().enumerate() {
             // Acquire: as in `slot`.
@@ -98,7 +98,7 @@ impl FdTable {
     }
 }
 
-impl Drop for FdTable {
+impl<T> Drop for FdTable<T> {
     fn drop(&mut self) {
         for cell in self.chunks.iter() {
             let chunk = cell.swap(std::ptr::null_mut(), Ordering::Relaxed); // Relaxed: &mut self
