@@ -14,7 +14,7 @@ use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use super::page::{Fill, LockedPage};
+use super::page::{Commit, Fill, LockedPage};
 use super::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
@@ -244,7 +244,7 @@ impl CacheInner {
                     if keep_pins {
                         lp.into_pinned().keep();
                     } else {
-                        lp.commit(false);
+                        lp.commit(Commit::AsBefore);
                     }
                 }
                 Ok(())

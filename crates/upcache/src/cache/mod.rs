@@ -548,7 +548,7 @@ impl CacheInner {
     /// whole file exclusive in its range lock.
     pub(crate) fn forget_file(&self, file: &FileInner) {
         self.drop_pages_from(file, 0);
-        self.free.drain(&file.frames);
+        self.free.drain(&file.spare_frames);
         sync::write(&self.files).remove(&file.id);
     }
 
@@ -597,7 +597,7 @@ impl CacheInner {
         if !len.is_multiple_of(ps) {
             // Zero the tail of the last page through the cache; it is written back as usual.
             let page = len / ps;
-            let lp = self.page_for_write(file, page, page::Fill::Read, false)?;
+            let lp = self.page_for_write(file, page, page::Fill::Read, page::Lookup::Index)?;
             let tail = (len % ps) as usize;
             // SAFETY: we hold the frame LOCKED, so no one else writes it, and readers of this
             // file cannot exist yet (the file is not published).
@@ -605,9 +605,9 @@ impl CacheInner {
             if bytes.iter().any(|&b| b != 0) {
                 // SAFETY: as above; the range is inside the frame.
                 unsafe { std::ptr::write_bytes(lp.ptr().add(tail), 0, ps as usize - tail) };
-                lp.commit(true);
+                lp.commit(page::Commit::Dirty);
             } else {
-                lp.commit(false);
+                lp.commit(page::Commit::AsBefore);
             }
         }
         Ok(())

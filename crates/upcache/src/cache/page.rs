@@ -26,6 +26,25 @@ use crate::index::setassoc::{Claim, Merge, SetTable};
 use crate::policy::Victim;
 use crate::sync::Ordering;
 
+/// Where a page access looks first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The file's page index.
+    Index,
+    /// The thread's hot-page index, then the file's (the pin API, whose callers come back
+    /// to the same pages).
+    HotFirst,
+}
+
+/// What a writer's commit makes of a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Its bytes changed: dirty.
+    Dirty,
+    /// Dirty or clean as it was (a load, or bytes put back as they were).
+    AsBefore,
+}
+
 /// How a missing page's frame is filled before a writer gets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fill {
@@ -117,8 +136,9 @@ impl<'a> LockedPage<'a> {
         PinnedPage { cache: self.cache, id: self.id }
     }
 
-    /// Unlocks the page as valid, dirty if `dirty`, and unpins it.
-    pub(crate) fn commit(mut self, dirty: bool) {
+    /// Unlocks the page as valid, dirty per `how`, and unpins it.
+    pub(crate) fn commit(mut self, how: Commit) {
+        let dirty = how == Commit::Dirty;
         self.committed = true;
         let st = self.cache.frames.state(self.id);
         // Count before publishing: DIRTY cannot change while we hold LOCKED, and a cleaner can
@@ -290,16 +310,23 @@ impl CacheInner {
         Some(id)
     }
 
-    /// A pinned, valid page of `file`, loaded from the device on a miss. `hot`: try the
-    /// thread's hot index first (the pin API, whose callers come back to the same pages).
+    /// The page pinned, if resident, looked up per `lookup`.
+    fn lookup_per(&self, lookup: Lookup, file: &FileInner, page: u64) -> Option<FrameId> {
+        match lookup {
+            Lookup::Index => self.lookup_pinned(file, page),
+            Lookup::HotFirst => self.lookup_pinned_hot(file, page),
+        }
+    }
+
+    /// A pinned, valid page of `file`, loaded from the device on a miss, looked up per `lookup`.
     pub(crate) fn page_for_read<'a>(
         &'a self,
         file: &'a FileInner,
         page: u64,
-        hot: bool,
+        lookup: Lookup,
     ) -> Result<PinnedPage<'a>> {
         loop {
-            let found = if hot { self.lookup_pinned_hot(file, page) } else { self.lookup_pinned(file, page) };
+            let found = self.lookup_per(lookup, file, page);
             if let Some(id) = found {
                 self.metrics.hits.add(1);
                 return Ok(PinnedPage { cache: self, id });
@@ -311,16 +338,15 @@ impl CacheInner {
     }
 
     /// A pinned, `LOCKED` page of `file` ready to be written; a miss fills it per `fill`.
-    /// `hot` as for `page_for_read`.
     pub(crate) fn page_for_write<'a>(
         &'a self,
         file: &'a FileInner,
         page: u64,
         fill: Fill,
-        hot: bool,
+        lookup: Lookup,
     ) -> Result<LockedPage<'a>> {
         loop {
-            let found = if hot { self.lookup_pinned_hot(file, page) } else { self.lookup_pinned(file, page) };
+            let found = self.lookup_per(lookup, file, page);
             if let Some(id) = found {
                 self.frames.lock_pinned(id);
                 self.metrics.hits.add(1);
@@ -469,7 +495,7 @@ impl CacheInner {
             crate::sync::yield_now();
         }
         if self.sets.is_none() {
-            self.free.free(&file.frames, id);
+            self.free.free(&file.spare_frames, id);
         }
         // With page sets the frame stays in its way's slot, found free by the next claim.
     }
@@ -480,7 +506,7 @@ impl CacheInner {
     pub(crate) fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
         let mut retries = EvictionRetries::default();
         loop {
-            if let Some(id) = self.free.alloc(&file.frames) {
+            if let Some(id) = self.free.alloc(&file.spare_frames) {
                 self.check_pressure();
                 return Ok(id);
             }

@@ -38,7 +38,7 @@ impl CacheInner {
         // Collect first: the files map is a leaf lock, not held while taking a file's cache.
         let files: Vec<_> = sync::read(&self.files).values().cloned().collect();
         for f in files {
-            self.free.shrink(&f.frames);
+            self.free.shrink(&f.spare_frames);
         }
     }
 

@@ -11,7 +11,7 @@ use std::fmt;
 
 use super::pin::{PageMut, PageRef};
 use super::{FileInner, MAX_FILE_SIZE};
-use crate::cache::page::Fill;
+use crate::cache::page::{Commit, Fill, Lookup};
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device;
@@ -123,7 +123,7 @@ impl File {
                 loaded_to = (c.page + window).min(last + 1);
                 self.cache.load_missing(&self.file, c.page..loaded_to)?;
             }
-            let pinned = self.cache.page_for_read(&self.file, c.page, false)?;
+            let pinned = self.cache.page_for_read(&self.file, c.page, Lookup::Index)?;
             // SAFETY: the pin keeps the frame on this page and VALID; the range lock keeps
             // writers of these bytes out; the source range lies inside the frame and the
             // destination inside `buf`.
@@ -212,7 +212,7 @@ impl File {
         let range = self.file.range.read(start, start.saturating_add(ps));
         self.file.check_live()?;
         let len = self.in_file(offset, start, ps)?;
-        let page = self.cache.page_for_read(&self.file, offset / ps, true)?;
+        let page = self.cache.page_for_read(&self.file, offset / ps, Lookup::HotFirst)?;
         Ok(PageRef { page, _range: range, len, offset: start })
     }
 
@@ -227,7 +227,7 @@ impl File {
         self.file.check_live()?;
         let len = self.in_file(offset, start, ps)?;
         let ticket = self.file.writes.begin();
-        let page = self.cache.page_for_write(&self.file, offset / ps, Fill::Read, true)?;
+        let page = self.cache.page_for_write(&self.file, offset / ps, Fill::Read, Lookup::HotFirst)?;
         Ok(PageMut { page: Some(page), _ticket: ticket, _range: range, len, offset: start })
     }
 
@@ -279,7 +279,7 @@ impl File {
         let _change = self.file.writes.begin();
         for c in chunks(offset, end, ps) {
             let fill = if c.len as u64 == ps { Fill::Overwrite } else { Fill::Read };
-            let locked = match self.cache.page_for_write(&self.file, c.page, fill, false) {
+            let locked = match self.cache.page_for_write(&self.file, c.page, fill, Lookup::Index) {
                 Ok(l) => l,
                 Err(e) if c.at > 0 => {
                     log::debug!("short write of {:?} at {}: {e}", self.file.name, offset + c.at as u64);
@@ -296,7 +296,7 @@ impl File {
                     c.len,
                 )
             };
-            locked.commit(true);
+            locked.commit(Commit::Dirty);
             let pos = offset + (c.at + c.len) as u64;
             // Release: readers that see the new length see these bytes (they also go through
             // the frame's state word, but this keeps `len` alone meaningful). The Relaxed
@@ -385,10 +385,10 @@ impl File {
         let ps = self.cache.config.page_size as u64;
         if !size.is_multiple_of(ps) {
             let tail = (size % ps) as usize;
-            let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read, false)?;
+            let locked = self.cache.page_for_write(&self.file, size / ps, Fill::Read, Lookup::Index)?;
             // SAFETY: LOCKED by us and inside our exclusive range; in bounds of the frame.
             unsafe { std::ptr::write_bytes(locked.ptr().add(tail), 0, ps as usize - tail) };
-            locked.commit(true);
+            locked.commit(Commit::Dirty);
         }
         let pages = size.div_ceil(ps);
         self.cache.drop_pages_from(&self.file, pages);

@@ -62,7 +62,7 @@ pub(crate) struct FileInner {
     /// Content changes begun and finished, for lock-free readers.
     pub(crate) writes: WriteSeq,
     /// Free frames kept for this file's misses (two-layer allocator).
-    pub(crate) frames: FileFrames,
+    pub(crate) spare_frames: FileFrames,
     /// One backing file per device, in device order.
     pub(crate) backing: Vec<BackingFile>,
     /// Where its pages are on the backing files: the array's striping, or, for a plain file,
@@ -124,7 +124,7 @@ impl FileInner {
             index,
             range: RangeLock::default(),
             writes: WriteSeq::default(),
-            frames: FileFrames::default(),
+            spare_frames: FileFrames::default(),
             backing,
             layout: place.layout,
             plain: place.plain,

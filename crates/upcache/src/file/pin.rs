@@ -18,7 +18,7 @@ use std::ops::{Deref, DerefMut};
 
 use super::range_lock::RangeGuard;
 use super::write_seq::WriteTicket;
-use crate::cache::page::{LockedPage, PinnedPage};
+use crate::cache::page::{Commit, LockedPage, PinnedPage};
 
 /// A pinned page, readable in place. See the module docs.
 pub struct PageRef<'a> {
@@ -99,7 +99,7 @@ impl DerefMut for PageMut<'_> {
 impl Drop for PageMut<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.page.take() {
-            p.commit(true);
+            p.commit(Commit::Dirty);
         }
     }
 }
