@@ -39,6 +39,16 @@ use crate::writeback::Writeback;
 
 const LOCK_NAME: &str = "upcache.lock";
 
+/// What a sync of one file makes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SyncKind {
+    /// Its data and length (`File::sync_data`).
+    Data,
+    /// Its data and length, and every namespace change logged so far, even if its length is
+    /// unchanged (`File::sync_all`).
+    All,
+}
+
 /// State shared by the cache handle, files and flusher threads.
 pub(crate) struct CacheInner {
     pub(crate) config: Config,
@@ -679,8 +689,8 @@ impl CacheInner {
         }
     }
 
-    /// `File::sync_data`, and `File::sync_all` with `force`: the file's dirty pages written
-    /// back, its backing files synced, its length logged.
+    /// `File::sync_data` (`SyncKind::Data`) and `File::sync_all` (`SyncKind::All`): the
+    /// file's dirty pages written back, its backing files synced, its length logged.
     ///
     /// Seed 001 §3.4 in user space: a backing file whose writes since its last `fdatasync`
     /// all landed in its window of zeros (`io/zero_window.rs`) has no metadata to commit, only
@@ -689,8 +699,8 @@ impl CacheInner {
     /// file is not synced on its own: an append + sync is one data write, one record write
     /// and one flush. A backing file that needs a real `fdatasync` and is being appended to
     /// gets zeros written ahead first, so that the next appends do not.
-    pub(crate) fn sync_file(&self, file: &FileInner, force: bool) -> Result<()> {
-        self.sync_file_then(file, Some(force))
+    pub(crate) fn sync_file(&self, file: &FileInner, kind: SyncKind) -> Result<()> {
+        self.sync_file_then(file, Some(kind == SyncKind::All))
     }
 
     /// As `sync_file`; with `log_len` None, the length is not logged (the caller logs many

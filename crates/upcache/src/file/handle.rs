@@ -12,7 +12,7 @@ use std::fmt;
 use super::pin::{PageMut, PageRef};
 use super::{FileInner, MAX_FILE_SIZE};
 use crate::cache::page::{Commit, Fill, Lookup};
-use crate::cache::CacheInner;
+use crate::cache::{CacheInner, SyncKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device;
 use crate::sync::{Arc, Ordering};
@@ -413,7 +413,7 @@ impl File {
     /// Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, false))
+        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::Data))
     }
 
     /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
@@ -474,6 +474,6 @@ impl File {
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, true))
+        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::All))
     }
 }
