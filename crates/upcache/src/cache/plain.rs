@@ -69,7 +69,8 @@ impl Cache {
         let meta = backing.file().metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         let ps = inner.config.page_size;
         let layout = StripeLayout::new(ps, ps as u64, 1, LayoutKind::Stripe);
-        let max_len = device::largest_file(backing.file(), crate::file::MAX_FILE_SIZE, ps as u64);
+        let max_len =
+            device::largest_file(backing.file(), crate::file::MAX_FILE_SIZE, ps as u64, meta.blksize());
         let mut file = FileInner::new(
             id,
             name.to_string(),
@@ -296,8 +297,9 @@ impl CacheInner {
                 }
             }
             file.os_size.fetch_max(have, Ordering::SeqCst);
-            file.os_len_known.store(have, Ordering::Relaxed); // Relaxed: under the range lock
-                                                              // Release: as every length change (readers of the range wait for the caller's lock).
+            // Relaxed: under the range lock.
+            file.os_len_known.store(have, Ordering::Relaxed);
+            // Release: as every length change (readers of the range wait for the caller's lock).
             file.len.store(have, Ordering::Release);
             return Ok(have);
         }

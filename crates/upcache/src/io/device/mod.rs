@@ -318,16 +318,23 @@ pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
 /// The largest size the file system lets `file` reach (the kernel's `s_maxbytes`, past which
 /// writes fail with EFBIG), at most `cap`, rounded down to `page_size` (write-back writes
 /// whole pages). Found by where `lseek(SEEK_SET)` stops accepting offsets, which the kernel
-/// checks against the same limit; the file's own offset is not used by the cache.
-pub fn largest_file(file: &File, cap: u64, page_size: u64) -> u64 {
+/// checks against the same limit; the file's own offset is not used by the cache. Most file
+/// systems take `cap` (one call); ext4's limit, 2^32 - 1 blocks of `block` bytes, is tried
+/// next (two calls) and taken only if the kernel confirms it is the edge; any other is
+/// searched for (about 62 calls).
+pub fn largest_file(file: &File, cap: u64, page_size: u64, block: u64) -> u64 {
     let accepts = |at: u64| {
         // SAFETY: lseek takes no memory; the descriptor is the cache's own.
         i64::try_from(at).is_ok_and(|at| unsafe { libc::lseek(file.as_raw_fd(), at, libc::SEEK_SET) } == at)
     };
-    let (mut ok, mut bad) = (0u64, cap.saturating_add(1));
     if accepts(cap) {
-        ok = cap;
+        return cap / page_size * page_size;
     }
+    let blocks = ((1u64 << 32) - 1).saturating_mul(block);
+    if blocks < cap && accepts(blocks) && !accepts(blocks + 1) {
+        return blocks / page_size * page_size;
+    }
+    let (mut ok, mut bad) = (0u64, cap);
     while bad - ok > 1 {
         let mid = ok + (bad - ok) / 2;
         if accepts(mid) {
