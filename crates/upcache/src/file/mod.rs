@@ -84,7 +84,7 @@ pub(crate) struct FileInner {
     /// For a plain file: the unit its write-back writes the page holding the end in, from the
     /// page's start up to the length rounded up to it (1 for a buffered file: exactly to the
     /// length), so that bytes another process put past the end are not overwritten with zeros.
-    /// The page size for a file of the array (whole pages).
+    /// Unused (u64::MAX) for a file of the array, whose pages are written whole.
     pub(crate) tail_unit: u64,
     /// The largest length the file may have: for a plain file, its file system's limit (the
     /// kernel's EFBIG); `MAX_FILE_SIZE` for a file of the array.
