@@ -277,6 +277,15 @@ fn as_seen(act: &mut libc::sigaction) {
     }
 }
 
+/// `as_seen` for a handler alone (signal(3) and kin return one).
+fn handler_as_seen(handler: sighandler_t) -> sighandler_t {
+    if handler == handler_address() {
+        libc::SIG_DFL
+    } else {
+        handler
+    }
+}
+
 /// Whether the shim stands in for the default of `sig` now (it runs in this process).
 fn standing_in(sig: c_int) -> bool {
     is_fatal(sig) && current().is_some()
@@ -337,10 +346,7 @@ fn signal_with(
         return old.sa_sigaction;
     }
     // SAFETY: as above.
-    match unsafe { set(sig, handler) } {
-        h if h == handler_address() => libc::SIG_DFL,
-        h => h,
-    }
+    handler_as_seen(unsafe { set(sig, handler) })
 }
 
 #[no_mangle]
@@ -357,25 +363,14 @@ pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighan
 /// that, then the shim's handler replaces the default.
 #[no_mangle]
 pub unsafe extern "C" fn sigset(sig: c_int, handler: sighandler_t) -> sighandler_t {
-    if handler != libc::SIG_DFL || !standing_in(sig) {
-        // SAFETY: plain values.
-        return match unsafe { real::sigset()(sig, handler) } {
-            h if h == handler_address() => libc::SIG_DFL,
-            h => h,
-        };
-    }
     // SAFETY: plain values.
     let old = unsafe { real::sigset()(sig, handler) };
-    if old != libc::SIG_ERR {
+    if handler == libc::SIG_DFL && standing_in(sig) && old != libc::SIG_ERR {
         let act = ours();
         // SAFETY: a valid sigaction; no old one asked for.
         unsafe { real::sigaction()(sig, &act, std::ptr::null_mut()) };
     }
-    if old == handler_address() {
-        libc::SIG_DFL
-    } else {
-        old
-    }
+    handler_as_seen(old)
 }
 
 #[no_mangle]
