@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{build_shim, compile, field, shimmed};
+use common::{beside_the_kernel, build_shim, compile, field};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -194,12 +194,9 @@ fn ways_around_read_and_write_give_the_kernels_results() {
     let stats = tmp.path().join("bypass.stats");
     let mut runs = Vec::new();
     for with_shim in [false, true] {
-        let dir = tmp.path().join(if with_shim { "shim" } else { "kernel" });
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new(&bin);
-        cmd.arg(&dir);
+        let (mut cmd, dir) = beside_the_kernel(tmp.path(), &bin, with_shim.then_some(shim.as_path()));
         if with_shim {
-            shimmed(&mut cmd, &shim, &dir, "16M").env("UPCACHE_STATS", &stats);
+            cmd.env("UPCACHE_STATS", &stats);
         }
         let out = cmd.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

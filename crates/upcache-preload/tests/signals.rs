@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{build_shim, compile, shimmed};
-use std::process::Command;
+use common::{beside_the_kernel, build_shim, compile};
 
 #[test]
 fn writers_killed_by_signals_keep_every_line() {
@@ -15,14 +14,8 @@ fn writers_killed_by_signals_keep_every_line() {
     let shim = build_shim();
     let bin = compile(tmp.path(), "shim_signals");
     for with_shim in [false, true] {
-        let dir = tmp.path().join(if with_shim { "shim" } else { "kernel" });
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new(&bin);
-        cmd.arg(&dir);
-        if with_shim {
-            shimmed(&mut cmd, &shim, &dir, "16M");
-        }
-        let out = cmd.output().unwrap();
+        let out =
+            beside_the_kernel(tmp.path(), &bin, with_shim.then_some(shim.as_path())).0.output().unwrap();
         let text =
             format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("all checks passed"), "shim {with_shim}:\n{text}");

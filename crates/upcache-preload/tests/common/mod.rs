@@ -42,6 +42,20 @@ pub fn shimmed<'a>(cmd: &'a mut Command, so: &Path, prefix: &Path, memory: &str)
     cmd.env("LD_PRELOAD", so).env("UPCACHE_PREFIX", prefix).env("UPCACHE_MEMORY", memory)
 }
 
+/// `bin DIR`, with DIR a fresh directory under `tmp` (`shim` or `kernel`), run with the shim
+/// `so` caching DIR in 16 MiB if it is given: one side of a test against the kernel. Returns
+/// the command and DIR.
+pub fn beside_the_kernel(tmp: &Path, bin: &Path, so: Option<&Path>) -> (Command, PathBuf) {
+    let dir = tmp.join(if so.is_some() { "shim" } else { "kernel" });
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.arg(&dir);
+    if let Some(so) = so {
+        shimmed(&mut cmd, so, &dir, "16M");
+    }
+    (cmd, dir)
+}
+
 /// The value of `key=` in a stats line.
 pub fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
