@@ -28,23 +28,6 @@ pub const DEFAULT_READAHEAD: u64 = 16 << 20;
 /// for write-back to make progress.
 pub const MIN_FRAMES: usize = 16;
 
-/// Parses the name of one of a closed set of choices (an index kind, a layout, ...); the
-/// error lists every valid name.
-pub(crate) fn parse_choice<T: Copy>(
-    s: &str,
-    what: &str,
-    all: &[T],
-    name: impl Fn(T) -> &'static str,
-) -> Result<T> {
-    all.iter().copied().find(|&c| name(c) == s).ok_or_else(|| {
-        let names: Vec<&str> = all.iter().map(|&c| name(c)).collect();
-        let (last, rest) = names.split_last().expect("a closed set of choices is never empty");
-        let expected =
-            if rest.is_empty() { last.to_string() } else { format!("{} or {last}", rest.join(", ")) };
-        Error::new(ErrorKind::InvalidConfig, format!("unknown {what} {s:?}: expected {expected}"))
-    })
-}
-
 /// How a [`crate::Cache`] is built. Start from [`Config::new`] and adjust with `with_*`.
 #[derive(Clone)]
 pub struct Config {

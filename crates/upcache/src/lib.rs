@@ -60,6 +60,7 @@
 
 pub mod alloc;
 mod cache;
+mod choice;
 mod config;
 mod error;
 pub mod file;

@@ -19,37 +19,18 @@
 pub mod global;
 pub mod two_layer;
 
+use crate::choice::choice;
 use crate::frame::FrameId;
 pub use two_layer::FileFrames;
 
-/// Which free-frame allocator a cache uses ([`crate::Config::with_alloc`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AllocKind {
-    /// One global lock-free queue.
-    Global,
-    /// Per-core regions + per-file caches (StreamCache). The default.
-    #[default]
-    TwoLayer,
-}
-
-impl AllocKind {
-    /// Every kind, for benchmarks and tests.
-    pub const ALL: [AllocKind; 2] = [AllocKind::Global, AllocKind::TwoLayer];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            AllocKind::Global => "global",
-            AllocKind::TwoLayer => "twolayer",
-        }
-    }
-}
-
-impl std::str::FromStr for AllocKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "allocator", &AllocKind::ALL, AllocKind::name)
+choice! {
+    /// Which free-frame allocator a cache uses ([`crate::Config::with_alloc`]).
+    pub enum AllocKind("allocator") {
+        /// One global lock-free queue.
+        Global = "global",
+        /// Per-core regions + per-file caches (StreamCache). The default.
+        #[default]
+        TwoLayer = "twolayer",
     }
 }
 

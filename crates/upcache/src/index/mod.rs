@@ -27,40 +27,28 @@ pub use locked::LockedIndex;
 pub use radix::RadixIndex;
 pub use sharded::ShardedIndex;
 
+use crate::choice::choice;
 use crate::frame::FrameId;
 
-/// Which page index files use ([`crate::Config::with_index`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IndexKind {
-    /// ccXArray: lock-free radix tree (seed 000 §3.2). The default.
-    #[default]
-    Radix,
-    /// The same tree with updates under one lock per file (the kernel's XArray).
-    Locked,
-    /// Hash shards under reader-writer locks (the walking skeleton's index).
-    Sharded,
-    /// SAFS's set-associative cache (seed 002 §4): one table of small page sets shared by
-    /// all files, each set its own index and replacement policy.
-    SetAssoc,
+choice! {
+    /// Which page index files use ([`crate::Config::with_index`]).
+    pub enum IndexKind("index") {
+        /// ccXArray: lock-free radix tree (seed 000 §3.2). The default.
+        #[default]
+        Radix = "radix",
+        /// The same tree with updates under one lock per file (the kernel's XArray).
+        Locked = "locked",
+        /// Hash shards under reader-writer locks (the walking skeleton's index).
+        Sharded = "sharded",
+        /// SAFS's set-associative cache (seed 002 §4): one table of small page sets shared by
+        /// all files, each set its own index and replacement policy.
+        SetAssoc = "setassoc",
+    }
 }
 
 impl IndexKind {
-    /// Every kind, for benchmarks and tests.
-    pub const ALL: [IndexKind; 4] =
-        [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded, IndexKind::SetAssoc];
-
     /// The kinds that are a per-file map ([`IndexKind::build`] works for them).
     pub const PER_FILE: [IndexKind; 3] = [IndexKind::Radix, IndexKind::Locked, IndexKind::Sharded];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            IndexKind::Radix => "radix",
-            IndexKind::Locked => "locked",
-            IndexKind::Sharded => "sharded",
-            IndexKind::SetAssoc => "setassoc",
-        }
-    }
 
     /// A new, empty index of a per-file kind; None for [`IndexKind::SetAssoc`], whose files
     /// share one [`setassoc::SetTable`] (see [`setassoc::SetAssocIndex::new`]).
@@ -71,14 +59,6 @@ impl IndexKind {
             IndexKind::Sharded => Some(Box::<ShardedIndex>::default()),
             IndexKind::SetAssoc => None,
         }
-    }
-}
-
-impl std::str::FromStr for IndexKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "index", &IndexKind::ALL, IndexKind::name)
     }
 }
 

@@ -44,52 +44,33 @@
 //! set's lock in turn.
 
 use super::PageIndex;
+use crate::choice::choice;
 use crate::frame::state::{ClaimResult, UNOWNED};
 use crate::frame::{FrameId, FrameTable};
 use crate::sync::{lock, Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
-/// Replacement inside a set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SetPolicy {
-    /// Generalized CLOCK, counters up to 3.
-    #[default]
-    GClock,
-    /// CLOCK: GClock with counters up to 1.
-    Clock,
-    /// Least recently used.
-    Lru,
-    /// Least frequently used.
-    Lfu,
+choice! {
+    /// Replacement inside a set.
+    pub enum SetPolicy("set policy") {
+        /// Generalized CLOCK, counters up to 3.
+        #[default]
+        GClock = "gclock",
+        /// CLOCK: GClock with counters up to 1.
+        Clock = "clock",
+        /// Least recently used.
+        Lru = "lru",
+        /// Least frequently used.
+        Lfu = "lfu",
+    }
 }
 
 impl SetPolicy {
-    /// Every policy.
-    pub const ALL: [SetPolicy; 4] = [SetPolicy::GClock, SetPolicy::Clock, SetPolicy::Lru, SetPolicy::Lfu];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            SetPolicy::GClock => "gclock",
-            SetPolicy::Clock => "clock",
-            SetPolicy::Lru => "lru",
-            SetPolicy::Lfu => "lfu",
-        }
-    }
-
     fn max_count(self) -> u8 {
         match self {
             SetPolicy::Clock => 1,
             SetPolicy::GClock => 3,
             SetPolicy::Lru | SetPolicy::Lfu => u8::MAX,
         }
-    }
-}
-
-impl std::str::FromStr for SetPolicy {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "set policy", &SetPolicy::ALL, SetPolicy::name)
     }
 }
 

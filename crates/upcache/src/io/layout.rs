@@ -16,34 +16,25 @@
 //! device's slots follow each other in its backing file: stripe units in rows `r` and `r + 1`
 //! on one device are adjacent there, which lets write-back merge runs across stripe units.
 
+use crate::choice::choice;
+
 /// A device number in the array.
 pub type DeviceId = usize;
 
-/// How stripe units are placed on devices ([`crate::Config::with_layout`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LayoutKind {
-    /// Plain striping: unit `s` on device `s % n`.
-    #[default]
-    Stripe,
-    /// Rotated striping: row `r` starts on device `r % n`.
-    Rotate,
-    /// Hash mapping: row `r` starts on a device chosen by a hash of `r`.
-    Hash,
+choice! {
+    /// How stripe units are placed on devices ([`crate::Config::with_layout`]).
+    pub enum LayoutKind("layout") {
+        /// Plain striping: unit `s` on device `s % n`.
+        #[default]
+        Stripe = "stripe",
+        /// Rotated striping: row `r` starts on device `r % n`.
+        Rotate = "rotate",
+        /// Hash mapping: row `r` starts on a device chosen by a hash of `r`.
+        Hash = "hash",
+    }
 }
 
 impl LayoutKind {
-    /// Every kind.
-    pub const ALL: [LayoutKind; 3] = [LayoutKind::Stripe, LayoutKind::Rotate, LayoutKind::Hash];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            LayoutKind::Stripe => "stripe",
-            LayoutKind::Rotate => "rotate",
-            LayoutKind::Hash => "hash",
-        }
-    }
-
     /// The number stored in the catalog.
     pub fn code(self) -> u32 {
         match self {
@@ -56,14 +47,6 @@ impl LayoutKind {
     /// The kind stored as `code`, if known.
     pub fn from_code(code: u32) -> Option<LayoutKind> {
         LayoutKind::ALL.into_iter().find(|k| k.code() == code)
-    }
-}
-
-impl std::str::FromStr for LayoutKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "layout", &LayoutKind::ALL, LayoutKind::name)
     }
 }
 

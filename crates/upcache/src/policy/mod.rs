@@ -42,50 +42,30 @@ pub use lru::LruPolicy;
 pub use s3fifo::S3FifoPolicy;
 pub use sieve::SievePolicy;
 
+use crate::choice::choice;
 use crate::frame::state::ClaimResult;
 use crate::frame::{FrameId, FrameTable, PageKey};
 
-/// Which replacement policy a cache (not set-associative) uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PolicyKind {
-    /// CLOCK. The default.
-    #[default]
-    Clock,
-    /// GClock: per-frame hit counts.
-    GClock,
-    /// Sampled LRU: of a few random frames, the least recently used.
-    Lru,
-    /// Sampled LFU with dynamic aging (LFU-DA).
-    Lfu,
-    /// S3-FIFO: a small probation FIFO, a main FIFO and a ghost FIFO of recent evictions.
-    S3Fifo,
-    /// SIEVE: one FIFO and a hand that keeps visited pages in place.
-    Sieve,
+choice! {
+    /// Which replacement policy a cache (not set-associative) uses.
+    pub enum PolicyKind("replacement policy") {
+        /// CLOCK. The default.
+        #[default]
+        Clock = "clock",
+        /// GClock: per-frame hit counts.
+        GClock = "gclock",
+        /// Sampled LRU: of a few random frames, the least recently used.
+        Lru = "lru",
+        /// Sampled LFU with dynamic aging (LFU-DA).
+        Lfu = "lfu",
+        /// S3-FIFO: a small probation FIFO, a main FIFO and a ghost FIFO of recent evictions.
+        S3Fifo = "s3fifo",
+        /// SIEVE: one FIFO and a hand that keeps visited pages in place.
+        Sieve = "sieve",
+    }
 }
 
 impl PolicyKind {
-    /// Every kind, for benchmarks and tests.
-    pub const ALL: [PolicyKind; 6] = [
-        PolicyKind::Clock,
-        PolicyKind::GClock,
-        PolicyKind::Lru,
-        PolicyKind::Lfu,
-        PolicyKind::S3Fifo,
-        PolicyKind::Sieve,
-    ];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Clock => "clock",
-            PolicyKind::GClock => "gclock",
-            PolicyKind::Lru => "lru",
-            PolicyKind::Lfu => "lfu",
-            PolicyKind::S3Fifo => "s3fifo",
-            PolicyKind::Sieve => "sieve",
-        }
-    }
-
     /// The policy for a table of `frames` frames, taking dirty frames by `dirty`.
     pub fn build(self, frames: usize, dirty: DirtyRule) -> Box<dyn Policy> {
         match self {
@@ -99,46 +79,17 @@ impl PolicyKind {
     }
 }
 
-impl std::str::FromStr for PolicyKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "replacement policy", &PolicyKind::ALL, PolicyKind::name)
-    }
-}
-
-/// When a policy passes over dirty frames in the hope of a clean one (the modifier).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CleanFirst {
-    /// Always: a clean page costs nothing to evict, a dirty one a device write (SAFS §4.2).
-    #[default]
-    Always,
-    /// Only while the dirty page's device reports garbage collection, which would stall its
-    /// write-back (ScalaCache §5.4, "GC-aware").
-    WhileGc,
-    /// Never: the policy's own order decides ("plain").
-    Never,
-}
-
-impl CleanFirst {
-    /// Every rule.
-    pub const ALL: [CleanFirst; 3] = [CleanFirst::Always, CleanFirst::WhileGc, CleanFirst::Never];
-
-    /// The name used on the command line (`--policy clock+gc-aware`).
-    pub fn name(self) -> &'static str {
-        match self {
-            CleanFirst::Always => "clean-first",
-            CleanFirst::WhileGc => "gc-aware",
-            CleanFirst::Never => "plain",
-        }
-    }
-}
-
-impl std::str::FromStr for CleanFirst {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "clean-first rule", &CleanFirst::ALL, CleanFirst::name)
+choice! {
+    /// When a policy passes over dirty frames in the hope of a clean one (the modifier).
+    pub enum CleanFirst("clean-first rule") {
+        /// Always: a clean page costs nothing to evict, a dirty one a device write (SAFS §4.2).
+        #[default]
+        Always = "clean-first",
+        /// Only while the dirty page's device reports garbage collection, which would stall its
+        /// write-back (ScalaCache §5.4, "GC-aware").
+        WhileGc = "gc-aware",
+        /// Never: the policy's own order decides ("plain").
+        Never = "plain",
     }
 }
 

@@ -27,42 +27,23 @@ pub(crate) mod flusher;
 pub(crate) mod run;
 pub(crate) mod streams;
 
+use crate::choice::choice;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::sync::{self, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
-/// What a writer does when the dirty count is past the foreground threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FlushKind {
-    /// dflush (seed 000 §3.3): the writer writes dirty pages back itself, in parallel with the
-    /// flushers and other writers, and never sleeps.
-    #[default]
-    Direct,
-    /// The kernel's way: the writer sleeps until the flushers have brought the dirty count
-    /// back under the threshold.
-    Background,
-}
-
-impl FlushKind {
-    /// Every kind.
-    pub const ALL: [FlushKind; 2] = [FlushKind::Direct, FlushKind::Background];
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            FlushKind::Direct => "dflush",
-            FlushKind::Background => "background",
-        }
-    }
-}
-
-impl std::str::FromStr for FlushKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "flush kind", &FlushKind::ALL, FlushKind::name)
+choice! {
+    /// What a writer does when the dirty count is past the foreground threshold.
+    pub enum FlushKind("flush kind") {
+        /// dflush (seed 000 §3.3): the writer writes dirty pages back itself, in parallel with the
+        /// flushers and other writers, and never sleeps.
+        #[default]
+        Direct = "dflush",
+        /// The kernel's way: the writer sleeps until the flushers have brought the dirty count
+        /// back under the threshold.
+        Background = "background",
     }
 }
 

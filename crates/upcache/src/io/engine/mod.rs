@@ -23,35 +23,26 @@ pub use psync::PsyncEngine;
 pub use threads::{DeviceThreads, SubmitKind};
 pub use uring::UringEngine;
 
+use crate::choice::choice;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
 
 use super::device::BackingFile;
 
-/// Which engine a cache moves its bytes with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IoKind {
-    /// io_uring; if the kernel refuses it (too old, disabled by sysctl or seccomp) the cache
-    /// logs why and uses psync.
-    #[default]
-    Uring,
-    /// preadv/pwritev from the calling thread.
-    Psync,
+choice! {
+    /// Which engine a cache moves its bytes with.
+    pub enum IoKind("I/O engine") {
+        /// io_uring; if the kernel refuses it (too old, disabled by sysctl or seccomp) the cache
+        /// logs why and uses psync.
+        #[default]
+        Uring = "uring",
+        /// preadv/pwritev from the calling thread.
+        Psync = "psync",
+    }
 }
 
 impl IoKind {
-    /// Every kind.
-    pub const ALL: [IoKind; 2] = [IoKind::Uring, IoKind::Psync];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoKind::Uring => "uring",
-            IoKind::Psync => "psync",
-        }
-    }
-
     /// Builds the engine for `devices` devices and submission model `submit`; `frames` is
     /// the frame arena, registered with io_uring as fixed buffers if given and the kernel
     /// allows.
@@ -77,14 +68,6 @@ impl IoKind {
                 }
             },
         }
-    }
-}
-
-impl std::str::FromStr for IoKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "I/O engine", &IoKind::ALL, IoKind::name)
     }
 }
 

@@ -4,6 +4,7 @@
 //! for it into one batch. The other model, the default, lets every calling thread submit on
 //! its own (ScalaCache's trimmed path): no hand-off, but no per-device batching either.
 
+use crate::choice::choice;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -15,34 +16,14 @@ use crate::io::device::BackingFile;
 /// Requests a device thread gathers into one batch at most.
 const MAX_BATCH: usize = 64;
 
-/// Who submits I/O: the calling thread, or one thread per device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SubmitKind {
-    /// The thread that needs the I/O submits it (default).
-    #[default]
-    Caller,
-    /// One I/O thread per device submits everything for that device.
-    PerDevice,
-}
-
-impl SubmitKind {
-    /// Every kind.
-    pub const ALL: [SubmitKind; 2] = [SubmitKind::Caller, SubmitKind::PerDevice];
-
-    /// The name used in configs and on the command line (`--io-threads`).
-    pub fn name(self) -> &'static str {
-        match self {
-            SubmitKind::Caller => "none",
-            SubmitKind::PerDevice => "per-device",
-        }
-    }
-}
-
-impl std::str::FromStr for SubmitKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Self> {
-        crate::config::parse_choice(s, "submission model", &SubmitKind::ALL, SubmitKind::name)
+choice! {
+    /// Who submits I/O: the calling thread, or one thread per device.
+    pub enum SubmitKind("submission model") {
+        /// The thread that needs the I/O submits it (default).
+        #[default]
+        Caller = "none",
+        /// One I/O thread per device submits everything for that device.
+        PerDevice = "per-device",
     }
 }
 
