@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::alloc::AllocKind;
+use crate::choice::choice;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::setassoc::{SetPolicy, DEFAULT_WAYS, MAX_WAYS};
 use crate::index::IndexKind;
@@ -11,7 +12,6 @@ use crate::io::device::sim::SimDevice;
 use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::io::layout::LayoutKind;
 use crate::policy::{CleanFirst, PolicyKind};
-use crate::writeback::FlushKind;
 
 /// Smallest and largest page sizes (powers of two).
 pub const MIN_PAGE_SIZE: usize = 4096;
@@ -27,6 +27,19 @@ pub const DEFAULT_READAHEAD: u64 = 16 << 20;
 /// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
 /// for write-back to make progress.
 pub const MIN_FRAMES: usize = 16;
+
+choice! {
+    /// What a writer does when the dirty count is past the foreground threshold.
+    pub enum FlushKind("flush kind") {
+        /// dflush (seed 000 §3.3): the writer writes dirty pages back itself, in parallel with the
+        /// flushers and other writers, and never sleeps.
+        #[default]
+        Direct = "dflush",
+        /// The kernel's way: the writer sleeps until the flushers have brought the dirty count
+        /// back under the threshold.
+        Background = "background",
+    }
+}
 
 /// How a [`crate::Cache`] is built. Start from [`Config::new`] and adjust with `with_*`.
 #[derive(Clone)]

@@ -59,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+mod api;
 mod cache;
 mod choice;
 mod config;
@@ -67,20 +68,21 @@ pub mod file;
 pub mod frame;
 pub mod index;
 pub mod io;
+pub mod meta;
 mod metrics;
 pub mod policy;
 mod readahead;
+mod service;
 mod sync;
-mod writeback;
 
 pub use alloc::AllocKind;
-pub use cache::Cache;
-pub use config::{Config, DEFAULT_READAHEAD, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE};
+pub use api::{Cache, Completion, File, IoQueue, PageMut, PageRef};
+pub use config::{
+    Config, FlushKind, DEFAULT_READAHEAD, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE,
+};
 pub use error::{Error, ErrorKind, Result};
-pub use file::{Completion, File, IoQueue, PageMut, PageRef};
 pub use index::IndexKind;
 pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;
 pub use policy::{CleanFirst, PolicyKind};
-pub use writeback::FlushKind;

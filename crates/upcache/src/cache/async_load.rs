@@ -1,4 +1,4 @@
-//! Loads that an asynchronous read queue starts and ends ([`crate::file::queue`]): the frame
+//! Loads that an asynchronous read queue starts and ends ([`crate::api::queue`]): the frame
 //! is published `LOCKED` in the index as for a synchronous miss, but the device read is in
 //! flight on the queue's ring between `claim_missing` and `CacheInner::end_run`. Nothing here waits for
 //! another thread's load, so a queue never sleeps while it holds loads of its own.

@@ -3,9 +3,93 @@
 //! as an error by the next sync (`File::sync_data`, `File::sync_all`, `Cache::sync`); the
 //! thread then runs its loop again, so background write-back never stops silently.
 
+//!
+//! It also names what each kind of background thread works on ([`FlushWork`],
+//! [`ReadaheadWork`]): the threads (`service/`) are started with an `Arc` of something that
+//! does this work, the cache core, and see nothing else of it.
+
+use super::readahead::{ClaimedRun, Inbox, Window};
+use super::writeback::Writeback;
+use super::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::engine::IoQueue;
 use crate::sync::{self, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// What a flusher thread does: write back, checkpoint the metadata log, reclaim clean pages.
+pub(crate) trait FlushWork: Send + Sync + 'static {
+    /// Dirty accounting and the flushers' wake-up channel.
+    fn writeback(&self) -> &Writeback;
+    /// Where the thread records its panics.
+    fn failures(&self) -> &BackgroundFailures;
+    /// How many flusher threads to run.
+    fn flusher_threads(&self) -> usize;
+    /// Writes back dirty pages until the dirty count is at most `stop_at`, or this pass
+    /// found nothing writable; returns the pages written.
+    fn flush_dirty(&self, stop_at: usize) -> usize;
+    /// Checkpoints the metadata log if it has grown enough.
+    fn checkpoint_if_wanted(&self);
+    /// Evicts clean pages into the free pool if a miss asked for it.
+    fn reclaim(&self);
+}
+
+/// What the readahead loader does: take windows, claim their missing pages, end their loads.
+pub(crate) trait ReadaheadWork: Send + Sync + 'static {
+    /// The windows reads posted.
+    fn inbox(&self) -> &Inbox;
+    /// Where the thread records its panics.
+    fn failures(&self) -> &BackgroundFailures;
+    /// Bytes in a page: the length of each buffer of a read.
+    fn page_size(&self) -> usize;
+    /// An I/O queue of `depth` for the loader's reads.
+    fn queue(&self, depth: usize) -> Box<dyn IoQueue>;
+    /// See [`CacheInner::claim_window`].
+    fn claim_window(&self, w: &Window, read: &mut dyn FnMut(ClaimedRun, &[*mut u8]));
+    /// See [`CacheInner::end_readahead`].
+    fn end_readahead(&self, run: ClaimedRun, read: std::io::Result<usize>);
+}
+
+impl FlushWork for CacheInner {
+    fn writeback(&self) -> &Writeback {
+        &self.writeback
+    }
+    fn failures(&self) -> &BackgroundFailures {
+        &self.background
+    }
+    fn flusher_threads(&self) -> usize {
+        self.config.flusher_threads
+    }
+    fn flush_dirty(&self, stop_at: usize) -> usize {
+        CacheInner::flush_dirty(self, self.frames.len(), stop_at)
+    }
+    fn checkpoint_if_wanted(&self) {
+        CacheInner::checkpoint_if_wanted(self)
+    }
+    fn reclaim(&self) {
+        CacheInner::reclaim(self)
+    }
+}
+
+impl ReadaheadWork for CacheInner {
+    fn inbox(&self) -> &Inbox {
+        &self.readahead
+    }
+    fn failures(&self) -> &BackgroundFailures {
+        &self.background
+    }
+    fn page_size(&self) -> usize {
+        self.config.page_size
+    }
+    fn queue(&self, depth: usize) -> Box<dyn IoQueue> {
+        self.readahead_queue(depth)
+    }
+    fn claim_window(&self, w: &Window, read: &mut dyn FnMut(ClaimedRun, &[*mut u8])) {
+        CacheInner::claim_window(self, w, read)
+    }
+    fn end_readahead(&self, run: ClaimedRun, read: std::io::Result<usize>) {
+        CacheInner::end_readahead(self, run, read)
+    }
+}
 
 /// The panics of background threads not yet reported to a sync.
 #[derive(Default)]

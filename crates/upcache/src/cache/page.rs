@@ -606,7 +606,7 @@ impl CacheInner {
     /// sets `DIRTY` next (the order `writeback/streams.rs` relies on).
     pub(crate) fn account_dirtied(&self, file: &FileInner, page: u64) {
         if let Some(s) = &file.streams {
-            s.dirtied(&self.writeback, file.id, page);
+            s.dirtied(&self.writeback.dirty_files, file.id, page);
         }
         // Relaxed: a counter; sync re-checks each page's DIRTY bit for correctness.
         file.dirty_pages.fetch_add(1, Ordering::Relaxed);

@@ -10,9 +10,9 @@
 //! cache); its growth is, and is never cut (`os_size`, `take_in_growth_locked`), nor a shrink
 //! of its undone (`os_len_known`).
 
-use super::{Cache, CacheInner};
+use super::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
-use crate::file::{File, FileInner, Placement};
+use crate::file::{FileInner, Placement};
 use crate::frame::state::VALID;
 use crate::frame::{FrameId, PageKey};
 use crate::io::device;
@@ -24,22 +24,10 @@ use std::path::Path;
 /// Plain files' ids start here, past any id the catalog hands out.
 pub(crate) const PLAIN_ID: u64 = 1 << 63;
 
-impl Cache {
-    /// Caches the OS file at `path` (created, empty, with mode 0666 less the umask, if
-    /// `create` and it does not exist). The returned handle reads, writes, syncs and resizes
-    /// the OS file through the cache; other handles of the same file share its pages.
-    /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
-    /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
-    pub fn open_path(&self, path: impl AsRef<Path>, create: bool) -> Result<File> {
-        let path = path.as_ref();
-        self.open_path_as(path, create, &path.display().to_string())
-    }
-
-    /// [`Cache::open_path`], with `name` as the file's name in errors and messages (for a
-    /// path that says little, such as `/proc/self/fd/3`).
-    pub fn open_path_as(&self, path: impl AsRef<Path>, create: bool, name: &str) -> Result<File> {
-        let path = path.as_ref();
-        let inner = &self.inner;
+impl CacheInner {
+    /// See [`crate::Cache::open_path_as`].
+    pub(crate) fn open_plain(&self, path: &Path, create: bool, name: &str) -> Result<Arc<FileInner>> {
+        let inner = self;
         let id = inner.next_plain_id.fetch_add(1, Ordering::Relaxed); // Relaxed: a unique id
         let c = &inner.config;
         let backing = device::open_plain(path, id, create, c.plain_direct, c.allow_buffered)?;
@@ -61,7 +49,7 @@ impl Cache {
                     drop(plain);
                     crate::sync::yield_now();
                 }
-                Some(f) => return Ok(File::new(f.clone(), inner.clone())), // our descriptor closes
+                Some(f) => return Ok(f.clone()), // our descriptor closes
                 None => break plain,
             }
         };
@@ -86,51 +74,24 @@ impl Cache {
         // Registered before its first page is cached, so that eviction can find it.
         sync::write(&inner.files).insert(id, file.clone());
         plain.insert(key, file.clone());
-        Ok(File::new(file, inner.clone()))
+        Ok(file)
     }
 
-    /// Stops caching the OS file at `path` (see [`Cache::close_plain`]). `NotFound` if it is
-    /// not cached (or was renamed or unlinked since: close it by its handle then).
-    pub fn close_path(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
+    /// See [`crate::Cache::close_path`].
+    pub(crate) fn close_path(&self, path: &Path) -> Result<()> {
         let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        let file = sync::lock(&self.inner.plain_files).get(&(meta.dev(), meta.ino())).cloned();
+        let file = sync::lock(&self.plain_files).get(&(meta.dev(), meta.ino())).cloned();
         match file {
-            Some(f) => self.inner.close_plain(&f, true),
+            Some(f) => self.close_plain(&f, true),
             None => Err(Error::new(ErrorKind::NotFound, format!("{} is not cached", path.display()))),
         }
-    }
-
-    /// Stops caching the plain file `file` was opened on: writes its dirty pages back, makes
-    /// the OS file's size its length, drops its pages and closes it (no fsync: as close(2)).
-    /// Its handles then fail with `NotFound`; an open of it meanwhile waits for the close. On
-    /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
-    /// file of the array.
-    pub fn close_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, true)
-    }
-
-    /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
-    /// ones too, are dropped, and the OS file is left as it is. For a copy known to be stale
-    /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
-    /// file of the array; `NotFound` if it was closed.
-    pub fn discard_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, false)
-    }
-}
-
-/// The file behind `file` if it is a plain one; `InvalidInput` for a file of the array.
-fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
-    match file.inner() {
-        f if f.plain => Ok(f),
-        _ => Err(Error::new(ErrorKind::InvalidInput, format!("{:?} is not a plain file", file.name()))),
     }
 }
 
 impl CacheInner {
-    /// See [`Cache::close_plain`] (`write_back`) and [`Cache::discard_plain`]. No lock but the
+    /// See [`crate::Cache::close_plain`] (`write_back`) and [`crate::Cache::discard_plain`]. No lock but the
     /// file's range lock is held across the I/O.
-    fn close_plain(&self, file: &Arc<FileInner>, write_back: bool) -> Result<()> {
+    pub(crate) fn close_plain(&self, file: &Arc<FileInner>, write_back: bool) -> Result<()> {
         let all = file.range.write(0, u64::MAX);
         // Acquire: see the Release below of a close that ran first.
         if file.removed.swap(true, Ordering::AcqRel) {

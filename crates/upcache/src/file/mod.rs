@@ -10,28 +10,19 @@
 //! re-establishes it. This is what lets `set_len` extend a file without writing anything.
 //! (It does not let a partial write of a page past the end skip reading it: see `Fill::Read`.)
 
-pub mod catalog;
-pub mod handle;
-pub mod metalog;
-pub mod namespace;
-pub mod pin;
-pub mod queue;
 pub mod range_lock;
 pub mod stream;
+pub(crate) mod streams;
 pub(crate) mod write_seq;
-
-pub use handle::File;
-pub use pin::{PageMut, PageRef};
-pub use queue::{Completion, IoQueue};
 
 use crate::alloc::FileFrames;
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::streams::FileStreams;
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
 use crate::io::layout::StripeLayout;
 use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::writeback::streams::FileStreams;
 use range_lock::RangeLock;
 use write_seq::WriteSeq;
 

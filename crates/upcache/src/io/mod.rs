@@ -5,4 +5,5 @@ pub mod device;
 pub mod engine;
 pub mod flush_group;
 pub mod layout;
+pub(crate) mod sys;
 pub mod zero_window;

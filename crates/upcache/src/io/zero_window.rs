@@ -120,7 +120,7 @@ impl ZeroWindow {
         let pages = (EXTEND / ZEROS.0.len() as u64) as usize;
         let mut bufs: Vec<IoSlice<'_>> = vec![IoSlice::new(&ZEROS.0); pages];
         // Without the window's mutex: write-back counts its writes meanwhile.
-        super::engine::psync::pwritev_all(file.as_raw_fd(), start, &mut bufs)?;
+        super::sys::pwritev_all(file.as_raw_fd(), start, &mut bufs)?;
         let mut w = sync::lock(&self.window);
         if !(w.to == start && w.from < w.to) {
             w.from = start;

@@ -13,9 +13,6 @@
 //! the pages it holds never wait on anything but the devices.
 
 pub(crate) mod detect;
-pub(crate) mod loader;
-
-pub(crate) use loader::Loader;
 
 use std::ops::Range;
 

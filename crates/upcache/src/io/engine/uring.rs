@@ -21,9 +21,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use crossbeam_queue::SegQueue;
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-use super::psync::{preadv_all, preadv_on, pwritev_all};
 use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
+use crate::io::sys::{preadv_all, preadv_on, pwritev_all};
 
 /// Most fixed buffers one ring may register (the kernel's IORING_MAX_REG_BUFFERS).
 const MAX_BUFFERS: usize = 1 << 14;

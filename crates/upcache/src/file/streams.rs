@@ -23,9 +23,31 @@
 
 use std::ops::Range;
 
-use super::Writeback;
-use crate::file::stream::StreamTree;
+use std::collections::VecDeque;
+
+use super::stream::StreamTree;
 use crate::sync::{self, Mutex};
+
+/// The write-back list: ids of files with dirty streams, oldest first. A file's `queued` flag
+/// (under its stream mutex) is set while its id is here, and until the flusher that popped it
+/// takes its ranges; an id may be here twice if its file was opened again after a failed open.
+#[derive(Default)]
+pub(crate) struct DirtyFiles {
+    ids: Mutex<VecDeque<u64>>,
+}
+
+impl DirtyFiles {
+    /// Queues a file that now has dirty streams; its caller holds the file's stream mutex
+    /// and has just set its `queued` flag.
+    fn queue(&self, id: u64) {
+        sync::lock(&self.ids).push_back(id);
+    }
+
+    /// The oldest file with dirty streams, taken off the list (its taker clears `queued`).
+    pub(crate) fn next(&self) -> Option<u64> {
+        sync::lock(&self.ids).pop_front()
+    }
+}
 
 /// A file's dirty streams.
 #[derive(Default)]
@@ -45,12 +67,12 @@ struct Dirty {
 
 impl FileStreams {
     /// `page` turns dirty; its frame is `LOCKED` by the caller and not yet `DIRTY`.
-    pub(crate) fn dirtied(&self, wb: &Writeback, file: u64, page: u64) {
+    pub(crate) fn dirtied(&self, list: &DirtyFiles, file: u64, page: u64) {
         let mut d = sync::lock(&self.inner);
         d.tree.track(page..page + 1, true);
         if !d.queued {
             d.queued = true;
-            wb.queue_dirty_file(file);
+            list.queue(file);
         }
     }
 
@@ -77,7 +99,7 @@ impl FileStreams {
     /// the cursor moves past them. If dirty pages are left outside them, the file goes back
     /// on the list at once, so that another flusher can write them meanwhile; the caller
     /// calls [`Self::requeue_if_dirty`] when done.
-    pub(crate) fn take(&self, wb: &Writeback, file: u64, max: u64) -> Vec<Range<u64>> {
+    pub(crate) fn take(&self, list: &DirtyFiles, file: u64, max: u64) -> Vec<Range<u64>> {
         debug_assert!(max > 0);
         let mut d = sync::lock(&self.inner);
         let mut from = d.cursor;
@@ -100,17 +122,17 @@ impl FileStreams {
         d.cursor = out.last().map_or(0, |r| r.end);
         d.queued = more;
         if more {
-            wb.queue_dirty_file(file);
+            list.queue(file);
         }
         out
     }
 
     /// Puts the file back on the write-back list if it still has dirty pages and is not on it.
-    pub(crate) fn requeue_if_dirty(&self, wb: &Writeback, file: u64) {
+    pub(crate) fn requeue_if_dirty(&self, list: &DirtyFiles, file: u64) {
         let mut d = sync::lock(&self.inner);
         if !d.queued && d.tree.dirty_from(0).next().is_some() {
             d.queued = true;
-            wb.queue_dirty_file(file);
+            list.queue(file);
         }
     }
 }

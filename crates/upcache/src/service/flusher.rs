@@ -3,15 +3,16 @@
 //! Each flusher sleeps until the dirty count passes the background threshold (or a period
 //! passes with dirty pages, so that data does not stay dirty forever), then writes back until
 //! the count falls to half the threshold. With streams, flushers take files with dirty streams
-//! from the write-back list (writeback/streams.rs); without, they scan disjoint chunks of the
-//! frame table. Either way they write in parallel. They also run metadata-log checkpoints. Kicked by a miss that found free frames running low,
-//! they also reclaim clean pages into the pool (`cache/reclaim.rs`).
+//! from the write-back list (`file/streams.rs`); without, they scan disjoint chunks of the
+//! frame table. Either way they write in parallel. They also run metadata-log checkpoints.
+//! Kicked by a miss that found free frames running low, they also reclaim clean pages into the
+//! pool (`cache/reclaim.rs`). They work through [`FlushWork`].
 
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::Wake;
-use crate::cache::CacheInner;
+use crate::cache::background::FlushWork;
+use crate::cache::writeback::Wake;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Ordering};
 
@@ -20,30 +21,31 @@ use crate::sync::{Arc, Ordering};
 const PERIOD: Duration = Duration::from_secs(30);
 
 /// The running flusher threads.
-pub(crate) struct Flushers {
-    cache: Arc<CacheInner>,
+pub(crate) struct Flushers<W: FlushWork> {
+    work: Arc<W>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Flushers {
-    pub(crate) fn start(cache: &Arc<CacheInner>) -> Result<Flushers> {
+impl<W: FlushWork> Flushers<W> {
+    pub(crate) fn start(work: &Arc<W>) -> Result<Flushers<W>> {
         let mut threads = Vec::new();
-        for i in 0..cache.config.flusher_threads {
-            let c = cache.clone();
+        for i in 0..work.flusher_threads() {
+            let w = work.clone();
             let t = std::thread::Builder::new()
                 .name(format!("upcache-flush-{i}"))
-                .spawn(move || c.background.keep_running("flusher", || run(&c)))
+                .spawn(move || w.failures().keep_running("flusher", || run(&*w)))
                 .map_err(|e| Error::io("spawn flusher thread", e))?;
             threads.push(t);
         }
-        Ok(Flushers { cache: cache.clone(), threads })
+        Ok(Flushers { work: work.clone(), threads })
     }
 
     /// Stops and joins every flusher.
     pub(crate) fn stop(&mut self) {
+        let wb = self.work.writeback();
         // Release: pairs with the Acquire in the flusher loop and wait_for_kick.
-        self.cache.writeback.shutdown.store(true, Ordering::Release);
-        self.cache.writeback.kick_flushers();
+        wb.shutdown.store(true, Ordering::Release);
+        wb.kick_flushers();
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 log::error!("a flusher thread panicked");
@@ -52,21 +54,20 @@ impl Flushers {
     }
 }
 
-impl Drop for Flushers {
+impl<W: FlushWork> Drop for Flushers<W> {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-fn run(cache: &CacheInner) {
-    let wb = &cache.writeback;
-    let n = cache.frames.len();
+fn run(work: &dyn FlushWork) {
+    let wb = work.writeback();
     while !wb.shutdown.load(Ordering::Acquire) {
         let wake = wb.wait_for_kick(PERIOD);
         if wb.shutdown.load(Ordering::Acquire) {
             break;
         }
-        cache.checkpoint_if_wanted();
+        work.checkpoint_if_wanted();
         // Kicked: write back to half the background threshold. Period: everything.
         let stop_at = match wake {
             Wake::Kicked => wb.background / 2,
@@ -74,10 +75,10 @@ fn run(cache: &CacheInner) {
             Wake::Spurious => continue,
         };
         while wb.dirty() > stop_at && !wb.shutdown.load(Ordering::Acquire) {
-            if cache.flush_dirty(n, stop_at) == 0 {
+            if work.flush_dirty(stop_at) == 0 {
                 break; // nothing writable now (all failing or locked); wait for the next kick
             }
         }
-        cache.reclaim();
+        work.reclaim();
     }
 }

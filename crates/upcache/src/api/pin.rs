@@ -16,9 +16,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use super::range_lock::RangeGuard;
-use super::write_seq::WriteTicket;
 use crate::cache::page::{Commit, LockedPage, PinnedPage};
+use crate::file::range_lock::RangeGuard;
+use crate::file::write_seq::WriteTicket;
 
 /// A pinned page, readable in place. See the module docs.
 pub struct PageRef<'a> {

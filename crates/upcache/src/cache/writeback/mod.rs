@@ -23,29 +23,14 @@
 //! Write-back takes frames only with `try_lock_dirty` and never takes a range lock, so it can
 //! run from any thread, whatever that thread holds.
 
-pub(crate) mod flusher;
 pub(crate) mod run;
-pub(crate) mod streams;
 
-use crate::choice::choice;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::file::streams::DirtyFiles;
 use crate::sync::{self, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
-
-choice! {
-    /// What a writer does when the dirty count is past the foreground threshold.
-    pub enum FlushKind("flush kind") {
-        /// dflush (seed 000 §3.3): the writer writes dirty pages back itself, in parallel with the
-        /// flushers and other writers, and never sleeps.
-        #[default]
-        Direct = "dflush",
-        /// The kernel's way: the writer sleeps until the flushers have brought the dirty count
-        /// back under the threshold.
-        Background = "background",
-    }
-}
 
 /// Written-back streams remembered for reclaim at most.
 const MAX_CLEANED_STREAMS: usize = 4096;
@@ -80,10 +65,8 @@ pub(crate) struct Writeback {
     /// Longest write-back request in pages: the devices' request size with streams on, 64
     /// pages (the old fixed run) with them off.
     pub(crate) run_pages: usize,
-    /// Ids of files with dirty streams, oldest first. A file's `queued` flag (under its stream
-    /// mutex) is set while its id is here, and until the flusher that popped it takes its
-    /// ranges; an id may be here twice if its file was opened again after a failed open.
-    dirty_files: Mutex<VecDeque<u64>>,
+    /// Files with dirty streams, oldest first.
+    pub(crate) dirty_files: DirtyFiles,
     /// Written-back streams, oldest first: (file id, pages), for reclaim to evict in order.
     cleaned_streams: Mutex<VecDeque<(u64, std::ops::Range<u64>)>>,
     kick: Mutex<bool>,
@@ -104,7 +87,7 @@ impl Writeback {
             cursor: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             run_pages,
-            dirty_files: Mutex::new(VecDeque::new()),
+            dirty_files: DirtyFiles::default(),
             cleaned_streams: Mutex::new(VecDeque::new()),
             kick: Mutex::new(false),
             kicked: Condvar::new(),
@@ -164,17 +147,6 @@ impl Writeback {
             };
         }
         self.throttled.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Queues a file that now has dirty streams; its caller holds the file's stream mutex
-    /// and has just set its `queued` flag.
-    pub(crate) fn queue_dirty_file(&self, id: u64) {
-        sync::lock(&self.dirty_files).push_back(id);
-    }
-
-    /// The oldest file with dirty streams, taken off the list (its taker clears `queued`).
-    pub(crate) fn next_dirty_file(&self) -> Option<u64> {
-        sync::lock(&self.dirty_files).pop_front()
     }
 
     /// Pages `ranges` of file `file` were written back as a stream (seed 003 §4.2: eviction

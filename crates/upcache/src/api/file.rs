@@ -10,10 +10,10 @@
 use std::fmt;
 
 use super::pin::{PageMut, PageRef};
-use super::{FileInner, MAX_FILE_SIZE};
 use crate::cache::page::{Commit, Fill, Lookup};
 use crate::cache::{CacheInner, SyncKind};
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::{FileInner, MAX_FILE_SIZE};
 use crate::io::device;
 use crate::sync::{Arc, Ordering};
 

@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 
-use super::handle::File;
+use super::file::File;
 use crate::cache::async_load::Readiness;
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
@@ -205,7 +205,7 @@ impl IoQueue {
         if !Arc::ptr_eq(file.cache(), &self.cache) {
             return Err(Error::new(ErrorKind::InvalidInput, format!("{file:?} belongs to another cache")));
         }
-        super::handle::end_of(offset, len)?;
+        super::file::end_of(offset, len)?;
         if self.in_flight() >= self.depth {
             return Err(Error::new(
                 ErrorKind::Busy,

@@ -6,12 +6,12 @@ use std::ops::Range;
 use crate::io::engine::IoReq;
 
 use crate::cache::CacheInner;
+use crate::config::FlushKind;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
 use crate::frame::state::{DIRTY, LOCKED, REFERENCED};
 use crate::frame::{FrameId, PageKey};
 use crate::sync::{Arc, Ordering};
-use crate::writeback::FlushKind;
 
 /// Longest run written in one request with streams off, in pages (with streams on: the
 /// devices' request size, `Writeback::run_pages`).
@@ -300,12 +300,12 @@ impl CacheInner {
         let mut written = 0;
         let mut fruitless = 0;
         while written < max_pages && wb.dirty() > stop_at && fruitless < FRUITLESS_FILES {
-            let Some(id) = wb.next_dirty_file() else { break };
+            let Some(id) = wb.dirty_files.next() else { break };
             let Some(file) = self.file_by_id(id) else { continue }; // removed, pages dropped
             let Some(s) = &file.streams else { continue };
-            let ranges = s.take(wb, id, (max_pages - written) as u64);
+            let ranges = s.take(&wb.dirty_files, id, (max_pages - written) as u64);
             let n = self.write_ranges(&file, &ranges);
-            s.requeue_if_dirty(wb, id);
+            s.requeue_if_dirty(&wb.dirty_files, id);
             written += n;
             fruitless = if n == 0 { fruitless + 1 } else { 0 };
         }

@@ -1,0 +1,478 @@
+//! [`Cache`]: the user's handle on an array. It creates or opens the array (catalog, markers,
+//! metadata-log replay), builds the cache core and starts its threads, and names files.
+
+use std::collections::hash_map::RandomState;
+use std::fs::{self, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use super::file::File;
+use super::queue::IoQueue;
+use crate::cache::CacheInner;
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::{validate_name, FileInner, Placement};
+use crate::frame::FrameId;
+use crate::io::device::{self, backing_path};
+use crate::meta::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
+use crate::meta::metalog::{self, MetaLog, NewLog, Record};
+use crate::meta::namespace::Namespace;
+use crate::metrics::Stats;
+use crate::service::flusher::Flushers;
+use crate::service::loader::Loader;
+use crate::sync::{self, Arc, Ordering};
+
+const LOCK_NAME: &str = "upcache.lock";
+
+/// A user-space page cache over an array of device directories.
+///
+/// Dropping it stops the flusher threads and writes every dirty page back.
+pub struct Cache {
+    inner: Arc<CacheInner>,
+    flushers: Flushers<CacheInner>,
+    loader: Loader<CacheInner>,
+}
+
+fn random_id() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn lock_array(dir: &std::path::Path) -> Result<fs::File> {
+    let path = dir.join(LOCK_NAME);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(Error::with_source(
+                ErrorKind::Busy,
+                format!("the array in {} is already open", dir.display()),
+                e,
+            ));
+        }
+        return Err(Error::io(format!("lock {}", path.display()), e));
+    }
+    Ok(f)
+}
+
+impl Cache {
+    /// Makes a new array in the config's device directories (created if missing) and opens
+    /// it. Fails with `AlreadyExists` if any directory already holds an array.
+    pub fn create(config: Config) -> Result<Cache> {
+        config.validate()?;
+        for dir in &config.device_dirs {
+            fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+            for name in [CATALOG_NAME, MARKER_NAME] {
+                if dir.join(name).exists() {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!(
+                            "{} already holds an upcache array (or an interrupted create: remove \
+                             its upcache.* files)",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let lock = lock_array(&config.device_dirs[0])?;
+        let meta_dir = match &config.meta_dir {
+            Some(d) => {
+                fs::create_dir_all(d).map_err(|e| Error::io(format!("create {}", d.display()), e))?;
+                Some(fs::canonicalize(d).map_err(|e| Error::io(format!("open {}", d.display()), e))?)
+            }
+            None => None,
+        };
+        let layout = ArrayLayout {
+            array_id: random_id(),
+            devices: config.device_dirs.len() as u32,
+            page_size: config.page_size as u32,
+            stripe_unit: config.stripe_unit,
+            kind: config.layout,
+        };
+        for (i, dir) in config.device_dirs.iter().enumerate() {
+            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
+                .store(dir)?;
+        }
+        let meta_dir_name = match &meta_dir {
+            Some(d) => Some(
+                d.to_str()
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::InvalidConfig, format!("{} is not UTF-8", d.display()))
+                    })?
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        let catalog =
+            Catalog { layout, generation: 0, meta_dir: meta_dir_name, next_file_id: 1, files: Vec::new() };
+        let meta_dir = meta_dir.unwrap_or_else(|| config.device_dirs[0].clone());
+        // `start` writes the catalog last: a crash before it leaves markers without a catalog,
+        // which `open` refuses as not an array and `create` refuses as taken.
+        Cache::start(config, Namespace::from_catalog(catalog), 0, meta_dir, lock)
+    }
+
+    /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
+    /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
+    /// from the config.
+    pub fn open(config: Config) -> Result<Cache> {
+        config.validate()?;
+        let dir0 = &config.device_dirs[0];
+        if !dir0.is_dir() {
+            return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
+        }
+        // Locked before reading: a process closing the array meanwhile checkpoints, which
+        // replaces the catalog and deletes the log it follows.
+        let lock = lock_array(dir0)?;
+        let catalog = Catalog::load(dir0)?;
+        let l = catalog.layout;
+        let want =
+            (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit, config.layout);
+        if (l.devices, l.page_size, l.stripe_unit, l.kind) != want {
+            return Err(Error::new(
+                ErrorKind::LayoutMismatch,
+                format!(
+                    "array in {} has {} devices, page size {}, stripe unit {}, layout {}; the config \
+                     asks for {} devices, page size {}, stripe unit {}, layout {}",
+                    dir0.display(),
+                    l.devices,
+                    l.page_size,
+                    l.stripe_unit,
+                    l.kind.name(),
+                    want.0,
+                    want.1,
+                    want.2,
+                    want.3.name()
+                ),
+            ));
+        }
+        for (i, dir) in config.device_dirs.iter().enumerate() {
+            let m = DeviceMarker::load(dir)?;
+            if m.array_id != l.array_id {
+                return Err(Error::new(
+                    ErrorKind::NotAnArray,
+                    format!("{} belongs to another array", dir.display()),
+                ));
+            }
+            if m.index != i as u32 || m.devices != l.devices {
+                return Err(Error::new(
+                    ErrorKind::LayoutMismatch,
+                    format!(
+                        "{} is device {} of {}, but is listed as device {i}",
+                        dir.display(),
+                        m.index,
+                        m.devices
+                    ),
+                ));
+            }
+        }
+        let meta_dir = metalog::resolve_dir(config.meta_dir.as_deref(), catalog.meta_dir.as_deref(), dir0)?;
+        let from = catalog.generation;
+        let mut ns = Namespace::from_catalog(catalog);
+        let top = metalog::replay(&meta_dir, l.array_id, from, |r| ns.apply(r))?;
+        let known = ns.names.values().map(|e| e.id).collect();
+        for dir in &config.device_dirs {
+            device::remove_orphans(dir, &known)?;
+        }
+        Cache::start(config, ns, top, meta_dir, lock)
+    }
+
+    /// Starts a cache over namespace `ns`, replayed up to log generation `top`: first a
+    /// checkpoint (a new log of generation `top + 1`, then the catalog of that generation,
+    /// then older logs deleted), so that the log starts empty.
+    fn start(
+        config: Config,
+        ns: Namespace,
+        top: u64,
+        meta_dir: std::path::PathBuf,
+        lock: fs::File,
+    ) -> Result<Cache> {
+        let generation = top + 1;
+        let array_id = ns.layout.array_id;
+        let fs_of = |d: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(d).map(|m| m.dev()).map_err(|e| Error::io(format!("stat {}", d.display()), e))
+        };
+        let log_fs = fs_of(&meta_dir)?;
+        let flushes = device::fdatasync_flushes_device(&meta_dir);
+        let log_shares_device = config
+            .device_dirs
+            .iter()
+            .map(|d| fs_of(d).map(|f| flushes && f == log_fs))
+            .collect::<Result<Vec<_>>>()?;
+        let log = NewLog::create(&meta_dir, array_id, generation)?;
+        ns.catalog(generation).store(&config.device_dirs[0])?;
+        metalog::remove_logs_before(&meta_dir, array_id, generation)?;
+        let inner =
+            Arc::new(CacheInner::new(config, ns, meta_dir, MetaLog::new(log), log_shares_device, lock)?);
+        let flushers = Flushers::start(&inner)?;
+        let loader = Loader::start(&inner)?;
+        Ok(Cache { inner, flushers, loader })
+    }
+
+    /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
+    pub fn create_file(&self, name: &str) -> Result<File> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let mut ns = sync::lock(&inner.namespace);
+        if ns.names.contains_key(name) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
+        }
+        let id = ns.next_file_id;
+        let backing = inner.open_backing(id, true)?;
+        for b in &backing {
+            // A crash after an earlier create with the same id may have left a backing file.
+            device::truncate(b, 0)?;
+        }
+        let created = Record::Create { id, name: name.to_owned() };
+        ns.apply(&created);
+        let ticket = inner.metalog.append(&created);
+        if let Err(e) = inner.metalog.commit_or_abandon(ticket) {
+            ns.apply(&Record::Remove { id, name: name.to_owned() });
+            return Err(e);
+        }
+        let file = Arc::new(FileInner::new(
+            id,
+            name.to_owned(),
+            0,
+            inner.new_index(id),
+            backing,
+            Placement { layout: inner.layout, plain: false },
+            inner.config.streams,
+        ));
+        sync::write(&inner.files).insert(id, file.clone());
+        Ok(File::new(file, inner.clone()))
+    }
+
+    /// Opens an existing file. Fails with `NotFound` if there is none by that name.
+    pub fn open_file(&self, name: &str) -> Result<File> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let ns = sync::lock(&inner.namespace);
+        let e = *ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        if let Some(f) = sync::read(&inner.files).get(&e.id) {
+            return Ok(File::new(f.clone(), inner.clone()));
+        }
+        let backing = inner.open_backing(e.id, false)?;
+        let file = Arc::new(FileInner::new(
+            e.id,
+            name.to_owned(),
+            e.len,
+            inner.new_index(e.id),
+            backing,
+            Placement { layout: inner.layout, plain: false },
+            inner.config.streams,
+        ));
+        // Registered before its first page is cached, so that eviction can always find the
+        // file to detach that page from its index.
+        sync::write(&inner.files).insert(e.id, file.clone());
+        if let Err(err) = inner.recover_tail(&file) {
+            let _all = file.range.write(0, u64::MAX);
+            inner.forget_file(&file);
+            return Err(err);
+        }
+        Ok(File::new(file, inner.clone()))
+    }
+
+    /// Removes a file: waits for operations in flight on it, drops its cached pages (dirty ones
+    /// included), logs its removal and deletes its backing files. Open handles then
+    /// fail with `NotFound`.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let mut ns = sync::lock(&inner.namespace);
+        let e = *ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        let open = sync::read(&inner.files).get(&e.id).cloned();
+        let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
+        // The log first: if it cannot be written, the file stays whole and usable.
+        let removed = Record::Remove { id: e.id, name: name.to_owned() };
+        ns.apply(&removed);
+        let ticket = inner.metalog.append(&removed);
+        if let Err(err) = inner.metalog.commit_or_abandon(ticket) {
+            ns.restore(name, e);
+            return Err(err);
+        }
+        if let Some(f) = &open {
+            // Release: handles that see `removed` also see everything before it.
+            f.removed.store(true, Ordering::Release);
+            inner.forget_file(f);
+        }
+        drop(all);
+        for dir in &inner.config.device_dirs {
+            let p = backing_path(dir, e.id);
+            if let Err(err) = fs::remove_file(&p) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("removing {}: {err}", p.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a file of that name exists.
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        Ok(sync::lock(&self.inner.namespace).names.contains_key(name))
+    }
+
+    /// The length of file `name` (as `File::len` gives it if the file is open), without
+    /// opening it. Fails with `NotFound` if there is no such file.
+    pub fn file_len(&self, name: &str) -> Result<u64> {
+        validate_name(name)?;
+        let ns = sync::lock(&self.inner.namespace);
+        let e = ns
+            .names
+            .get(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        Ok(match sync::read(&self.inner.files).get(&e.id) {
+            // Acquire: as File::len.
+            Some(f) => f.len.load(Ordering::Acquire),
+            None => e.len,
+        })
+    }
+
+    /// Every file name, sorted.
+    pub fn list(&self) -> Vec<String> {
+        sync::lock(&self.inner.namespace).names.keys().cloned().collect()
+    }
+
+    /// Writes back every dirty page of every file, syncs the backing files and logs every
+    /// changed length. Reports, once, any panic of a background thread (`ErrorKind::Internal`).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.background.after(self.inner.sync_everything())
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Bytes written back so far (`Stats::writeback_bytes`), alone: a few atomic loads, no
+    /// lock and no allocation, so a signal handler may watch write-back progress with it.
+    pub fn written_back_bytes(&self) -> u64 {
+        self.inner.metrics.writeback_bytes.get()
+    }
+
+    /// A queue for asynchronous reads and writes with up to `depth` requests in flight (1 to
+    /// 4096); see [`IoQueue`]. Each queue has its own io_uring, so make one per thread.
+    pub fn queue(&self, depth: usize) -> Result<IoQueue> {
+        IoQueue::new(self.inner.clone(), depth)
+    }
+
+    /// Frames pinned right now, by any thread, queue or readahead in flight. Scans every
+    /// frame: for tests and diagnostics (with no I/O running, readahead included, it must be
+    /// 0, or a pin leaked).
+    pub fn pinned_frames(&self) -> usize {
+        let f = &self.inner.frames;
+        (0..f.len()).filter(|&i| crate::frame::state::pins(f.state(i as FrameId).load()) > 0).count()
+    }
+
+    /// The name of the I/O engine in use ("uring", "psync", or a custom engine's): io_uring
+    /// falls back to psync where the kernel refuses it.
+    pub fn io_engine(&self) -> &'static str {
+        self.inner.engine.name()
+    }
+
+    /// Changes how much of the memory budget the cache uses, while I/O runs (SAFS §4.1,
+    /// linear hashing). `bytes` is rounded down to whole page sets and kept between one set
+    /// and the configured budget. Only the set-associative cache ([`IndexKind::SetAssoc`])
+    /// resizes; other kinds fail with `Unsupported`. Shrinking evicts clean pages (writing
+    /// dirty ones back first) from the sets it merges and gives the freed frames' memory back
+    /// to the kernel; it fails with `Busy` if pinned pages keep a merge from completing.
+    /// Returns the bytes of frames now in use.
+    pub fn resize(&self, bytes: u64) -> Result<u64> {
+        self.inner.resize(bytes)
+    }
+
+    /// Page size of the array.
+    pub fn page_size(&self) -> usize {
+        self.inner.config.page_size
+    }
+
+    /// Number of page frames.
+    pub fn frame_count(&self) -> usize {
+        self.inner.frames.len()
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.loader.stop();
+        self.flushers.stop();
+        if let Err(e) = self.inner.sync_everything() {
+            log::error!("writing the cache back on close failed; dirty data is kept only in memory: {e}");
+        }
+        // So that the next open replays nothing.
+        if let Err(e) = self.inner.checkpoint() {
+            log::warn!("checkpoint on close failed; the next open replays the metadata log: {e}");
+        }
+    }
+}
+
+impl Cache {
+    /// Caches the OS file at `path` (created, empty, with mode 0666 less the umask, if
+    /// `create` and it does not exist). The returned handle reads, writes, syncs and resizes
+    /// the OS file through the cache; other handles of the same file share its pages.
+    /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
+    /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
+    pub fn open_path(&self, path: impl AsRef<Path>, create: bool) -> Result<File> {
+        let path = path.as_ref();
+        self.open_path_as(path, create, &path.display().to_string())
+    }
+
+    /// [`Cache::open_path`], with `name` as the file's name in errors and messages (for a
+    /// path that says little, such as `/proc/self/fd/3`).
+    pub fn open_path_as(&self, path: impl AsRef<Path>, create: bool, name: &str) -> Result<File> {
+        let file = self.inner.open_plain(path.as_ref(), create, name)?;
+        Ok(File::new(file, self.inner.clone()))
+    }
+
+    /// Stops caching the OS file at `path` (see [`Cache::close_plain`]). `NotFound` if it is
+    /// not cached (or was renamed or unlinked since: close it by its handle then).
+    pub fn close_path(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.inner.close_path(path.as_ref())
+    }
+    /// Stops caching the plain file `file` was opened on: writes its dirty pages back, makes
+    /// the OS file's size its length, drops its pages and closes it (no fsync: as close(2)).
+    /// Its handles then fail with `NotFound`; an open of it meanwhile waits for the close. On
+    /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
+    /// file of the array.
+    pub fn close_plain(&self, file: &File) -> Result<()> {
+        self.inner.close_plain(plain_inner(file)?, true)
+    }
+
+    /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
+    /// ones too, are dropped, and the OS file is left as it is. For a copy known to be stale
+    /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
+    /// file of the array; `NotFound` if it was closed.
+    pub fn discard_plain(&self, file: &File) -> Result<()> {
+        self.inner.close_plain(plain_inner(file)?, false)
+    }
+}
+
+/// The file behind `file` if it is a plain one; `InvalidInput` for a file of the array.
+fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
+    match file.inner() {
+        f if f.plain => Ok(f),
+        _ => Err(Error::new(ErrorKind::InvalidInput, format!("{:?} is not a plain file", file.name()))),
+    }
+}

@@ -1,0 +1,12 @@
+//! The public surface: [`Cache`], [`File`], pin guards and [`IoQueue`]. Each call here takes
+//! the file's range lock and calls into the cache core (`cache/`); nothing below imports this.
+
+mod cache;
+mod file;
+mod pin;
+mod queue;
+
+pub use cache::Cache;
+pub use file::File;
+pub use pin::{PageMut, PageRef};
+pub use queue::{Completion, IoQueue};
