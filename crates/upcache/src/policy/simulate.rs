@@ -5,9 +5,9 @@
 //! ceiling: on a miss with the cache full, evict the page used furthest in the future.
 
 use super::{DirtyRule, Policy, PolicyKind, Victim};
+use crate::error::{Error, ErrorKind, Result};
 use crate::frame::state::VALID;
 use crate::frame::{FrameId, FrameTable, PageKey};
-use crate::{Error, ErrorKind, Result};
 use std::collections::{BTreeSet, HashMap};
 
 /// One policy over a table of `frames` frames, fed keys one at a time. Repeatable: the same
@@ -26,8 +26,9 @@ impl Simulator {
         if frames == 0 {
             return Err(Error::new(ErrorKind::InvalidInput, "a simulated cache needs at least one frame"));
         }
-        // The frames' memory is mapped but never touched: it costs address space only.
-        let table = FrameTable::new(frames, crate::MIN_PAGE_SIZE)?;
+        // The frames' memory (4 KiB each, the smallest page) is mapped but never touched: it
+        // costs address space only.
+        let table = FrameTable::new(frames, 4096)?;
         let policy = kind.build(frames, DirtyRule::default());
         // Sampling policies draw from a per-thread generator: the same start every time.
         super::sample::reseed(0x5eed);

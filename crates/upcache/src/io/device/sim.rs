@@ -79,12 +79,12 @@ impl SimConfig {
     /// write-latency, bandwidth (bytes/s), gc-every (bytes), gc-time, gc-read-slowdown,
     /// volatile (bytes), jitter (percent), seed. Durations take ns/us/ms/s suffixes, sizes
     /// k/m/g (binary).
-    pub fn parse_settings(mut self, s: &str) -> crate::Result<Self> {
-        let bad = |what: String| crate::Error::new(crate::ErrorKind::InvalidInput, what);
+    pub fn parse_settings(mut self, s: &str) -> crate::error::Result<Self> {
+        let bad = |what: String| crate::error::Error::new(crate::error::ErrorKind::InvalidInput, what);
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (k, v) =
                 item.split_once('=').ok_or_else(|| bad(format!("sim setting {item:?} is not key=value")))?;
-            let num = |v: &str| -> crate::Result<u64> {
+            let num = |v: &str| -> crate::error::Result<u64> {
                 let (n, mult) = match v.to_ascii_lowercase() {
                     x if x.ends_with('k') => (x[..x.len() - 1].to_string(), 1 << 10),
                     x if x.ends_with('m') => (x[..x.len() - 1].to_string(), 1 << 20),
@@ -96,7 +96,7 @@ impl SimConfig {
                     .and_then(|n| n.checked_mul(mult))
                     .ok_or_else(|| bad(format!("{k}={v}: not a count")))
             };
-            let dur = |v: &str| -> crate::Result<Duration> {
+            let dur = |v: &str| -> crate::error::Result<Duration> {
                 let (n, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
                 let n: u64 = n.parse().map_err(|_| bad(format!("{k}={v}: not a duration")))?;
                 Ok(match unit {
@@ -127,7 +127,7 @@ impl SimConfig {
 
     /// Whether the settings are in range: 1 to 1024 channels, a positive bandwidth, a GC read
     /// slowdown of 1 to 1000, jitter under 100%, and latencies and GC time of at most an hour.
-    pub fn check(&self) -> crate::Result<()> {
+    pub fn check(&self) -> crate::error::Result<()> {
         let hour = Duration::from_secs(3600);
         let ok = (1..=1024).contains(&self.channels)
             && self.bandwidth > 0
@@ -139,8 +139,8 @@ impl SimConfig {
         if ok {
             return Ok(());
         }
-        Err(crate::Error::new(
-            crate::ErrorKind::InvalidInput,
+        Err(crate::error::Error::new(
+            crate::error::ErrorKind::InvalidInput,
             format!(
                 "simulated device settings out of range (1-1024 channels, bandwidth > 0, gc-read-slowdown \
                  1-1000, jitter < 100, latencies and gc-time at most 1 hour): {self:?}"
@@ -263,7 +263,7 @@ fn powered_off() -> io::Error {
 
 impl SimDevice {
     /// A powered-on device; an error if `config` is out of range (see [`SimConfig::check`]).
-    pub fn new(config: SimConfig) -> crate::Result<Arc<SimDevice>> {
+    pub fn new(config: SimConfig) -> crate::error::Result<Arc<SimDevice>> {
         config.check()?;
         let now = Instant::now();
         Ok(Arc::new(SimDevice {

@@ -1,0 +1,39 @@
+//! The library's layers point down and its files import each other without a circle
+//! (issue 16). The layers, lowest first, as ARCHITECTURE.md lists them: a file may import
+//! from its own top-level module and from any lower layer, never from the same layer's other
+//! modules or a higher one, nor from the crate root (which only re-exports).
+
+#[path = "../../../ci/import_graph.rs"]
+mod import_graph;
+
+use std::path::Path;
+
+/// Lowest first.
+const LAYERS: &[&[&str]] = &[
+    &["error", "sync"],
+    &["choice", "metrics", "frame"],
+    &["io", "alloc", "index", "policy", "readahead"],
+    &["config"],
+    &["file", "meta"],
+    &["cache"],
+    &["service"],
+    &["api"],
+];
+
+#[test]
+fn the_librarys_layers_point_down_and_its_files_have_no_import_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = import_graph::assert_no_circles(&src);
+    // Every top-level module is in a layer.
+    let tops: std::collections::BTreeSet<&str> =
+        graph.keys().filter_map(|m| m.first()).map(String::as_str).collect();
+    let listed: Vec<&str> = LAYERS.iter().flat_map(|l| l.iter().copied()).collect();
+    let unlisted: Vec<&&str> = tops.iter().filter(|t| !listed.contains(t)).collect();
+    assert!(unlisted.is_empty(), "top-level modules in no layer: {unlisted:?}");
+    let up = import_graph::upward(&graph, LAYERS);
+    assert!(up.is_empty(), "imports that do not point to a lower layer: {up:#?}");
+    // The check itself finds a lower layer naming a higher one.
+    let mut made_up = graph.clone();
+    made_up.get_mut(&vec!["frame".to_string()]).unwrap().insert(vec!["cache".into()]);
+    assert_eq!(import_graph::upward(&made_up, LAYERS), ["frame -> cache"]);
+}
