@@ -22,7 +22,7 @@ impl CacheInner {
     /// [`CacheInner::readiness`]); never waits for another thread's load.
     pub(crate) fn pin_resident(&self, file: &FileInner, page: u64) -> Option<FrameId> {
         let id = self.pin_entry(file, page)?;
-        self.policy.on_hit(id);
+        self.placement.on_hit(id);
         self.metrics.hits.add(1);
         Some(id)
     }

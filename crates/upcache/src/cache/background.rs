@@ -66,7 +66,7 @@ impl FlushWork for CacheInner {
         CacheInner::checkpoint_if_wanted(self)
     }
     fn reclaim(&self) {
-        CacheInner::reclaim(self)
+        self.placement.reclaim(self)
     }
 }
 

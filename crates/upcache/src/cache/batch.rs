@@ -14,7 +14,7 @@ use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use super::page::{Commit, Fill, LockedPage};
+use super::page::{Commit, LockedPage};
 use super::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
@@ -30,7 +30,7 @@ pub(crate) const MAX_RUN_PAGES: usize = 1024;
 /// Frames a claim takes before it publishes them: a page is published at most 64
 /// allocations after it is seen missing. Sorted, a chunk's frames lie side by side when the
 /// pool had them so, and so do successive chunks.
-const CLAIM_CHUNK: usize = 64;
+pub(crate) const CLAIM_CHUNK: usize = 64;
 
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl CacheInner {
     /// quarter of the frames in use (a set-associative cache may have been shrunk), so that
     /// concurrent batches leave room to evict.
     pub(crate) fn batch_window(&self) -> u64 {
-        let frames = self.sets.as_ref().map_or(self.frames.len(), |s| s.frames_used());
+        let frames = self.placement.frames_in_use(self.frames.len());
         (frames / 4).clamp(1, self.limits.pages) as u64
     }
 
@@ -163,18 +163,6 @@ impl CacheInner {
         pages: impl IntoIterator<Item = u64>,
         out: &mut Vec<(u64, FrameId)>,
     ) -> Result<()> {
-        if self.sets.is_some() {
-            // A page's set chooses its frame: nothing to sort.
-            for page in pages {
-                if file.index.peek(page).is_some() {
-                    continue;
-                }
-                if let Some(lp) = self.load_locked(file, page, Fill::Overwrite)? {
-                    out.push((page, lp.detach()));
-                }
-            }
-            return Ok(());
-        }
         // In chunks, so a page is published soon after it is seen missing (another reader
         // that finds it missing meanwhile loads it too, and one of the two loses its frame).
         let mut chunk = [0u64; CLAIM_CHUNK];
@@ -193,31 +181,15 @@ impl CacheInner {
         self.claim_chunk(file, &chunk[..n], out)
     }
 
-    /// Takes frames for `pages` (ascending, seen missing), sorts them and publishes them in
-    /// page order. Pages past the frames it could take go without: the error says why.
+    /// Claims `pages` (ascending, seen missing) through the placement, each published one
+    /// counted as a miss.
     fn claim_chunk(&self, file: &FileInner, pages: &[u64], out: &mut Vec<(u64, FrameId)>) -> Result<()> {
-        let mut ids = [0 as FrameId; CLAIM_CHUNK];
-        let mut taken = Ok(());
-        let mut n = 0;
-        for _ in pages {
-            match self.alloc_frame(file) {
-                Ok(id) => {
-                    ids[n] = id;
-                    n += 1;
-                }
-                Err(e) => {
-                    taken = Err(e);
-                    break;
-                }
-            }
+        let before = out.len();
+        let claimed = self.placement.claim_many(self, file, pages, out);
+        for &(page, id) in &out[before..] {
+            self.fresh_load(file, page, id).detach();
         }
-        ids[..n].sort_unstable();
-        for (&page, &id) in pages.iter().zip(&ids[..n]) {
-            if self.publish_fresh(file, page, id) {
-                out.push((page, self.fresh_load(file, page, id).detach()));
-            }
-        }
-        taken
+        claimed
     }
 
     /// Ends the claimed loads `pages` of one run, read back to back by one request with

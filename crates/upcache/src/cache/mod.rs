@@ -8,21 +8,18 @@ pub(crate) mod background;
 pub(crate) mod batch;
 mod hot;
 pub(crate) mod page;
+pub(crate) mod placement;
 mod plain;
 pub(crate) mod readahead;
-mod reclaim;
 pub(crate) mod writeback;
 
 use std::collections::HashMap;
 use std::fs;
 
-use crate::alloc::FrameAllocator;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
 use crate::frame::FrameTable;
-use crate::index::setassoc::{SetAssocIndex, SetTable};
-use crate::index::IndexKind;
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
@@ -30,8 +27,8 @@ use crate::meta::catalog::sync_dir;
 use crate::meta::metalog::{self, MetaLog, NewLog, Record};
 use crate::meta::namespace::Namespace;
 use crate::metrics::{Metrics, Stats};
-use crate::policy::{DirtyRule, Policy};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
+use placement::Placement;
 use readahead::Inbox;
 use writeback::Writeback;
 
@@ -54,13 +51,8 @@ pub(crate) struct CacheInner {
     /// unmapped.
     pub(crate) engine: std::sync::Arc<dyn IoEngine>,
     pub(crate) frames: FrameTable,
-    pub(crate) free: FrameAllocator,
-    /// The page sets when the index is set-associative: they then place every page, and the
-    /// allocator, the global policy and background reclaim stand aside.
-    pub(crate) sets: Option<Arc<SetTable>>,
-    /// A miss asked the flushers for background reclaim and they have not started it yet.
-    pub(crate) reclaim_requested: AtomicBool,
-    pub(crate) policy: Box<dyn Policy>,
+    /// Where a missing page gets its frame, and where frames come back to.
+    pub(crate) placement: Box<dyn Placement>,
     /// Files opened since the cache started, by id. Held briefly; never while waiting.
     pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
     pub(crate) namespace: Mutex<Namespace>,
@@ -109,9 +101,12 @@ impl CacheInner {
         lock: fs::File,
     ) -> Result<CacheInner> {
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
-        // A resizable (set-associative) cache gives frame memory back with MADV_DONTNEED,
-        // which would detach registered buffers from the arena: it does not register them.
-        let registrable = (config.index != IndexKind::SetAssoc).then(|| frames.region());
+        let layout =
+            StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
+        let placement = placement::build(&config, frames.len(), gc_probe(&config, layout));
+        // A resizable cache gives frame memory back with MADV_DONTNEED, which would detach
+        // registered buffers from the arena: it does not register them.
+        let registrable = (!placement.resizable()).then(|| frames.region());
         let mut engine = config
             .engine
             .clone()
@@ -122,24 +117,15 @@ impl CacheInner {
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
         let run_pages = if config.streams { limits.pages } else { writeback::run::MAX_RUN };
         let writeback = Writeback::new(&config, frames.len(), run_pages);
-        let layout =
-            StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
-        let policy =
-            config.policy.build(frames.len(), DirtyRule::new(config.clean_first, gc_probe(&config, layout)));
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
-        let contiguous =
-            if config.index == IndexKind::SetAssoc { config.page_size } else { frames.contiguous_bytes() };
+        let contiguous = if placement.resizable() { config.page_size } else { frames.contiguous_bytes() };
         // The largest power of two within the device's segment size.
         let segment_limit = limits.segment_bytes.checked_ilog2().map_or(1, |l| 1 << l);
         let segment_block = contiguous.min(segment_limit).max(config.page_size);
         Ok(CacheInner {
             layout,
-            free: FrameAllocator::new(config.alloc, frames.len()),
-            sets: (config.index == IndexKind::SetAssoc)
-                .then(|| Arc::new(SetTable::new(frames.len(), config.set_ways, config.set_policy))),
-            reclaim_requested: AtomicBool::new(false),
+            placement,
             frames,
-            policy,
             engine,
             files: RwLock::new(HashMap::new()),
             namespace: Mutex::new(ns),
@@ -166,16 +152,12 @@ impl CacheInner {
     /// whole file exclusive in its range lock.
     pub(crate) fn forget_file(&self, file: &FileInner) {
         self.drop_pages_from(file, 0);
-        self.free.drain(&file.spare_frames);
+        self.placement.file_closed(file);
         sync::write(&self.files).remove(&file.id);
     }
 
     pub(crate) fn new_index(&self, file: u64) -> Box<dyn crate::index::PageIndex> {
-        match &self.sets {
-            Some(sets) => Box::new(SetAssocIndex::new(sets.clone(), file)),
-            // `sets` exists exactly when the kind is SetAssoc, so build() gives an index here.
-            None => self.config.index.build().unwrap_or_else(|| Box::<crate::index::RadixIndex>::default()),
-        }
+        self.placement.new_index(file)
     }
 
     pub(crate) fn open_backing(&self, id: u64, create: bool) -> Result<Vec<BackingFile>> {
@@ -474,7 +456,7 @@ impl CacheInner {
         // Relaxed: a gauge for reports.
         let dirty = self.writeback.dirty.load(Ordering::Relaxed) as u64;
         let index: usize = sync::read(&self.files).values().map(|f| f.index.memory_bytes()).sum::<usize>()
-            + self.sets.as_ref().map_or(0, |s| s.memory_bytes());
+            + self.placement.memory_bytes();
         let gauges = [self.frames.len() as u64, self.frames.metadata_bytes() as u64, index as u64];
         self.metrics.snapshot(dirty, gauges)
     }

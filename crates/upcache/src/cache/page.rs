@@ -18,12 +18,10 @@
 use std::io::IoSliceMut;
 
 use super::CacheInner;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::file::FileInner;
 use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID};
 use crate::frame::{FrameId, PageKey};
-use crate::index::setassoc::{Claim, Merge, SetTable};
-use crate::policy::Victim;
 use crate::sync::Ordering;
 
 /// Where a page access looks first.
@@ -60,12 +58,6 @@ pub(crate) enum Fill {
     /// Leave it: the caller overwrites the whole page.
     Overwrite,
 }
-
-/// Consecutive idle eviction sweeps (every frame pinned or under I/O) before a miss gives up
-/// with `CacheFull`.
-const IDLE_SWEEPS_BEFORE_FULL: u32 = 10_000;
-/// Failed write-backs of dirty victims before a miss gives up with the device's error.
-const FAILED_WRITEBACKS_BEFORE_ERROR: u32 = 8;
 
 /// A pinned, valid page; unpinned on drop.
 pub(crate) struct PinnedPage<'a> {
@@ -172,75 +164,10 @@ impl Drop for LockedPage<'_> {
     }
 }
 
-/// A miss that has to evict: it writes back dirty victims and retries, and gives up with the
-/// device's error after repeated failed write-backs, or with `CacheFull` after many sweeps
-/// that found every frame pinned or under I/O.
-#[derive(Default)]
-struct EvictionRetries {
-    idle: u32,
-    failed: u32,
-}
-
-impl EvictionRetries {
-    /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
-    fn write_back(&mut self, cache: &CacheInner, victim: FrameId) -> Result<()> {
-        match cache.write_back_victim(victim) {
-            Ok(true) => self.idle = 0,
-            // Someone else is writing it back; let them finish, then sweep again.
-            Ok(false) => self.wait(),
-            Err(e) => {
-                self.failed += 1;
-                if self.failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A sweep found nothing to take: let other threads run.
-    fn wait(&mut self) {
-        self.idle += 1;
-        crate::sync::yield_now();
-    }
-
-    fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {
-        self.give_up_with(ErrorKind::CacheFull, what)
-    }
-
-    fn give_up_with(&self, kind: ErrorKind, what: impl FnOnce() -> String) -> Result<()> {
-        if self.idle >= IDLE_SWEEPS_BEFORE_FULL {
-            return Err(Error::new(kind, what()));
-        }
-        Ok(())
-    }
-}
-
 impl CacheInner {
     /// See [`crate::Cache::resize`].
     pub(crate) fn resize(&self, bytes: u64) -> Result<u64> {
-        let Some(sets) = &self.sets else {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "online resizing needs the set-associative index (IndexKind::SetAssoc)",
-            ));
-        };
-        let per_set = (sets.ways() * self.frames.page_size()) as u64;
-        let target = ((bytes / per_set) as usize).clamp(1, sets.max_sets());
-        while sets.set_count() < target && sets.split_one() {}
-        let mut retries = EvictionRetries::default();
-        while sets.set_count() > target {
-            match sets.merge_one(&self.frames) {
-                Merge::Done(_) => retries = EvictionRetries::default(),
-                Merge::Dirty(victim) => retries.write_back(self, victim)?,
-                Merge::Busy => retries.wait(),
-                Merge::Smallest => break,
-            }
-            retries.give_up_with(ErrorKind::Busy, || {
-                format!("pinned pages keep page sets from merging; {} sets in use", sets.set_count())
-            })?;
-        }
-        Ok(sets.frames_used() as u64 * self.frames.page_size() as u64)
+        self.placement.resize(self, bytes)
     }
 
     /// Pins the frame the index gives for `page` of `file`, if any, after checking that it
@@ -282,7 +209,7 @@ impl CacheInner {
                 crate::sync::yield_now();
                 continue;
             }
-            self.policy.on_hit(id);
+            self.placement.on_hit(id);
             return Some(id);
         }
     }
@@ -298,7 +225,7 @@ impl CacheInner {
                 let st = self.frames.state(id);
                 let w = self.frames.waits.wait_until(id, st, |w| w & VALID != 0 || w & LOCKED == 0);
                 if w & VALID != 0 {
-                    self.policy.on_hit(id);
+                    self.placement.on_hit(id);
                     self.metrics.hot_hits.add(1);
                     return Some(id);
                 }
@@ -366,66 +293,14 @@ impl CacheInner {
         page: u64,
         fill: Fill,
     ) -> Result<Option<LockedPage<'a>>> {
-        if let Some(sets) = &self.sets {
-            return self.load_locked_in_set(sets, file, page, fill);
-        }
-        let id = self.alloc_frame(file)?;
-        if !self.publish_fresh(file, page, id) {
-            return Ok(None);
-        }
+        let Some(id) = self.placement.claim(self, file, page)? else { return Ok(None) };
         self.fill_locked(file, page, id, fill).map(Some)
     }
 
-    /// Publishes frame `id`, just taken by `alloc_frame`, `LOCKED` in the index as `page` of
-    /// `file`. False if another thread published the page first: the frame goes back to the
-    /// pool and the caller uses theirs.
-    pub(crate) fn publish_fresh(&self, file: &FileInner, page: u64, id: FrameId) -> bool {
-        self.frames.set_key(id, PageKey { file: file.id, page });
-        self.frames.state(id).assign_locked();
-        if file.index.insert_if_absent(page, id).is_err() {
-            self.frames.unlock(id, 0, 0);
-            self.release_frame(file, id);
-            return false;
-        }
-        self.policy.on_insert(&self.frames, id);
-        true
-    }
-
-    /// The guard of a load just published by `publish_fresh`, counted as a miss.
+    /// The guard of a load just published by the placement's claim, counted as a miss.
     pub(crate) fn fresh_load<'a>(&'a self, file: &'a FileInner, page: u64, id: FrameId) -> LockedPage<'a> {
         self.metrics.misses.add(1);
         LockedPage { cache: self, file, page, id, fresh: true, committed: false }
-    }
-
-    /// `load_locked` for a set-associative cache: the page's set gives the frame and records
-    /// the entry in one step (an empty way, or an in-set victim).
-    fn load_locked_in_set<'a>(
-        &'a self,
-        sets: &SetTable,
-        file: &'a FileInner,
-        page: u64,
-        fill: Fill,
-    ) -> Result<Option<LockedPage<'a>>> {
-        let mut retries = EvictionRetries::default();
-        let id = loop {
-            match sets.claim(file.id, page, &self.frames) {
-                // Published by another thread meanwhile: take the hit path.
-                Claim::Existing(_) => return Ok(None),
-                Claim::New { frame, evicted } => {
-                    if evicted {
-                        self.metrics.evictions.add(1);
-                    }
-                    break frame;
-                }
-                Claim::Dirty(victim) => retries.write_back(self, victim)?,
-                Claim::Full => retries.wait(),
-            }
-            retries
-                .give_up_if_stuck(|| format!("every frame of page {page}'s set is pinned or under I/O"))?;
-        };
-        self.frames.set_key(id, PageKey { file: file.id, page });
-        self.frames.state(id).assign_locked();
-        self.fill_locked(file, page, id, fill).map(Some)
     }
 
     /// Fills a frame just published `LOCKED` for `page` per `fill`; on error the guard undoes
@@ -484,7 +359,7 @@ impl CacheInner {
     /// Returns to the free list a frame that is in no index, not `VALID`, unlocked, and
     /// pinned once by the caller, after any transient pins are dropped: a stale lookup that
     /// pinned it sees a foreign key, or no `VALID` and no `LOCKED`, and unpins at once.
-    fn release_frame(&self, file: &FileInner, id: FrameId) {
+    pub(crate) fn release_frame(&self, file: &FileInner, id: FrameId) {
         let st = self.frames.state(id);
         loop {
             let w = st.load();
@@ -494,35 +369,7 @@ impl CacheInner {
             }
             crate::sync::yield_now();
         }
-        if self.sets.is_none() {
-            self.free.free(&file.spare_frames, id);
-        }
-        // With page sets the frame stays in its way's slot, found free by the next claim.
-    }
-
-    /// A frame for a new page of `file`: from the allocator, else evicted by the policy. Low
-    /// pressure asks the flushers to reclaim in the background (and, if urgent, to shrink
-    /// the per-file frame caches), so later misses find free frames.
-    pub(crate) fn alloc_frame(&self, file: &FileInner) -> Result<FrameId> {
-        let mut retries = EvictionRetries::default();
-        loop {
-            if let Some(id) = self.free.alloc(&file.spare_frames) {
-                self.check_pressure();
-                return Ok(id);
-            }
-            self.request_reclaim();
-            match self.policy.pick_victim(&self.frames) {
-                Victim::Claimed(id) => {
-                    self.detach_claimed(id);
-                    self.metrics.evictions.add(1);
-                    return Ok(id);
-                }
-                Victim::Dirty(id) => retries.write_back(self, id)?,
-                Victim::None => retries.wait(),
-            }
-            retries
-                .give_up_if_stuck(|| format!("all {} frames are pinned or under I/O", self.frames.len()))?;
-        }
+        self.placement.release(file, id);
     }
 
     /// Removes a just-claimed frame from its old file's index.
@@ -603,7 +450,7 @@ impl CacheInner {
     }
 
     /// `page` of `file` goes from clean to dirty: its frame is `LOCKED` by the caller, who
-    /// sets `DIRTY` next (the order `writeback/streams.rs` relies on).
+    /// sets `DIRTY` next (the order `file/streams.rs` relies on).
     pub(crate) fn account_dirtied(&self, file: &FileInner, page: u64) {
         if let Some(s) = &file.streams {
             s.dirtied(&self.writeback.dirty_files, file.id, page);

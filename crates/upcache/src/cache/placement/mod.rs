@@ -1,0 +1,125 @@
+//! Placement: which frame a missing page goes to, and where frames come back to. Two
+//! strategies implement [`Placement`], and [`build`] is the one place that chooses:
+//! - [`global::GlobalPlacement`]: a per-file page index of the configured kind, the frame
+//!   allocator (`alloc/`), the replacement policy (`policy/`) and background reclaim;
+//! - [`sets::SetPlacement`]: SAFS's set-associative cache (`index/setassoc.rs`): one table of
+//!   small page sets shared by all files, where a page's set gives its frame, picks the victim
+//!   and records the entry in one step; it can be resized while I/O runs.
+//!
+//! The core (`cache/page.rs`, `cache/batch.rs`) calls the strategy and never asks which it is.
+
+pub(crate) mod global;
+pub(crate) mod sets;
+
+use super::CacheInner;
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::FileInner;
+use crate::frame::FrameId;
+use crate::index::{IndexKind, PageIndex};
+use crate::policy::GcProbe;
+
+/// Consecutive idle eviction sweeps (every frame pinned or under I/O) before a miss gives up
+/// with `CacheFull`.
+const IDLE_SWEEPS_BEFORE_FULL: u32 = 10_000;
+/// Failed write-backs of dirty victims before a miss gives up with the device's error.
+const FAILED_WRITEBACKS_BEFORE_ERROR: u32 = 8;
+
+/// How a cache places pages in frames.
+pub(crate) trait Placement: Send + Sync {
+    /// The page index for a new file `file` (its id).
+    fn new_index(&self, file: u64) -> Box<dyn PageIndex>;
+
+    /// Takes a frame for `page` of `file` and publishes it pinned and `LOCKED`, its key set,
+    /// in the file's index; None if another thread published the page first. Evicts (writing
+    /// back dirty victims) when no frame is free.
+    fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>>;
+
+    /// [`Self::claim`] for each of `pages` (ascending, seen missing), appending what this
+    /// thread published to `out`; stops at the first error, what was claimed before stays.
+    fn claim_many(
+        &self,
+        cache: &CacheInner,
+        file: &FileInner,
+        pages: &[u64],
+        out: &mut Vec<(u64, FrameId)>,
+    ) -> Result<()>;
+
+    /// Frame `id`, out of every index, unpinned and not `VALID`, given back for new pages.
+    fn release(&self, file: &FileInner, id: FrameId);
+
+    /// A pinned hit on frame `id`.
+    fn on_hit(&self, id: FrameId);
+
+    /// `file` leaves the cache: frames it kept aside go back to everyone.
+    fn file_closed(&self, file: &FileInner);
+
+    /// Frames in use now (of `total`): fewer after a resize shrank the cache.
+    fn frames_in_use(&self, total: usize) -> usize;
+
+    /// Background reclaim, run by a flusher: evicts clean pages ahead of demand if a miss
+    /// asked for it.
+    fn reclaim(&self, cache: &CacheInner);
+
+    /// Whether [`Self::resize`] can give frame memory back to the kernel.
+    fn resizable(&self) -> bool;
+
+    /// See [`crate::Cache::resize`].
+    fn resize(&self, cache: &CacheInner, bytes: u64) -> Result<u64>;
+
+    /// Bytes of placement state outside the files' indexes.
+    fn memory_bytes(&self) -> usize;
+}
+
+/// The placement `config` asks for over `frames` frames; `gc` tells a GC-aware policy which
+/// devices are collecting garbage.
+pub(crate) fn build(config: &Config, frames: usize, gc: Option<GcProbe>) -> Box<dyn Placement> {
+    match config.index {
+        IndexKind::SetAssoc => Box::new(sets::SetPlacement::new(frames, config.set_ways, config.set_policy)),
+        kind => Box::new(global::GlobalPlacement::new(config, kind, frames, gc)),
+    }
+}
+
+/// A miss that has to evict: it writes back dirty victims and retries, and gives up with the
+/// device's error after repeated failed write-backs, or with `CacheFull` after many sweeps
+/// that found every frame pinned or under I/O.
+#[derive(Default)]
+pub(crate) struct EvictionRetries {
+    idle: u32,
+    failed: u32,
+}
+
+impl EvictionRetries {
+    /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
+    pub(crate) fn write_back(&mut self, cache: &CacheInner, victim: FrameId) -> Result<()> {
+        match cache.write_back_victim(victim) {
+            Ok(true) => self.idle = 0,
+            // Someone else is writing it back; let them finish, then sweep again.
+            Ok(false) => self.wait(),
+            Err(e) => {
+                self.failed += 1;
+                if self.failed >= FAILED_WRITEBACKS_BEFORE_ERROR {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A sweep found nothing to take: let other threads run.
+    pub(crate) fn wait(&mut self) {
+        self.idle += 1;
+        crate::sync::yield_now();
+    }
+
+    pub(crate) fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {
+        self.give_up_with(ErrorKind::CacheFull, what)
+    }
+
+    pub(crate) fn give_up_with(&self, kind: ErrorKind, what: impl FnOnce() -> String) -> Result<()> {
+        if self.idle >= IDLE_SWEEPS_BEFORE_FULL {
+            return Err(Error::new(kind, what()));
+        }
+        Ok(())
+    }
+}
