@@ -21,8 +21,7 @@ pub const MAX_PAGE_SIZE: usize = 64 * 1024;
 pub const MAX_DEVICES: usize = 64;
 /// Default largest readahead window: 16 MiB, four requests of the largest size a common
 /// NVMe or virtio disk takes (`max_sectors_kb` 4096) in flight at once; at most an eighth
-/// of the cache is used. On this project's virtio disk, sequential 1 MiB reads ran at
-/// 1,425-1,816 MiB/s with 4 MiB and 1,773-1,888 with 16 MiB (bench/RESULTS.md).
+/// of the cache is used (bench/RESULTS.md compares 4 and 16 MiB on sequential reads).
 pub const DEFAULT_READAHEAD: u64 = 16 << 20;
 /// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
 /// for write-back to make progress.

@@ -37,3 +37,35 @@ fn the_librarys_layers_point_down_and_its_files_have_no_import_circle() {
     made_up.get_mut(&vec!["frame".to_string()]).unwrap().insert(vec!["cache".into()]);
     assert_eq!(import_graph::upward(&made_up, LAYERS), ["frame -> cache"]);
 }
+
+/// The paths a map names in backticks: files (`a/b.rs`, `x.md`, with any `::item` cut off)
+/// and folders (`cache/`).
+fn named_paths(map: &str) -> Vec<String> {
+    map.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|quoted| quoted.split("::").next().unwrap_or(""))
+        .filter(|p| {
+            let is_file = [".rs", ".md", ".sh", ".h", ".toml"].iter().any(|e| p.ends_with(e));
+            let is_folder = p.ends_with('/') && p.len() > 1;
+            (is_file || is_folder) && p.chars().all(|c| c.is_alphanumeric() || "_./-".contains(c))
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn architecture_md_is_a_short_map_whose_paths_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    assert!(map.len() <= 20 * 1024, "ARCHITECTURE.md is {} bytes; the map stays within 20 KiB", map.len());
+    let paths = named_paths(&map);
+    assert!(paths.len() > 40, "too few paths found: {paths:?}");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let missing: Vec<&String> =
+        paths.iter().filter(|p| !root.join(p.as_str()).exists() && !src.join(p.as_str()).exists()).collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md names paths that do not exist: {missing:?}");
+    // The check itself finds a stale path.
+    assert_eq!(named_paths("see `io/device.rs::open` and `frame/`"), ["io/device.rs", "frame/"]);
+    assert!(!src.join("io/device.rs").exists());
+}

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 
 use super::file::File;
 use crate::cache::async_load::Readiness;
+use crate::cache::batch::AfterLoad;
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
@@ -227,7 +228,7 @@ impl IoQueue {
             req.loads -= 1;
             let (members, dev) = std::mem::take(&mut req.runs[run]);
             let pages = members.iter().map(|&k| (req.pins[k].page, req.pins[k].id));
-            let ended = self.cache.end_run(req.file.inner(), pages, dev, read, true);
+            let ended = self.cache.end_run(req.file.inner(), pages, dev, read, AfterLoad::KeepPin);
             for &k in &members {
                 req.pins[k].loading = false;
                 if ended.is_err() {

@@ -7,8 +7,8 @@
 //! hands frames out in the order reclaim freed them (`alloc/two_layer.rs`), so sorted they
 //! are mostly side by side in the arena, whose huge pages make them physically contiguous:
 //! the block layer then merges a run's pages into a few memory segments, and a run is cut by
-//! the device's request size (4 MiB on this machine's virtio disk) instead of by its segment
-//! count (254 pages), as the kernel's large folios allow it to be.
+//! the device's request size (`max_sectors_kb`) instead of by its segment count
+//! (`max_segments`), as the kernel's large folios allow it to be.
 
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
@@ -93,6 +93,15 @@ pub(crate) fn runs(
         runs.push(Run { dev, offset: offset + (start - r.start) as u64 * ps, members: start..r.end });
     }
     runs
+}
+
+/// What becomes of a loaded page's pin when its load ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterLoad {
+    /// Unpinned: the page is cached for whoever reads it next.
+    Unpin,
+    /// Kept for the caller, who copies out of the page next.
+    KeepPin,
 }
 
 /// Frame addresses for one request, on the stack and not zeroed first (a run of one page
@@ -194,8 +203,8 @@ impl CacheInner {
 
     /// Ends the claimed loads `pages` of one run, read back to back by one request with
     /// result `read`. On success each page gets its share of the bytes read (the rest reads
-    /// as zeros) and becomes `VALID` and ready; it stays pinned if `keep_pins` (an
-    /// asynchronous read copies out of it next), else it is unpinned. On failure every load
+    /// as zeros) and becomes `VALID` and ready; it stays pinned with
+    /// `AfterLoad::KeepPin` (an asynchronous read copies out of it next), else it is unpinned. On failure every load
     /// is undone (the frames leave the index, pins and all) and the error is returned.
     pub(crate) fn end_run(
         &self,
@@ -203,7 +212,7 @@ impl CacheInner {
         pages: impl ExactSizeIterator<Item = (u64, FrameId)>,
         dev: usize,
         read: std::io::Result<usize>,
-        keep_pins: bool,
+        after: AfterLoad,
     ) -> Result<()> {
         let ps = self.frames.page_size();
         match read {
@@ -213,7 +222,7 @@ impl CacheInner {
                 for (i, (page, id)) in pages.enumerate() {
                     let lp = LockedPage::attach(self, file, page, id);
                     self.zero_tail(&lp, page_share(n, i, ps));
-                    if keep_pins {
+                    if after == AfterLoad::KeepPin {
                         lp.into_pinned().keep();
                     } else {
                         lp.commit(Commit::AsBefore);
@@ -290,7 +299,7 @@ impl CacheInner {
         let mut first_err = None;
         for (run, result) in runs.iter().zip(results) {
             let members = pages[run.members.clone()].iter().copied();
-            if let Err(e) = self.end_run(file, members, run.dev, result, false) {
+            if let Err(e) = self.end_run(file, members, run.dev, result, AfterLoad::Unpin) {
                 first_err.get_or_insert(e);
             }
         }

@@ -42,6 +42,15 @@ pub(crate) enum SyncKind {
     All,
 }
 
+/// Who commits the length record of a file a sync wrote back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LenLog {
+    /// The sync itself, as its kind says.
+    Now(SyncKind),
+    /// Its caller, with other files' lengths in one commit (`sync_everything`).
+    ByCaller,
+}
+
 /// State shared by the cache handle, files and flusher threads.
 pub(crate) struct CacheInner {
     pub(crate) config: Config,
@@ -214,12 +223,12 @@ impl CacheInner {
     }
 
     /// Logs the file's length if it changed since it was last logged durably, and makes the
-    /// record durable (`force`: also every record appended before, so that a create or a
-    /// remove made by another thread is durable too). Only this file's length is written,
+    /// record durable (`SyncKind::All`: also every record appended before, so that a create
+    /// or a remove made by another thread is durable too). Only this file's length is written,
     /// never the whole catalog (seed 001 §3.3).
     /// Returns whether it committed a length record of its own (whose flush therefore began
     /// after the call did).
-    pub(crate) fn persist_len(&self, file: &FileInner, force: bool) -> Result<bool> {
+    pub(crate) fn persist_len(&self, file: &FileInner, kind: SyncKind) -> Result<bool> {
         // Acquire on len: see every write that extended it. persisted_len is the length of the
         // file's latest length record, stored once that record is durable, so if the two
         // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
@@ -230,7 +239,7 @@ impl CacheInner {
             self.kick_checkpoint_if_wanted();
             return Ok(true);
         }
-        if force {
+        if kind == SyncKind::All {
             self.metalog.commit(self.metalog.last())?;
         }
         self.kick_checkpoint_if_wanted();
@@ -290,14 +299,17 @@ impl CacheInner {
     /// and one flush. A backing file that needs a real `fdatasync` and is being appended to
     /// gets zeros written ahead first, so that the next appends do not.
     pub(crate) fn sync_file(&self, file: &FileInner, kind: SyncKind) -> Result<()> {
-        self.sync_file_then(file, Some(kind == SyncKind::All))
+        self.sync_file_then(file, LenLog::Now(kind))
     }
 
-    /// As `sync_file`; with `log_len` None, the length is not logged (the caller logs many
-    /// files' lengths with one commit).
-    fn sync_file_then(&self, file: &FileInner, log_len: Option<bool>) -> Result<()> {
+    /// As `sync_file`, with the length logged as `log_len` says.
+    fn sync_file_then(&self, file: &FileInner, log_len: LenLog) -> Result<()> {
         if file.plain {
-            return self.sync_plain(file, log_len == Some(true));
+            let kind = match log_len {
+                LenLog::Now(kind) => kind,
+                LenLog::ByCaller => SyncKind::Data,
+            };
+            return self.sync_plain(file, kind);
         }
         let mut first = self.flush_file(file).err();
         if let Some(e) = file.take_write_error() {
@@ -305,7 +317,7 @@ impl CacheInner {
         }
         // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
         // the deferred backing files are synced below after all.
-        let logs_len = log_len.is_some()
+        let logs_len = log_len != LenLog::ByCaller
             && file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
         let mut deferred = Vec::new();
         for b in &file.backing {
@@ -327,8 +339,8 @@ impl CacheInner {
         }
         // Not if the data failed: a logged length would promise bytes that may be missing.
         let logged = match (&first, log_len) {
-            (Some(_), _) | (None, None) => false,
-            (None, Some(force)) => match self.persist_len(file, force) {
+            (Some(_), _) | (None, LenLog::ByCaller) => false,
+            (None, LenLog::Now(kind)) => match self.persist_len(file, kind) {
                 Ok(logged) => logged,
                 Err(e) => {
                     first = Some(e);
@@ -424,7 +436,7 @@ impl CacheInner {
             if f.removed.load(Ordering::Acquire) {
                 continue;
             }
-            match self.sync_file_then(&f, None) {
+            match self.sync_file_then(&f, LenLog::ByCaller) {
                 Ok(()) => lengths.extend(self.append_len(&f).map(|(t, len)| (f, t, len))),
                 Err(e) => {
                     first.get_or_insert(e);

@@ -10,7 +10,7 @@
 //! cache); its growth is, and is never cut (`os_size`, `take_in_growth_locked`), nor a shrink
 //! of its undone (`os_len_known`).
 
-use super::CacheInner;
+use super::{CacheInner, SyncKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{FileInner, Placement};
 use crate::frame::state::VALID;
@@ -20,6 +20,15 @@ use crate::io::layout::{LayoutKind, StripeLayout};
 use crate::sync::{self, Arc, Ordering};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+/// What a length check does to the OS file's size when it is not the file's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OsSize {
+    /// Makes it the length (a close or a sync).
+    Fit,
+    /// Leaves it (a reader taking in growth).
+    Leave,
+}
 
 /// Plain files' ids start here, past any id the catalog hands out.
 pub(crate) const PLAIN_ID: u64 = 1 << 63;
@@ -117,12 +126,12 @@ impl CacheInner {
         Ok(())
     }
 
-    /// `sync_data` (`all`: `sync_all`) of a plain file: dirty pages written back, the OS
-    /// file's size made the length, then fdatasync (fsync).
-    pub(crate) fn sync_plain(&self, file: &FileInner, all: bool) -> Result<()> {
+    /// `sync_data` (`SyncKind::All`: `sync_all`) of a plain file: dirty pages written back,
+    /// the OS file's size made the length, then fdatasync (fsync).
+    pub(crate) fn sync_plain(&self, file: &FileInner, kind: SyncKind) -> Result<()> {
         self.write_back_plain(file)?;
         let b = &file.backing[0];
-        let synced = if all { b.file().sync_all() } else { self.engine.sync_data(b) };
+        let synced = if kind == SyncKind::All { b.file().sync_all() } else { self.engine.sync_data(b) };
         synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
     }
 
@@ -157,7 +166,7 @@ impl CacheInner {
     /// end on exclusive: the length is then stable, and write-back past it can only add zeros,
     /// which this cuts.
     pub(crate) fn fit_plain_len(&self, file: &FileInner) -> Result<()> {
-        self.take_in_growth_locked(file, true).map(|_| ())
+        self.take_in_growth_locked(file, OsSize::Fit).map(|_| ())
     }
 
     /// For a plain file whose OS file is larger than this cache made it (another process
@@ -177,7 +186,7 @@ impl CacheInner {
             file.check_live()?;
             // A shrink between the read and the lock leaves pages below `start` unlocked.
             if file.len.load(Ordering::Acquire) >= start {
-                return self.take_in_growth_locked(file, false);
+                return self.take_in_growth_locked(file, OsSize::Leave);
             }
         }
     }
@@ -186,8 +195,8 @@ impl CacheInner {
     /// end on held exclusive by the caller (no writer changes the length) and that page's
     /// frame, if cached, locked here (no write-back of it is in flight, so the OS size is not
     /// about to grow by our own zeros). Larger than `os_size`: grown by someone else, taken in.
-    /// Otherwise, if `fit`, the OS size is made the length. Returns the length.
-    fn take_in_growth_locked(&self, file: &FileInner, fit: bool) -> Result<u64> {
+    /// Otherwise, with `OsSize::Fit`, the OS size is made the length. Returns the length.
+    fn take_in_growth_locked(&self, file: &FileInner, os: OsSize) -> Result<u64> {
         let ps = self.config.page_size as u64;
         // Acquire: see the extension of every write that ended before.
         let len = file.len.load(Ordering::Acquire);
@@ -206,7 +215,7 @@ impl CacheInner {
             }
             valid
         });
-        let fitted = self.fit_or_grow(file, len, frame.map(|id| (id, in_tail)), fit);
+        let fitted = self.fit_or_grow(file, len, frame.map(|id| (id, in_tail)), os);
         if let Some(id) = frame {
             self.frames.unlock(id, 0, 0);
             self.frames.state(id).unpin();
@@ -225,7 +234,7 @@ impl CacheInner {
         file: &FileInner,
         len: u64,
         tail: Option<(FrameId, usize)>,
-        fit: bool,
+        os: OsSize,
     ) -> Result<u64> {
         let b = &file.backing[0];
         let have = os_len(file)?;
@@ -268,7 +277,7 @@ impl CacheInner {
         // this cache's extension to make, unless someone else shrank the OS file, which is
         // theirs to have done (a `copytruncate` of a log this process only reads).
         let known = file.os_len_known.load(Ordering::Relaxed); // Relaxed: under the range lock
-        if fit && (have > len || (have < len && len > known)) {
+        if os == OsSize::Fit && (have > len || (have < len && len > known)) {
             device::truncate(b, len)?;
             // SeqCst: as above; no write-back of the tail page is in flight.
             file.os_size.store(len, Ordering::SeqCst);

@@ -133,7 +133,9 @@ impl CacheInner {
 
     /// Ends the loads of a run whose read completed with `read`.
     pub(crate) fn end_readahead(&self, run: ClaimedRun, read: std::io::Result<usize>) {
-        if let Err(e) = self.end_run(&run.file, run.pages.iter().copied(), run.dev, read, false) {
+        if let Err(e) =
+            self.end_run(&run.file, run.pages.iter().copied(), run.dev, read, super::batch::AfterLoad::Unpin)
+        {
             // Readers that need these pages load them themselves and see the error then.
             log::debug!("readahead failed: {e}");
         }

@@ -6,6 +6,12 @@
 //! the pool ahead of demand, so that later misses take a free frame instead of sweeping the
 //! CLOCK themselves. Under the urgent threshold every file's frame cache is halved back into
 //! the pool first.
+//!
+//! The thresholds count the frames free in the pool against all frames: low below 1/32,
+//! urgent below 1/128 (`alloc::LOW_DIVISOR`, `URGENT_DIVISOR`), and reclaim stops once 1/16
+//! is free. It takes pages of written-back streams first, oldest stream first (seed 003
+//! §4.2), then the policy's victims, writing back the dirty ones it is handed, and frees them
+//! in batches, one pool lock per batch.
 
 use super::{EvictionRetries, Placement};
 use crate::alloc::{FrameAllocator, Pressure, LOW_DIVISOR};

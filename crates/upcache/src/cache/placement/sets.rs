@@ -1,7 +1,9 @@
 //! The set-associative placement (SAFS §4): a page's set in the shared [`SetTable`] gives its
 //! frame, chooses the in-set victim and records the entry in one step, so the allocator, the
 //! global policy and background reclaim have no part. The table can be resized while I/O
-//! runs (§4.1, linear hashing).
+//! runs (§4.1, linear hashing). A shrink writes back the dirty pages that keep a merge from
+//! finishing and retries; pinned pages make it wait, then fail with `Busy`. `Cache::resize`
+//! works only with this placement.
 
 use super::{EvictionRetries, Placement};
 use crate::cache::CacheInner;

@@ -26,8 +26,8 @@ const MAX_BATCH_RUNS: usize = 16;
 /// Stream write-back puts at most this many of the devices' largest requests in one batch per
 /// device. The batch waits for all its writes, and so does anything queued behind them on the
 /// device: a cap in bytes keeps a writer's own dflush from waiting behind tens of MiB of
-/// flusher writes (sequential 1 MiB writes: p99 10-11 ms with 16 runs of 4 MiB, 4.5-5.6 ms
-/// with 2, the same throughput).
+/// flusher writes; 2 halved the p99 of sequential writes at the same throughput
+/// (bench/RESULTS.md).
 const BATCH_REQUESTS_PER_DEVICE: usize = 2;
 /// Frames a write-back scan takes from the shared cursor at a time.
 const SCAN_CHUNK: usize = 256;

@@ -302,9 +302,8 @@ impl IoEngine for UringEngine {
 
     fn run_batch(&self, reqs: &mut [IoReq<'_, '_>]) -> Vec<io::Result<usize>> {
         // One request and a caller that waits for it: a blocking system call is faster than
-        // a ring round trip (on the reference machine, 4 KiB cold random reads 1.27x and
-        // 4 KiB writes + fdatasync 1.4x; bench/RESULTS.md). Rings pay off with several in
-        // flight.
+        // a ring round trip (bench/RESULTS.md: cold random reads, writes + fdatasync). Rings
+        // pay off with several in flight.
         if let [only] = reqs {
             return vec![match only {
                 IoReq::Read { file, offset, bufs } => preadv_all(file.as_raw_fd(), *offset, bufs),
