@@ -7,7 +7,7 @@
 
 use crate::errno;
 use crate::open::{cached, write_back};
-use crate::real;
+use crate::real::{self, twins};
 use libc::{c_int, c_uint, c_void, loff_t, off64_t, off_t, size_t, ssize_t};
 
 /// Bytes moved per read and write of a served copy.
@@ -138,25 +138,11 @@ unsafe fn sendfile_any(out_fd: c_int, in_fd: c_int, off: *mut i64, count: size_t
 // Every function below is called by C with what its prototype says; offsets are read and
 // written only where the kernel would.
 
-#[no_mangle]
-pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t {
-    // SAFETY: `off` is the caller's, null or valid, as sendfile(2) takes it.
-    unsafe {
-        sendfile_any(out_fd, in_fd, off, count).unwrap_or_else(|| real::sendfile()(out_fd, in_fd, off, count))
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sendfile64(
-    out_fd: c_int,
-    in_fd: c_int,
-    off: *mut off64_t,
-    count: size_t,
-) -> ssize_t {
-    // SAFETY: as in `sendfile`.
-    unsafe {
-        sendfile_any(out_fd, in_fd, off, count)
-            .unwrap_or_else(|| real::sendfile64()(out_fd, in_fd, off, count))
+twins! {
+    /// sendfile(2), served from the cache when the input is a cached file.
+    fn sendfile, sendfile64(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t = |real| {
+        // SAFETY: `off` is the caller's, null or valid, as sendfile(2) takes it.
+        unsafe { sendfile_any(out_fd, in_fd, off, count).unwrap_or_else(|| real(out_fd, in_fd, off, count)) }
     }
 }
 

@@ -4,9 +4,9 @@
 use crate::errno;
 use crate::guard::{self, Inside};
 use crate::os::{fd_stat, path_stat};
-use crate::real;
+use crate::real::{self, twins};
 use crate::shim::{self, Description, Shim};
-use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off64_t, off_t, size_t, FILE};
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off_t, size_t, FILE};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -251,18 +251,14 @@ fn after_fcntl(fd: c_int, cmd: c_int, arg: c_ulong, result: c_int) -> c_int {
     }
 }
 
-/// fcntl(2). The third argument is variadic in C (an int or a pointer); it is taken as a
-/// word, where both ABIs put either, and passed on as one.
-#[no_mangle]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: the caller's argument, an int or a pointer that `cmd` says is valid, passed on.
-    after_fcntl(fd, cmd, arg, unsafe { real::fcntl()(fd, cmd, arg) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: as in `fcntl`.
-    after_fcntl(fd, cmd, arg, unsafe { real::fcntl64()(fd, cmd, arg) })
+twins! {
+    /// fcntl(2). The third argument is variadic in C (an int or a pointer); it is taken as a
+    /// word, where both ABIs put either, and passed on as one.
+    fn fcntl, fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int = |real| {
+        // SAFETY: the caller's argument, an int or a pointer that `cmd` says is valid, passed
+        // on.
+        after_fcntl(fd, cmd, arg, unsafe { real(fd, cmd, arg) })
+    }
 }
 
 /// Takes the entries of descriptors `first..=last` out of the table (before libc closes them,
@@ -381,24 +377,16 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     unsafe { real::fdopen()(fd, mode) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    if let Err(code) = demote_path(path) {
-        errno::set(code);
-        return std::ptr::null_mut();
+twins! {
+    /// fopen(3) opens inside libc: a cached file of that path is demoted first.
+    fn fopen, fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE = |real| {
+        if let Err(code) = demote_path(path) {
+            errno::set(code);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's path and mode strings, passed on.
+        unsafe { real(path, mode) }
     }
-    // SAFETY: the caller's path and mode strings, passed on.
-    unsafe { real::fopen()(path, mode) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    if let Err(code) = demote_path(path) {
-        errno::set(code);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: as in `fopen`.
-    unsafe { real::fopen64()(path, mode) }
 }
 
 /// freopen closes the stream's descriptor and opens a file inside libc: the old entry is
@@ -422,54 +410,26 @@ unsafe fn reopen(path: *const c_char, stream: *mut FILE, open: impl FnOnce() -> 
     reopened
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
-    // SAFETY: the caller's path, mode and stream, passed on.
-    unsafe { reopen(path, stream, || real::freopen()(path, mode, stream)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
-    // SAFETY: as in `freopen`.
-    unsafe { reopen(path, stream, || real::freopen64()(path, mode, stream)) }
-}
-
-/// A mapping reads and writes the OS file: the file is demoted first (its descriptors go to
-/// libc, so the mapping and read/write agree, as they do in the kernel).
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 {
-        if let Err(code) = demote_fd(fd) {
-            errno::set(code);
-            return libc::MAP_FAILED;
-        }
+twins! {
+    /// freopen(3): see `reopen`.
+    fn freopen, freopen64(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE = |real| {
+        // SAFETY: the caller's path, mode and stream, passed on.
+        unsafe { reopen(path, stream, || real(path, mode, stream)) }
     }
-    // SAFETY: the caller's mapping request, passed on; the shim reads none of it.
-    unsafe { real::mmap()(addr, len, prot, flags, fd, off) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off64_t,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 {
-        if let Err(code) = demote_fd(fd) {
-            errno::set(code);
-            return libc::MAP_FAILED;
+twins! {
+    /// A mapping reads and writes the OS file: the file is demoted first (its descriptors go
+    /// to libc, so the mapping and read/write agree, as they do in the kernel).
+    fn mmap, mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t)
+        -> *mut c_void = |real| {
+        if flags & libc::MAP_ANONYMOUS == 0 {
+            if let Err(code) = demote_fd(fd) {
+                errno::set(code);
+                return libc::MAP_FAILED;
+            }
         }
+        // SAFETY: the caller's mapping request, passed on; the shim reads none of it.
+        unsafe { real(addr, len, prot, flags, fd, off) }
     }
-    // SAFETY: as in `mmap`.
-    unsafe { real::mmap64()(addr, len, prot, flags, fd, off) }
 }

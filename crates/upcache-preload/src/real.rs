@@ -55,6 +55,32 @@ macro_rules! real {
     };
 }
 
+/// Defines two exported functions with one body, such as `fopen` and `fopen64`: each body
+/// calls the libc function of its own name, bound to `$real`. The plain and the `64` forms take
+/// the same types here: `off_t` is `off64_t` on the targets the shim builds for (`lib.rs`).
+macro_rules! twins {
+    ($(
+        $(#[$doc:meta])*
+        fn $a:ident, $b:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty = |$real:ident| $body:block
+    )*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $a($($arg: $ty),*) -> $ret {
+            let $real = $crate::real::$a();
+            $body
+        }
+
+        #[doc = concat!("As `", stringify!($a), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $b($($arg: $ty),*) -> $ret {
+            let $real = $crate::real::$b();
+            $body
+        }
+    )*};
+}
+
+pub(crate) use twins;
+
 #[used]
 #[link_section = ".init_array"]
 static RESOLVE_AT_LOAD: extern "C" fn() = resolve_all;
