@@ -1,4 +1,4 @@
-//! `upcache hitratio`: a trace (a file, or generated) replayed through each replacement policy
+//! `upcache hit-ratio`: a trace (a file, or generated) replayed through each replacement policy
 //! at several cache sizes without any I/O, with Belady's OPT as the ceiling. The policies are
 //! the library's own (`upcache::policy::simulate`), driven as the cache drives them; each
 //! page a request touches is one access, reads and writes alike.

@@ -1,4 +1,24 @@
 //! The `upcache` command: benchmarks of the upcache page cache against the kernel's.
+//!
+//! - `bench` (`bench/`) runs engines in turn (upcache, kernel buffered, O_DIRECT,
+//!   RWF_DONTCACHE: `bench/engine.rs`) on copies of one data set; its ops come from a
+//!   generator (`bench/workload.rs`) or a trace. `replay` is `bench` with a trace.
+//! - Traces (`trace/`): `formats.rs` parses them into requests, `synth.rs` generates them
+//!   from a seed, `replay.rs` packs their footprint into small files. Threads take requests
+//!   from one shared cursor; with `--timing trace` each waits for its request's time.
+//! - `hit-ratio` (`hitratio.rs`) runs every policy and OPT over a trace at each cache size
+//!   with no I/O, one task per (policy, size), on all cores.
+//! - `plot` (`plotcmd.rs`, drawn by `plot.rs`): throughput against threads or devices and
+//!   latency CDFs from `bench --json` files (each report carries its CDF, `lat_cdf`);
+//!   `bench --plot-cdf FILE` draws a run's CDFs directly.
+//! - `index-bench` and `alloc-bench` (`micro/`): the page index kinds and the free-frame
+//!   allocators alone, per thread count.
+//!
+//! The scripts in `bench/experiments/` (one per seed paper, in the repository) drive it:
+//! `common.py` builds the binary, runs rows interleaved round by round (optionally under a
+//! cgroup v1 memory cap for the kernel), and prints medians and the ratios of each claim. A
+//! technique without an off switch is said to be so, not compared against something else.
+//! Figures go to `bench/RESULTS.md`, never into code comments.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -162,7 +162,7 @@ fn the_hot_index_serves_repeat_pins_and_never_a_stale_frame() {
 /// a guard's bytes are one whole write and never change while it is held, and a thread that
 /// holds a pin and writes another page does not wait for itself. (That page is its own: a
 /// two-page write over both, or another thread pinning it and writing ours, would be the
-/// hazards `file/pin.rs` describes.)
+/// hazards `api/pin.rs` describes.)
 #[test]
 fn a_pinned_page_never_changes_under_its_guard() {
     const PAGES: u64 = 4;

@@ -4,7 +4,7 @@
 //! racing load lost, or background reclaim evicts clean pages ahead of demand. Frames evicted
 //! by a miss go straight from the evictor to its own load without passing through here.
 //!
-//! Two allocators, chosen by [`AllocKind`]:
+//! Two allocators, chosen by [`AllocKind`] (`Config::with_alloc`, `upcache bench --alloc`):
 //! - [`global::GlobalFree`]: one bounded lock-free queue of every free frame.
 //! - [`two_layer::TwoLayer`], StreamCache's two-layer memory management (seed 003 §4.3):
 //!   per-core regions hold the pool; each file keeps a small cache of free frames that it

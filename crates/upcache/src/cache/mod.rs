@@ -394,7 +394,7 @@ impl CacheInner {
         b.zeros().extend(b.file(), data_end).map_err(|e| Error::io("zero-fill a backing file ahead", e))
     }
 
-    /// A checkpoint (module docs of `file/metalog.rs`): a new log, the namespace as of the
+    /// A checkpoint (module docs of `meta/metalog.rs`): a new log, the namespace as of the
     /// switch to it as the catalog, older logs deleted. Runs in a flusher, or on close.
     pub(crate) fn checkpoint(&self) -> Result<()> {
         let _one = sync::lock(&self.checkpointing);

@@ -8,7 +8,19 @@
 //! One cached copy per OS file: opens by any path of the same (device, inode) share it.
 //! Another process's writes inside the cached length are not seen (as in any user-space
 //! cache); its growth is, and is never cut (`os_size`, `take_in_growth_locked`), nor a shrink
-//! of its undone (`os_len_known`).
+//! of its undone (`os_len_known`); but a shrink is not taken in either.
+//!
+//! A plain file gets an id from `PLAIN_ID` up and sits in `files`, so eviction and write-back
+//! find it as any other, and in `plain_files` by (device, inode); `append_len` skips it. Its
+//! `FileInner` carries its own layout, a 1-device stripe (the identity), which loads, runs and
+//! write-back use instead of the array's. Its length is bounded by its file system's largest
+//! file (`device::largest_file`, the file's `max_len`).
+//!
+//! Closing (`close_plain`, `close_path`; `discard_plain` without the write-back) marks the file
+//! closing under its whole range: new operations fail `NotFound` and opens of it wait. Then it
+//! writes back, fits the OS size to the length, drops the pages and forgets the file; a
+//! write-back error undoes the mark and keeps everything. No map lock is held across that
+//! I/O, and an open reads the OS size under the map lock, so it sees what a close left.
 
 use super::{CacheInner, SyncKind};
 use crate::error::{Error, ErrorKind, Result};
@@ -238,7 +250,7 @@ impl CacheInner {
     ) -> Result<u64> {
         let b = &file.backing[0];
         let have = os_len(file)?;
-        // SeqCst: write-backs raise it before they write (writeback/run.rs).
+        // SeqCst: write-backs raise it before they write (cache/writeback/run.rs).
         let ours = file.os_size.load(Ordering::SeqCst);
         if have > ours && have > len {
             let ps = self.config.page_size as u64;

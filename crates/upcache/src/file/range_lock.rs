@@ -10,7 +10,9 @@
 //! cannot starve a writer and vice versa.
 //!
 //! # Fast paths
-//! Most requests skip the queue: they publish their range in one of a few slots with one CAS.
+//! Most requests skip the queue: they publish their range and mode, packed in one word, in
+//! one of a few slots (8 per file) with one CAS. Every writer, fast or queued, is counted in
+//! `writers`, and every queued request in `queued`.
 //! - A shared request whose range is whole granules (4 KiB, the smallest page: every pin and
 //!   every page-aligned read) takes a slot if no writer (fast or queued) is counted.
 //! - An exclusive request (rounded out to granules) takes a slot if nothing is queued and no
@@ -36,6 +38,12 @@
 //! takes the mutex before it notifies, so a waiter between its check and its wait cannot miss
 //! the wake-up. Fairness holds: once a writer is counted, new readers queue behind it, and
 //! once anything is queued, new writers queue too.
+//!
+//! loom checks exclusion and the wake-ups (`loom_models` below, with 2 slots): a fast reader
+//! against a writer, slot reuse, two writers and a fast reader, a writer waiting for queued
+//! and fast readers, `try_read` and `try_write`, fast writers against each other, a fast
+//! writer against a queued reader, a wide writer waiting for two fast ones, and a reader that
+//! writes elsewhere not waiting for itself.
 //!
 //! # Locking
 //! The internal mutex is held only to add, check and remove requests, never while the caller

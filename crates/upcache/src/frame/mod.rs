@@ -3,6 +3,16 @@
 //! A frame is bound to one (file, page) key at a time. The key is written only while the
 //! frame is `UNOWNED` (so by one thread) and published by the Release store that hands the
 //! frame to its page; see [`state`] for the protocol.
+//!
+//! # Memory
+//! The arena holds `budget / page_size` frames (`arena.rs`). Nothing else grows with the
+//! budget but the per-frame metadata below (a 32-byte `FrameMeta` and one touched bit a
+//! frame, both on huge pages: `huge.rs`) and the page index of each cached file (radix: a
+//! 64-slot node per 64 pages of a file with any of them cached, plus inner nodes, about 8.5
+//! bytes a page when a file is densely cached; sharded: at most 16 bytes a page, at half
+//! load). The hit path and the write path of a cached page allocate nothing; a miss allocates
+//! only when it needs a new radix node or an index shard grows, and write-back builds one small
+//! iovec list per run.
 
 pub mod arena;
 pub mod huge;

@@ -33,6 +33,15 @@
 //! - The key (file, page) of an owned frame changes only while it is `UNOWNED`; a thread that
 //!   pins a frame found in an index re-reads the key after the pin to catch a frame that was
 //!   re-assigned in between ("has the page moved?").
+//! - A frame goes back to `UNOWNED` only by a CAS from "pin 1 (the caller's), not `LOCKED`"
+//!   (`FrameState::try_release`), never by a plain store, so a transient pin taken by a stale
+//!   lookup is never lost: that lookup sees a foreign key, or "not `VALID`, not `LOCKED`", and
+//!   unpins at once.
+//!
+//! The word's size and the bits' disjointness are asserted at compile time, the transitions
+//! are unit-tested, and loom models (`tests/loom.rs`, `ci/loom.sh`) check pin against
+//! eviction, unlock against a waiter, release against a stale pin, and write-back against
+//! copy-in.
 
 use crate::sync::{AtomicU64, Ordering};
 

@@ -5,7 +5,9 @@
 //! re-checks its condition under the bucket mutex before sleeping; the thread that releases
 //! `LOCKED` sees `WAITERS` in the word it replaced and wakes the bucket. Because the waker
 //! takes the bucket mutex before notifying, a waiter that saw the old state is already asleep
-//! (or has not yet re-checked) and cannot miss the wake-up.
+//! (or has not yet re-checked) and cannot miss the wake-up. There are 256 buckets. Every
+//! waiter holds a pin on the frame it waits for, so the frame cannot be re-assigned to another
+//! page while it sleeps.
 //!
 //! # Locking
 //! A bucket mutex is a leaf: nothing else is taken while it is held.

@@ -12,11 +12,17 @@
 //! or holds it `LOCKED` ([`PageIndex::remove_if`]), so an entry never points at a frame that
 //! another page has since been given *and published under the same page number*.
 //!
+//! For lock-free reads (`PageIndex::read_optimistic`) the index is the seqlock: an entry is
+//! `READY` only while its frame is `VALID` for that page. Kinds without it (sharded, setassoc)
+//! send every read down the pinned path.
+//!
 //! Implementations ([`IndexKind`]): [`radix::RadixIndex`] (ccXArray, seed 000 §3.2, the
 //! default), [`locked::LockedIndex`] (the same tree, updates under a per-file lock: the
 //! kernel's design), [`sharded::ShardedIndex`] (hash shards under reader-writer locks) and
 //! [`setassoc::SetAssocIndex`] (SAFS's set-associative cache, seed 002 §4: a view of page
-//! sets shared by every file, which also choose the frames and evict).
+//! sets shared by every file, which also choose the frames and evict). The kind is chosen
+//! per cache (`Config::with_index`, `upcache bench --index`). The per-file kinds are
+//! property-tested against a `BTreeMap` through the trait (`index/tests.rs`).
 
 pub mod locked;
 pub mod radix;

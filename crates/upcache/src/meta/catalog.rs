@@ -17,7 +17,7 @@
 //! position, so a directory given in the wrong order or from another array is refused.
 //!
 //! The catalog is a checkpoint: changes since it are records in the metadata log
-//! (`file/metalog.rs`), replayed over it at open. `generation` says which logs follow it.
+//! (`meta/metalog.rs`), replayed over it at open. `generation` says which logs follow it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

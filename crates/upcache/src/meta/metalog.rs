@@ -5,7 +5,7 @@
 //! A `sync_data` that changed a file's length appends one record (about 30 bytes) and makes
 //! it durable with one write and one fdatasync of a region that was zero-filled in advance,
 //! so the file system has no metadata to commit; concurrent syncs share that write (group
-//! commit). The catalog (`file/catalog.rs`) becomes a checkpoint: a background checkpoint
+//! commit). The catalog (`meta/catalog.rs`) becomes a checkpoint: a background checkpoint
 //! switches appends to a new log, writes the namespace as of the switch as the catalog of the
 //! new generation, and deletes the older logs. Data writes never wait for it (with one
 //! flusher thread, write-back pauses while it runs); a sync waits only for the moment of the

@@ -1,7 +1,7 @@
 //! The in-memory catalog: names to ids, each file's length as last logged, and the next id.
 //!
 //! Every change goes through `Namespace::apply` with a metadata-log record
-//! (`file/metalog.rs`), the same function that replays the log at open, so the namespace and
+//! (`meta/metalog.rs`), the same function that replays the log at open, so the namespace and
 //! the log cannot disagree about what a record means.
 //!
 //! # Locking

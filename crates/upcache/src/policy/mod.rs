@@ -20,10 +20,17 @@
 //! - [`sieve::SievePolicy`] and [`s3fifo::S3FifoPolicy`]: queues in insertion order under a
 //!   mutex taken on misses only; hits stay lock-free.
 //!
+//! So no policy takes a lock on a hit. A claimed victim is `UNOWNED` and the caller's. New
+//! pages reach the policy through `Policy::on_insert`, called by the placement when it
+//! publishes a fresh frame (still `LOCKED`). On the command line a policy and its rule are
+//! `--policy KIND[+RULE]`.
+//!
 //! Each one takes dirty frames by a [`CleanFirst`] rule, the modifier: clean pages first
 //! always (SAFS §4.2, the default), only while the page's device reports garbage collection
 //! (ScalaCache §5.4), or never (plain: the policy's order alone decides, and a dirty choice is
-//! written back in the miss path). The set-associative cache has its own in-set policies
+//! written back in the miss path). The GC-aware rule asks a `GcProbe`, which the cache
+//! builds from the simulated devices' GC signal, mapping a page to its device through the
+//! layout (`cache/mod.rs::gc_probe`). The set-associative cache has its own in-set policies
 //! (`index/setassoc.rs`).
 
 pub mod clock;

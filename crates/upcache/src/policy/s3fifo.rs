@@ -8,7 +8,10 @@
 //! The queues are under one mutex, taken on inserts and evictions; a hit only bumps a
 //! per-frame count. Queue entries carry the frame's insertion generation: an entry whose
 //! frame was inserted again since (it lost its page outside the policy, in a truncation or a
-//! stream eviction) is stale and skipped, and a frame found unowned leaves its queue.
+//! stream eviction) is stale and skipped, and a frame found unowned leaves its queue. So a
+//! frame has at most one live entry, the one of its current generation; stale entries are
+//! compacted away once they outnumber the live ones. The ghost queue holds up to 0.9x as many
+//! keys as there are frames, the newest entry of a key winning.
 
 use super::{claim_unreferenced, DirtyRule, Policy, Victim};
 use crate::frame::state::{ClaimResult, UNOWNED};

@@ -2,6 +2,9 @@
 //! use count): look at a few random frames and evict the lowest-ranked one that can be
 //! claimed. With 16 samples the victim is, in expectation, in the bottom 6% of the ranking,
 //! which is how Redis approximates LRU and LFU without a shared list to lock on every hit.
+//!
+//! The state word's `REFERENCED` bit does not save a sampled frame (the claim clears it and
+//! tries again): the policy's own history, last use or use count, already holds every use.
 
 use super::{claim_unreferenced, DirtyRule, Victim};
 use crate::frame::state::{pins, ClaimResult, DIRTY, LOCKED, UNOWNED};

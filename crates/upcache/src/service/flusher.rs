@@ -6,7 +6,7 @@
 //! from the write-back list (`file/streams.rs`); without, they scan disjoint chunks of the
 //! frame table. Either way they write in parallel. They also run metadata-log checkpoints.
 //! Kicked by a miss that found free frames running low, they also reclaim clean pages into the
-//! pool (`cache/reclaim.rs`). They work through [`FlushWork`].
+//! pool (`cache/placement/global.rs`). They work through [`FlushWork`].
 
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -139,7 +139,7 @@ impl CacheInner {
             .zip(results)
             .map(|((file, run), result)| match result {
                 Ok(_) => {
-                    // Out of the dirty streams before DIRTY clears (writeback/streams.rs).
+                    // Out of the dirty streams before DIRTY clears (file/streams.rs).
                     let mut clear = DIRTY;
                     if let Some(s) = &file.streams {
                         let ranges = page_ranges(run);
@@ -189,7 +189,7 @@ impl CacheInner {
         if file.dirty_pages.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        // With streams, only the dirty ranges (exact: writeback/streams.rs); else every
+        // With streams, only the dirty ranges (exact: file/streams.rs); else every
         // cached page, ascending.
         let entries: Box<dyn Iterator<Item = (u64, FrameId)>> = match &file.streams {
             Some(s) => Box::new(

@@ -29,6 +29,11 @@
 //! every thread shares, the root's above all: it turns read-mostly lookups into cache-line
 //! ping-pong. An epoch pin is one store to a thread-local line; lookups then write nothing
 //! shared at all. Deferred frees are batched by crossbeam-epoch.
+//!
+//! Deleted nodes stay linked, for reuse by the next insert below them, until more than
+//! `REUSE_POOL` (64) nodes and a quarter of all nodes are deleted; from then on each deletion
+//! reaps its topmost deleted node. So a file whose pages come and go keeps its nodes instead
+//! of freeing and allocating them, and a file that shrank for good gives them back.
 
 use super::node::{Node, Reserve, BITS, FANOUT};
 use super::reclaim::{self, Graveyard, Guard};

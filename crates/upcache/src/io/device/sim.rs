@@ -19,6 +19,16 @@
 //!
 //! Deterministic from the seed and the sequence of requests, except for the host's own
 //! scheduling of the sleeping threads.
+//!
+//! A cache uses one through `Config::with_sim_device(i, Arc<SimDevice>)` (`upcache bench
+//! --devices sim:N --sim k=v,...`).
+//!
+//! Undo of the volatile cache: each write keeps the bytes it overwrote (zeros past the old
+//! end) until a flush; a power cut restores them newest first. A write in flight across a cut
+//! fails (EIO). A flush waits for every completion booked so far, GC-delayed writes included.
+//! Outside the simulation: truncation goes to the backing file directly, and the catalog and
+//! metadata log are real files. So after a cut, drop the caches on the device and reopen the
+//! array, as a crashed process would, rather than keep using them.
 
 use crate::sync::{lock, Mutex};
 use std::collections::VecDeque;

@@ -1,7 +1,9 @@
 //! Routes I/O of backing files on simulated devices (`io/device/sim.rs`) to their device and
 //! everything else to the real engine beneath, so an array may mix simulated and file
-//! devices. A batch on simulated devices books every request before waiting for the last, so
-//! its requests overlap across devices and channels as a real batch would.
+//! devices. The cache wraps its engine in `SimRouted` when any device is simulated; a
+//! simulated file's reads, writes and `sync_data` go to its device. A batch on simulated
+//! devices books every request before waiting for the last, so its requests overlap across
+//! devices and channels as a real batch would.
 //!
 //! Simulated requests run in the calling thread; the engine's own asynchronous queues (which
 //! could not tell simulated files apart) are not offered, so queued reads run inline.
