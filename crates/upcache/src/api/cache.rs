@@ -251,7 +251,7 @@ impl Cache {
             inner.new_index(id),
             backing,
             Placement { layout: inner.layout, plain: false },
-            inner.config.streams,
+            inner.writeback.tracks_streams(),
         ));
         sync::write(&inner.files).insert(id, file.clone());
         Ok(File::new(file, inner.clone()))
@@ -277,7 +277,7 @@ impl Cache {
             inner.new_index(e.id),
             backing,
             Placement { layout: inner.layout, plain: false },
-            inner.config.streams,
+            inner.writeback.tracks_streams(),
         ));
         // Registered before its first page is cached, so that eviction can always find the
         // file to detach that page from its index.

@@ -124,8 +124,7 @@ impl CacheInner {
             engine = std::sync::Arc::new(crate::io::engine::sim::SimRouted::new(engine));
         }
         let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
-        let run_pages = if config.streams { limits.pages } else { writeback::run::MAX_RUN };
-        let writeback = Writeback::new(&config, frames.len(), run_pages);
+        let writeback = Writeback::new(&config, frames.len(), limits.pages);
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous = if placement.resizable() { config.page_size } else { frames.contiguous_bytes() };
         // The largest power of two within the device's segment size.

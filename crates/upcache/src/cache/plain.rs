@@ -87,7 +87,7 @@ impl CacheInner {
             inner.new_index(id),
             vec![backing],
             Placement { layout, plain: true },
-            inner.config.streams,
+            inner.writeback.tracks_streams(),
         );
         file.max_len = max_len;
         file.tail_unit = device::write_unit(&file.backing[0], ps as u64);

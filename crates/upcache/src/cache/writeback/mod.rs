@@ -50,6 +50,15 @@ pub(crate) enum Wake {
     Spurious,
 }
 
+/// Where write-back looks for dirty pages (seed 003 §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FindDirty {
+    /// Files' dirty streams, from the list of files that have any (`file/streams.rs`).
+    Streams,
+    /// The frame table, scanned from a shared cursor.
+    Scan,
+}
+
 /// Dirty accounting and the flusher wake-up channel.
 pub(crate) struct Writeback {
     /// Dirty pages in the cache.
@@ -62,6 +71,8 @@ pub(crate) struct Writeback {
     /// so they scan different frames.
     pub(crate) cursor: AtomicUsize,
     pub(crate) shutdown: AtomicBool,
+    /// How write-back finds dirty pages: the one place `Config::with_streams` is decided.
+    pub(crate) find: FindDirty,
     /// Longest write-back request in pages: the devices' request size with streams on, 64
     /// pages (the old fixed run) with them off.
     pub(crate) run_pages: usize,
@@ -78,9 +89,15 @@ pub(crate) struct Writeback {
 }
 
 impl Writeback {
-    pub(crate) fn new(config: &Config, frames: usize, run_pages: usize) -> Self {
+    /// Accounting for `frames` frames on devices that take requests of up to `request_pages`.
+    pub(crate) fn new(config: &Config, frames: usize, request_pages: usize) -> Self {
         let at = |ratio: f64| ((frames as f64 * ratio) as usize).max(1);
+        let (find, run_pages) = match config.streams {
+            true => (FindDirty::Streams, request_pages),
+            false => (FindDirty::Scan, run::MAX_RUN),
+        };
         Writeback {
+            find,
             dirty: AtomicUsize::new(0),
             background: at(config.dirty_background_ratio),
             foreground: at(config.dirty_foreground_ratio),
@@ -95,6 +112,11 @@ impl Writeback {
             cleaned: Mutex::new(()),
             cleaned_cv: Condvar::new(),
         }
+    }
+
+    /// Whether files keep their dirty pages as streams (`FileInner::streams`).
+    pub(crate) fn tracks_streams(&self) -> bool {
+        self.find == FindDirty::Streams
     }
 
     /// Current dirty page count.

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use crate::io::engine::IoReq;
 
+use super::FindDirty;
 use crate::cache::CacheInner;
 use crate::config::FlushKind;
 use crate::error::{Error, Result};
@@ -364,10 +365,9 @@ impl CacheInner {
     /// Writes back some dirty pages for a flusher or dflush: by streams or by scanning the frame
     /// table. Returns the pages written.
     pub(crate) fn flush_dirty(&self, max_pages: usize, stop_at: usize) -> usize {
-        if self.config.streams {
-            self.flush_streams(max_pages, stop_at)
-        } else {
-            self.flush_some(max_pages, stop_at)
+        match self.writeback.find {
+            FindDirty::Streams => self.flush_streams(max_pages, stop_at),
+            FindDirty::Scan => self.flush_some(max_pages, stop_at),
         }
     }
 
