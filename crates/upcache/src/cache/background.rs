@@ -2,7 +2,6 @@
 //! one is caught where the thread runs its loop, recorded here, said in the log, and returned
 //! as an error by the next sync (`File::sync_data`, `File::sync_all`, `Cache::sync`); the
 //! thread then runs its loop again, so background write-back never stops silently.
-
 //!
 //! It also names what each kind of background thread works on ([`FlushWork`],
 //! [`ReadaheadWork`]): the threads (`service/`) are started with an `Arc` of something that
@@ -34,7 +33,12 @@ pub(crate) trait FlushWork: Send + Sync + 'static {
 }
 
 /// What the readahead loader does: take windows, claim their missing pages, end their loads.
-pub(crate) trait ReadaheadWork: Send + Sync + 'static {
+///
+/// # Safety
+/// The loader reads into the frames `claim_window` hands it: each pointer given to `read`
+/// must be a whole frame of `page_size()` bytes, held pinned and `LOCKED` by its run, which no
+/// one else touches until that run is passed to `end_readahead`, and stays mapped till then.
+pub(crate) unsafe trait ReadaheadWork: Send + Sync + 'static {
     /// The windows reads posted.
     fn inbox(&self) -> &Inbox;
     /// Where the thread records its panics.
@@ -70,7 +74,10 @@ impl FlushWork for CacheInner {
     }
 }
 
-impl ReadaheadWork for CacheInner {
+// SAFETY: `CacheInner::claim_window` hands out only frames it claimed as fresh loads (pinned,
+// `LOCKED`, published so that others wait), which stay so until `end_readahead` ends them; the
+// arena lives as long as the cache, which the loader's `Arc` keeps alive.
+unsafe impl ReadaheadWork for CacheInner {
     fn inbox(&self) -> &Inbox {
         &self.readahead
     }

@@ -27,11 +27,6 @@ use crate::io::layout::StripeLayout;
 /// A cache uses fewer where its devices take less ([`CacheInner::limits`]).
 pub(crate) const MAX_RUN_PAGES: usize = 1024;
 
-/// Frames a claim takes before it publishes them: a page is published at most 64
-/// allocations after it is seen missing. Sorted, a chunk's frames lie side by side when the
-/// pool had them so, and so do successive chunks.
-pub(crate) const CLAIM_CHUNK: usize = 64;
-
 /// Pages `members` of a sorted list, stored back to back on device `dev` from `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Run {
@@ -172,29 +167,8 @@ impl CacheInner {
         pages: impl IntoIterator<Item = u64>,
         out: &mut Vec<(u64, FrameId)>,
     ) -> Result<()> {
-        // In chunks, so a page is published soon after it is seen missing (another reader
-        // that finds it missing meanwhile loads it too, and one of the two loses its frame).
-        let mut chunk = [0u64; CLAIM_CHUNK];
-        let mut n = 0;
-        for page in pages {
-            if file.index.peek(page).is_some() {
-                continue;
-            }
-            chunk[n] = page;
-            n += 1;
-            if n == CLAIM_CHUNK {
-                self.claim_chunk(file, &chunk, out)?;
-                n = 0;
-            }
-        }
-        self.claim_chunk(file, &chunk[..n], out)
-    }
-
-    /// Claims `pages` (ascending, seen missing) through the placement, each published one
-    /// counted as a miss.
-    fn claim_chunk(&self, file: &FileInner, pages: &[u64], out: &mut Vec<(u64, FrameId)>) -> Result<()> {
         let before = out.len();
-        let claimed = self.placement.claim_many(self, file, pages, out);
+        let claimed = self.placement.claim_missing(self, file, &mut pages.into_iter(), out);
         for &(page, id) in &out[before..] {
             self.fresh_load(file, page, id).detach();
         }

@@ -66,9 +66,10 @@ fn run(work: &dyn ReadaheadWork) {
                 };
                 let (file, dev, offset) = (run.file.clone(), run.dev, run.offset);
                 slots[slot] = Some(run);
-                // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its
-                // bytes until we end the load, which is after the queue reports this read (the
-                // loader drains its queue before it exits).
+                // SAFETY: by `ReadaheadWork`'s contract every frame is a whole page, pinned,
+                // LOCKED and fresh: nobody else touches its bytes until we end the run, which is
+                // after the queue reports this read (the loader drains its queue before it
+                // exits).
                 unsafe { queue.push_read(&file.backing[dev], offset, ptrs, page_size, slot as u64) };
             });
         }

@@ -15,7 +15,6 @@
 
 use super::{EvictionRetries, Placement};
 use crate::alloc::{FrameAllocator, Pressure, LOW_DIVISOR};
-use crate::cache::batch::CLAIM_CHUNK;
 use crate::cache::CacheInner;
 use crate::config::Config;
 use crate::error::Result;
@@ -25,6 +24,11 @@ use crate::frame::{FrameId, PageKey};
 use crate::index::{IndexKind, PageIndex};
 use crate::policy::{DirtyRule, GcProbe, Policy, Victim};
 use crate::sync::{self, AtomicBool, Ordering};
+
+/// Frames a claim takes before it publishes them: a page is published at most 64
+/// allocations after it is seen missing. Sorted, a chunk's frames lie side by side when the
+/// pool had them so, and so do successive chunks.
+const CLAIM_CHUNK: usize = 64;
 
 /// Frames background reclaim hands to the pool at once.
 const RECLAIM_BATCH: usize = 32;
@@ -193,14 +197,29 @@ impl Placement for GlobalPlacement {
         Ok(self.publish_fresh(cache, file, page, id).then_some(id))
     }
 
-    fn claim_many(
+    fn claim_missing(
         &self,
         cache: &CacheInner,
         file: &FileInner,
-        pages: &[u64],
+        pages: &mut dyn Iterator<Item = u64>,
         out: &mut Vec<(u64, FrameId)>,
     ) -> Result<()> {
-        pages.chunks(CLAIM_CHUNK).try_for_each(|chunk| self.claim_chunk(cache, file, chunk, out))
+        // In chunks, so a page is published soon after it is seen missing (another reader
+        // that finds it missing meanwhile loads it too, and one of the two loses its frame).
+        let mut chunk = [0u64; CLAIM_CHUNK];
+        let mut n = 0;
+        for page in pages {
+            if file.index.peek(page).is_some() {
+                continue;
+            }
+            chunk[n] = page;
+            n += 1;
+            if n == CLAIM_CHUNK {
+                self.claim_chunk(cache, file, &chunk, out)?;
+                n = 0;
+            }
+        }
+        self.claim_chunk(cache, file, &chunk[..n], out)
     }
 
     fn release(&self, file: &FileInner, id: FrameId) {

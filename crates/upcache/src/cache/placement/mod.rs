@@ -35,13 +35,14 @@ pub(crate) trait Placement: Send + Sync {
     /// back dirty victims) when no frame is free.
     fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>>;
 
-    /// [`Self::claim`] for each of `pages` (ascending, seen missing), appending what this
-    /// thread published to `out`; stops at the first error, what was claimed before stays.
-    fn claim_many(
+    /// [`Self::claim`] for each of `pages` (ascending) that has no entry in the file's index,
+    /// appending what this thread published to `out`; stops at the first error, what was
+    /// claimed before stays.
+    fn claim_missing(
         &self,
         cache: &CacheInner,
         file: &FileInner,
-        pages: &[u64],
+        pages: &mut dyn Iterator<Item = u64>,
         out: &mut Vec<(u64, FrameId)>,
     ) -> Result<()>;
 

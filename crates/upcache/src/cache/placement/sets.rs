@@ -53,15 +53,19 @@ impl Placement for SetPlacement {
         Ok(Some(id))
     }
 
-    fn claim_many(
+    fn claim_missing(
         &self,
         cache: &CacheInner,
         file: &FileInner,
-        pages: &[u64],
+        pages: &mut dyn Iterator<Item = u64>,
         out: &mut Vec<(u64, FrameId)>,
     ) -> Result<()> {
-        // A page's set chooses its frame: nothing to sort.
-        for &page in pages {
+        // A page's set chooses its frame: nothing to sort. Each page is looked at just before
+        // its claim, since a claim before it may have evicted it from their shared set.
+        for page in pages {
+            if file.index.peek(page).is_some() {
+                continue;
+            }
             if let Some(id) = self.claim(cache, file, page)? {
                 out.push((page, id));
             }
