@@ -5,7 +5,7 @@
 //! zero-copy access, and [`IoQueue`] runs reads and writes asynchronously. [`Cache::open_path`]
 //! caches an ordinary OS file the same way.
 //!
-//! The modules, lowest layer first: `error`, `sync`; `choice`, `metrics`, [`frame`]; [`io`],
+//! The modules, lowest layer first: `error`, `sync`; `choice`, `metrics`, [`shm`]; [`frame`]; [`io`],
 //! [`alloc`], [`index`], [`policy`], `readahead`; `config`; [`file`], [`meta`]; `cache` (the
 //! core); `service` (the threads); `api` (the types above). ARCHITECTURE.md at the repository
 //! root is the map: the data flow of a read, a write and a sync, the one lock order, the
@@ -29,6 +29,7 @@ mod metrics;
 pub mod policy;
 mod readahead;
 mod service;
+pub mod shm;
 mod sync;
 
 pub use alloc::AllocKind;

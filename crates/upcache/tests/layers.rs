@@ -11,7 +11,8 @@ use std::path::Path;
 /// Lowest first.
 const LAYERS: &[&[&str]] = &[
     &["error", "sync"],
-    &["choice", "metrics", "frame"],
+    &["choice", "metrics", "shm"],
+    &["frame"],
     &["io", "alloc", "index", "policy", "readahead"],
     &["config"],
     &["file", "meta"],

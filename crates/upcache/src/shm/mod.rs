@@ -1,0 +1,14 @@
+//! Shared memory for the cache that every process attaches to (issue 17; ARCHITECTURE.md, "The
+//! shared cache"). A [`Segment`] is one memfd that each attached process maps wherever its
+//! kernel chooses, so nothing in it may hold an address: its header names its regions by
+//! offset, and each process turns an offset into a pointer against its own mapping.
+//!
+//! A memfd has no name in any file system: a process gets one only as a descriptor, inherited
+//! across fork or passed over a socket whose peer was checked, which is what makes one segment
+//! one trust domain. Its size is sealed before any other process sees it, so no peer can
+//! shrink it under another's mapping (which would turn that process's next access into a
+//! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
+
+mod segment;
+
+pub use segment::{RegionSpec, Segment, MAX_REGIONS};

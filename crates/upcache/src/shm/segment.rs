@@ -1,0 +1,342 @@
+//! The segment: a sealed memfd, mapped shared, with a header that lists its regions.
+//!
+//! # Layout
+//! Offset 0 holds the [`Header`]: a magic number, the format version, the segment's length, and
+//! up to [`MAX_REGIONS`] regions as (kind, offset, length), each region aligned to 2 MiB so a
+//! frame arena in one can sit on huge pages. The creator writes the header and only then sets
+//! `ready` (Release); an attacher checks `ready` (Acquire) before it trusts anything else, and
+//! checks every region against the sealed length, so a damaged or foreign header is refused
+//! with an error, never followed out of bounds.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Regions a segment holds at most.
+pub const MAX_REGIONS: usize = 16;
+/// "UPCSHM" and the format's major number.
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHM\x00\x01");
+const VERSION: u32 = 1;
+/// Every region starts at a multiple of this: a huge page.
+const REGION_ALIGN: u64 = 2 << 20;
+/// The seals an attacher requires: the size can change no more, nor the seals.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Region {
+    kind: u32,
+    _pad: u32,
+    offset: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct Header {
+    magic: u64,
+    version: u32,
+    regions: u32,
+    len: u64,
+    region: [Region; MAX_REGIONS],
+    /// 1 once the creator has written everything above.
+    ready: AtomicU32,
+}
+
+/// A region to make: a kind (the caller's number for what it holds, unique in a segment) and
+/// a length in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionSpec {
+    /// What the region holds, as the segment's user numbers it.
+    pub kind: u32,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// One mapping of a shared segment. Dropping it unmaps it; the memory lives as long as any
+/// process maps it or holds its descriptor.
+pub struct Segment {
+    fd: OwnedFd,
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the segment is plain shared memory; who may touch which bytes is the business of the
+// structures placed in its regions, which synchronize with atomics, as across processes.
+unsafe impl Send for Segment {}
+// SAFETY: as above; the segment hands out raw pointers only, never references.
+unsafe impl Sync for Segment {}
+
+fn os_error(kind: ErrorKind, what: &str) -> Error {
+    Error::with_source(kind, what.to_string(), std::io::Error::last_os_error())
+}
+
+fn invalid(what: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidInput, what)
+}
+
+impl Segment {
+    /// Makes a segment holding `regions` (zero-filled), named `name` in /proc/<pid>/fd for
+    /// whoever looks. The descriptor is close-on-exec: pass it on deliberately.
+    pub fn create(name: &str, regions: &[RegionSpec]) -> Result<Segment> {
+        if regions.is_empty() || regions.len() > MAX_REGIONS {
+            return Err(invalid(format!(
+                "a segment holds 1 to {MAX_REGIONS} regions, not {}",
+                regions.len()
+            )));
+        }
+        let mut table = [Region::default(); MAX_REGIONS];
+        let mut end = REGION_ALIGN; // the header's huge page
+        for (i, r) in regions.iter().enumerate() {
+            if r.len == 0 || regions[..i].iter().any(|o| o.kind == r.kind) {
+                return Err(invalid(format!(
+                    "region {i} (kind {}) is empty or a second of its kind",
+                    r.kind
+                )));
+            }
+            let len = r.len as u64;
+            table[i] = Region { kind: r.kind, _pad: 0, offset: end, len };
+            end = len
+                .checked_next_multiple_of(REGION_ALIGN)
+                .and_then(|l| end.checked_add(l))
+                .filter(|&e| e <= isize::MAX as u64)
+                .ok_or_else(|| invalid("segment too large"))?;
+        }
+        let cname = std::ffi::CString::new(name).map_err(|_| invalid("a segment name has no NUL"))?;
+        // SAFETY: a C string we own; memfd_create reads it and returns a new descriptor.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(os_error(ErrorKind::Unsupported, "memfd_create"));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate and fcntl on our own descriptor; no memory is involved.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), end as libc::off_t) } != 0 {
+            return Err(os_error(ErrorKind::NoSpace, "size a shared segment"));
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } != 0 {
+            return Err(os_error(ErrorKind::Unsupported, "seal a shared segment"));
+        }
+        let seg = Segment::map(fd, end as usize)?;
+        let header = seg.header_ptr();
+        // SAFETY: the header lies in the first huge page of our fresh, zeroed mapping, which no
+        // other process has yet (only we hold the descriptor), so plain writes race with nothing.
+        unsafe {
+            (*header).magic = MAGIC;
+            (*header).version = VERSION;
+            (*header).regions = regions.len() as u32;
+            (*header).len = end;
+            (*header).region = table;
+            // Release: an attacher that sees `ready` sees every field above.
+            (*header).ready.store(1, Ordering::Release);
+        }
+        Ok(seg)
+    }
+
+    /// Maps the segment behind `fd` (received from its creator) after checking that its size
+    /// is sealed and its header is whole and in bounds.
+    pub fn attach(fd: OwnedFd) -> Result<Segment> {
+        // SAFETY: fcntl on a descriptor we own; it reads no memory of ours.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
+            return Err(invalid("not a shared segment: its size is not sealed"));
+        }
+        let len = std::fs::File::from(fd.try_clone().map_err(|e| Error::io("dup a segment descriptor", e))?)
+            .metadata()
+            .map_err(|e| Error::io("stat a shared segment", e))?
+            .len();
+        if len < REGION_ALIGN || len > isize::MAX as u64 {
+            return Err(invalid(format!("not a shared segment: {len} bytes")));
+        }
+        let seg = Segment::map(fd, len as usize)?;
+        let h = seg.header_ptr();
+        // SAFETY: the header lies inside the mapping (len >= one huge page). Another process
+        // wrote it; `ready` is an atomic, and after its Acquire load the creator writes
+        // nothing more to the header, so the plain reads below race with no writer.
+        let (ready, magic, version, regions, hlen, table) = unsafe {
+            let ready = (*h).ready.load(Ordering::Acquire);
+            (ready, (*h).magic, (*h).version, (*h).regions, (*h).len, (*h).region)
+        };
+        if ready != 1 || magic != MAGIC {
+            return Err(invalid("not a shared segment: bad magic or not ready"));
+        }
+        if version != VERSION {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("shared segment format {version}; this build reads {VERSION}"),
+            ));
+        }
+        if hlen != len || regions == 0 || regions as usize > MAX_REGIONS {
+            return Err(invalid(format!(
+                "shared segment header says {hlen} bytes, {regions} regions; it has {len}"
+            )));
+        }
+        for r in &table[..regions as usize] {
+            let end = r.offset.checked_add(r.len);
+            if r.offset < REGION_ALIGN || r.offset % REGION_ALIGN != 0 || end.is_none_or(|e| e > len) {
+                return Err(invalid(format!("shared segment region {r:?} is out of bounds")));
+            }
+        }
+        Ok(seg)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Result<Segment> {
+        // SAFETY: a new shared mapping of `len` bytes of our descriptor at an address of the
+        // kernel's choosing; no existing memory is affected. The size is sealed, so the file
+        // stays as long as the mapping.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(os_error(ErrorKind::InvalidConfig, "map a shared segment"));
+        }
+        let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
+        Ok(Segment { fd, base, len })
+    }
+
+    fn header_ptr(&self) -> *mut Header {
+        self.base.as_ptr().cast::<Header>()
+    }
+
+    fn table(&self) -> &[Region] {
+        // SAFETY: `create` wrote the header before returning and `attach` checked it (regions
+        // <= MAX_REGIONS, each in bounds); nothing writes it afterwards, so a shared reference
+        // to the table is sound for the life of the mapping.
+        unsafe {
+            let h = &*self.header_ptr();
+            &h.region[..h.regions as usize]
+        }
+    }
+
+    /// The region of `kind`: its start in this process's mapping and its length.
+    pub fn region(&self, kind: u32) -> Option<(NonNull<u8>, usize)> {
+        let r = self.table().iter().find(|r| r.kind == kind)?;
+        // SAFETY: the region lies inside the mapping (checked at attach, made so at create).
+        let start = unsafe { self.base.as_ptr().add(r.offset as usize) };
+        Some((NonNull::new(start)?, r.len as usize))
+    }
+
+    /// The segment's length in bytes, header included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: a segment holds at least its header. (For clippy's `len_without_is_empty`.)
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl AsFd for Segment {
+    /// The descriptor to pass to a process that is to attach.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes; no reference into it outlives the segment
+        // (regions are handed out as raw pointers whose users hold the segment).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    fn two_regions() -> Segment {
+        Segment::create(
+            "upcache-test",
+            &[RegionSpec { kind: 7, len: 4096 }, RegionSpec { kind: 9, len: 3 << 20 }],
+        )
+        .unwrap()
+    }
+
+    fn word(seg: &Segment, kind: u32) -> &AtomicU64 {
+        let (p, len) = seg.region(kind).unwrap();
+        assert!(len >= 8);
+        // SAFETY: the region is 2 MiB-aligned, at least 8 bytes, and lives as long as `seg`.
+        unsafe { &*p.as_ptr().cast::<AtomicU64>() }
+    }
+
+    #[test]
+    fn two_mappings_of_one_segment_share_every_region() {
+        let a = two_regions();
+        let b = Segment::attach(a.as_fd().try_clone_to_owned().unwrap()).unwrap();
+        // The header's huge page, then 4 KiB and 3 MiB each rounded up to whole huge pages.
+        assert_eq!((a.len(), b.len()), (4 * REGION_ALIGN as usize, a.len()));
+        assert_ne!(a.region(7).unwrap().0, b.region(7).unwrap().0, "two mappings, two addresses");
+        assert_eq!(b.region(9).unwrap().1, 3 << 20);
+        assert!(a.region(8).is_none());
+        word(&a, 7).store(42, Ordering::Relaxed);
+        word(&b, 9).store(43, Ordering::Relaxed);
+        assert_eq!(word(&b, 7).load(Ordering::Relaxed), 42);
+        assert_eq!(word(&a, 9).load(Ordering::Relaxed), 43);
+        // Regions do not overlap: the last byte of kind 9 is not kind 7's first.
+        let (p9, l9) = a.region(9).unwrap();
+        // SAFETY: inside region 9 of our mapping.
+        unsafe { p9.as_ptr().add(l9 - 1).write(5) };
+        assert_eq!(word(&a, 7).load(Ordering::Relaxed), 42);
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        assert!(Segment::create("x", &[]).is_err());
+        assert!(Segment::create("x", &[RegionSpec { kind: 1, len: 0 }]).is_err());
+        let twice = [RegionSpec { kind: 1, len: 1 }, RegionSpec { kind: 1, len: 1 }];
+        assert_eq!(Segment::create("x", &twice).err().unwrap().kind(), ErrorKind::InvalidInput);
+        let huge = [RegionSpec { kind: 1, len: usize::MAX }];
+        assert_eq!(Segment::create("x", &huge).err().unwrap().kind(), ErrorKind::InvalidInput);
+    }
+
+    /// A memfd of the right size whose first bytes are `header`, sealed or not.
+    fn forged(header: &[u8], len: u64, seal: bool) -> OwnedFd {
+        // SAFETY: a literal C string; a new descriptor we take ownership of below.
+        let raw = unsafe { libc::memfd_create(c"forged".as_ptr(), libc::MFD_ALLOW_SEALING) };
+        assert!(raw >= 0);
+        // SAFETY: fresh descriptor, owned from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let f = std::fs::File::from(fd.try_clone().unwrap());
+        f.set_len(len).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, header, 0).unwrap();
+        if seal {
+            // SAFETY: fcntl on our descriptor.
+            assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) }, 0);
+        }
+        fd
+    }
+
+    #[test]
+    fn foreign_unsealed_or_damaged_segments_are_refused() {
+        let good = two_regions();
+        let len = good.len() as u64;
+        // SAFETY: the whole header, inside our mapping; read as bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(good.base.as_ptr(), std::mem::size_of::<Header>()) }.to_vec();
+        assert!(Segment::attach(forged(&bytes, len, true)).is_ok(), "a byte-for-byte copy attaches");
+        let err = |fd| Segment::attach(fd).err().expect("refused").to_string();
+        assert!(err(forged(&bytes, len, false)).contains("not sealed"));
+        assert!(err(forged(b"not a segment", len, true)).contains("magic"));
+        assert!(err(forged(&bytes, len - REGION_ALIGN, true)).contains("header says"));
+        let mut out_of_bounds = bytes.clone();
+        // The header's fixed fields take 24 bytes and each region 24 (kind, pad, offset, len):
+        // region 1's length is at 64.
+        out_of_bounds[64..72].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(forged(&out_of_bounds, len, true)).contains("out of bounds"));
+        let mut newer = bytes;
+        newer[8] = 2;
+        assert_eq!(Segment::attach(forged(&newer, len, true)).err().unwrap().kind(), ErrorKind::Unsupported);
+    }
+}
