@@ -45,3 +45,58 @@ fn a_child_process_shares_the_segment_it_inherits() {
     assert!(status.success(), "the child failed: {status}");
     assert_eq!(counter(&seg).load(Ordering::Acquire), 43, "the child's write is in our mapping");
 }
+
+const LOCK_KIND: u32 = 4;
+
+fn lock_of(seg: &Segment) -> &upcache::shm::OwnerLock {
+    let (p, _) = seg.region(LOCK_KIND).expect("the region");
+    // SAFETY: an OwnerLock is one AtomicU32 and all zeros is a free lock; the region is aligned
+    // and lives as long as `seg`.
+    unsafe { &*p.as_ptr().cast::<upcache::shm::OwnerLock>() }
+}
+
+/// The child: takes the lock in the inherited segment, says so, and waits to be killed.
+#[test]
+#[ignore = "the child process of the killed-holder test, run by it"]
+fn lock_holder_child_entry() {
+    let fd: i32 = std::env::var(FD_ENV).expect("run by the parent test").parse().unwrap();
+    // SAFETY: the parent passed this descriptor for us to own.
+    let seg = Segment::attach(unsafe { OwnedFd::from_raw_fd(fd) }).unwrap();
+    assert!(lock_of(&seg).try_lock(std::process::id()));
+    println!("locked");
+    // Held until the parent kills us: a read of stdin, which the parent never writes.
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+}
+
+#[test]
+fn a_lock_held_by_a_killed_process_is_taken_over() {
+    use std::io::BufRead;
+    use upcache::shm::Acquired;
+    let seg = Segment::create("upcache-test", &[RegionSpec { kind: LOCK_KIND, len: 4096 }]).unwrap();
+    let inherited = seg.as_fd().try_clone_to_owned().unwrap();
+    // SAFETY: fcntl on our own descriptor: clears its close-on-exec flag.
+    assert_eq!(unsafe { libc::fcntl(inherited.as_raw_fd(), libc::F_SETFD, 0) }, 0);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lock_holder_child_entry", "--ignored", "--nocapture", "--quiet"])
+        .env(FD_ENV, inherited.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "locked" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before it locked");
+    }
+    let holder = child.id();
+    assert_eq!(lock_of(&seg).holder(), Some(holder));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    let alive = |pid: u32| unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+    assert!(!alive(holder));
+    let me = std::process::id();
+    assert_eq!(lock_of(&seg).lock(me, alive), Acquired::OwnerDied(holder));
+    lock_of(&seg).unlock(me);
+}

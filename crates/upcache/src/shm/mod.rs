@@ -8,7 +8,12 @@
 //! one trust domain. Its size is sealed before any other process sees it, so no peer can
 //! shrink it under another's mapping (which would turn that process's next access into a
 //! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
+//!
+//! Locks in a segment are [`OwnerLock`]s: a word that names its holder, so that the lock of a
+//! process killed while holding it is taken over, and the taker told to repair what it guards.
 
+mod owner_lock;
 mod segment;
 
+pub use owner_lock::{Acquired, OwnerLock, LIVENESS_POLL, MAX_HOLDER};
 pub use segment::{RegionSpec, Segment, MAX_REGIONS};
