@@ -47,6 +47,7 @@ fn a_child_process_shares_the_segment_it_inherits() {
 }
 
 const LOCK_KIND: u32 = 4;
+const CLIENTS_KIND: u32 = 5;
 
 fn lock_of(seg: &Segment) -> &upcache::shm::OwnerLock {
     let (p, _) = seg.region(LOCK_KIND).expect("the region");
@@ -55,24 +56,39 @@ fn lock_of(seg: &Segment) -> &upcache::shm::OwnerLock {
     unsafe { &*p.as_ptr().cast::<upcache::shm::OwnerLock>() }
 }
 
-/// The child: takes the lock in the inherited segment, says so, and waits to be killed.
+fn clients_of(seg: &Segment) -> upcache::shm::Clients<'_> {
+    let (p, len) = seg.region(CLIENTS_KIND).expect("the region");
+    // SAFETY: the region is aligned, zeroed at creation, used only as the client table, and
+    // lives as long as `seg`.
+    unsafe { upcache::shm::Clients::from_region(p, len) }
+}
+
+/// The child: joins the client table of the inherited segment, takes the lock as its client,
+/// says so, and waits to be killed.
 #[test]
 #[ignore = "the child process of the killed-holder test, run by it"]
 fn lock_holder_child_entry() {
     let fd: i32 = std::env::var(FD_ENV).expect("run by the parent test").parse().unwrap();
     // SAFETY: the parent passed this descriptor for us to own.
     let seg = Segment::attach(unsafe { OwnedFd::from_raw_fd(fd) }).unwrap();
-    assert!(lock_of(&seg).try_lock(std::process::id()));
-    println!("locked");
+    let me = clients_of(&seg).join().unwrap();
+    assert!(lock_of(&seg).try_lock(me));
+    println!("locked {me}");
     // Held until the parent kills us: a read of stdin, which the parent never writes.
     let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
 }
 
+/// A child process joins, takes a lock and is killed with SIGKILL; before and after its parent
+/// reaps it (a zombie holds nothing either), the lock is taken over as its holder's death,
+/// and the dead client's slot is freed once repaired.
 #[test]
 fn a_lock_held_by_a_killed_process_is_taken_over() {
     use std::io::BufRead;
     use upcache::shm::Acquired;
-    let seg = Segment::create("upcache-test", &[RegionSpec { kind: LOCK_KIND, len: 4096 }]).unwrap();
+    let specs = [RegionSpec { kind: LOCK_KIND, len: 4096 }, RegionSpec { kind: CLIENTS_KIND, len: 4096 }];
+    let seg = Segment::create("upcache-test", &specs).unwrap();
+    let clients = clients_of(&seg);
+    let me = clients.join().unwrap();
     let inherited = seg.as_fd().try_clone_to_owned().unwrap();
     // SAFETY: fcntl on our own descriptor: clears its close-on-exec flag.
     assert_eq!(unsafe { libc::fcntl(inherited.as_raw_fd(), libc::F_SETFD, 0) }, 0);
@@ -85,18 +101,28 @@ fn a_lock_held_by_a_killed_process_is_taken_over() {
         .unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    while line.trim() != "locked" {
+    let holder = loop {
         line.clear();
         assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before it locked");
-    }
-    let holder = child.id();
+        if let Some(id) = line.trim().strip_prefix("locked ") {
+            break id.parse::<u32>().unwrap();
+        }
+    };
     assert_eq!(lock_of(&seg).holder(), Some(holder));
+    assert!(clients.alive(holder) && clients.dead().is_empty());
     child.kill().unwrap();
-    child.wait().unwrap();
-    // SAFETY: kill with signal 0 only asks whether the process exists.
-    let alive = |pid: u32| unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
-    assert!(!alive(holder));
-    let me = std::process::id();
-    assert_eq!(lock_of(&seg).lock(me, alive), Acquired::OwnerDied(holder));
+    // Not waited for yet: a zombie. Its slot must read as dead all the same.
+    // SAFETY: waitid with WNOWAIT only waits for the child to have exited; it stays a zombie.
+    let exited = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(libc::P_PID, child.id(), &mut info, libc::WEXITED | libc::WNOWAIT)
+    };
+    assert_eq!(exited, 0);
+    assert!(!clients.alive(holder), "a zombie holds nothing");
+    assert_eq!(lock_of(&seg).lock(me, |h| clients.alive(h)), Acquired::OwnerDied(holder));
+    assert_eq!(clients.dead(), [holder]);
+    assert!(clients.reap(holder));
     lock_of(&seg).unlock(me);
+    child.wait().unwrap();
+    clients.leave(me);
 }

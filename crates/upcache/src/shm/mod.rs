@@ -10,10 +10,13 @@
 //! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
 //!
 //! Locks in a segment are [`OwnerLock`]s: a word that names its holder, so that the lock of a
-//! process killed while holding it is taken over, and the taker told to repair what it guards.
+//! process killed while holding it is taken over, and the taker told to repair what it guards;
+//! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives.
 
+mod clients;
 mod owner_lock;
 mod segment;
 
+pub use clients::Clients;
 pub use owner_lock::{Acquired, OwnerLock, LIVENESS_POLL, MAX_HOLDER};
 pub use segment::{RegionSpec, Segment, MAX_REGIONS};
