@@ -56,6 +56,9 @@
 // A write or length at or past the largest file the file system allows (EFBIG).
 #define UPCACHE_EFBIG -15
 
+// Not permitted for the caller (another user's process, or a file it may not open).
+#define UPCACHE_EACCES -16
+
 // An opaque open cache.
 typedef struct upcache_cache upcache_cache;
 

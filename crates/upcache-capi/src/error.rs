@@ -39,6 +39,8 @@ pub const UPCACHE_EPANIC: i32 = -13;
 pub const UPCACHE_EOTHER: i32 = -14;
 /// A write or length at or past the largest file the file system allows (EFBIG).
 pub const UPCACHE_EFBIG: i32 = -15;
+/// Not permitted for the caller (another user's process, or a file it may not open).
+pub const UPCACHE_EACCES: i32 = -16;
 
 /// A failed call: its code and what to tell `upcache_last_error`.
 pub(crate) struct Fail {
@@ -69,6 +71,7 @@ impl From<upcache::Error> for Fail {
             ErrorKind::Busy => UPCACHE_EBUSY,
             ErrorKind::FileTooLarge => UPCACHE_EFBIG,
             ErrorKind::Internal => UPCACHE_EPANIC,
+            ErrorKind::PermissionDenied => UPCACHE_EACCES,
             _ => UPCACHE_EOTHER,
         };
         Fail { code, msg: e.to_string() }
@@ -148,6 +151,7 @@ pub extern "C" fn upcache_strerror(code: i32) -> *const c_char {
         UPCACHE_EBUSY => b"busy\0",
         UPCACHE_EPANIC => b"internal error\0",
         UPCACHE_EFBIG => b"file too large for its file system\0",
+        UPCACHE_EACCES => b"permission denied\0",
         _ => b"unknown error\0",
     };
     s.as_ptr().cast()
@@ -178,7 +182,7 @@ mod tests {
         let e = upcache::Error::new(ErrorKind::NoSpace, "device full");
         let f = Fail::from(e);
         assert_eq!(f.code, UPCACHE_ENOSPC);
-        for code in [0, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -99, 7] {
+        for code in [0, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -99, 7] {
             // SAFETY: `upcache_strerror` returns a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(upcache_strerror(code)) };
             assert!(!s.to_bytes().is_empty());

@@ -29,6 +29,7 @@ pub(crate) fn of(e: &Error) -> i32 {
         ErrorKind::Busy => libc::EBUSY,
         ErrorKind::FileTooLarge => libc::EFBIG,
         ErrorKind::Internal => libc::EIO,
+        ErrorKind::PermissionDenied => libc::EACCES,
         _ => libc::EIO,
     }
 }

@@ -39,6 +39,9 @@ pub enum ErrorKind {
     FileTooLarge,
     /// A bug: a background thread of the cache panicked (reported by the next sync).
     Internal,
+    /// The caller may not do this: another user's process asked to attach to a shared cache,
+    /// or a file could not be opened with the caller's own permissions (EACCES).
+    PermissionDenied,
 }
 
 /// An upcache error: a kind, what was being done, and the OS error underneath if any.
@@ -136,6 +139,7 @@ impl From<Error> for io::Error {
             ErrorKind::WriteZero => io::ErrorKind::WriteZero,
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::FileTooLarge => io::ErrorKind::FileTooLarge,
+            ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)

@@ -126,3 +126,45 @@ fn a_lock_held_by_a_killed_process_is_taken_over() {
     child.wait().unwrap();
     clients.leave(me);
 }
+
+const SOCKET_ENV: &str = "UPCACHE_TEST_SOCKET";
+
+/// The child: becomes `nobody`, connects to the parent's socket and asks for the segment.
+#[test]
+#[ignore = "the other user's process of the handoff test, run by it"]
+fn other_user_child_entry() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = std::env::var(SOCKET_ENV).expect("run by the parent test");
+    // SAFETY: setgid/setuid change only this process's credentials.
+    assert_eq!(unsafe { libc::setgid(65534) + libc::setuid(65534) }, 0, "cannot become nobody");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let sock = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    let err = upcache::shm::handoff::receive(&sock).err().expect("another user gets no segment");
+    assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{err}");
+}
+
+/// Another user's process asks for the segment: the owner refuses it, and it is told so.
+#[test]
+fn another_users_process_cannot_attach() {
+    use std::os::linux::net::SocketAddrExt;
+    // SAFETY: geteuid has no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: becoming another user needs root");
+        return;
+    }
+    let name = format!("upcache-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let seg = Segment::create("upcache-test", &[RegionSpec { kind: KIND, len: 4096 }]).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "other_user_child_entry", "--ignored", "--quiet"])
+        .env(SOCKET_ENV, &name)
+        .spawn()
+        .unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let peer = upcache::shm::handoff::peer(&sock).unwrap();
+    assert_eq!((peer.pid, peer.uid), (child.id(), 65534));
+    let err = upcache::shm::handoff::offer(&sock, &seg).expect_err("refused");
+    assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied);
+    assert!(child.wait().unwrap().success(), "the other user's process was not told it was refused");
+}

@@ -9,11 +9,15 @@
 //! shrink it under another's mapping (which would turn that process's next access into a
 //! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
 //!
+//! [`handoff`] passes a segment's descriptor over a Unix socket, to processes of the same user
+//! only.
+//!
 //! Locks in a segment are [`OwnerLock`]s: a word that names its holder, so that the lock of a
 //! process killed while holding it is taken over, and the taker told to repair what it guards;
 //! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives.
 
 mod clients;
+pub mod handoff;
 mod owner_lock;
 mod segment;
 
