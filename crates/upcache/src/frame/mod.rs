@@ -23,7 +23,12 @@ pub use arena::{Arena, FrameId};
 pub use state::FrameState;
 
 use crate::error::Result;
+use crate::shm::RegionSpec;
+#[cfg(not(loom))]
+use crate::shm::Segment;
 use crate::sync::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+use std::sync::Arc;
 use wait::WaitTable;
 
 /// Which page a frame holds.
@@ -39,7 +44,7 @@ pub struct PageKey {
 /// straddles two cache lines: a hit reads the state word and the key together, and a 24-byte
 /// stride would put a quarter of them across a line boundary (two misses instead of one).
 #[derive(Debug)]
-#[repr(align(32))]
+#[repr(C, align(32))] // C: one field order for every build that maps a shared table
 pub struct FrameMeta {
     /// The packed state word.
     pub state: FrameState,
@@ -48,6 +53,16 @@ pub struct FrameMeta {
 }
 
 const _: () = assert!(std::mem::size_of::<FrameMeta>() == 32);
+
+/// The regions of a shared segment that hold a frame table (`FrameTable::segment_regions`).
+pub mod region {
+    /// The frames' bytes.
+    pub const ARENA: u32 = 1;
+    /// The per-frame state words and keys.
+    pub const METAS: u32 = 2;
+    /// The touched bitmap.
+    pub const TOUCHED: u32 = 3;
+}
 
 /// All frames of a cache.
 pub struct FrameTable {
@@ -70,6 +85,63 @@ impl FrameTable {
             page: AtomicU64::new(u64::MAX),
         })?;
         let touched = huge::HugeArray::new(count.div_ceil(64), |_| AtomicU64::new(0))?;
+        Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
+    }
+
+    /// The segment regions a table of `count` frames of `page_size` bytes needs, for the
+    /// segment's creator to include.
+    pub fn segment_regions(count: usize, page_size: usize) -> [RegionSpec; 3] {
+        [
+            RegionSpec { kind: region::ARENA, len: count * page_size },
+            RegionSpec { kind: region::METAS, len: count * std::mem::size_of::<FrameMeta>() },
+            RegionSpec { kind: region::TOUCHED, len: count.div_ceil(64) * 8 },
+        ]
+    }
+
+    /// A table of `count` unowned frames of `page_size` bytes in `seg`, which was just created
+    /// with [`Self::segment_regions`] and which no other process maps yet. State words, keys,
+    /// touched bits and bytes are then shared with every table attached to the segment; the
+    /// wait table is not yet (a sleeper is woken by unlocks in its own process only), which the
+    /// shared cache's next step replaces with futex waits on the state word.
+    #[cfg(not(loom))]
+    pub fn create_in(seg: &Arc<Segment>, count: usize, page_size: usize) -> Result<Self> {
+        let init = |_: usize| FrameMeta {
+            state: FrameState::new_unowned(),
+            file: AtomicU64::new(u64::MAX),
+            page: AtomicU64::new(u64::MAX),
+        };
+        // SAFETY: a fresh segment, used only as this table; FrameMeta and AtomicU64 are atomics
+        // (and `repr(C)`), valid in any process.
+        unsafe { Self::in_segment(seg, count, page_size, Some(&init)) }
+    }
+
+    /// The table another process created in `seg` with [`Self::create_in`].
+    ///
+    /// # Safety
+    /// `seg`'s frame regions hold a table made by `create_in` for `count` frames of
+    /// `page_size` bytes, used by every process only as that table.
+    #[cfg(not(loom))]
+    pub unsafe fn attach_in(seg: &Arc<Segment>, count: usize, page_size: usize) -> Result<Self> {
+        // SAFETY: as the caller promises.
+        unsafe { Self::in_segment(seg, count, page_size, None) }
+    }
+
+    /// # Safety
+    /// As `HugeArray::in_region`, for the metadata and touched regions.
+    #[cfg(not(loom))]
+    unsafe fn in_segment(
+        seg: &Arc<Segment>,
+        count: usize,
+        page_size: usize,
+        init: Option<&dyn Fn(usize) -> FrameMeta>,
+    ) -> Result<Self> {
+        let arena = Arena::in_region(seg.clone(), region::ARENA, count, page_size)?;
+        // SAFETY: as the caller promises.
+        let metas = unsafe { huge::HugeArray::in_region(seg.clone(), region::METAS, count, init)? };
+        // A new segment is zeroed, which is an empty bitmap: nothing to write.
+        // SAFETY: zeros are valid AtomicU64s; used only as the bitmap.
+        let touched =
+            unsafe { huge::HugeArray::in_region(seg.clone(), region::TOUCHED, count.div_ceil(64), None)? };
         Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
     }
 
@@ -186,5 +258,46 @@ impl FrameTable {
             }
             self.waits.wait_until(id, self.state(id), |w| w & state::LOCKED == 0);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn two_tables_on_one_segment_share_states_keys_bytes_and_touches() {
+        let specs = FrameTable::segment_regions(8, 4096);
+        let seg = Arc::new(Segment::create("frames-test", &specs).unwrap());
+        let a = FrameTable::create_in(&seg, 8, 4096).unwrap();
+        let other = Arc::new(Segment::attach(seg.as_fd().try_clone_to_owned().unwrap()).unwrap());
+        // SAFETY: `seg` holds the table `a` was made as, used only as that table.
+        let b = unsafe { FrameTable::attach_in(&other, 8, 4096) }.unwrap();
+        assert_eq!((b.len(), b.page_size()), (8, 4096));
+        assert_ne!(a.ptr(3), b.ptr(3), "two mappings");
+        assert_eq!(b.state(3).load(), state::UNOWNED, "the creator's initial state");
+        let key = PageKey { file: 5, page: 77 };
+        a.set_key(3, key);
+        a.state(3).assign_locked();
+        // SAFETY: frame 3 is LOCKED by us; 4096 bytes inside the arena.
+        unsafe { a.ptr(3).write_bytes(0xAB, 4096) };
+        a.unlock(3, state::VALID, 0);
+        assert!(b.pin_if_holds(3, key), "b sees a's key and state");
+        // SAFETY: pinned and VALID: readable.
+        assert!(unsafe { std::slice::from_raw_parts(b.ptr(3), 4096) }.iter().all(|&x| x == 0xAB));
+        assert_eq!(state::pins(a.state(3).load()), 2, "b's pin is in a's word");
+        b.touch(6);
+        assert!(a.take_touched(6));
+        // A discarded shared frame reads as zeros everywhere.
+        // SAFETY: frame 1 is unowned and unused; 4096 bytes inside the arena.
+        unsafe { a.ptr(1).write_bytes(1, 4096) };
+        a.discard(1);
+        // SAFETY: as above, read through the other mapping.
+        assert!(unsafe { std::slice::from_raw_parts(b.ptr(1), 4096) }.iter().all(|&x| x == 0));
+        // A segment without the regions is refused.
+        let bare = Arc::new(Segment::create("bare", &[RegionSpec { kind: 9, len: 1 }]).unwrap());
+        assert!(FrameTable::create_in(&bare, 8, 4096).is_err());
+        assert!(FrameTable::create_in(&seg, 9, 4096).is_err(), "more frames than the region holds");
     }
 }
