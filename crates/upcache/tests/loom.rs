@@ -57,7 +57,7 @@ fn a_waiter_is_always_woken_by_unlock() {
             s2.unpin();
         });
         let old = s.unlock(VALID, 0);
-        waits.wake_if_waiters(7, old);
+        waits.wake_if_waiters(7, &s, old);
         waiter.join().unwrap();
         s.unpin();
         assert_eq!(state::pins(s.load()), 0);

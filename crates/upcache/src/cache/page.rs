@@ -416,7 +416,7 @@ impl CacheInner {
                 continue;
             }
             let old = st.unlock(0, VALID | REFERENCED);
-            self.frames.waits.wake_if_waiters(id, old);
+            self.frames.waits.wake_if_waiters(id, st, old);
             self.release_frame(file, id);
         }
     }
@@ -438,7 +438,7 @@ impl CacheInner {
                 continue;
             }
             let old = st.unlock(0, VALID | DIRTY | REFERENCED);
-            self.frames.waits.wake_if_waiters(id, old);
+            self.frames.waits.wake_if_waiters(id, st, old);
             if old & DIRTY != 0 {
                 self.account_cleaned(file, 1);
             }

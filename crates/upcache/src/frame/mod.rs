@@ -100,9 +100,8 @@ impl FrameTable {
 
     /// A table of `count` unowned frames of `page_size` bytes in `seg`, which was just created
     /// with [`Self::segment_regions`] and which no other process maps yet. State words, keys,
-    /// touched bits and bytes are then shared with every table attached to the segment; the
-    /// wait table is not yet (a sleeper is woken by unlocks in its own process only), which the
-    /// shared cache's next step replaces with futex waits on the state word.
+    /// touched bits and bytes are then shared with every table attached to the segment, and
+    /// sleepers wait on the state words' futexes, so an unlock in any process wakes them.
     #[cfg(not(loom))]
     pub fn create_in(seg: &Arc<Segment>, count: usize, page_size: usize) -> Result<Self> {
         let init = |_: usize| FrameMeta {
@@ -142,7 +141,7 @@ impl FrameTable {
         // SAFETY: zeros are valid AtomicU64s; used only as the bitmap.
         let touched =
             unsafe { huge::HugeArray::in_region(seg.clone(), region::TOUCHED, count.div_ceil(64), None)? };
-        Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
+        Ok(FrameTable { arena, metas, touched, waits: WaitTable::shared() })
     }
 
     /// Number of frames.
@@ -246,7 +245,7 @@ impl FrameTable {
     /// wakes anyone waiting on it.
     pub fn unlock(&self, id: FrameId, set: u64, clear: u64) {
         let old = self.state(id).unlock(set, clear);
-        self.waits.wake_if_waiters(id, old);
+        self.waits.wake_if_waiters(id, self.state(id), old);
     }
 
     /// Takes `LOCKED` on a frame the caller has pinned, sleeping while another thread holds
@@ -295,6 +294,19 @@ mod tests {
         a.discard(1);
         // SAFETY: as above, read through the other mapping.
         assert!(unsafe { std::slice::from_raw_parts(b.ptr(1), 4096) }.iter().all(|&x| x == 0));
+        // A sleeper on one mapping is woken by an unlock through the other.
+        a.state(3).unpin();
+        assert!(a.state(3).try_lock());
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                b.lock_pinned(3); // sleeps on the futex until a unlocks
+                b.unlock(3, 0, 0);
+            });
+            // Whether the waiter is asleep yet or not, it gets the lock after this unlock.
+            a.unlock(3, 0, 0);
+            waiter.join().unwrap();
+        });
+        b.state(3).unpin();
         // A segment without the regions is refused.
         let bare = Arc::new(Segment::create("bare", &[RegionSpec { kind: 9, len: 1 }]).unwrap());
         assert!(FrameTable::create_in(&bare, 8, 4096).is_err());

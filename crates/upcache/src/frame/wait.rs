@@ -9,6 +9,12 @@
 //! waiter holds a pin on the frame it waits for, so the frame cannot be re-assigned to another
 //! page while it sleeps.
 //!
+//! A table whose frames other processes share ([`WaitTable::shared`]) sleeps instead on the
+//! futex of the state word's low half, which holds every flag and the pin count: a waiter sets
+//! `WAITERS` and sleeps only while the word is still what it saw, and an unlock that replaced a
+//! word with `WAITERS` wakes every sleeper on it, in any process. Sleeps are bounded (a waker
+//! that died is repaired by the shared cache's service, whose unlock wakes them anyway).
+//!
 //! # Locking
 //! A bucket mutex is a leaf: nothing else is taken while it is held.
 
@@ -20,10 +26,24 @@ const BUCKETS: usize = 256;
 
 /// The shared wait table.
 pub struct WaitTable {
+    /// Empty when the table sleeps on futexes.
     buckets: Vec<(Mutex<()>, Condvar)>,
 }
 
+/// The longest futex sleep before a waiter looks at the word again.
+#[cfg(not(loom))]
+const FUTEX_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+#[cfg(target_endian = "big")]
+compile_error!("futex waits use the low half of a state word, first in memory on little-endian targets");
+
 impl WaitTable {
+    /// A table for frames shared with other processes: sleeps on the state words' futexes.
+    #[cfg(not(loom))]
+    pub fn shared() -> Self {
+        WaitTable { buckets: Vec::new() }
+    }
+
     /// Bytes the table uses.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<(Mutex<()>, Condvar)>()
@@ -48,6 +68,18 @@ impl WaitTable {
         if done(w) {
             return w;
         }
+        #[cfg(not(loom))]
+        if self.buckets.is_empty() {
+            loop {
+                // Set WAITERS, then sleep only while the word is unchanged: an unlock after this
+                // point changes it (LOCKED and WAITERS go) and wakes the futex.
+                let w = state.mark_waiter();
+                if done(w) {
+                    return w;
+                }
+                crate::shm::futex::wait(state.low_half(), w as u32, FUTEX_POLL);
+            }
+        }
         let (m, cv) = self.bucket(id);
         let mut g = sync::lock(m);
         loop {
@@ -61,10 +93,16 @@ impl WaitTable {
         }
     }
 
-    /// Wakes the sleepers of frame `id` if `old_word` (the word an unlock replaced) had
-    /// `WAITERS`.
-    pub fn wake_if_waiters(&self, id: FrameId, old_word: u64) {
+    /// Wakes the sleepers of frame `id`, whose state word is `state`, if `old_word` (the word
+    /// an unlock replaced) had `WAITERS`.
+    pub fn wake_if_waiters(&self, id: FrameId, state: &FrameState, old_word: u64) {
         if old_word & WAITERS != 0 {
+            #[cfg(not(loom))]
+            if self.buckets.is_empty() {
+                return crate::shm::futex::wake(state.low_half(), i32::MAX);
+            }
+            #[cfg(loom)]
+            let _ = state;
             let (m, cv) = self.bucket(id);
             drop(sync::lock(m));
             cv.notify_all();

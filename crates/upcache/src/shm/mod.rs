@@ -17,6 +17,7 @@
 //! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives.
 
 mod clients;
+pub(crate) mod futex;
 pub mod handoff;
 mod owner_lock;
 mod segment;

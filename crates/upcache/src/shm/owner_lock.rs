@@ -22,6 +22,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::futex;
+
 /// Bit 31: someone may be sleeping on the word.
 const WAITERS: u32 = 1 << 31;
 /// The largest holder id.
@@ -93,7 +95,7 @@ impl OwnerLock {
             {
                 continue;
             }
-            futex_wait(&self.word, w | WAITERS, LIVENESS_POLL);
+            futex::wait(self.word.as_ptr(), w | WAITERS, LIVENESS_POLL);
             mark = WAITERS;
         }
     }
@@ -104,7 +106,7 @@ impl OwnerLock {
         let w = self.word.swap(0, Ordering::Release);
         debug_assert_eq!(w & !WAITERS, me, "OwnerLock unlocked by a thread that does not hold it");
         if w & WAITERS != 0 {
-            futex_wake(&self.word, 1);
+            futex::wake(self.word.as_ptr(), 1);
         }
     }
 
@@ -120,31 +122,6 @@ impl OwnerLock {
 
 fn check_id(me: u32) {
     assert!((1..=MAX_HOLDER).contains(&me), "OwnerLock holder ids are 1 to {MAX_HOLDER}, not {me}");
-}
-
-/// Sleeps while `word` holds `expected`, at most `timeout` (spurious wake-ups are fine: every
-/// caller loops).
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts =
-        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
-    // SAFETY: FUTEX_WAIT reads the aligned u32 behind `word`, which lives for the call, and the
-    // timespec on our stack; it writes no memory of ours. Not private: the word may be shared
-    // with other processes.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        )
-    };
-}
-
-/// Wakes up to `n` sleepers on `word`.
-fn futex_wake(word: &AtomicU32, n: i32) {
-    // SAFETY: FUTEX_WAKE only uses the address as a key; it touches no memory.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
 }
 
 #[cfg(all(test, not(loom)))]

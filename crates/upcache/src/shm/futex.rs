@@ -1,0 +1,20 @@
+//! The two futex calls shared memory needs, on words that other processes may map: never
+//! `FUTEX_PRIVATE_FLAG`, so a waker in one process reaches a sleeper in another.
+
+use std::time::Duration;
+
+/// Sleeps while the u32 at `word` holds `expected`, at most `timeout`. Returns at once if it
+/// does not; may return early for no reason: callers loop and re-check.
+pub(crate) fn wait(word: *const u32, expected: u32, timeout: Duration) {
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: FUTEX_WAIT reads the aligned u32 at `word`, which the caller keeps mapped for the
+    // call, and the timespec on our stack; it writes no memory of ours.
+    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec) };
+}
+
+/// Wakes up to `n` sleepers on `word`.
+pub(crate) fn wake(word: *const u32, n: i32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it touches no memory.
+    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, n) };
+}
