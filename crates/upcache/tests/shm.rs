@@ -122,7 +122,7 @@ fn a_lock_held_by_a_killed_process_is_taken_over() {
     assert_eq!(lock_of(&seg).lock(me, |h| clients.alive(h)), Acquired::OwnerDied(holder));
     assert_eq!(clients.dead(), [holder]);
     assert!(clients.reap(holder));
-    lock_of(&seg).unlock(me);
+    assert!(lock_of(&seg).unlock(me));
     child.wait().unwrap();
     clients.leave(me);
 }

@@ -1,28 +1,52 @@
-//! The processes attached to a segment: one slot each, whose number is the holder id that the
+//! The processes attached to a segment: one slot each, whose id is the holder id that the
 //! process's [`OwnerLock`](super::OwnerLock)s carry, so that any process can tell whether a
 //! lock's holder is still alive.
 //!
 //! # A slot
-//! One `AtomicU64`: 0 is free; otherwise the low 32 bits are the process's pid and the high 32
-//! bits the low bits of its start time (clock ticks after boot, `/proc/<pid>/stat`), so that a
-//! pid the kernel reused for another process does not pass for the dead one. A process takes a
-//! free slot with one CAS ([`Clients::join`]) and frees it when it detaches
-//! ([`Clients::leave`]). A slot whose process died stays taken, its id possibly still in lock
-//! words, until whoever repaired what that process held frees it ([`Clients::reap`]): a new
-//! process never inherits a dead one's id while a lock may still name it.
+//! Two `AtomicU64`s. The first is 0 when free; otherwise its low 32 bits are the process's pid
+//! and its high 32 bits the low bits of its start time (clock ticks after boot,
+//! `/proc/<pid>/stat`), so that a pid the kernel reused for another process does not pass for
+//! the dead one. The second counts the slot's reaps: an id is the slot's number (bits 0-19)
+//! with that count's low 11 bits (bits 20-30), so an id names one tenure of a slot and a lock
+//! word holding a reaped client's id never matches its slot's next taker.
 //!
-//! A process is alive while `/proc/<pid>` exists, has the start time its slot records, and is
-//! not a zombie: a process killed and not yet waited for by its parent holds nothing any more.
+//! A process takes a free slot with one CAS ([`Clients::join`]) and frees it when it detaches
+//! ([`Clients::leave`]). A slot whose process died stays taken until whoever repaired what
+//! that process held frees it ([`Clients::reap`]), which bumps the count first.
+//!
+//! # Liveness
+//! A client is dead only on evidence: `/proc/<pid>` is gone, its start time differs, or the
+//! whole process is a zombie (state Z or X with one thread left: a main thread that exited
+//! while others run shows Z too). Anything else, an unreadable `/proc` included (out of
+//! descriptors, another pid namespace), counts as alive: a lock is never taken from a holder
+//! merely because it could not be checked.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::owner_lock::MAX_HOLDER;
 use crate::error::{Error, ErrorKind, Result};
+
+/// Bits of an id that number the slot.
+const SLOT_BITS: u32 = 20;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+/// Bits of an id that hold the slot's reap count.
+const TENURE_MASK: u64 = (1 << 11) - 1;
 
 /// A view of a client table placed in a segment region.
 pub struct Clients<'a> {
-    slots: &'a [AtomicU64],
+    /// Pairs of (identity, reap count).
+    slots: &'a [[AtomicU64; 2]],
+}
+
+/// What `/proc` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Running, with this slot word (start time and pid).
+    Alive(u64),
+    /// Gone, a zombie, or another process with its pid.
+    Dead,
+    /// Could not be read: taken as alive.
+    Unknown,
 }
 
 impl<'a> Clients<'a> {
@@ -33,10 +57,10 @@ impl<'a> Clients<'a> {
     /// process that maps them.
     pub unsafe fn from_region(start: NonNull<u8>, len: usize) -> Clients<'a> {
         assert_eq!(start.as_ptr() as usize % 8, 0, "a client table is 8-byte aligned");
-        let n = (len / 8).min(MAX_HOLDER as usize);
-        // SAFETY: as the caller promises: `n * 8 <= len` bytes of aligned memory, used only as
+        let n = (len / 16).min(SLOT_MASK as usize);
+        // SAFETY: as the caller promises: `n * 16 <= len` bytes of aligned memory, used only as
         // atomics for `'a`.
-        Clients { slots: unsafe { std::slice::from_raw_parts(start.as_ptr().cast::<AtomicU64>(), n) } }
+        Clients { slots: unsafe { std::slice::from_raw_parts(start.as_ptr().cast::<[AtomicU64; 2]>(), n) } }
     }
 
     /// Slots in the table.
@@ -44,15 +68,18 @@ impl<'a> Clients<'a> {
         self.slots.len()
     }
 
-    /// Takes a free slot for this process; its id (1-based).
+    /// Takes a free slot for this process; its id.
     pub fn join(&self) -> Result<u32> {
-        let me = std::process::id();
-        let word =
-            identity(me).ok_or_else(|| Error::io("read /proc/self/stat", std::io::Error::last_os_error()))?;
-        for (i, slot) in self.slots.iter().enumerate() {
-            // AcqRel: taking the slot is ordered after the reap that freed it.
-            if slot.compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return Ok(i as u32 + 1);
+        let word = match seen(std::process::id()) {
+            Seen::Alive(w) => w,
+            _ => return Err(Error::io("read /proc/self/stat", std::io::Error::last_os_error())),
+        };
+        for (i, [who, reaps]) in self.slots.iter().enumerate() {
+            // AcqRel: taking the slot is ordered after the reap that freed it, so the count
+            // read next is the reap's.
+            if who.compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                let tenure = reaps.load(Ordering::Acquire) & TENURE_MASK;
+                return Ok((i as u32 + 1) | (tenure as u32) << SLOT_BITS);
             }
         }
         Err(Error::new(ErrorKind::Busy, format!("all {} client slots are taken", self.slots.len())))
@@ -60,57 +87,98 @@ impl<'a> Clients<'a> {
 
     /// Frees `id`, which this process holds, when it detaches.
     pub fn leave(&self, id: u32) {
-        let slot = self.slot(id).expect("a slot this process joined");
-        // Release: what the process did before leaving is seen by the slot's next taker.
-        let old = slot.swap(0, Ordering::Release);
+        let [who, reaps] = self.slot(id).expect("a slot this process joined");
+        // Release: a new tenure for the next taker, then the slot free.
+        reaps.fetch_add(1, Ordering::Release);
+        let old = who.swap(0, Ordering::Release);
         debug_assert_eq!(old as u32, std::process::id(), "left a slot another process holds");
     }
 
-    /// Whether the process holding slot `id` is alive (false for a free slot).
+    /// Whether client `id` may be alive: false only for a free slot, a past tenure of it, or a
+    /// process that is certainly dead.
     pub fn alive(&self, id: u32) -> bool {
-        // Acquire: pairs with the AcqRel of `join`.
-        match self.slot(id).map(|s| s.load(Ordering::Acquire)) {
-            None | Some(0) => false,
-            Some(word) => identity(word as u32) == Some(word),
-        }
+        self.state(id).is_some_and(|s| s != Seen::Dead)
     }
 
-    /// The ids of taken slots whose process is dead, for repair and then [`Self::reap`].
+    /// The slot's process as `/proc` sees it, None if `id` is not the slot's current tenure.
+    fn state(&self, id: u32) -> Option<Seen> {
+        let [who, reaps] = self.slot(id)?;
+        // Acquire: pairs with the AcqRel of `join`.
+        let word = who.load(Ordering::Acquire);
+        let tenure = reaps.load(Ordering::Acquire) & TENURE_MASK;
+        if word == 0 || tenure != (id >> SLOT_BITS) as u64 {
+            return None;
+        }
+        Some(match seen(word as u32) {
+            Seen::Alive(now) if now != word => Seen::Dead, // the pid was reused
+            s => s,
+        })
+    }
+
+    /// The ids of taken slots whose process is certainly dead, for repair and then
+    /// [`Self::reap`].
     pub fn dead(&self) -> Vec<u32> {
-        (1..=self.slots.len() as u32)
-            .filter(|&id| self.slot(id).is_some_and(|s| s.load(Ordering::Acquire) != 0) && !self.alive(id))
+        (0..self.slots.len())
+            .filter_map(|i| {
+                let tenure = self.slots[i][1].load(Ordering::Acquire) & TENURE_MASK;
+                let id = (i as u32 + 1) | (tenure as u32) << SLOT_BITS;
+                (self.state(id) == Some(Seen::Dead)).then_some(id)
+            })
             .collect()
     }
 
-    /// Frees the slot of dead client `id` once what it held was repaired. False if the slot
-    /// is free, or its process is alive.
+    /// Frees the slot of dead client `id` once what it held was repaired. False if `id` is not
+    /// the slot's current tenure, or its process is not certainly dead.
     pub fn reap(&self, id: u32) -> bool {
-        let Some(slot) = self.slot(id) else { return false };
-        let word = slot.load(Ordering::Acquire);
+        if self.state(id) != Some(Seen::Dead) {
+            return false;
+        }
+        let [who, reaps] = self.slot(id).expect("state checked the slot");
+        // The count goes first, by CAS, so one reaper wins and the dead id stops matching
+        // before the slot can be taken again; the dead process cannot change `who`, and a
+        // joiner only takes it from 0, so the winner frees it with a store.
+        let r = reaps.load(Ordering::Acquire);
+        if r & TENURE_MASK != (id >> SLOT_BITS) as u64
+            || reaps.compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return false; // reaped by someone else meanwhile
+        }
         // Release: the repairs are seen by the slot's next taker.
-        word != 0
-            && !self.alive(id)
-            && slot.compare_exchange(word, 0, Ordering::Release, Ordering::Relaxed).is_ok()
+        who.store(0, Ordering::Release);
+        true
     }
 
-    fn slot(&self, id: u32) -> Option<&AtomicU64> {
-        self.slots.get((id as usize).checked_sub(1)?)
+    fn slot(&self, id: u32) -> Option<&[AtomicU64; 2]> {
+        self.slots.get(((id & SLOT_MASK) as usize).checked_sub(1)?)
     }
 }
 
-/// The slot word of live process `pid`: its pid and start time; None if it is gone or a
-/// zombie.
-fn identity(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold anything.
-    let rest = &stat[stat.rfind(')')? + 2..];
+/// What `/proc` says of process `pid`.
+fn seen(pid: u32) -> Seen {
+    let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) => {
+            return Seen::Dead
+        }
+        Err(_) => return Seen::Unknown,
+    };
+    // Fields after the command name, which is in parentheses and may hold any bytes.
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else { return Seen::Unknown };
+    let rest = String::from_utf8_lossy(&stat[(close + 2).min(stat.len())..]).into_owned();
     let fields: Vec<&str> = rest.split(' ').collect();
-    // Field 3 is the state, field 22 the start time: indexes 0 and 19 after the name.
-    if matches!(*fields.first()?, "Z" | "X" | "x") {
-        return None;
+    // Field 3 is the state, field 20 the thread count, field 22 the start time: indexes 0, 17
+    // and 19 after the name.
+    let (Some(&state), Some(threads), Some(start)) = (
+        fields.first(),
+        fields.get(17).and_then(|f| f.parse::<u64>().ok()),
+        fields.get(19).and_then(|f| f.parse::<u64>().ok()),
+    ) else {
+        return Seen::Unknown;
+    };
+    if matches!(state, "Z" | "X" | "x") && threads <= 1 {
+        return Seen::Dead;
     }
-    let start: u64 = fields.get(19)?.parse().ok()?;
-    Some(start << 32 | pid as u64)
+    Seen::Alive(start << 32 | pid as u64)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -119,10 +187,10 @@ mod tests {
 
     #[test]
     fn a_process_joins_is_alive_and_leaves() {
-        let mut mem = vec![0u64; 4];
+        let mut mem = vec![0u64; 8];
         let start = NonNull::new(mem.as_mut_ptr().cast::<u8>()).unwrap();
         // SAFETY: `mem` outlives the view and is used only through it.
-        let clients = unsafe { Clients::from_region(start, 32) };
+        let clients = unsafe { Clients::from_region(start, 64) };
         assert_eq!(clients.capacity(), 4);
         let a = clients.join().unwrap();
         let b = clients.join().unwrap();
@@ -132,12 +200,24 @@ mod tests {
         assert!(!clients.reap(a), "a live client is not reaped");
         clients.leave(b);
         assert!(!clients.alive(b) && !clients.alive(0) && !clients.alive(99));
+        let b2 = clients.join().unwrap();
+        assert_eq!(b2 & SLOT_MASK, b & SLOT_MASK, "the freed slot is taken again");
+        assert_ne!(b2, b, "under a new tenure");
+        assert!(clients.alive(b2) && !clients.alive(b), "the old id does not pass for the new");
         // A slot naming a pid that does not exist, or this pid with another start time, is dead.
-        clients.slots[2].store(1 << 32 | u32::MAX as u64, Ordering::Relaxed);
-        assert_eq!(clients.dead(), [3]);
-        assert!(clients.reap(3));
-        assert_eq!(clients.join().unwrap(), 2, "freed slots are taken again");
-        clients.leave(2);
+        clients.slots[2][0].store(1 << 32 | u32::MAX as u64, Ordering::Relaxed);
+        clients.slots[3][0].store(7 << 32 | std::process::id() as u64, Ordering::Relaxed);
+        assert_eq!(clients.dead(), [3, 4]);
+        assert!(clients.reap(3) && clients.reap(4));
+        assert!(!clients.reap(3), "reaped once");
+        assert!(clients.dead().is_empty());
+        clients.leave(b2);
         clients.leave(a);
+    }
+
+    #[test]
+    fn only_evidence_makes_a_process_dead() {
+        assert!(matches!(seen(std::process::id()), Seen::Alive(_)));
+        assert_eq!(seen(u32::MAX), Seen::Dead, "no such pid");
     }
 }

@@ -110,8 +110,13 @@ fn send(sock: &UnixStream, byte: u8, fd: Option<i32>) -> Result<()> {
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
         }
     }
-    // SAFETY: `msg` points at `iov`, `data` and `control`, all alive for the call.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    let n = loop {
+        // SAFETY: `msg` points at `iov`, `data` and `control`, all alive for the call.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            break n;
+        }
+    };
     if n != 1 {
         return Err(Error::io("send a shared segment", std::io::Error::last_os_error()));
     }

@@ -4,8 +4,10 @@
 //! liveness decided by the caller's table of attached processes).
 //!
 //! # The word
-//! 0 is free; otherwise bits 0-30 hold the holder's id (1 to 2^31 - 1: a client slot, or a
-//! pid) and bit 31 says that someone may be sleeping on the word. A waiter sleeps on the
+//! 0 is free; otherwise bits 0-30 hold the holder's id (1 to 2^31 - 1: a client's id from
+//! [`super::Clients`], or a pid) and bit 31 says that someone may be sleeping on the word. An
+//! id stands for one thread of control: threads of one process that share an id serialize
+//! among themselves before they take the lock (a thread that locks what its id holds panics). A waiter sleeps on the
 //! word's futex, shared between processes (not `FUTEX_PRIVATE`), for at most
 //! [`LIVENESS_POLL`] at a time, and asks whether the holder is alive whenever it wakes.
 //!
@@ -100,14 +102,26 @@ impl OwnerLock {
         }
     }
 
-    /// Releases the lock, which `me` holds.
-    pub fn unlock(&self, me: u32) {
-        // Release: what we did under the lock is seen by the next holder.
-        let w = self.word.swap(0, Ordering::Release);
-        debug_assert_eq!(w & !WAITERS, me, "OwnerLock unlocked by a thread that does not hold it");
+    /// Releases the lock, which `me` holds. False, and the lock left as it is, if `me` does
+    /// not hold it: it was taken over from `me`, judged dead, and belongs to its taker now.
+    pub fn unlock(&self, me: u32) -> bool {
+        // Relaxed: a first guess for the CAS, which orders.
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if w & !WAITERS != me {
+                log::error!("OwnerLock: holder {me} unlocks a lock now held by {}", w & !WAITERS);
+                return false;
+            }
+            // Release: what we did under the lock is seen by the next holder.
+            match self.word.compare_exchange(w, 0, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
         if w & WAITERS != 0 {
             futex::wake(self.word.as_ptr(), 1);
         }
+        true
     }
 
     /// The holder's id, if the lock is held.
@@ -149,7 +163,7 @@ mod tests {
                         assert_eq!(g.lock.lock(me, |_| true), Acquired::Clean);
                         // SAFETY: we hold the lock.
                         unsafe { *g.count.get() += 1 };
-                        g.lock.unlock(me);
+                        assert!(g.lock.unlock(me));
                     }
                 })
             })
@@ -176,7 +190,8 @@ mod tests {
             assert_eq!(waiter.join().unwrap(), Acquired::OwnerDied(7));
         });
         assert_eq!(lock.holder(), Some(8));
-        lock.unlock(8);
+        assert!(!lock.unlock(7), "the dead holder no longer holds it");
+        assert!(lock.unlock(8));
         assert_eq!(lock.lock(9, |_| false), Acquired::Clean, "a free lock needs no take-over");
     }
 

@@ -60,6 +60,9 @@ pub struct Segment {
     fd: OwnedFd,
     base: NonNull<u8>,
     len: usize,
+    /// The regions as checked when this mapping was made: the header in shared memory is
+    /// never read again, so no peer that rewrites it can send us out of bounds.
+    table: Vec<Region>,
 }
 
 // SAFETY: the segment is plain shared memory; who may touch which bytes is the business of the
@@ -119,7 +122,8 @@ impl Segment {
         if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } != 0 {
             return Err(os_error(ErrorKind::Unsupported, "seal a shared segment"));
         }
-        let seg = Segment::map(fd, end as usize)?;
+        let mut seg = Segment::map(fd, end as usize)?;
+        seg.table = table[..regions.len()].to_vec();
         let header = seg.header_ptr();
         // SAFETY: the header lies in the first huge page of our fresh, zeroed mapping, which no
         // other process has yet (only we hold the descriptor), so plain writes race with nothing.
@@ -150,14 +154,23 @@ impl Segment {
         if len < REGION_ALIGN || len > isize::MAX as u64 {
             return Err(invalid(format!("not a shared segment: {len} bytes")));
         }
-        let seg = Segment::map(fd, len as usize)?;
+        let mut seg = Segment::map(fd, len as usize)?;
         let h = seg.header_ptr();
         // SAFETY: the header lies inside the mapping (len >= one huge page). Another process
-        // wrote it; `ready` is an atomic, and after its Acquire load the creator writes
-        // nothing more to the header, so the plain reads below race with no writer.
+        // wrote it; `ready` is an atomic, and after its Acquire load an honest creator writes
+        // nothing more. Volatile copies, never references, so a peer that writes anyway can
+        // only make us refuse the segment or keep values we then check.
         let (ready, magic, version, regions, hlen, table) = unsafe {
+            use std::ptr::{addr_of, read_volatile};
             let ready = (*h).ready.load(Ordering::Acquire);
-            (ready, (*h).magic, (*h).version, (*h).regions, (*h).len, (*h).region)
+            (
+                ready,
+                read_volatile(addr_of!((*h).magic)),
+                read_volatile(addr_of!((*h).version)),
+                read_volatile(addr_of!((*h).regions)),
+                read_volatile(addr_of!((*h).len)),
+                read_volatile(addr_of!((*h).region)),
+            )
         };
         if ready != 1 || magic != MAGIC {
             return Err(invalid("not a shared segment: bad magic or not ready"));
@@ -173,12 +186,20 @@ impl Segment {
                 "shared segment header says {hlen} bytes, {regions} regions; it has {len}"
             )));
         }
-        for r in &table[..regions as usize] {
+        let table = &table[..regions as usize];
+        for (i, r) in table.iter().enumerate() {
             let end = r.offset.checked_add(r.len);
             if r.offset < REGION_ALIGN || r.offset % REGION_ALIGN != 0 || end.is_none_or(|e| e > len) {
                 return Err(invalid(format!("shared segment region {r:?} is out of bounds")));
             }
+            let overlaps = |o: &Region| r.offset < o.offset + o.len && o.offset < r.offset + r.len;
+            if table[..i].iter().any(|o| o.kind == r.kind || overlaps(o)) {
+                return Err(invalid(format!(
+                    "shared segment region {r:?} repeats a kind or overlaps another"
+                )));
+            }
         }
+        seg.table = table.to_vec();
         Ok(seg)
     }
 
@@ -200,27 +221,18 @@ impl Segment {
             return Err(os_error(ErrorKind::InvalidConfig, "map a shared segment"));
         }
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
-        Ok(Segment { fd, base, len })
+        Ok(Segment { fd, base, len, table: Vec::new() })
     }
 
     fn header_ptr(&self) -> *mut Header {
         self.base.as_ptr().cast::<Header>()
     }
 
-    fn table(&self) -> &[Region] {
-        // SAFETY: `create` wrote the header before returning and `attach` checked it (regions
-        // <= MAX_REGIONS, each in bounds); nothing writes it afterwards, so a shared reference
-        // to the table is sound for the life of the mapping.
-        unsafe {
-            let h = &*self.header_ptr();
-            &h.region[..h.regions as usize]
-        }
-    }
-
     /// The region of `kind`: its start in this process's mapping and its length.
     pub fn region(&self, kind: u32) -> Option<(NonNull<u8>, usize)> {
-        let r = self.table().iter().find(|r| r.kind == kind)?;
-        // SAFETY: the region lies inside the mapping (checked at attach, made so at create).
+        let r = self.table.iter().find(|r| r.kind == kind)?;
+        // SAFETY: the region lies inside the mapping (checked at attach, made so at create, and
+        // kept in `table`, which no other process can change).
         let start = unsafe { self.base.as_ptr().add(r.offset as usize) };
         Some((NonNull::new(start)?, r.len as usize))
     }
@@ -357,6 +369,12 @@ mod tests {
         // region 1's length is at 64.
         out_of_bounds[64..72].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(err(forged(&out_of_bounds, len, true)).contains("out of bounds"));
+        let mut twice = bytes.clone();
+        twice[48..52].copy_from_slice(&7u32.to_le_bytes()); // region 1 claims region 0's kind
+        assert!(err(forged(&twice, len, true)).contains("repeats a kind"));
+        let mut overlapping = bytes.clone();
+        overlapping[56..64].copy_from_slice(&REGION_ALIGN.to_le_bytes()); // region 1 at region 0
+        assert!(err(forged(&overlapping, len, true)).contains("overlaps"));
         let mut newer = bytes;
         newer[8] = 2;
         assert_eq!(Segment::attach(forged(&newer, len, true)).err().unwrap().kind(), ErrorKind::Unsupported);
