@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread;
 
 use proptest::prelude::*;
-use upcache::file::range_lock::RangeLock;
+use upcache::file::range_lock::{Mode, RangeLock};
 
 const UNIT: u64 = 512;
 const UNITS: usize = 64;
@@ -82,7 +82,11 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn run(lock: &RangeLock, table: &Table, op: &Op) {
     let (s, e) = (op.start as u64 * UNIT, (op.start + op.len) as u64 * UNIT);
-    let guard = if op.try_only { lock.try_read(s, e) } else { Some(lock.lock(s, e, op.exclusive)) };
+    let guard = if op.try_only {
+        lock.try_read(s, e)
+    } else {
+        Some(lock.lock(s, e, if op.exclusive { Mode::Exclusive } else { Mode::Shared }))
+    };
     let Some(guard) = guard else { return };
     table.enter(op.start..op.start + op.len, op.exclusive);
     for _ in 0..op.hold {

@@ -148,11 +148,21 @@ enum Held {
     Fast { slot: usize, exclusive: bool },
 }
 
+/// How a range is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// With other shared holders of overlapping ranges (readers).
+    Shared,
+    /// Alone over its range (writers).
+    Exclusive,
+}
+
 impl RangeLock {
-    /// Locks bytes `start..end` shared (`exclusive` false) or exclusive, waiting for
-    /// conflicting requests that arrived earlier. An empty range is widened to one byte so
-    /// that it still orders against writes at that offset.
-    pub fn lock(&self, start: u64, end: u64, exclusive: bool) -> RangeGuard<'_> {
+    /// Locks bytes `start..end` in `mode`, waiting for conflicting requests that arrived
+    /// earlier. An empty range is widened to one byte so that it still orders against writes
+    /// at that offset.
+    pub fn lock(&self, start: u64, end: u64, mode: Mode) -> RangeGuard<'_> {
+        let exclusive = mode == Mode::Exclusive;
         let end = end.max(start.saturating_add(1));
         let fast = if exclusive { self.fast_write(start, end) } else { self.fast_read(start, end) };
         if let Some(g) = fast {
@@ -309,12 +319,12 @@ impl RangeLock {
 
     /// Shared lock of `start..end`.
     pub fn read(&self, start: u64, end: u64) -> RangeGuard<'_> {
-        self.lock(start, end, false)
+        self.lock(start, end, Mode::Shared)
     }
 
     /// Exclusive lock of `start..end`.
     pub fn write(&self, start: u64, end: u64) -> RangeGuard<'_> {
-        self.lock(start, end, true)
+        self.lock(start, end, Mode::Exclusive)
     }
 }
 
