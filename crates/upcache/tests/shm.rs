@@ -17,13 +17,31 @@ fn counter(seg: &Segment) -> &AtomicU64 {
     unsafe { &*p.as_ptr().cast::<AtomicU64>() }
 }
 
+/// A command that runs this binary's ignored test `entry` in a child process inheriting `seg`
+/// (its descriptor's number in `FD_ENV`), and that descriptor, to keep open until it spawns.
+fn child_inheriting(seg: &Segment, entry: &str) -> (Command, OwnedFd) {
+    // The segment's own descriptor is close-on-exec; a duplicate without the flag is inherited.
+    let inherited = seg.as_fd().try_clone_to_owned().unwrap();
+    // SAFETY: fcntl on our own descriptor: clears its close-on-exec flag.
+    assert_eq!(unsafe { libc::fcntl(inherited.as_raw_fd(), libc::F_SETFD, 0) }, 0);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", entry, "--ignored", "--nocapture", "--quiet"])
+        .env(FD_ENV, inherited.as_raw_fd().to_string());
+    (cmd, inherited)
+}
+
+/// In a child process: the segment its parent passed (`child_inheriting`).
+fn inherited_segment() -> Segment {
+    let fd: i32 = std::env::var(FD_ENV).expect("run by the parent test").parse().unwrap();
+    // SAFETY: the parent passed this descriptor for us to own.
+    Segment::attach(unsafe { OwnedFd::from_raw_fd(fd) }).unwrap()
+}
+
 /// The child: attaches to the inherited segment, checks the parent's value, answers with its own.
 #[test]
 #[ignore = "the child process of the cross-process test, run by it"]
 fn segment_child_entry() {
-    let fd: i32 = std::env::var(FD_ENV).expect("run by the parent test").parse().unwrap();
-    // SAFETY: the parent passed this descriptor for us to own.
-    let seg = Segment::attach(unsafe { OwnedFd::from_raw_fd(fd) }).unwrap();
+    let seg = inherited_segment();
     // Acquire/Release: each side publishes its value with the store the other loads.
     assert_eq!(counter(&seg).load(Ordering::Acquire), 42);
     counter(&seg).store(43, Ordering::Release);
@@ -33,15 +51,8 @@ fn segment_child_entry() {
 fn a_child_process_shares_the_segment_it_inherits() {
     let seg = Segment::create("upcache-test", &[RegionSpec { kind: KIND, len: 4096 }]).unwrap();
     counter(&seg).store(42, Ordering::Release);
-    // The segment's own descriptor is close-on-exec; a duplicate without the flag is inherited.
-    let inherited = seg.as_fd().try_clone_to_owned().unwrap();
-    // SAFETY: fcntl on our own descriptor: clears its close-on-exec flag.
-    assert_eq!(unsafe { libc::fcntl(inherited.as_raw_fd(), libc::F_SETFD, 0) }, 0);
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "segment_child_entry", "--ignored", "--quiet"])
-        .env(FD_ENV, inherited.as_raw_fd().to_string())
-        .status()
-        .unwrap();
+    let (mut child, _inherited) = child_inheriting(&seg, "segment_child_entry");
+    let status = child.status().unwrap();
     assert!(status.success(), "the child failed: {status}");
     assert_eq!(counter(&seg).load(Ordering::Acquire), 43, "the child's write is in our mapping");
 }
@@ -68,9 +79,7 @@ fn clients_of(seg: &Segment) -> upcache::shm::Clients<'_> {
 #[test]
 #[ignore = "the child process of the killed-holder test, run by it"]
 fn lock_holder_child_entry() {
-    let fd: i32 = std::env::var(FD_ENV).expect("run by the parent test").parse().unwrap();
-    // SAFETY: the parent passed this descriptor for us to own.
-    let seg = Segment::attach(unsafe { OwnedFd::from_raw_fd(fd) }).unwrap();
+    let seg = inherited_segment();
     let me = clients_of(&seg).join().unwrap();
     assert!(lock_of(&seg).try_lock(me));
     println!("locked {me}");
@@ -89,16 +98,9 @@ fn a_lock_held_by_a_killed_process_is_taken_over() {
     let seg = Segment::create("upcache-test", &specs).unwrap();
     let clients = clients_of(&seg);
     let me = clients.join().unwrap();
-    let inherited = seg.as_fd().try_clone_to_owned().unwrap();
-    // SAFETY: fcntl on our own descriptor: clears its close-on-exec flag.
-    assert_eq!(unsafe { libc::fcntl(inherited.as_raw_fd(), libc::F_SETFD, 0) }, 0);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lock_holder_child_entry", "--ignored", "--nocapture", "--quiet"])
-        .env(FD_ENV, inherited.as_raw_fd().to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut cmd, _inherited) = child_inheriting(&seg, "lock_holder_child_entry");
+    let mut child =
+        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     let holder = loop {
