@@ -29,6 +29,7 @@ mod metrics;
 pub mod policy;
 mod readahead;
 mod service;
+pub mod shared;
 pub mod shm;
 mod sync;
 

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["io", "alloc", "index", "policy", "readahead"],
     &["config"],
     &["file", "meta"],
-    &["cache"],
+    &["cache", "shared"],
     &["service"],
     &["api"],
 ];

@@ -115,6 +115,12 @@ impl<'a> Clients<'a> {
         })
     }
 
+    /// The pids of the processes in taken slots.
+    pub fn pids(&self) -> Vec<u32> {
+        // Acquire: pairs with the AcqRel of `join`.
+        self.slots.iter().map(|[who, _]| who.load(Ordering::Acquire) as u32).filter(|&p| p != 0).collect()
+    }
+
     /// The ids of taken slots whose process is certainly dead, for repair and then
     /// [`Self::reap`].
     pub fn dead(&self) -> Vec<u32> {

@@ -6,8 +6,8 @@
 //! # The word
 //! 0 is free; otherwise bits 0-30 hold the holder's id (1 to 2^31 - 1: a client's id from
 //! [`super::Clients`], or a pid) and bit 31 says that someone may be sleeping on the word. An
-//! id stands for one thread of control: threads of one process that share an id serialize
-//! among themselves before they take the lock (a thread that locks what its id holds panics). A waiter sleeps on the
+//! id names a process, not a thread: a thread that finds its own id holding the lock waits, as
+//! for any live holder, since another thread of its process holds it. A waiter sleeps on the
 //! word's futex, shared between processes (not `FUTEX_PRIVATE`), for at most
 //! [`LIVENESS_POLL`] at a time, and asks whether the holder is alive whenever it wakes.
 //!
@@ -80,10 +80,7 @@ impl OwnerLock {
                 }
             }
             let holder = w & !WAITERS;
-            if holder == me {
-                panic!("OwnerLock: holder {me} locked the lock it holds");
-            }
-            if !alive(holder) {
+            if holder != me && !alive(holder) {
                 // Acquire: whatever the dead holder wrote before it died is seen by us.
                 match self.word.compare_exchange(w, me | (w & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                 {

@@ -1,0 +1,439 @@
+//! A file open in the shared cache: reads, writes, length changes and syncs, seen by every
+//! attached process at once.
+//!
+//! A read copies each page optimistically (`frame.rs`) and keeps the result only if the file's
+//! write sequence was even and unchanged across the whole copy, so a read never mixes two
+//! writes; after a few tries it takes the file's lock instead. A write holds the file's lock
+//! (one writer per file across processes, as ext4's inode lock), makes the sequence odd, and
+//! per page locks the frame, marks it dirty, copies, and publishes with a version bump; the
+//! length grows page by page as the bytes land.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use super::files::{self, OsFile, Slot};
+use super::frame::{key, key_slot, DIRTY, REFERENCED, VALID};
+use super::layout::PAGE;
+use super::pages::Fill;
+use super::Inner;
+use crate::error::{Error, ErrorKind, Result};
+use crate::shm::Acquired;
+
+/// Optimistic whole reads tried before a reader takes the file's lock.
+const OPTIMISTIC_TRIES: usize = 4;
+
+/// A file open through a [`super::SharedCache`]. Closing it (drop, or [`Self::close`] to see
+/// errors) writes its dirty pages back if it is the file's last open in any process.
+pub struct SharedFile {
+    inner: Arc<Inner>,
+    slot: u32,
+    fd: Arc<std::fs::File>,
+    writable: bool,
+    closed: bool,
+}
+
+fn open_error(path: &Path, e: std::io::Error) -> Error {
+    let what = format!("open {}", path.display());
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => Error::with_source(ErrorKind::PermissionDenied, what, e),
+        Some(libc::ENOENT) => Error::with_source(ErrorKind::NotFound, what, e),
+        _ => Error::io(what, e),
+    }
+}
+
+impl SharedFile {
+    pub(crate) fn open(inner: Arc<Inner>, path: &Path, write: bool) -> Result<SharedFile> {
+        let fd = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| open_error(path, e))?;
+        SharedFile::adopt(inner, fd, write)
+    }
+
+    /// Caches the OS file open on `fd` (opened by this process, for writing if `write`).
+    pub(crate) fn adopt(inner: Arc<Inner>, fd: std::fs::File, write: bool) -> Result<SharedFile> {
+        let md = fd.metadata().map_err(|e| Error::io("stat a file to cache", e))?;
+        if !md.is_file() {
+            return Err(Error::new(ErrorKind::InvalidInput, "only regular files are cached"));
+        }
+        let os = OsFile {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64),
+        };
+        let view = &inner.view;
+        let table = &view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        let slot = match files::find_or_take(view.files(), &os) {
+            Some(Slot::Found(s)) => Some(s),
+            Some(Slot::Stale(s)) => {
+                inner.drop_pages(s, 0);
+                files::fill(&view.files()[s as usize], &os);
+                Some(s)
+            }
+            Some(Slot::Fresh { slot, evict_old }) => {
+                if evict_old {
+                    inner.drop_pages(slot, 0);
+                }
+                files::fill(&view.files()[slot as usize], &os);
+                Some(slot)
+            }
+            None => None,
+        };
+        if let Some(s) = slot {
+            // Relaxed: under the table's lock.
+            view.files()[s as usize].opens.fetch_add(1, Ordering::Relaxed);
+            view.holds(inner.me)[s as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        table.unlock(inner.me);
+        let slot = slot.ok_or_else(|| {
+            Error::new(ErrorKind::CacheFull, "the shared cache's file table is full of open or dirty files")
+        })?;
+        let fd = {
+            let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
+            let e = fds.entry(slot).or_insert_with(|| (Arc::new(fd.try_clone().expect("dup")), write, 0));
+            if write && !e.1 {
+                e.0 = Arc::new(fd);
+                e.1 = true;
+            }
+            e.2 += 1;
+            e.0.clone()
+        };
+        Ok(SharedFile { inner, slot, fd, writable: write, closed: false })
+    }
+
+    fn entry(&self) -> &files::FileEntry {
+        &self.inner.view.files()[self.slot as usize]
+    }
+
+    /// The file's length as every attached process sees it.
+    pub fn len(&self) -> u64 {
+        // Acquire: pairs with the length's Release stores.
+        self.entry().len.load(Ordering::Acquire)
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let e = self.entry();
+        for _ in 0..OPTIMISTIC_TRIES {
+            // Acquire: the writes before an even value are seen by our copy.
+            let seq = e.seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let n = self.read_pages(buf, offset)?;
+            // Acquire fence: our copies are ordered before the sequence's re-read.
+            fence(Ordering::Acquire);
+            // Relaxed: ordered by the fence.
+            if e.seq.load(Ordering::Relaxed) == seq {
+                return Ok(n);
+            }
+        }
+        let me = self.inner.me;
+        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
+            e.repair_lock();
+        }
+        let r = self.read_pages(buf, offset);
+        e.lock.unlock(me);
+        r
+    }
+
+    /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole.
+    fn read_pages(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let end = offset.saturating_add(buf.len() as u64).min(self.len());
+        if offset >= end {
+            return Ok(0);
+        }
+        let mut at = offset;
+        while at < end {
+            let page = at / PAGE as u64;
+            let in_page = (at % PAGE as u64) as usize;
+            let n = (PAGE - in_page).min((end - at) as usize);
+            let dst = &mut buf[(at - offset) as usize..][..n];
+            self.read_page(page, in_page, dst)?;
+            at += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+
+    fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8]) -> Result<()> {
+        let view = &self.inner.view;
+        let k = key(self.slot, page);
+        if let Some(f) = view.map().find_hint(k) {
+            let m = &view.frames()[f as usize];
+            if let Some(w) = m.stable() {
+                let flags = m.flags();
+                if m.key() == k && flags & VALID != 0 {
+                    // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a
+                    // frame being written or reused may change under the copy, a data race by
+                    // the letter of the memory model, as in every seqlock; the bytes are plain
+                    // integers, land only in `dst`, and are kept only if `unchanged` holds.
+                    unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+                    if m.unchanged(w) {
+                        if flags & REFERENCED == 0 {
+                            // Relaxed: a hint for the clock hand.
+                            m.flags.fetch_or(REFERENCED, Ordering::Relaxed);
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        // Missing, in flight or changing: take the frame's lock (loading the page if need be).
+        let f = self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?;
+        // SAFETY: we hold the frame's lock; in bounds as above.
+        unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+        view.frames()[f as usize].unlock(self.inner.me, false);
+        Ok(())
+    }
+
+    /// Writes `buf` at `offset`: all of it, or, if an error stops it after some pages, how
+    /// many bytes were written.
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        self.write_locked(buf, |_| offset).map(|(n, _)| n)
+    }
+
+    /// Appends `buf` at the end of the file, atomically with respect to every other writer in
+    /// any process; where it was written and how many bytes.
+    pub fn append(&self, buf: &[u8]) -> Result<(u64, usize)> {
+        self.write_locked(buf, |len| len).map(|(n, at)| (at, n))
+    }
+
+    fn write_locked(&self, buf: &[u8], at: impl FnOnce(u64) -> u64) -> Result<(usize, u64)> {
+        if !self.writable {
+            return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
+        }
+        self.throttle();
+        let e = self.entry();
+        let me = self.inner.me;
+        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
+            e.repair_lock();
+        }
+        let offset = at(self.len());
+        let r = match offset.checked_add(buf.len() as u64) {
+            Some(end) if end < 1 << 52 => {
+                e.begin_change();
+                let r = self.write_pages(buf, offset);
+                e.end_change();
+                r
+            }
+            _ => Err(Error::new(ErrorKind::FileTooLarge, "a write past the shared cache's largest file")),
+        };
+        e.lock.unlock(me);
+        r.map(|n| (n, offset))
+    }
+
+    fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let view = &self.inner.view;
+        let e = self.entry();
+        let end = offset + buf.len() as u64;
+        let mut at = offset;
+        while at < end {
+            let page = at / PAGE as u64;
+            let in_page = (at % PAGE as u64) as usize;
+            let n = (PAGE - in_page).min((end - at) as usize);
+            let fill = if n == PAGE { Fill::Overwrite } else { Fill::Read };
+            let f = match self.inner.lock_page(self.slot, page, &self.fd, fill) {
+                Ok(f) => f,
+                Err(err) if at == offset => return Err(err),
+                Err(_) => break,
+            };
+            self.inner.mark_dirty(f);
+            let src = &buf[(at - offset) as usize..][..n];
+            // SAFETY: we hold the frame's lock; `in_page + n <= PAGE`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), view.page(f).add(in_page), n) };
+            let m = &view.frames()[f as usize];
+            // Release: published with the bytes by the unlock.
+            m.flags.fetch_or(VALID, Ordering::Release);
+            m.unlock(self.inner.me, true);
+            at += n as u64;
+            // Release: a reader that sees the length sees the bytes.
+            e.len.fetch_max(at, Ordering::Release);
+        }
+        Ok((at - offset) as usize)
+    }
+
+    /// Past half the cache dirty, a writer first writes back its own file's dirty pages, so
+    /// clean frames remain for everyone's misses.
+    fn throttle(&self) {
+        let view = &self.inner.view;
+        // Relaxed: a threshold.
+        if view.header().dirty.load(Ordering::Relaxed) as usize > view.n_frames / 2 {
+            let _ = self.write_back();
+        }
+    }
+
+    /// Sets the length: a shrink drops the pages past it and zeros the rest of the last one;
+    /// the OS file is truncated at once.
+    pub fn set_len(&self, new: u64) -> Result<()> {
+        if !self.writable {
+            return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
+        }
+        let e = self.entry();
+        let me = self.inner.me;
+        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
+            e.repair_lock();
+        }
+        e.begin_change();
+        let r = self.set_len_locked(new);
+        e.end_change();
+        e.lock.unlock(me);
+        r
+    }
+
+    fn set_len_locked(&self, new: u64) -> Result<()> {
+        let e = self.entry();
+        let old = self.len();
+        if new >= old {
+            self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
+            // Release: as in `write_pages`.
+            e.len.store(new, Ordering::Release);
+            return Ok(());
+        }
+        // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
+        e.len.store(new, Ordering::SeqCst);
+        if let Err(err) = self.fd.set_len(new) {
+            e.len.store(old, Ordering::SeqCst);
+            return Err(Error::io("truncate a shared file", err));
+        }
+        self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64));
+        if new % PAGE as u64 != 0 {
+            let view = &self.inner.view;
+            if let Some(f) = view.map().find_hint(key(self.slot, new / PAGE as u64)) {
+                self.inner.lock_frame(f);
+                let m = &view.frames()[f as usize];
+                if m.key() == key(self.slot, new / PAGE as u64) {
+                    let from = (new % PAGE as u64) as usize;
+                    // SAFETY: we hold the frame's lock; `from < PAGE`.
+                    unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
+                }
+                m.unlock(self.inner.me, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty page of the file back to it (no flush); the first error.
+    pub fn write_back(&self) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        let e = self.entry();
+        // Acquire: pairs with `mark_dirty`'s count.
+        if e.dirty.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let mut first = Ok(());
+        for (f, m) in self.inner.view.frames().iter().enumerate() {
+            let k = m.key();
+            if k == 0 || key_slot(k) != self.slot || m.flags() & DIRTY == 0 {
+                continue;
+            }
+            self.inner.lock_frame(f as u32);
+            if m.key() == k && m.flags() & DIRTY != 0 {
+                if let Err(err) = self.inner.write_back_locked(f as u32, &self.fd) {
+                    first = first.and(Err(err));
+                }
+            }
+            m.unlock(self.inner.me, false);
+        }
+        first
+    }
+
+    /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.
+    pub fn sync_data(&self) -> Result<()> {
+        self.sync(false)
+    }
+
+    /// As [`Self::sync_data`], with the file's metadata (`fsync`).
+    pub fn sync_all(&self) -> Result<()> {
+        self.sync(true)
+    }
+
+    fn sync(&self, all: bool) -> Result<()> {
+        let wrote = self.write_back();
+        let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
+        // Relaxed: the error was stored before the write-back that found it failing returned.
+        let recorded = self.entry().error.swap(0, Ordering::Relaxed);
+        wrote?;
+        flushed.map_err(|e| Error::io("flush a shared file", e))?;
+        if recorded != 0 {
+            return Err(Error::io(
+                "an earlier write-back of this file",
+                std::io::Error::from_raw_os_error(recorded as i32),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Closes the file, writing its dirty pages back if no other open of it remains in any
+    /// process; the write-back's error.
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.closed, true) {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let view = &inner.view;
+        let e = self.entry();
+        let table = &view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        // Relaxed: under the table's lock.
+        let last = e.opens.load(Ordering::Relaxed) == 1;
+        let r = if last { self.write_back() } else { Ok(()) };
+        e.opens.fetch_sub(1, Ordering::Relaxed);
+        view.holds(inner.me)[self.slot as usize].fetch_sub(1, Ordering::Relaxed);
+        if last {
+            if let Ok(md) = self.fd.metadata() {
+                e.os_size.store(md.size(), Ordering::Relaxed);
+                e.os_mtime.store(
+                    (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        table.unlock(inner.me);
+        let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = fds.get_mut(&self.slot) {
+            entry.2 -= 1;
+            if entry.2 == 0 {
+                fds.remove(&self.slot);
+            }
+        }
+        r
+    }
+
+    /// The descriptor the cache reads and writes the file through.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for SharedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFile").field("slot", &self.slot).field("writable", &self.writable).finish()
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_inner() {
+            log::error!("shared cache: closing a file: {e}");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The shared file table: one entry per cached OS file, found by (device, inode), holding
+//! what every process must agree on: the length, the write sequence, the writers' lock, the
+//! number of opens and the dirty-page count.
+//!
+//! Entries are taken, found and freed under the table's lock (`Header::files_lock`), which is
+//! only taken at open and close. A slot is reused only when no process has it open and none of
+//! its pages is dirty; its cached pages are dropped first, so a key never names a former file.
+//!
+//! # Invariants
+//! - `seq` is odd exactly while a writer (holding `lock`) changes the file's bytes or length;
+//!   a reader that saw the same even value before and after its copy saw no change.
+//! - `dirty` is never below the number of the file's `DIRTY` frames: it grows before a flag is
+//!   set and shrinks after one is cleared, so a sync that finds 0 may skip its scan.
+//! - `opens` is the sum over clients of their `holds` for the slot.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::shm::OwnerLock;
+
+/// Entry is free.
+pub(crate) const FREE: u32 = 0;
+/// Entry names a file.
+pub(crate) const LIVE: u32 = 1;
+
+/// One file's shared state; 96 bytes, all zeros when free.
+#[repr(C)]
+pub(crate) struct FileEntry {
+    pub state: AtomicU32,
+    /// Opens of the file, by every process.
+    pub opens: AtomicU32,
+    /// Held by a writer, a truncate, or a reader that gave up on optimism.
+    pub lock: OwnerLock,
+    /// A write-back error (errno) that the next sync reports.
+    pub error: AtomicU32,
+    pub dev: AtomicU64,
+    pub ino: AtomicU64,
+    /// The file's length as the cache sees it.
+    pub len: AtomicU64,
+    /// The write sequence: odd while a change is in flight.
+    pub seq: AtomicU64,
+    /// Dirty pages (never below the truth).
+    pub dirty: AtomicU64,
+    /// The OS file's size and modification time (ns) when its last opener closed it, to tell
+    /// at the next first open whether someone changed it without the cache.
+    pub os_size: AtomicU64,
+    pub os_mtime: AtomicU64,
+    _pad: [u64; 2],
+}
+
+impl FileEntry {
+    /// Marks the start of a change (the caller holds `lock`).
+    pub fn begin_change(&self) {
+        // Relaxed + Release fence: a reader that sees any byte of the change sees the odd value.
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
+    /// Marks its end.
+    pub fn end_change(&self) {
+        // Release: the change is seen by whoever sees the even value.
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Repairs the entry after taking its lock from a dead writer: its change, cut short,
+    /// ends now (what it wrote stays, as after a killed write(2)).
+    pub fn repair_lock(&self) {
+        // Relaxed: we hold the lock; `end_change` orders.
+        if self.seq.load(Ordering::Relaxed) & 1 == 1 {
+            self.end_change();
+        }
+    }
+}
+
+/// The identity and state of an OS file at open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OsFile {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: u64,
+}
+
+/// What `find_or_take` decided.
+pub(crate) enum Slot {
+    /// The file's entry, already open elsewhere or cached and unchanged.
+    Found(u32),
+    /// The file's entry, whose cached pages are stale: drop them, then use it.
+    Stale(u32),
+    /// A fresh entry (a free one, or one whose cached pages must be dropped first).
+    Fresh { slot: u32, evict_old: bool },
+}
+
+/// Under the table's lock: the entry for `os`, or one to take for it; None if every entry is
+/// open or dirty.
+pub(crate) fn find_or_take(files: &[FileEntry], os: &OsFile) -> Option<Slot> {
+    let mut free = None;
+    let mut idle = None;
+    for (i, e) in files.iter().enumerate() {
+        // Relaxed (all): entries change only under the table's lock, which we hold, except
+        // `dirty`, `opens` is ours too, and `len`, which we do not read here.
+        match e.state.load(Ordering::Relaxed) {
+            FREE => free = free.or(Some(i as u32)),
+            _ if e.dev.load(Ordering::Relaxed) == os.dev && e.ino.load(Ordering::Relaxed) == os.ino => {
+                let unchanged = e.opens.load(Ordering::Relaxed) > 0
+                    || e.dirty.load(Ordering::Acquire) > 0
+                    || (e.os_size.load(Ordering::Relaxed) == os.size
+                        && e.os_mtime.load(Ordering::Relaxed) == os.mtime);
+                return Some(if unchanged { Slot::Found(i as u32) } else { Slot::Stale(i as u32) });
+            }
+            _ if e.opens.load(Ordering::Relaxed) == 0 && e.dirty.load(Ordering::Acquire) == 0 => {
+                idle = idle.or(Some(i as u32))
+            }
+            _ => {}
+        }
+    }
+    match (free, idle) {
+        (Some(slot), _) => Some(Slot::Fresh { slot, evict_old: false }),
+        (None, Some(slot)) => Some(Slot::Fresh { slot, evict_old: true }),
+        (None, None) => None,
+    }
+}
+
+/// Makes entry `e` name `os` (under the table's lock, its old pages gone).
+pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
+    // Relaxed (fields): published by the Release store of `state`, and read by others only
+    // after they found the entry under the table's lock or through an open of it.
+    e.dev.store(os.dev, Ordering::Relaxed);
+    e.ino.store(os.ino, Ordering::Relaxed);
+    e.os_size.store(os.size, Ordering::Relaxed);
+    e.os_mtime.store(os.mtime, Ordering::Relaxed);
+    e.error.store(0, Ordering::Relaxed);
+    e.dirty.store(0, Ordering::Relaxed);
+    // Release: the length is read lock-free by readers of the file.
+    e.len.store(os.size, Ordering::Release);
+    e.state.store(LIVE, Ordering::Release);
+}

@@ -1,0 +1,248 @@
+//! A frame of the shared cache: one page of bytes and its [`FrameMeta`], in shared memory.
+//!
+//! # The word
+//! `word` holds a version in its high 32 bits and a lock in its low 32 bits, as an
+//! [`OwnerLock`](crate::shm::OwnerLock): 0 is free, otherwise the holder's client id with bit 31
+//! set while someone may sleep on it (on the low half's futex, shared between processes). The
+//! version grows at every unlock that changed the frame's bytes or its page, so a reader
+//! copies without a lock or a pin (vmcache's optimistic read): load the word (unlocked), check
+//! the key and `VALID`, copy, Acquire fence, load the word again; the copy stands if the word
+//! is unchanged. A frame has no pin count: the copy API needs none, and a count cannot say
+//! which process holds it when one is killed, while a lock word names its holder.
+//!
+//! # Invariants
+//! - The key, the bytes and `VALID` change only under the lock, and every such change is
+//!   followed by an unlock that bumps the version; `DIRTY` changes only under the lock.
+//! - A lock whose holder died is taken over by CAS from the dead holder's word, and the
+//!   taker repairs the frame (`super::repair`) before anything else trusts it.
+//! - `INDEXED` says the frame is in its page's hash chain (`super::index`); it changes only
+//!   under the chain's partition lock and the frame's lock.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::shm::futex;
+use crate::shm::LIVENESS_POLL;
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the shared frame word's futex is its low half, first in memory on little-endian targets");
+
+/// The bytes hold the page's contents as cached (or being written).
+pub(crate) const VALID: u32 = 1;
+/// The bytes differ from the file's.
+pub(crate) const DIRTY: u32 = 2;
+/// Read since the clock hand last passed.
+pub(crate) const REFERENCED: u32 = 4;
+/// In its page's hash chain.
+pub(crate) const INDEXED: u32 = 8;
+
+/// Bit 31 of the lock half: someone may be sleeping on it.
+const WAITERS: u64 = 1 << 31;
+const LOCK_MASK: u64 = 0xffff_ffff;
+const HOLDER_MASK: u64 = LOCK_MASK & !WAITERS;
+
+/// A page's key: file slot + 1 in the high 24 bits, page number in the low 40; 0 is none.
+pub(crate) fn key(slot: u32, page: u64) -> u64 {
+    debug_assert!(page < 1 << 40);
+    (slot as u64 + 1) << 40 | page
+}
+
+/// The file slot of a key that is not 0.
+pub(crate) fn key_slot(key: u64) -> u32 {
+    ((key >> 40) - 1) as u32
+}
+
+/// The page number of a key.
+pub(crate) fn key_page(key: u64) -> u64 {
+    key & ((1 << 40) - 1)
+}
+
+/// How a lock was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// From nobody, or a holder that released it.
+    Clean,
+    /// From this client, which died holding it: repair the frame.
+    FromDead(u32),
+}
+
+/// A frame's metadata, 32 bytes, all zeros for a free frame.
+#[repr(C)]
+pub(crate) struct FrameMeta {
+    /// Version (high half) and lock (low half).
+    pub word: AtomicU64,
+    /// The page this frame holds ([`key`]), or 0.
+    pub key: AtomicU64,
+    /// `VALID`, `DIRTY`, `REFERENCED`, `INDEXED`.
+    pub flags: AtomicU32,
+    /// The next frame + 1 in its hash chain, 0 at the end.
+    pub next: AtomicU32,
+    _pad: u64,
+}
+
+impl FrameMeta {
+    /// The word, if the frame is unlocked: the version to validate an optimistic read with.
+    pub fn stable(&self) -> Option<u64> {
+        // Acquire: what the last holder wrote before its unlock is seen by our copy.
+        let w = self.word.load(Ordering::Acquire);
+        (w & LOCK_MASK == 0).then_some(w)
+    }
+
+    /// Whether nothing locked the frame since [`Self::stable`] returned `w`: an optimistic
+    /// read between the two saw one consistent state.
+    pub fn unchanged(&self, w: u64) -> bool {
+        // Acquire fence: the copy's loads are ordered before the word's re-read, so a lock
+        // taken before any of them is seen here (the seqlock reader's side).
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        self.word.load(Ordering::Relaxed) == w
+    }
+
+    /// Takes the lock for client `me` if it is free.
+    pub fn try_lock(&self, me: u32) -> bool {
+        // Relaxed: a guess for the CAS, which orders.
+        let w = self.word.load(Ordering::Relaxed);
+        w & LOCK_MASK == 0 && self.cas_lock(w, w | me as u64)
+    }
+
+    /// Takes the lock for client `me`, sleeping while a live holder has it and taking it over
+    /// from a dead one (`alive` answers for holders other than `me`: another thread of ours).
+    pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Taken {
+        let mut mark = 0;
+        loop {
+            // Relaxed: a guess for the CASes, which order.
+            let w = self.word.load(Ordering::Relaxed);
+            let holder = (w & HOLDER_MASK) as u32;
+            if holder == 0 {
+                if self.cas_lock(w, w | me as u64 | mark) {
+                    return Taken::Clean;
+                }
+                continue;
+            }
+            if holder != me && !alive(holder) {
+                if self.cas_lock(w, (w & !HOLDER_MASK) | me as u64) {
+                    return Taken::FromDead(holder);
+                }
+                continue;
+            }
+            if w & WAITERS == 0
+                // Relaxed: the bit carries no data; the futex re-checks the word.
+                && self.word.compare_exchange(w, w | WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err()
+            {
+                continue;
+            }
+            futex::wait(self.word.as_ptr().cast::<u32>(), ((w & LOCK_MASK) | WAITERS) as u32, LIVENESS_POLL);
+            mark = WAITERS;
+        }
+    }
+
+    fn cas_lock(&self, from: u64, to: u64) -> bool {
+        // Acquire: what the last holder did is seen by us.
+        let ok = self.word.compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed).is_ok();
+        if ok {
+            // Release fence: an optimistic reader whose copy sees any byte we write next also
+            // sees the lock in its re-read of the word (the seqlock writer's side).
+            fence(Ordering::Release);
+        }
+        ok
+    }
+
+    /// Releases the lock `me` holds; `changed` bumps the version (the bytes, the key or `VALID`
+    /// changed). False, and nothing done, if `me` no longer holds it (taken over: judged dead).
+    pub fn unlock(&self, me: u32, changed: bool) -> bool {
+        // Relaxed: a guess for the CAS, which orders.
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if (w & HOLDER_MASK) as u32 != me {
+                log::error!("shared frame: client {me} unlocks a frame held by {}", w & HOLDER_MASK);
+                return false;
+            }
+            let version = (w >> 32).wrapping_add(changed as u64);
+            // Release: what we did under the lock is seen by the next holder and reader.
+            match self.word.compare_exchange(w, version << 32, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        if w & WAITERS != 0 {
+            futex::wake(self.word.as_ptr().cast::<u32>(), i32::MAX);
+        }
+        true
+    }
+
+    /// The lock's holder, if any.
+    pub fn holder(&self) -> Option<u32> {
+        // Relaxed: a report, stale as soon as read.
+        match (self.word.load(Ordering::Relaxed) & HOLDER_MASK) as u32 {
+            0 => None,
+            h => Some(h),
+        }
+    }
+
+    /// The flags.
+    pub fn flags(&self) -> u32 {
+        // Acquire: flags set under the lock come with the state they describe.
+        self.flags.load(Ordering::Acquire)
+    }
+
+    /// The key.
+    pub fn key(&self) -> u64 {
+        // Acquire: pairs with the Release store of whoever claimed the frame.
+        self.key.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn meta() -> FrameMeta {
+        FrameMeta {
+            word: AtomicU64::new(0),
+            key: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
+            next: AtomicU32::new(0),
+            _pad: 0,
+        }
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let k = key(5, (1 << 40) - 1);
+        assert_eq!((key_slot(k), key_page(k)), (5, (1 << 40) - 1));
+        assert_ne!(key(0, 0), 0, "slot 0 page 0 is not 'none'");
+    }
+
+    #[test]
+    fn a_change_under_the_lock_fails_an_optimistic_read_and_a_bare_lock_does_not_bump() {
+        let m = meta();
+        let w = m.stable().unwrap();
+        assert!(m.try_lock(3));
+        assert!(m.stable().is_none(), "locked");
+        assert!(!m.unchanged(w));
+        assert!(m.unlock(3, false));
+        assert!(m.unchanged(w), "no change, same version");
+        assert!(m.try_lock(3));
+        assert!(m.unlock(3, true));
+        assert!(!m.unchanged(w), "changed: new version");
+        assert!(!m.unlock(3, true), "not held");
+    }
+
+    #[test]
+    fn a_dead_holders_frame_is_taken_over_and_threads_of_one_client_wait_for_each_other() {
+        let m = meta();
+        assert!(m.try_lock(7));
+        assert_eq!(m.lock(8, |h| h != 7), Taken::FromDead(7));
+        assert_eq!(m.holder(), Some(8));
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let t = m.lock(8, |_| true);
+                assert!(m.unlock(8, true));
+                t
+            });
+            // Our other thread waits for us (same client) until we unlock.
+            assert!(m.unlock(8, false));
+            assert_eq!(other.join().unwrap(), Taken::Clean);
+        });
+        assert_eq!(m.holder(), None);
+    }
+}

@@ -1,0 +1,164 @@
+//! The shared page index: (file slot, page) → frame, as PostgreSQL's buffer mapping table.
+//!
+//! A power-of-two array of bucket heads, each the first frame + 1 of a chain linked through
+//! the frames' `next` words. Chains change only under their partition's lock (bucket modulo
+//! [`PARTITIONS`], an [`OwnerLock`]), so lookups by the chain's writers are exact. Readers
+//! follow a chain with no lock at all: an answer is only a hint, which the reader confirms by
+//! the frame's key under the frame's word (`super::frame`); a chain that changed under it can
+//! make it miss or wander (a frame moved to another chain), so a lock-free lookup gives up
+//! after [`MAX_HOPS`] and a miss is re-checked under the partition lock before a load.
+//!
+//! # Invariants
+//! - A frame is in the chain of its key's bucket iff its `INDEXED` flag is set; both change
+//!   only under the partition's lock and the frame's lock.
+//! - At most one frame per key is `INDEXED`: an insert first looks for the key under the lock.
+//! - A partition whose lock holder died is rebuilt from the `INDEXED` flags before use.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::frame::{FrameMeta, INDEXED};
+use crate::shm::{Acquired, OwnerLock};
+
+/// Partition locks: enough that two processes rarely meet on one.
+pub(crate) const PARTITIONS: usize = 1024;
+/// Frames a lock-free lookup follows before it gives up.
+const MAX_HOPS: usize = 64;
+
+/// A view of the index's regions in one process.
+pub(crate) struct PageMap<'a> {
+    pub heads: &'a [AtomicU32],
+    pub locks: &'a [OwnerLock],
+    pub frames: &'a [FrameMeta],
+}
+
+fn hash(key: u64) -> u64 {
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl PageMap<'_> {
+    fn bucket(&self, key: u64) -> usize {
+        (hash(key) >> 20) as usize & (self.heads.len() - 1)
+    }
+
+    fn partition(&self, key: u64) -> usize {
+        self.bucket(key) % PARTITIONS
+    }
+
+    /// A frame that held `key` as the chain was followed, with no lock: a hint to confirm.
+    pub fn find_hint(&self, key: u64) -> Option<u32> {
+        // Acquire (heads and links): a frame published into a chain comes with its key.
+        let mut at = self.heads[self.bucket(key)].load(Ordering::Acquire);
+        for _ in 0..MAX_HOPS {
+            let f = at.checked_sub(1)?;
+            let m = self.frames.get(f as usize)?;
+            if m.key() == key {
+                return Some(f);
+            }
+            at = m.next.load(Ordering::Acquire);
+        }
+        None
+    }
+
+    /// Takes `key`'s partition lock for `me`, rebuilding the partition if its holder died.
+    pub fn lock(&self, key: u64, me: u32, alive: &dyn Fn(u32) -> bool) -> PartitionGuard<'_, '_> {
+        let p = self.partition(key);
+        if let Acquired::OwnerDied(dead) = self.locks[p].lock(me, alive) {
+            log::warn!("shared cache: client {dead} died changing index partition {p}; rebuilding it");
+            self.rebuild(p);
+        }
+        PartitionGuard { map: self, p, me }
+    }
+
+    /// Relinks partition `p`'s chains from the frames' `INDEXED` flags (its lock held).
+    pub fn rebuild(&self, p: usize) {
+        for b in (p..self.heads.len()).step_by(PARTITIONS) {
+            // Relaxed: readers of a chain being rebuilt may miss; misses are re-checked under
+            // the lock we hold.
+            self.heads[b].store(0, Ordering::Relaxed);
+        }
+        for (f, m) in self.frames.iter().enumerate() {
+            let key = m.key();
+            if m.flags() & INDEXED != 0 && key != 0 && self.partition(key) == p {
+                let head = &self.heads[self.bucket(key)];
+                // Relaxed/Release: as in `insert`.
+                m.next.store(head.load(Ordering::Relaxed), Ordering::Relaxed);
+                head.store(f as u32 + 1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// A held partition lock; what a chain's writers do goes through it.
+pub(crate) struct PartitionGuard<'m, 'a> {
+    map: &'m PageMap<'a>,
+    p: usize,
+    me: u32,
+}
+
+impl PartitionGuard<'_, '_> {
+    /// The frame in `key`'s chain, exactly (we hold its partition).
+    pub fn find(&self, key: u64) -> Option<u32> {
+        let map = self.map;
+        // Relaxed: the chain changes only under our lock.
+        let mut at = map.heads[map.bucket(key)].load(Ordering::Relaxed);
+        while let Some(f) = at.checked_sub(1) {
+            let m = &map.frames[f as usize];
+            if m.key() == key {
+                return Some(f);
+            }
+            at = m.next.load(Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Puts frame `f`, which holds `key` and which the caller has locked, in the chain, unless
+    /// another frame has `key` there: then that frame.
+    pub fn insert(&self, key: u64, f: u32) -> Result<(), u32> {
+        debug_assert_eq!(self.map.partition(key), self.p);
+        if let Some(other) = self.find(key) {
+            return Err(other);
+        }
+        let map = self.map;
+        let m = &map.frames[f as usize];
+        // Release: a reader that sees the flag sees the key stored before.
+        m.flags.fetch_or(INDEXED, Ordering::Release);
+        let head = &map.heads[map.bucket(key)];
+        // Relaxed: the head changes only under our lock.
+        m.next.store(head.load(Ordering::Relaxed), Ordering::Relaxed);
+        // Release: a reader that reaches `f` through the head sees its key and link.
+        head.store(f + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes frame `f`, which holds `key` and which the caller has locked, out of the chain.
+    pub fn remove(&self, key: u64, f: u32) {
+        let map = self.map;
+        let m = &map.frames[f as usize];
+        if m.flags() & INDEXED == 0 {
+            return;
+        }
+        let mut link = &map.heads[map.bucket(key)];
+        loop {
+            // Relaxed: links change only under our lock.
+            let at = link.load(Ordering::Relaxed);
+            let Some(g) = at.checked_sub(1) else {
+                debug_assert!(false, "frame {f} INDEXED but not in its chain");
+                break;
+            };
+            if g == f {
+                // Release: a reader arriving by `link` sees a whole frame.
+                link.store(m.next.load(Ordering::Relaxed), Ordering::Release);
+                break;
+            }
+            link = &map.frames[g as usize].next;
+        }
+        // Release: the flag goes after the chain no longer leads to the frame.
+        m.flags.fetch_and(!INDEXED, Ordering::Release);
+    }
+}
+
+impl Drop for PartitionGuard<'_, '_> {
+    fn drop(&mut self) {
+        self.map.locks[self.p].unlock(self.me);
+    }
+}

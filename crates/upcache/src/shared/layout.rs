@@ -1,0 +1,223 @@
+//! The shared cache's regions and one process's view of them.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::files::FileEntry;
+use super::frame::FrameMeta;
+use super::index::{PageMap, PARTITIONS};
+use crate::error::{Error, ErrorKind, Result};
+use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
+
+/// The shared cache's page size.
+pub(crate) const PAGE: usize = 4096;
+/// "UPCSHARE" with the format's number in the last byte.
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x01");
+
+mod kind {
+    pub const HEADER: u32 = 1;
+    pub const CLIENTS: u32 = 2;
+    pub const FILES: u32 = 3;
+    pub const HOLDS: u32 = 4;
+    pub const HEADS: u32 = 5;
+    pub const PARTITIONS: u32 = 6;
+    pub const FRAMES: u32 = 7;
+    pub const PAGES: u32 = 8;
+}
+
+/// The size of a shared cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedConfig {
+    /// Memory for pages, in bytes (a multiple of 4 KiB, at least 1 MiB).
+    pub memory: u64,
+    /// Files cached at once.
+    pub files: u32,
+    /// Processes attached at once.
+    pub clients: u32,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        SharedConfig { memory: 256 << 20, files: 4096, clients: 256 }
+    }
+}
+
+/// The header region.
+#[repr(C)]
+pub(crate) struct Header {
+    magic: AtomicU64,
+    pub frames: AtomicU32,
+    pub files: AtomicU32,
+    pub clients: AtomicU32,
+    pub buckets: AtomicU32,
+    /// The clock hand: frames passed since the cache was made.
+    pub clock: AtomicU64,
+    /// Dirty frames (never below the truth).
+    pub dirty: AtomicU64,
+    pub loads: AtomicU64,
+    pub written_back: AtomicU64,
+    /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
+    pub files_lock: OwnerLock,
+}
+
+/// One process's mapping of a shared cache and typed views of its regions.
+pub(crate) struct View {
+    pub seg: Segment,
+    header: NonNull<Header>,
+    clients: (NonNull<u8>, usize),
+    files: NonNull<FileEntry>,
+    holds: NonNull<AtomicU32>,
+    heads: NonNull<AtomicU32>,
+    partitions: NonNull<OwnerLock>,
+    frames: NonNull<FrameMeta>,
+    pub pages: NonNull<u8>,
+    pub n_frames: usize,
+    pub n_files: usize,
+    n_clients: usize,
+    n_buckets: usize,
+}
+
+// SAFETY: the view holds pointers into the segment, which is shared memory used only through
+// atomics (and page bytes under the frame protocol); it may move to and be used from any thread.
+unsafe impl Send for View {}
+// SAFETY: as above.
+unsafe impl Sync for View {}
+
+fn bad(what: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidInput, format!("not a shared cache segment: {}", what.into()))
+}
+
+impl View {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 8] {
+        use std::mem::size_of;
+        [
+            RegionSpec { kind: kind::HEADER, len: size_of::<Header>() },
+            RegionSpec { kind: kind::CLIENTS, len: clients * 16 },
+            RegionSpec { kind: kind::FILES, len: files * size_of::<FileEntry>() },
+            RegionSpec { kind: kind::HOLDS, len: clients * files * 4 },
+            RegionSpec { kind: kind::HEADS, len: buckets * 4 },
+            RegionSpec { kind: kind::PARTITIONS, len: PARTITIONS * 4 },
+            RegionSpec { kind: kind::FRAMES, len: frames * size_of::<FrameMeta>() },
+            RegionSpec { kind: kind::PAGES, len: frames * PAGE },
+        ]
+    }
+
+    pub fn create(config: &SharedConfig) -> Result<View> {
+        let invalid = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_string()));
+        if config.memory < 1 << 20 || config.memory % PAGE as u64 != 0 {
+            return invalid("shared cache memory must be a multiple of 4 KiB and at least 1 MiB");
+        }
+        let frames = config.memory / PAGE as u64;
+        if frames > u32::MAX as u64 / 2 {
+            return invalid("shared cache memory too large");
+        }
+        if config.files == 0 || config.files > 1 << 20 || config.clients == 0 || config.clients > 1 << 16 {
+            return invalid("shared cache files 1 to 2^20, clients 1 to 2^16");
+        }
+        let frames = frames as usize;
+        let buckets = frames.next_power_of_two().max(PARTITIONS);
+        let seg = Segment::create(
+            "upcache-shared",
+            &Self::sizes(frames, config.files as usize, config.clients as usize, buckets),
+        )?;
+        let (h, _) = seg.region(kind::HEADER).expect("made above");
+        // SAFETY: the header region is ours alone (no other process has the descriptor), zeroed,
+        // aligned and large enough; its fields are atomics.
+        let header = unsafe { &*h.as_ptr().cast::<Header>() };
+        // Relaxed: published by the Release store of the magic number.
+        header.frames.store(frames as u32, Ordering::Relaxed);
+        header.files.store(config.files, Ordering::Relaxed);
+        header.clients.store(config.clients, Ordering::Relaxed);
+        header.buckets.store(buckets as u32, Ordering::Relaxed);
+        header.magic.store(MAGIC, Ordering::Release);
+        View::attach(seg)
+    }
+
+    pub fn attach(seg: Segment) -> Result<View> {
+        let (h, hlen) = seg.region(kind::HEADER).ok_or_else(|| bad("no header"))?;
+        if hlen < std::mem::size_of::<Header>() {
+            return Err(bad("header too small"));
+        }
+        // SAFETY: the region is in bounds, 2 MiB-aligned and large enough; its fields are atomics.
+        let header = unsafe { &*h.as_ptr().cast::<Header>() };
+        // Acquire: pairs with the creator's Release store.
+        if header.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(bad("wrong magic number or format"));
+        }
+        // Relaxed: written before the magic number.
+        let n = |a: &AtomicU32| a.load(Ordering::Relaxed) as usize;
+        let (frames, files, clients, buckets) =
+            (n(&header.frames), n(&header.files), n(&header.clients), n(&header.buckets));
+        if frames == 0 || !buckets.is_power_of_two() || buckets < PARTITIONS || files == 0 || clients == 0 {
+            return Err(bad("bad sizes in the header"));
+        }
+        let specs = Self::sizes(frames, files, clients, buckets);
+        let mut regions = [(NonNull::dangling(), 0usize); 8];
+        for (i, s) in specs.iter().enumerate() {
+            let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
+            if len < s.len {
+                return Err(bad(format!("region {} holds {len} bytes, needs {}", s.kind, s.len)));
+            }
+            regions[i] = (p, len);
+        }
+        Ok(View {
+            header: h.cast(),
+            clients: (regions[1].0, specs[1].len),
+            files: regions[2].0.cast(),
+            holds: regions[3].0.cast(),
+            heads: regions[4].0.cast(),
+            partitions: regions[5].0.cast(),
+            frames: regions[6].0.cast(),
+            pages: regions[7].0,
+            n_frames: frames,
+            n_files: files,
+            n_clients: clients,
+            n_buckets: buckets,
+            seg,
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: checked at attach; lives as long as the segment, which `self` owns.
+        unsafe { self.header.as_ref() }
+    }
+
+    pub fn clients(&self) -> Clients<'_> {
+        // SAFETY: the client region, used only as the client table, lives as long as `self`.
+        unsafe { Clients::from_region(self.clients.0, self.clients.1) }
+    }
+
+    pub fn files(&self) -> &[FileEntry] {
+        // SAFETY: the region holds `n_files` entries (checked at attach), atomics only.
+        unsafe { std::slice::from_raw_parts(self.files.as_ptr(), self.n_files) }
+    }
+
+    /// Client `id`'s open counts, one per file slot.
+    pub fn holds(&self, id: u32) -> &[AtomicU32] {
+        let slot = ((id & ((1 << 20) - 1)) as usize).saturating_sub(1).min(self.n_clients - 1);
+        // SAFETY: `n_clients * n_files` counters (checked at attach); `slot` is in range.
+        unsafe { std::slice::from_raw_parts(self.holds.as_ptr().add(slot * self.n_files), self.n_files) }
+    }
+
+    pub fn frames(&self) -> &[FrameMeta] {
+        // SAFETY: `n_frames` metas (checked at attach), atomics only.
+        unsafe { std::slice::from_raw_parts(self.frames.as_ptr(), self.n_frames) }
+    }
+
+    pub fn map(&self) -> PageMap<'_> {
+        PageMap {
+            // SAFETY: `n_buckets` heads and `PARTITIONS` locks (checked at attach), atomics only.
+            heads: unsafe { std::slice::from_raw_parts(self.heads.as_ptr(), self.n_buckets) },
+            // SAFETY: as above.
+            locks: unsafe { std::slice::from_raw_parts(self.partitions.as_ptr(), PARTITIONS) },
+            frames: self.frames(),
+        }
+    }
+
+    /// The bytes of frame `f`.
+    pub fn page(&self, f: u32) -> *mut u8 {
+        assert!((f as usize) < self.n_frames);
+        // SAFETY: in bounds of the pages region (`n_frames * PAGE` bytes, checked at attach).
+        unsafe { self.pages.as_ptr().add(f as usize * PAGE) }
+    }
+}

@@ -1,0 +1,148 @@
+//! The shared cache (issue 17): one page cache in a shared-memory segment that every process
+//! attached to it uses at once, coherent as the kernel's page cache is. ARCHITECTURE.md, "The
+//! shared cache", says why processes are peers; this module is that design for OS files
+//! ([`SharedCache::open_path`], the shim's files).
+//!
+//! # The segment
+//! Regions (`layout.rs`): a header (sizes, the clock hand, the dirty count, the file table's
+//! lock), the client table ([`crate::shm::Clients`]), the file table (`files.rs`), each
+//! client's open counts per file (for repair), the page index's bucket heads and partition
+//! locks (`index.rs`), the frames' metadata (`frame.rs`) and their bytes. Everything is
+//! addressed by index, never by pointer.
+//!
+//! # A process's part
+//! Each attached process joins the client table; its id is the holder id of every lock it
+//! takes. It opens files itself, with its own credentials, and reads and writes them through
+//! its own descriptors: a miss is loaded by the process that missed, a dirty page is written
+//! back by a process that has its file open for writing (a sync, a last close, the clock hand
+//! passing it when memory is short). Hits and writes into cached pages are loads, stores and
+//! CASes on the segment only (`file.rs`).
+//!
+//! # Death
+//! A process killed at any point leaves at most the locks it held, each naming it. Whoever
+//! waits on one asks the client table whether the holder lives; a dead holder's lock is taken
+//! over and what it guarded repaired (`repair.rs`): a frame in the middle of a load is freed,
+//! one in the middle of a write keeps what was written (as a killed write(2) does), a partition
+//! of the index is rebuilt, a file's write sequence is ended. [`SharedCache::repair_dead`] does
+//! the same for every lock a dead client holds, and then frees its slot.
+
+mod file;
+mod files;
+mod frame;
+mod index;
+mod layout;
+mod pages;
+mod repair;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::shm::Segment;
+
+pub use file::SharedFile;
+pub use layout::SharedConfig;
+use layout::View;
+
+/// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
+/// table when the last clone and the last [`SharedFile`] are dropped.
+#[derive(Clone)]
+pub struct SharedCache {
+    inner: Arc<Inner>,
+}
+
+/// The attachment: the mapping, views of its regions, and this process's descriptors.
+pub(crate) struct Inner {
+    view: View,
+    /// This process's client id.
+    me: u32,
+    /// Descriptors of the files this process has open, by slot, with how many of its
+    /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
+    fds: Mutex<HashMap<u32, (Arc<std::fs::File>, bool, usize)>>,
+}
+
+impl SharedCache {
+    /// Makes a new shared cache as `config` says and attaches this process to it.
+    pub fn create(config: &SharedConfig) -> Result<SharedCache> {
+        SharedCache::join(View::create(config)?)
+    }
+
+    /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
+    /// by [`crate::shm::handoff`] or by inheritance), after checking the segment.
+    pub fn attach(fd: OwnedFd) -> Result<SharedCache> {
+        SharedCache::join(View::attach(Segment::attach(fd)?)?)
+    }
+
+    fn join(view: View) -> Result<SharedCache> {
+        let me = view.clients().join()?;
+        let inner = Inner { view, me, fds: Mutex::new(HashMap::new()) };
+        // A newcomer clears up after anyone who died before it came.
+        inner.repair_dead();
+        Ok(SharedCache { inner: Arc::new(inner) })
+    }
+
+    /// The segment's descriptor, to pass to another process.
+    pub fn segment_fd(&self) -> BorrowedFd<'_> {
+        self.inner.view.seg.as_fd()
+    }
+
+    /// The segment, to hand it over a socket ([`crate::shm::handoff::offer`]).
+    pub fn segment(&self) -> &Segment {
+        &self.inner.view.seg
+    }
+
+    /// Opens the OS file at `path` through the cache, with this process's own permissions
+    /// (read-only unless `write`).
+    pub fn open_path(&self, path: &Path, write: bool) -> Result<SharedFile> {
+        SharedFile::open(self.inner.clone(), path, write)
+    }
+
+    /// Releases whatever processes that died still held, and frees their client slots; the
+    /// number of clients reaped.
+    pub fn repair_dead(&self) -> usize {
+        self.inner.repair_dead()
+    }
+
+    /// This process's client id.
+    pub fn client_id(&self) -> u32 {
+        self.inner.me
+    }
+
+    /// Counts for a status report.
+    pub fn status(&self) -> SharedStatus {
+        self.inner.status()
+    }
+}
+
+/// What a shared cache holds now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedStatus {
+    /// Frames in the cache.
+    pub frames: u64,
+    /// Frames holding a page.
+    pub cached: u64,
+    /// Frames holding a dirty page.
+    pub dirty: u64,
+    /// Files in the file table.
+    pub files: u64,
+    /// Pids of the attached processes.
+    pub clients: Vec<u32>,
+    /// Pages loaded (misses) since the cache was made.
+    pub loads: u64,
+    /// Pages written back since the cache was made.
+    pub written_back: u64,
+}
+
+impl std::fmt::Debug for SharedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCache").field("client", &self.inner.me).finish()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.view.clients().leave(self.me);
+    }
+}

@@ -1,0 +1,258 @@
+//! Pages in frames: claiming a frame by the clock hand, loading a page, locking the frame that
+//! holds a page, writing a dirty frame back, dropping a file's pages.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{fence, Ordering};
+
+use super::frame::{key, key_page, key_slot, Taken, DIRTY, INDEXED, REFERENCED, VALID};
+use super::layout::PAGE;
+use super::Inner;
+use crate::error::{Error, ErrorKind, Result};
+
+/// What a page's fresh frame is filled with before a write copies into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// The file's bytes (a read, or a write of part of the page).
+    Read,
+    /// Nothing: the write covers the whole page. The frame stays not `VALID` until the copy
+    /// is done, so a writer killed half-way leaves nothing of the page's old file behind.
+    Overwrite,
+}
+
+impl Inner {
+    /// Whether client `id` may be alive.
+    pub(crate) fn alive(&self, id: u32) -> bool {
+        self.view.clients().alive(id)
+    }
+
+    /// Locks frame `f` for us, repairing it first if its holder died.
+    pub(crate) fn lock_frame(&self, f: u32) {
+        let m = &self.view.frames()[f as usize];
+        if let Taken::FromDead(dead) = m.lock(self.me, |h| self.alive(h)) {
+            self.repair_frame(f, dead);
+        }
+    }
+
+    /// Frees frame `f`, which we hold locked: out of the index, no page, unlocked.
+    pub(crate) fn free_frame(&self, f: u32) {
+        let m = &self.view.frames()[f as usize];
+        let k = m.key();
+        if m.flags() & INDEXED != 0 {
+            let map = self.view.map();
+            map.lock(k, self.me, &|h| self.alive(h)).remove(k, f);
+        }
+        // Relaxed: published by the unlock's Release.
+        m.key.store(0, Ordering::Relaxed);
+        m.flags.store(0, Ordering::Relaxed);
+        m.unlock(self.me, true);
+    }
+
+    /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
+    /// clean and not referenced since the hand last passed (dirty ones of files we have open
+    /// for writing are written back on the second lap).
+    pub(crate) fn claim(&self) -> Result<u32> {
+        let frames = self.view.frames();
+        let n = frames.len() as u64;
+        for round in 0..2 {
+            for step in 0..4 * n {
+                // Relaxed: the hand only spreads claims; each frame is taken by CAS.
+                let f = (self.view.header().clock.fetch_add(1, Ordering::Relaxed) % n) as u32;
+                let m = &frames[f as usize];
+                if m.holder().is_some() {
+                    continue;
+                }
+                let flags = m.flags();
+                if flags & REFERENCED != 0 {
+                    // Relaxed: a hint for the hand; a reader sets it again.
+                    m.flags.fetch_and(!REFERENCED, Ordering::Relaxed);
+                    continue;
+                }
+                if flags & DIRTY != 0 {
+                    if step >= n {
+                        self.write_back_victim(f);
+                    }
+                    continue;
+                }
+                if !m.try_lock(self.me) {
+                    continue;
+                }
+                if m.flags() & (DIRTY | REFERENCED) != 0 {
+                    m.unlock(self.me, false);
+                    continue;
+                }
+                let k = m.key();
+                if m.flags() & INDEXED != 0 {
+                    self.view.map().lock(k, self.me, &|h| self.alive(h)).remove(k, f);
+                }
+                // Relaxed: published by the unlock that ends the claim.
+                m.key.store(0, Ordering::Relaxed);
+                m.flags.store(0, Ordering::Relaxed);
+                return Ok(f);
+            }
+            if round == 0 {
+                self.repair_dead();
+            }
+        }
+        Err(Error::new(
+            ErrorKind::CacheFull,
+            "every frame of the shared cache is locked or dirty in files this process cannot write",
+        ))
+    }
+
+    /// Writes back dirty frame `f` if this process has its file open for writing.
+    fn write_back_victim(&self, f: u32) {
+        let m = &self.view.frames()[f as usize];
+        let k = m.key();
+        if k == 0 {
+            return;
+        }
+        let Some(fd) = self.writable_fd(key_slot(k)) else { return };
+        if !m.try_lock(self.me) {
+            return;
+        }
+        if m.key() == k && m.flags() & DIRTY != 0 {
+            // An error is kept on the file for its next sync.
+            let _ = self.write_back_locked(f, &fd);
+        }
+        m.unlock(self.me, false);
+    }
+
+    /// Our descriptor of `slot`'s file, if we have it open for writing.
+    pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<std::fs::File>> {
+        let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+        fds.get(&slot).filter(|(_, w, _)| *w).map(|(fd, _, _)| fd.clone())
+    }
+
+    /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
+    /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
+    pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
+        let m = &self.view.frames()[f as usize];
+        let k = m.key();
+        let e = &self.view.files()[key_slot(k) as usize];
+        let at = key_page(k) * PAGE as u64;
+        // Acquire: pairs with the length's Release stores.
+        let n = e.len.load(Ordering::Acquire).saturating_sub(at).min(PAGE as u64) as usize;
+        // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.view.page(f), n) };
+        if let Err(err) = fd.write_all_at(bytes, at) {
+            let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
+            // Relaxed: reported by the next sync, which reads it with a swap.
+            e.error.store(errno, Ordering::Relaxed);
+            return Err(Error::io("write back a page of a shared file", err));
+        }
+        // Release: the clean flag goes after the write; counts after the flag (never below).
+        m.flags.fetch_and(!DIRTY, Ordering::Release);
+        e.dirty.fetch_sub(1, Ordering::Release);
+        self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
+        self.view.header().written_back.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Marks frame `f` (locked by us) dirty, counting it first.
+    pub(crate) fn mark_dirty(&self, f: u32) {
+        let m = &self.view.frames()[f as usize];
+        if m.flags() & DIRTY != 0 {
+            return;
+        }
+        let e = &self.view.files()[key_slot(m.key()) as usize];
+        // Counts before the flag, so they are never below the truth.
+        e.dirty.fetch_add(1, Ordering::AcqRel);
+        self.view.header().dirty.fetch_add(1, Ordering::Relaxed);
+        // Release: a sync that sees the flag sees the count.
+        m.flags.fetch_or(DIRTY, Ordering::Release);
+    }
+
+    /// The frame holding page `page` of file `slot`, locked for us. If no frame holds it, one is
+    /// claimed and, for [`Fill::Read`], filled from `fd` and made `VALID`; for
+    /// [`Fill::Overwrite`] left not `VALID` for the caller to fill.
+    pub(crate) fn lock_page(&self, slot: u32, page: u64, fd: &std::fs::File, fill: Fill) -> Result<u32> {
+        let k = key(slot, page);
+        let map = self.view.map();
+        let frames = self.view.frames();
+        loop {
+            let found = match map.find_hint(k) {
+                Some(f) => Some(f),
+                None => map.lock(k, self.me, &|h| self.alive(h)).find(k),
+            };
+            if let Some(f) = found {
+                self.lock_frame(f);
+                let m = &frames[f as usize];
+                if m.key() == k && m.flags() & VALID != 0 {
+                    return Ok(f);
+                }
+                m.unlock(self.me, false);
+                continue;
+            }
+            let f = self.claim()?;
+            let m = &frames[f as usize];
+            // Release: a lock-free lookup that reaches the frame sees its key.
+            m.key.store(k, Ordering::Release);
+            if map.lock(k, self.me, &|h| self.alive(h)).insert(k, f).is_err() {
+                self.free_frame(f);
+                continue; // someone else put the page in a frame meanwhile
+            }
+            if fill == Fill::Read {
+                if let Err(e) = self.fill(f, slot, page, fd) {
+                    self.free_frame(f);
+                    return Err(e);
+                }
+                // Release: published with the bytes by the unlock.
+                m.flags.fetch_or(VALID, Ordering::Release);
+                self.view.header().loads.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(f);
+        }
+    }
+
+    /// Reads page `page` of `slot`'s file into frame `f` (locked, in the index), zeros past
+    /// the end of the OS file and past the cached length.
+    fn fill(&self, f: u32, slot: u32, page: u64, fd: &std::fs::File) -> Result<()> {
+        // SAFETY: we hold the frame's lock, so its PAGE bytes are ours to write.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) };
+        let at = page * PAGE as u64;
+        let mut got = 0;
+        while got < PAGE {
+            match fd.read_at(&mut bytes[got..], at + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read a page of a shared file", e)),
+            }
+        }
+        bytes[got..].fill(0);
+        // SeqCst: the frame is in the index (its key stored before); a truncate stores the
+        // length and then looks for frames past it (`drop_pages`), so either it finds ours or
+        // we see its length here and zero past it.
+        fence(Ordering::SeqCst);
+        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
+        if len < at + PAGE as u64 {
+            bytes[len.saturating_sub(at) as usize..].fill(0);
+        }
+        Ok(())
+    }
+
+    /// Drops every cached page of `slot` from page `from` on (dirty ones too: their bytes are
+    /// past a new end, or the file is being forgotten).
+    pub(crate) fn drop_pages(&self, slot: u32, from: u64) {
+        // SeqCst: see `fill`.
+        fence(Ordering::SeqCst);
+        for (f, m) in self.view.frames().iter().enumerate() {
+            let k = m.key();
+            if k == 0 || key_slot(k) != slot || key_page(k) < from {
+                continue;
+            }
+            self.lock_frame(f as u32);
+            if m.key() != k {
+                m.unlock(self.me, false);
+                continue;
+            }
+            if m.flags() & DIRTY != 0 {
+                // Relaxed: the frame is about to be freed; counts go after the flag.
+                m.flags.fetch_and(!DIRTY, Ordering::Relaxed);
+                self.view.files()[slot as usize].dirty.fetch_sub(1, Ordering::Release);
+                self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.free_frame(f as u32);
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Repair after a process died holding locks in the shared cache.
+//!
+//! Each lock names its holder, so a dead process's locks are found by looking at every lock
+//! word: frames, index partitions, file entries, the file table. What each guarded is then
+//! put right, as the kernel's page cache would stand after the process was killed in a
+//! system call: a page being loaded is forgotten (the next reader loads it again), a page being
+//! written keeps what was copied and stays dirty, a file's write sequence ends, an index
+//! partition is rebuilt from the frames' flags. The dead process's opens are subtracted from
+//! its files' open counts, and only then is its client slot freed.
+
+use std::sync::atomic::Ordering;
+
+use super::frame::VALID;
+use super::{Inner, SharedStatus};
+use crate::shm::Acquired;
+
+impl Inner {
+    /// Puts frame `f` right after we took its lock from `dead`.
+    pub(crate) fn repair_frame(&self, f: u32, dead: u32) {
+        let m = &self.view.frames()[f as usize];
+        log::warn!("shared cache: client {dead} died holding frame {f}; repairing it");
+        if m.flags() & VALID == 0 {
+            // A load or a whole-page write cut short: its bytes are not the page's. Free it,
+            // then lock it again for the caller, which expects to hold it.
+            self.free_frame(f);
+            self.lock_frame(f);
+        }
+        // A write cut short keeps what it copied; it marked the frame dirty before copying.
+    }
+
+    /// Releases every lock that dead clients hold, repairs what they guarded, subtracts their
+    /// opens, and frees their slots; the number of clients reaped.
+    pub(crate) fn repair_dead(&self) -> usize {
+        let clients = self.view.clients();
+        let dead = clients.dead();
+        if dead.is_empty() {
+            return 0;
+        }
+        let is_dead = |h: u32| dead.contains(&h);
+        for (f, m) in self.view.frames().iter().enumerate() {
+            if m.holder().is_some_and(is_dead) {
+                self.lock_frame(f as u32);
+                m.unlock(self.me, true);
+            }
+        }
+        let map = self.view.map();
+        for (p, l) in map.locks.iter().enumerate() {
+            if l.holder().is_some_and(is_dead) {
+                if let Acquired::OwnerDied(d) = l.lock(self.me, |h| self.alive(h)) {
+                    log::warn!("shared cache: client {d} died changing index partition {p}; rebuilding it");
+                    map.rebuild(p);
+                }
+                l.unlock(self.me);
+            }
+        }
+        for e in self.view.files() {
+            if e.lock.holder().is_some_and(is_dead) {
+                if let Acquired::OwnerDied(_) = e.lock.lock(self.me, |h| self.alive(h)) {
+                    e.repair_lock();
+                }
+                e.lock.unlock(self.me);
+            }
+        }
+        let table = &self.view.header().files_lock;
+        // Every change under the table's lock is a single store, so a dead holder left it whole.
+        table.lock(self.me, |h| self.alive(h));
+        let mut reaped = 0;
+        for &id in &dead {
+            for (slot, held) in self.view.holds(id).iter().enumerate() {
+                // Relaxed: under the table's lock.
+                let n = held.swap(0, Ordering::Relaxed);
+                if n > 0 {
+                    self.view.files()[slot].opens.fetch_sub(n, Ordering::Relaxed);
+                }
+            }
+            if clients.reap(id) {
+                log::warn!("shared cache: reaped dead client {id}");
+                reaped += 1;
+            }
+        }
+        table.unlock(self.me);
+        reaped
+    }
+
+    pub(crate) fn status(&self) -> SharedStatus {
+        let frames = self.view.frames();
+        let h = self.view.header();
+        // Relaxed (all): a report.
+        SharedStatus {
+            frames: frames.len() as u64,
+            cached: frames.iter().filter(|m| m.flags() & VALID != 0).count() as u64,
+            dirty: frames.iter().filter(|m| m.flags() & super::frame::DIRTY != 0).count() as u64,
+            files: self.view.files().iter().filter(|e| e.state.load(Ordering::Relaxed) != 0).count() as u64,
+            clients: self.view.clients().pids(),
+            loads: h.loads.load(Ordering::Relaxed),
+            written_back: h.written_back.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! The shared cache (issue 17): one cache for every attached process. Here within one process
+//! (two attachments are two clients with their own ids and descriptors) against an in-memory
+//! oracle and under threads; `shared_procs.rs` runs it across processes and kills them.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use proptest::prelude::*;
+use upcache::shared::{SharedCache, SharedConfig};
+use upcache::ErrorKind;
+
+fn small() -> SharedConfig {
+    SharedConfig { memory: 1 << 20, files: 8, clients: 8 }
+}
+
+fn second(c: &SharedCache) -> SharedCache {
+    SharedCache::attach(c.segment_fd().try_clone_to_owned().unwrap()).unwrap()
+}
+
+fn os_bytes(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap()
+}
+
+#[test]
+fn a_write_by_one_client_is_read_by_another_and_reaches_the_file_at_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    std::fs::write(&p, b"old contents").unwrap();
+    let a = SharedCache::create(&small()).unwrap();
+    let b = second(&a);
+    let fa = a.open_path(&p, true).unwrap();
+    let fb = b.open_path(&p, false).unwrap();
+    assert_eq!(fb.len(), 12);
+    fa.write_at(b"NEW", 0).unwrap();
+    fa.write_at(b"tail", 10_000).unwrap();
+    let mut buf = vec![0; 10_004];
+    assert_eq!(fb.read_at(&mut buf, 0).unwrap(), 10_004, "the length is shared");
+    assert_eq!(&buf[..12], b"NEW contents");
+    assert!(buf[12..10_000].iter().all(|&b| b == 0), "a hole reads as zeros");
+    assert_eq!(&buf[10_000..], b"tail");
+    assert_eq!(os_bytes(&p), b"old contents", "not written back yet");
+    fa.sync_data().unwrap();
+    assert_eq!(os_bytes(&p), buf, "sync wrote it");
+    // A read-only open cannot write.
+    assert_eq!(fb.write_at(b"x", 0).unwrap_err().kind(), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn shrink_then_extend_reads_zeros_and_truncates_the_os_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    std::fs::write(&p, vec![7u8; 20_000]).unwrap();
+    let c = SharedCache::create(&small()).unwrap();
+    let f = c.open_path(&p, true).unwrap();
+    let mut buf = vec![0; 20_000];
+    f.read_at(&mut buf, 0).unwrap();
+    f.write_at(&[9; 100], 5000).unwrap();
+    f.set_len(5050).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 5050);
+    f.set_len(20_000).unwrap();
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 20_000);
+    assert!(buf[..5000].iter().all(|&b| b == 7));
+    assert!(buf[5000..5050].iter().all(|&b| b == 9));
+    assert!(buf[5050..].iter().all(|&b| b == 0), "past the shrink reads zeros");
+    f.sync_all().unwrap();
+    assert_eq!(os_bytes(&p), buf);
+}
+
+#[test]
+fn the_last_close_writes_back_and_a_later_open_finds_pages_warm_or_revalidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    std::fs::write(&p, vec![1u8; 8192]).unwrap();
+    let c = SharedCache::create(&small()).unwrap();
+    let f = c.open_path(&p, true).unwrap();
+    f.write_at(&[2; 10], 0).unwrap();
+    f.read_at(&mut [0; 8192], 0).unwrap();
+    f.close().unwrap();
+    assert_eq!(&os_bytes(&p)[..11], &[2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1]);
+    let loads = c.status().loads;
+    let f = c.open_path(&p, false).unwrap();
+    let mut buf = vec![0; 8192];
+    f.read_at(&mut buf, 0).unwrap();
+    assert_eq!(c.status().loads, loads, "both pages still cached: no load");
+    drop(f);
+    // Changed without the cache while nobody had it open: the next open drops the old pages.
+    std::fs::File::options().write(true).open(&p).unwrap().write_all_at(&[5; 4], 100).unwrap();
+    let f = c.open_path(&p, false).unwrap();
+    f.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[98..106], &[1, 1, 5, 5, 5, 5, 1, 1]);
+}
+
+#[test]
+fn a_file_another_user_cannot_open_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("missing");
+    let c = SharedCache::create(&small()).unwrap();
+    assert_eq!(c.open_path(&p, false).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(c.open_path(dir.path(), false).unwrap_err().kind(), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn appends_from_two_clients_never_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("log");
+    std::fs::write(&p, b"").unwrap();
+    let a = SharedCache::create(&small()).unwrap();
+    let b = second(&a);
+    std::thread::scope(|s| {
+        for (c, tag) in [(&a, b'a'), (&b, b'b')] {
+            let f = c.open_path(&p, true).unwrap();
+            s.spawn(move || {
+                for i in 0..500u32 {
+                    let rec = [tag, b'0' + (i % 10) as u8, b'\n', b'.', b'.', b'.', b'.'];
+                    f.append(&rec[..(3 + i as usize % 5)]).unwrap();
+                }
+            });
+        }
+    });
+    let f = a.open_path(&p, false).unwrap();
+    let mut all = vec![0; f.len() as usize];
+    f.read_at(&mut all, 0).unwrap();
+    let recs = all.split(|&b| b == b'\n').filter(|r| !r.is_empty()).count();
+    assert_eq!(recs, 1000);
+}
+
+/// Records of 1000 bytes whose last 8 bytes are a checksum of the rest: threads of two clients
+/// overwrite them at random in a cache of 256 frames (so pages are evicted and written back
+/// all the time), others read them; no read ever sees a torn record.
+#[test]
+fn threads_of_two_clients_never_see_a_torn_record_under_eviction() {
+    const REC: usize = 1000;
+    const RECS: u64 = 4000; // ~4 MiB: four times the cache
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("recs");
+    let a = SharedCache::create(&small()).unwrap();
+    let b = second(&a);
+    let init = a.open_path(&p.clone(), true);
+    assert!(init.is_err(), "no such file yet");
+    std::fs::write(&p, b"").unwrap();
+    let f0 = a.open_path(&p, true).unwrap();
+    for r in 0..RECS {
+        f0.write_at(&record(r, 0), r * REC as u64).unwrap();
+    }
+    fn record(r: u64, gen: u64) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..REC - 8).map(|i| (r * 31 + gen * 7 + i as u64) as u8).collect();
+        let sum: u64 = v.iter().map(|&b| b as u64).sum::<u64>() ^ (r << 32);
+        v.extend_from_slice(&sum.to_le_bytes());
+        v
+    }
+    fn check(r: u64, v: &[u8]) {
+        let sum: u64 = v[..REC - 8].iter().map(|&b| b as u64).sum::<u64>() ^ (r << 32);
+        assert_eq!(u64::from_le_bytes(v[REC - 8..].try_into().unwrap()), sum, "record {r} torn");
+    }
+    std::thread::scope(|s| {
+        for (t, c) in [&a, &b, &a, &b].into_iter().enumerate() {
+            let f = c.open_path(&p, true).unwrap();
+            s.spawn(move || {
+                let mut x = t as u64 * 7919 + 1;
+                let mut buf = vec![0; REC];
+                for i in 0..3000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let r = x % RECS;
+                    if t % 2 == 0 && i % 3 == 0 {
+                        f.write_at(&record(r, i), r * REC as u64).unwrap();
+                    } else {
+                        assert_eq!(f.read_at(&mut buf, r * REC as u64).unwrap(), REC);
+                        check(r, &buf);
+                    }
+                }
+            });
+        }
+    });
+    f0.sync_data().unwrap();
+    let disk = os_bytes(&p);
+    for r in 0..RECS {
+        check(r, &disk[(r as usize) * REC..][..REC]);
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { client: bool, at: u64, len: usize, byte: u8 },
+    Read { client: bool, at: u64, len: usize },
+    SetLen { client: bool, len: u64 },
+    Sync { client: bool },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<bool>(), 0..400_000u64, 1..20_000usize, any::<u8>())
+            .prop_map(|(client, at, len, byte)| Op::Write { client, at, len, byte }),
+        4 => (any::<bool>(), 0..420_000u64, 1..30_000usize).prop_map(|(client, at, len)| Op::Read { client, at, len }),
+        1 => (any::<bool>(), 0..420_000u64).prop_map(|(client, len)| Op::SetLen { client, len }),
+        1 => any::<bool>().prop_map(|client| Op::Sync { client }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Two clients on one file in a cache of 256 frames (less than the file) agree with a
+    /// byte vector, and the OS file equals it after a sync.
+    #[test]
+    fn two_clients_agree_with_an_oracle(ops in proptest::collection::vec(op(), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let a = SharedCache::create(&small()).unwrap();
+        let b = second(&a);
+        let fa = a.open_path(&p, true).unwrap();
+        let fb = b.open_path(&p, true).unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        for op in ops {
+            let f = |c: bool| if c { &fb } else { &fa };
+            match op {
+                Op::Write { client, at, len, byte } => {
+                    let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+                    prop_assert_eq!(f(client).write_at(&data, at).unwrap(), len);
+                    let end = at as usize + len;
+                    if model.len() < end { model.resize(end, 0); }
+                    model[at as usize..end].copy_from_slice(&data);
+                }
+                Op::Read { client, at, len } => {
+                    let mut buf = vec![0xEE; len];
+                    let n = f(client).read_at(&mut buf, at).unwrap();
+                    let want = model.get(at as usize..).map_or(&[][..], |m| &m[..m.len().min(len)]);
+                    prop_assert_eq!(&buf[..n], want);
+                }
+                Op::SetLen { client, len } => {
+                    f(client).set_len(len).unwrap();
+                    model.resize(len as usize, 0);
+                }
+                Op::Sync { client } => {
+                    f(client).sync_data().unwrap();
+                    prop_assert_eq!(os_bytes(&p), model.clone());
+                }
+            }
+            prop_assert_eq!(fa.len(), model.len() as u64);
+            prop_assert_eq!(fb.len(), model.len() as u64);
+        }
+        fa.sync_data().unwrap();
+        prop_assert_eq!(os_bytes(&p), model);
+    }
+}
