@@ -111,8 +111,10 @@ fn appends_from_two_clients_never_overlap() {
             let f = c.open_path(&p, true).unwrap();
             s.spawn(move || {
                 for i in 0..500u32 {
-                    let rec = [tag, b'0' + (i % 10) as u8, b'\n', b'.', b'.', b'.', b'.'];
-                    f.append(&rec[..(3 + i as usize % 5)]).unwrap();
+                    let mut rec = vec![tag, b'0' + (i % 10) as u8];
+                    rec.resize(2 + i as usize % 5, b'.');
+                    rec.push(b'\n');
+                    f.append(&rec).unwrap();
                 }
             });
         }
@@ -120,8 +122,16 @@ fn appends_from_two_clients_never_overlap() {
     let f = a.open_path(&p, false).unwrap();
     let mut all = vec![0; f.len() as usize];
     f.read_at(&mut all, 0).unwrap();
-    let recs = all.split(|&b| b == b'\n').filter(|r| !r.is_empty()).count();
-    assert_eq!(recs, 1000);
+    let recs: Vec<&[u8]> = all.split(|&b| b == b'\n').filter(|r| !r.is_empty()).collect();
+    assert_eq!(recs.len(), 1000);
+    for tag in [b'a', b'b'] {
+        let mine: Vec<_> = recs.iter().filter(|r| r[0] == tag).collect();
+        assert_eq!(mine.len(), 500, "each append whole, none lost");
+        for (i, r) in mine.iter().enumerate() {
+            assert_eq!(r[1], b'0' + (i % 10) as u8, "in order");
+            assert_eq!(r.len(), 2 + i % 5);
+        }
+    }
 }
 
 /// Records of 1000 bytes whose last 8 bytes are a checksum of the rest: threads of two clients
