@@ -11,6 +11,7 @@
 //! - `plot` (`plotcmd.rs`, drawn by `plot.rs`): throughput against threads or devices and
 //!   latency CDFs from `bench --json` files (each report carries its CDF, `lat_cdf`);
 //!   `bench --plot-cdf FILE` draws a run's CDFs directly.
+//! - `serve` (`serve.rs`): the shared cache's service, or its status.
 //! - `index-bench` and `alloc-bench` (`micro/`): the page index kinds and the free-frame
 //!   allocators alone, per thread count.
 //!
@@ -27,6 +28,7 @@ mod hitratio;
 mod micro;
 mod plot;
 mod plotcmd;
+mod serve;
 mod size;
 mod trace;
 
@@ -57,6 +59,8 @@ enum Command {
     HitRatio(hitratio::HitRatioArgs),
     /// Charts from `bench --json` output: throughput against threads or devices, latency CDFs
     Plot(plotcmd::PlotArgs),
+    /// Run the shared cache's service, which processes attach to (or show its status)
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
         Command::AllocBench(args) => micro::alloc::run(args),
         Command::HitRatio(args) => hitratio::run(args),
         Command::Plot(args) => plotcmd::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

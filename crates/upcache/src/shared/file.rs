@@ -15,7 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use super::files::{self, OsFile, Slot};
-use super::frame::{key, key_slot, DIRTY, REFERENCED, VALID};
+use super::frame::{key, REFERENCED, VALID};
 use super::layout::PAGE;
 use super::pages::Fill;
 use super::Inner;
@@ -86,25 +86,30 @@ impl SharedFile {
             }
             None => None,
         };
-        if let Some(s) = slot {
-            // Relaxed: under the table's lock.
-            view.files()[s as usize].opens.fetch_add(1, Ordering::Relaxed);
-            view.holds(inner.me)[s as usize].fetch_add(1, Ordering::Relaxed);
-        }
-        table.unlock(inner.me);
-        let slot = slot.ok_or_else(|| {
-            Error::new(ErrorKind::CacheFull, "the shared cache's file table is full of open or dirty files")
-        })?;
+        let Some(slot) = slot else {
+            table.unlock(inner.me);
+            return Err(Error::new(ErrorKind::CacheFull, "the shared cache's file table is full of open or dirty files"));
+        };
+        // Holds first: a kill between them leaves the totals short, and repair recounts them.
+        // Relaxed (all): under the table's lock.
+        view.holds(inner.me)[slot as usize].fetch_add(1 | (write as u32) << 16, Ordering::Relaxed);
+        let e = &view.files()[slot as usize];
+        e.opens.fetch_add(1, Ordering::Relaxed);
+        e.writers.fetch_add(write as u32, Ordering::Relaxed);
+        // Under the table's lock too, so a slot another thread of ours just closed and another
+        // file took never finds the old file's descriptor here.
         let fd = {
             let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
-            let e = fds.entry(slot).or_insert_with(|| (Arc::new(fd.try_clone().expect("dup")), write, 0));
+            let fd = Arc::new(fd);
+            let e = fds.entry(slot).or_insert_with(|| (fd.clone(), write, 0));
             if write && !e.1 {
-                e.0 = Arc::new(fd);
+                e.0 = fd;
                 e.1 = true;
             }
             e.2 += 1;
             e.0.clone()
         };
+        table.unlock(inner.me);
         Ok(SharedFile { inner, slot, fd, writable: write, closed: false })
     }
 
@@ -125,6 +130,7 @@ impl SharedFile {
 
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.inner.check_service()?;
         let e = self.entry();
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
@@ -141,13 +147,8 @@ impl SharedFile {
                 return Ok(n);
             }
         }
-        let me = self.inner.me;
-        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
-            e.repair_lock();
-        }
-        let r = self.read_pages(buf, offset);
-        e.lock.unlock(me);
-        r
+        let _locked = FileLock::take(&self.inner, e, false);
+        self.read_pages(buf, offset)
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole.
@@ -175,7 +176,7 @@ impl SharedFile {
             let m = &view.frames()[f as usize];
             if let Some(w) = m.stable() {
                 let flags = m.flags();
-                if m.key() == k && flags & VALID != 0 {
+                if m.home() == k && flags & VALID != 0 {
                     // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a
                     // frame being written or reused may change under the copy, a data race by
                     // the letter of the memory model, as in every seqlock; the bytes are plain
@@ -215,24 +216,17 @@ impl SharedFile {
         if !self.writable {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
+        self.inner.check_service()?;
         self.throttle();
-        let e = self.entry();
-        let me = self.inner.me;
-        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
-            e.repair_lock();
-        }
+        let locked = FileLock::take(&self.inner, self.entry(), false);
         let offset = at(self.len());
-        let r = match offset.checked_add(buf.len() as u64) {
+        match offset.checked_add(buf.len() as u64) {
             Some(end) if end < 1 << 52 => {
-                e.begin_change();
-                let r = self.write_pages(buf, offset);
-                e.end_change();
-                r
+                let _changing = locked.changing();
+                self.write_pages(buf, offset).map(|n| (n, offset))
             }
             _ => Err(Error::new(ErrorKind::FileTooLarge, "a write past the shared cache's largest file")),
-        };
-        e.lock.unlock(me);
-        r.map(|n| (n, offset))
+        }
     }
 
     fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {
@@ -257,10 +251,11 @@ impl SharedFile {
             let m = &view.frames()[f as usize];
             // Release: published with the bytes by the unlock.
             m.flags.fetch_or(VALID, Ordering::Release);
-            m.unlock(self.inner.me, true);
             at += n as u64;
-            // Release: a reader that sees the length sees the bytes.
+            // Before the unlock: a write-back that locks the frame next writes up to the new
+            // length. Release: a reader that sees the length sees the bytes.
             e.len.fetch_max(at, Ordering::Release);
+            m.unlock(self.inner.me, true);
         }
         Ok((at - offset) as usize)
     }
@@ -281,16 +276,9 @@ impl SharedFile {
         if !self.writable {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
-        let e = self.entry();
-        let me = self.inner.me;
-        if let Acquired::OwnerDied(_) = e.lock.lock(me, |h| self.inner.alive(h)) {
-            e.repair_lock();
-        }
-        e.begin_change();
-        let r = self.set_len_locked(new);
-        e.end_change();
-        e.lock.unlock(me);
-        r
+        self.inner.check_service()?;
+        let _locked = FileLock::take(&self.inner, self.entry(), true);
+        self.set_len_locked(new)
     }
 
     fn set_len_locked(&self, new: u64) -> Result<()> {
@@ -304,17 +292,17 @@ impl SharedFile {
         }
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
         e.len.store(new, Ordering::SeqCst);
-        if let Err(err) = self.fd.set_len(new) {
-            e.len.store(old, Ordering::SeqCst);
-            return Err(Error::io("truncate a shared file", err));
-        }
+        // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
+        // once every frame past the end is dropped none can grow the file again.
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64));
         if new % PAGE as u64 != 0 {
             let view = &self.inner.view;
-            if let Some(f) = view.map().find_hint(key(self.slot, new / PAGE as u64)) {
+            let k = key(self.slot, new / PAGE as u64);
+            let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
+            if let Some(f) = found {
                 self.inner.lock_frame(f);
                 let m = &view.frames()[f as usize];
-                if m.key() == key(self.slot, new / PAGE as u64) {
+                if m.home() == k {
                     let from = (new % PAGE as u64) as usize;
                     // SAFETY: we hold the frame's lock; `from < PAGE`.
                     unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
@@ -322,7 +310,9 @@ impl SharedFile {
                 m.unlock(self.inner.me, true);
             }
         }
-        Ok(())
+        // A failure leaves the cache at the new length with the OS file longer: bytes past the
+        // length are zero in the cache whatever the file holds (loads zero past it).
+        self.fd.set_len(new).map_err(|err| Error::io("truncate a shared file", err))
     }
 
     /// Writes every dirty page of the file back to it (no flush); the first error.
@@ -330,26 +320,7 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        let e = self.entry();
-        // Acquire: pairs with `mark_dirty`'s count.
-        if e.dirty.load(Ordering::Acquire) == 0 {
-            return Ok(());
-        }
-        let mut first = Ok(());
-        for (f, m) in self.inner.view.frames().iter().enumerate() {
-            let k = m.key();
-            if k == 0 || key_slot(k) != self.slot || m.flags() & DIRTY == 0 {
-                continue;
-            }
-            self.inner.lock_frame(f as u32);
-            if m.key() == k && m.flags() & DIRTY != 0 {
-                if let Err(err) = self.inner.write_back_locked(f as u32, &self.fd) {
-                    first = first.and(Err(err));
-                }
-            }
-            m.unlock(self.inner.me, false);
-        }
-        first
+        self.inner.write_back_slot(self.slot, &self.fd)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.
@@ -363,7 +334,20 @@ impl SharedFile {
     }
 
     fn sync(&self, all: bool) -> Result<()> {
-        let wrote = self.write_back();
+        self.inner.check_service()?;
+        let wrote = if self.writable {
+            self.write_back()
+        } else if let Some(fd) = self.inner.writable_fd(self.slot) {
+            self.inner.write_back_slot(self.slot, &fd)
+        } else if self.entry().dirty.load(Ordering::Acquire) > 0 {
+            // Acquire above: pairs with `mark_dirty`'s count.
+            Err(Error::new(
+                ErrorKind::Io,
+                "dirty pages of this file (written by another process) cannot be written back through a read-only open",
+            ))
+        } else {
+            Ok(())
+        };
         let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
         // Relaxed: the error was stored before the write-back that found it failing returned.
         let recorded = self.entry().error.swap(0, Ordering::Relaxed);
@@ -393,12 +377,12 @@ impl SharedFile {
         let e = self.entry();
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
-        // Relaxed: under the table's lock.
-        let last = e.opens.load(Ordering::Relaxed) == 1;
-        let r = if last { self.write_back() } else { Ok(()) };
-        e.opens.fetch_sub(1, Ordering::Relaxed);
-        view.holds(inner.me)[self.slot as usize].fetch_sub(1, Ordering::Relaxed);
-        if last {
+        // Relaxed (all): under the table's lock.
+        let last_writer = self.writable && e.writers.load(Ordering::Relaxed) == 1;
+        let r = if last_writer { self.write_back() } else { Ok(()) };
+        view.holds(inner.me)[self.slot as usize].fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
+        e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
+        if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
             if let Ok(md) = self.fd.metadata() {
                 e.os_size.store(md.size(), Ordering::Relaxed);
                 e.os_mtime.store(
@@ -407,20 +391,60 @@ impl SharedFile {
                 );
             }
         }
-        table.unlock(inner.me);
-        let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = fds.get_mut(&self.slot) {
-            entry.2 -= 1;
-            if entry.2 == 0 {
-                fds.remove(&self.slot);
+        {
+            let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(entry) = fds.get_mut(&self.slot) {
+                entry.2 -= 1;
+                if entry.2 == 0 {
+                    fds.remove(&self.slot);
+                }
             }
         }
+        table.unlock(inner.me);
         r
     }
 
     /// The descriptor the cache reads and writes the file through.
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
+    }
+}
+
+/// A file's lock, held; released (and a change ended) on drop, a panic's unwinding included,
+/// since a live holder's lock is never taken over.
+struct FileLock<'a> {
+    inner: &'a Inner,
+    e: &'a files::FileEntry,
+    changing: std::cell::Cell<bool>,
+}
+
+impl<'a> FileLock<'a> {
+    fn take(inner: &'a Inner, e: &'a files::FileEntry, changing: bool) -> Self {
+        if let Acquired::OwnerDied(_) = e.lock.lock(inner.me, |h| inner.alive(h)) {
+            e.repair_lock();
+        }
+        let l = FileLock { inner, e, changing: std::cell::Cell::new(false) };
+        if changing {
+            l.changing();
+        }
+        l
+    }
+
+    /// Begins a change (the write sequence odd) that ends when the lock is released.
+    fn changing(&self) -> &Self {
+        if !self.changing.replace(true) {
+            self.e.begin_change();
+        }
+        self
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        if self.changing.get() {
+            self.e.end_change();
+        }
+        self.e.lock.unlock(self.inner.me);
     }
 }
 

@@ -11,7 +11,8 @@
 //!   a reader that saw the same even value before and after its copy saw no change.
 //! - `dirty` is never below the number of the file's `DIRTY` frames: it grows before a flag is
 //!   set and shrinks after one is cleared, so a sync that finds 0 may skip its scan.
-//! - `opens` is the sum over clients of their `holds` for the slot.
+//! - `opens` and `writers` are the sums over clients of their `holds` for the slot (a kill
+//!   between the two stores of an open or a close is put right by a recount at repair).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -44,7 +45,9 @@ pub(crate) struct FileEntry {
     /// at the next first open whether someone changed it without the cache.
     pub os_size: AtomicU64,
     pub os_mtime: AtomicU64,
-    _pad: [u64; 2],
+    /// Opens for writing, by every process: the last of them writes the dirty pages back.
+    pub writers: AtomicU32,
+    _pad: [u32; 3],
 }
 
 impl FileEntry {

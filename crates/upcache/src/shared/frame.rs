@@ -15,8 +15,11 @@
 //!   followed by an unlock that bumps the version; `DIRTY` changes only under the lock.
 //! - A lock whose holder died is taken over by CAS from the dead holder's word, and the
 //!   taker repairs the frame (`super::repair`) before anything else trusts it.
-//! - `INDEXED` says the frame is in its page's hash chain (`super::index`); it changes only
-//!   under the chain's partition lock and the frame's lock.
+//! - `home` is the key under which the frame is in a hash chain (`super::index`), 0 if in
+//!   none; it changes only under the chain's partition lock and the frame's lock, so it is
+//!   the one word that says where the frame is linked. A frame found by a lookup counts only
+//!   if its `home` is the key looked for: a frame that left the index (a claim killed half-way
+//!   leaves one with its old key and bytes) is never used.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -32,8 +35,6 @@ pub(crate) const VALID: u32 = 1;
 pub(crate) const DIRTY: u32 = 2;
 /// Read since the clock hand last passed.
 pub(crate) const REFERENCED: u32 = 4;
-/// In its page's hash chain.
-pub(crate) const INDEXED: u32 = 8;
 
 /// Bit 31 of the lock half: someone may be sleeping on it.
 const WAITERS: u64 = 1 << 31;
@@ -72,11 +73,12 @@ pub(crate) struct FrameMeta {
     pub word: AtomicU64,
     /// The page this frame holds ([`key`]), or 0.
     pub key: AtomicU64,
-    /// `VALID`, `DIRTY`, `REFERENCED`, `INDEXED`.
+    /// `VALID`, `DIRTY`, `REFERENCED`.
     pub flags: AtomicU32,
     /// The next frame + 1 in its hash chain, 0 at the end.
     pub next: AtomicU32,
-    _pad: u64,
+    /// The key the frame is linked under in the index, 0 if none.
+    pub home: AtomicU64,
 }
 
 impl FrameMeta {
@@ -184,6 +186,19 @@ impl FrameMeta {
         self.flags.load(Ordering::Acquire)
     }
 
+    /// The key the frame is linked under, 0 if none.
+    pub fn home(&self) -> u64 {
+        // Acquire: pairs with the Release stores of the index's writers.
+        self.home.load(Ordering::Acquire)
+    }
+
+    /// Bumps the version while we hold the lock: the frame changed in a way its unlock may
+    /// not say (a claim, a repair), so no optimistic read that began before passes.
+    pub fn bump(&self) {
+        // Relaxed: only the holder changes the version; the unlock's Release publishes it.
+        self.word.fetch_add(1 << 32, Ordering::Relaxed);
+    }
+
     /// The key.
     pub fn key(&self) -> u64 {
         // Acquire: pairs with the Release store of whoever claimed the frame.
@@ -201,7 +216,7 @@ mod tests {
             key: AtomicU64::new(0),
             flags: AtomicU32::new(0),
             next: AtomicU32::new(0),
-            _pad: 0,
+            home: AtomicU64::new(0),
         }
     }
 

@@ -9,14 +9,15 @@
 //! after [`MAX_HOPS`] and a miss is re-checked under the partition lock before a load.
 //!
 //! # Invariants
-//! - A frame is in the chain of its key's bucket iff its `INDEXED` flag is set; both change
-//!   only under the partition's lock and the frame's lock.
-//! - At most one frame per key is `INDEXED`: an insert first looks for the key under the lock.
-//! - A partition whose lock holder died is rebuilt from the `INDEXED` flags before use.
+//! - A frame is in the chain of `home`'s bucket iff its `home` is not 0; `home` changes only
+//!   under that partition's lock and the frame's lock.
+//! - At most one frame per key has it as `home`: an insert first looks under the lock.
+//! - A partition whose lock holder died is rebuilt from the frames' `home`s before use: one
+//!   load per frame, stable under the partition's lock.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::frame::{FrameMeta, INDEXED};
+use super::frame::FrameMeta;
 use crate::shm::{Acquired, OwnerLock};
 
 /// Partition locks: enough that two processes rarely meet on one.
@@ -69,7 +70,7 @@ impl PageMap<'_> {
         PartitionGuard { map: self, p, me }
     }
 
-    /// Relinks partition `p`'s chains from the frames' `INDEXED` flags (its lock held).
+    /// Relinks partition `p`'s chains from the frames' `home`s (its lock held).
     pub fn rebuild(&self, p: usize) {
         for b in (p..self.heads.len()).step_by(PARTITIONS) {
             // Relaxed: readers of a chain being rebuilt may miss; misses are re-checked under
@@ -77,8 +78,8 @@ impl PageMap<'_> {
             self.heads[b].store(0, Ordering::Relaxed);
         }
         for (f, m) in self.frames.iter().enumerate() {
-            let key = m.key();
-            if m.flags() & INDEXED != 0 && key != 0 && self.partition(key) == p {
+            let key = m.home();
+            if key != 0 && self.partition(key) == p {
                 let head = &self.heads[self.bucket(key)];
                 // Relaxed/Release: as in `insert`.
                 m.next.store(head.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -120,8 +121,8 @@ impl PartitionGuard<'_, '_> {
         }
         let map = self.map;
         let m = &map.frames[f as usize];
-        // Release: a reader that sees the flag sees the key stored before.
-        m.flags.fetch_or(INDEXED, Ordering::Release);
+        // Release: a reader that sees `home` sees the key stored before.
+        m.home.store(key, Ordering::Release);
         let head = &map.heads[map.bucket(key)];
         // Relaxed: the head changes only under our lock.
         m.next.store(head.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -134,7 +135,7 @@ impl PartitionGuard<'_, '_> {
     pub fn remove(&self, key: u64, f: u32) {
         let map = self.map;
         let m = &map.frames[f as usize];
-        if m.flags() & INDEXED == 0 {
+        if m.home() != key {
             return;
         }
         let mut link = &map.heads[map.bucket(key)];
@@ -142,7 +143,7 @@ impl PartitionGuard<'_, '_> {
             // Relaxed: links change only under our lock.
             let at = link.load(Ordering::Relaxed);
             let Some(g) = at.checked_sub(1) else {
-                debug_assert!(false, "frame {f} INDEXED but not in its chain");
+                debug_assert!(false, "frame {f} has a home but is not in its chain");
                 break;
             };
             if g == f {
@@ -152,8 +153,8 @@ impl PartitionGuard<'_, '_> {
             }
             link = &map.frames[g as usize].next;
         }
-        // Release: the flag goes after the chain no longer leads to the frame.
-        m.flags.fetch_and(!INDEXED, Ordering::Release);
+        // Release: `home` goes after the chain no longer leads to the frame.
+        m.home.store(0, Ordering::Release);
     }
 }
 

@@ -56,6 +56,8 @@ pub(crate) struct Header {
     pub dirty: AtomicU64,
     pub loads: AtomicU64,
     pub written_back: AtomicU64,
+    /// Locks taken over from dead holders, and what they guarded repaired.
+    pub repairs: AtomicU64,
     /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
     pub files_lock: OwnerLock,
 }
@@ -192,11 +194,21 @@ impl View {
         unsafe { std::slice::from_raw_parts(self.files.as_ptr(), self.n_files) }
     }
 
-    /// Client `id`'s open counts, one per file slot.
+    /// Client `id`'s open counts, one per file slot: opens in the low 16 bits, opens for
+    /// writing in the high 16.
     pub fn holds(&self, id: u32) -> &[AtomicU32] {
-        let slot = ((id & ((1 << 20) - 1)) as usize).saturating_sub(1).min(self.n_clients - 1);
-        // SAFETY: `n_clients * n_files` counters (checked at attach); `slot` is in range.
-        unsafe { std::slice::from_raw_parts(self.holds.as_ptr().add(slot * self.n_files), self.n_files) }
+        self.holds_of_slot(((id & ((1 << 20) - 1)) as usize).saturating_sub(1))
+    }
+
+    /// The open counts of client table slot `c` (0-based).
+    pub fn holds_of_slot(&self, c: usize) -> &[AtomicU32] {
+        let c = c.min(self.n_clients - 1);
+        // SAFETY: `n_clients * n_files` counters (checked at attach); `c` is in range.
+        unsafe { std::slice::from_raw_parts(self.holds.as_ptr().add(c * self.n_files), self.n_files) }
+    }
+
+    pub fn n_clients(&self) -> usize {
+        self.n_clients
     }
 
     pub fn frames(&self) -> &[FrameMeta] {

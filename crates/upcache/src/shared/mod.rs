@@ -33,11 +33,14 @@ mod index;
 mod layout;
 mod pages;
 mod repair;
+pub mod serve;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::Result;
 use crate::shm::Segment;
@@ -61,26 +64,68 @@ pub(crate) struct Inner {
     /// Descriptors of the files this process has open, by slot, with how many of its
     /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
     fds: Mutex<HashMap<u32, (Arc<std::fs::File>, bool, usize)>>,
+    /// Set when the service we attached through went away: every call then fails with
+    /// `Io`, since a new service would make a new cache, and two caches of one file are not
+    /// coherent. Our dirty pages were written back first.
+    lost: Arc<AtomicBool>,
+    /// Our connection to the service, shut down when we detach so the watcher thread ends
+    /// and the service sees us go.
+    service: Option<UnixStream>,
 }
 
 impl SharedCache {
     /// Makes a new shared cache as `config` says and attaches this process to it.
     pub fn create(config: &SharedConfig) -> Result<SharedCache> {
-        SharedCache::join(View::create(config)?)
+        SharedCache::join(View::create(config)?, None)
     }
 
     /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
     /// by [`crate::shm::handoff`] or by inheritance), after checking the segment.
     pub fn attach(fd: OwnedFd) -> Result<SharedCache> {
-        SharedCache::join(View::attach(Segment::attach(fd)?)?)
+        SharedCache::join(View::attach(Segment::attach(fd)?)?, None)
     }
 
-    fn join(view: View) -> Result<SharedCache> {
+    fn join(view: View, service: Option<UnixStream>) -> Result<SharedCache> {
         let me = view.clients().join()?;
-        let inner = Inner { view, me, fds: Mutex::new(HashMap::new()) };
+        let inner = Inner {
+            view,
+            me,
+            fds: Mutex::new(HashMap::new()),
+            lost: Arc::new(AtomicBool::new(false)),
+            service,
+        };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
         Ok(SharedCache { inner: Arc::new(inner) })
+    }
+
+    /// Attaches to `seg`, received from the service over `service`, which stays open: its
+    /// hang-up tells the service we are gone, and the service's tells us (a watcher thread).
+    pub(crate) fn join_with(seg: Segment, service: UnixStream) -> Result<SharedCache> {
+        let ours = service.try_clone().map_err(|e| crate::error::Error::io("dup the service socket", e))?;
+        let cache = SharedCache::join(View::attach(seg)?, Some(ours))?;
+        let weak: Weak<Inner> = Arc::downgrade(&cache.inner);
+        let lost = cache.inner.lost.clone();
+        std::thread::Builder::new()
+            .name("upcache-service-watch".into())
+            .spawn(move || {
+                let mut pfd = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&service),
+                    events: libc::POLLIN | libc::POLLRDHUP,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the call. The service never writes to an
+                // attached process, so any event is its hang-up.
+                while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
+                if let Some(inner) = weak.upgrade() {
+                    log::error!("upcache: the shared cache's service is gone; writing back and stopping");
+                    inner.write_back_all_open();
+                }
+                // Relaxed: a flag each call checks; our write-back is done either way.
+                lost.store(true, Ordering::Relaxed);
+            })
+            .map_err(|e| crate::error::Error::io("start the service watcher", e))?;
+        Ok(cache)
     }
 
     /// The segment's descriptor, to pass to another process.
@@ -125,6 +170,8 @@ pub struct SharedStatus {
     pub cached: u64,
     /// Frames holding a dirty page.
     pub dirty: u64,
+    /// Frames locked now (by a load, a write or a write-back in flight).
+    pub locked: u64,
     /// Files in the file table.
     pub files: u64,
     /// Pids of the attached processes.
@@ -133,6 +180,8 @@ pub struct SharedStatus {
     pub loads: u64,
     /// Pages written back since the cache was made.
     pub written_back: u64,
+    /// Frames taken over from processes that died holding them, and repaired.
+    pub repairs: u64,
 }
 
 impl std::fmt::Debug for SharedCache {
@@ -141,8 +190,25 @@ impl std::fmt::Debug for SharedCache {
     }
 }
 
+impl Inner {
+    /// Fails once the service is gone.
+    pub(crate) fn check_service(&self) -> Result<()> {
+        // Relaxed: see `lost`.
+        if self.lost.load(Ordering::Relaxed) {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Io,
+                "the shared cache's service is gone (its dirty pages of files open here were written back)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
+        if let Some(s) = &self.service {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         self.view.clients().leave(self.me);
     }
 }

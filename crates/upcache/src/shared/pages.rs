@@ -4,7 +4,7 @@
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, Ordering};
 
-use super::frame::{key, key_page, key_slot, Taken, DIRTY, INDEXED, REFERENCED, VALID};
+use super::frame::{key, key_page, key_slot, Taken, DIRTY, REFERENCED, VALID};
 use super::layout::PAGE;
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
@@ -33,18 +33,31 @@ impl Inner {
         }
     }
 
-    /// Frees frame `f`, which we hold locked: out of the index, no page, unlocked.
+    /// Frees frame `f`, which we hold locked: out of the index, its dirty page (if any)
+    /// uncounted and forgotten, no page, unlocked.
     pub(crate) fn free_frame(&self, f: u32) {
+        self.empty_frame(f);
+        self.view.frames()[f as usize].unlock(self.me, true);
+    }
+
+    /// As `free_frame`, but keeps the lock.
+    pub(crate) fn empty_frame(&self, f: u32) {
         let m = &self.view.frames()[f as usize];
+        m.bump();
+        let home = m.home();
+        if home != 0 {
+            self.view.map().lock(home, self.me, &|h| self.alive(h)).remove(home, f);
+        }
         let k = m.key();
-        if m.flags() & INDEXED != 0 {
-            let map = self.view.map();
-            map.lock(k, self.me, &|h| self.alive(h)).remove(k, f);
+        if m.flags() & DIRTY != 0 && k != 0 {
+            // Release: the flag goes before the counts shrink, so they never fall below it.
+            m.flags.fetch_and(!DIRTY, Ordering::Release);
+            self.view.files()[key_slot(k) as usize].dirty.fetch_sub(1, Ordering::Release);
+            self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
         }
         // Relaxed: published by the unlock's Release.
         m.key.store(0, Ordering::Relaxed);
         m.flags.store(0, Ordering::Relaxed);
-        m.unlock(self.me, true);
     }
 
     /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
@@ -80,13 +93,9 @@ impl Inner {
                     m.unlock(self.me, false);
                     continue;
                 }
-                let k = m.key();
-                if m.flags() & INDEXED != 0 {
-                    self.view.map().lock(k, self.me, &|h| self.alive(h)).remove(k, f);
-                }
-                // Relaxed: published by the unlock that ends the claim.
-                m.key.store(0, Ordering::Relaxed);
-                m.flags.store(0, Ordering::Relaxed);
+                // The new page's bytes will differ: bumped now, so that a reader of the old
+                // page fails even if our unlock says nothing changed.
+                self.empty_frame(f);
                 return Ok(f);
             }
             if round == 0 {
@@ -148,6 +157,43 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
+    /// error.
+    pub(crate) fn write_back_slot(&self, slot: u32, fd: &std::fs::File) -> Result<()> {
+        // Acquire: pairs with `mark_dirty`'s count.
+        if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let mut first = Ok(());
+        for (f, m) in self.view.frames().iter().enumerate() {
+            let k = m.key();
+            if k == 0 || key_slot(k) != slot || m.flags() & DIRTY == 0 {
+                continue;
+            }
+            self.lock_frame(f as u32);
+            if m.key() == k && m.flags() & DIRTY != 0 {
+                if let Err(err) = self.write_back_locked(f as u32, fd) {
+                    first = first.and(Err(err));
+                }
+            }
+            m.unlock(self.me, false);
+        }
+        first
+    }
+
+    /// Writes back the dirty pages of every file this process has open for writing.
+    pub(crate) fn write_back_all_open(&self) {
+        let open: Vec<(u32, std::sync::Arc<std::fs::File>)> = {
+            let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+            fds.iter().filter(|(_, (_, w, _))| *w).map(|(s, (fd, _, _))| (*s, fd.clone())).collect()
+        };
+        for (slot, fd) in open {
+            if let Err(e) = self.write_back_slot(slot, &fd) {
+                log::error!("upcache: writing back a shared file: {e}");
+            }
+        }
+    }
+
     /// Marks frame `f` (locked by us) dirty, counting it first.
     pub(crate) fn mark_dirty(&self, f: u32) {
         let m = &self.view.frames()[f as usize];
@@ -177,7 +223,7 @@ impl Inner {
             if let Some(f) = found {
                 self.lock_frame(f);
                 let m = &frames[f as usize];
-                if m.key() == k && m.flags() & VALID != 0 {
+                if m.home() == k && m.flags() & VALID != 0 {
                     return Ok(f);
                 }
                 m.unlock(self.me, false);
@@ -245,12 +291,6 @@ impl Inner {
             if m.key() != k {
                 m.unlock(self.me, false);
                 continue;
-            }
-            if m.flags() & DIRTY != 0 {
-                // Relaxed: the frame is about to be freed; counts go after the flag.
-                m.flags.fetch_and(!DIRTY, Ordering::Relaxed);
-                self.view.files()[slot as usize].dirty.fetch_sub(1, Ordering::Release);
-                self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
             }
             self.free_frame(f as u32);
         }

@@ -19,13 +19,17 @@ impl Inner {
     pub(crate) fn repair_frame(&self, f: u32, dead: u32) {
         let m = &self.view.frames()[f as usize];
         log::warn!("shared cache: client {dead} died holding frame {f}; repairing it");
-        if m.flags() & VALID == 0 {
-            // A load or a whole-page write cut short: its bytes are not the page's. Free it,
-            // then lock it again for the caller, which expects to hold it.
-            self.free_frame(f);
-            self.lock_frame(f);
+        // Relaxed: a count for reports.
+        self.view.header().repairs.fetch_add(1, Ordering::Relaxed);
+        if m.flags() & VALID == 0 || m.home() == 0 || m.home() != m.key() {
+            // A load or a whole-page write cut short (its bytes are not the page's), or a claim
+            // or a free cut short: empty it (the caller keeps the lock).
+            self.empty_frame(f);
+        } else {
+            // A write cut short keeps what it copied (it marked the frame dirty before
+            // copying); readers that began before it must not pass.
+            m.bump();
         }
-        // A write cut short keeps what it copied; it marked the frame dirty before copying.
     }
 
     /// Releases every lock that dead clients hold, repairs what they guarded, subtracts their
@@ -62,15 +66,21 @@ impl Inner {
             }
         }
         let table = &self.view.header().files_lock;
-        // Every change under the table's lock is a single store, so a dead holder left it whole.
+        // A holder that died between the stores of an open or a close left counts that the
+        // recount below puts right; entries are filled before they are marked live.
         table.lock(self.me, |h| self.alive(h));
         let mut reaped = 0;
+        let mut touched = Vec::new();
         for &id in &dead {
+            // Another repairer may have reaped it meanwhile, and a new process taken its slot:
+            // only a client that is still this tenure, and dead, loses its holds.
+            if !clients.is_dead(id) {
+                continue;
+            }
             for (slot, held) in self.view.holds(id).iter().enumerate() {
                 // Relaxed: under the table's lock.
-                let n = held.swap(0, Ordering::Relaxed);
-                if n > 0 {
-                    self.view.files()[slot].opens.fetch_sub(n, Ordering::Relaxed);
+                if held.swap(0, Ordering::Relaxed) != 0 {
+                    touched.push(slot);
                 }
             }
             if clients.reap(id) {
@@ -78,8 +88,26 @@ impl Inner {
                 reaped += 1;
             }
         }
+        for slot in touched {
+            self.recount_opens(slot);
+        }
         table.unlock(self.me);
         reaped
+    }
+
+    /// Sets `slot`'s open counts to the sum of every client's holds (under the table's lock).
+    pub(crate) fn recount_opens(&self, slot: usize) {
+        let (mut opens, mut writers) = (0, 0);
+        for c in 0..self.view.n_clients() {
+            // Relaxed: under the table's lock.
+            let h = self.view.holds_of_slot(c)[slot].load(Ordering::Relaxed);
+            opens += h & 0xffff;
+            writers += h >> 16;
+        }
+        let e = &self.view.files()[slot];
+        // Relaxed: under the table's lock.
+        e.opens.store(opens, Ordering::Relaxed);
+        e.writers.store(writers, Ordering::Relaxed);
     }
 
     pub(crate) fn status(&self) -> SharedStatus {
@@ -90,10 +118,12 @@ impl Inner {
             frames: frames.len() as u64,
             cached: frames.iter().filter(|m| m.flags() & VALID != 0).count() as u64,
             dirty: frames.iter().filter(|m| m.flags() & super::frame::DIRTY != 0).count() as u64,
+            locked: frames.iter().filter(|m| m.holder().is_some()).count() as u64,
             files: self.view.files().iter().filter(|e| e.state.load(Ordering::Relaxed) != 0).count() as u64,
             clients: self.view.clients().pids(),
             loads: h.loads.load(Ordering::Relaxed),
             written_back: h.written_back.load(Ordering::Relaxed),
+            repairs: h.repairs.load(Ordering::Relaxed),
         }
     }
 }

@@ -121,6 +121,11 @@ impl<'a> Clients<'a> {
         self.slots.iter().map(|[who, _]| who.load(Ordering::Acquire) as u32).filter(|&p| p != 0).collect()
     }
 
+    /// Whether `id` is its slot's current tenure and its process is certainly dead.
+    pub fn is_dead(&self, id: u32) -> bool {
+        self.state(id) == Some(Seen::Dead)
+    }
+
     /// The ids of taken slots whose process is certainly dead, for repair and then
     /// [`Self::reap`].
     pub fn dead(&self) -> Vec<u32> {

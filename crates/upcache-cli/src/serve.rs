@@ -1,0 +1,48 @@
+//! `upcache serve`: runs the shared cache's service in the foreground (the shim and the
+//! library start one themselves when none answers), or asks a running one for its status.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use upcache::shared::serve::{self, ServeOptions};
+use upcache::shared::SharedConfig;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The socket (default: $UPCACHE_SOCKET, else /tmp/upcache-<uid>/cache.sock)
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Memory for pages (K/M/G suffixes)
+    #[arg(long, default_value = "256M", value_parser = crate::size::parse_size)]
+    memory: u64,
+    /// Files cached at once
+    #[arg(long, default_value_t = 4096)]
+    files: u32,
+    /// Seconds with nobody attached before the service exits
+    #[arg(long, default_value_t = 300)]
+    idle: u64,
+    /// Print the running service's status (attached processes, memory, hit ratio, dirty
+    /// pages) and exit
+    #[arg(long)]
+    status: bool,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let socket = args.socket.unwrap_or_else(serve::default_socket);
+    if args.status {
+        print!("{}", serve::status(&socket).with_context(|| format!("no service at {}", socket.display()))?);
+        return Ok(());
+    }
+    let opts = ServeOptions {
+        socket: socket.clone(),
+        config: SharedConfig { memory: args.memory, files: args.files, ..SharedConfig::default() },
+        idle: Duration::from_secs(args.idle),
+    };
+    let served = serve::serve(&opts, || eprintln!("upcache serve: listening on {}", socket.display()))?;
+    if !served {
+        anyhow::bail!("another service already serves {}", socket.display());
+    }
+    Ok(())
+}

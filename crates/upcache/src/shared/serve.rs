@@ -1,0 +1,291 @@
+//! The service (`upcache serve`): it makes the shared segment, hands it to processes of its own
+//! user over a 0600 socket, holds it so the cache outlives them, notices their deaths (the
+//! socket's hang-up) and repairs what they held, and exits once nobody has been attached for
+//! its idle time. Processes find it by the socket's path, and start it when it is not there
+//! ([`connect_or_start`]), as ssh-agent or sccache are started.
+//!
+//! One service per socket: it holds an exclusive `flock` on `<socket>.lock` for its whole life,
+//! so a second one started at the same moment exits at once and a stale socket left by a
+//! killed one is replaced safely.
+//!
+//! A request is one byte: `A` to attach (answered by the segment, or a refusal), `S` for a
+//! status report in text. An attached process keeps its connection open; when it closes,
+//! whatever the process died holding is repaired at once.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{SharedCache, SharedConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::shm::handoff;
+
+/// How a service runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The socket's path; its directory is made 0700 if missing.
+    pub socket: PathBuf,
+    /// The cache's size.
+    pub config: SharedConfig,
+    /// How long the service stays with nobody attached before it exits.
+    pub idle: Duration,
+}
+
+/// The socket a process of this user uses unless told otherwise: `$UPCACHE_SOCKET`, else
+/// `/tmp/upcache-<uid>/cache.sock`.
+pub fn default_socket() -> PathBuf {
+    if let Some(p) = std::env::var_os("UPCACHE_SOCKET") {
+        return PathBuf::from(p);
+    }
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/tmp/upcache-{uid}/cache.sock"))
+}
+
+/// Makes `socket`'s directory (0700) if missing, and refuses one that another user owns or
+/// that others may write: they could put their own socket there.
+fn private_dir(socket: &Path) -> Result<()> {
+    let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("make {}", dir.display()), e))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
+    }
+    let md = std::fs::metadata(dir).map_err(|e| Error::io(format!("stat {}", dir.display()), e))?;
+    // SAFETY: as in `default_socket`.
+    let uid = unsafe { libc::geteuid() };
+    if md.uid() != uid || md.mode() & 0o022 != 0 {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!("{} belongs to uid {} or others may write it; the cache's socket needs a private directory", dir.display(), md.uid()),
+        ));
+    }
+    Ok(())
+}
+
+fn lock_path(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+/// Runs the service until it is idle; false (at once) if another service has the socket.
+/// `ready` is called once the socket listens.
+pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
+    private_dir(&opts.socket)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode_0600()
+        .open(lock_path(&opts.socket))
+        .map_err(|e| Error::io("open the service's lock file", e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(false);
+    }
+    // Ours now: a socket file left here is a dead service's.
+    let _ = std::fs::remove_file(&opts.socket);
+    let cache = SharedCache::create(&opts.config)?;
+    let listener = UnixListener::bind(&opts.socket)
+        .map_err(|e| Error::io(format!("listen on {}", opts.socket.display()), e))?;
+    std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("chmod the socket", e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::io("set the socket non-blocking", e))?;
+    ready();
+    let mut attached: Vec<UnixStream> = Vec::new();
+    let mut idle_since = Instant::now();
+    loop {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+            .chain(attached.iter().map(|s| s.as_raw_fd()))
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: `fds` is a valid array of its length for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+        let mut hung_up = false;
+        for i in (1..fds.len()).rev() {
+            if fds[i].revents != 0 {
+                // Any input or hang-up from an attached process means it went away.
+                attached.swap_remove(i - 1);
+                hung_up = true;
+            }
+        }
+        if fds[0].revents != 0 {
+            while let Ok((sock, _)) = listener.accept() {
+                if let Some(s) = answer(&cache, sock) {
+                    attached.push(s);
+                }
+            }
+        }
+        if hung_up || cache.repair_dead() > 0 {
+            cache.repair_dead();
+        }
+        if !attached.is_empty() || cache.status().clients.len() > 1 {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() >= opts.idle {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&opts.socket);
+    drop(lock);
+    Ok(true)
+}
+
+trait Mode0600 {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+
+impl Mode0600 for std::fs::OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
+    }
+}
+
+/// Serves one connection's request; the stream if the process attached.
+fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
+    let _ = sock.set_nonblocking(false);
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut req = [0u8];
+    if sock.read_exact(&mut req).is_err() {
+        return None;
+    }
+    match req[0] {
+        b'A' => match handoff::offer(&sock, cache.segment()) {
+            Ok(()) => Some(sock),
+            Err(e) => {
+                log::warn!("upcache serve: refused an attach: {e}");
+                None
+            }
+        },
+        b'S' => {
+            let _ = sock.write_all(status_text(cache).as_bytes());
+            None
+        }
+        _ => None,
+    }
+}
+
+fn status_text(cache: &SharedCache) -> String {
+    let s = cache.status();
+    let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
+    format!(
+        "frames {} ({:.0} MiB)\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
+        s.frames,
+        mb(s.frames),
+        s.cached,
+        100.0 * s.cached as f64 / s.frames.max(1) as f64,
+        s.dirty,
+        s.locked,
+        s.files,
+        s.loads,
+        s.written_back,
+        s.repairs,
+        s.clients.len(),
+        s.clients,
+    )
+}
+
+/// The status report of the service at `socket`.
+pub fn status(socket: &Path) -> Result<String> {
+    let mut sock = UnixStream::connect(socket)
+        .map_err(|e| Error::io(format!("connect to {}", socket.display()), e))?;
+    sock.write_all(b"S").map_err(|e| Error::io("ask for the status", e))?;
+    let mut out = String::new();
+    sock.read_to_string(&mut out).map_err(|e| Error::io("read the status", e))?;
+    Ok(out)
+}
+
+/// Attaches to the service at `socket`.
+pub fn connect(socket: &Path) -> Result<SharedCache> {
+    let mut sock = UnixStream::connect(socket).map_err(|e| {
+        let what = format!("connect to {}", socket.display());
+        match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => Error::with_source(ErrorKind::PermissionDenied, what, e),
+            _ => Error::io(what, e),
+        }
+    })?;
+    sock.write_all(b"A").map_err(|e| Error::io("ask to attach", e))?;
+    let seg = handoff::receive(&sock)?;
+    SharedCache::join_with(seg, sock)
+}
+
+/// Attaches to the service at `socket`, starting one (a detached process forked from this one,
+/// which runs [`serve`] with `config` and `idle`) if none answers.
+pub fn connect_or_start(socket: &Path, config: &SharedConfig, idle: Duration) -> Result<SharedCache> {
+    match connect(socket) {
+        Ok(c) => return Ok(c),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => return Err(e),
+        Err(_) => {}
+    }
+    start(&ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle })?;
+    connect(socket)
+}
+
+/// Forks a detached service and waits until its socket listens (or it found another's).
+fn start(opts: &ServeOptions) -> Result<()> {
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `pipe`.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::io("make a pipe", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptors we own.
+    let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    // SAFETY: fork; the child only calls `daemon_main`, which never returns.
+    match unsafe { libc::fork() } {
+        -1 => return Err(Error::io("fork the cache service", std::io::Error::last_os_error())),
+        0 => daemon_main(opts, tx),
+        child => {
+            drop(tx);
+            let mut status = 0;
+            // SAFETY: waits for our own child, which exits as soon as it forked again.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+        }
+    }
+    // One byte once the socket listens, or end of file if the service found another or failed.
+    let mut byte = [0u8];
+    let _ = std::fs::File::from(rx).read(&mut byte);
+    Ok(())
+}
+
+fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
+    // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
+    // service is re-parented and never becomes a zombie of the program that started it.
+    unsafe {
+        libc::setsid();
+        if libc::fork() != 0 {
+            libc::_exit(0);
+        }
+    }
+    // Nothing of the program that started us stays open here: a pipe held open would keep its
+    // reader waiting for end of file for as long as the service lives.
+    let keep = tx.as_raw_fd();
+    // SAFETY: closes descriptors this process inherited and does not use; reopens 0-2 on
+    // /dev/null.
+    unsafe {
+        let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        for fd in 0..3 {
+            libc::dup2(devnull, fd);
+        }
+        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as i32;
+        for fd in 3..max {
+            if fd != keep {
+                libc::close(fd);
+            }
+        }
+    }
+    let tx = std::cell::RefCell::new(Some(std::fs::File::from(tx)));
+    let r = serve(opts, || {
+        if let Some(mut t) = tx.borrow_mut().take() {
+            let _ = t.write_all(b"R");
+        }
+    });
+    let code = match r {
+        Ok(_) => 0,
+        Err(_) => 1,
+    };
+    // SAFETY: ends the service without running the starting program's exit handlers.
+    unsafe { libc::_exit(code) }
+}
