@@ -2,6 +2,7 @@
 //! The file offset stays in the kernel: calls that use it read it, do their I/O through the
 //! cache, and move it, under the description's offset lock.
 
+use crate::backend::File;
 use crate::errno;
 use crate::limits::{past_size_limit, size_limit};
 use crate::open::{cached, shielded};
@@ -9,7 +10,6 @@ use crate::real;
 use crate::shim::{Description, Shim};
 use libc::{c_char, c_int, c_void, iovec, off64_t, off_t, size_t, ssize_t};
 use std::sync::atomic::Ordering;
-use upcache::File;
 
 /// Linux moves at most this many bytes per read or write call.
 const MAX_IO: usize = 0x7fff_f000;

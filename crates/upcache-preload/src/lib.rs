@@ -77,6 +77,7 @@
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (variadic open/fcntl)");
 
+mod backend;
 mod bypass;
 mod copy;
 mod data;

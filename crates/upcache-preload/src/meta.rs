@@ -10,7 +10,7 @@ use libc::{c_char, c_int, c_uint};
 /// The size to report for a cached file whose OS file is `os_size` bytes: its cached length,
 /// after taking in growth by another process (`File::refresh_len`), which a larger OS size
 /// may be (or only the zeros of a write-back's last page).
-fn size_of(file: &upcache::File, os_size: i64) -> u64 {
+fn size_of(file: &crate::backend::File, os_size: i64) -> u64 {
     let len = file.len();
     if os_size as u64 > len {
         return file.refresh_len().unwrap_or(len);

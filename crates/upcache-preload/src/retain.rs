@@ -9,10 +9,10 @@
 //! limit of the check. Unlinks and renames over a kept file drop it (`namespace.rs`), so its
 //! space is freed; at most `MAX` files are kept, the oldest dropped first.
 
+use crate::backend::File;
 use std::collections::VecDeque;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
-use upcache::File;
 
 /// Files kept after their last close.
 const MAX: usize = 128;

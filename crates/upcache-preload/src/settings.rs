@@ -17,6 +17,12 @@ pub(crate) struct Settings {
     pub stats: Option<PathBuf>,
     /// UPCACHE_DIRECT: the cached files opened O_DIRECT (1, the default) or buffered (0).
     pub direct: bool,
+    /// UPCACHE_SHARED: the machine's shared cache (1, the default) or one of this process's
+    /// own (0).
+    pub shared: bool,
+    /// UPCACHE_IDLE: seconds a shared cache's service started by the shim stays with nobody
+    /// attached (default 60).
+    pub idle: std::time::Duration,
 }
 
 impl Settings {
@@ -45,7 +51,19 @@ impl Settings {
             Ok(v) => return Err(format!("UPCACHE_DIRECT={v}: 0 or 1")),
             Err(e) => return Err(format!("UPCACHE_DIRECT: {e}")),
         };
-        Ok(Some(Settings { prefix, memory, state_root, stats, direct }))
+        let shared = match std::env::var("UPCACHE_SHARED").as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("1") => true,
+            Ok("0") => false,
+            Ok(v) => return Err(format!("UPCACHE_SHARED={v}: 0 or 1")),
+            Err(e) => return Err(format!("UPCACHE_SHARED: {e}")),
+        };
+        let idle = match std::env::var("UPCACHE_IDLE") {
+            Ok(v) => v.parse::<u64>().map_err(|e| format!("UPCACHE_IDLE={v}: {e}"))?,
+            Err(std::env::VarError::NotPresent) => 60,
+            Err(e) => return Err(format!("UPCACHE_IDLE: {e}")),
+        };
+        let idle = std::time::Duration::from_secs(idle);
+        Ok(Some(Settings { prefix, memory, state_root, stats, direct, shared, idle }))
     }
 }
 

@@ -6,6 +6,7 @@
 //! the parent's cache threads do not exist in the child, so the child never touches it, and
 //! makes its own on its first open under the prefix.
 
+use crate::backend::{Backend, File};
 use crate::errno;
 use crate::retain::{Retained, Signature};
 use crate::settings::Settings;
@@ -17,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use upcache::{Cache, Config, File};
+use upcache::{Cache, Config};
 
 /// A cached OS file, shared by every descriptor of it; the last one to go closes it.
 pub(crate) struct Shared {
@@ -54,8 +55,12 @@ impl Shared {
         let file = self.file.take().expect("closed once");
         let shim = self.shim;
         // Relaxed: set before the table entries went; this is the last reference.
-        let closed = if self.demoted.load(Ordering::Relaxed) {
-            shim.cache.discard_plain(&file)
+        let closed = if shim.cache.is_shared() {
+            // The shared cache keeps the pages for every process; the last writer's close in
+            // any process writes them back.
+            shim.cache.close(file)
+        } else if self.demoted.load(Ordering::Relaxed) {
+            shim.cache.discard(&file)
         } else {
             match file.write_back().and_then(|()| file.os_metadata()) {
                 // Kept only with the OS size right (`write_back` leaves it when the tail is
@@ -66,12 +71,12 @@ impl Shared {
                     let _files = lock(&shim.files);
                     for old in shim.retained.keep(self.key, file, Signature::of_meta(&meta)) {
                         // Written back when kept; the OS file may have changed since.
-                        let _ = shim.cache.discard_plain(&old);
+                        let _ = shim.cache.discard(&old);
                     }
                     Ok(())
                 }
                 // Unlinked, or its size to fix: closed (which fixes it).
-                Ok(_) => shim.cache.close_plain(&file),
+                Ok(_) => shim.cache.close(file),
                 Err(e) => {
                     lock(&shim.orphans).push((self.key, file));
                     Err(e)
@@ -128,9 +133,9 @@ pub(crate) struct Counters {
 
 pub(crate) struct Shim {
     pub settings: &'static Settings,
-    pub cache: Cache,
-    /// Canonical `state_dir`: never cached, even under the prefix.
-    state_canonical: PathBuf,
+    pub cache: Backend,
+    /// Canonical `state_dir` of a private cache: never cached, even under the prefix.
+    state_canonical: Option<PathBuf>,
     pub table: FdTable<Description>,
     /// Every cached file by (device, inode), while a descriptor of it is open, and until its
     /// close ends (a dead entry: the close is under way).
@@ -283,7 +288,7 @@ pub(crate) fn for_path(path: &Path, adopting: i32) -> Option<&'static Shim> {
         Some(s) => s,
         None => start(settings, adopting)?,
     };
-    (!path.starts_with(&shim.state_canonical)).then_some(shim)
+    (!shim.state_canonical.as_ref().is_some_and(|s| path.starts_with(s))).then_some(shim)
 }
 
 /// Starts the shim for the open of `adopting`.
@@ -336,6 +341,12 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
 impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
+        if settings.shared {
+            let cache = Backend::shared(settings.memory, settings.idle).map_err(|e| {
+                format!("the shared cache at {}: {e}", upcache::shared::serve::default_socket().display())
+            })?;
+            return Ok(Shim::with(settings, cache, None, pid));
+        }
         let state_dir = make_state_dir(&settings.state_root, pid)?;
         let config = Config::new([&state_dir], settings.memory)
             .with_allow_buffered(true)
@@ -352,7 +363,11 @@ impl Shim {
         // its array, which the shim never makes: the directory can go now, so that a process
         // that ends without exit handlers (_exit, a signal) leaves nothing behind.
         let _ = std::fs::remove_dir_all(&state_dir);
-        Ok(Shim {
+        Ok(Shim::with(settings, Backend::Private(cache), Some(state_canonical), pid))
+    }
+
+    fn with(settings: &'static Settings, cache: Backend, state_canonical: Option<PathBuf>, pid: u32) -> Shim {
+        Shim {
             settings,
             cache,
             state_canonical,
@@ -365,7 +380,7 @@ impl Shim {
             said: Mutex::new(BTreeSet::new()),
             pid,
             reported: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The cached file `key`, cached now through `fd` (a descriptor of it) if it is not yet;
@@ -403,12 +418,11 @@ impl Shim {
             }
             // Changed since it was kept: its pages are stale (and were written back). Dropped
             // without I/O: a close would also cut the OS file to the stale length.
-            let _ = self.cache.discard_plain(&file);
+            let _ = self.cache.discard(&file);
         }
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
-        let file =
-            self.cache.open_path_as(format!("/proc/self/fd/{fd}"), false, &path.display().to_string())?;
+        let file = self.cache.open(&format!("/proc/self/fd/{fd}"), &path.display().to_string())?;
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
         Ok(Some(shared))
@@ -419,7 +433,7 @@ impl Shim {
         // Under the map lock, as opens take kept copies (see `Shared::close`).
         let _files = lock(&self.files);
         if let Some((file, _)) = self.retained.take(key) {
-            let _ = self.cache.discard_plain(&file); // written back when kept
+            let _ = self.cache.discard(&file); // written back when kept
         }
     }
 
@@ -428,7 +442,7 @@ impl Shim {
     pub fn forget_all_kept(&self) {
         let _files = lock(&self.files);
         for file in self.retained.take_all() {
-            let _ = self.cache.discard_plain(&file); // written back when kept
+            let _ = self.cache.discard(&file); // written back when kept
         }
     }
 
@@ -538,7 +552,7 @@ impl Shim {
     fn report(&self) {
         let Some(path) = &self.settings.stats else { return };
         let c = &self.counters;
-        let s = self.cache.stats();
+        let (hits, misses, writeback_bytes) = self.cache.counts();
         let line = format!(
             "pid={} opens={} uncached={} reopened={} demoted_opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
             self.pid,
@@ -551,9 +565,9 @@ impl Shim {
             c.read_bytes.load(Ordering::Relaxed),
             c.write_bytes.load(Ordering::Relaxed),
             c.syncs.load(Ordering::Relaxed),
-            s.hits,
-            s.misses,
-            s.writeback_bytes,
+            hits,
+            misses,
+            writeback_bytes,
         );
         let appended = std::fs::OpenOptions::new()
             .create(true)

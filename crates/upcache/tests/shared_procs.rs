@@ -44,7 +44,8 @@ const REC: usize = 600; // records straddle pages
 const PER_REGION: u64 = 200;
 
 fn record(r: u64, gen: u64) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..REC - 16).map(|i| (r.wrapping_mul(131) ^ gen.wrapping_mul(17) ^ i as u64) as u8).collect();
+    let mut v: Vec<u8> =
+        (0..REC - 16).map(|i| (r.wrapping_mul(131) ^ gen.wrapping_mul(17) ^ i as u64) as u8).collect();
     let sum: u64 = v.iter().map(|&b| b as u64).sum::<u64>() ^ (r << 32);
     v.extend_from_slice(&gen.to_le_bytes());
     v.extend_from_slice(&sum.to_le_bytes());
@@ -55,7 +56,8 @@ fn record(r: u64, gen: u64) -> Vec<u8> {
 fn whole(r: u64, v: &[u8]) -> Option<u64> {
     let sum: u64 = v[..REC - 16].iter().map(|&b| b as u64).sum::<u64>() ^ (r << 32);
     let gen = u64::from_le_bytes(v[REC - 16..REC - 8].try_into().unwrap());
-    (u64::from_le_bytes(v[REC - 8..].try_into().unwrap()) == sum && v[..REC - 16] == record(r, gen)[..REC - 16])
+    (u64::from_le_bytes(v[REC - 8..].try_into().unwrap()) == sum
+        && v[..REC - 16] == record(r, gen)[..REC - 16])
         .then_some(gen)
 }
 
@@ -184,7 +186,8 @@ fn killed_processes_never_wedge_the_others_nor_lose_what_they_synced() {
             if last.is_none() {
                 break;
             }
-            let v = rec(base + i).unwrap_or_else(|| panic!("victim {round}'s synced record {i} is past the end"));
+            let v =
+                rec(base + i).unwrap_or_else(|| panic!("victim {round}'s synced record {i} is past the end"));
             assert_eq!(whole(base + i, v), Some(2 + round as u64), "victim {round}'s synced record {i} lost");
         }
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use super::files::{self, OsFile, Slot};
-use super::frame::{key, REFERENCED, VALID};
+use super::frame::{key, DIRTY, REFERENCED, VALID};
 use super::layout::PAGE;
 use super::pages::Fill;
 use super::Inner;
@@ -33,6 +33,8 @@ pub struct SharedFile {
     fd: Arc<std::fs::File>,
     writable: bool,
     closed: bool,
+    /// The path it was opened at, for messages.
+    name: String,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -45,19 +47,24 @@ fn open_error(path: &Path, e: std::io::Error) -> Error {
 }
 
 impl SharedFile {
-    pub(crate) fn open(inner: Arc<Inner>, path: &Path, write: bool) -> Result<SharedFile> {
+    pub(crate) fn open(inner: Arc<Inner>, path: &Path, write: bool, name: String) -> Result<SharedFile> {
         let fd = std::fs::OpenOptions::new()
             .read(true)
             .write(write)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| open_error(path, e))?;
-        SharedFile::adopt(inner, fd, write)
+        SharedFile::adopt(inner, fd, write, name)
     }
 
     /// Caches the OS file open on `fd` (opened by this process, for writing if `write`).
-    pub(crate) fn adopt(inner: Arc<Inner>, fd: std::fs::File, write: bool) -> Result<SharedFile> {
-        let md = fd.metadata().map_err(|e| Error::io("stat a file to cache", e))?;
+    pub(crate) fn adopt(
+        inner: Arc<Inner>,
+        fd: std::fs::File,
+        write: bool,
+        name: String,
+    ) -> Result<SharedFile> {
+        let md = fd.metadata().map_err(|e| Error::io(format!("stat {name}"), e))?;
         if !md.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "only regular files are cached"));
         }
@@ -88,7 +95,10 @@ impl SharedFile {
         };
         let Some(slot) = slot else {
             table.unlock(inner.me);
-            return Err(Error::new(ErrorKind::CacheFull, "the shared cache's file table is full of open or dirty files"));
+            return Err(Error::new(
+                ErrorKind::CacheFull,
+                "the shared cache's file table is full of open or dirty files",
+            ));
         };
         // Holds first: a kill between them leaves the totals short, and repair recounts them.
         // Relaxed (all): under the table's lock.
@@ -110,7 +120,7 @@ impl SharedFile {
             e.0.clone()
         };
         table.unlock(inner.me);
-        Ok(SharedFile { inner, slot, fd, writable: write, closed: false })
+        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name })
     }
 
     fn entry(&self) -> &files::FileEntry {
@@ -181,7 +191,9 @@ impl SharedFile {
                     // frame being written or reused may change under the copy, a data race by
                     // the letter of the memory model, as in every seqlock; the bytes are plain
                     // integers, land only in `dst`, and are kept only if `unchanged` holds.
-                    unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len())
+                    };
                     if m.unchanged(w) {
                         if flags & REFERENCED == 0 {
                             // Relaxed: a hint for the clock hand.
@@ -380,7 +392,8 @@ impl SharedFile {
         // Relaxed (all): under the table's lock.
         let last_writer = self.writable && e.writers.load(Ordering::Relaxed) == 1;
         let r = if last_writer { self.write_back() } else { Ok(()) };
-        view.holds(inner.me)[self.slot as usize].fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
+        view.holds(inner.me)[self.slot as usize]
+            .fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
         if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
             if let Ok(md) = self.fd.metadata() {
@@ -402,6 +415,103 @@ impl SharedFile {
         }
         table.unlock(inner.me);
         r
+    }
+
+    /// The name the file was opened by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this open may write.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Writes all of `buf` at `offset`.
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let n = self.write_at(buf, offset)?;
+        if n < buf.len() {
+            return Err(Error::new(
+                ErrorKind::WriteZero,
+                format!("{}: wrote {n} of {} bytes", self.name, buf.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The OS file's metadata.
+    pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
+        self.fd.metadata().map_err(|e| Error::io(format!("stat {}", self.name), e))
+    }
+
+    /// Takes in growth of the OS file made without the cache (another program's appends):
+    /// past the cached length, the OS file's bytes are what a read sees from now on. The new
+    /// length.
+    pub fn refresh_len(&self) -> Result<u64> {
+        self.inner.check_service()?;
+        let os = self.os_metadata()?.len();
+        if os <= self.len() {
+            return Ok(self.len());
+        }
+        let locked = FileLock::take(&self.inner, self.entry(), false);
+        let old = self.len();
+        if os <= old {
+            return Ok(old);
+        }
+        let _changing = locked.changing();
+        let view = &self.inner.view;
+        let tail = old / PAGE as u64;
+        // The page the old end cuts: written back (up to the old end) before it is dropped,
+        // or its zeros past the old end would later cover the new bytes.
+        if old % PAGE as u64 != 0 {
+            let k = key(self.slot, tail);
+            let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
+            if let Some(f) = found {
+                self.inner.lock_frame(f);
+                let m = &view.frames()[f as usize];
+                let r = if m.home() == k && m.flags() & DIRTY != 0 {
+                    match self.inner.writable_fd(self.slot) {
+                        Some(fd) => self.inner.write_back_locked(f, &fd),
+                        None => Err(Error::new(ErrorKind::Io, "no descriptor to write the end page back")),
+                    }
+                } else {
+                    Ok(())
+                };
+                m.unlock(self.inner.me, false);
+                if r.is_err() {
+                    return Ok(old); // the growth waits for a later look
+                }
+            }
+        }
+        self.inner.drop_pages(self.slot, tail);
+        // Release: as in `write_pages`.
+        self.entry().len.store(os, Ordering::Release);
+        Ok(os)
+    }
+
+    /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
+    /// end), as POSIX_FADV_DONTNEED does.
+    pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
+        let end = if len == 0 { u64::MAX } else { offset.saturating_add(len) };
+        let (first, last) = (offset.div_ceil(PAGE as u64), end / PAGE as u64);
+        for (f, m) in self.inner.view.frames().iter().enumerate() {
+            let k = m.key();
+            if k == 0 || super::frame::key_slot(k) != self.slot {
+                continue;
+            }
+            let page = super::frame::key_page(k);
+            if page < first || page >= last || m.flags() & DIRTY != 0 {
+                continue;
+            }
+            if m.try_lock(self.inner.me) {
+                if m.key() == k && m.flags() & DIRTY == 0 {
+                    self.inner.free_frame(f as u32);
+                } else {
+                    m.unlock(self.inner.me, false);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The descriptor the cache reads and writes the file through.

@@ -37,8 +37,8 @@ pub mod serve;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -141,7 +141,19 @@ impl SharedCache {
     /// Opens the OS file at `path` through the cache, with this process's own permissions
     /// (read-only unless `write`).
     pub fn open_path(&self, path: &Path, write: bool) -> Result<SharedFile> {
-        SharedFile::open(self.inner.clone(), path, write)
+        SharedFile::open(self.inner.clone(), path, write, path.display().to_string())
+    }
+
+    /// As [`Self::open_path`], naming the file `name` in messages (the shim opens
+    /// `/proc/self/fd/N` for the file a program opened by its path).
+    pub fn open_path_as(&self, path: &Path, write: bool, name: &str) -> Result<SharedFile> {
+        SharedFile::open(self.inner.clone(), path, write, name.to_string())
+    }
+
+    /// Bytes written back since the cache was made, by every process.
+    pub fn written_back_bytes(&self) -> u64 {
+        // Relaxed: a count.
+        self.inner.view.header().written_back.load(Ordering::Relaxed) * layout::PAGE as u64
     }
 
     /// Releases whatever processes that died still held, and frees their client slots; the

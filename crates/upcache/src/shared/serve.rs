@@ -60,7 +60,11 @@ fn private_dir(socket: &Path) -> Result<()> {
     if md.uid() != uid || md.mode() & 0o022 != 0 {
         return Err(Error::new(
             ErrorKind::PermissionDenied,
-            format!("{} belongs to uid {} or others may write it; the cache's socket needs a private directory", dir.display(), md.uid()),
+            format!(
+                "{} belongs to uid {} or others may write it; the cache's socket needs a private directory",
+                dir.display(),
+                md.uid()
+            ),
         ));
     }
     Ok(())
@@ -190,8 +194,8 @@ fn status_text(cache: &SharedCache) -> String {
 
 /// The status report of the service at `socket`.
 pub fn status(socket: &Path) -> Result<String> {
-    let mut sock = UnixStream::connect(socket)
-        .map_err(|e| Error::io(format!("connect to {}", socket.display()), e))?;
+    let mut sock =
+        UnixStream::connect(socket).map_err(|e| Error::io(format!("connect to {}", socket.display()), e))?;
     sock.write_all(b"S").map_err(|e| Error::io("ask for the status", e))?;
     let mut out = String::new();
     sock.read_to_string(&mut out).map_err(|e| Error::io("read the status", e))?;
@@ -203,7 +207,9 @@ pub fn connect(socket: &Path) -> Result<SharedCache> {
     let mut sock = UnixStream::connect(socket).map_err(|e| {
         let what = format!("connect to {}", socket.display());
         match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => Error::with_source(ErrorKind::PermissionDenied, what, e),
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                Error::with_source(ErrorKind::PermissionDenied, what, e)
+            }
             _ => Error::io(what, e),
         }
     })?;

@@ -1,0 +1,147 @@
+//! Which cache serves the shim's files: the machine's shared cache (issue 17, the default),
+//! which every process attaches to through its service, or a private cache of this process
+//! (`UPCACHE_SHARED=0`). The rest of the shim sees one `File` and one `Backend` whatever the
+//! choice.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use upcache::shared::{serve, SharedCache, SharedConfig, SharedFile};
+use upcache::{Cache, Result};
+
+/// A cached file of either cache. Cloning shares it; a shared file closes when its last clone
+/// goes.
+#[derive(Clone)]
+pub(crate) enum File {
+    Private(upcache::File),
+    Shared(Arc<SharedFile>),
+}
+
+macro_rules! both {
+    ($self:ident, $f:ident => $e:expr) => {
+        match $self {
+            File::Private($f) => $e,
+            File::Shared($f) => $e,
+        }
+    };
+}
+
+impl File {
+    pub fn name(&self) -> &str {
+        both!(self, f => f.name())
+    }
+    pub fn len(&self) -> u64 {
+        both!(self, f => f.len())
+    }
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize> {
+        both!(self, f => f.read_at(buf, at))
+    }
+    pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize> {
+        both!(self, f => f.write_at(buf, at))
+    }
+    pub fn write_all_at(&self, buf: &[u8], at: u64) -> Result<()> {
+        both!(self, f => f.write_all_at(buf, at))
+    }
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        both!(self, f => f.set_len(len))
+    }
+    pub fn write_back(&self) -> Result<()> {
+        both!(self, f => f.write_back())
+    }
+    pub fn sync_data(&self) -> Result<()> {
+        both!(self, f => f.sync_data())
+    }
+    pub fn sync_all(&self) -> Result<()> {
+        both!(self, f => f.sync_all())
+    }
+    pub fn refresh_len(&self) -> Result<u64> {
+        both!(self, f => f.refresh_len())
+    }
+    pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
+        both!(self, f => f.evict(offset, len))
+    }
+    pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
+        both!(self, f => f.os_metadata())
+    }
+}
+
+/// The cache the shim's files are in.
+pub(crate) enum Backend {
+    Private(Cache),
+    Shared(SharedCache),
+}
+
+impl Backend {
+    /// Attaches to the shared cache at the default socket, starting its service if none
+    /// answers (with `memory` for pages, exiting after `idle` with nobody attached).
+    pub fn shared(memory: u64, idle: Duration) -> Result<Backend> {
+        let config = SharedConfig { memory, ..SharedConfig::default() };
+        serve::connect_or_start(&serve::default_socket(), &config, idle).map(Backend::Shared)
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Backend::Shared(_))
+    }
+
+    /// Caches the OS file at `path` (a `/proc/self/fd/N` of the program's descriptor), named
+    /// `name` in messages.
+    pub fn open(&self, path: &str, name: &str) -> Result<File> {
+        match self {
+            Backend::Private(c) => c.open_path_as(path, false, name).map(File::Private),
+            Backend::Shared(c) => {
+                let p = Path::new(path);
+                match c.open_path_as(p, true, name) {
+                    Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => {
+                        c.open_path_as(p, false, name)
+                    }
+                    r => r,
+                }
+                .map(|f| File::Shared(Arc::new(f)))
+            }
+        }
+    }
+
+    /// Closes `file` after the program's last descriptor of it went; the error of its
+    /// write-back, if it had one.
+    pub fn close(&self, file: File) -> Result<()> {
+        match (self, file) {
+            (Backend::Private(c), File::Private(f)) => c.close_plain(&f),
+            (_, File::Shared(f)) => match Arc::try_unwrap(f) {
+                Ok(f) => f.close(),
+                Err(_) => Ok(()), // a write-back of every file holds it for a moment
+            },
+            (Backend::Shared(_), File::Private(_)) => Ok(()),
+        }
+    }
+
+    /// Forgets `file` without writing it back (its OS file is libc's now).
+    pub fn discard(&self, file: &File) -> Result<()> {
+        match (self, file) {
+            (Backend::Private(c), File::Private(f)) => c.discard_plain(f),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn written_back_bytes(&self) -> u64 {
+        match self {
+            Backend::Private(c) => c.written_back_bytes(),
+            Backend::Shared(c) => c.written_back_bytes(),
+        }
+    }
+
+    /// (hits, misses, bytes written back) for the statistics line; a shared cache counts for
+    /// every process.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        match self {
+            Backend::Private(c) => {
+                let s = c.stats();
+                (s.hits, s.misses, s.writeback_bytes)
+            }
+            Backend::Shared(c) => {
+                let s = c.status();
+                (0, s.loads, c.written_back_bytes())
+            }
+        }
+    }
+}
