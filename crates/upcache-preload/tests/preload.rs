@@ -32,6 +32,7 @@ fn run(tmp: &Path, bin: &Path, shim: Option<&Path>, env: &[(&str, &str)]) -> Run
     let mut cmd = Command::new(bin);
     cmd.arg(&prefix).arg(&outside).env("UPCACHE_STATS", &stats).env("TMPDIR", tmp);
     cmd.env("UPCACHE_PREFIX", &prefix).env("UPCACHE_MEMORY", "16M");
+    common::own_service(&mut cmd);
     if let Some(shim) = shim {
         cmd.env("LD_PRELOAD", shim);
     }
@@ -75,6 +76,11 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
         "{}",
         buffered.text
     );
+    // A private cache, then the shared one (the default): the same checks, and these counts.
+    let private = run(tmp.path(), &bin, Some(&shim), &[("UPCACHE_SHARED", "0")]);
+    assert!(private.out.status.success() && private.text.contains("all checks passed"), "{}", private.text);
+    let main = private.stats.lines().max_by_key(|l| field(l, "opens")).expect("a stats line");
+    assert!(field(main, "reopened") > 0, "pages kept after a close: {main}");
     let cached = run(tmp.path(), &bin, Some(&shim), &[]);
     assert!(cached.out.status.success() && cached.text.contains("all checks passed"), "{}", cached.text);
     // One line from the process, and one from each child that opened files under the prefix.
@@ -86,7 +92,6 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
     assert_eq!(field(main, "opens") + demoted, expected_opens(&cached.text), "{}", cached.stats);
     assert!(demoted > 0 && demoted < 20, "{main}");
     assert_eq!(field(main, "uncached"), 0, "{}", cached.stats);
-    assert!(field(main, "reopened") > 0, "pages kept after a close: {main}");
     assert!(field(main, "write_bytes") > 1 << 20 && field(main, "read_bytes") > 0, "{main}");
     assert!(field(main, "syncs") >= 2, "{main}");
     // The children (forked ones, and `cat` under system(3)) open one file each (a forked
@@ -112,9 +117,13 @@ fn a_shim_that_cannot_start_passes_everything_through() {
         // Too small for the cache: starting fails after the settings were read.
         ("UPCACHE_MEMORY", "4K", "cannot start"),
         ("UPCACHE_DEVICES", "/nonexistent/upcache", "UPCACHE_DEVICES"),
+        ("UPCACHE_SHARED", "maybe", "UPCACHE_SHARED=maybe"),
+        ("UPCACHE_SOCKET", "/proc/upcache/cache.sock", "cannot start"),
         ("UPCACHE_DIRECT", "maybe", "UPCACHE_DIRECT=maybe"),
     ] {
-        let r = run(tmp.path(), &bin, Some(&shim), &[(key, value)]);
+        // Only a private cache has a state directory.
+        let private = if key == "UPCACHE_DEVICES" { &[("UPCACHE_SHARED", "0")][..] } else { &[] };
+        let r = run(tmp.path(), &bin, Some(&shim), &[&[(key, value)][..], private].concat());
         assert!(r.out.status.success() && r.text.contains("all checks passed"), "{key}={value}: {}", r.text);
         assert!(
             r.text.contains("passing everything through") && r.text.contains(says),
@@ -152,8 +161,11 @@ fn random_operations_give_the_kernels_results() {
             let stats = tmp.path().join("diff.stats");
             let _ = std::fs::remove_file(&stats);
             if with_shim {
-                cmd.env("LD_PRELOAD", &shim).env("UPCACHE_PREFIX", &dir).env("UPCACHE_MEMORY", "256K");
-                cmd.env("UPCACHE_STATS", &stats);
+                common::shimmed(&mut cmd, &shim, &dir, "256K").env("UPCACHE_STATS", &stats);
+                // Every other seed on a private cache.
+                if seed % 2 == 0 {
+                    cmd.env("UPCACHE_SHARED", "0");
+                }
             }
             let out = cmd.output().unwrap();
             assert!(out.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));

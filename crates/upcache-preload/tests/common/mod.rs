@@ -37,9 +37,21 @@ pub fn compile(dir: &Path, name: &str) -> PathBuf {
     bin
 }
 
-/// Makes `cmd` load the shim `so` and cache what is under `prefix` in `memory` (a size).
+/// Makes `cmd` load the shim `so` and cache what is under `prefix` in `memory` (a size), in a
+/// shared cache of its own ([`own_service`]).
 pub fn shimmed<'a>(cmd: &'a mut Command, so: &Path, prefix: &Path, memory: &str) -> &'a mut Command {
-    cmd.env("LD_PRELOAD", so).env("UPCACHE_PREFIX", prefix).env("UPCACHE_MEMORY", memory)
+    own_service(cmd.env("LD_PRELOAD", so).env("UPCACHE_PREFIX", prefix).env("UPCACHE_MEMORY", memory))
+}
+
+/// Makes the shim in `cmd` (and its children) attach to a shared cache of their own, not the
+/// machine's: a socket in a fresh directory outside any prefix, whose service the first
+/// of them starts and which exits a second after the last detaches.
+pub fn own_service(cmd: &mut Command) -> &mut Command {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed); // Relaxed: a unique number
+    let socket = std::env::temp_dir().join(format!("upcache-test-{}-{n}/cache.sock", std::process::id()));
+    cmd.env("UPCACHE_SOCKET", socket).env("UPCACHE_IDLE", "1")
 }
 
 /// `bin DIR`, with DIR a fresh directory under `tmp` (`shim` or `kernel`), run with the shim

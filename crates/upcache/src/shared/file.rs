@@ -35,6 +35,8 @@ pub struct SharedFile {
     closed: bool,
     /// The path it was opened at, for messages.
     name: String,
+    /// Its file system's largest file (at most the 2^52 bytes a key can address).
+    max_len: u64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -120,7 +122,10 @@ impl SharedFile {
             e.0.clone()
         };
         table.unlock(inner.me);
-        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name })
+        let max_len =
+            crate::io::device::largest_file(&fd, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
+                .min(1 << 52);
+        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len })
     }
 
     fn entry(&self) -> &files::FileEntry {
@@ -232,13 +237,24 @@ impl SharedFile {
         self.throttle();
         let locked = FileLock::take(&self.inner, self.entry(), false);
         let offset = at(self.len());
-        match offset.checked_add(buf.len() as u64) {
-            Some(end) if end < 1 << 52 => {
-                let _changing = locked.changing();
-                self.write_pages(buf, offset).map(|n| (n, offset))
-            }
-            _ => Err(Error::new(ErrorKind::FileTooLarge, "a write past the shared cache's largest file")),
+        // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("offset {offset} + length {} is past the largest file offset", buf.len()),
+            ));
         }
+        let max = self.max_len;
+        if offset >= max && !buf.is_empty() {
+            return Err(Error::new(
+                ErrorKind::FileTooLarge,
+                format!("write at {offset} of {}: its file system's largest file is {max} bytes", self.name),
+            ));
+        }
+        // Up to the largest file, as the kernel writes.
+        let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
+        let _changing = locked.changing();
+        self.write_pages(buf, offset).map(|n| (n, offset))
     }
 
     fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {
@@ -289,6 +305,21 @@ impl SharedFile {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
         self.inner.check_service()?;
+        if new > i64::MAX as u64 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("length {new} is past the largest file offset"),
+            ));
+        }
+        if new > self.max_len {
+            return Err(Error::new(
+                ErrorKind::FileTooLarge,
+                format!(
+                    "length {new} of {} is past its file system's largest file, {} bytes",
+                    self.name, self.max_len
+                ),
+            ));
+        }
         let _locked = FileLock::take(&self.inner, self.entry(), true);
         self.set_len_locked(new)
     }

@@ -28,7 +28,7 @@ mod kind {
 /// The size of a shared cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedConfig {
-    /// Memory for pages, in bytes (a multiple of 4 KiB, at least 1 MiB).
+    /// Memory for pages, in bytes (a multiple of 4 KiB, at least 64 KiB).
     pub memory: u64,
     /// Files cached at once.
     pub files: u32,
@@ -106,8 +106,8 @@ impl View {
 
     pub fn create(config: &SharedConfig) -> Result<View> {
         let invalid = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_string()));
-        if config.memory < 1 << 20 || config.memory % PAGE as u64 != 0 {
-            return invalid("shared cache memory must be a multiple of 4 KiB and at least 1 MiB");
+        if config.memory < 64 << 10 || config.memory % PAGE as u64 != 0 {
+            return invalid("shared cache memory must be a multiple of 4 KiB and at least 64 KiB");
         }
         let frames = config.memory / PAGE as u64;
         if frames > u32::MAX as u64 / 2 {

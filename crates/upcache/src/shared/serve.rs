@@ -258,12 +258,14 @@ fn start(opts: &ServeOptions) -> Result<()> {
 
 fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
     // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
-    // service is re-parented and never becomes a zombie of the program that started it.
+    // service is re-parented and never becomes a zombie of the program that started it. The
+    // name, for ps and top, is a static C string.
     unsafe {
         libc::setsid();
         if libc::fork() != 0 {
             libc::_exit(0);
         }
+        libc::prctl(libc::PR_SET_NAME, c"upcache-serve".as_ptr());
     }
     // Nothing of the program that started us stays open here: a pipe held open would keep its
     // reader waiting for end of file for as long as the service lives.
