@@ -194,6 +194,52 @@ fn random_operations_give_the_kernels_results() {
 }
 
 /// Every way bytes reach a file past the shim's read and write calls (`tests/c/shim_bypass.c`):
+/// Two processes take turns (a token over pipes) on 3 shared files, each through its own
+/// descriptors (`tests/c/shim_two.c`): every read, size and end of file they see, and the
+/// files left, must be the kernel's, as with one page cache. With the shim each process
+/// attaches to one shared cache of 64 pages (far smaller than the files).
+#[test]
+fn two_processes_see_each_others_writes_as_with_the_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = build_shim();
+    let bin = compile(tmp.path(), "shim_two");
+    for seed in 1..=8u64 {
+        let mut runs = Vec::new();
+        for with_shim in [false, true] {
+            let (mut cmd, dir) = beside_the_kernel(tmp.path(), &bin, with_shim.then_some(shim.as_path()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let stats = tmp.path().join("two.stats");
+            let _ = std::fs::remove_file(&stats);
+            cmd.arg(seed.to_string()).arg("1500");
+            if with_shim {
+                cmd.env("UPCACHE_MEMORY", "256K").env("UPCACHE_STATS", &stats);
+            }
+            let out = cmd.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success() && stdout.ends_with("done\n"),
+                "seed {seed}, shim {with_shim}: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if with_shim {
+                // Both processes served their files from the cache.
+                let lines = std::fs::read_to_string(&stats).unwrap();
+                assert_eq!(lines.lines().filter(|l| field(l, "opens") == 6).count(), 2, "{lines}");
+            }
+            runs.push((stdout, common::tree(&dir)));
+        }
+        let (kernel, shimmed) = (&runs[0], &runs[1]);
+        if let Some((k, s)) = kernel.0.lines().zip(shimmed.0.lines()).find(|(k, s)| k != s) {
+            panic!("seed {seed}: the shim differs from the kernel:\nkernel: {k}\nshim:   {s}");
+        }
+        assert_eq!(kernel.0.lines().count(), shimmed.0.lines().count(), "seed {seed}");
+        for ((name, k), (_, s)) in kernel.1.iter().zip(&shimmed.1) {
+            assert!(k == s, "seed {seed}: {name} differs");
+        }
+    }
+}
+
 /// sendfile, copy_file_range and splice into and out of cached files, POSIX and Linux AIO,
 /// dprintf and vdprintf, a cached descriptor copied onto a stream's or opened onto stdout,
 /// EFBIG and RLIMIT_FSIZE, and an io_uring. The transcript and the files left must be the
