@@ -1,5 +1,7 @@
-//! The engines under test, behind one trait: upcache, the kernel page cache (buffered
-//! pread/pwrite), O_DIRECT (no cache at all) and RWF_DONTCACHE (buffered, uncached after).
+//! The engines under test, behind one trait: upcache, upcache's shared cache (this process
+//! attached to a service, as every process of a machine would be), the kernel page cache
+//! (buffered pread/pwrite), O_DIRECT (no cache at all) and RWF_DONTCACHE (buffered, uncached
+//! after).
 //!
 //! Each engine owns a directory of its own (`<dir>/<engine>`) and the files `f0..fN-1` in it,
 //! so engines never share data or cache state. Teardown removes only what setup created.
@@ -32,6 +34,9 @@ pub enum EngineKind {
     /// Buffered preadv2/pwritev2 with RWF_DONTCACHE (Linux 6.14+): through the page cache,
     /// which drops the pages once the I/O is done.
     Dontcache,
+    /// upcache's shared cache, of `--cache` bytes: a service started for the run, which this
+    /// process attaches to; the files are plain files (the shim's case).
+    Shared,
 }
 
 impl EngineKind {
@@ -41,6 +46,7 @@ impl EngineKind {
             EngineKind::Kernel => "kernel",
             EngineKind::Direct => "direct",
             EngineKind::Dontcache => "dontcache",
+            EngineKind::Shared => "shared",
         }
     }
 }
@@ -611,6 +617,79 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
 
     fn teardown(self, keep: bool) -> Result<()> {
         self.0.teardown(keep)
+    }
+}
+
+/// Plain files in upcache's shared cache, through a service started for the run (its socket
+/// in the engine's directory; it exits a second after we detach).
+pub struct SharedEngine {
+    plain: PlainFiles,
+    files: Vec<upcache::shared::SharedFile>,
+    cache: Option<upcache::shared::SharedCache>,
+}
+
+impl Engine for SharedEngine {
+    fn setup(s: &Setup) -> Result<Self> {
+        use upcache::shared::{serve, SharedConfig};
+        let plain = PlainFiles::create(s, false)?;
+        let socket = s.root.join("service/cache.sock");
+        let config = SharedConfig { memory: s.upcache.cache, ..SharedConfig::default() };
+        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(1))
+            .context("attach to a shared cache")?;
+        let files = plain
+            .paths
+            .iter()
+            .map(|p| cache.open_path(p, true))
+            .collect::<upcache::Result<Vec<_>>>()
+            .context("open through the shared cache")?;
+        Ok(SharedEngine { plain, files, cache: Some(cache) })
+    }
+
+    #[inline]
+    fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        let n = self.files[file].read_at(buf, offset)?;
+        if n < buf.len() {
+            bail!("short read: {n} of {} bytes", buf.len());
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
+        Ok(self.files[file].write_all_at(buf, offset)?)
+    }
+
+    fn sync_data(&self, file: usize) -> Result<()> {
+        Ok(self.files[file].sync_data()?)
+    }
+
+    fn settle(&mut self, warm: bool) -> Result<()> {
+        for f in &self.files {
+            f.sync_data()?;
+            if !warm {
+                f.evict(0, 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        for f in &self.files {
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn teardown(mut self, keep: bool) -> Result<()> {
+        for f in self.files.drain(..) {
+            f.close()?;
+        }
+        drop(self.cache.take());
+        let _ = fs::remove_dir_all(self.plain.paths[0].parent().unwrap_or(Path::new(".")).join("service"));
+        if keep {
+            return Ok(());
+        }
+        self.plain.remove()
     }
 }
 

@@ -22,7 +22,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use self::engine::{
-    AlignedBuf, AsyncIo, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup,
+    AlignedBuf, AsyncIo, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup, SharedEngine,
     UpcacheEngine, UpcacheOpts, ALIGN,
 };
 use self::progress::Progress;
@@ -585,6 +585,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 EngineKind::Kernel => run_engine::<KernelEngine>(kind, &plan, &base, run),
                 EngineKind::Direct => run_engine::<DirectEngine>(kind, &plan, &base, run),
                 EngineKind::Dontcache => run_engine::<DontcacheEngine>(kind, &plan, &base, run),
+                EngineKind::Shared => run_engine::<SharedEngine>(kind, &plan, &base, run),
             }
             .with_context(|| format!("{} engine (run {run})", kind.name()))?;
             reports.push(r);

@@ -82,13 +82,13 @@ impl SharedFile {
         let slot = match files::find_or_take(view.files(), &os) {
             Some(Slot::Found(s)) => Some(s),
             Some(Slot::Stale(s)) => {
-                inner.drop_pages(s, 0);
+                inner.drop_pages(s, 0, view.files()[s as usize].page_end());
                 files::fill(&view.files()[s as usize], &os);
                 Some(s)
             }
             Some(Slot::Fresh { slot, evict_old }) => {
                 if evict_old {
-                    inner.drop_pages(slot, 0);
+                    inner.drop_pages(slot, 0, view.files()[slot as usize].page_end());
                 }
                 files::fill(&view.files()[slot as usize], &os);
                 Some(slot)
@@ -282,7 +282,7 @@ impl SharedFile {
             at += n as u64;
             // Before the unlock: a write-back that locks the frame next writes up to the new
             // length. Release: a reader that sees the length sees the bytes.
-            e.len.fetch_max(at, Ordering::Release);
+            e.raise_len(at);
             m.unlock(self.inner.me, true);
         }
         Ok((at - offset) as usize)
@@ -329,15 +329,20 @@ impl SharedFile {
         let old = self.len();
         if new >= old {
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
-            // Release: as in `write_pages`.
-            e.len.store(new, Ordering::Release);
+            // Pages past the old end are left only by a truncate killed half-way: their
+            // bytes would show through the extension.
+            let past = old.div_ceil(PAGE as u64);
+            if e.page_end() > past {
+                self.inner.drop_pages(self.slot, past, e.page_end());
+            }
+            e.raise_len(new);
             return Ok(());
         }
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
         e.len.store(new, Ordering::SeqCst);
         // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
         // once every frame past the end is dropped none can grow the file again.
-        self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64));
+        self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
         if new % PAGE as u64 != 0 {
             let view = &self.inner.view;
             let k = key(self.slot, new / PAGE as u64);
@@ -514,9 +519,8 @@ impl SharedFile {
                 }
             }
         }
-        self.inner.drop_pages(self.slot, tail);
-        // Release: as in `write_pages`.
-        self.entry().len.store(os, Ordering::Release);
+        self.inner.drop_pages(self.slot, tail, old.div_ceil(PAGE as u64));
+        self.entry().raise_len(os);
         Ok(os)
     }
 
@@ -524,19 +528,12 @@ impl SharedFile {
     /// end), as POSIX_FADV_DONTNEED does.
     pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
         let end = if len == 0 { u64::MAX } else { offset.saturating_add(len) };
-        let (first, last) = (offset.div_ceil(PAGE as u64), end / PAGE as u64);
-        for (f, m) in self.inner.view.frames().iter().enumerate() {
-            let k = m.key();
-            if k == 0 || super::frame::key_slot(k) != self.slot {
-                continue;
-            }
-            let page = super::frame::key_page(k);
-            if page < first || page >= last || m.flags() & DIRTY != 0 {
-                continue;
-            }
-            if m.try_lock(self.inner.me) {
-                if m.key() == k && m.flags() & DIRTY == 0 {
-                    self.inner.free_frame(f as u32);
+        let last = (end / PAGE as u64).min(self.len().div_ceil(PAGE as u64));
+        for (f, k) in self.inner.candidates(self.slot, offset.div_ceil(PAGE as u64), last) {
+            let m = &self.inner.view.frames()[f as usize];
+            if m.flags() & DIRTY == 0 && m.try_lock(self.inner.me) {
+                if m.home() == k && m.flags() & DIRTY == 0 {
+                    self.inner.free_frame(f);
                 } else {
                     m.unlock(self.inner.me, false);
                 }

@@ -47,7 +47,11 @@ pub(crate) struct FileEntry {
     pub os_mtime: AtomicU64,
     /// Opens for writing, by every process: the last of them writes the dirty pages back.
     pub writers: AtomicU32,
-    _pad: [u32; 3],
+    _pad: u32,
+    /// Pages the file may have cached: at least its largest length's pages since the entry
+    /// was filled, raised before the length, never lowered, so the pages a truncate killed
+    /// half-way left past the length are still below it.
+    pub high: AtomicU64,
 }
 
 impl FileEntry {
@@ -62,6 +66,19 @@ impl FileEntry {
     pub fn end_change(&self) {
         // Release: the change is seen by whoever sees the even value.
         self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Raises the length to at least `len` (`high` first).
+    pub fn raise_len(&self, len: u64) {
+        // Release (both): a reader that sees the length sees the bytes written before.
+        self.high.fetch_max(len.div_ceil(super::layout::PAGE as u64), Ordering::Release);
+        self.len.fetch_max(len, Ordering::Release);
+    }
+
+    /// The end of the pages the file may have cached.
+    pub fn page_end(&self) -> u64 {
+        // Acquire: pairs with `raise_len`.
+        self.high.load(Ordering::Acquire)
     }
 
     /// Repairs the entry after taking its lock from a dead writer: its change, cut short,
@@ -133,6 +150,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
+    e.high.store(os.size.div_ceil(super::layout::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
     e.state.store(LIVE, Ordering::Release);

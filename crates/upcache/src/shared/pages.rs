@@ -165,20 +165,48 @@ impl Inner {
             return Ok(());
         }
         let mut first = Ok(());
-        for (f, m) in self.view.frames().iter().enumerate() {
-            let k = m.key();
-            if k == 0 || key_slot(k) != slot || m.flags() & DIRTY == 0 {
+        // Acquire: pairs with the length's Release stores; a write extends it before it
+        // unlocks its frame, so every dirty page lies below it.
+        let end = self.view.files()[slot as usize].len.load(Ordering::Acquire).div_ceil(PAGE as u64);
+        for (f, k) in self.candidates(slot, 0, end) {
+            let m = &self.view.frames()[f as usize];
+            if m.flags() & DIRTY == 0 {
                 continue;
             }
-            self.lock_frame(f as u32);
-            if m.key() == k && m.flags() & DIRTY != 0 {
-                if let Err(err) = self.write_back_locked(f as u32, fd) {
+            self.lock_frame(f);
+            if m.home() == k && m.flags() & DIRTY != 0 {
+                if let Err(err) = self.write_back_locked(f, fd) {
                     first = first.and(Err(err));
                 }
             }
             m.unlock(self.me, false);
         }
         first
+    }
+
+    /// The frames that held pages `from..to` of file `slot`, with their keys, each to be
+    /// locked and checked by the caller: exact lookups in the index for a range small
+    /// against the cache, else a pass over every frame.
+    pub(crate) fn candidates(&self, slot: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
+        if to.saturating_sub(from) > (self.view.n_frames / 8) as u64 {
+            return self
+                .view
+                .frames()
+                .iter()
+                .enumerate()
+                .filter_map(|(f, m)| {
+                    let k = m.key();
+                    (k != 0 && key_slot(k) == slot && (from..to).contains(&key_page(k))).then_some((f as u32, k))
+                })
+                .collect();
+        }
+        let map = self.view.map();
+        (from..to)
+            .filter_map(|page| {
+                let k = key(slot, page);
+                map.lock(k, self.me, &|h| self.alive(h)).find(k).map(|f| (f, k))
+            })
+            .collect()
     }
 
     /// Writes back the dirty pages of every file this process has open for writing.
@@ -277,22 +305,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Drops every cached page of `slot` from page `from` on (dirty ones too: their bytes are
-    /// past a new end, or the file is being forgotten).
-    pub(crate) fn drop_pages(&self, slot: u32, from: u64) {
+    /// Drops every cached page of `slot` in `from..to` (dirty ones too: their bytes are past
+    /// a new end, or the file is being forgotten); `to` is past every page the file may have
+    /// cached (the end of its largest length since).
+    pub(crate) fn drop_pages(&self, slot: u32, from: u64, to: u64) {
         // SeqCst: see `fill`.
         fence(Ordering::SeqCst);
-        for (f, m) in self.view.frames().iter().enumerate() {
-            let k = m.key();
-            if k == 0 || key_slot(k) != slot || key_page(k) < from {
-                continue;
-            }
-            self.lock_frame(f as u32);
+        for (f, k) in self.candidates(slot, from, to) {
+            let m = &self.view.frames()[f as usize];
+            self.lock_frame(f);
             if m.key() != k {
                 m.unlock(self.me, false);
                 continue;
             }
-            self.free_frame(f as u32);
+            self.free_frame(f);
         }
     }
 }

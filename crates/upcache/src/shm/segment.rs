@@ -204,22 +204,51 @@ impl Segment {
     }
 
     fn map(fd: OwnedFd, len: usize) -> Result<Segment> {
-        // SAFETY: a new shared mapping of `len` bytes of our descriptor at an address of the
-        // kernel's choosing; no existing memory is affected. The size is sealed, so the file
-        // stays as long as the mapping.
+        // A huge page's alignment in every process, as in the file, so the kernel can map
+        // 2 MiB pages of the segment (shmem THP, when the system allows it for memory advised
+        // `MADV_HUGEPAGE`): reserve room for an aligned start, then map the segment there.
+        let room = len.checked_add(REGION_ALIGN as usize).ok_or_else(|| invalid("segment too large"))?;
+        // SAFETY: a new private reservation of `room` bytes, inaccessible, at an address of the
+        // kernel's choosing; no existing memory is affected.
+        let reserved = unsafe {
+            libc::mmap(std::ptr::null_mut(), room, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if reserved == libc::MAP_FAILED {
+            return Err(os_error(ErrorKind::InvalidConfig, "reserve room for a shared segment"));
+        }
+        let align = REGION_ALIGN as usize;
+        let start = (reserved as usize).next_multiple_of(align);
+        // SAFETY: `[start, start + len)` lies inside our reservation (`room` is `len` plus one
+        // alignment), which MAP_FIXED replaces with a shared mapping of our descriptor; the
+        // size is sealed, so the file stays as long as the mapping. The slack on both sides,
+        // ours too, is unmapped.
         let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+            let raw = libc::mmap(
+                start as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | libc::MAP_FIXED,
                 fd.as_raw_fd(),
                 0,
-            )
+            );
+            let head = start - reserved as usize;
+            if head > 0 {
+                libc::munmap(reserved, head);
+            }
+            let tail = room - head - len;
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+            raw
         };
         if raw == libc::MAP_FAILED {
-            return Err(os_error(ErrorKind::InvalidConfig, "map a shared segment"));
+            let err = os_error(ErrorKind::InvalidConfig, "map a shared segment");
+            // SAFETY: what is left of our own reservation, if anything.
+            unsafe { libc::munmap(start as *mut libc::c_void, len) };
+            return Err(err);
         }
+        // SAFETY: advice on our own mapping; refused where THP is not built in, which is fine.
+        unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
         Ok(Segment { fd, base, len, table: Vec::new() })
     }
