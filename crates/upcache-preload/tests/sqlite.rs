@@ -31,7 +31,8 @@ fn processes_sharing_a_sqlite_database_through_the_shim_keep_it_whole() {
             cmd.arg(&script).arg(data.join("t.db")).arg(procs.to_string()).arg("500");
             shimmed(&mut cmd, &shim, &data, "64M").env("UPCACHE_STATS", &stats);
             let out = cmd.output().unwrap();
-            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success(), "{procs} processes, round {round}: {text}");
             // Every worker served its database from the cache.
             let lines = std::fs::read_to_string(&stats).unwrap();

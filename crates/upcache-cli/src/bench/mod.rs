@@ -22,8 +22,8 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use self::engine::{
-    AlignedBuf, AsyncIo, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup, SharedEngine,
-    UpcacheEngine, UpcacheOpts, ALIGN,
+    AlignedBuf, AsyncIo, DirectEngine, DontcacheEngine, Engine, EngineKind, KernelEngine, Setup,
+    SharedEngine, UpcacheEngine, UpcacheOpts, ALIGN,
 };
 use self::progress::Progress;
 use self::report::{Latency, Report};

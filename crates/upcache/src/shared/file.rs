@@ -15,10 +15,10 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use super::files::{self, OsFile, Slot};
+use super::frame::PAGE;
 use super::frame::{key, DIRTY, REFERENCED, VALID};
-use super::layout::PAGE;
 use super::pages::Fill;
-use super::Inner;
+use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::Acquired;
 
@@ -113,13 +113,13 @@ impl SharedFile {
         let fd = {
             let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
             let fd = Arc::new(fd);
-            let e = fds.entry(slot).or_insert_with(|| (fd.clone(), write, 0));
-            if write && !e.1 {
-                e.0 = fd;
-                e.1 = true;
+            let e = fds.entry(slot).or_insert_with(|| OpenFd { fd: fd.clone(), writable: write, opens: 0 });
+            if write && !e.writable {
+                e.fd = fd;
+                e.writable = true;
             }
-            e.2 += 1;
-            e.0.clone()
+            e.opens += 1;
+            e.fd.clone()
         };
         table.unlock(inner.me);
         let max_len =
@@ -343,7 +343,7 @@ impl SharedFile {
         // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
         // once every frame past the end is dropped none can grow the file again.
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
-        if new % PAGE as u64 != 0 {
+        if !new.is_multiple_of(PAGE as u64) {
             let view = &self.inner.view;
             let k = key(self.slot, new / PAGE as u64);
             let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
@@ -443,8 +443,8 @@ impl SharedFile {
         {
             let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(entry) = fds.get_mut(&self.slot) {
-                entry.2 -= 1;
-                if entry.2 == 0 {
+                entry.opens -= 1;
+                if entry.opens == 0 {
                     fds.remove(&self.slot);
                 }
             }
@@ -499,7 +499,7 @@ impl SharedFile {
         let tail = old / PAGE as u64;
         // The page the old end cuts: written back (up to the old end) before it is dropped,
         // or its zeros past the old end would later cover the new bytes.
-        if old % PAGE as u64 != 0 {
+        if !old.is_multiple_of(PAGE as u64) {
             let k = key(self.slot, tail);
             let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
             if let Some(f) = found {

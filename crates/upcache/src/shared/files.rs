@@ -71,7 +71,7 @@ impl FileEntry {
     /// Raises the length to at least `len` (`high` first).
     pub fn raise_len(&self, len: u64) {
         // Release (both): a reader that sees the length sees the bytes written before.
-        self.high.fetch_max(len.div_ceil(super::layout::PAGE as u64), Ordering::Release);
+        self.high.fetch_max(len.div_ceil(super::frame::PAGE as u64), Ordering::Release);
         self.len.fetch_max(len, Ordering::Release);
     }
 
@@ -150,7 +150,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
-    e.high.store(os.size.div_ceil(super::layout::PAGE as u64), Ordering::Relaxed);
+    e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
     e.state.store(LIVE, Ordering::Release);

@@ -29,6 +29,9 @@ use crate::shm::LIVENESS_POLL;
 #[cfg(not(target_endian = "little"))]
 compile_error!("the shared frame word's futex is its low half, first in memory on little-endian targets");
 
+/// The shared cache's page size.
+pub(crate) const PAGE: usize = 4096;
+
 /// The bytes hold the page's contents as cached (or being written).
 pub(crate) const VALID: u32 = 1;
 /// The bytes differ from the file's.

@@ -4,13 +4,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::files::FileEntry;
-use super::frame::FrameMeta;
+use super::frame::{FrameMeta, PAGE};
 use super::index::{PageMap, PARTITIONS};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
-/// The shared cache's page size.
-pub(crate) const PAGE: usize = 4096;
 /// "UPCSHARE" with the format's number in the last byte.
 const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x01");
 
@@ -106,7 +104,7 @@ impl View {
 
     pub fn create(config: &SharedConfig) -> Result<View> {
         let invalid = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_string()));
-        if config.memory < 64 << 10 || config.memory % PAGE as u64 != 0 {
+        if config.memory < 64 << 10 || !config.memory.is_multiple_of(PAGE as u64) {
             return invalid("shared cache memory must be a multiple of 4 KiB and at least 64 KiB");
         }
         let frames = config.memory / PAGE as u64;

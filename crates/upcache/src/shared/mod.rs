@@ -63,7 +63,7 @@ pub(crate) struct Inner {
     me: u32,
     /// Descriptors of the files this process has open, by slot, with how many of its
     /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
-    fds: Mutex<HashMap<u32, (Arc<std::fs::File>, bool, usize)>>,
+    fds: Mutex<HashMap<u32, OpenFd>>,
     /// Set when the service we attached through went away: every call then fails with
     /// `Io`, since a new service would make a new cache, and two caches of one file are not
     /// coherent. Our dirty pages were written back first.
@@ -71,6 +71,14 @@ pub(crate) struct Inner {
     /// Our connection to the service, shut down when we detach so the watcher thread ends
     /// and the service sees us go.
     service: Option<UnixStream>,
+}
+
+/// This process's descriptor of a cached file, shared by its opens of it.
+pub(crate) struct OpenFd {
+    fd: Arc<std::fs::File>,
+    writable: bool,
+    /// This process's `SharedFile`s of the file.
+    opens: usize,
 }
 
 impl SharedCache {
@@ -153,7 +161,7 @@ impl SharedCache {
     /// Bytes written back since the cache was made, by every process.
     pub fn written_back_bytes(&self) -> u64 {
         // Relaxed: a count.
-        self.inner.view.header().written_back.load(Ordering::Relaxed) * layout::PAGE as u64
+        self.inner.view.header().written_back.load(Ordering::Relaxed) * frame::PAGE as u64
     }
 
     /// Releases whatever processes that died still held, and frees their client slots; the

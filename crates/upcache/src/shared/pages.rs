@@ -4,8 +4,8 @@
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, Ordering};
 
+use super::frame::PAGE;
 use super::frame::{key, key_page, key_slot, Taken, DIRTY, REFERENCED, VALID};
-use super::layout::PAGE;
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -129,7 +129,7 @@ impl Inner {
     /// Our descriptor of `slot`'s file, if we have it open for writing.
     pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<std::fs::File>> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
-        fds.get(&slot).filter(|(_, w, _)| *w).map(|(fd, _, _)| fd.clone())
+        fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }
 
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
@@ -196,7 +196,8 @@ impl Inner {
                 .enumerate()
                 .filter_map(|(f, m)| {
                     let k = m.key();
-                    (k != 0 && key_slot(k) == slot && (from..to).contains(&key_page(k))).then_some((f as u32, k))
+                    (k != 0 && key_slot(k) == slot && (from..to).contains(&key_page(k)))
+                        .then_some((f as u32, k))
                 })
                 .collect();
         }
@@ -213,7 +214,7 @@ impl Inner {
     pub(crate) fn write_back_all_open(&self) {
         let open: Vec<(u32, std::sync::Arc<std::fs::File>)> = {
             let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
-            fds.iter().filter(|(_, (_, w, _))| *w).map(|(s, (fd, _, _))| (*s, fd.clone())).collect()
+            fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
         };
         for (slot, fd) in open {
             if let Err(e) = self.write_back_slot(slot, &fd) {

@@ -211,7 +211,14 @@ impl Segment {
         // SAFETY: a new private reservation of `room` bytes, inaccessible, at an address of the
         // kernel's choosing; no existing memory is affected.
         let reserved = unsafe {
-            libc::mmap(std::ptr::null_mut(), room, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                room,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if reserved == libc::MAP_FAILED {
             return Err(os_error(ErrorKind::InvalidConfig, "reserve room for a shared segment"));
