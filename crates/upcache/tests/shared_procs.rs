@@ -246,6 +246,43 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     assert_eq!(&disk[9000..9005], b"world", "the last close wrote back");
 }
 
+/// Writes through the service's cache and ends without closing or syncing (`_exit`).
+#[test]
+#[ignore = "the writer that dies in the orphan test, run by it"]
+fn orphan_child_entry() {
+    let a = args();
+    let cache = serve::connect(Path::new(&a[0])).unwrap();
+    let f = cache.open_path(Path::new(&a[1]), true).unwrap();
+    f.write_at(b"written by a process that died", 100).unwrap();
+    // SAFETY: ends the process at once: no destructor, no close, no write-back.
+    unsafe { libc::_exit(0) };
+}
+
+/// A process writes and dies without closing: the service, to which it lent its descriptor,
+/// writes the dirty pages back before it exits.
+#[test]
+fn the_service_writes_back_what_a_dead_writer_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, service) = serve_in_thread(dir.path());
+    let file = dir.path().join("orphan");
+    std::fs::write(&file, b"").unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "orphan_child_entry", "--ignored", "--nocapture", "--quiet"])
+        .env(ARGS_ENV, format!("{} {}", socket.display(), file.display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // A watchdog, not a wait: a service that could not write the pages back would stay.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(service.join().unwrap()));
+    let exited = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the service stayed: the pages were not written back");
+    assert!(exited, "the service exits once idle and clean");
+    let disk = std::fs::read(&file).unwrap();
+    assert_eq!(&disk[100..], b"written by a process that died");
+}
+
 /// As `nobody`: attaching to root's service is refused; with its own service, a file it may
 /// not read cannot be opened through the cache.
 #[test]

@@ -125,6 +125,9 @@ impl SharedFile {
         let max_len =
             crate::io::device::largest_file(&fd, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
                 .min(1 << 52);
+        if write {
+            inner.lend_fd(slot, &fd);
+        }
         Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len })
     }
 

@@ -47,7 +47,9 @@ pub(crate) struct FileEntry {
     pub os_mtime: AtomicU64,
     /// Opens for writing, by every process: the last of them writes the dirty pages back.
     pub writers: AtomicU32,
-    _pad: u32,
+    /// 1 once the service holds a descriptor of this file open for writing, to write back
+    /// dirty pages whose every writer died; 0 again when the entry names another file.
+    pub service_fd: AtomicU32,
     /// Pages the file may have cached: at least its largest length's pages since the entry
     /// was filled, raised before the length, never lowered, so the pages a truncate killed
     /// half-way left past the length are still below it.
@@ -150,6 +152,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
+    e.service_fd.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);

@@ -164,6 +164,54 @@ impl SharedCache {
         self.inner.view.header().written_back.load(Ordering::Relaxed) * frame::PAGE as u64
     }
 
+    /// The service's side of a lent descriptor: true (and the file marked as lent) if `fd` is
+    /// file `slot`'s, open for writing.
+    pub(crate) fn accept_lent_fd(&self, slot: u32, fd: &OwnedFd) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(e) = self.inner.view.files().get(slot as usize) else { return false };
+        // SAFETY: F_GETFL on a descriptor we own; no memory involved.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return false;
+        }
+        let Ok(md) = fd.try_clone().map(std::fs::File::from).and_then(|f| f.metadata()) else { return false };
+        if !same_file(e, &md) {
+            return false;
+        }
+        // Relaxed: a hint for lenders.
+        e.service_fd.store(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The service's write-back of dirty pages whose every writer is gone, through the
+    /// descriptors lent to it (those of files that left the table are closed); the number of
+    /// dirty pages it could not write.
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, std::fs::File>) -> u64 {
+        let files = self.inner.view.files();
+        lent.retain(|&slot, fd| fd.metadata().is_ok_and(|md| same_file(&files[slot as usize], &md)));
+        let mut stranded = 0;
+        for (slot, e) in files.iter().enumerate() {
+            // Relaxed (all): hints; the write-back locks each frame and checks it.
+            if e.state.load(Ordering::Relaxed) != files::LIVE || e.writers.load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            let dirty = e.dirty.load(Ordering::Acquire);
+            if dirty == 0 {
+                continue;
+            }
+            match lent.get(&(slot as u32)) {
+                Some(fd) => {
+                    if let Err(err) = self.inner.write_back_slot(slot as u32, fd) {
+                        log::error!("upcache serve: writing back a file whose writers died: {err}");
+                        stranded += dirty;
+                    }
+                }
+                None => stranded += dirty,
+            }
+        }
+        stranded
+    }
+
     /// Releases whatever processes that died still held, and frees their client slots; the
     /// number of clients reaped.
     pub fn repair_dead(&self) -> usize {
@@ -204,6 +252,15 @@ pub struct SharedStatus {
     pub repairs: u64,
 }
 
+/// Whether entry `e` names the file `md` describes.
+fn same_file(e: &files::FileEntry, md: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // Relaxed (all): a check against the table, which changes only under its lock.
+    e.state.load(Ordering::Relaxed) == files::LIVE
+        && e.dev.load(Ordering::Relaxed) == md.dev()
+        && e.ino.load(Ordering::Relaxed) == md.ino()
+}
+
 impl std::fmt::Debug for SharedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedCache").field("client", &self.inner.me).finish()
@@ -211,6 +268,22 @@ impl std::fmt::Debug for SharedCache {
 }
 
 impl Inner {
+    /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
+    /// it writes back the file's dirty pages if every writer dies first.
+    fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
+        let Some(service) = &self.service else { return };
+        // Relaxed: a hint; a second lend is harmless.
+        if self.view.files()[slot as usize].service_fd.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let mut msg = [b'F', 0, 0, 0, 0];
+        msg[1..].copy_from_slice(&slot.to_le_bytes());
+        let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
+        if let Err(e) = crate::shm::handoff::send_msg(service, &msg, Some(raw)) {
+            log::warn!("upcache: lending a descriptor to the service: {e}");
+        }
+    }
+
     /// Fails once the service is gone.
     pub(crate) fn check_service(&self) -> Result<()> {
         // Relaxed: see `lost`.

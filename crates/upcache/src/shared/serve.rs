@@ -10,7 +10,12 @@
 //!
 //! A request is one byte: `A` to attach (answered by the segment, or a refusal), `S` for a
 //! status report in text. An attached process keeps its connection open; when it closes,
-//! whatever the process died holding is repaired at once.
+//! whatever the process died holding is repaired at once. Over it, a process lends the service
+//! a descriptor of each file it opens for writing (`F` and the file's slot, the descriptor
+//! attached), so that dirty pages whose every writer died are written back all the same; the
+//! service does not exit while dirty pages remain.
+
+use std::collections::HashMap;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -101,7 +106,9 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
     listener.set_nonblocking(true).map_err(|e| Error::io("set the socket non-blocking", e))?;
     ready();
     let mut attached: Vec<UnixStream> = Vec::new();
+    let mut lent: HashMap<u32, std::fs::File> = HashMap::new();
     let mut idle_since = Instant::now();
+    let mut said_stuck = false;
     loop {
         let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
             .chain(attached.iter().map(|s| s.as_raw_fd()))
@@ -111,10 +118,22 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
         let mut hung_up = false;
         for i in (1..fds.len()).rev() {
-            if fds[i].revents != 0 {
-                // Any input or hang-up from an attached process means it went away.
-                attached.swap_remove(i - 1);
-                hung_up = true;
+            if fds[i].revents == 0 {
+                continue;
+            }
+            let mut msg = [0u8; 5];
+            match handoff::recv_msg(&attached[i - 1], &mut msg) {
+                Ok((5, Some(fd))) if msg[0] == b'F' => {
+                    let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                    if cache.accept_lent_fd(slot, &fd) {
+                        lent.insert(slot, std::fs::File::from(fd));
+                    }
+                }
+                // A hang-up, or what a peer should not send: it goes.
+                _ => {
+                    attached.swap_remove(i - 1);
+                    hung_up = true;
+                }
             }
         }
         if fds[0].revents != 0 {
@@ -127,10 +146,18 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         if hung_up || cache.repair_dead() > 0 {
             cache.repair_dead();
         }
+        let stranded = cache.write_back_orphans(&mut lent);
         if !attached.is_empty() || cache.status().clients.len() > 1 {
             idle_since = Instant::now();
         } else if idle_since.elapsed() >= opts.idle {
-            break;
+            if stranded == 0 {
+                break;
+            }
+            if !std::mem::replace(&mut said_stuck, true) {
+                log::error!(
+                    "upcache serve: {stranded} dirty pages of files no process can write back; staying until one opens them"
+                );
+            }
         }
     }
     let _ = std::fs::remove_file(&opts.socket);

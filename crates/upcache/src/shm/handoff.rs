@@ -90,8 +90,12 @@ pub fn receive(sock: &UnixStream) -> Result<Segment> {
 const CMSG_ROOM: usize = 64;
 
 fn send(sock: &UnixStream, byte: u8, fd: Option<i32>) -> Result<()> {
-    let mut data = [byte];
-    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: 1 };
+    send_msg(sock, &[byte], fd)
+}
+
+/// Sends `data` (one message, a few bytes) with `fd` attached, if any.
+pub(crate) fn send_msg(sock: &UnixStream, data: &[u8], fd: Option<i32>) -> Result<()> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
     let mut control = [0u64; CMSG_ROOM / 8];
     // SAFETY: zeroed msghdr is valid (null pointers, zero lengths); filled in below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -111,13 +115,14 @@ fn send(sock: &UnixStream, byte: u8, fd: Option<i32>) -> Result<()> {
         }
     }
     let n = loop {
-        // SAFETY: `msg` points at `iov`, `data` and `control`, all alive for the call.
+        // SAFETY: `msg` points at `iov`, `data` and `control`, all alive for the call; the
+        // kernel only reads `data`.
         let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
         if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             break n;
         }
     };
-    if n != 1 {
+    if n != data.len() as isize {
         return Err(Error::io("send a shared segment", std::io::Error::last_os_error()));
     }
     Ok(())
@@ -125,7 +130,16 @@ fn send(sock: &UnixStream, byte: u8, fd: Option<i32>) -> Result<()> {
 
 fn recv(sock: &UnixStream) -> Result<(u8, Option<OwnedFd>)> {
     let mut data = [0u8];
-    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: 1 };
+    match recv_msg(sock, &mut data)? {
+        (0, _) => Err(Error::new(ErrorKind::Io, "the cache closed the connection without an answer")),
+        (_, fd) => Ok((data[0], fd)),
+    }
+}
+
+/// Receives one message into `data` (0 bytes: the peer hung up) and the first descriptor
+/// attached to it, if any (others are closed).
+pub(crate) fn recv_msg(sock: &UnixStream, data: &mut [u8]) -> Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
     let mut control = [0u64; CMSG_ROOM / 8];
     // SAFETY: as in `send`.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -141,10 +155,7 @@ fn recv(sock: &UnixStream) -> Result<(u8, Option<OwnedFd>)> {
         }
     };
     if n < 0 {
-        return Err(Error::io("receive a shared segment", std::io::Error::last_os_error()));
-    }
-    if n == 0 {
-        return Err(Error::new(ErrorKind::Io, "the cache closed the connection without an answer"));
+        return Err(Error::io("receive from a cache's socket", std::io::Error::last_os_error()));
     }
     let mut fd = None;
     // SAFETY: the kernel filled `msg_controllen` bytes of `control`; CMSG_FIRSTHDR/NXTHDR walk
@@ -166,7 +177,7 @@ fn recv(sock: &UnixStream) -> Result<(u8, Option<OwnedFd>)> {
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((data[0], fd))
+    Ok((n as usize, fd))
 }
 
 #[cfg(all(test, not(loom)))]
