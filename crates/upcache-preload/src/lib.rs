@@ -1,6 +1,8 @@
 //! LD_PRELOAD shim (issue 7): unmodified programs' data I/O on regular files under
-//! `UPCACHE_PREFIX` is served by an upcache [`upcache::Cache`] in plain-file mode; every
-//! other call, and every file outside the prefix, goes to libc untouched.
+//! `UPCACHE_PREFIX` is served by upcache's shared cache, which every process attaches to
+//! (issue 17, [`upcache::shared`]), or by a private [`upcache::Cache`] in plain-file mode
+//! (`UPCACHE_SHARED=0`); `backend.rs` puts either behind one file type. Every other call, and
+//! every file outside the prefix, goes to libc untouched.
 //!
 //! ```text
 //! UPCACHE_PREFIX=/data/db LD_PRELOAD=libupcache_preload.so sqlite3 /data/db/x.sqlite
@@ -10,12 +12,19 @@
 //! - `UPCACHE_PREFIX`: the directory whose files are cached (resolved, symlinks and all).
 //!   Unset: the shim does nothing.
 //! - `UPCACHE_MEMORY`: the cache's memory for pages, bytes with an optional K/M/G suffix;
-//!   default 256M.
-//! - `UPCACHE_DEVICES`: where each process keeps its cache's own state (an array directory
+//!   default 256M (for the shared cache: when this process starts its service).
+//! - `UPCACHE_SHARED`: 1 (the default) for the shared cache, 0 for a cache of this process's
+//!   own.
+//! - `UPCACHE_SOCKET`: the shared cache's socket; default `/tmp/upcache-<uid>/cache.sock`.
+//!   The first process to find none there starts the service (`upcache serve`, forked).
+//! - `UPCACHE_IDLE`: seconds a service this process starts stays with nobody attached;
+//!   default 60.
+//! - `UPCACHE_DEVICES` (private cache): where each process keeps its cache's own state (an array directory
 //!   with a catalog; the cached files' data stays in the files themselves); default the
 //!   temporary directory. Removed as soon as the cache has started.
 //! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit.
-//! - `UPCACHE_DIRECT`: 1 (the default) to read and write the files with O_DIRECT, 0 through
+//! - `UPCACHE_DIRECT` (private cache): 1 (the default) to read and write the files with
+//!   O_DIRECT, 0 through
 //!   the kernel's page cache (misses then find pages other processes left there, and
 //!   written-back pages are seen by them at once, for twice the memory).
 //!
@@ -46,10 +55,13 @@
 //! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
 //!   passes everything through.
 //!
-//! Not served: another process that opens a cached file itself sees the cache's writes only
-//! once they are written back (close, fsync, exit, a fatal signal), and its writes inside the
-//! cached length are not seen by the cache; SIGKILL and the OOM killer lose what is not
-//! written back yet; the `__xstat` family of binaries built for glibc < 2.33 reports the OS
+//! Not served: a process that opens a cached file without the shim sees the cache's writes
+//! only once they are written back (the last writable close, fsync, exit, a fatal signal), and
+//! its writes inside the cached length are not seen by the cache (on the shared cache, not
+//! until every process has closed the file: the next open compares size and mtime); with a
+//! private cache SIGKILL and the OOM killer lose what is not written back yet (the shared
+//! cache keeps it, and its service writes it back through a descriptor the writer lent it);
+//! a forked child demotes inherited files as with a private cache, though it could share them; the `__xstat` family of binaries built for glibc < 2.33 reports the OS
 //! size; the execl family and `dprintf` are interposed only on x86-64. Nor are the raw system
 //! calls of statically linked programs, which load no shim. `open` and `fcntl` are declared
 //! with fixed arguments, correct on the x86-64 and aarch64 Linux ABIs only (other targets do
