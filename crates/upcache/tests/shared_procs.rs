@@ -246,6 +246,144 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     assert_eq!(&disk[9000..9005], b"world", "the last close wrote back");
 }
 
+/// A service in a process of its own: says "ready" once it listens.
+#[test]
+#[ignore = "the service process of the service-kill test, run by it"]
+fn service_process_entry() {
+    let a = args();
+    let opts = ServeOptions { socket: PathBuf::from(&a[0]), config: config(), idle: Duration::from_secs(60) };
+    serve::serve(&opts, || println!("ready")).unwrap();
+}
+
+/// Writes records `region * PER_REGION + i`, syncing every 5 and saying so, until a call
+/// fails (the service died): then says "lost" and ends.
+#[test]
+#[ignore = "a writer of the service-kill test, run by it"]
+fn steady_writer_entry() {
+    let a = args();
+    let cache = serve::connect(Path::new(&a[0])).unwrap();
+    let f = cache.open_path(Path::new(&a[1]), true).unwrap();
+    println!("attached");
+    let base: u64 = a[2].parse::<u64>().unwrap() * PER_REGION;
+    for i in 0..PER_REGION {
+        let r = base + i;
+        let done = f.write_at(&record(r, 7), r * REC as u64).and_then(|_| {
+            if i % 5 == 4 {
+                f.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        match done {
+            Ok(()) if i % 5 == 4 => println!("synced {i}"),
+            Ok(()) => {}
+            Err(e) => {
+                println!("lost: {e}");
+                return;
+            }
+        }
+    }
+    // Written all before the service died: wait for the error all the same.
+    loop {
+        if let Err(e) = f.read_at(&mut [0u8; 1], 0) {
+            println!("lost: {e}");
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The service is killed with SIGKILL at 20 random points while two processes write and sync
+/// through it: each gets an error (not a hang), every record it synced is on disk, and a new
+/// service starts on the same socket for the next round.
+#[test]
+fn a_killed_service_gives_its_processes_errors_and_loses_nothing_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/cache.sock");
+    let file = dir.path().join("records");
+    std::fs::write(&file, b"").unwrap();
+    let spawn = |entry: &str, args: String| {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", entry, "--ignored", "--nocapture", "--quiet"])
+            .env(ARGS_ENV, args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let lines_of = |c: &mut std::process::Child| std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut synced = Vec::new();
+    for round in 0..20u64 {
+        let mut service = spawn("service_process_entry", socket.display().to_string());
+        let mut out = lines_of(&mut service);
+        let mut line = String::new();
+        while line.trim() != "ready" {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the service ended before it listened");
+        }
+        let mut writers: Vec<_> = (0..2)
+            .map(|w| {
+                let mut c = spawn(
+                    "steady_writer_entry",
+                    format!("{} {} {}", socket.display(), file.display(), round * 2 + w),
+                );
+                let out = lines_of(&mut c);
+                (c, out)
+            })
+            .collect();
+        // Both attached first: a writer connecting after the kill would only be refused.
+        for (_, out) in writers.iter_mut() {
+            line.clear();
+            while line.trim() != "attached" {
+                line.clear();
+                assert!(out.read_line(&mut line).unwrap() > 0, "a writer ended before it attached");
+            }
+        }
+        line.clear();
+        // Kill after the first writer's k-th sync, k from 1 to 6.
+        let k = 1 + (round * 7 + 3) % 6;
+        let mut seen = 0;
+        while seen < k {
+            line.clear();
+            if writers[0].1.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            seen += line.starts_with("synced ") as u64;
+        }
+        service.kill().unwrap();
+        service.wait().unwrap();
+        for (w, (mut c, mut out)) in writers.drain(..).enumerate() {
+            let mut rest = String::new();
+            // Ends when the writer does: a hang here is the failure the test looks for.
+            std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+            assert!(c.wait().unwrap().success(), "round {round}: writer {w} failed");
+            let mut last = None;
+            let mut lost = false;
+            for l in line.lines().chain(rest.lines()).filter(|_| true) {
+                if let Some(n) = l.strip_prefix("synced ") {
+                    last = Some(n.parse::<u64>().unwrap());
+                }
+                lost |= l.starts_with("lost: ");
+            }
+            assert!(lost, "round {round}: writer {w} was not told the service died: {rest}");
+            synced.push((round * 2 + w as u64, last));
+            line.clear();
+        }
+    }
+    let disk = std::fs::read(&file).unwrap();
+    let mut checked = 0;
+    for (region, last) in synced {
+        let Some(last) = last else { continue };
+        for i in 0..=last {
+            let r = region * PER_REGION + i;
+            let v = disk.get(r as usize * REC..(r as usize + 1) * REC).expect("a synced record past the end");
+            assert_eq!(whole(r, v), Some(7), "region {region}: synced record {i} lost");
+            checked += 1;
+        }
+    }
+    println!("synced records checked after 20 service kills: {checked}");
+    assert!(checked >= 20 * 5, "at least one sync per round: {checked} records checked");
+}
+
 /// Writes through the service's cache and ends without closing or syncing (`_exit`).
 #[test]
 #[ignore = "the writer that dies in the orphan test, run by it"]
