@@ -188,7 +188,12 @@ impl SharedCache {
     /// dirty pages it could not write.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, std::fs::File>) -> u64 {
         let files = self.inner.view.files();
-        lent.retain(|&slot, fd| fd.metadata().is_ok_and(|md| same_file(&files[slot as usize], &md)));
+        // Unlinked files need no write-back, and a descriptor kept would keep their blocks.
+        lent.retain(|&slot, fd| {
+            fd.metadata().is_ok_and(|md| {
+                std::os::unix::fs::MetadataExt::nlink(&md) > 0 && same_file(&files[slot as usize], &md)
+            })
+        });
         let mut stranded = 0;
         for (slot, e) in files.iter().enumerate() {
             // Relaxed (all): hints; the write-back locks each frame and checks it.

@@ -84,7 +84,7 @@ impl Inner {
                 }
             }
             if clients.reap(id) {
-                log::warn!("shared cache: reaped dead client {id}");
+                log::info!("shared cache: client {id} is gone; what it held is released");
                 reaped += 1;
             }
         }

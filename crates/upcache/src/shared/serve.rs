@@ -104,6 +104,12 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
     std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("chmod the socket", e))?;
     listener.set_nonblocking(true).map_err(|e| Error::io("set the socket non-blocking", e))?;
+    log::info!(
+        "upcache serve: pid {} on {}, {} MiB of pages",
+        std::process::id(),
+        opts.socket.display(),
+        opts.config.memory >> 20
+    );
     ready();
     let mut attached: Vec<UnixStream> = Vec::new();
     let mut lent: HashMap<u32, std::fs::File> = HashMap::new();
@@ -161,8 +167,29 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         }
     }
     let _ = std::fs::remove_file(&opts.socket);
+    log::info!("upcache serve: idle for {:?}, exiting", opts.idle);
     drop(lock);
     Ok(true)
+}
+
+/// The forked service's log: one line per record, appended to a file.
+struct FileLog(std::sync::Mutex<std::fs::File>);
+
+impl log::Log for FileLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Info
+    }
+
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            let secs =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = writeln!(f, "{secs} {} {}", r.level(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
 }
 
 trait Mode0600 {
@@ -309,6 +336,15 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
             if fd != keep {
                 libc::close(fd);
             }
+        }
+    }
+    // What it does and refuses goes to `<socket>.log`, its stderr being gone.
+    let _ = private_dir(&opts.socket);
+    let mut log_path = opts.socket.as_os_str().to_owned();
+    log_path.push(".log");
+    if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).mode_0600().open(&log_path) {
+        if log::set_logger(Box::leak(Box::new(FileLog(std::sync::Mutex::new(f))))).is_ok() {
+            log::set_max_level(log::LevelFilter::Info);
         }
     }
     let tx = std::cell::RefCell::new(Some(std::fs::File::from(tx)));
