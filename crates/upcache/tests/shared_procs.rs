@@ -384,6 +384,34 @@ fn a_killed_service_gives_its_processes_errors_and_loses_nothing_synced() {
     assert!(checked >= 20 * 5, "at least one sync per round: {checked} records checked");
 }
 
+/// Attaches to the socket's service, starting one if none answers.
+#[test]
+#[ignore = "a process of the simultaneous-start test, run by it"]
+fn starter_entry() {
+    let a = args();
+    let cache = serve::connect_or_start(Path::new(&a[0]), &config(), Duration::from_secs(1)).unwrap();
+    assert!(cache.status().clients.len() >= 2, "the service and us");
+}
+
+/// Six processes find no service at once: each starts one, one wins, and all attach to it.
+#[test]
+fn processes_starting_at_once_share_one_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/cache.sock");
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "starter_entry", "--ignored", "--quiet"])
+                .env(ARGS_ENV, socket.display().to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "a process could not attach");
+    }
+}
+
 /// Writes through the service's cache and ends without closing or syncing (`_exit`).
 #[test]
 #[ignore = "the writer that dies in the orphan test, run by it"]

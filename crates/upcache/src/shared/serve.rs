@@ -98,11 +98,19 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
     }
     // Ours now: a socket file left here is a dead service's.
     let _ = std::fs::remove_file(&opts.socket);
-    let cache = SharedCache::create(&opts.config)?;
+    // Listening before the segment is made: a process that connects meanwhile waits for its
+    // answer instead of finding no socket.
     let listener = UnixListener::bind(&opts.socket)
         .map_err(|e| Error::io(format!("listen on {}", opts.socket.display()), e))?;
     std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("chmod the socket", e))?;
+    let cache = match SharedCache::create(&opts.config) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&opts.socket);
+            return Err(e);
+        }
+    };
     listener.set_nonblocking(true).map_err(|e| Error::io("set the socket non-blocking", e))?;
     log::info!(
         "upcache serve: pid {} on {}, {} MiB of pages",
@@ -280,12 +288,27 @@ pub fn connect_or_start(socket: &Path, config: &SharedConfig, idle: Duration) ->
         Err(e) if e.kind() == ErrorKind::PermissionDenied => return Err(e),
         Err(_) => {}
     }
-    start(&ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle })?;
-    connect(socket)
+    if start(&ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle })? != b'L' {
+        return connect(socket);
+    }
+    // Another process started one at the same moment: ours found its lock taken and left, and
+    // that one may not listen yet. Retried for a few seconds, backing off.
+    let mut pause = Duration::from_millis(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(socket) {
+            Err(e) if e.kind() != ErrorKind::PermissionDenied && Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
 }
 
-/// Forks a detached service and waits until its socket listens (or it found another's).
-fn start(opts: &ServeOptions) -> Result<()> {
+/// Forks a detached service and waits until its socket listens, it finds another's lock
+/// (`L`), or it fails (neither `R` nor `L`).
+fn start(opts: &ServeOptions) -> Result<u8> {
     let mut pipe = [0; 2];
     // SAFETY: pipe2 writes two descriptors into `pipe`.
     if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -304,10 +327,11 @@ fn start(opts: &ServeOptions) -> Result<()> {
             unsafe { libc::waitpid(child, &mut status, 0) };
         }
     }
-    // One byte once the socket listens, or end of file if the service found another or failed.
+    // `R` once the socket listens, `L` if another service had the lock, end of file if it
+    // failed.
     let mut byte = [0u8];
     let _ = std::fs::File::from(rx).read(&mut byte);
-    Ok(())
+    Ok(byte[0])
 }
 
 fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
@@ -354,8 +378,17 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
         }
     });
     let code = match r {
-        Ok(_) => 0,
-        Err(_) => 1,
+        Ok(true) => 0,
+        Ok(false) => {
+            if let Some(mut t) = tx.borrow_mut().take() {
+                let _ = t.write_all(b"L");
+            }
+            0
+        }
+        Err(e) => {
+            log::error!("upcache serve: {e}");
+            1
+        }
     };
     // SAFETY: ends the service without running the starting program's exit handlers.
     unsafe { libc::_exit(code) }
