@@ -90,6 +90,28 @@ fn the_last_close_writes_back_and_a_later_open_finds_pages_warm_or_revalidates()
     assert_eq!(&buf[98..106], &[1, 1, 5, 5, 5, 5, 1, 1]);
 }
 
+/// With a table of 2 entries, 600 files in turn take the same two slots: each reads its own
+/// bytes, never a former file's, through 256 and more generations of a slot.
+#[test]
+fn a_slot_reused_for_another_file_never_shows_the_former_files_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 2, clients: 4 }).unwrap();
+    for i in 0..600u32 {
+        let p = dir.path().join(format!("f{}", i % 3));
+        let data: Vec<u8> = (0..9000u32).map(|b| (b.wrapping_mul(7) ^ i) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = c.open_path(&p, true).unwrap();
+        let mut buf = vec![0; 9000];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 9000);
+        assert!(buf == data, "file {i} read another file's bytes");
+        if i % 2 == 0 {
+            f.write_at(&[i as u8; 10], 4000).unwrap();
+        }
+        drop(f);
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
 #[test]
 fn a_file_another_user_cannot_open_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
-use super::frame::{key, DIRTY, REFERENCED, VALID};
+use super::frame::{DIRTY, REFERENCED, VALID};
 use super::pages::Fill;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
@@ -35,7 +35,7 @@ pub struct SharedFile {
     closed: bool,
     /// The path it was opened at, for messages.
     name: String,
-    /// Its file system's largest file (at most the 2^52 bytes a key can address).
+    /// Its file system's largest file (at most the 2^48 bytes a key can address).
     max_len: u64,
 }
 
@@ -81,15 +81,12 @@ impl SharedFile {
         table.lock(inner.me, |h| inner.alive(h));
         let slot = match files::find_or_take(view.files(), &os) {
             Some(Slot::Found(s)) => Some(s),
-            Some(Slot::Stale(s)) => {
-                inner.drop_pages(s, 0, view.files()[s as usize].page_end());
+            Some(Slot::Stale(s)) | Some(Slot::Fresh { slot: s, evict_old: true }) => {
+                inner.next_generation(s);
                 files::fill(&view.files()[s as usize], &os);
                 Some(s)
             }
-            Some(Slot::Fresh { slot, evict_old }) => {
-                if evict_old {
-                    inner.drop_pages(slot, 0, view.files()[slot as usize].page_end());
-                }
+            Some(Slot::Fresh { slot, evict_old: false }) => {
                 files::fill(&view.files()[slot as usize], &os);
                 Some(slot)
             }
@@ -124,7 +121,7 @@ impl SharedFile {
         table.unlock(inner.me);
         let max_len =
             crate::io::device::largest_file(&fd, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
-                .min(1 << 52);
+                .min(super::frame::MAX_PAGES * PAGE as u64);
         if write {
             inner.lend_fd(slot, &fd);
         }
@@ -189,7 +186,7 @@ impl SharedFile {
 
     fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8]) -> Result<()> {
         let view = &self.inner.view;
-        let k = key(self.slot, page);
+        let k = self.inner.key(self.slot, page);
         if let Some(f) = view.map().find_hint(k) {
             let m = &view.frames()[f as usize];
             if let Some(w) = m.stable() {
@@ -348,7 +345,7 @@ impl SharedFile {
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
         if !new.is_multiple_of(PAGE as u64) {
             let view = &self.inner.view;
-            let k = key(self.slot, new / PAGE as u64);
+            let k = self.inner.key(self.slot, new / PAGE as u64);
             let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
             if let Some(f) = found {
                 self.inner.lock_frame(f);
@@ -503,7 +500,7 @@ impl SharedFile {
         // The page the old end cuts: written back (up to the old end) before it is dropped,
         // or its zeros past the old end would later cover the new bytes.
         if !old.is_multiple_of(PAGE as u64) {
-            let k = key(self.slot, tail);
+            let k = self.inner.key(self.slot, tail);
             let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
             if let Some(f) = found {
                 self.inner.lock_frame(f);

@@ -47,6 +47,9 @@ pub(crate) struct FileEntry {
     pub os_mtime: AtomicU64,
     /// Opens for writing, by every process: the last of them writes the dirty pages back.
     pub writers: AtomicU32,
+    /// The entry's generation, in every key of its pages: bumped when it is filled for
+    /// another file (`frame::key`).
+    pub gen: AtomicU32,
     /// 1 once the service holds a descriptor of this file open for writing, to write back
     /// dirty pages whose every writer died; 0 again when the entry names another file.
     pub service_fd: AtomicU32,
@@ -142,7 +145,8 @@ pub(crate) fn find_or_take(files: &[FileEntry], os: &OsFile) -> Option<Slot> {
     }
 }
 
-/// Makes entry `e` name `os` (under the table's lock, its old pages gone).
+/// Makes entry `e` name `os` (under the table's lock; its old pages no longer match, being of
+/// an older generation, or gone).
 pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     // Relaxed (fields): published by the Release store of `state`, and read by others only
     // after they found the entry under the table's lock or through an open of it.

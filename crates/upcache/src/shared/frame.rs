@@ -44,20 +44,30 @@ const WAITERS: u64 = 1 << 31;
 const LOCK_MASK: u64 = 0xffff_ffff;
 const HOLDER_MASK: u64 = LOCK_MASK & !WAITERS;
 
-/// A page's key: file slot + 1 in the high 24 bits, page number in the low 40; 0 is none.
-pub(crate) fn key(slot: u32, page: u64) -> u64 {
-    debug_assert!(page < 1 << 40);
-    (slot as u64 + 1) << 40 | page
+/// Bits of a key that number the page.
+const PAGE_BITS: u32 = 36;
+/// Bits of a key that hold the file entry's generation.
+const GEN_BITS: u32 = 8;
+/// The largest page number a key holds (2^48 bytes of file).
+pub(crate) const MAX_PAGES: u64 = 1 << PAGE_BITS;
+
+/// A page's key: file slot + 1 in the high 20 bits, the entry's generation (`gen`, its low 8
+/// bits) in the next 8, the page number in the low 36; 0 is none. A file entry filled for
+/// another file takes the next generation, so its old pages stop matching any lookup at once
+/// and the clock hand reclaims them.
+pub(crate) fn key(slot: u32, gen: u32, page: u64) -> u64 {
+    debug_assert!(page < MAX_PAGES && slot < (1 << 20) - 1);
+    (slot as u64 + 1) << (PAGE_BITS + GEN_BITS) | ((gen as u64) & 0xff) << PAGE_BITS | page
 }
 
 /// The file slot of a key that is not 0.
 pub(crate) fn key_slot(key: u64) -> u32 {
-    ((key >> 40) - 1) as u32
+    ((key >> (PAGE_BITS + GEN_BITS)) - 1) as u32
 }
 
 /// The page number of a key.
 pub(crate) fn key_page(key: u64) -> u64 {
-    key & ((1 << 40) - 1)
+    key & (MAX_PAGES - 1)
 }
 
 /// How a lock was taken.
@@ -225,9 +235,11 @@ mod tests {
 
     #[test]
     fn keys_round_trip() {
-        let k = key(5, (1 << 40) - 1);
-        assert_eq!((key_slot(k), key_page(k)), (5, (1 << 40) - 1));
-        assert_ne!(key(0, 0), 0, "slot 0 page 0 is not 'none'");
+        let k = key(5, 300, MAX_PAGES - 1);
+        assert_eq!((key_slot(k), key_page(k)), (5, MAX_PAGES - 1));
+        assert_ne!(key(0, 0, 0), 0, "slot 0 page 0 is not 'none'");
+        assert_ne!(key(5, 1, 7), key(5, 2, 7), "generations differ");
+        assert_eq!(key(5, 1, 7), key(5, 257, 7), "only the low 8 bits count");
     }
 
     #[test]

@@ -111,8 +111,8 @@ impl View {
         if frames > u32::MAX as u64 / 2 {
             return invalid("shared cache memory too large");
         }
-        if config.files == 0 || config.files > 1 << 20 || config.clients == 0 || config.clients > 1 << 16 {
-            return invalid("shared cache files 1 to 2^20, clients 1 to 2^16");
+        if config.files == 0 || config.files >= 1 << 20 || config.clients == 0 || config.clients > 1 << 16 {
+            return invalid("shared cache files 1 to 2^20 - 1, clients 1 to 2^16");
         }
         let frames = frames as usize;
         let buckets = frames.next_power_of_two().max(PARTITIONS);

@@ -20,6 +20,13 @@ pub(crate) enum Fill {
 }
 
 impl Inner {
+    /// The key of page `page` of file `slot` in its entry's current generation (stable while
+    /// the file is open, or has dirty pages: only then may it change).
+    pub(crate) fn key(&self, slot: u32, page: u64) -> u64 {
+        // Relaxed: changed only under the table's lock while no process has the file open.
+        key(slot, self.view.files()[slot as usize].gen.load(Ordering::Relaxed), page)
+    }
+
     /// Whether client `id` may be alive.
     pub(crate) fn alive(&self, id: u32) -> bool {
         self.view.clients().alive(id)
@@ -196,15 +203,15 @@ impl Inner {
                 .enumerate()
                 .filter_map(|(f, m)| {
                     let k = m.key();
-                    (k != 0 && key_slot(k) == slot && (from..to).contains(&key_page(k)))
-                        .then_some((f as u32, k))
+                    let ours = k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k));
+                    (ours && (from..to).contains(&key_page(k))).then_some((f as u32, k))
                 })
                 .collect();
         }
         let map = self.view.map();
         (from..to)
             .filter_map(|page| {
-                let k = key(slot, page);
+                let k = self.key(slot, page);
                 map.lock(k, self.me, &|h| self.alive(h)).find(k).map(|f| (f, k))
             })
             .collect()
@@ -241,7 +248,7 @@ impl Inner {
     /// claimed and, for [`Fill::Read`], filled from `fd` and made `VALID`; for
     /// [`Fill::Overwrite`] left not `VALID` for the caller to fill.
     pub(crate) fn lock_page(&self, slot: u32, page: u64, fd: &std::fs::File, fill: Fill) -> Result<u32> {
-        let k = key(slot, page);
+        let k = self.key(slot, page);
         let map = self.view.map();
         let frames = self.view.frames();
         loop {
@@ -304,6 +311,30 @@ impl Inner {
             bytes[len.saturating_sub(at) as usize..].fill(0);
         }
         Ok(())
+    }
+
+    /// Moves entry `slot` (under the table's lock, nobody having it open, nothing dirty) to its
+    /// next generation, so its old pages match no lookup. Once in 256 the generation comes
+    /// round again: every frame of the slot, of any generation, is dropped first.
+    pub(crate) fn next_generation(&self, slot: u32) {
+        let e = &self.view.files()[slot as usize];
+        // Relaxed: under the table's lock.
+        let gen = (e.gen.load(Ordering::Relaxed) + 1) & 0xff;
+        if gen == 0 {
+            for (f, m) in self.view.frames().iter().enumerate() {
+                let k = m.key();
+                if k == 0 || key_slot(k) != slot {
+                    continue;
+                }
+                self.lock_frame(f as u32);
+                if m.key() == k {
+                    self.free_frame(f as u32);
+                } else {
+                    m.unlock(self.me, false);
+                }
+            }
+        }
+        e.gen.store(gen, Ordering::Relaxed);
     }
 
     /// Drops every cached page of `slot` in `from..to` (dirty ones too: their bytes are past
