@@ -47,8 +47,11 @@ def check_served(name, path, want_reads=True):
 
 
 def fresh(d):
+    """An empty directory, and nothing dirty left by the previous program: its data reaching
+    the device (ext4 commits other files' data with a sync) would be timed in this one."""
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
+    os.sync()
 
 
 def fio(engine, data, env, shim):

@@ -188,12 +188,23 @@ impl SharedCache {
     /// dirty pages it could not write.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, std::fs::File>) -> u64 {
         let files = self.inner.view.files();
-        // Unlinked files need no write-back, and a descriptor kept would keep their blocks.
+        // Kept only while the file has writers or dirty pages, and a name: a descriptor held
+        // longer would keep an unlinked file's blocks from being freed when its program
+        // expects (the kernel frees them at the last close).
         lent.retain(|&slot, fd| {
-            fd.metadata().is_ok_and(|md| {
-                std::os::unix::fs::MetadataExt::nlink(&md) > 0 && same_file(&files[slot as usize], &md)
-            })
+            let e = &files[slot as usize];
+            // Relaxed: hints, as below.
+            let busy = e.writers.load(Ordering::Relaxed) > 0 || e.dirty.load(Ordering::Acquire) > 0;
+            busy && fd
+                .metadata()
+                .is_ok_and(|md| std::os::unix::fs::MetadataExt::nlink(&md) > 0 && same_file(e, &md))
         });
+        for (slot, e) in files.iter().enumerate() {
+            if !lent.contains_key(&(slot as u32)) {
+                // Relaxed: a hint for lenders, who lend again.
+                e.service_fd.store(0, Ordering::Relaxed);
+            }
+        }
         let mut stranded = 0;
         for (slot, e) in files.iter().enumerate() {
             // Relaxed (all): hints; the write-back locks each frame and checks it.
