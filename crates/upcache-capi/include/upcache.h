@@ -72,6 +72,16 @@ typedef struct upcache_file upcache_file;
 extern "C" {
 #endif // __cplusplus
 
+// Attaches this process to the shared cache whose service listens at `socket` (NULL: the
+// default, `$UPCACHE_SOCKET` or `/tmp/upcache-<uid>/cache.sock`), starting the service if
+// none answers, with `memory` bytes for pages (0: 256 MiB; used only when starting it). Every
+// process attached to one service sees one copy of each page of the OS files it opens
+// (`upcache_file_open_path`). `UPCACHE_EACCES` if the service belongs to another user.
+//
+// # Safety
+// `socket` is NULL or NUL-terminated; `out` is writable.
+int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
+
 // Creates a new array in the configuration's directories and opens it into `*out`.
 //
 // # Safety
@@ -93,10 +103,11 @@ int32_t upcache_open(const struct upcache_config *config, struct upcache_cache *
 // `cache` is from `upcache_create`/`upcache_open`, not closed before.
 int32_t upcache_close(struct upcache_cache *cache);
 
-// Makes every file's written data and length durable.
+// Makes every file's written data and length durable (on a shared cache: every file this
+// process has open for writing).
 //
 // # Safety
-// `cache` is from `upcache_create`/`upcache_open`.
+// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`.
 int32_t upcache_sync(struct upcache_cache *cache);
 
 // Removes file `name` (its handles must be closed).
@@ -174,7 +185,10 @@ int32_t upcache_file_open(struct upcache_cache *cache, const char *name, struct 
 
 // Opens the OS file at `path` through the cache (plain-file mode: an existing file, not one
 // of the array's), creating it if `create`, into `*out`. Its size is the OS file's, exact
-// after each sync. `upcache_close_path` stops caching it.
+// after each sync. `upcache_close_path` stops caching it. On a shared cache
+// (`upcache_attach`) the file is opened with this process's permissions, for writing if it
+// may (else for reading), and every attached process sees its pages; closing its last handle
+// in the last process to write it writes it back.
 //
 // # Safety
 // As `upcache_file_create`, with `path` NUL-terminated.

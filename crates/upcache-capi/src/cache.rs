@@ -1,10 +1,12 @@
-//! `upcache_cache`: an open array.
+//! `upcache_cache`: an open array, or an attachment to the machine's shared cache of OS files
+//! (`upcache_attach`).
 
 use crate::config::{config_ref, text, upcache_config};
 use crate::error::{status, Fail, UPCACHE_EBUSY};
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use upcache::shared::{serve, SharedCache, SharedConfig};
 use upcache::Cache;
 
 /// An opaque open cache.
@@ -17,9 +19,29 @@ pub struct upcache_cache {
 pub(crate) struct CacheHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    pub(crate) cache: Cache,
+    pub(crate) cache: Backend,
     /// File handles open on it: the cache cannot be closed under them.
     pub(crate) open_files: Arc<AtomicUsize>,
+}
+
+/// The cache a handle holds.
+pub(crate) enum Backend {
+    /// An array of this process (`upcache_create`, `upcache_open`).
+    Private(Cache),
+    /// The shared cache every process attaches to (`upcache_attach`): OS files only.
+    Shared(SharedCache),
+}
+
+impl Backend {
+    /// The array, or `UPCACHE_EINVAL` for a shared cache.
+    pub(crate) fn array(&self) -> Result<&Cache, Fail> {
+        match self {
+            Backend::Private(c) => Ok(c),
+            Backend::Shared(_) => {
+                Err(Fail::invalid("a shared cache holds OS files only: use upcache_file_open_path"))
+            }
+        }
+    }
 }
 
 const CACHE_TAG: u64 = 0x7563_6361_6368_6521; // "uccache!"
@@ -46,9 +68,53 @@ unsafe fn start(config: *const upcache_config, out: *mut *mut upcache_cache, cre
         // SAFETY: the caller's contract.
         let c = unsafe { config_ref(config) }?;
         let cache = if create { Cache::create(c.config.clone()) } else { Cache::open(c.config.clone()) }?;
-        let handle = Box::new(CacheHandle { tag: CACHE_TAG, cache, open_files: Arc::default() });
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = Box::into_raw(handle).cast::<upcache_cache>() };
+        unsafe { hand_out(Backend::Private(cache), out) };
+        Ok(())
+    })
+}
+
+/// Stores a new handle of `cache` in `*out`.
+///
+/// # Safety
+/// `out` is non-null and writable.
+unsafe fn hand_out(cache: Backend, out: *mut *mut upcache_cache) {
+    let handle = Box::new(CacheHandle { tag: CACHE_TAG, cache, open_files: Arc::default() });
+    // SAFETY: the function's contract.
+    unsafe { *out = Box::into_raw(handle).cast::<upcache_cache>() };
+}
+
+/// Attaches this process to the shared cache whose service listens at `socket` (NULL: the
+/// default, `$UPCACHE_SOCKET` or `/tmp/upcache-<uid>/cache.sock`), starting the service if
+/// none answers, with `memory` bytes for pages (0: 256 MiB; used only when starting it). Every
+/// process attached to one service sees one copy of each page of the OS files it opens
+/// (`upcache_file_open_path`). `UPCACHE_EACCES` if the service belongs to another user.
+///
+/// # Safety
+/// `socket` is NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_attach(
+    socket: *const c_char,
+    memory: u64,
+    out: *mut *mut upcache_cache,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        let socket = if socket.is_null() {
+            serve::default_socket()
+        } else {
+            // SAFETY: the function's contract.
+            std::path::PathBuf::from(unsafe { text(socket, "socket") }?)
+        };
+        let mut config = SharedConfig::default();
+        if memory != 0 {
+            config.memory = memory;
+        }
+        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(60))?;
+        // SAFETY: `out` is non-null and writable (checked, and the contract).
+        unsafe { hand_out(Backend::Shared(cache), out) };
         Ok(())
     })
 }
@@ -91,8 +157,10 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
         if open > 0 {
             return Err(Fail { code: UPCACHE_EBUSY, msg: format!("{open} file handle(s) still open") });
         }
-        c.cache.sync()?;
-        // SAFETY: allocated by `Box::into_raw` in `start`, freed only here.
+        if let Backend::Private(cache) = &c.cache {
+            cache.sync()?;
+        }
+        // SAFETY: allocated by `Box::into_raw` in `hand_out`, freed only here.
         let mut handle = unsafe { Box::from_raw(cache.cast::<CacheHandle>()) };
         handle.tag = DEAD;
         drop(handle);
@@ -100,15 +168,19 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
     })
 }
 
-/// Makes every file's written data and length durable.
+/// Makes every file's written data and length durable (on a shared cache: every file this
+/// process has open for writing).
 ///
 /// # Safety
-/// `cache` is from `upcache_create`/`upcache_open`.
+/// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`.
 #[no_mangle]
 pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
     status(|| {
         // SAFETY: the function's contract.
-        Ok(unsafe { cache_ref(cache) }?.cache.sync()?)
+        Ok(match &unsafe { cache_ref(cache) }?.cache {
+            Backend::Private(c) => c.sync()?,
+            Backend::Shared(c) => c.sync_open_files()?,
+        })
     })
 }
 
@@ -122,6 +194,6 @@ pub unsafe extern "C" fn upcache_remove(cache: *mut upcache_cache, name: *const 
         // SAFETY: the function's contract.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
-        Ok(c.cache.remove_file(unsafe { text(name, "name") }?)?)
+        Ok(c.cache.array()?.remove_file(unsafe { text(name, "name") }?)?)
     })
 }

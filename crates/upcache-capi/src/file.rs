@@ -1,11 +1,12 @@
 //! `upcache_file`: an open file; reads, writes, syncs, truncation and size.
 
-use crate::cache::{cache_ref, upcache_cache, CacheHandle};
+use crate::cache::{cache_ref, upcache_cache, Backend, CacheHandle};
 use crate::config::text;
 use crate::error::{guard, status, Fail, UPCACHE_OK};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use upcache::shared::SharedFile;
 use upcache::File;
 
 /// An opaque open file.
@@ -18,9 +19,45 @@ pub struct upcache_file {
 struct FileHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    file: File,
+    file: AnyFile,
     /// The cache handle's count of open files.
     open_files: Arc<AtomicUsize>,
+}
+
+/// A file of either kind of cache.
+enum AnyFile {
+    Private(File),
+    Shared(SharedFile),
+}
+
+macro_rules! either {
+    ($f:expr, $x:ident => $e:expr) => {
+        match $f {
+            AnyFile::Private($x) => $e,
+            AnyFile::Shared($x) => $e,
+        }
+    };
+}
+
+impl AnyFile {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> upcache::Result<usize> {
+        either!(self, f => f.read_at(buf, at))
+    }
+    fn write_all_at(&self, buf: &[u8], at: u64) -> upcache::Result<()> {
+        either!(self, f => f.write_all_at(buf, at))
+    }
+    fn sync_all(&self) -> upcache::Result<()> {
+        either!(self, f => f.sync_all())
+    }
+    fn sync_data(&self) -> upcache::Result<()> {
+        either!(self, f => f.sync_data())
+    }
+    fn set_len(&self, len: u64) -> upcache::Result<()> {
+        either!(self, f => f.set_len(len))
+    }
+    fn len(&self) -> u64 {
+        either!(self, f => f.len())
+    }
 }
 
 const FILE_TAG: u64 = 0x7563_6669_6c65_2121; // "ucfile!!"
@@ -51,9 +88,10 @@ unsafe fn open(
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller's contract.
         let name = unsafe { text(name, "name") }?;
-        let file = if create { c.cache.create_file(name) } else { c.cache.open_file(name) }?;
+        let array = c.cache.array()?;
+        let file = if create { array.create_file(name) } else { array.open_file(name) }?;
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { hand_out(c, file, out) };
+        unsafe { hand_out(c, AnyFile::Private(file), out) };
         Ok(())
     })
 }
@@ -62,7 +100,7 @@ unsafe fn open(
 ///
 /// # Safety
 /// `out` is non-null and writable.
-unsafe fn hand_out(c: &CacheHandle, file: File, out: *mut *mut upcache_file) {
+unsafe fn hand_out(c: &CacheHandle, file: AnyFile, out: *mut *mut upcache_file) {
     // SeqCst: see `upcache_close`.
     c.open_files.fetch_add(1, Ordering::SeqCst);
     let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
@@ -100,7 +138,10 @@ pub unsafe extern "C" fn upcache_file_open(
 
 /// Opens the OS file at `path` through the cache (plain-file mode: an existing file, not one
 /// of the array's), creating it if `create`, into `*out`. Its size is the OS file's, exact
-/// after each sync. `upcache_close_path` stops caching it.
+/// after each sync. `upcache_close_path` stops caching it. On a shared cache
+/// (`upcache_attach`) the file is opened with this process's permissions, for writing if it
+/// may (else for reading), and every attached process sees its pages; closing its last handle
+/// in the last process to write it writes it back.
 ///
 /// # Safety
 /// As `upcache_file_create`, with `path` NUL-terminated.
@@ -119,7 +160,24 @@ pub unsafe extern "C" fn upcache_file_open_path(
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
         let path = unsafe { text(path, "path") }?;
-        let file = c.cache.open_path(path, create)?;
+        let file = match &c.cache {
+            Backend::Private(cache) => AnyFile::Private(cache.open_path(path, create)?),
+            Backend::Shared(cache) => {
+                if create {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(path)
+                        .map_err(|e| upcache::Error::io(format!("create {path}"), e))?;
+                }
+                let p = std::path::Path::new(path);
+                AnyFile::Shared(match cache.open_path(p, true) {
+                    Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => cache.open_path(p, false),
+                    r => r,
+                }?)
+            }
+        };
         // SAFETY: `out` is non-null and writable (checked, and the function's contract).
         unsafe { hand_out(c, file, out) };
         Ok(())
@@ -138,7 +196,7 @@ pub unsafe extern "C" fn upcache_close_path(cache: *mut upcache_cache, path: *co
         // SAFETY: the function's contract.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
-        Ok(c.cache.close_path(unsafe { text(path, "path") }?)?)
+        Ok(c.cache.array()?.close_path(unsafe { text(path, "path") }?)?)
     })
 }
 

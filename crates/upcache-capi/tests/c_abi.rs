@@ -1,5 +1,6 @@
-//! Builds the C test (`tests/c/test_capi.c`) and the C example against the static library
-//! and runs them: the C ABI as a C program sees it. Needs a C compiler (`cc`).
+//! Builds the C tests (`tests/c/test_capi.c`, `tests/c/test_shared.c`) and the C example
+//! against the static library and runs them: the C ABI as a C program sees it. Needs a C
+//! compiler (`cc`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +36,13 @@ fn build_and_run(source: &str, out: &Path, arg: &Path) -> String {
     let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "{source} failed:\n{text}");
     text
+}
+
+#[test]
+fn two_c_processes_share_the_cache_they_attach_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = build_and_run("tests/c/test_shared.c", &tmp.path().join("test_shared"), tmp.path());
+    assert!(out.contains("shared cache ok"), "{out}");
 }
 
 #[test]

@@ -228,6 +228,24 @@ impl SharedCache {
         stranded
     }
 
+    /// Writes back and flushes (fsync) every file this process has open for writing; the
+    /// first error.
+    pub fn sync_open_files(&self) -> Result<()> {
+        let open: Vec<(u32, Arc<std::fs::File>)> = {
+            let fds = self.inner.fds.lock().unwrap_or_else(|p| p.into_inner());
+            fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
+        };
+        let mut first = Ok(());
+        for (slot, fd) in open {
+            let r = self
+                .inner
+                .write_back_slot(slot, &fd)
+                .and_then(|()| fd.sync_all().map_err(|e| crate::error::Error::io("flush a shared file", e)));
+            first = first.and(r);
+        }
+        first
+    }
+
     /// Releases whatever processes that died still held, and frees their client slots; the
     /// number of clients reaped.
     pub fn repair_dead(&self) -> usize {

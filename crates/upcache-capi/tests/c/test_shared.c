@@ -1,0 +1,70 @@
+/* The shared cache through the C ABI: a process attaches (starting a service on a socket in
+ * DIR), writes an OS file without syncing; a second process (forked, then attaching by itself)
+ * reads those bytes and writes its own, which the first reads back; array calls on a shared
+ * handle are refused. Usage: test_shared DIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "upcache.h"
+
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #c, upcache_last_error()); \
+            exit(1);                                                              \
+        }                                                                         \
+    } while (0)
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    char sock[4096], path[4096];
+    snprintf(sock, sizeof sock, "%s/run/cache.sock", argv[1]);
+    snprintf(path, sizeof path, "%s/data", argv[1]);
+    int to_child[2], to_parent[2];
+    CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
+
+    struct upcache_cache *cache;
+    CHECK(upcache_attach(sock, 4 << 20, &cache) == UPCACHE_OK);
+    struct upcache_file *f;
+    CHECK(upcache_file_open_path(cache, path, true, &f) == UPCACHE_OK);
+    CHECK(upcache_pwrite(f, "from the parent", 15, 5000) == 15);
+    struct upcache_file *g;
+    CHECK(upcache_file_create(cache, "array-file", &g) == UPCACHE_EINVAL);
+
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        /* A process of its own in the cache: it attaches itself, never uses the parent's. */
+        struct upcache_cache *mine;
+        CHECK(upcache_attach(sock, 0, &mine) == UPCACHE_OK);
+        struct upcache_file *h;
+        CHECK(upcache_file_open_path(mine, path, false, &h) == UPCACHE_OK);
+        char buf[16] = {0};
+        uint64_t size = 0;
+        CHECK(upcache_size(h, &size) == UPCACHE_OK && size == 5015);
+        CHECK(upcache_pread(h, buf, 15, 5000) == 15 && memcmp(buf, "from the parent", 15) == 0);
+        CHECK(upcache_pwrite(h, "from the child", 14, 100) == 14);
+        CHECK(upcache_file_close(h) == UPCACHE_OK && upcache_close(mine) == UPCACHE_OK);
+        CHECK(write(to_parent[1], "d", 1) == 1);
+        _exit(0);
+    }
+    char t;
+    CHECK(read(to_parent[0], &t, 1) == 1);
+    int status;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char buf[16] = {0};
+    CHECK(upcache_pread(f, buf, 14, 100) == 14 && memcmp(buf, "from the child", 14) == 0);
+    CHECK(upcache_fdatasync(f) == UPCACHE_OK);
+    CHECK(upcache_file_close(f) == UPCACHE_OK);
+    CHECK(upcache_sync(cache) == UPCACHE_OK);
+    CHECK(upcache_close(cache) == UPCACHE_OK);
+    /* Durable in the OS file. */
+    FILE *os = fopen(path, "rb");
+    CHECK(os && fseek(os, 100, SEEK_SET) == 0 && fread(buf, 1, 14, os) == 14 && memcmp(buf, "from the child", 14) == 0);
+    fclose(os);
+    printf("shared cache ok\n");
+    return 0;
+}
