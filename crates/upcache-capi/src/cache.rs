@@ -177,10 +177,11 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
 pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
     status(|| {
         // SAFETY: the function's contract.
-        Ok(match &unsafe { cache_ref(cache) }?.cache {
+        match &unsafe { cache_ref(cache) }?.cache {
             Backend::Private(c) => c.sync()?,
             Backend::Shared(c) => c.sync_open_files()?,
-        })
+        }
+        Ok(())
     })
 }
 
