@@ -16,25 +16,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "draw.h"
+
 #define FILES 3
 #define SLOTS 8
 #define SPAN (1 << 20) /* offsets up to 1 MiB: past a small cache */
 #define MAXLEN 20000
 
-static uint64_t state;
-static uint64_t next(void) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
-static uint64_t below(uint64_t n) { return next() % n; }
-
-static uint32_t crc(const unsigned char *b, size_t n) {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
-    return h;
-}
 
 static int fds[SLOTS], file_of[SLOTS];
 static char names[FILES][4096];
@@ -118,7 +106,7 @@ int main(int argc, char **argv) {
             size_t n = below(MAXLEN);
             ssize_t r = pread(fd, buf, n, (off_t)below(SPAN + MAXLEN));
             result("pread", r);
-            if (r > 0) printf("  crc %08x\n", crc(buf, (size_t)r));
+            if (r > 0) printf("  crc %08x\n", fnv(buf, (size_t)r));
             break;
         }
         case 7: {
@@ -130,7 +118,7 @@ int main(int argc, char **argv) {
         case 8: {
             ssize_t r = read(fd, buf, below(MAXLEN));
             result("read", r);
-            if (r > 0) printf("  crc %08x\n", crc(buf, (size_t)r));
+            if (r > 0) printf("  crc %08x\n", fnv(buf, (size_t)r));
             break;
         }
         case 9: {
@@ -169,7 +157,7 @@ int main(int argc, char **argv) {
             result(at < 0 ? "readv" : "preadv", r);
             if (r > 0) {
                 size_t first = (size_t)r < a ? (size_t)r : a;
-                printf("  crc %08x %08x\n", crc(buf, first), crc(buf2, (size_t)r - first));
+                printf("  crc %08x %08x\n", fnv(buf, first), fnv(buf2, (size_t)r - first));
             }
             break;
         }
@@ -201,7 +189,7 @@ int main(int argc, char **argv) {
                 result("mmap", -1);
                 break;
             }
-            printf("mmap %zu crc %08x\n", len, crc(m, len));
+            printf("mmap %zu crc %08x\n", len, fnv(m, len));
             munmap(m, len);
             break;
         }

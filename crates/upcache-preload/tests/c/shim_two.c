@@ -11,26 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "draw.h"
+
 #include "check.h"
 
 #define FILES 3
 #define SPAN (512 << 10)
 #define MAXLEN 12000
 
-static uint64_t state;
-static uint64_t next(void) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
-static uint64_t below(uint64_t n) { return next() % n; }
-
-static uint32_t fnv(const unsigned char *b, size_t n) {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
-    return h;
-}
 
 static unsigned char buf[MAXLEN];
 
