@@ -56,6 +56,7 @@ impl SharedFile {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| open_error(path, e))?;
+        let fd = std::fs::File::from(crate::shm::high_fd::out_of_the_way(fd.into()));
         SharedFile::adopt(inner, fd, write, name)
     }
 

@@ -111,6 +111,7 @@ impl SharedCache {
     /// hang-up tells the service we are gone, and the service's tells us (a watcher thread).
     pub(crate) fn join_with(seg: Segment, service: UnixStream) -> Result<SharedCache> {
         let ours = service.try_clone().map_err(|e| crate::error::Error::io("dup the service socket", e))?;
+        let ours = UnixStream::from(crate::shm::high_fd::out_of_the_way(ours.into()));
         let cache = SharedCache::join(View::attach(seg)?, Some(ours))?;
         let weak: Weak<Inner> = Arc::downgrade(&cache.inner);
         let lost = cache.inner.lost.clone();

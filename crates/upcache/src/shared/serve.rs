@@ -277,6 +277,8 @@ pub fn connect(socket: &Path) -> Result<SharedCache> {
     })?;
     sock.write_all(b"A").map_err(|e| Error::io("ask to attach", e))?;
     let seg = handoff::receive(&sock)?;
+    // Kept for as long as we are attached: out of the program's way.
+    let sock = UnixStream::from(crate::shm::high_fd::out_of_the_way(sock.into()));
     SharedCache::join_with(seg, sock)
 }
 

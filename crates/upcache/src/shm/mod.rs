@@ -19,6 +19,7 @@
 mod clients;
 pub(crate) mod futex;
 pub mod handoff;
+pub mod high_fd;
 mod owner_lock;
 mod segment;
 

@@ -204,6 +204,7 @@ impl Segment {
     }
 
     fn map(fd: OwnedFd, len: usize) -> Result<Segment> {
+        let fd = super::high_fd::out_of_the_way(fd);
         // A huge page's alignment in every process, as in the file, so the kernel can map
         // 2 MiB pages of the segment (shmem THP, when the system allows it for memory advised
         // `MADV_HUGEPAGE`): reserve room for an aligned start, then map the segment there.

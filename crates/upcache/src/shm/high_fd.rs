@@ -1,0 +1,45 @@
+//! Descriptors the cache keeps for a long time, moved to high numbers: a program that the shim
+//! serves picks small numbers itself (`exec 5<file` in a shell is `dup2(fd, 5)`), and would
+//! otherwise replace the cache's segment, socket or file descriptor under it without a word.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The lowest number used: half the soft descriptor limit, at least 64 and at most 4096.
+fn floor() -> i32 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we pass; nothing else.
+    let soft =
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
+    (soft / 2).clamp(64, 4096) as i32
+}
+
+/// `fd` moved to a number at or above [`floor`] (close-on-exec); `fd` itself if no such number
+/// is free.
+pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    if fd.as_raw_fd() >= floor() {
+        return fd;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own makes a new one that we then own.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) };
+    if high < 0 {
+        return fd;
+    }
+    // SAFETY: `high` is a fresh descriptor, ours alone; `fd` is closed by its drop.
+    unsafe { OwnedFd::from_raw_fd(high) }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_low_descriptor_moves_up_and_stays_usable() {
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        let moved = out_of_the_way(OwnedFd::from(f));
+        assert!(moved.as_raw_fd() >= floor());
+        let mut f = std::fs::File::from(moved);
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut f, &mut s).unwrap();
+        assert!(!s.is_empty());
+    }
+}
