@@ -112,6 +112,33 @@ fn a_slot_reused_for_another_file_never_shows_the_former_files_pages() {
     }
 }
 
+/// A forked child may not act under its parent's client id: its copy of the attachment
+/// refuses every call (it attaches itself), and dropping it leaves the parent's slot alone.
+#[test]
+fn a_forked_child_cannot_use_its_parents_attachment() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    std::fs::write(&p, b"parent's").unwrap();
+    let c = SharedCache::create(&small()).unwrap();
+    let f = c.open_path(&p, true).unwrap();
+    // SAFETY: the child only calls into the cache, whose refusal touches atomics and allocates
+    // an error (glibc's malloc is fork-safe), then leaves with _exit.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let refused = f.read_at(&mut [0u8; 4], 0).is_err() && f.write_at(b"x", 0).is_err();
+        std::mem::forget(f);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child used its parent's id");
+    let mut buf = [0u8; 8];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 8, "the parent still works");
+    assert_eq!(&buf, b"parent's");
+}
+
 #[test]
 fn a_file_another_user_cannot_open_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -67,9 +67,16 @@ impl SharedFile {
         write: bool,
         name: String,
     ) -> Result<SharedFile> {
+        inner.check_service()?;
         let md = fd.metadata().map_err(|e| Error::io(format!("stat {name}"), e))?;
         if !md.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "only regular files are cached"));
+        }
+        if md.size() > super::frame::MAX_PAGES * PAGE as u64 {
+            return Err(Error::new(
+                ErrorKind::FileTooLarge,
+                format!("{name}: past the 256 TiB a key can address"),
+            ));
         }
         let os = OsFile {
             dev: md.dev(),
@@ -88,6 +95,9 @@ impl SharedFile {
                 Some(s)
             }
             Some(Slot::Fresh { slot, evict_old: false }) => {
+                // A new generation for a freed entry too: a page of its former file never
+                // matches (there are none left of the current one, but no harm).
+                inner.next_generation(slot);
                 files::fill(&view.files()[slot as usize], &os);
                 Some(slot)
             }
@@ -418,7 +428,8 @@ impl SharedFile {
     }
 
     fn close_inner(&mut self) -> Result<()> {
-        if std::mem::replace(&mut self.closed, true) {
+        if std::mem::replace(&mut self.closed, true) || self.inner.forked() {
+            // A forked child's copy: the open is its parent's.
             return Ok(());
         }
         let inner = &self.inner;
@@ -486,7 +497,8 @@ impl SharedFile {
     /// length.
     pub fn refresh_len(&self) -> Result<u64> {
         self.inner.check_service()?;
-        let os = self.os_metadata()?.len();
+        // Growth past what a key can address is not taken in.
+        let os = self.os_metadata()?.len().min(self.max_len);
         if os <= self.len() {
             return Ok(self.len());
         }

@@ -71,6 +71,26 @@ pub(crate) struct Inner {
     /// Our connection to the service, shut down when we detach so the watcher thread ends
     /// and the service sees us go.
     service: Option<UnixStream>,
+    /// `FORKS` when we attached: a forked child has another count, and must not act under
+    /// its parent's client id (it attaches itself).
+    forks: u64,
+}
+
+/// Forks of this process image so far, counted in the child (`pthread_atfork`).
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn count_fork_in_child() {
+    // Relaxed: read by this (single-threaded, just forked) process's own threads later.
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers the fork counter once per process image.
+fn count_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only bumps an atomic, valid for the process's life.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(count_fork_in_child));
+    });
 }
 
 /// This process's descriptor of a cached file, shared by its opens of it.
@@ -94,6 +114,7 @@ impl SharedCache {
     }
 
     fn join(view: View, service: Option<UnixStream>) -> Result<SharedCache> {
+        count_forks();
         let me = view.clients().join()?;
         let inner = Inner {
             view,
@@ -101,6 +122,8 @@ impl SharedCache {
             fds: Mutex::new(HashMap::new()),
             lost: Arc::new(AtomicBool::new(false)),
             service,
+            // Relaxed: see `count_fork_in_child`.
+            forks: FORKS.load(Ordering::Relaxed),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -185,30 +208,36 @@ impl SharedCache {
     }
 
     /// The service's write-back of dirty pages whose every writer is gone, through the
-    /// descriptors lent to it (those of files that left the table are closed); the number of
-    /// dirty pages it could not write.
+    /// descriptors lent to it; the number of dirty pages it could not write. Under the file
+    /// table's lock, so no entry is filled for another file meanwhile. A descriptor is kept
+    /// while its file has writers or dirty pages (longer would keep an unlinked file's blocks);
+    /// an unlinked file that nobody has open any more is forgotten, pages and entry, so its
+    /// inode number can serve another file.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, std::fs::File>) -> u64 {
-        let files = self.inner.view.files();
-        // Kept only while the file has writers or dirty pages, and a name: a descriptor held
-        // longer would keep an unlinked file's blocks from being freed when its program
-        // expects (the kernel frees them at the last close).
+        let inner = &self.inner;
+        let files = inner.view.files();
+        let table = &inner.view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        // Relaxed (all counts): under the table's lock, or hints the write-back re-checks.
         lent.retain(|&slot, fd| {
             let e = &files[slot as usize];
-            // Relaxed: hints, as below.
-            let busy = e.writers.load(Ordering::Relaxed) > 0 || e.dirty.load(Ordering::Acquire) > 0;
-            busy && fd
-                .metadata()
-                .is_ok_and(|md| std::os::unix::fs::MetadataExt::nlink(&md) > 0 && same_file(e, &md))
-        });
-        for (slot, e) in files.iter().enumerate() {
-            if !lent.contains_key(&(slot as u32)) {
-                // Relaxed: a hint for lenders, who lend again.
-                e.service_fd.store(0, Ordering::Relaxed);
+            let Ok(md) = fd.metadata() else { return false };
+            if !same_file(e, &md) {
+                return false;
             }
-        }
+            if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0 {
+                inner.drop_pages(slot, 0, e.page_end());
+                e.state.store(files::FREE, Ordering::Release);
+                return false;
+            }
+            e.writers.load(Ordering::Relaxed) > 0 || e.dirty.load(Ordering::Acquire) > 0
+        });
         let mut stranded = 0;
         for (slot, e) in files.iter().enumerate() {
-            // Relaxed (all): hints; the write-back locks each frame and checks it.
+            let fd = lent.get(&(slot as u32));
+            if fd.is_none() {
+                e.service_fd.store(0, Ordering::Relaxed);
+            }
             if e.state.load(Ordering::Relaxed) != files::LIVE || e.writers.load(Ordering::Relaxed) != 0 {
                 continue;
             }
@@ -216,9 +245,9 @@ impl SharedCache {
             if dirty == 0 {
                 continue;
             }
-            match lent.get(&(slot as u32)) {
+            match fd {
                 Some(fd) => {
-                    if let Err(err) = self.inner.write_back_slot(slot as u32, fd) {
+                    if let Err(err) = inner.write_back_slot(slot as u32, fd) {
                         log::error!("upcache serve: writing back a file whose writers died: {err}");
                         stranded += dirty;
                     }
@@ -226,12 +255,14 @@ impl SharedCache {
                 None => stranded += dirty,
             }
         }
+        table.unlock(inner.me);
         stranded
     }
 
     /// Writes back and flushes (fsync) every file this process has open for writing; the
     /// first error.
     pub fn sync_open_files(&self) -> Result<()> {
+        self.inner.check_service()?;
         let open: Vec<(u32, Arc<std::fs::File>)> = {
             let fds = self.inner.fds.lock().unwrap_or_else(|p| p.into_inner());
             fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
@@ -306,11 +337,8 @@ impl Inner {
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
     /// it writes back the file's dirty pages if every writer dies first.
     fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
+        // On every writable open: the service may be about to close the one it has.
         let Some(service) = &self.service else { return };
-        // Relaxed: a hint; a second lend is harmless.
-        if self.view.files()[slot as usize].service_fd.load(Ordering::Relaxed) != 0 {
-            return;
-        }
         let mut msg = [b'F', 0, 0, 0, 0];
         msg[1..].copy_from_slice(&slot.to_le_bytes());
         let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
@@ -319,8 +347,21 @@ impl Inner {
         }
     }
 
-    /// Fails once the service is gone.
+    /// Whether this is a forked child of the process that attached.
+    pub(crate) fn forked(&self) -> bool {
+        // Relaxed: see `count_fork_in_child`.
+        FORKS.load(Ordering::Relaxed) != self.forks
+    }
+
+    /// Fails once the service is gone, and in a forked child of the process that attached.
     pub(crate) fn check_service(&self) -> Result<()> {
+        // Relaxed: see `count_fork_in_child`.
+        if FORKS.load(Ordering::Relaxed) != self.forks {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::InvalidInput,
+                "a shared cache attached before fork: the child process attaches itself",
+            ));
+        }
         // Relaxed: see `lost`.
         if self.lost.load(Ordering::Relaxed) {
             return Err(crate::error::Error::new(
@@ -334,6 +375,11 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Relaxed: see `count_fork_in_child`. A forked child's copy leaves nothing: the slot
+        // is its parent's.
+        if FORKS.load(Ordering::Relaxed) != self.forks {
+            return;
+        }
         if let Some(s) = &self.service {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }

@@ -137,9 +137,10 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
             }
             let mut msg = [0u8; 5];
             match handoff::recv_msg(&attached[i - 1], &mut msg) {
-                Ok((5, Some(fd))) if msg[0] == b'F' => {
+                Ok((5, fd)) if msg[0] == b'F' => {
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
-                    if cache.accept_lent_fd(slot, &fd) {
+                    // Without its descriptor (we were out of them): nothing to keep.
+                    if let Some(fd) = fd.filter(|fd| cache.accept_lent_fd(slot, fd)) {
                         lent.insert(slot, std::fs::File::from(fd));
                     }
                 }
@@ -346,6 +347,25 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
             libc::_exit(0);
         }
         libc::prctl(libc::PR_SET_NAME, c"upcache-serve".as_ptr());
+        // Nothing of the starting program's signal state: the shim starts the cache with every
+        // signal blocked, and a C program may ignore or handle any; the service must die of
+        // SIGTERM as a service does.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for sig in 1..libc::SIGRTMIN() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        // Nor its working directory (a mount kept busy), and room for a descriptor per
+        // file written: the hard limit.
+        libc::chdir(c"/".as_ptr());
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
     }
     // Nothing of the program that started us stays open here: a pipe held open would keep its
     // reader waiting for end of file for as long as the service lives.
@@ -357,10 +377,16 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
         for fd in 0..3 {
             libc::dup2(devnull, fd);
         }
-        let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as i32;
-        for fd in 3..max {
-            if fd != keep {
-                libc::close(fd);
+        // close_range (Linux 5.9) in one call each side of `keep`; a loop where it is missing.
+        let below =
+            if keep > 3 { libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32) } else { 0 };
+        let above = libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+        if below != 0 || above != 0 {
+            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as i32;
+            for fd in 3..max {
+                if fd != keep {
+                    libc::close(fd);
+                }
             }
         }
     }
