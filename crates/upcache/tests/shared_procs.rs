@@ -246,6 +246,64 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     assert_eq!(&disk[9000..9005], b"world", "the last close wrote back");
 }
 
+/// Fills the first MiB of the file with 0xAB, then truncates it to a page and a bit, over and
+/// over, saying each round, until it is killed.
+#[test]
+#[ignore = "the truncating process of the killed-truncate test, run by it"]
+fn truncator_entry() {
+    let a = args();
+    let cache = inherited();
+    let f = cache.open_path(Path::new(&a[0]), true).unwrap();
+    let fill = vec![0xABu8; 1 << 20];
+    for round in 0u64.. {
+        f.write_at(&fill, 0).unwrap();
+        f.set_len(4096 + 100 + round % 4000).unwrap();
+        println!("round {round}");
+    }
+}
+
+/// A process killed at 30 random points while it truncates: whoever takes the file's lock next
+/// finishes the cut, so an extension afterwards reads zeros past the length it found, through
+/// the cache and on disk.
+#[test]
+fn a_truncate_killed_half_way_is_finished_by_the_next_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cut");
+    std::fs::write(&file, b"").unwrap();
+    let cache = SharedCache::create(&SharedConfig { memory: 8 << 20, files: 4, clients: 8 }).unwrap();
+    for round in 0..30u64 {
+        let (mut cmd, fd) = child(&cache, "truncator_entry", &file.display().to_string());
+        let mut c = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        drop(fd);
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        for _ in 0..(1 + round % 5) {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the truncator ended");
+        }
+        // A random point in its next round (a spin, to place the kill, not to wait for anything).
+        let until = std::time::Instant::now() + Duration::from_micros((round * 7919) % 3000);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        c.kill().unwrap();
+        c.wait().unwrap();
+        cache.repair_dead();
+        let f = cache.open_path(&file, true).unwrap();
+        f.write_at(b"w", 0).unwrap(); // takes the file's lock: finishes a cut left half-way
+        let len = f.len();
+        f.set_len(1 << 20).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 1 << 20);
+        let past = buf[len as usize..].iter().position(|&b| b != 0);
+        assert_eq!(past, None, "round {round}: old bytes past the length {len} through the cache");
+        f.sync_data().unwrap();
+        let disk = std::fs::read(&file).unwrap();
+        assert!(disk[len as usize..].iter().all(|&b| b == 0), "round {round}: old bytes past {len} on disk");
+        f.set_len(0).unwrap();
+    }
+}
+
 /// A service in a process of its own: says "ready" once it listens.
 #[test]
 #[ignore = "the service process of the service-kill test, run by it"]

@@ -173,7 +173,7 @@ impl SharedFile {
                 return Ok(n);
             }
         }
-        let _locked = FileLock::take(&self.inner, e, false);
+        let _locked = FileLock::take(self, false);
         self.read_pages(buf, offset)
     }
 
@@ -246,7 +246,7 @@ impl SharedFile {
         }
         self.inner.check_service()?;
         self.throttle();
-        let locked = FileLock::take(&self.inner, self.entry(), false);
+        let locked = FileLock::take(self, false);
         let offset = at(self.len());
         // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
@@ -331,7 +331,7 @@ impl SharedFile {
                 ),
             ));
         }
-        let _locked = FileLock::take(&self.inner, self.entry(), true);
+        let _locked = FileLock::take(self, true);
         self.set_len_locked(new)
     }
 
@@ -349,8 +349,18 @@ impl SharedFile {
             e.raise_len(new);
             return Ok(());
         }
+        // Release: the intent is seen by whoever takes the lock if we die from here on.
+        e.cut.store(new + 1, Ordering::Release);
+        self.cut_to(new)
+    }
+
+    /// Cuts the file to `new` (at most its length), with the lock held and the intent in
+    /// `cut`: lowers the length, drops and zeros the pages past it, cuts the OS file, and then
+    /// clears the intent. A failure leaves the intent, for the next taker of the lock.
+    fn cut_to(&self, new: u64) -> Result<()> {
+        let e = self.entry();
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
-        e.len.store(new, Ordering::SeqCst);
+        e.len.fetch_min(new, Ordering::SeqCst);
         // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
         // once every frame past the end is dropped none can grow the file again.
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
@@ -369,9 +379,29 @@ impl SharedFile {
                 m.unlock(self.inner.me, true);
             }
         }
-        // A failure leaves the cache at the new length with the OS file longer: bytes past the
-        // length are zero in the cache whatever the file holds (loads zero past it).
-        self.fd.set_len(new).map_err(|err| Error::io("truncate a shared file", err))
+        if !self.writable {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a truncate to finish, and the file is open read-only",
+            ));
+        }
+        // A failure leaves the cache at the new length with the OS file longer (loads zero
+        // past the length) and the intent set, so no growth is taken in past it.
+        self.fd.set_len(new).map_err(|err| Error::io("truncate a shared file", err))?;
+        // Release: after the cut.
+        e.cut.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Finishes a truncate that a dead holder of the lock (or a failed cut) left, if any.
+    fn finish_cut(&self) {
+        // Acquire: pairs with the Release store of the intent.
+        let cut = self.entry().cut.load(Ordering::Acquire);
+        if cut != 0 {
+            if let Err(e) = self.cut_to(cut - 1) {
+                log::warn!("shared cache: {}: finishing a truncate: {e}", self.name);
+            }
+        }
     }
 
     /// Writes every dirty page of the file back to it (no flush); the first error.
@@ -497,12 +527,14 @@ impl SharedFile {
     /// length.
     pub fn refresh_len(&self) -> Result<u64> {
         self.inner.check_service()?;
-        // Growth past what a key can address is not taken in.
-        let os = self.os_metadata()?.len().min(self.max_len);
+        // Growth past what a key can address is not taken in, nor past a truncate not yet
+        // finished (the OS file still holds what it cut). Acquire: pairs with the intent.
+        let cut = self.entry().cut.load(Ordering::Acquire);
+        let os = self.os_metadata()?.len().min(self.max_len).min(cut.wrapping_sub(1));
         if os <= self.len() {
             return Ok(self.len());
         }
-        let locked = FileLock::take(&self.inner, self.entry(), false);
+        let locked = FileLock::take(self, false);
         let old = self.len();
         if os <= old {
             return Ok(old);
@@ -570,13 +602,23 @@ struct FileLock<'a> {
 }
 
 impl<'a> FileLock<'a> {
-    fn take(inner: &'a Inner, e: &'a files::FileEntry, changing: bool) -> Self {
-        if let Acquired::OwnerDied(_) = e.lock.lock(inner.me, |h| inner.alive(h)) {
+    /// `file`'s lock; taken from a dead holder, its change is ended and a truncate it left
+    /// half-done is finished.
+    fn take(file: &'a SharedFile, changing: bool) -> Self {
+        let (inner, e) = (&*file.inner, file.entry());
+        let died = matches!(e.lock.lock(inner.me, |h| inner.alive(h)), Acquired::OwnerDied(_));
+        if died {
             e.repair_lock();
         }
         let l = FileLock { inner, e, changing: std::cell::Cell::new(false) };
-        if changing {
+        if changing || died {
             l.changing();
+        }
+        // Acquire: pairs with the intent's Release store. A writer finishes a failed cut too,
+        // before its bytes could land past it.
+        if died || (file.writable && e.cut.load(Ordering::Acquire) != 0) {
+            l.changing();
+            file.finish_cut();
         }
         l
     }

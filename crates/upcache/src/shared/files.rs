@@ -57,6 +57,11 @@ pub(crate) struct FileEntry {
     /// was filled, raised before the length, never lowered, so the pages a truncate killed
     /// half-way left past the length are still below it.
     pub high: AtomicU64,
+    /// A truncate not finished: the length it cuts to, plus one; 0 when none. Set before the
+    /// length is lowered and cleared once the OS file is cut, so whoever takes the lock from
+    /// a truncate that died (or failed to cut) finishes it, and growth is never taken in past
+    /// it.
+    pub cut: AtomicU64,
 }
 
 impl FileEntry {
@@ -157,6 +162,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
     e.service_fd.store(0, Ordering::Relaxed);
+    e.cut.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
