@@ -13,6 +13,7 @@ use super::pin::{PageMut, PageRef};
 use crate::cache::page::{Commit, Fill, Lookup};
 use crate::cache::{CacheInner, SyncKind};
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::chunk::chunks;
 use crate::file::{FileInner, MAX_FILE_SIZE};
 use crate::io::device;
 use crate::sync::{Arc, Ordering};
@@ -28,34 +29,6 @@ impl fmt::Debug for File {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("File").field("name", &self.file.name).field("id", &self.file.id).finish()
     }
-}
-
-/// The part of a byte range that falls in one page.
-struct Chunk {
-    page: u64,
-    /// Offset of the chunk in the page.
-    in_page: usize,
-    len: usize,
-    /// Offset of the chunk in the caller's buffer (the range starts at 0).
-    at: usize,
-}
-
-/// Splits `offset..end` at page boundaries.
-fn chunks(offset: u64, end: u64, ps: u64) -> impl Iterator<Item = Chunk> {
-    let mut pos = offset;
-    std::iter::from_fn(move || {
-        (pos < end).then(|| {
-            let len = (ps - pos % ps).min(end - pos);
-            let c = Chunk {
-                page: pos / ps,
-                in_page: (pos % ps) as usize,
-                len: len as usize,
-                at: (pos - offset) as usize,
-            };
-            pos += len;
-            c
-        })
-    })
 }
 
 pub(crate) fn end_of(offset: u64, len: usize) -> Result<u64> {

@@ -10,6 +10,7 @@
 //! re-establishes it. This is what lets `set_len` extend a file without writing anything.
 //! (It does not let a partial write of a page past the end skip reading it: see `Fill::Read`.)
 
+pub(crate) mod chunk;
 pub mod range_lock;
 pub mod stream;
 pub(crate) mod streams;

@@ -20,6 +20,7 @@ use super::frame::{DIRTY, REFERENCED, VALID};
 use super::pages::Fill;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::chunk::chunks;
 use crate::shm::Acquired;
 
 /// Optimistic whole reads tried before a reader takes the file's lock.
@@ -78,12 +79,7 @@ impl SharedFile {
                 format!("{name}: past the 256 TiB a key can address"),
             ));
         }
-        let os = OsFile {
-            dev: md.dev(),
-            ino: md.ino(),
-            size: md.size(),
-            mtime: (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64),
-        };
+        let os = OsFile::of(&md);
         let view = &inner.view;
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
@@ -183,14 +179,8 @@ impl SharedFile {
         if offset >= end {
             return Ok(0);
         }
-        let mut at = offset;
-        while at < end {
-            let page = at / PAGE as u64;
-            let in_page = (at % PAGE as u64) as usize;
-            let n = (PAGE - in_page).min((end - at) as usize);
-            let dst = &mut buf[(at - offset) as usize..][..n];
-            self.read_page(page, in_page, dst)?;
-            at += n as u64;
+        for c in chunks(offset, end, PAGE as u64) {
+            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len])?;
         }
         Ok((end - offset) as usize)
     }
@@ -271,32 +261,28 @@ impl SharedFile {
     fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {
         let view = &self.inner.view;
         let e = self.entry();
-        let end = offset + buf.len() as u64;
-        let mut at = offset;
-        while at < end {
-            let page = at / PAGE as u64;
-            let in_page = (at % PAGE as u64) as usize;
-            let n = (PAGE - in_page).min((end - at) as usize);
-            let fill = if n == PAGE { Fill::Overwrite } else { Fill::Read };
-            let f = match self.inner.lock_page(self.slot, page, &self.fd, fill) {
+        let mut done = 0;
+        for c in chunks(offset, offset + buf.len() as u64, PAGE as u64) {
+            let fill = if c.len == PAGE { Fill::Overwrite } else { Fill::Read };
+            let f = match self.inner.lock_page(self.slot, c.page, &self.fd, fill) {
                 Ok(f) => f,
-                Err(err) if at == offset => return Err(err),
+                Err(err) if done == 0 => return Err(err),
                 Err(_) => break,
             };
             self.inner.mark_dirty(f);
-            let src = &buf[(at - offset) as usize..][..n];
-            // SAFETY: we hold the frame's lock; `in_page + n <= PAGE`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), view.page(f).add(in_page), n) };
+            let src = &buf[c.at..][..c.len];
+            // SAFETY: we hold the frame's lock; `in_page + len <= PAGE`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), view.page(f).add(c.in_page), c.len) };
             let m = &view.frames()[f as usize];
             // Release: published with the bytes by the unlock.
             m.flags.fetch_or(VALID, Ordering::Release);
-            at += n as u64;
+            done = c.at + c.len;
             // Before the unlock: a write-back that locks the frame next writes up to the new
             // length. Release: a reader that sees the length sees the bytes.
-            e.raise_len(at);
+            e.raise_len(offset + done as u64);
             m.unlock(self.inner.me, true);
         }
-        Ok((at - offset) as usize)
+        Ok(done)
     }
 
     /// Past half the cache dirty, a writer first writes back its own file's dirty pages, so
@@ -366,17 +352,11 @@ impl SharedFile {
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
         if !new.is_multiple_of(PAGE as u64) {
             let view = &self.inner.view;
-            let k = self.inner.key(self.slot, new / PAGE as u64);
-            let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
-            if let Some(f) = found {
-                self.inner.lock_frame(f);
-                let m = &view.frames()[f as usize];
-                if m.home() == k {
-                    let from = (new % PAGE as u64) as usize;
-                    // SAFETY: we hold the frame's lock; `from < PAGE`.
-                    unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
-                }
-                m.unlock(self.inner.me, true);
+            if let Some(f) = self.inner.lock_cached(self.slot, new / PAGE as u64) {
+                let from = (new % PAGE as u64) as usize;
+                // SAFETY: we hold the frame's lock; `from < PAGE`.
+                unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
+                view.frames()[f as usize].unlock(self.inner.me, true);
             }
         }
         if !self.writable {
@@ -475,11 +455,9 @@ impl SharedFile {
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
         if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
             if let Ok(md) = self.fd.metadata() {
-                e.os_size.store(md.size(), Ordering::Relaxed);
-                e.os_mtime.store(
-                    (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64),
-                    Ordering::Relaxed,
-                );
+                let os = OsFile::of(&md);
+                e.os_size.store(os.size, Ordering::Relaxed);
+                e.os_mtime.store(os.mtime, Ordering::Relaxed);
             }
         }
         {
@@ -545,12 +523,9 @@ impl SharedFile {
         // The page the old end cuts: written back (up to the old end) before it is dropped,
         // or its zeros past the old end would later cover the new bytes.
         if !old.is_multiple_of(PAGE as u64) {
-            let k = self.inner.key(self.slot, tail);
-            let found = view.map().lock(k, self.inner.me, &|h| self.inner.alive(h)).find(k);
-            if let Some(f) = found {
-                self.inner.lock_frame(f);
+            if let Some(f) = self.inner.lock_cached(self.slot, tail) {
                 let m = &view.frames()[f as usize];
-                let r = if m.home() == k && m.flags() & DIRTY != 0 {
+                let r = if m.flags() & DIRTY != 0 {
                     match self.inner.writable_fd(self.slot) {
                         Some(fd) => self.inner.write_back_locked(f, &fd),
                         None => Err(Error::new(ErrorKind::Io, "no descriptor to write the end page back")),

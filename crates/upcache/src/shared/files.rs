@@ -110,6 +110,15 @@ pub(crate) struct OsFile {
     pub mtime: u64,
 }
 
+impl OsFile {
+    /// What `md` says of the file.
+    pub fn of(md: &std::fs::Metadata) -> OsFile {
+        use std::os::unix::fs::MetadataExt;
+        let mtime = (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64);
+        OsFile { dev: md.dev(), ino: md.ino(), size: md.size(), mtime }
+    }
+}
+
 /// What `find_or_take` decided.
 pub(crate) enum Slot {
     /// The file's entry, already open elsewhere or cached and unchanged.

@@ -263,12 +263,8 @@ impl SharedCache {
     /// first error.
     pub fn sync_open_files(&self) -> Result<()> {
         self.inner.check_service()?;
-        let open: Vec<(u32, Arc<std::fs::File>)> = {
-            let fds = self.inner.fds.lock().unwrap_or_else(|p| p.into_inner());
-            fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
-        };
         let mut first = Ok(());
-        for (slot, fd) in open {
+        for (slot, fd) in self.inner.writable_fds() {
             let r = self
                 .inner
                 .write_back_slot(slot, &fd)

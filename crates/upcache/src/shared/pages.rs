@@ -133,6 +133,12 @@ impl Inner {
         m.unlock(self.me, false);
     }
 
+    /// The files this process has open for writing, by slot, with our descriptor of each.
+    pub(crate) fn writable_fds(&self) -> Vec<(u32, std::sync::Arc<std::fs::File>)> {
+        let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+        fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
+    }
+
     /// Our descriptor of `slot`'s file, if we have it open for writing.
     pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<std::fs::File>> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
@@ -219,11 +225,7 @@ impl Inner {
 
     /// Writes back the dirty pages of every file this process has open for writing.
     pub(crate) fn write_back_all_open(&self) {
-        let open: Vec<(u32, std::sync::Arc<std::fs::File>)> = {
-            let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
-            fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
-        };
-        for (slot, fd) in open {
+        for (slot, fd) in self.writable_fds() {
             if let Err(e) = self.write_back_slot(slot, &fd) {
                 log::error!("upcache: writing back a shared file: {e}");
             }
@@ -284,6 +286,19 @@ impl Inner {
             }
             return Ok(f);
         }
+    }
+
+    /// The frame holding page `page` of file `slot`, locked for us, if the page is cached (an
+    /// exact lookup; nothing is loaded).
+    pub(crate) fn lock_cached(&self, slot: u32, page: u64) -> Option<u32> {
+        let k = self.key(slot, page);
+        let f = self.view.map().lock(k, self.me, &|h| self.alive(h)).find(k)?;
+        self.lock_frame(f);
+        if self.view.frames()[f as usize].home() == k {
+            return Some(f);
+        }
+        self.view.frames()[f as usize].unlock(self.me, false);
+        None
     }
 
     /// Reads page `page` of `slot`'s file into frame `f` (locked, in the index), zeros past
