@@ -64,6 +64,18 @@ impl File {
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
         both!(self, f => f.os_metadata())
     }
+    /// Stops caching the file before libc reaches it: writes it back, and on the shared cache
+    /// makes every process read and write it without the cache (`SharedFile::bypass`).
+    pub fn stop_caching(&self) -> Result<()> {
+        match self {
+            File::Private(f) => f.write_back(),
+            File::Shared(f) => f.bypass(),
+        }
+    }
+    /// Whether another process stopped caching the shared file (never for a private one).
+    pub fn bypassed(&self) -> bool {
+        matches!(self, File::Shared(f) if f.bypassed())
+    }
 }
 
 /// The cache the shim's files are in.

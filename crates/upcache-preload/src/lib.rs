@@ -41,7 +41,8 @@
 //!   fatal signal (`signals.rs`: the process then dies as it would have);
 //! - a file that something else is about to write or read without the shim is *demoted*:
 //!   written back, and every descriptor of it handed to libc, and never cached again in the
-//!   process. That is done to files a forked child inherits (not close-on-exec), that reach
+//!   process (on the shared cache, in any attached process: `SharedFile::bypass`, while
+//!   the cache's file table remembers the file). That is done to files a forked child inherits (not close-on-exec), that reach
 //!   stdin, stdout, stderr or a descriptor a stdio stream wraps (`stdio.rs`: a shell's
 //!   `echo hello > f`), by `fdopen`, `fopen`, `freopen` and `mmap` of them, and by POSIX or
 //!   Linux AIO and `dprintf` on them (`bypass.rs`); an io_uring stops caching for the

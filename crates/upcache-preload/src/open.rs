@@ -16,6 +16,13 @@ pub(crate) fn cached(fd: c_int) -> Option<(&'static Shim, Arc<Description>, Insi
     let inside = guard::enter()?;
     let shim = shim::current()?;
     let desc = shim.table.get(fd)?;
+    if desc.shared.file().bypassed() {
+        // Another process stopped caching the file (a demotion of its own): so does this one,
+        // before libc serves the call. A failure leaves the file cached, as any failed demotion.
+        if shim.demote(&desc.shared).is_ok() {
+            return None;
+        }
+    }
     Some((shim, desc, inside))
 }
 

@@ -423,6 +423,12 @@ impl Shim {
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
         let file = self.cache.open(&format!("/proc/self/fd/{fd}"), &path.display().to_string())?;
+        if file.bypassed() {
+            // Another process stopped caching it: libc's, here too.
+            mark_demoted(key);
+            let _ = self.cache.close(file);
+            return Ok(None);
+        }
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
         Ok(Some(shared))
@@ -468,7 +474,7 @@ impl Shim {
     /// (the file is closed in the cache when the caller's reference, the last, goes). For
     /// ways to the file that would write past the cache: streams, mappings, other processes.
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
-        shared.file().write_back().map_err(|e| errno::of(&e))?;
+        shared.file().stop_caching().map_err(|e| errno::of(&e))?;
         mark_demoted(shared.key);
         // SeqCst: a descriptor made meanwhile (`Shim::install`) is either seen by the scan
         // below or sees this flag: this store and that load are SeqCst, and so is at least one

@@ -193,6 +193,53 @@ fn random_operations_give_the_kernels_results() {
     }
 }
 
+/// A file one process demotes (it maps it) while another has it cached with a dirty page
+/// (`tests/py/demote_two.py`): the demotion writes the other's page back and stops the
+/// caching in both, so the other reads the mapped bytes and its later write and close keep
+/// them. With a demotion of one process only, the other read its stale page.
+#[test]
+fn a_demotion_in_one_process_stops_the_caching_in_every_process() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = build_shim();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/demote_two.py");
+    let dir = tmp.path().join("prefix");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f");
+    std::fs::write(&file, vec![1u8; 8192]).unwrap();
+    let socket = std::env::temp_dir().join(format!("upcache-test-{}-demote/cache.sock", std::process::id()));
+    let python = |role: &str| {
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script).arg(&file).arg(role);
+        common::shimmed(&mut cmd, &shim, &dir, "16M").env("UPCACHE_SOCKET", &socket);
+        cmd
+    };
+    let mut holder = python("holder")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let mapper = python("mapper").output().unwrap();
+    assert!(mapper.status.success(), "mapper: {}", String::from_utf8_lossy(&mapper.stderr));
+    holder.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = holder.wait_with_output().unwrap();
+    line.clear();
+    said.read_line(&mut line).unwrap();
+    assert!(
+        out.status.success() && line == "done\n",
+        "holder: {line}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(&bytes[..7], b"OHTSIDE");
+    assert_eq!(&bytes[100..115], b"from the holder");
+    assert_eq!(bytes.len(), 8192);
+}
+
 /// Every way bytes reach a file past the shim's read and write calls (`tests/c/shim_bypass.c`):
 /// Two processes take turns (a token over pipes) on 3 shared files, each through its own
 /// descriptors (`tests/c/shim_two.c`): every read, size and end of file they see, and the

@@ -45,6 +45,56 @@ fn a_write_by_one_client_is_read_by_another_and_reaches_the_file_at_sync() {
     assert_eq!(fb.write_at(b"x", 0).unwrap_err().kind(), ErrorKind::InvalidInput);
 }
 
+/// A client that stops caching a file (its shim is about to let libc reach it) writes the
+/// dirty pages of every client back, and from then on every open of the file, in any client
+/// and new ones too, reads and writes the OS file: nothing stale is read, and nothing written
+/// without the cache is overwritten later.
+#[test]
+fn a_bypass_by_one_client_sends_every_client_to_the_os_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    std::fs::write(&p, vec![1u8; 8192]).unwrap();
+    let a = SharedCache::create(&small()).unwrap();
+    let b = second(&a);
+    let fa = a.open_path(&p, true).unwrap();
+    let fb = b.open_path(&p, true).unwrap();
+    fb.write_at(b"from b", 100).unwrap();
+    let mut buf = vec![0; 8192];
+    fa.read_at(&mut buf, 0).unwrap(); // every page cached
+    assert!(!fa.bypassed() && !fb.bypassed());
+    fa.bypass().unwrap();
+    assert!(fa.bypassed() && fb.bypassed());
+    assert_eq!(&os_bytes(&p)[100..106], b"from b", "b's dirty page was written back");
+    // Another program writes the OS file inside the cached length, and appends.
+    let os = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    os.write_at(b"OUTSIDE", 0).unwrap();
+    os.write_at(b"end", 8192).unwrap();
+    assert_eq!(fb.len(), 8195);
+    let mut seen = [0u8; 7];
+    assert_eq!(fb.read_at(&mut seen, 0).unwrap(), 7);
+    assert_eq!(&seen, b"OUTSIDE", "no stale page");
+    // Writes, truncates and appends reach the OS file at once.
+    fb.write_at(b"B", 1).unwrap();
+    assert_eq!(&os_bytes(&p)[..3], b"OBT");
+    fb.set_len(4000).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 4000);
+    assert_eq!(fa.append(b"tail").unwrap(), (4000, 4));
+    fa.sync_data().unwrap();
+    // A new open, by a new client, is bypassed too, and the last close writes nothing back.
+    let c = second(&a);
+    let fc = c.open_path(&p, false).unwrap();
+    assert!(fc.bypassed());
+    os.write_at(b"again", 0).unwrap();
+    let mut seen = [0u8; 5];
+    fc.read_at(&mut seen, 0).unwrap();
+    assert_eq!(&seen, b"again");
+    drop((fa, fb, fc));
+    let bytes = os_bytes(&p);
+    assert_eq!(bytes.len(), 4004);
+    assert_eq!(&bytes[..5], b"again");
+    assert_eq!(&bytes[4000..], b"tail");
+}
+
 #[test]
 fn shrink_then_extend_reads_zeros_and_truncates_the_os_file() {
     let dir = tempfile::tempdir().unwrap();

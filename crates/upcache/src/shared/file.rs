@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
 use super::frame::{DIRTY, REFERENCED, VALID};
@@ -141,8 +142,57 @@ impl SharedFile {
 
     /// The file's length as every attached process sees it.
     pub fn len(&self) -> u64 {
+        if self.bypassed() {
+            // A failed fstat of an open descriptor: the length the cache last knew.
+            return bypass::len(&self.fd, &self.name).unwrap_or_else(|_| self.cached_len());
+        }
+        self.cached_len()
+    }
+
+    fn cached_len(&self) -> u64 {
         // Acquire: pairs with the length's Release stores.
         self.entry().len.load(Ordering::Acquire)
+    }
+
+    /// Whether the file is read and written without the cache, by every process
+    /// ([`Self::bypass`]).
+    pub fn bypassed(&self) -> bool {
+        // Acquire: pairs with the Release store in `bypass`, so the pages it wrote back are
+        // in the OS file for our reads.
+        self.entry().bypass.load(Ordering::Acquire) != 0
+    }
+
+    /// Stops caching the file for every attached process, because something is about to read
+    /// or write it without the cache: writes its dirty pages back, then, from this call on,
+    /// every open of it (in any process, until the entry serves another file) reads, writes,
+    /// truncates and syncs the OS file directly. On a write-back error nothing changes.
+    pub fn bypass(&self) -> Result<()> {
+        self.inner.check_service()?;
+        let locked = FileLock::take(self, true);
+        if self.bypassed() {
+            return Ok(());
+        }
+        let e = self.entry();
+        if self.writable {
+            self.write_back()?;
+        } else if let Some(fd) = self.inner.writable_fd(self.slot) {
+            self.inner.write_back_slot(self.slot, &fd)?;
+        } else if e.dirty.load(Ordering::Acquire) > 0 {
+            // Acquire: pairs with `mark_dirty`'s count. Writers need our lock: none is added.
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "{}: dirty pages of another process, and no descriptor to write them back",
+                    self.name
+                ),
+            ));
+        }
+        // Release: see `bypassed`. Before the pages go, and before the sequence ends the
+        // change, so a reader whose copy overlapped this retries and sees it.
+        e.bypass.store(1, Ordering::Release);
+        self.inner.drop_pages(self.slot, 0, e.page_end());
+        drop(locked);
+        Ok(())
     }
 
     /// Whether the file is empty.
@@ -161,6 +211,10 @@ impl SharedFile {
                 std::thread::yield_now();
                 continue;
             }
+            // After the sequence: a bypass that ended the change it read is seen.
+            if self.bypassed() {
+                return bypass::read(&self.fd, buf, offset, &self.name);
+            }
             let n = self.read_pages(buf, offset)?;
             // Acquire fence: our copies are ordered before the sequence's re-read.
             fence(Ordering::Acquire);
@@ -170,12 +224,15 @@ impl SharedFile {
             }
         }
         let _locked = FileLock::take(self, false);
+        if self.bypassed() {
+            return bypass::read(&self.fd, buf, offset, &self.name);
+        }
         self.read_pages(buf, offset)
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole.
     fn read_pages(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let end = offset.saturating_add(buf.len() as u64).min(self.len());
+        let end = offset.saturating_add(buf.len() as u64).min(self.cached_len());
         if offset >= end {
             return Ok(0);
         }
@@ -238,6 +295,10 @@ impl SharedFile {
         self.throttle();
         let locked = FileLock::take(self, false);
         let offset = at(self.len());
+        if self.bypassed() {
+            // Under the lock still: appends of processes using the cache stay atomic.
+            return bypass::write(&self.fd, buf, offset, &self.name).map(|n| (n, offset));
+        }
         // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(Error::new(
@@ -318,12 +379,15 @@ impl SharedFile {
             ));
         }
         let _locked = FileLock::take(self, true);
+        if self.bypassed() {
+            return self.fd.set_len(new).map_err(|err| Error::io(format!("truncate {}", self.name), err));
+        }
         self.set_len_locked(new)
     }
 
     fn set_len_locked(&self, new: u64) -> Result<()> {
         let e = self.entry();
-        let old = self.len();
+        let old = self.cached_len();
         if new >= old {
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
             // Pages past the old end are left only by a truncate killed half-way: their
@@ -508,12 +572,15 @@ impl SharedFile {
         // Growth past what a key can address is not taken in, nor past a truncate not yet
         // finished (the OS file still holds what it cut). Acquire: pairs with the intent.
         let cut = self.entry().cut.load(Ordering::Acquire);
+        if self.bypassed() {
+            return bypass::len(&self.fd, &self.name);
+        }
         let os = self.os_metadata()?.len().min(self.max_len).min(cut.wrapping_sub(1));
-        if os <= self.len() {
-            return Ok(self.len());
+        if os <= self.cached_len() {
+            return Ok(self.cached_len());
         }
         let locked = FileLock::take(self, false);
-        let old = self.len();
+        let old = self.cached_len();
         if os <= old {
             return Ok(old);
         }
@@ -548,7 +615,7 @@ impl SharedFile {
     /// end), as POSIX_FADV_DONTNEED does.
     pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
         let end = if len == 0 { u64::MAX } else { offset.saturating_add(len) };
-        let last = (end / PAGE as u64).min(self.len().div_ceil(PAGE as u64));
+        let last = (end / PAGE as u64).min(self.cached_len().div_ceil(PAGE as u64));
         for (f, k) in self.inner.candidates(self.slot, offset.div_ceil(PAGE as u64), last) {
             let m = &self.inner.view.frames()[f as usize];
             if m.flags() & DIRTY == 0 && m.try_lock(self.inner.me) {

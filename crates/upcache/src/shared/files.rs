@@ -53,6 +53,9 @@ pub(crate) struct FileEntry {
     /// 1 once the service holds a descriptor of this file open for writing, to write back
     /// dirty pages whose every writer died; 0 again when the entry names another file.
     pub service_fd: AtomicU32,
+    /// 1 once a process stopped caching the file for everyone (`SharedFile::bypass`): every
+    /// open of it reads and writes the OS file directly while the entry names it.
+    pub bypass: AtomicU32,
     /// Pages the file may have cached: at least its largest length's pages since the entry
     /// was filled, raised before the length, never lowered, so the pages a truncate killed
     /// half-way left past the length are still below it.
@@ -140,7 +143,8 @@ pub(crate) fn find_or_take(files: &[FileEntry], os: &OsFile) -> Option<Slot> {
         match e.state.load(Ordering::Relaxed) {
             FREE => free = free.or(Some(i as u32)),
             _ if e.dev.load(Ordering::Relaxed) == os.dev && e.ino.load(Ordering::Relaxed) == os.ino => {
-                let unchanged = e.opens.load(Ordering::Relaxed) > 0
+                let unchanged = e.bypass.load(Ordering::Relaxed) != 0
+                    || e.opens.load(Ordering::Relaxed) > 0
                     || e.dirty.load(Ordering::Acquire) > 0
                     || (e.os_size.load(Ordering::Relaxed) == os.size
                         && e.os_mtime.load(Ordering::Relaxed) == os.mtime);
@@ -171,6 +175,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
     e.service_fd.store(0, Ordering::Relaxed);
+    e.bypass.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.

@@ -26,6 +26,7 @@
 //! of the index is rebuilt, a file's write sequence is ended. [`SharedCache::repair_dead`] does
 //! the same for every lock a dead client holds, and then frees its slot.
 
+mod bypass;
 mod file;
 mod files;
 mod frame;
