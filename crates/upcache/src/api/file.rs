@@ -269,14 +269,19 @@ impl File {
                     c.len,
                 )
             };
-            locked.commit(Commit::Dirty);
             let pos = offset + (c.at + c.len) as u64;
+            // Extended before the page is unlocked: a write-back of a plain file's page
+            // holding the end writes only up to the length it reads under `LOCKED`
+            // (`written_of_page`), so a write-back between an unlock and a later extension
+            // would clean the page without the bytes past the old end, and an eviction then
+            // lose them.
             // Release: readers that see the new length see these bytes (they also go through
             // the frame's state word, but this keeps `len` alone meaningful). The Relaxed
             // check first spares parallel writers inside the file a shared read-modify-write.
             if pos > self.file.len.load(Ordering::Relaxed) {
                 self.file.len.fetch_max(pos, Ordering::Release);
             }
+            locked.commit(Commit::Dirty);
         }
         Ok(buf.len())
     }

@@ -36,8 +36,10 @@ const SCAN_CHUNK: usize = 256;
 /// How much of `page` a write-back writes: the whole page, but for the page holding a plain
 /// file's end, which is written up to the end rounded up to the file's `tail_unit` (another
 /// process's bytes past the end are not overwritten). The caller holds the frame LOCKED: no
-/// writer can extend the file inside this page meanwhile, and one that extends it past the
-/// page leaves the rest of it zeros in the cache and a hole or what was there on the OS file.
+/// writer can extend the file inside this page meanwhile (writers raise the length before
+/// they unlock the page, `File::write_at`), and one that extends it past the page leaves the
+/// rest of it zeros in the cache and a hole or what was there on the OS file. So only the
+/// last page of a run can be short: a dirty page after it would lie past the length.
 fn written_of_page(file: &FileInner, page: u64, ps: usize) -> usize {
     if !file.plain {
         return ps;
@@ -104,8 +106,11 @@ impl CacheInner {
             .iter()
             .map(|(file, run)| {
                 run.iter()
-                    .map(|&(page, f)| {
+                    .enumerate()
+                    .map(|(i, &(page, f))| {
                         let n = written_of_page(file, page, ps);
+                        // A short page inside a run would shift every page after it.
+                        debug_assert!(n == ps || i + 1 == run.len(), "short page inside a run");
                         // SAFETY: we hold the frame LOCKED, so no writer changes its bytes
                         // while the slice lives; readers only read. The slice lies inside
                         // the frame.
