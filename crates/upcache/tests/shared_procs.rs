@@ -545,3 +545,47 @@ fn another_user_cannot_attach_nor_open_files_it_may_not() {
         .unwrap();
     assert!(status.success());
 }
+
+/// The socket's directory must be a private directory of the user itself: one others may
+/// write, or a symbolic link (which another user could have planted), is refused before any
+/// socket is made.
+#[test]
+fn a_socket_directory_that_is_shared_or_a_link_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&private, &link).unwrap();
+    for d in [&open, &link] {
+        let opts =
+            ServeOptions { socket: d.join("cache.sock"), config: config(), idle: Duration::from_millis(10) };
+        let err = serve::serve(&opts, || {}).expect_err("refused");
+        assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{}: {err}", d.display());
+        assert!(!d.join("cache.sock").exists());
+    }
+}
+
+/// A service that accepts but never answers (stopped, or wedged): an attach gets an `Io`
+/// error once its time is up, never hangs.
+#[test]
+fn an_attach_to_a_service_that_never_answers_fails_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cache.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mute = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut byte = [0u8; 1];
+        // Holds the connection open until the client gives up and closes it.
+        let _ = std::io::Read::read(&mut &conn, &mut byte);
+        let _ = std::io::Read::read(&mut &conn, &mut byte);
+    });
+    let Err(err) = serve::connect_within(&socket, Duration::from_millis(300)) else { panic!("attached") };
+    assert_eq!(err.kind(), upcache::ErrorKind::Io);
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    mute.join().unwrap();
+}

@@ -136,6 +136,12 @@ impl SharedFile {
         Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len })
     }
 
+    /// The file's entry in the file table.
+    #[cfg(test)]
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
+    }
+
     fn entry(&self) -> &files::FileEntry {
         &self.inner.view.files()[self.slot as usize]
     }

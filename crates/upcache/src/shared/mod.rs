@@ -196,7 +196,8 @@ impl SharedCache {
         let Some(e) = self.inner.view.files().get(slot as usize) else { return false };
         // SAFETY: F_GETFL on a descriptor we own; no memory involved.
         let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-        if flags < 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+        // An O_APPEND descriptor would put every page written back at the end of the file.
+        if flags < 0 || flags & libc::O_ACCMODE == libc::O_RDONLY || flags & libc::O_APPEND != 0 {
             return false;
         }
         let Ok(md) = fd.try_clone().map(std::fs::File::from).and_then(|f| f.metadata()) else { return false };
@@ -381,5 +382,36 @@ impl Drop for Inner {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         self.view.clients().leave(self.me);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The service keeps a lent descriptor only if it can write the file's pages back where
+    /// they belong: open for writing, not O_APPEND, and of the entry's file.
+    #[test]
+    fn only_a_positional_writable_descriptor_of_the_file_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, q) = (dir.path().join("f"), dir.path().join("g"));
+        std::fs::write(&p, b"x").unwrap();
+        std::fs::write(&q, b"y").unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let slot = f.slot();
+        let open = |path: &Path, append: bool, write: bool| -> OwnedFd {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(write && !append)
+                .append(append)
+                .open(path)
+                .unwrap()
+                .into()
+        };
+        assert!(cache.accept_lent_fd(slot, &open(&p, false, true)));
+        assert!(!cache.accept_lent_fd(slot, &open(&p, true, true)), "O_APPEND");
+        assert!(!cache.accept_lent_fd(slot, &open(&p, false, false)), "read-only");
+        assert!(!cache.accept_lent_fd(slot, &open(&q, false, true)), "another file");
     }
 }

@@ -28,6 +28,10 @@ use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::handoff;
 
+/// How long an attach waits for the service's answer: one that does not answer in this time
+/// is hung (stopped, or wedged), and the caller gets an error instead of hanging with it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How a service runs.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -59,7 +63,17 @@ fn private_dir(socket: &Path) -> Result<()> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
     }
-    let md = std::fs::metadata(dir).map_err(|e| Error::io(format!("stat {}", dir.display()), e))?;
+    // Not followed: a link another user planted would send our socket where they choose.
+    let md = std::fs::symlink_metadata(dir).map_err(|e| Error::io(format!("stat {}", dir.display()), e))?;
+    if !md.is_dir() {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory (a symbolic link?); the cache's socket needs a private one",
+                dir.display()
+            ),
+        ));
+    }
     // SAFETY: as in `default_socket`.
     let uid = unsafe { libc::geteuid() };
     if md.uid() != uid || md.mode() & 0o022 != 0 {
@@ -265,8 +279,13 @@ pub fn status(socket: &Path) -> Result<String> {
     Ok(out)
 }
 
-/// Attaches to the service at `socket`.
+/// Attaches to the service at `socket`; an `Io` error if it does not answer in 30 s.
 pub fn connect(socket: &Path) -> Result<SharedCache> {
+    connect_within(socket, ANSWER_TIMEOUT)
+}
+
+/// As [`connect`], waiting at most `timeout` for the service's answer.
+pub fn connect_within(socket: &Path, timeout: Duration) -> Result<SharedCache> {
     let mut sock = UnixStream::connect(socket).map_err(|e| {
         let what = format!("connect to {}", socket.display());
         match e.raw_os_error() {
@@ -276,8 +295,24 @@ pub fn connect(socket: &Path) -> Result<SharedCache> {
             _ => Error::io(what, e),
         }
     })?;
-    sock.write_all(b"A").map_err(|e| Error::io("ask to attach", e))?;
-    let seg = handoff::receive(&sock)?;
+    let hung = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::with_source(
+            ErrorKind::Io,
+            format!("the cache service at {} did not answer in {timeout:?}", socket.display()),
+            e,
+        ),
+        _ => Error::io("attach to the cache service", e),
+    };
+    sock.set_read_timeout(Some(timeout)).map_err(hung)?;
+    sock.set_write_timeout(Some(timeout)).map_err(hung)?;
+    sock.write_all(b"A").map_err(hung)?;
+    let seg = handoff::receive(&sock).map_err(|e| match e.raw_os_error() {
+        Some(code @ (libc::EAGAIN | libc::ETIMEDOUT)) => hung(std::io::Error::from_raw_os_error(code)),
+        _ => e,
+    })?;
+    // Attached: from now on a read waits for the service's hang-up (`SharedCache::join_with`).
+    sock.set_read_timeout(None).map_err(hung)?;
+    sock.set_write_timeout(None).map_err(hung)?;
     // Kept for as long as we are attached: out of the program's way.
     let sock = UnixStream::from(crate::shm::high_fd::out_of_the_way(sock.into()));
     SharedCache::join_with(seg, sock)
@@ -291,19 +326,20 @@ pub fn connect_or_start(socket: &Path, config: &SharedConfig, idle: Duration) ->
         Err(e) if e.kind() == ErrorKind::PermissionDenied => return Err(e),
         Err(_) => {}
     }
-    if start(&ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle })? != b'L' {
-        return connect(socket);
-    }
-    // Another process started one at the same moment: ours found its lock taken and left, and
-    // that one may not listen yet. Retried for a few seconds, backing off.
+    let opts = ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle };
     let mut pause = Duration::from_millis(1);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
+        if start(&opts)? != b'L' {
+            return connect(socket);
+        }
+        // Another process started one at the same moment: ours found its lock taken and left,
+        // and that one may not listen yet, or may have failed since: tried again, backing off,
+        // starting one anew while none answers.
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
         match connect(socket) {
-            Err(e) if e.kind() != ErrorKind::PermissionDenied && Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
+            Err(e) if e.kind() != ErrorKind::PermissionDenied && Instant::now() < deadline => {}
             r => return r,
         }
     }
