@@ -41,6 +41,9 @@ pub(crate) struct FileEntry {
     pub seq: AtomicU64,
     /// Dirty pages (never below the truth).
     pub dirty: AtomicU64,
+    /// When the file last went from clean to dirty (`now_secs`), for the service's
+    /// write-back of files dirty for long (as the kernel's `dirtied_when`).
+    pub dirtied: AtomicU64,
     /// The OS file's size and modification time (ns) when its last opener closed it, to tell
     /// at the next first open whether someone changed it without the cache.
     pub os_size: AtomicU64,
@@ -174,6 +177,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
+    e.dirtied.store(0, Ordering::Relaxed);
     e.service_fd.store(0, Ordering::Relaxed);
     e.bypass.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
@@ -181,4 +185,12 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
     e.state.store(LIVE, Ordering::Release);
+}
+
+/// Seconds of the machine's monotonic clock, the same in every process.
+pub(crate) fn now_secs() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64
 }

@@ -215,7 +215,7 @@ impl SharedCache {
     /// while its file has writers or dirty pages (longer would keep an unlinked file's blocks);
     /// an unlinked file that nobody has open any more is forgotten, pages and entry, so its
     /// inode number can serve another file.
-    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, std::fs::File>) -> u64 {
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
         let inner = &self.inner;
         let files = inner.view.files();
         let table = &inner.view.header().files_lock;
@@ -259,6 +259,52 @@ impl SharedCache {
         }
         table.unlock(inner.me);
         stranded
+    }
+
+    /// The service's background write-back, as the kernel's flusher threads: through the
+    /// descriptors writers lent it, the dirty pages of every file dirty for `expire` or longer,
+    /// and of every dirty file while more than a quarter of the cache is dirty. Errors stay
+    /// on the files for their next sync. A file's pages are listed under the table's lock,
+    /// with its entry checked to still name the descriptor's file, and each is written only
+    /// if its frame still holds that page (of that generation), so no I/O waits under the
+    /// lock and no page goes to another file. The pages written.
+    pub(crate) fn write_back_due(
+        &self,
+        lent: &[(u32, Arc<std::fs::File>)],
+        expire: std::time::Duration,
+    ) -> u64 {
+        let inner = &self.inner;
+        let (files, header) = (inner.view.files(), inner.view.header());
+        // Relaxed: thresholds.
+        let crowded = header.dirty.load(Ordering::Relaxed) as usize > inner.view.n_frames / 4;
+        let now = files::now_secs();
+        let before = header.written_back.load(Ordering::Relaxed);
+        for (slot, fd) in lent {
+            let Some(e) = files.get(*slot as usize) else { continue };
+            // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
+            if e.dirty.load(Ordering::Acquire) == 0
+                || !(crowded || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
+            {
+                continue;
+            }
+            let Ok(md) = fd.metadata() else { continue };
+            let table = &header.files_lock;
+            table.lock(inner.me, |h| inner.alive(h));
+            let pages = if same_file(e, &md) {
+                // Acquire: as in `write_back_slot`.
+                let end = e.len.load(Ordering::Acquire).div_ceil(frame::PAGE as u64);
+                inner.candidates(*slot, 0, end)
+            } else {
+                Vec::new()
+            };
+            table.unlock(inner.me);
+            let _ = inner.write_back_listed(&pages, fd); // errors stay on the file
+            if e.dirty.load(Ordering::Acquire) > 0 {
+                // Still dirty (written meanwhile): its age starts again, as the kernel's does.
+                e.dirtied.store(now, Ordering::Relaxed);
+            }
+        }
+        header.written_back.load(Ordering::Relaxed) - before
     }
 
     /// Writes back and flushes (fsync) every file this process has open for writing; the
@@ -413,5 +459,36 @@ mod tests {
         assert!(!cache.accept_lent_fd(slot, &open(&p, true, true)), "O_APPEND");
         assert!(!cache.accept_lent_fd(slot, &open(&p, false, false)), "read-only");
         assert!(!cache.accept_lent_fd(slot, &open(&q, false, true)), "another file");
+    }
+
+    /// The service's flusher writes a file back once it has been dirty for `expire`, and
+    /// every dirty file while over a quarter of the cache is dirty; through a descriptor lent
+    /// for another file, nothing.
+    #[test]
+    fn the_flusher_writes_back_files_dirty_for_long_or_a_crowded_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, q) = (dir.path().join("f"), dir.path().join("g"));
+        std::fs::write(&p, b"").unwrap();
+        std::fs::write(&q, b"y").unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let frames = cache.inner.view.n_frames;
+        let f = cache.open_path(&p, true).unwrap();
+        let lent = |path: &Path| {
+            vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(path).unwrap()))]
+        };
+        let long = std::time::Duration::from_secs(3600);
+        f.write_at(&[7u8; 4096], 0).unwrap();
+        assert_eq!(cache.write_back_due(&lent(&p), long), 0, "one page, not dirty for long");
+        assert_eq!(cache.write_back_due(&lent(&p), std::time::Duration::ZERO), 1, "dirty for long enough");
+        assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
+        let crowd = frames * 3 / 10;
+        f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
+        assert_eq!(
+            cache.write_back_due(&lent(&q), std::time::Duration::ZERO),
+            0,
+            "another file's descriptor"
+        );
+        assert_eq!(cache.write_back_due(&lent(&p), long), crowd as u64, "a crowded cache");
+        assert_eq!(std::fs::read(&p).unwrap(), vec![9u8; crowd * 4096]);
     }
 }

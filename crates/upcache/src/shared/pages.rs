@@ -9,6 +9,10 @@ use super::frame::{key, key_page, key_slot, Taken, DIRTY, REFERENCED, VALID};
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 
+/// How long a claim waits for the service's write-back to free a frame before it says
+/// `CacheFull`: many of the service's passes (`serve::FLUSH_EVERY`).
+const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a page's fresh frame is filled with before a write copies into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {
@@ -71,6 +75,28 @@ impl Inner {
     /// clean and not referenced since the hand last passed (dirty ones of files we have open
     /// for writing are written back on the second lap).
     pub(crate) fn claim(&self) -> Result<u32> {
+        // Every frame locked, or dirty in files this process cannot write: the service writes
+        // dirty pages back in the background (`SharedCache::write_back_due`) through the
+        // descriptors writers lent it, so the claim waits for that, as the kernel's
+        // allocations wait for its flushers, before it gives up.
+        let deadline = std::time::Instant::now() + CLAIM_PATIENCE;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            if let Some(f) = self.try_claim() {
+                return Ok(f);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::CacheFull,
+                    "every frame of the shared cache is locked or dirty in files this process cannot write",
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn try_claim(&self) -> Option<u32> {
         let frames = self.view.frames();
         let n = frames.len() as u64;
         for round in 0..2 {
@@ -103,16 +129,13 @@ impl Inner {
                 // The new page's bytes will differ: bumped now, so that a reader of the old
                 // page fails even if our unlock says nothing changed.
                 self.empty_frame(f);
-                return Ok(f);
+                return Some(f);
             }
             if round == 0 {
                 self.repair_dead();
             }
         }
-        Err(Error::new(
-            ErrorKind::CacheFull,
-            "every frame of the shared cache is locked or dirty in files this process cannot write",
-        ))
+        None
     }
 
     /// Writes back dirty frame `f` if this process has its file open for writing.
@@ -177,11 +200,17 @@ impl Inner {
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        let mut first = Ok(());
         // Acquire: pairs with the length's Release stores; a write extends it before it
         // unlocks its frame, so every dirty page lies below it.
         let end = self.view.files()[slot as usize].len.load(Ordering::Acquire).div_ceil(PAGE as u64);
-        for (f, k) in self.candidates(slot, 0, end) {
+        self.write_back_listed(&self.candidates(slot, 0, end), fd)
+    }
+
+    /// Writes back, through `fd`, each listed frame that still holds its page (`home` the key)
+    /// and is dirty; the first error.
+    pub(crate) fn write_back_listed(&self, pages: &[(u32, u64)], fd: &std::fs::File) -> Result<()> {
+        let mut first = Ok(());
+        for &(f, k) in pages {
             let m = &self.view.frames()[f as usize];
             if m.flags() & DIRTY == 0 {
                 continue;
@@ -240,7 +269,10 @@ impl Inner {
         }
         let e = &self.view.files()[key_slot(m.key()) as usize];
         // Counts before the flag, so they are never below the truth.
-        e.dirty.fetch_add(1, Ordering::AcqRel);
+        if e.dirty.fetch_add(1, Ordering::AcqRel) == 0 {
+            // Relaxed: an age for the service's write-back, which tolerates a stale one.
+            e.dirtied.store(super::files::now_secs(), Ordering::Relaxed);
+        }
         self.view.header().dirty.fetch_add(1, Ordering::Relaxed);
         // Release: a sync that sees the flag sees the count.
         m.flags.fetch_or(DIRTY, Ordering::Release);

@@ -22,11 +22,19 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::handoff;
+
+/// How often the service's flusher looks for dirty pages to write back (the kernel's
+/// `dirty_writeback_centisecs`), and how long a file may stay dirty before it does
+/// (`dirty_expire_centisecs`).
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
+const DIRTY_EXPIRE: Duration = Duration::from_secs(30);
 
 /// How long an attach waits for the service's answer: one that does not answer in this time
 /// is hung (stopped, or wedged), and the caller gets an error instead of hanging with it.
@@ -133,8 +141,42 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         opts.config.memory >> 20
     );
     ready();
+    let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let flusher = s.spawn(|| flush(&cache, &lent, &stop));
+        serve_loop(opts, &cache, &listener, &lent);
+        // Relaxed: the unpark that follows wakes the flusher to see it.
+        stop.store(true, Ordering::Relaxed);
+        flusher.thread().unpark();
+    });
+    let _ = std::fs::remove_file(&opts.socket);
+    log::info!("upcache serve: idle for {:?}, exiting", opts.idle);
+    drop(lock);
+    Ok(true)
+}
+
+/// The service's flusher: every `FLUSH_EVERY`, the write-back of files dirty for long or of
+/// a crowded cache (`SharedCache::write_back_due`), through the descriptors writers lent.
+fn flush(cache: &SharedCache, lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>, stop: &AtomicBool) {
+    // Relaxed: set before the unpark that ends a park.
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::park_timeout(FLUSH_EVERY);
+        let files: Vec<(u32, Arc<std::fs::File>)> =
+            lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
+        cache.write_back_due(&files, DIRTY_EXPIRE);
+    }
+}
+
+/// Answers attaches, keeps lent descriptors, repairs after hang-ups and writes back orphans,
+/// until the service has been idle for `opts.idle`.
+fn serve_loop(
+    opts: &ServeOptions,
+    cache: &SharedCache,
+    listener: &UnixListener,
+    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
+) {
     let mut attached: Vec<UnixStream> = Vec::new();
-    let mut lent: HashMap<u32, std::fs::File> = HashMap::new();
     let mut idle_since = Instant::now();
     let mut said_stuck = false;
     loop {
@@ -155,7 +197,9 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
                     // Without its descriptor (we were out of them): nothing to keep.
                     if let Some(fd) = fd.filter(|fd| cache.accept_lent_fd(slot, fd)) {
-                        lent.insert(slot, std::fs::File::from(fd));
+                        lent.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(slot, Arc::new(std::fs::File::from(fd)));
                     }
                 }
                 // A hang-up, or what a peer should not send: it goes.
@@ -167,7 +211,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         }
         if fds[0].revents != 0 {
             while let Ok((sock, _)) = listener.accept() {
-                if let Some(s) = answer(&cache, sock) {
+                if let Some(s) = answer(cache, sock) {
                     attached.push(s);
                 }
             }
@@ -175,7 +219,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         if hung_up || cache.repair_dead() > 0 {
             cache.repair_dead();
         }
-        let stranded = cache.write_back_orphans(&mut lent);
+        let stranded = cache.write_back_orphans(&mut lent.lock().unwrap_or_else(|p| p.into_inner()));
         if !attached.is_empty() || cache.status().clients.len() > 1 {
             idle_since = Instant::now();
         } else if idle_since.elapsed() >= opts.idle {
@@ -189,10 +233,6 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
             }
         }
     }
-    let _ = std::fs::remove_file(&opts.socket);
-    log::info!("upcache serve: idle for {:?}, exiting", opts.idle);
-    drop(lock);
-    Ok(true)
 }
 
 /// The forked service's log: one line per record, appended to a file.
