@@ -515,6 +515,12 @@ impl SharedFile {
         let inner = &self.inner;
         let view = &inner.view;
         let e = self.entry();
+        // The bulk of a last writer's write-back, before the table's lock, which every open and
+        // close in every process needs; under it only what was written meanwhile is left.
+        // Relaxed: a hint, checked again under the lock.
+        if self.writable && e.writers.load(Ordering::Relaxed) == 1 {
+            let _ = self.write_back(); // an error shows again below
+        }
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
         // Relaxed (all): under the table's lock.
