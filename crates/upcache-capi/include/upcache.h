@@ -219,9 +219,9 @@ int32_t upcache_file_close(struct upcache_file *file);
 // `file` is live; `buf` is writable for `len` bytes.
 int64_t upcache_pread(struct upcache_file *file, void *buf, uintptr_t len, uint64_t offset);
 
-// Writes all `len` bytes of `buf` at `offset`, as pwrite(2) that never writes short: `len`,
-// or a negative code, in which case a prefix of the bytes may have been written (and the
-// file extended over it), as after a failed write(2).
+// Writes `len` bytes of `buf` at `offset`, as pwrite(2): the bytes written, `len` unless an
+// error (the file system full: `UPCACHE_ENOSPC` on the next call) stopped the write after
+// some of them, or a negative code if none was written.
 //
 // # Safety
 // `file` is live; `buf` is readable for `len` bytes.

@@ -43,8 +43,8 @@ impl AnyFile {
     fn read_at(&self, buf: &mut [u8], at: u64) -> upcache::Result<usize> {
         either!(self, f => f.read_at(buf, at))
     }
-    fn write_all_at(&self, buf: &[u8], at: u64) -> upcache::Result<()> {
-        either!(self, f => f.write_all_at(buf, at))
+    fn write_at(&self, buf: &[u8], at: u64) -> upcache::Result<usize> {
+        either!(self, f => f.write_at(buf, at))
     }
     fn sync_all(&self) -> upcache::Result<()> {
         either!(self, f => f.sync_all())
@@ -255,9 +255,9 @@ pub unsafe extern "C" fn upcache_pread(
     })
 }
 
-/// Writes all `len` bytes of `buf` at `offset`, as pwrite(2) that never writes short: `len`,
-/// or a negative code, in which case a prefix of the bytes may have been written (and the
-/// file extended over it), as after a failed write(2).
+/// Writes `len` bytes of `buf` at `offset`, as pwrite(2): the bytes written, `len` unless an
+/// error (the file system full: `UPCACHE_ENOSPC` on the next call) stopped the write after
+/// some of them, or a negative code if none was written.
 ///
 /// # Safety
 /// `file` is live; `buf` is readable for `len` bytes.
@@ -277,8 +277,7 @@ pub unsafe extern "C" fn upcache_pwrite(
         }
         // SAFETY: `buf` is non-null and readable for `len` bytes (checked, and the contract).
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-        f.file.write_all_at(b, offset)?;
-        Ok(len as i64)
+        Ok(f.file.write_at(b, offset)? as i64)
     })
 }
 

@@ -50,6 +50,8 @@
 //! - growth of a cached file by another process is seen by `fstat`, `lseek(SEEK_END)`,
 //!   appends and reads past the cached end (`tail -f`), and a write-back never cuts it;
 //! - the file system's largest file and RLIMIT_FSIZE fail the write that crosses them (EFBIG);
+//!   a full file system fails the write that does not fit (ENOSPC, or a short count), since
+//!   the cache reserves space as a write extends a file (`io/reserve.rs`);
 //! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
 //!   the child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);

@@ -249,6 +249,9 @@ impl File {
         self.cache.balance_dirty(pages);
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
+        // Space for the bytes first: a write the file system cannot hold fails here, with
+        // NoSpace, or writes short, as the kernel's does.
+        let end = offset + self.file.reserve(offset, buf.len())? as u64;
         let _change = self.file.writes.begin();
         for c in chunks(offset, end, ps) {
             let fill = if c.len as u64 == ps { Fill::Overwrite } else { Fill::Read };
@@ -283,7 +286,7 @@ impl File {
             }
             locked.commit(Commit::Dirty);
         }
-        Ok(buf.len())
+        Ok((end - offset) as usize)
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
@@ -376,6 +379,8 @@ impl File {
         for b in &self.file.backing {
             device::truncate(b, self.file.device_end(b.device(), size))?;
         }
+        // The truncates freed what was reserved past the new end. Release: as in `reserve`.
+        self.file.reserved.fetch_min(size, Ordering::Release);
         // The last page may be written back (to its end) from here on, while it is dirty.
         self.file.os_size.store(size.next_multiple_of(ps), Ordering::SeqCst);
         self.file.os_len_known.store(size, Ordering::Relaxed); // Relaxed: under the range lock

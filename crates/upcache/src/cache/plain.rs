@@ -131,6 +131,13 @@ impl CacheInner {
             file.removed.store(false, Ordering::Release);
             return Err(e);
         }
+        // Space reserved past the end (`io/reserve.rs`) is freed, as a file system frees
+        // unused reservations at close. Acquire: pairs with `FileInner::reserve`.
+        if write_back && file.reserved.load(Ordering::Acquire) > file.len.load(Ordering::Acquire) {
+            if let Err(e) = crate::io::reserve::release(file.backing[0].file()) {
+                log::warn!("{}: freeing the space reserved past its end: {e}", file.name);
+            }
+        }
         self.forget_file(file);
         drop(all);
         let mut plain = sync::lock(&self.plain_files);

@@ -73,6 +73,10 @@ pub(crate) struct FileInner {
     /// a sync to make the OS size; an OS size below it was a shrink by someone else, never
     /// undone. Written under the file's range from the end's page on.
     pub(crate) os_len_known: AtomicU64,
+    /// Where the backing files' space is reserved up to, in bytes of the file
+    /// (`io/reserve.rs`): raised under `reserving`, lowered by a shrink.
+    pub(crate) reserved: AtomicU64,
+    reserving: Mutex<()>,
     /// For a plain file: the unit its write-back writes the page holding the end in, from the
     /// page's start up to the length rounded up to it (1 for a buffered file: exactly to the
     /// length), so that bytes another process put past the end are not overwritten with zeros.
@@ -122,6 +126,8 @@ impl FileInner {
             plain: place.plain,
             os_size: AtomicU64::new(len),
             os_len_known: AtomicU64::new(len),
+            reserved: AtomicU64::new(len),
+            reserving: Mutex::new(()),
             max_len: MAX_FILE_SIZE,
             tail_unit: u64::MAX,
             readahead: FileReadahead::default(),
@@ -131,6 +137,40 @@ impl FileInner {
 
     /// Where the backing file on `dev` must end for a file of `len` bytes: whole stripe units
     /// of pages in an array, exactly `len` for a plain file (other programs read its size).
+    /// Space on the backing files for a write of `len` bytes at `offset` (`io/reserve.rs`),
+    /// so that a write that cannot be stored fails now, not at write-back: how many of the
+    /// bytes fit (all, or, when the file system is full, those below what was reserved
+    /// before: a short write), or `NoSpace` if none does. Simulated devices hold no space.
+    pub(crate) fn reserve(&self, offset: u64, len: usize) -> Result<usize> {
+        let end = offset + len as u64;
+        // Acquire: pairs with the Release below, after the space was set aside.
+        if end <= self.reserved.load(Ordering::Acquire) {
+            return Ok(len);
+        }
+        let _one = sync::lock(&self.reserving);
+        let reserved = self.reserved.load(Ordering::Acquire);
+        let ps = self.layout.page_size();
+        let from = (offset / ps * ps).max(reserved);
+        let set_aside = |to: u64| {
+            self.backing.iter().filter(|b| b.sim().is_none()).try_for_each(|b| {
+                let dev = b.device();
+                crate::io::reserve::set_aside(b.file(), self.device_end(dev, from), self.device_end(dev, to))
+            })
+        };
+        match crate::io::reserve::reserve(reserved, end, set_aside) {
+            Ok(r) => {
+                // Release: a writer that sees it sees the space set aside. A shrink may have
+                // lowered it meanwhile only under the file's range, which a writer holds.
+                self.reserved.fetch_max(r, Ordering::Release);
+                Ok(len)
+            }
+            Err(e) if crate::io::reserve::is_no_space(&e) && offset < reserved => {
+                Ok((reserved - offset) as usize)
+            }
+            Err(e) => Err(Error::io(format!("write {len} bytes at {offset} of {}", self.name), e)),
+        }
+    }
+
     pub(crate) fn device_end(&self, dev: usize, len: u64) -> u64 {
         if self.plain {
             len

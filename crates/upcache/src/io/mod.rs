@@ -5,5 +5,6 @@ pub mod device;
 pub mod engine;
 pub mod flush_group;
 pub mod layout;
+pub(crate) mod reserve;
 pub(crate) mod sys;
 pub mod zero_window;

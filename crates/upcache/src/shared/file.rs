@@ -22,6 +22,7 @@ use super::pages::Fill;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
+use crate::io::reserve;
 use crate::shm::Acquired;
 
 /// Optimistic whole reads tried before a reader takes the file's lock.
@@ -321,8 +322,28 @@ impl SharedFile {
         }
         // Up to the largest file, as the kernel writes.
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
+        let buf = &buf[..self.reserve(offset, buf.len())?];
         let _changing = locked.changing();
         self.write_pages(buf, offset).map(|n| (n, offset))
+    }
+
+    /// Space on the file system for a write of `len` bytes at `offset` (`io/reserve.rs`), with
+    /// the file's lock held: how many of them fit (all, or those below what was reserved
+    /// before, as a short write), or `NoSpace` if none does.
+    fn reserve(&self, offset: u64, len: usize) -> Result<usize> {
+        let e = self.entry();
+        // Relaxed: changed only under the file's lock, which we hold.
+        let reserved = e.reserved.load(Ordering::Relaxed);
+        let end = offset + len as u64;
+        let from = offset / PAGE as u64 * PAGE as u64;
+        match reserve::reserve(reserved, end, |to| reserve::set_aside(&self.fd, from.max(reserved), to)) {
+            Ok(r) => {
+                e.reserved.store(r, Ordering::Relaxed);
+                Ok(len)
+            }
+            Err(err) if reserve::is_no_space(&err) && offset < reserved => Ok((reserved - offset) as usize),
+            Err(err) => Err(Error::io(format!("write {} bytes at {offset} of {}", len, self.name), err)),
+        }
     }
 
     fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {
@@ -417,6 +438,8 @@ impl SharedFile {
         let e = self.entry();
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
         e.len.fetch_min(new, Ordering::SeqCst);
+        // The cut frees what was reserved past it. Relaxed: under the file's lock.
+        e.reserved.fetch_min(new, Ordering::Relaxed);
         // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
         // once every frame past the end is dropped none can grow the file again.
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
@@ -526,6 +549,18 @@ impl SharedFile {
         // Relaxed (all): under the table's lock.
         let last_writer = self.writable && e.writers.load(Ordering::Relaxed) == 1;
         let r = if last_writer { self.write_back() } else { Ok(()) };
+        if last_writer && r.is_ok() {
+            // No writer is left to use what was reserved past the end: freed, as a file
+            // system frees its unused reservations when the file is closed.
+            // Relaxed: no writer can change it; the table's lock keeps new ones out.
+            let reserved = e.reserved.load(Ordering::Relaxed);
+            if reserved != reserve::UNSUPPORTED && reserved > self.cached_len() && !self.bypassed() {
+                match reserve::release(&self.fd) {
+                    Ok(()) => e.reserved.store(self.cached_len(), Ordering::Relaxed),
+                    Err(err) => log::warn!("{}: freeing the space reserved past its end: {err}", self.name),
+                }
+            }
+        }
         view.holds(inner.me)[self.slot as usize]
             .fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);

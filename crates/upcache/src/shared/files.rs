@@ -41,6 +41,8 @@ pub(crate) struct FileEntry {
     pub seq: AtomicU64,
     /// Dirty pages (never below the truth).
     pub dirty: AtomicU64,
+    /// Where the OS file's space is reserved up to (`io/reserve.rs`), changed under `lock`.
+    pub reserved: AtomicU64,
     /// When the file last went from clean to dirty (`now_secs`), for the service's
     /// write-back of files dirty for long (as the kernel's `dirtied_when`).
     pub dirtied: AtomicU64,
@@ -177,6 +179,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
     e.error.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
+    e.reserved.store(os.size, Ordering::Relaxed);
     e.dirtied.store(0, Ordering::Relaxed);
     e.service_fd.store(0, Ordering::Relaxed);
     e.bypass.store(0, Ordering::Relaxed);

@@ -1,0 +1,104 @@
+//! Space set aside on the file system for bytes the cache holds and has not written back, so
+//! that a write which cannot be stored fails at `write`, with ENOSPC, as the kernel's does:
+//! a file system with delayed allocation reserves blocks when `write(2)` copies into its page
+//! cache, and a cache in user space that only writes back later must reserve them itself, or
+//! the error surfaces at write-back, sync or close, where most programs do not look.
+//!
+//! A write that extends the reserved part of a file reserves past its end, `AHEAD` at a
+//! time (`fallocate` with `FALLOC_FL_KEEP_SIZE`: blocks set aside, size unchanged); if that
+//! does not fit, just up to its end, so it fails only when its own bytes do not fit, at the
+//! same write as with the kernel. Blocks reserved past the end are released when the file is
+//! closed (a truncate to its own size frees them) or shrunk. A file system without
+//! `fallocate` reserves nothing, and then writes behave as before (errors at write-back).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// How far past a write's end a file's space is reserved at a time.
+pub const AHEAD: u64 = 1 << 20;
+
+/// A reserved end meaning "the file system cannot reserve": never tried again (until a
+/// shrink lowers it).
+pub const UNSUPPORTED: u64 = u64::MAX;
+
+/// Reserves a file's bytes up to at least `end`, given that everything below `reserved`
+/// already has its space: `set_aside(to)` reserves `reserved..to` (of the file's length, on
+/// each of its backing files), tried `AHEAD` past `end`, then, if that does not fit, up to
+/// `end` alone. The new reserved end; `UNSUPPORTED` if the file system cannot reserve;
+/// ENOSPC or EDQUOT if the bytes up to `end` do not fit.
+pub fn reserve(reserved: u64, end: u64, mut set_aside: impl FnMut(u64) -> io::Result<()>) -> io::Result<u64> {
+    if end <= reserved {
+        return Ok(reserved);
+    }
+    let ahead = end.saturating_add(AHEAD).next_multiple_of(AHEAD);
+    let unsupported = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS));
+    match set_aside(ahead) {
+        Ok(()) => Ok(ahead),
+        Err(e) if is_no_space(&e) => set_aside(end).map(|()| end),
+        Err(e) if unsupported(&e) => Ok(UNSUPPORTED),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `e` says the file system is out of space (or of the user's quota).
+pub fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// Sets blocks aside for bytes `from..to` of `file` without changing its size (fallocate with
+/// `FALLOC_FL_KEEP_SIZE`).
+pub fn set_aside(file: &File, from: u64, to: u64) -> io::Result<()> {
+    if to <= from {
+        return Ok(());
+    }
+    let (Ok(at), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    loop {
+        // SAFETY: fallocate on a descriptor the caller holds open; it touches no memory.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Frees what was reserved past `file`'s end (a truncate to its own size does that on ext4,
+/// XFS and tmpfs). The caller knows nobody else is growing the file meanwhile.
+pub fn release(file: &File) -> io::Result<()> {
+    let size = file.metadata()?.len();
+    file.set_len(size)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_reservation_sets_blocks_aside_without_growing_the_file_and_release_frees_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        let end = reserve(0, 5000, |to| set_aside(&f, 0, to)).unwrap();
+        if end == UNSUPPORTED {
+            return; // a file system without fallocate: nothing to see
+        }
+        assert_eq!(end, 2 * AHEAD, "a batch past the end");
+        assert_eq!(f.metadata().unwrap().len(), 0, "the size is unchanged");
+        assert!(f.metadata().unwrap().blocks() * 512 >= end);
+        assert_eq!(reserve(end, 6000, |_| unreachable!()).unwrap(), end, "already reserved");
+        release(&f).unwrap();
+        assert_eq!(f.metadata().unwrap().blocks(), 0);
+    }
+}
