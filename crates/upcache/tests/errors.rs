@@ -344,3 +344,45 @@ fn failed_opens_give_their_frames_back() {
     f.read_exact_at(&mut buf, 4096 * 3).unwrap();
     assert_eq!(buf, [7u8; 100]);
 }
+
+/// Write-back errors reach every open description once, as the kernel's errseq: each of two
+/// opens of a file reports a failed write-back at its next sync, then never again; a clone
+/// shares its description; an open made after an error nobody has reported reports it, one
+/// made after it was reported does not; an error found by a background write-back (not by
+/// any sync) reaches every open too.
+#[test]
+fn a_write_back_error_reaches_each_open_description_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 64);
+    let cache = Cache::create(cfg).unwrap();
+    let a = cache.create_file("f").unwrap();
+    let b = a.reopen();
+    let a2 = a.clone();
+    a.write_all_at(&[1u8; 8192], 0).unwrap();
+    e.fail_writes.store(true, Ordering::SeqCst);
+    assert!(a.sync_data().is_err(), "the sync that met the failure");
+    e.fail_writes.store(false, Ordering::SeqCst);
+    assert_eq!(b.sync_data().unwrap_err().raw_os_error(), Some(libc_eio()), "another open");
+    a.sync_data().unwrap();
+    a2.sync_data().unwrap(); // a clone: the same description, which has reported it
+    b.sync_data().unwrap();
+    let late = a.reopen();
+    late.sync_data().unwrap(); // opened after the error was reported
+
+    // An error nobody has reported: found by a write-back that no sync asked for.
+    a.write_all_at(&[2u8; 4096], 0).unwrap();
+    e.fail_writes.store(true, Ordering::SeqCst);
+    assert!(a.write_back().is_err());
+    e.fail_writes.store(false, Ordering::SeqCst);
+    let c = cache.open_file("f").unwrap();
+    b.write_all_at(&[3u8; 4096], 4096).unwrap();
+    e.fail_writes.store(true, Ordering::SeqCst);
+    cache.sync().unwrap_err(); // the cache-wide sync: a description of its own
+    e.fail_writes.store(false, Ordering::SeqCst);
+    for (name, f) in [("b", &b), ("c, opened before anyone reported it", &c), ("late", &late)] {
+        assert!(f.sync_data().is_err(), "{name}: the error once");
+        f.sync_data().unwrap_or_else(|e| panic!("{name}: reported twice: {e}"));
+    }
+    a.sync_data().unwrap_err(); // the second error, which a's write-back did not report
+    a.sync_data().unwrap();
+}

@@ -457,7 +457,7 @@ impl Cache {
     /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
     /// file of the array.
     pub fn close_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, true)
+        self.inner.close_plain(plain_inner(file)?, true, file.seen())
     }
 
     /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
@@ -465,7 +465,7 @@ impl Cache {
     /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
     /// file of the array; `NotFound` if it was closed.
     pub fn discard_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, false)
+        self.inner.close_plain(plain_inner(file)?, false, file.seen())
     }
 }
 

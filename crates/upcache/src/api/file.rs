@@ -16,13 +16,19 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
 use crate::file::{FileInner, MAX_FILE_SIZE};
 use crate::io::device;
-use crate::sync::{Arc, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering};
 
 /// An open file of a [`crate::Cache`]. Cheap to clone; `Send + Sync`.
+///
+/// Each open (`create_file`, `open_file`, `open_path`, [`File::reopen`]) is one open
+/// description, as the kernel's `open(2)`: a write-back error is reported once to each
+/// description whose sync (or write-back) comes after it; clones share their description.
 #[derive(Clone)]
 pub struct File {
     file: Arc<FileInner>,
     cache: Arc<CacheInner>,
+    /// The write-back errors this description has reported (`FileInner::unseen_error`).
+    seen: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for File {
@@ -43,7 +49,19 @@ pub(crate) fn end_of(offset: u64, len: usize) -> Result<u64> {
 
 impl File {
     pub(crate) fn new(file: Arc<FileInner>, cache: Arc<CacheInner>) -> Self {
-        File { file, cache }
+        let seen = Arc::new(AtomicU64::new(file.errors_sample()));
+        File { file, cache, seen }
+    }
+
+    /// A new open description of the same file (as another `open(2)` of it): it reports
+    /// write-back errors on its own, from now on (and one that no description has reported
+    /// yet).
+    pub fn reopen(&self) -> File {
+        File::new(self.file.clone(), self.cache.clone())
+    }
+
+    pub(crate) fn seen(&self) -> &AtomicU64 {
+        &self.seen
     }
 
     pub(crate) fn inner(&self) -> &Arc<FileInner> {
@@ -396,7 +414,7 @@ impl File {
     /// Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::Data))
+        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::Data, &self.seen))
     }
 
     /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
@@ -444,10 +462,12 @@ impl File {
     pub fn write_back(&self) -> Result<()> {
         self.file.check_live()?;
         if self.file.plain {
-            return self.cache.write_back_plain(&self.file);
+            return self.cache.write_back_plain(&self.file, &self.seen);
         }
-        self.cache.flush_file(&self.file)?;
-        match self.file.take_write_error() {
+        let flushed = self.cache.flush_file(&self.file);
+        let unseen = self.file.unseen_error(&self.seen);
+        flushed?;
+        match unseen {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -457,6 +477,6 @@ impl File {
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::All))
+        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::All, &self.seen))
     }
 }

@@ -27,7 +27,7 @@ use crate::meta::catalog::sync_dir;
 use crate::meta::metalog::{self, MetaLog, NewLog, Record};
 use crate::meta::namespace::Namespace;
 use crate::metrics::{Metrics, Stats};
-use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering, RwLock};
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use placement::Placement;
 use readahead::Inbox;
 use writeback::Writeback;
@@ -227,11 +227,19 @@ impl CacheInner {
     /// never the whole catalog (seed 001 §3.3).
     /// Returns whether it committed a length record of its own (whose flush therefore began
     /// after the call did).
-    pub(crate) fn persist_len(&self, file: &FileInner, kind: SyncKind) -> Result<bool> {
+    /// `before_commit` runs once the record's length is chosen and before it commits: what
+    /// the record promises must be durable by then.
+    pub(crate) fn persist_len(
+        &self,
+        file: &FileInner,
+        kind: SyncKind,
+        before_commit: impl FnOnce() -> Result<()>,
+    ) -> Result<bool> {
         // Acquire on len: see every write that extended it. persisted_len is the length of the
         // file's latest length record, stored once that record is durable, so if the two
         // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
         if let Some((ticket, len)) = self.append_len(file) {
+            before_commit()?;
             // Outside the namespace lock: syncs of other files join this write.
             self.metalog.commit(ticket)?;
             self.len_durable(file, ticket, len);
@@ -297,21 +305,24 @@ impl CacheInner {
     /// file is not synced on its own: an append + sync is one data write, one record write
     /// and one flush. A backing file that needs a real `fdatasync` and is being appended to
     /// gets zeros written ahead first, so that the next appends do not.
-    pub(crate) fn sync_file(&self, file: &FileInner, kind: SyncKind) -> Result<()> {
-        self.sync_file_then(file, LenLog::Now(kind))
+    /// Write-back errors are reported as to the open description whose errors `seen` counts
+    /// (`FileInner::unseen_error`).
+    pub(crate) fn sync_file(&self, file: &FileInner, kind: SyncKind, seen: &AtomicU64) -> Result<()> {
+        self.sync_file_then(file, LenLog::Now(kind), seen)
     }
 
     /// As `sync_file`, with the length logged as `log_len` says.
-    fn sync_file_then(&self, file: &FileInner, log_len: LenLog) -> Result<()> {
+    fn sync_file_then(&self, file: &FileInner, log_len: LenLog, seen: &AtomicU64) -> Result<()> {
         if file.plain {
             let kind = match log_len {
                 LenLog::Now(kind) => kind,
                 LenLog::ByCaller => SyncKind::Data,
             };
-            return self.sync_plain(file, kind);
+            return self.sync_plain(file, kind, seen);
         }
         let mut first = self.flush_file(file).err();
-        if let Some(e) = file.take_write_error() {
+        // Even if the flush failed: its error is this one, reported now, not again.
+        if let Some(e) = file.unseen_error(seen) {
             first.get_or_insert(e);
         }
         // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
@@ -336,10 +347,20 @@ impl CacheInner {
                 first.get_or_insert(e);
             }
         }
+        // A backing file changed (a truncate) after it was deferred, and before the length
+        // was read for the record, which then covers that change: its metadata must be
+        // durable before the record is, so it is synced after all. (SeqCst in `pending`: a
+        // truncate counts its change before it publishes the length that the record read.)
+        let recheck = || {
+            deferred
+                .iter()
+                .filter(|b| b.zeros().pending().is_some())
+                .try_for_each(|b| self.sync_backing(file, b))
+        };
         // Not if the data failed: a logged length would promise bytes that may be missing.
         let logged = match (&first, log_len) {
             (Some(_), _) | (None, LenLog::ByCaller) => false,
-            (None, LenLog::Now(kind)) => match self.persist_len(file, kind) {
+            (None, LenLog::Now(kind)) => match self.persist_len(file, kind, recheck) {
                 Ok(logged) => logged,
                 Err(e) => {
                     first = Some(e);
@@ -435,7 +456,8 @@ impl CacheInner {
             if f.removed.load(Ordering::Acquire) {
                 continue;
             }
-            match self.sync_file_then(&f, LenLog::ByCaller) {
+            // As a description opened now: errors nobody has reported yet.
+            match self.sync_file_then(&f, LenLog::ByCaller, &AtomicU64::new(f.errors_sample())) {
                 Ok(()) => lengths.extend(self.append_len(&f).map(|(t, len)| (f, t, len))),
                 Err(e) => {
                     first.get_or_insert(e);

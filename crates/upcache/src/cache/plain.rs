@@ -29,7 +29,7 @@ use crate::frame::state::VALID;
 use crate::frame::{FrameId, PageKey};
 use crate::io::device;
 use crate::io::layout::{LayoutKind, StripeLayout};
-use crate::sync::{self, Arc, Ordering};
+use crate::sync::{self, Arc, AtomicU64, Ordering};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -103,7 +103,7 @@ impl CacheInner {
         let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
         let file = sync::lock(&self.plain_files).get(&(meta.dev(), meta.ino())).cloned();
         match file {
-            Some(f) => self.close_plain(&f, true),
+            Some(f) => self.close_plain(&f, true, &AtomicU64::new(f.errors_sample())),
             None => Err(Error::new(ErrorKind::NotFound, format!("{} is not cached", path.display()))),
         }
     }
@@ -112,7 +112,12 @@ impl CacheInner {
 impl CacheInner {
     /// See [`crate::Cache::close_plain`] (`write_back`) and [`crate::Cache::discard_plain`]. No lock but the
     /// file's range lock is held across the I/O.
-    pub(crate) fn close_plain(&self, file: &Arc<FileInner>, write_back: bool) -> Result<()> {
+    pub(crate) fn close_plain(
+        &self,
+        file: &Arc<FileInner>,
+        write_back: bool,
+        seen: &AtomicU64,
+    ) -> Result<()> {
         let all = file.range.write(0, u64::MAX);
         // Acquire: see the Release below of a close that ran first.
         if file.removed.swap(true, Ordering::AcqRel) {
@@ -120,10 +125,14 @@ impl CacheInner {
         }
         // Marked closing (above): new operations fail, opens wait. Undone on failure.
         let flushed = match write_back {
-            true => self.flush_file(file).and_then(|()| match file.take_write_error() {
-                Some(e) => Err(e),
-                None => self.fit_plain_len(file),
-            }),
+            true => {
+                let flushed = self.flush_file(file);
+                let unseen = file.unseen_error(seen);
+                flushed.and_then(|()| match unseen {
+                    Some(e) => Err(e),
+                    None => self.fit_plain_len(file),
+                })
+            }
             false => Ok(()),
         };
         if let Err(e) = flushed {
@@ -147,8 +156,8 @@ impl CacheInner {
 
     /// `sync_data` (`SyncKind::All`: `sync_all`) of a plain file: dirty pages written back,
     /// the OS file's size made the length, then fdatasync (fsync).
-    pub(crate) fn sync_plain(&self, file: &FileInner, kind: SyncKind) -> Result<()> {
-        self.write_back_plain(file)?;
+    pub(crate) fn sync_plain(&self, file: &FileInner, kind: SyncKind, seen: &AtomicU64) -> Result<()> {
+        self.write_back_plain(file, seen)?;
         let b = &file.backing[0];
         let synced = if kind == SyncKind::All { b.file().sync_all() } else { self.engine.sync_data(b) };
         synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
@@ -156,9 +165,11 @@ impl CacheInner {
 
     /// Dirty pages written back and the OS file's size made the length, without a sync: what
     /// another reader of the OS file needs to see the file as the cache does.
-    pub(crate) fn write_back_plain(&self, file: &FileInner) -> Result<()> {
-        self.flush_file(file)?;
-        if let Some(e) = file.take_write_error() {
+    pub(crate) fn write_back_plain(&self, file: &FileInner, seen: &AtomicU64) -> Result<()> {
+        let flushed = self.flush_file(file);
+        let unseen = file.unseen_error(seen);
+        flushed?;
+        if let Some(e) = unseen {
             return Err(e);
         }
         {

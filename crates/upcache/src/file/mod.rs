@@ -88,7 +88,7 @@ pub(crate) struct FileInner {
     /// The file's read stream, for readahead.
     pub(crate) readahead: FileReadahead,
     /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
-    write_error: Mutex<Option<Error>>,
+    errors: Mutex<WriteErrors>,
 }
 
 /// Where a file's pages live: its layout over the backing files, and whether it is a plain OS
@@ -131,7 +131,7 @@ impl FileInner {
             max_len: MAX_FILE_SIZE,
             tail_unit: u64::MAX,
             readahead: FileReadahead::default(),
-            write_error: Mutex::new(None),
+            errors: Mutex::new(WriteErrors::default()),
         }
     }
 
@@ -187,18 +187,49 @@ impl FileInner {
         Ok(())
     }
 
-    /// Remembers a write-back error for the next sync (keeps the first one).
+    /// Remembers a write-back error for the syncs of every open description (the latest
+    /// one is what they report).
     pub(crate) fn record_write_error(&self, e: &Error) {
-        let mut g = sync::lock(&self.write_error);
-        if g.is_none() {
-            *g = Some(e.duplicate());
+        let mut g = sync::lock(&self.errors);
+        g.count += 1;
+        g.last = Some(e.duplicate());
+        g.seen = false;
+    }
+
+    /// Where a description opened now starts: past every error already reported to someone,
+    /// but before one nobody has seen, which it reports then (the kernel's `errseq_sample`).
+    pub(crate) fn errors_sample(&self) -> u64 {
+        let g = sync::lock(&self.errors);
+        if g.seen {
+            g.count
+        } else {
+            g.count.saturating_sub(1)
         }
     }
 
-    /// Takes the pending write-back error, if any: each error is reported once.
-    pub(crate) fn take_write_error(&self) -> Option<Error> {
-        sync::lock(&self.write_error).take()
+    /// The latest write-back error, if one was recorded since the description `seen` last
+    /// looked: each error is reported once to each description (the kernel's
+    /// `file_check_and_advance_wb_err`).
+    pub(crate) fn unseen_error(&self, seen: &AtomicU64) -> Option<Error> {
+        let mut g = sync::lock(&self.errors);
+        // Relaxed: read and written under the errors' mutex.
+        if g.count <= seen.load(Ordering::Relaxed) {
+            return None;
+        }
+        seen.store(g.count, Ordering::Relaxed);
+        g.seen = true;
+        g.last.as_ref().map(Error::duplicate)
     }
+}
+
+/// A file's write-back errors, numbered, with the latest kept for the syncs that have not
+/// reported it yet.
+#[derive(Debug, Default)]
+struct WriteErrors {
+    count: u64,
+    last: Option<Error>,
+    /// Whether some description has reported the latest.
+    seen: bool,
 }
 
 /// Checks a file name: 1 to 255 bytes, no `/`, no NUL, not `.` or `..`.

@@ -4,7 +4,9 @@
 //! one backing file while its device loses a write, one gets the error and the other success,
 //! for data that may be the one that was lost. So each flush is numbered, a failure is
 //! remembered with its number, and a sync reports the failure of any flush that started after
-//! it arrived (such a flush was covering its writes), not only its own.
+//! it arrived (such a flush was covering its writes), not only its own. Since such a flush
+//! may end after the sync's own, the sync waits for every flush that started between its
+//! arrival and the end of its own flush, so none can take its error after it returned.
 //!
 //! Why the syncs do not share flushes: a flush serves a sync only if it started after the
 //! sync's writes completed, so one that is running when a sync arrives cannot serve it, and
@@ -13,41 +15,56 @@
 
 use std::io;
 
-use crate::sync::{self, Mutex};
+use crate::sync::{self, Condvar, Mutex};
 
 /// The flushes of one backing file.
 #[derive(Debug, Default)]
 pub struct FlushGroup {
     state: Mutex<State>,
+    /// A flush ended: syncs waiting for it look again.
+    ended: Condvar,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Flushes started so far; each is numbered by the count at its start.
+    /// Flushes started so far; each is numbered by the count after its start.
     started: u64,
+    /// The numbers of the flushes running.
+    running: Vec<u64>,
     /// The highest-numbered flush that failed, and how.
     failed: Option<(u64, io::ErrorKind, Option<i32>, String)>,
+    /// Syncs waiting for flushes of others (for tests).
+    waiting: usize,
 }
 
 impl FlushGroup {
     /// Makes everything written before the call durable with `flush`; fails if it fails, or
-    /// if another flush that started after this call began has failed by the time it ends.
-    /// (One that fails later, after this sync returned, is missed: the kernel may have told
-    /// only that one of an error in this sync's data. Closing that gap would mean waiting
-    /// for every overlapping flush.)
+    /// if another flush that started after this call began has failed (waiting for those
+    /// that started before this one ended: they may hold this sync's error).
     pub fn sync(&self, flush: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
-        let after = {
+        let (after, me) = {
             let mut s = sync::lock(&self.state);
             s.started += 1;
-            s.started - 1
+            let me = s.started;
+            s.running.push(me);
+            (me - 1, me)
         };
         let r = flush();
         let mut s = sync::lock(&self.state);
+        s.running.retain(|&n| n != me);
         if let Err(e) = &r {
-            // This flush's number is above `after`; keep the highest failure.
-            if !matches!(&s.failed, Some(f) if f.0 > after + 1) {
-                s.failed = Some((after + 1, e.kind(), e.raw_os_error(), e.to_string()));
+            if !matches!(&s.failed, Some(f) if f.0 > me) {
+                s.failed = Some((me, e.kind(), e.raw_os_error(), e.to_string()));
             }
+        }
+        self.ended.notify_all();
+        // Flushes that started after we arrived and before ours ended: the kernel may have
+        // reported our data's error to any of them.
+        let end = s.started;
+        while s.running.iter().any(|&n| n > after && n <= end) {
+            s.waiting += 1;
+            s = sync::wait(&self.ended, s);
+            s.waiting -= 1;
         }
         match (&s.failed, r) {
             (Some((n, kind, raw, msg)), Ok(())) if *n > after => Err(match raw {
@@ -88,5 +105,54 @@ mod tests {
         let e = first.join().unwrap().unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "the failure of a flush that covered it");
         g.sync(|| Ok(())).unwrap();
+    }
+
+    /// A flush that started while a sync's own flush ran, and fails only after that flush
+    /// succeeded: the sync waits for it and reports its failure (the kernel may have given it
+    /// the error of the sync's data).
+    #[test]
+    fn a_sync_waits_for_a_covering_flush_that_fails_after_its_own() {
+        let g = Arc::new(FlushGroup::default());
+        let (in_flush_tx, in_flush_rx) = mpsc::channel();
+        let (other_started_tx, other_started_rx) = mpsc::channel();
+        let (fail_tx, fail_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let first = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let r = g.sync(|| {
+                    in_flush_tx.send(()).unwrap();
+                    other_started_rx.recv().unwrap();
+                    Ok(())
+                });
+                done_tx.send(r).unwrap();
+            })
+        };
+        let other = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                in_flush_rx.recv().unwrap();
+                g.sync(|| {
+                    other_started_tx.send(()).unwrap();
+                    fail_rx.recv().unwrap();
+                    Err(io::Error::from_raw_os_error(libc::EIO))
+                })
+            })
+        };
+        // The other flush fails once the first sync has either returned or is waiting for it.
+        let early = loop {
+            if let Ok(r) = done_rx.try_recv() {
+                break Some(r);
+            }
+            if sync::lock(&g.state).waiting > 0 {
+                break None;
+            }
+            std::thread::yield_now();
+        };
+        fail_tx.send(()).unwrap();
+        assert!(other.join().unwrap().is_err());
+        let r = early.unwrap_or_else(|| done_rx.recv().unwrap());
+        first.join().unwrap();
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO), "the later failure of a covering flush");
     }
 }

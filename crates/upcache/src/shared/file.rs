@@ -40,6 +40,8 @@ pub struct SharedFile {
     name: String,
     /// Its file system's largest file (at most the 2^48 bytes a key can address).
     max_len: u64,
+    /// The write-back errors this open has reported (`FileEntry::unseen_error`).
+    seen: std::sync::atomic::AtomicU64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -134,7 +136,8 @@ impl SharedFile {
         if write {
             inner.lend_fd(slot, &fd);
         }
-        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len })
+        let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
+        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen })
     }
 
     /// The file's entry in the file table.
@@ -511,14 +514,14 @@ impl SharedFile {
             Ok(())
         };
         let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
-        // Relaxed: the error was stored before the write-back that found it failing returned.
-        let recorded = self.entry().error.swap(0, Ordering::Relaxed);
+        // Even if our write-back failed: its error is this one, reported now, not again.
+        let recorded = self.entry().unseen_error(&self.seen);
         wrote?;
-        flushed.map_err(|e| Error::io("flush a shared file", e))?;
-        if recorded != 0 {
+        flushed.map_err(|e| Error::io(format!("flush {}", self.name), e))?;
+        if let Some(errno) = recorded {
             return Err(Error::io(
-                "an earlier write-back of this file",
-                std::io::Error::from_raw_os_error(recorded as i32),
+                format!("an earlier write-back of {}", self.name),
+                std::io::Error::from_raw_os_error(errno),
             ));
         }
         Ok(())

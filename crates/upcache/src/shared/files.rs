@@ -31,8 +31,9 @@ pub(crate) struct FileEntry {
     pub opens: AtomicU32,
     /// Held by a writer, a truncate, or a reader that gave up on optimism.
     pub lock: OwnerLock,
-    /// A write-back error (errno) that the next sync reports.
-    pub error: AtomicU32,
+    /// Write-back errors, as the kernel's errseq: the count (bits 33..), whether an open
+    /// has reported the latest (bit 32), and its errno (bits 0..32); see `record_error`.
+    pub errors: AtomicU64,
     pub dev: AtomicU64,
     pub ino: AtomicU64,
     /// The file's length as the cache sees it.
@@ -72,7 +73,44 @@ pub(crate) struct FileEntry {
     pub cut: AtomicU64,
 }
 
+const ERROR_SEEN: u64 = 1 << 32;
+
 impl FileEntry {
+    /// Records a write-back error for the next sync of every open of the file, in any process.
+    pub fn record_error(&self, errno: u32) {
+        // SeqCst: one order of errors and reports across processes (rare: errors only).
+        let _ = self.errors.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+            Some((((v >> 33) + 1) << 33) | errno as u64)
+        });
+    }
+
+    /// Where an open made now starts counting errors: past those some open has reported,
+    /// before the latest if none has (the kernel's `errseq_sample`).
+    pub fn errors_sample(&self) -> u64 {
+        // SeqCst: see `record_error`.
+        let v = self.errors.load(Ordering::SeqCst);
+        let count = v >> 33;
+        if v & ERROR_SEEN != 0 || count == 0 {
+            count
+        } else {
+            count - 1
+        }
+    }
+
+    /// The errno of the latest write-back error, if one was recorded since the open whose
+    /// count is `seen` last looked; each error reaches each open once.
+    pub fn unseen_error(&self, seen: &AtomicU64) -> Option<i32> {
+        // SeqCst: see `record_error`. Relaxed (`seen`): the open's own count.
+        let v = self.errors.load(Ordering::SeqCst);
+        let count = v >> 33;
+        if count <= seen.load(Ordering::Relaxed) {
+            return None;
+        }
+        seen.store(count, Ordering::Relaxed);
+        self.errors.fetch_or(ERROR_SEEN, Ordering::SeqCst);
+        Some((v & 0xffff_ffff) as i32)
+    }
+
     /// Marks the start of a change (the caller holds `lock`).
     pub fn begin_change(&self) {
         // Relaxed + Release fence: a reader that sees any byte of the change sees the odd value.
@@ -177,7 +215,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.ino.store(os.ino, Ordering::Relaxed);
     e.os_size.store(os.size, Ordering::Relaxed);
     e.os_mtime.store(os.mtime, Ordering::Relaxed);
-    e.error.store(0, Ordering::Relaxed);
+    e.errors.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
     e.reserved.store(os.size, Ordering::Relaxed);
     e.dirtied.store(0, Ordering::Relaxed);

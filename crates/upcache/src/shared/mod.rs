@@ -461,6 +461,34 @@ mod tests {
         assert!(!cache.accept_lent_fd(slot, &open(&q, false, true)), "another file");
     }
 
+    /// A write-back error reaches each open of the file, in any process, once (the kernel's
+    /// errseq): two opens each report it at their next sync; an open made after it was
+    /// reported does not, one made before anyone reported the next one does.
+    #[test]
+    fn a_write_back_error_reaches_each_open_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let other = SharedCache::attach(cache.segment_fd().try_clone_to_owned().unwrap()).unwrap();
+        let a = cache.open_path(&p, true).unwrap();
+        let b = other.open_path(&p, true).unwrap();
+        let e = &cache.inner.view.files()[a.slot() as usize];
+        e.record_error(libc::EIO as u32);
+        for f in [&a, &b] {
+            assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::EIO));
+            f.sync_data().unwrap();
+        }
+        let late = cache.open_path(&p, false).unwrap();
+        late.sync_data().unwrap();
+        e.record_error(libc::ENOSPC as u32);
+        let later = other.open_path(&p, false).unwrap(); // before anyone reported it
+        for f in [&later, &late, &a, &b] {
+            assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+            f.sync_data().unwrap();
+        }
+    }
+
     /// The service's flusher writes a file back once it has been dirty for `expire`, and
     /// every dirty file while over a quarter of the cache is dirty; through a descriptor lent
     /// for another file, nothing.

@@ -181,8 +181,7 @@ impl Inner {
         let bytes = unsafe { std::slice::from_raw_parts(self.view.page(f), n) };
         if let Err(err) = fd.write_all_at(bytes, at) {
             let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
-            // Relaxed: reported by the next sync, which reads it with a swap.
-            e.error.store(errno, Ordering::Relaxed);
+            e.record_error(errno);
             return Err(Error::io("write back a page of a shared file", err));
         }
         // Release: the clean flag goes after the write; counts after the flag (never below).

@@ -213,8 +213,12 @@ impl CacheInner {
         let mut batch: Vec<(&FileInner, Run)> = Vec::new();
         let mut pinned: Vec<FrameId> = Vec::new();
         let mut flush = |batch: &mut Vec<(&FileInner, Run)>, pinned: &mut Vec<FrameId>| {
-            for r in self.write_runs(batch) {
+            let results = self.write_runs(batch);
+            for ((f, _), r) in batch.iter().zip(results) {
                 if let Err(e) = r {
+                    // For every open description's next sync, this caller's included (which
+                    // reports it as its own and not again: `FileInner::unseen_error`).
+                    f.record_write_error(&e);
                     first_err.get_or_insert(e);
                 }
             }
