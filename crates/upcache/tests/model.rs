@@ -54,6 +54,11 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![28 => op_in_place(), 1 => Just(Op::Reopen)]
+}
+
+/// Every operation but `Reopen`.
+fn op_in_place() -> impl Strategy<Value = Op> {
     let f = 0..NAMES.len();
     prop_oneof![
         2 => f.clone().prop_map(Op::Create),
@@ -68,7 +73,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CacheSync),
         1 => f.clone().prop_map(Op::Remove),
         1 => f.prop_map(Op::Close),
-        1 => Just(Op::Reopen),
     ]
 }
 
@@ -152,6 +156,8 @@ struct Harness {
     oracle: BTreeMap<usize, Vec<u8>>,
     /// Device 0 when `layout.sim`; kept across reopens.
     sim: Option<std::sync::Arc<SimDevice>>,
+    /// Backing files without O_DIRECT (the soak's, on tmpfs).
+    buffered: bool,
 }
 
 impl Harness {
@@ -170,7 +176,8 @@ impl Harness {
             .with_streams(l.streams)
             .with_flush(l.flush)
             .with_policy(l.policy)
-            .with_clean_first(l.clean_first);
+            .with_clean_first(l.clean_first)
+            .with_allow_buffered(self.buffered);
         match &self.sim {
             Some(s) => c.with_sim_device(0, s.clone()),
             None => c,
@@ -308,11 +315,87 @@ proptest! {
                 ..SimConfig::default()
             }).unwrap()
         });
-        let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new(), sim };
+        let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new(), sim, buffered: false };
         h.cache = Some(Cache::create(h.config()).unwrap());
         for op in &ops {
             h.apply(op);
         }
         h.apply(&Op::Reopen);
     }
+}
+
+/// The long soak (issue 20): at least `UPCACHE_SOAK_OPS` (default 1,000,000) operations of
+/// the same model, in sequences of 2,000-4,000 over layouts drawn as above (every index kind,
+/// allocator, policy, layout, engine, streams on and off, simulated devices), with a close and
+/// reopen of the array every `SOAK_REOPEN_EVERY` operations (a whole check of every file), from
+/// the seed in `UPCACHE_SOAK_SEED` or a new one, printed first and with any failure.
+/// `.ci/run` runs it once, in release.
+const SOAK_REOPEN_EVERY: usize = 500;
+
+#[test]
+#[ignore = "the long soak: .ci/run runs it once, in release (cargo test --release --test model -- --ignored)"]
+fn soak_random_ops_match_the_oracle() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let total: usize =
+        std::env::var("UPCACHE_SOAK_OPS").map_or(1_000_000, |v| v.parse().expect("UPCACHE_SOAK_OPS"));
+    let seed: u64 = std::env::var("UPCACHE_SOAK_SEED").map_or_else(
+        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+        |v| v.parse().expect("UPCACHE_SOAK_SEED"),
+    );
+    println!("soak: seed {seed}, {total} operations (UPCACHE_SOAK_SEED={seed} repeats them)");
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner =
+        TestRunner::new_with_rng(ProptestConfig::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let (mut done, mut case) = (0, 0);
+    while done < total {
+        let layout = layout().new_tree(&mut runner).unwrap().current();
+        let mut ops =
+            proptest::collection::vec(op_in_place(), 2000..4000).new_tree(&mut runner).unwrap().current();
+        for i in (SOAK_REOPEN_EVERY..ops.len()).step_by(SOAK_REOPEN_EVERY).rev() {
+            ops.insert(i, Op::Reopen);
+        }
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let sim = layout.sim.then(|| {
+                SimDevice::new(SimConfig {
+                    read_latency: std::time::Duration::ZERO,
+                    write_latency: std::time::Duration::ZERO,
+                    gc_every: 1 << 20,
+                    gc_time: std::time::Duration::ZERO,
+                    ..SimConfig::default()
+                })
+                .unwrap()
+            });
+            // On tmpfs: its syncs cost nothing, so the soak spends its time in the cache (the
+            // O_DIRECT paths and real flushes are the proptest's above).
+            let root = tempfile::tempdir_in("/dev/shm").unwrap();
+            let mut h = Harness {
+                root,
+                layout: layout.clone(),
+                cache: None,
+                handles: BTreeMap::new(),
+                oracle: BTreeMap::new(),
+                sim,
+                buffered: true,
+            };
+            h.cache = Some(Cache::create(h.config()).unwrap());
+            for (i, op) in ops.iter().enumerate() {
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.apply(op))) {
+                    eprintln!("soak: seed {seed}, sequence {case}, operation {i}: {op:?}\nlayout {layout:?}");
+                    std::panic::resume_unwind(p);
+                }
+            }
+            h.apply(&Op::Reopen);
+        }));
+        if let Err(p) = run {
+            eprintln!(
+                "soak: FAILED with seed {seed} at sequence {case} (UPCACHE_SOAK_SEED={seed} repeats it)"
+            );
+            std::panic::resume_unwind(p);
+        }
+        done += ops.len();
+        case += 1;
+    }
+    println!("soak: {done} operations in {case} sequences, all as the oracle");
 }
