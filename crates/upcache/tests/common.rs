@@ -50,11 +50,12 @@ pub mod records {
         r
     }
 
-    /// One op: write a record to a slot, or sync a file.
+    /// One op: write a record to a slot, sync a file, or cut a file to its first `slots`.
     #[derive(Debug, Clone, Copy)]
     pub enum Op {
         Write { file: u64, slot: u64, seq: u64 },
         Sync { file: u64 },
+        Truncate { file: u64, slots: u64 },
     }
 
     /// The `n`-th op of the workload seeded by `seed` (pure, for the oracle).
@@ -68,6 +69,8 @@ pub mod records {
         let file = x % FILES;
         if (x >> 8).is_multiple_of(6) {
             Op::Sync { file }
+        } else if (x >> 8) % 25 == 1 {
+            Op::Truncate { file, slots: (x >> 16) % SLOTS }
         } else {
             Op::Write { file, slot: (x >> 16) % SLOTS, seq: n + 1 }
         }
@@ -86,6 +89,7 @@ pub mod records {
                 files[file as usize].write_all_at(&record(file, slot, seq), slot * SLOT as u64)
             }
             Op::Sync { file } => files[file as usize].sync_data(),
+            Op::Truncate { file, slots } => files[file as usize].set_len(slots * SLOT as u64),
         }
     }
 
@@ -113,11 +117,21 @@ pub mod records {
                         at_sync[file as usize] = current[file as usize].clone();
                         free[file as usize].iter_mut().for_each(|w| *w = false);
                     }
+                    Op::Truncate { file, slots } => {
+                        for s in slots as usize..SLOTS as usize {
+                            current[file as usize][s] = 0;
+                            free[file as usize][s] = true;
+                        }
+                    }
                 }
             }
             for n in done + 1..=done + in_flight {
-                if let Op::Write { file, slot, .. } = op(seed, n) {
-                    free[file as usize][slot as usize] = true;
+                match op(seed, n) {
+                    Op::Write { file, slot, .. } => free[file as usize][slot as usize] = true,
+                    Op::Truncate { file, slots } => {
+                        free[file as usize][slots as usize..].iter_mut().for_each(|w| *w = true)
+                    }
+                    Op::Sync { .. } => {}
                 }
             }
             Oracle { at_sync, free }

@@ -200,7 +200,7 @@ fn gc_aware_eviction_spares_dirty_pages_of_a_collecting_device() {
 #[test]
 fn random_power_cuts_keep_every_synced_record() {
     use common::records;
-    let rounds: u64 = std::env::var("UPCACHE_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let rounds: u64 = std::env::var("UPCACHE_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let mut lost = 0;
     for round in 0..rounds {
         let tmp = tempfile::tempdir().unwrap();
@@ -227,4 +227,32 @@ fn random_power_cuts_keep_every_synced_record() {
             .check(&cache, &format!("round {round} (cut after op {cut_after})"));
     }
     assert!(lost > 0, "some rounds must have lost unflushed writes");
+}
+
+/// Devices that hold 64 KiB each: a write past what the array holds fails at `write` with
+/// `NoSpace` (the cache reserves space on the devices as writes extend a file), and every
+/// byte acknowledged before it syncs and reads back.
+#[test]
+fn a_write_past_the_devices_capacity_fails_at_write_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sims: Vec<_> = (0..4).map(|i| fast(0, 40 + i)).collect();
+    for s in &sims {
+        s.inject(Fault::NoSpace { capacity: 64 << 10 });
+    }
+    let cache = Cache::create(config(tmp.path(), &sims, 64)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    let data = common::pattern(11, 1 << 20);
+    let mut at = 0;
+    let err = loop {
+        match f.write_at(&data[at..at + 8192], at as u64) {
+            Ok(n) => at += n,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), ErrorKind::NoSpace, "{err}");
+    assert!(at > 0 && at <= 4 * (64 << 10), "{at} bytes acknowledged on 4 devices of 64 KiB");
+    f.sync_data().unwrap();
+    let mut back = vec![0u8; at];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data[..at]);
 }

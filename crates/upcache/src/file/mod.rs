@@ -140,7 +140,8 @@ impl FileInner {
     /// Space on the backing files for a write of `len` bytes at `offset` (`io/reserve.rs`),
     /// so that a write that cannot be stored fails now, not at write-back: how many of the
     /// bytes fit (all, or, when the file system is full, those below what was reserved
-    /// before: a short write), or `NoSpace` if none does. Simulated devices hold no space.
+    /// before: a short write), or `NoSpace` if none does. On a simulated device the device
+    /// decides (`SimDevice::reserve`).
     pub(crate) fn reserve(&self, offset: u64, len: usize) -> Result<usize> {
         let end = offset + len as u64;
         // Acquire: pairs with the Release below, after the space was set aside.
@@ -152,9 +153,12 @@ impl FileInner {
         let ps = self.layout.page_size();
         let from = (offset / ps * ps).max(reserved);
         let set_aside = |to: u64| {
-            self.backing.iter().filter(|b| b.sim().is_none()).try_for_each(|b| {
-                let dev = b.device();
-                crate::io::reserve::set_aside(b.file(), self.device_end(dev, from), self.device_end(dev, to))
+            self.backing.iter().try_for_each(|b| {
+                let (dev_from, dev_to) = (self.device_end(b.device(), from), self.device_end(b.device(), to));
+                match b.sim() {
+                    Some(sim) => sim.reserve(dev_from, dev_to),
+                    None => crate::io::reserve::set_aside(b.file(), dev_from, dev_to),
+                }
             })
         };
         match crate::io::reserve::reserve(reserved, end, set_aside) {

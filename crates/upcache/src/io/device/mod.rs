@@ -310,7 +310,10 @@ pub fn request_limits(dirs: &[PathBuf], page_size: usize, cap: usize) -> Request
 
 /// Sets a backing file's length.
 pub fn truncate(file: &BackingFile, len: u64) -> Result<()> {
-    let r = file.file.set_len(len);
+    let r = match &file.sim {
+        Some(sim) => sim.truncate(&file.file, len),
+        None => file.file.set_len(len),
+    };
     file.zeros.forget();
     r.map_err(|e| Error::io(format!("truncate backing file of file {}", file.file_id), e))
 }

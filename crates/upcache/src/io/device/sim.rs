@@ -26,9 +26,11 @@
 //! Undo of the volatile cache: each write keeps the bytes it overwrote (zeros past the old
 //! end) until a flush; a power cut restores them newest first. A write in flight across a cut
 //! fails (EIO). A flush waits for every completion booked so far, GC-delayed writes included.
-//! Outside the simulation: truncation goes to the backing file directly, and the catalog and
-//! metadata log are real files. So after a cut, drop the caches on the device and reopen the
-//! array, as a crashed process would, rather than keep using them.
+//! A truncate ([`SimDevice::truncate`]) is volatile too: until a flush, a cut restores the old
+//! size and the bytes it cut. A space reservation ([`SimDevice::reserve`]) changes no bytes,
+//! and fails as a write there would (ENOSPC past a `NoSpace` capacity). Outside the
+//! simulation: the catalog and metadata log are real files. So after a cut, drop the caches
+//! on the device and reopen the array, as a crashed process would, rather than keep using them.
 
 use crate::sync::{lock, Mutex};
 use std::collections::VecDeque;
@@ -219,11 +221,13 @@ pub struct SimStats {
     pub faults: u64,
 }
 
-/// A write a power cut may still undo: the bytes it overwrote.
+/// A write or truncate a power cut may still undo: the bytes it overwrote or cut, and for a
+/// truncate the size before it.
 struct Volatile {
     file: Arc<File>,
     offset: u64,
     before: Vec<u8>,
+    size_before: Option<u64>,
 }
 
 struct State {
@@ -335,6 +339,9 @@ impl SimDevice {
         self.cuts.fetch_add(1, Ordering::SeqCst);
         let lost = st.volatile.len();
         while let Some(v) = st.volatile.pop_back() {
+            if let Some(size) = v.size_before {
+                v.file.set_len(size)?;
+            }
             v.file.write_all_at(&v.before, v.offset)?;
         }
         st.volatile_len = 0;
@@ -508,7 +515,7 @@ impl SimDevice {
                 let mut before = vec![0u8; len as usize];
                 read_full_at(file, &mut before, offset)?;
                 st.volatile_len += len;
-                st.volatile.push_back(Volatile { file: file.clone(), offset, before });
+                st.volatile.push_back(Volatile { file: file.clone(), offset, before, size_before: None });
                 // Past the cache's capacity the oldest writes have reached flash.
                 while st.volatile_len > self.config.volatile_bytes {
                     let Some(v) = st.volatile.pop_front() else { break };
@@ -525,6 +532,37 @@ impl SimDevice {
             PendingWrite { done, cuts: self.cuts.load(Ordering::SeqCst) }
         };
         Ok(done)
+    }
+
+    /// Sets a backing file's size, as a volatile change (see the module docs); fails as a
+    /// write would on a powered-off or faulty device.
+    pub(crate) fn truncate(&self, file: &Arc<File>, len: u64) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        self.check(&mut st, FaultOp::Write, len, 0)?;
+        let size = file.metadata()?.len();
+        if self.config.volatile_bytes > 0 && len != size {
+            let mut before = vec![0u8; size.saturating_sub(len) as usize];
+            read_full_at(file, &mut before, len)?;
+            st.volatile_len += before.len() as u64;
+            st.volatile.push_back(Volatile {
+                file: file.clone(),
+                offset: len,
+                before,
+                size_before: Some(size),
+            });
+            while st.volatile_len > self.config.volatile_bytes {
+                let Some(v) = st.volatile.pop_front() else { break };
+                st.volatile_len -= v.before.len() as u64;
+            }
+        }
+        file.set_len(len)
+    }
+
+    /// Sets space aside for bytes `from..to` of a backing file: no byte changes, so nothing
+    /// for a cut to undo; fails as a write there would (ENOSPC past a `NoSpace` capacity).
+    pub(crate) fn reserve(&self, from: u64, to: u64) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        self.check(&mut st, FaultOp::Write, from, to.saturating_sub(from))
     }
 
     /// Makes every completed write durable (a FLUSH command).
@@ -654,6 +692,40 @@ mod tests {
         dev.clear_faults();
         dev.flush().unwrap();
         assert_eq!(dev.read(&f, 8192, &mut [IoSliceMut::new(&mut buf)]).unwrap(), 0, "past the end");
+    }
+
+    /// A truncate is volatile until a flush: a cut gives back the size and bytes it cut, and
+    /// undoes it after the writes before it, newest first; a flushed one stays; a reservation
+    /// past a `NoSpace` capacity fails as a write there.
+    #[test]
+    fn a_power_cut_undoes_an_unflushed_truncate_and_reservations_meet_capacity() {
+        let (_d, f) = file();
+        let c = SimConfig {
+            read_latency: Duration::ZERO,
+            write_latency: Duration::ZERO,
+            volatile_bytes: 1 << 20,
+            ..SimConfig::default()
+        };
+        let dev = SimDevice::new(quiet(c)).unwrap();
+        dev.write(&f, 0, &[IoSlice::new(&[5u8; 8192])]).unwrap();
+        dev.flush().unwrap();
+        dev.write(&f, 8192, &[IoSlice::new(&[6u8; 4096])]).unwrap(); // lost
+        dev.truncate(&f, 1000).unwrap(); // lost
+        assert_eq!(f.metadata().unwrap().len(), 1000);
+        dev.power_cut().unwrap();
+        dev.power_on();
+        let mut back = vec![0u8; 12288];
+        assert_eq!(read_full_at(&f, &mut back, 0).unwrap(), 12288, "the size came back");
+        assert!(back[..8192].iter().all(|&b| b == 5), "the flushed bytes came back");
+        assert!(back[8192..].iter().all(|&b| b == 0), "the unflushed write is undone too");
+        dev.truncate(&f, 4096).unwrap();
+        dev.flush().unwrap();
+        dev.power_cut().unwrap();
+        dev.power_on();
+        assert_eq!(f.metadata().unwrap().len(), 4096, "a flushed truncate stays");
+        dev.inject(Fault::NoSpace { capacity: 1 << 20 });
+        dev.reserve(0, 1 << 20).unwrap();
+        assert_eq!(dev.reserve(4096, (1 << 20) + 1).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
     }
 
     #[test]
