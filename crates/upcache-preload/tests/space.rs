@@ -4,7 +4,8 @@
 //! same write must fail, with ENOSPC, the writes before it must all have been cached (counted
 //! by UPCACHE_STATS), close must succeed, and every byte acknowledged must be in the file.
 //! Before the cache reserved space, every write succeeded and the error came at close.
-//! (`dd` itself writes its output through stdout, which the shim leaves to libc.)
+//! `dd` too, the same write and message (it writes its output through stdout, which the shim
+//! leaves to libc).
 
 mod common;
 
@@ -56,6 +57,13 @@ fn writes_onto_a_full_file_system_fail_at_the_same_write_as_with_the_kernel() {
         run kernel env
         run shared env LD_PRELOAD="$SHIM" UPCACHE_PREFIX="$SMALL" UPCACHE_STATS="$OUT.shared.stats"
         run private env LD_PRELOAD="$SHIM" UPCACHE_PREFIX="$SMALL" UPCACHE_SHARED=0 UPCACHE_STATS="$OUT.private.stats"
+        dd_run() {
+            name=$1; shift
+            "$@" dd if="$SRC" of="$SMALL/$name" bs=64k 2>&1 | grep -E "records out|^dd:" | sed "s|$SMALL/$name|FILE|"
+            rm -f "$SMALL/$name"; echo "=="
+        }
+        dd_run dd-kernel env
+        dd_run dd-shim env LD_PRELOAD="$SHIM" UPCACHE_PREFIX="$SMALL"
     "#;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -76,6 +84,11 @@ fn writes_onto_a_full_file_system_fail_at_the_same_write_as_with_the_kernel() {
     assert!(run.status.success(), "{text}");
     let runs: Vec<&str> = text.split("--\n").collect();
     assert_eq!(runs.len(), 4, "{text}");
+    // dd, the issue's own example, writes through its stdout, which the shim leaves to libc:
+    // the same write fails, with the same message naming the file.
+    let dd: Vec<&str> = runs[3].split("==\n").collect();
+    assert!(dd[0].contains("FILE': No space left on device"), "{text}");
+    assert_eq!(dd[1], dd[0], "dd through the shim:\n{text}");
     let kernel = runs[0];
     assert!(kernel.contains(&format!(" errno {}", libc::ENOSPC)), "the kernel's writes must fail: {text}");
     for (i, name) in [(1, "shared"), (2, "private")] {
