@@ -300,21 +300,25 @@ impl Harness {
     }
 }
 
+/// A simulated SSD that takes no time (device 0 when `Layout::sim`).
+fn fast_sim() -> std::sync::Arc<SimDevice> {
+    SimDevice::new(SimConfig {
+        read_latency: std::time::Duration::ZERO,
+        write_latency: std::time::Duration::ZERO,
+        gc_every: 1 << 20,
+        gc_time: std::time::Duration::ZERO,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn random_ops_match_the_oracle(layout in layout(), ops in proptest::collection::vec(op(), 1..100)) {
         let root = tempfile::tempdir().unwrap();
-        let sim = layout.sim.then(|| {
-            SimDevice::new(SimConfig {
-                read_latency: std::time::Duration::ZERO,
-                write_latency: std::time::Duration::ZERO,
-                gc_every: 1 << 20,
-                gc_time: std::time::Duration::ZERO,
-                ..SimConfig::default()
-            }).unwrap()
-        });
+        let sim = layout.sim.then(fast_sim);
         let mut h = Harness { root, layout, cache: None, handles: BTreeMap::new(), oracle: BTreeMap::new(), sim, buffered: false };
         h.cache = Some(Cache::create(h.config()).unwrap());
         for op in &ops {
@@ -357,16 +361,7 @@ fn soak_random_ops_match_the_oracle() {
             ops.insert(i, Op::Reopen);
         }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let sim = layout.sim.then(|| {
-                SimDevice::new(SimConfig {
-                    read_latency: std::time::Duration::ZERO,
-                    write_latency: std::time::Duration::ZERO,
-                    gc_every: 1 << 20,
-                    gc_time: std::time::Duration::ZERO,
-                    ..SimConfig::default()
-                })
-                .unwrap()
-            });
+            let sim = layout.sim.then(fast_sim);
             // On tmpfs: its syncs cost nothing, so the soak spends its time in the cache (the
             // O_DIRECT paths and real flushes are the proptest's above).
             let root = tempfile::tempdir_in("/dev/shm").unwrap();
