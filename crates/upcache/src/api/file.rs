@@ -394,11 +394,13 @@ impl File {
         // Truncate before publishing the length: if it fails, the length stays the old one,
         // so no byte that the device still holds past `size` is ever past the reported end.
         // (Bytes between `size` and the old end are then unspecified, as after a failed write.)
+        let reservation = self.file.lock_reservation();
         for b in &self.file.backing {
             device::truncate(b, self.file.device_end(b.device(), size))?;
         }
         // The truncates freed what was reserved past the new end. Release: as in `reserve`.
         self.file.reserved.fetch_min(size, Ordering::Release);
+        drop(reservation);
         // The last page may be written back (to its end) from here on, while it is dirty.
         self.file.os_size.store(size.next_multiple_of(ps), Ordering::SeqCst);
         self.file.os_len_known.store(size, Ordering::Relaxed); // Relaxed: under the range lock

@@ -343,7 +343,7 @@ impl CacheInner {
                     log::warn!("zero-filling ahead of appends to {:?} failed: {e}", file.name);
                 }
             }
-            if let Err(e) = self.sync_backing(file, b) {
+            if let Err(e) = self.sync_backing(file, b, seen) {
                 first.get_or_insert(e);
             }
         }
@@ -355,7 +355,7 @@ impl CacheInner {
             deferred
                 .iter()
                 .filter(|b| b.zeros().pending().is_some())
-                .try_for_each(|b| self.sync_backing(file, b))
+                .try_for_each(|b| self.sync_backing(file, b, seen))
         };
         // Not if the data failed: a logged length would promise bytes that may be missing.
         let logged = match (&first, log_len) {
@@ -370,7 +370,7 @@ impl CacheInner {
         };
         if !logged {
             for b in deferred {
-                if let Err(e) = self.sync_backing(file, b) {
+                if let Err(e) = self.sync_backing(file, b, seen) {
                     first.get_or_insert(e);
                 }
             }
@@ -382,12 +382,17 @@ impl CacheInner {
     }
 
     /// fdatasync of one backing file, recording what it covered.
-    fn sync_backing(&self, file: &FileInner, b: &BackingFile) -> Result<()> {
+    /// A failure is recorded on the file for its other open descriptions (the kernel told
+    /// only this one) and counted as reported to this one (`seen`).
+    fn sync_backing(&self, file: &FileInner, b: &BackingFile, seen: &AtomicU64) -> Result<()> {
         // Read before the flush starts: it covers every write that ended before.
         let pending = b.zeros().pending();
-        b.flushes()
-            .sync(|| self.engine.sync_data(b))
-            .map_err(|e| Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e))?;
+        b.flushes().sync(|| self.engine.sync_data(b)).map_err(|e| {
+            let e = Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e);
+            file.record_write_error(&e);
+            let _ = file.unseen_error(seen);
+            e
+        })?;
         if let Some(c) = pending {
             b.zeros().covered(c);
         }

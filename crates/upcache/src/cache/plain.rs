@@ -140,13 +140,6 @@ impl CacheInner {
             file.removed.store(false, Ordering::Release);
             return Err(e);
         }
-        // Space reserved past the end (`io/reserve.rs`) is freed, as a file system frees
-        // unused reservations at close. Acquire: pairs with `FileInner::reserve`.
-        if write_back && file.reserved.load(Ordering::Acquire) > file.len.load(Ordering::Acquire) {
-            if let Err(e) = crate::io::reserve::release(file.backing[0].file()) {
-                log::warn!("{}: freeing the space reserved past its end: {e}", file.name);
-            }
-        }
         self.forget_file(file);
         drop(all);
         let mut plain = sync::lock(&self.plain_files);
@@ -159,8 +152,21 @@ impl CacheInner {
     pub(crate) fn sync_plain(&self, file: &FileInner, kind: SyncKind, seen: &AtomicU64) -> Result<()> {
         self.write_back_plain(file, seen)?;
         let b = &file.backing[0];
-        let synced = if kind == SyncKind::All { b.file().sync_all() } else { self.engine.sync_data(b) };
-        synced.map_err(|e| Error::io(format!("sync {}", file.name), e))
+        // Through the file's flush group (`io/flush_group.rs`), and recorded for its other
+        // open descriptions, as for an array's backing files.
+        let synced = b.flushes().sync(|| {
+            if kind == SyncKind::All {
+                b.file().sync_all()
+            } else {
+                self.engine.sync_data(b)
+            }
+        });
+        synced.map_err(|e| {
+            let e = Error::io(format!("sync {}", file.name), e);
+            file.record_write_error(&e);
+            let _ = file.unseen_error(seen);
+            e
+        })
     }
 
     /// Dirty pages written back and the OS file's size made the length, without a sync: what

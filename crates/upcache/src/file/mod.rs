@@ -156,16 +156,16 @@ impl FileInner {
             self.backing.iter().try_for_each(|b| {
                 let (dev_from, dev_to) = (self.device_end(b.device(), from), self.device_end(b.device(), to));
                 match b.sim() {
-                    Some(sim) => sim.reserve(dev_from, dev_to),
+                    Some(sim) => sim.reserve(dev_to),
                     None => crate::io::reserve::set_aside(b.file(), dev_from, dev_to),
                 }
             })
         };
-        match crate::io::reserve::reserve(reserved, end, set_aside) {
+        match crate::io::reserve::reserve(reserved, end, self.max_len, set_aside) {
             Ok(r) => {
-                // Release: a writer that sees it sees the space set aside. A shrink may have
-                // lowered it meanwhile only under the file's range, which a writer holds.
-                self.reserved.fetch_max(r, Ordering::Release);
+                // Release: a writer that sees it sees the space set aside. A shrink lowers it
+                // under `reserving` too (`lock_reservation`), so not meanwhile.
+                self.reserved.store(r, Ordering::Release);
                 Ok(len)
             }
             Err(e) if crate::io::reserve::is_no_space(&e) && offset < reserved => {
@@ -173,6 +173,12 @@ impl FileInner {
             }
             Err(e) => Err(Error::io(format!("write {len} bytes at {offset} of {}", self.name), e)),
         }
+    }
+
+    /// Held by a shrink across its truncates and the lowering of `reserved`, so that no
+    /// reservation made meanwhile is counted after the truncate freed it.
+    pub(crate) fn lock_reservation(&self) -> crate::sync::MutexGuard<'_, ()> {
+        sync::lock(&self.reserving)
     }
 
     pub(crate) fn device_end(&self, dev: usize, len: u64) -> u64 {

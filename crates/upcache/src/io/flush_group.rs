@@ -49,7 +49,10 @@ impl FlushGroup {
             s.running.push(me);
             (me - 1, me)
         };
+        // A flush that panics still ends, as a failure, so no sync waits for it forever.
+        let ended = EndOnUnwind { group: self, me };
         let r = flush();
+        std::mem::forget(ended);
         let mut s = sync::lock(&self.state);
         s.running.retain(|&n| n != me);
         if let Err(e) = &r {
@@ -73,6 +76,23 @@ impl FlushGroup {
             }),
             (_, r) => r,
         }
+    }
+}
+
+/// Ends flush `me` as failed if its `flush` unwinds (forgotten when it returns).
+struct EndOnUnwind<'a> {
+    group: &'a FlushGroup,
+    me: u64,
+}
+
+impl Drop for EndOnUnwind<'_> {
+    fn drop(&mut self) {
+        let mut s = sync::lock(&self.group.state);
+        s.running.retain(|&n| n != self.me);
+        if !matches!(&s.failed, Some(f) if f.0 > self.me) {
+            s.failed = Some((self.me, io::ErrorKind::Other, Some(libc::EIO), "a flush panicked".into()));
+        }
+        self.group.ended.notify_all();
     }
 }
 
@@ -104,6 +124,17 @@ mod tests {
         go_tx.send(()).unwrap();
         let e = first.join().unwrap().unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "the failure of a flush that covered it");
+        g.sync(|| Ok(())).unwrap();
+    }
+
+    /// A flush that panics ends as a failure: nothing waits for it, and a sync that arrived
+    /// before it reports it.
+    #[test]
+    fn a_panicking_flush_ends_as_a_failure() {
+        let g = FlushGroup::default();
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sync(|| panic!("engine bug"))));
+        assert!(sync::lock(&g.state).running.is_empty());
+        assert_eq!(sync::lock(&g.state).failed.as_ref().map(|f| f.0), Some(1));
         g.sync(|| Ok(())).unwrap();
     }
 

@@ -4,12 +4,14 @@
 //! cache, and a cache in user space that only writes back later must reserve them itself, or
 //! the error surfaces at write-back, sync or close, where most programs do not look.
 //!
-//! A write that extends the reserved part of a file reserves past its end, `AHEAD` at a
-//! time (`fallocate` with `FALLOC_FL_KEEP_SIZE`: blocks set aside, size unchanged); if that
-//! does not fit, just up to its end, so it fails only when its own bytes do not fit, at the
-//! same write as with the kernel. Blocks reserved past the end are released when the file is
-//! closed (a truncate to its own size frees them) or shrunk. A file system without
-//! `fallocate` reserves nothing, and then writes behave as before (errors at write-back).
+//! A write that extends the reserved part of a file reserves past its end (`fallocate` with
+//! `FALLOC_FL_KEEP_SIZE`: blocks set aside, size unchanged), as far again as the file is long
+//! up to `AHEAD`, so that appends make one call per MiB while a small file holds at most its
+//! own size again; if that does not fit (or passes the largest file), just up to its end, so
+//! it fails only when its own bytes do not fit, at the same write as with the kernel. What is
+//! reserved past the end stays allocated until a shrink frees it: freeing it at close would
+//! need a truncate, which could cut bytes another process appended meanwhile. A file system
+//! without `fallocate` reserves nothing, and writes behave as before (errors at write-back).
 
 use std::fs::File;
 use std::io;
@@ -22,20 +24,27 @@ pub const AHEAD: u64 = 1 << 20;
 /// shrink lowers it).
 pub const UNSUPPORTED: u64 = u64::MAX;
 
-/// Reserves a file's bytes up to at least `end`, given that everything below `reserved`
-/// already has its space: `set_aside(to)` reserves `reserved..to` (of the file's length, on
-/// each of its backing files), tried `AHEAD` past `end`, then, if that does not fit, up to
-/// `end` alone. The new reserved end; `UNSUPPORTED` if the file system cannot reserve;
-/// ENOSPC or EDQUOT if the bytes up to `end` do not fit.
-pub fn reserve(reserved: u64, end: u64, mut set_aside: impl FnMut(u64) -> io::Result<()>) -> io::Result<u64> {
+/// Reserves a file's bytes up to at least `end` (at most `max`, its largest file), given that
+/// everything below `reserved` already has its space: `set_aside(to)` reserves
+/// `reserved..to` (of the file's length, on each of its backing files), tried past `end`, then,
+/// if that does not fit, up to `end` alone. The new reserved end; `UNSUPPORTED` if the file
+/// system cannot reserve; ENOSPC or EDQUOT if the bytes up to `end` do not fit.
+pub fn reserve(
+    reserved: u64,
+    end: u64,
+    max: u64,
+    mut set_aside: impl FnMut(u64) -> io::Result<()>,
+) -> io::Result<u64> {
     if end <= reserved {
         return Ok(reserved);
     }
-    let ahead = end.saturating_add(AHEAD).next_multiple_of(AHEAD);
+    let ahead = end.saturating_add(end.min(AHEAD)).next_multiple_of(4096).min(max).max(end);
     let unsupported = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS));
     match set_aside(ahead) {
         Ok(()) => Ok(ahead),
-        Err(e) if is_no_space(&e) => set_aside(end).map(|()| end),
+        Err(e) if ahead > end && (is_no_space(&e) || e.raw_os_error() == Some(libc::EFBIG)) => {
+            set_aside(end).map(|()| end)
+        }
         Err(e) if unsupported(&e) => Ok(UNSUPPORTED),
         Err(e) => Err(e),
     }
@@ -68,20 +77,13 @@ pub fn set_aside(file: &File, from: u64, to: u64) -> io::Result<()> {
     }
 }
 
-/// Frees what was reserved past `file`'s end (a truncate to its own size does that on ext4,
-/// XFS and tmpfs). The caller knows nobody else is growing the file meanwhile.
-pub fn release(file: &File) -> io::Result<()> {
-    let size = file.metadata()?.len();
-    file.set_len(size)
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn a_reservation_sets_blocks_aside_without_growing_the_file_and_release_frees_them() {
+    fn a_reservation_sets_blocks_aside_without_growing_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -90,15 +92,25 @@ mod tests {
             .write(true)
             .open(dir.path().join("f"))
             .unwrap();
-        let end = reserve(0, 5000, |to| set_aside(&f, 0, to)).unwrap();
+        let end = reserve(0, 5000, u64::MAX, |to| set_aside(&f, 0, to)).unwrap();
         if end == UNSUPPORTED {
             return; // a file system without fallocate: nothing to see
         }
-        assert_eq!(end, 2 * AHEAD, "a batch past the end");
+        assert_eq!(end, 12288, "as far again as the file, in pages");
         assert_eq!(f.metadata().unwrap().len(), 0, "the size is unchanged");
         assert!(f.metadata().unwrap().blocks() * 512 >= end);
-        assert_eq!(reserve(end, 6000, |_| unreachable!()).unwrap(), end, "already reserved");
-        release(&f).unwrap();
-        assert_eq!(f.metadata().unwrap().blocks(), 0);
+        assert_eq!(reserve(end, 6000, u64::MAX, |_| unreachable!()).unwrap(), end, "already reserved");
+        assert_eq!(
+            reserve(end, 8 << 20, u64::MAX, |to| set_aside(&f, end, to)).unwrap(),
+            9 << 20,
+            "AHEAD at most"
+        );
+        assert_eq!(
+            reserve(9 << 20, 10 << 20, 10 << 20, |to| set_aside(&f, 9 << 20, to)).unwrap(),
+            10 << 20,
+            "never past the largest file"
+        );
+        f.set_len(0).unwrap();
+        assert_eq!(f.metadata().unwrap().blocks(), 0, "a shrink frees it");
     }
 }

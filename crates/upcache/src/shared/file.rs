@@ -339,7 +339,9 @@ impl SharedFile {
         let reserved = e.reserved.load(Ordering::Relaxed);
         let end = offset + len as u64;
         let from = offset / PAGE as u64 * PAGE as u64;
-        match reserve::reserve(reserved, end, |to| reserve::set_aside(&self.fd, from.max(reserved), to)) {
+        match reserve::reserve(reserved, end, self.max_len, |to| {
+            reserve::set_aside(&self.fd, from.max(reserved), to)
+        }) {
             Ok(r) => {
                 e.reserved.store(r, Ordering::Relaxed);
                 Ok(len)
@@ -552,18 +554,6 @@ impl SharedFile {
         // Relaxed (all): under the table's lock.
         let last_writer = self.writable && e.writers.load(Ordering::Relaxed) == 1;
         let r = if last_writer { self.write_back() } else { Ok(()) };
-        if last_writer && r.is_ok() {
-            // No writer is left to use what was reserved past the end: freed, as a file
-            // system frees its unused reservations when the file is closed.
-            // Relaxed: no writer can change it; the table's lock keeps new ones out.
-            let reserved = e.reserved.load(Ordering::Relaxed);
-            if reserved != reserve::UNSUPPORTED && reserved > self.cached_len() && !self.bypassed() {
-                match reserve::release(&self.fd) {
-                    Ok(()) => e.reserved.store(self.cached_len(), Ordering::Relaxed),
-                    Err(err) => log::warn!("{}: freeing the space reserved past its end: {err}", self.name),
-                }
-            }
-        }
         view.holds(inner.me)[self.slot as usize]
             .fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);

@@ -103,11 +103,14 @@ impl FileEntry {
         // SeqCst: see `record_error`. Relaxed (`seen`): the open's own count.
         let v = self.errors.load(Ordering::SeqCst);
         let count = v >> 33;
-        if count <= seen.load(Ordering::Relaxed) {
+        // Once per open even from two threads: only the one that moves `seen` reports it.
+        if seen.fetch_max(count, Ordering::Relaxed) >= count {
             return None;
         }
-        seen.store(count, Ordering::Relaxed);
-        self.errors.fetch_or(ERROR_SEEN, Ordering::SeqCst);
+        // Marked reported only if no newer error came meanwhile (that one nobody has seen).
+        let _ = self.errors.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+            (c >> 33 == count).then_some(c | ERROR_SEEN)
+        });
         Some((v & 0xffff_ffff) as i32)
     }
 

@@ -298,7 +298,7 @@ impl SharedCache {
                 Vec::new()
             };
             table.unlock(inner.me);
-            let _ = inner.write_back_listed(&pages, fd); // errors stay on the file
+            let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
             if e.dirty.load(Ordering::Acquire) > 0 {
                 // Still dirty (written meanwhile): its age starts again, as the kernel's does.
                 e.dirtied.store(now, Ordering::Relaxed);

@@ -202,19 +202,29 @@ impl Inner {
         // Acquire: pairs with the length's Release stores; a write extends it before it
         // unlocks its frame, so every dirty page lies below it.
         let end = self.view.files()[slot as usize].len.load(Ordering::Acquire).div_ceil(PAGE as u64);
-        self.write_back_listed(&self.candidates(slot, 0, end), fd)
+        self.write_back_listed(&self.candidates(slot, 0, end), fd, true)
     }
 
     /// Writes back, through `fd`, each listed frame that still holds its page (`home` the key)
-    /// and is dirty; the first error.
-    pub(crate) fn write_back_listed(&self, pages: &[(u32, u64)], fd: &std::fs::File) -> Result<()> {
+    /// and is dirty; the first error. Without `wait`, a frame locked by someone else is
+    /// skipped (the service's flusher: a stopped process holding one must not stall it).
+    pub(crate) fn write_back_listed(
+        &self,
+        pages: &[(u32, u64)],
+        fd: &std::fs::File,
+        wait: bool,
+    ) -> Result<()> {
         let mut first = Ok(());
         for &(f, k) in pages {
             let m = &self.view.frames()[f as usize];
             if m.flags() & DIRTY == 0 {
                 continue;
             }
-            self.lock_frame(f);
+            if wait {
+                self.lock_frame(f);
+            } else if !m.try_lock(self.me) {
+                continue;
+            }
             if m.home() == k && m.flags() & DIRTY != 0 {
                 if let Err(err) = self.write_back_locked(f, fd) {
                     first = first.and(Err(err));

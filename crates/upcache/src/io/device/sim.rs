@@ -540,7 +540,11 @@ impl SimDevice {
         let mut st = lock(&self.state);
         self.check(&mut st, FaultOp::Write, len, 0)?;
         let size = file.metadata()?.len();
-        if self.config.volatile_bytes > 0 && len != size {
+        if size.saturating_sub(len) > self.config.volatile_bytes {
+            // More than the volatile cache holds: everything before it has reached flash.
+            st.volatile.clear();
+            st.volatile_len = 0;
+        } else if self.config.volatile_bytes > 0 && len != size {
             let mut before = vec![0u8; size.saturating_sub(len) as usize];
             read_full_at(file, &mut before, len)?;
             st.volatile_len += before.len() as u64;
@@ -558,11 +562,20 @@ impl SimDevice {
         file.set_len(len)
     }
 
-    /// Sets space aside for bytes `from..to` of a backing file: no byte changes, so nothing
-    /// for a cut to undo; fails as a write there would (ENOSPC past a `NoSpace` capacity).
-    pub(crate) fn reserve(&self, from: u64, to: u64) -> io::Result<()> {
-        let mut st = lock(&self.state);
-        self.check(&mut st, FaultOp::Write, from, to.saturating_sub(from))
+    /// Sets space aside for a backing file's bytes up to `to`: no byte changes, so nothing for
+    /// a cut to undo; fails with ENOSPC past a `NoSpace` capacity, as a write there would.
+    pub(crate) fn reserve(&self, to: u64) -> io::Result<()> {
+        let st = lock(&self.state);
+        // SeqCst: see `power_cut`.
+        if !self.powered.load(Ordering::SeqCst) {
+            return Err(powered_off());
+        }
+        // Only the capacity: I/O faults are for requests, which a reservation is not.
+        let full = st.faults.iter().any(|(f, _)| matches!(*f, Fault::NoSpace { capacity } if to > capacity));
+        if full {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
     }
 
     /// Makes every completed write durable (a FLUSH command).
@@ -724,8 +737,9 @@ mod tests {
         dev.power_on();
         assert_eq!(f.metadata().unwrap().len(), 4096, "a flushed truncate stays");
         dev.inject(Fault::NoSpace { capacity: 1 << 20 });
-        dev.reserve(0, 1 << 20).unwrap();
-        assert_eq!(dev.reserve(4096, (1 << 20) + 1).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        dev.inject(Fault::EioAfter { op: FaultOp::Any, n: 1 });
+        dev.reserve(1 << 20).unwrap(); // I/O faults are for requests
+        assert_eq!(dev.reserve((1 << 20) + 1).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
     }
 
     #[test]
