@@ -64,6 +64,24 @@ impl File {
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
         both!(self, f => f.os_metadata())
     }
+    /// What a new open description of the file has reported of its write-back errors: none
+    /// yet (the kernel reports each error once to each description).
+    pub fn description(&self) -> Reported {
+        match self {
+            File::Private(f) => Reported::Private(f.reopen()),
+            File::Shared(f) => Reported::Shared(std::sync::atomic::AtomicU64::new(f.errors_sample())),
+        }
+    }
+    /// fsync (`all`) or fdatasync, reporting write-back errors as to the description `r`.
+    pub fn sync_for(&self, r: &Reported, all: bool) -> Result<()> {
+        match (self, r) {
+            (File::Shared(f), Reported::Shared(seen)) => f.sync_as(all, seen),
+            (_, Reported::Private(f)) if all => f.sync_all(),
+            (_, Reported::Private(f)) => f.sync_data(),
+            (_, Reported::Shared(_)) if all => self.sync_all(),
+            (_, Reported::Shared(_)) => self.sync_data(),
+        }
+    }
     /// Stops caching the file before libc reaches it: writes it back, and on the shared cache
     /// makes every process read and write it without the cache (`SharedFile::bypass`).
     pub fn stop_caching(&self) -> Result<()> {
@@ -76,6 +94,14 @@ impl File {
     pub fn bypassed(&self) -> bool {
         matches!(self, File::Shared(f) if f.bypassed())
     }
+}
+
+/// One open description's share of its file's write-back errors (`File::description`).
+pub(crate) enum Reported {
+    /// Another `upcache::File` of the same file: its own description.
+    Private(upcache::File),
+    /// The description's count of the errors it has reported (`SharedFile::sync_as`).
+    Shared(std::sync::atomic::AtomicU64),
 }
 
 /// The cache the shim's files are in.

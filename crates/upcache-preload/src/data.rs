@@ -362,10 +362,8 @@ unsafe fn pwritev_any(
             let bufs = unsafe { iovecs(iov, count) }?;
             let n = write_at(shim, &d, &bufs, at, flags & libc::RWF_APPEND != 0)?;
             let file = d.shared.file();
-            let synced = if flags & libc::RWF_SYNC != 0 {
-                file.sync_all()
-            } else if flags & libc::RWF_DSYNC != 0 {
-                file.sync_data()
+            let synced = if flags & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0 {
+                file.sync_for(&d.reported, flags & libc::RWF_SYNC != 0)
             } else {
                 Ok(())
             };
@@ -630,8 +628,7 @@ fn sync_any(fd: c_int, all: bool) -> Option<c_int> {
     let (shim, d, _inside) = cached(fd)?;
     Some(shielded(|| {
         shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-        let file = d.shared.file();
-        status(if all { file.sync_all() } else { file.sync_data() })
+        status(d.shared.file().sync_for(&d.reported, all))
     }))
 }
 

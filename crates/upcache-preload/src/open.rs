@@ -106,7 +106,9 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
             return errno::fail_with(&e);
         }
     }
+    let reported = shared.file().description();
     let desc = Arc::new(Description {
+        reported,
         shared,
         readable: access != libc::O_WRONLY,
         writable,

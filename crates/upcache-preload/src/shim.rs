@@ -112,6 +112,9 @@ pub(crate) struct Description {
     pub append: AtomicBool,
     /// Held by calls that use the kernel's file offset, which must read and move it as one.
     pub offset: Mutex<()>,
+    /// The write-back errors this description has reported: each reaches each `open(2)` (and
+    /// its dups) once, as the kernel's errseq does, though the descriptions share one file.
+    pub reported: crate::backend::Reported,
 }
 
 /// Counters for UPCACHE_STATS (Relaxed: statistics, read at exit).

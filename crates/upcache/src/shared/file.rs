@@ -501,6 +501,19 @@ impl SharedFile {
     }
 
     fn sync(&self, all: bool) -> Result<()> {
+        self.sync_as(all, &self.seen)
+    }
+
+    /// Where an open description made now starts counting the file's write-back errors: past
+    /// those some open has reported (the kernel's `errseq_sample`); for [`Self::sync_as`].
+    pub fn errors_sample(&self) -> u64 {
+        self.entry().errors_sample()
+    }
+
+    /// [`Self::sync_all`] (`all`) or [`Self::sync_data`], reporting a write-back error as to
+    /// the open description whose count is `seen` (from [`Self::errors_sample`]): for several
+    /// descriptions that share this open, as the shim's descriptors of one file do.
+    pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
         let wrote = if self.writable {
             self.write_back()
@@ -517,7 +530,7 @@ impl SharedFile {
         };
         let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
         // Even if our write-back failed: its error is this one, reported now, not again.
-        let recorded = self.entry().unseen_error(&self.seen);
+        let recorded = self.entry().unseen_error(seen);
         wrote?;
         flushed.map_err(|e| Error::io(format!("flush {}", self.name), e))?;
         if let Some(errno) = recorded {

@@ -479,6 +479,18 @@ mod tests {
             assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::EIO));
             f.sync_data().unwrap();
         }
+        // Two descriptions sharing one open (the shim's descriptors of one file): each once.
+        let (d1, d2) = (
+            std::sync::atomic::AtomicU64::new(a.errors_sample()),
+            std::sync::atomic::AtomicU64::new(a.errors_sample()),
+        );
+        e.record_error(libc::EIO as u32);
+        for d in [&d1, &d2] {
+            assert!(a.sync_as(true, d).is_err());
+            a.sync_as(true, d).unwrap();
+        }
+        a.sync_data().unwrap_err(); // the open itself is a third description
+        b.sync_data().unwrap_err();
         let late = cache.open_path(&p, false).unwrap();
         late.sync_data().unwrap();
         e.record_error(libc::ENOSPC as u32);
