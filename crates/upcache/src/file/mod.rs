@@ -87,7 +87,7 @@ pub(crate) struct FileInner {
     pub(crate) max_len: u64,
     /// The file's read stream, for readahead.
     pub(crate) readahead: FileReadahead,
-    /// First write-back error not yet reported to a sync (the kernel's errseq, simplified).
+    /// Write-back errors, reported once to each open description (the kernel's errseq).
     errors: Mutex<WriteErrors>,
 }
 
@@ -135,8 +135,6 @@ impl FileInner {
         }
     }
 
-    /// Where the backing file on `dev` must end for a file of `len` bytes: whole stripe units
-    /// of pages in an array, exactly `len` for a plain file (other programs read its size).
     /// Space on the backing files for a write of `len` bytes at `offset` (`io/reserve.rs`),
     /// so that a write that cannot be stored fails now, not at write-back: how many of the
     /// bytes fit (all, or, when the file system is full, those below what was reserved
@@ -150,9 +148,7 @@ impl FileInner {
         }
         let _one = sync::lock(&self.reserving);
         let reserved = self.reserved.load(Ordering::Acquire);
-        let ps = self.layout.page_size();
-        let from = (offset / ps * ps).max(reserved);
-        let set_aside = |to: u64| {
+        let set_aside = |from: u64, to: u64| {
             self.backing.iter().try_for_each(|b| {
                 let (dev_from, dev_to) = (self.device_end(b.device(), from), self.device_end(b.device(), to));
                 match b.sim() {
@@ -161,18 +157,14 @@ impl FileInner {
                 }
             })
         };
-        match crate::io::reserve::reserve(reserved, end, self.max_len, set_aside) {
-            Ok(r) => {
-                // Release: a writer that sees it sees the space set aside. A shrink lowers it
-                // under `reserving` too (`lock_reservation`), so not meanwhile.
-                self.reserved.store(r, Ordering::Release);
-                Ok(len)
-            }
-            Err(e) if crate::io::reserve::is_no_space(&e) && offset < reserved => {
-                Ok((reserved - offset) as usize)
-            }
-            Err(e) => Err(Error::io(format!("write {len} bytes at {offset} of {}", self.name), e)),
-        }
+        let page = self.layout.page_size();
+        let (fits, r) =
+            crate::io::reserve::for_write(reserved, offset, len, page, self.max_len, set_aside)
+                .map_err(|e| Error::io(format!("write {len} bytes at {offset} of {}", self.name), e))?;
+        // Release: a writer that sees it sees the space set aside. A shrink lowers it under
+        // `reserving` too (`lock_reservation`), so not meanwhile.
+        self.reserved.store(r, Ordering::Release);
+        Ok(fits)
     }
 
     /// Held by a shrink across its truncates and the lowering of `reserved`, so that no
@@ -181,6 +173,8 @@ impl FileInner {
         sync::lock(&self.reserving)
     }
 
+    /// Where the backing file on `dev` must end for a file of `len` bytes: whole stripe units
+    /// of pages in an array, exactly `len` for a plain file (other programs read its size).
     pub(crate) fn device_end(&self, dev: usize, len: u64) -> u64 {
         if self.plain {
             len

@@ -50,6 +50,27 @@ pub fn reserve(
     }
 }
 
+/// Space for a write of `len` bytes at `offset` of a file of `page`-byte pages whose space is
+/// reserved below `reserved` (`reserve`, up to `max`): `set_aside(from, to)` reserves bytes
+/// `from..to` of the file. How many of the bytes fit (all, or, when the file system is full,
+/// those below `reserved`: a short write) and the new reserved end; ENOSPC or EDQUOT if none
+/// fits.
+pub fn for_write(
+    reserved: u64,
+    offset: u64,
+    len: usize,
+    page: u64,
+    max: u64,
+    mut set_aside: impl FnMut(u64, u64) -> io::Result<()>,
+) -> io::Result<(usize, u64)> {
+    let from = (offset / page * page).max(reserved);
+    match reserve(reserved, offset + len as u64, max, |to| set_aside(from, to)) {
+        Ok(r) => Ok((len, r)),
+        Err(e) if is_no_space(&e) && offset < reserved => Ok(((reserved - offset) as usize, reserved)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether `e` says the file system is out of space (or of the user's quota).
 pub fn is_no_space(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))

@@ -3,22 +3,17 @@
 //! descriptor), so every open of it in every process reads and writes the OS file directly
 //! (`SharedFile::bypass`), as the kernel's page cache alone would serve it.
 
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use crate::error::{Error, Result};
+use crate::io::sys::preadv_all;
 
 /// Reads at `offset` until `buf` is full or the file ends; the bytes read.
 pub(crate) fn read(fd: &std::fs::File, buf: &mut [u8], offset: u64, name: &str) -> Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match fd.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(format!("read {name}"), e)),
-        }
-    }
-    Ok(done)
+    preadv_all(fd.as_raw_fd(), offset, &mut [IoSliceMut::new(buf)])
+        .map_err(|e| Error::io(format!("read {name}"), e))
 }
 
 /// Writes `buf` at `offset`: all of it, or, if an error stops it after some bytes, how many

@@ -337,18 +337,12 @@ impl SharedFile {
         let e = self.entry();
         // Relaxed: changed only under the file's lock, which we hold.
         let reserved = e.reserved.load(Ordering::Relaxed);
-        let end = offset + len as u64;
-        let from = offset / PAGE as u64 * PAGE as u64;
-        match reserve::reserve(reserved, end, self.max_len, |to| {
-            reserve::set_aside(&self.fd, from.max(reserved), to)
-        }) {
-            Ok(r) => {
-                e.reserved.store(r, Ordering::Relaxed);
-                Ok(len)
-            }
-            Err(err) if reserve::is_no_space(&err) && offset < reserved => Ok((reserved - offset) as usize),
-            Err(err) => Err(Error::io(format!("write {} bytes at {offset} of {}", len, self.name), err)),
-        }
+        let (fits, r) = reserve::for_write(reserved, offset, len, PAGE as u64, self.max_len, |from, to| {
+            reserve::set_aside(&self.fd, from, to)
+        })
+        .map_err(|err| Error::io(format!("write {len} bytes at {offset} of {}", self.name), err))?;
+        e.reserved.store(r, Ordering::Relaxed);
+        Ok(fits)
     }
 
     fn write_pages(&self, buf: &[u8], offset: u64) -> Result<usize> {

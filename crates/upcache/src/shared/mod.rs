@@ -399,8 +399,7 @@ impl Inner {
 
     /// Fails once the service is gone, and in a forked child of the process that attached.
     pub(crate) fn check_service(&self) -> Result<()> {
-        // Relaxed: see `count_fork_in_child`.
-        if FORKS.load(Ordering::Relaxed) != self.forks {
+        if self.forked() {
             return Err(crate::error::Error::new(
                 crate::error::ErrorKind::InvalidInput,
                 "a shared cache attached before fork: the child process attaches itself",
@@ -419,9 +418,8 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Relaxed: see `count_fork_in_child`. A forked child's copy leaves nothing: the slot
-        // is its parent's.
-        if FORKS.load(Ordering::Relaxed) != self.forks {
+        // A forked child's copy leaves nothing: the slot is its parent's.
+        if self.forked() {
             return;
         }
         if let Some(s) = &self.service {

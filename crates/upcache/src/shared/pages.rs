@@ -1,6 +1,8 @@
 //! Pages in frames: claiming a frame by the clock hand, loading a page, locking the frame that
 //! holds a page, writing a dirty frame back, dropping a file's pages.
 
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, Ordering};
 
@@ -348,15 +350,8 @@ impl Inner {
         // SAFETY: we hold the frame's lock, so its PAGE bytes are ours to write.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) };
         let at = page * PAGE as u64;
-        let mut got = 0;
-        while got < PAGE {
-            match fd.read_at(&mut bytes[got..], at + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("read a page of a shared file", e)),
-            }
-        }
+        let got = crate::io::sys::preadv_all(fd.as_raw_fd(), at, &mut [IoSliceMut::new(bytes)])
+            .map_err(|e| Error::io("read a page of a shared file", e))?;
         bytes[got..].fill(0);
         // SeqCst: the frame is in the index (its key stored before); a truncate stores the
         // length and then looks for frames past it (`drop_pages`), so either it finds ours or
