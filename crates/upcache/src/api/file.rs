@@ -466,13 +466,7 @@ impl File {
         if self.file.plain {
             return self.cache.write_back_plain(&self.file, &self.seen);
         }
-        let flushed = self.cache.flush_file(&self.file);
-        let unseen = self.file.unseen_error(&self.seen);
-        flushed?;
-        match unseen {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.cache.flush_file_as(&self.file, &self.seen)
     }
 
     /// Like `sync_data`, and also makes every namespace change logged so far durable (a

@@ -320,11 +320,7 @@ impl CacheInner {
             };
             return self.sync_plain(file, kind, seen);
         }
-        let mut first = self.flush_file(file).err();
-        // Even if the flush failed: its error is this one, reported now, not again.
-        if let Some(e) = file.unseen_error(seen) {
-            first.get_or_insert(e);
-        }
+        let mut first = self.flush_file_as(file, seen).err();
         // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
         // the deferred backing files are synced below after all.
         let logs_len = log_len != LenLog::ByCaller
@@ -381,17 +377,26 @@ impl CacheInner {
         }
     }
 
+    /// `flush_file`, then the write-back error the description whose count is `seen` has not
+    /// reported yet: the flush's own error if it failed (which it reports now, not again).
+    pub(crate) fn flush_file_as(&self, file: &FileInner, seen: &AtomicU64) -> Result<()> {
+        let flushed = self.flush_file(file);
+        let unseen = file.unseen_error(seen);
+        flushed?;
+        unseen.map_or(Ok(()), Err)
+    }
+
     /// fdatasync of one backing file, recording what it covered.
     /// A failure is recorded on the file for its other open descriptions (the kernel told
-    /// only this one) and counted as reported to this one (`seen`).
+    /// only this one) and counted as reported to this one (`seen`): `FileInner::failed_flush`.
     fn sync_backing(&self, file: &FileInner, b: &BackingFile, seen: &AtomicU64) -> Result<()> {
         // Read before the flush starts: it covers every write that ended before.
         let pending = b.zeros().pending();
         b.flushes().sync(|| self.engine.sync_data(b)).map_err(|e| {
-            let e = Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e);
-            file.record_write_error(&e);
-            let _ = file.unseen_error(seen);
-            e
+            file.failed_flush(
+                Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e),
+                seen,
+            )
         })?;
         if let Some(c) = pending {
             b.zeros().covered(c);

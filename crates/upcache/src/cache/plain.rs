@@ -125,14 +125,7 @@ impl CacheInner {
         }
         // Marked closing (above): new operations fail, opens wait. Undone on failure.
         let flushed = match write_back {
-            true => {
-                let flushed = self.flush_file(file);
-                let unseen = file.unseen_error(seen);
-                flushed.and_then(|()| match unseen {
-                    Some(e) => Err(e),
-                    None => self.fit_plain_len(file),
-                })
-            }
+            true => self.flush_file_as(file, seen).and_then(|()| self.fit_plain_len(file)),
             false => Ok(()),
         };
         if let Err(e) = flushed {
@@ -161,23 +154,13 @@ impl CacheInner {
                 self.engine.sync_data(b)
             }
         });
-        synced.map_err(|e| {
-            let e = Error::io(format!("sync {}", file.name), e);
-            file.record_write_error(&e);
-            let _ = file.unseen_error(seen);
-            e
-        })
+        synced.map_err(|e| file.failed_flush(Error::io(format!("sync {}", file.name), e), seen))
     }
 
     /// Dirty pages written back and the OS file's size made the length, without a sync: what
     /// another reader of the OS file needs to see the file as the cache does.
     pub(crate) fn write_back_plain(&self, file: &FileInner, seen: &AtomicU64) -> Result<()> {
-        let flushed = self.flush_file(file);
-        let unseen = file.unseen_error(seen);
-        flushed?;
-        if let Some(e) = unseen {
-            return Err(e);
-        }
+        self.flush_file_as(file, seen)?;
         {
             // From the page holding the end on, exclusive: no writer extends or shrinks the
             // file while its OS size is set. Only tried: this thread may hold a pin of that

@@ -224,6 +224,15 @@ impl FileInner {
         g.seen = true;
         g.last.as_ref().map(Error::duplicate)
     }
+
+    /// A flush of the file failed with `e`, which the kernel reported to this caller alone:
+    /// recorded for the file's other open descriptions, and counted as reported to the one
+    /// whose count is `seen` (it returns `e` now).
+    pub(crate) fn failed_flush(&self, e: Error, seen: &AtomicU64) -> Error {
+        self.record_write_error(&e);
+        let _ = self.unseen_error(seen);
+        e
+    }
 }
 
 /// A file's write-back errors, numbered, with the latest kept for the syncs that have not
