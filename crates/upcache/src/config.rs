@@ -26,6 +26,14 @@ pub const DEFAULT_READAHEAD: u64 = 16 << 20;
 /// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
 /// for write-back to make progress.
 pub const MIN_FRAMES: usize = 16;
+/// Default dirty ratios (background, foreground), as fractions of the frames. Half the cache
+/// may be dirty before any write-back starts, so that a working set written in place that
+/// fits in half the cache is written at memory speed, as the kernel gives one that fits in
+/// its (much larger) dirty limit; the quarter above it is where writers are throttled in
+/// proportion, which leaves the last quarter clean for reads (bench/RESULTS.md, issue 18).
+pub const DEFAULT_DIRTY_RATIOS: (f64, f64) = (0.5, 0.75);
+/// Default age after which dirty pages are written back (the kernel's 30 s).
+pub const DEFAULT_DIRTY_EXPIRE: std::time::Duration = std::time::Duration::from_secs(30);
 
 choice! {
     /// What a writer does when the dirty count is past the foreground threshold.
@@ -49,6 +57,7 @@ pub struct Config {
     pub(crate) stripe_unit: u64,
     pub(crate) dirty_background_ratio: f64,
     pub(crate) dirty_foreground_ratio: f64,
+    pub(crate) dirty_expire: std::time::Duration,
     pub(crate) flusher_threads: usize,
     pub(crate) flush: FlushKind,
     pub(crate) streams: bool,
@@ -79,6 +88,7 @@ impl std::fmt::Debug for Config {
             .field("stripe_unit", &self.stripe_unit)
             .field("dirty_background_ratio", &self.dirty_background_ratio)
             .field("dirty_foreground_ratio", &self.dirty_foreground_ratio)
+            .field("dirty_expire", &self.dirty_expire)
             .field("flusher_threads", &self.flusher_threads)
             .field("flush", &self.flush)
             .field("streams", &self.streams)
@@ -109,8 +119,9 @@ impl Config {
             memory_budget,
             page_size: 4096,
             stripe_unit: 128 * 1024,
-            dirty_background_ratio: 0.10,
-            dirty_foreground_ratio: 0.20,
+            dirty_background_ratio: DEFAULT_DIRTY_RATIOS.0,
+            dirty_foreground_ratio: DEFAULT_DIRTY_RATIOS.1,
+            dirty_expire: DEFAULT_DIRTY_EXPIRE,
             flusher_threads: 2,
             flush: FlushKind::default(),
             streams: true,
@@ -173,16 +184,27 @@ impl Config {
     }
 
     /// Fraction of frames that may be dirty before flusher threads start writing back.
-    /// Default 0.10.
+    /// Default 0.5 ([`DEFAULT_DIRTY_RATIOS`]).
     pub fn with_dirty_background_ratio(mut self, ratio: f64) -> Self {
         self.dirty_background_ratio = ratio;
         self
     }
 
-    /// Fraction of frames that may be dirty before writers write back pages themselves
-    /// (dflush). Default 0.20.
+    /// Fraction of frames that may be dirty before writers are held back: from halfway
+    /// between the background ratio and this one, a writer writes back dirty pages itself
+    /// (dflush) in proportion to how far past that point the count is, twice what it dirties
+    /// at this ratio; with [`FlushKind::Background`] it sleeps past this ratio instead.
+    /// Default 0.75 ([`DEFAULT_DIRTY_RATIOS`]).
     pub fn with_dirty_foreground_ratio(mut self, ratio: f64) -> Self {
         self.dirty_foreground_ratio = ratio;
+        self
+    }
+
+    /// How long a file's pages may stay dirty before the flushers write them back, whatever
+    /// the dirty ratios (the kernel's `dirty_expire_centisecs`). Default 30 s
+    /// ([`DEFAULT_DIRTY_EXPIRE`]).
+    pub fn with_dirty_expire(mut self, expire: std::time::Duration) -> Self {
+        self.dirty_expire = expire;
         self
     }
 
@@ -351,6 +373,9 @@ impl Config {
         let (bg, fg) = (self.dirty_background_ratio, self.dirty_foreground_ratio);
         if !(0.0 < bg && bg <= fg && fg <= 1.0) {
             return bad(format!("dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"));
+        }
+        if self.dirty_expire.is_zero() {
+            return bad("the dirty expiry must be longer than zero".to_string());
         }
         if self.flusher_threads == 0 || self.flusher_threads > 64 {
             return bad(format!("flusher threads must be 1 to 64, got {}", self.flusher_threads));

@@ -36,7 +36,8 @@ mod sync;
 pub use alloc::AllocKind;
 pub use api::{Cache, Completion, File, IoQueue, PageMut, PageRef};
 pub use config::{
-    Config, FlushKind, DEFAULT_READAHEAD, MAX_DEVICES, MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE,
+    Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,
+    MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use index::IndexKind;

@@ -37,6 +37,9 @@ pub enum EngineKind {
     /// upcache's shared cache, of `--cache` bytes: a service started for the run, which this
     /// process attaches to; the files are plain files (the shim's case).
     Shared,
+    /// The limit: each file in one anonymous huge-page mapping, each op one copy (or one
+    /// byte per page with `--api pin`); nothing is durable. No cache's hits can beat it.
+    Memory,
 }
 
 impl EngineKind {
@@ -47,6 +50,7 @@ impl EngineKind {
             EngineKind::Direct => "direct",
             EngineKind::Dontcache => "dontcache",
             EngineKind::Shared => "shared",
+            EngineKind::Memory => "memory",
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct Setup<'a> {
     /// The engine's own directory, `<dir>/<engine>`.
     pub root: &'a Path,
     pub files: usize,
+    /// Bytes in each file.
+    pub size: u64,
     pub upcache: &'a UpcacheOpts,
 }
 

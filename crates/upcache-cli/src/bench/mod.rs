@@ -5,6 +5,7 @@
 //! content), measure, flush (untimed), tear down. Only the measured phase is timed.
 
 mod engine;
+mod memory;
 mod progress;
 pub(crate) mod report;
 pub(crate) mod workload;
@@ -129,7 +130,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     streams: Option<bool>,
     /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
-    /// start, and past which writers write back themselves [default: 0.1,0.2]
+    /// start, and past which writers write back all they dirty twice over (in proportion from
+    /// halfway between the two) [default: 0.5,0.75]
     #[arg(long, value_name = "BG,FG", value_parser = parse_ratios)]
     dirty_ratios: Option<(f64, f64)>,
     /// upcache page index: radix (ccXArray), locked (the same tree, updates under one lock per
@@ -453,7 +455,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
             policy: a.policy.unwrap_or_default().0,
             clean_first: a.policy.unwrap_or_default().1,
             streams: a.streams.unwrap_or(true),
-            dirty_ratios: a.dirty_ratios.unwrap_or((0.1, 0.2)),
+            dirty_ratios: a.dirty_ratios.unwrap_or(upcache::DEFAULT_DIRTY_RATIOS),
             allow_buffered: a.allow_buffered,
             index: a.index.unwrap_or_default(),
             alloc: a.alloc.unwrap_or_default(),
@@ -586,6 +588,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 EngineKind::Direct => run_engine::<DirectEngine>(kind, &plan, &base, run),
                 EngineKind::Dontcache => run_engine::<DontcacheEngine>(kind, &plan, &base, run),
                 EngineKind::Shared => run_engine::<SharedEngine>(kind, &plan, &base, run),
+                EngineKind::Memory => run_engine::<memory::MemoryEngine>(kind, &plan, &base, run),
             }
             .with_context(|| format!("{} engine (run {run})", kind.name()))?;
             reports.push(r);
@@ -717,7 +720,7 @@ const CHUNK: u64 = 1 << 20;
 fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) -> Result<Report> {
     let root = base.join(kind.name());
     let peak_reset = reset_peak_rss();
-    let mut eng = E::setup(&Setup { root: &root, files: p.shape.files, upcache: &p.upcache })?;
+    let mut eng = E::setup(&Setup { root: &root, files: p.shape.files, size: p.size, upcache: &p.upcache })?;
     let warm = p.warm && kind != EngineKind::Direct;
     let result = (|| -> Result<Report> {
         // Appends start from empty files.
@@ -1245,7 +1248,7 @@ fn mem_mib(field: &str) -> f64 {
 
 /// Parses `BG,FG` dirty ratios; the library checks their range when the cache is created.
 fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
-    let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.1,0.2; got {s:?}"))?;
+    let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.5,0.75; got {s:?}"))?;
     let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
     Ok((num(bg)?, num(fg)?))
 }

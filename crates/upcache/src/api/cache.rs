@@ -34,6 +34,14 @@ pub struct Cache {
     loader: Loader<CacheInner>,
 }
 
+impl Cache {
+    /// The cache core, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &Arc<CacheInner> {
+        &self.inner
+    }
+}
+
 fn random_id() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u128(

@@ -26,6 +26,8 @@ pub(crate) trait FlushWork: Send + Sync + 'static {
     /// Writes back dirty pages until the dirty count is at most `stop_at`, or this pass
     /// found nothing writable; returns the pages written.
     fn flush_dirty(&self, stop_at: usize) -> usize;
+    /// Writes back the files dirty for longer than the expiry at `now_ms`.
+    fn write_back_expired(&self, now_ms: u64);
     /// Checkpoints the metadata log if it has grown enough.
     fn checkpoint_if_wanted(&self);
     /// Evicts clean pages into the free pool if a miss asked for it.
@@ -65,6 +67,9 @@ impl FlushWork for CacheInner {
     }
     fn flush_dirty(&self, stop_at: usize) -> usize {
         CacheInner::flush_dirty(self, self.frames.len(), stop_at)
+    }
+    fn write_back_expired(&self, now_ms: u64) {
+        CacheInner::write_back_expired(self, now_ms);
     }
     fn checkpoint_if_wanted(&self) {
         CacheInner::checkpoint_if_wanted(self)

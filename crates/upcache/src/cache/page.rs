@@ -456,7 +456,10 @@ impl CacheInner {
             s.dirtied(&self.writeback.dirty_files, file.id, page);
         }
         // Relaxed: a counter; sync re-checks each page's DIRTY bit for correctness.
-        file.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        if file.dirty_pages.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Relaxed: an age for write-back to go by, not a guard of any data.
+            file.dirtied_at.store(self.writeback.now_ms(), Ordering::Relaxed);
+        }
         self.writeback.page_dirtied();
     }
 

@@ -47,6 +47,9 @@ pub(crate) struct FileInner {
     pub(crate) removed: AtomicBool,
     /// Pages of this file that are dirty.
     pub(crate) dirty_pages: AtomicU64,
+    /// When the file went from clean to dirty, in the write-back clock's ms; 0 once seen
+    /// clean (`cache/writeback/expire.rs`).
+    pub(crate) dirtied_at: AtomicU64,
     /// The dirty pages as streams, when the cache tracks them (`Config::with_streams`).
     pub(crate) streams: Option<FileStreams>,
     pub(crate) index: Box<dyn PageIndex>,
@@ -116,6 +119,7 @@ impl FileInner {
             len_record: AtomicU64::new(0),
             removed: AtomicBool::new(false),
             dirty_pages: AtomicU64::new(0),
+            dirtied_at: AtomicU64::new(0),
             streams: streams.then(FileStreams::default),
             index,
             range: RangeLock::default(),

@@ -1,24 +1,19 @@
 //! Background flusher threads.
 //!
-//! Each flusher sleeps until the dirty count passes the background threshold (or a period
-//! passes with dirty pages, so that data does not stay dirty forever), then writes back until
-//! the count falls to half the threshold. With streams, flushers take files with dirty streams
+//! Each flusher sleeps until the dirty count passes the background threshold, then writes back
+//! until the count falls a sixteenth under it; one of them also looks every expiry interval
+//! for files dirty for longer than the expiry (`cache/writeback/expire.rs`). With streams, flushers take files with dirty streams
 //! from the write-back list (`file/streams.rs`); without, they scan disjoint chunks of the
 //! frame table. Either way they write in parallel. They also run metadata-log checkpoints.
 //! Kicked by a miss that found free frames running low, they also reclaim clean pages into the
 //! pool (`cache/placement/global.rs`). They work through [`FlushWork`].
 
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crate::cache::background::FlushWork;
 use crate::cache::writeback::Wake;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Ordering};
-
-/// How often a flusher wakes by itself to write back everything dirty, so that data does not
-/// stay only in memory for long (the kernel's dirty_expire_centisecs is 30 s too).
-const PERIOD: Duration = Duration::from_secs(30);
 
 /// The running flusher threads.
 pub(crate) struct Flushers<W: FlushWork> {
@@ -63,16 +58,23 @@ impl<W: FlushWork> Drop for Flushers<W> {
 fn run(work: &dyn FlushWork) {
     let wb = work.writeback();
     while !wb.shutdown.load(Ordering::Acquire) {
-        let wake = wb.wait_for_kick(PERIOD);
+        let wake = wb.wait_for_kick(wb.expiry_interval());
         if wb.shutdown.load(Ordering::Acquire) {
             break;
         }
         work.checkpoint_if_wanted();
-        // Kicked: write back to half the background threshold. Period: everything.
+        // Checked on every wake: under steady pressure the period never passes.
+        let now = wb.now_ms();
+        if wb.take_expiry_scan(now) {
+            work.write_back_expired(now);
+        }
+        if wake == Wake::Spurious {
+            continue;
+        }
+        // Woken by the period, write back only if a kick was missed.
         let stop_at = match wake {
-            Wake::Kicked => wb.background / 2,
-            Wake::Period => 0,
-            Wake::Spurious => continue,
+            Wake::Period if wb.dirty() <= wb.background => usize::MAX,
+            _ => wb.background_stop(),
         };
         while wb.dirty() > stop_at && !wb.shutdown.load(Ordering::Acquire) {
             if work.flush_dirty(stop_at) == 0 {

@@ -1,12 +1,19 @@
 //! Write-back: dirty accounting, background flushers, and direct flush by writers.
 //!
-//! Two thresholds, as fractions of the frames (seed 000 §3.3):
+//! Two thresholds, as fractions of the frames (seed 000 §3.3), and an age:
 //! - past the *background* threshold, flusher threads wake and write dirty pages back until
-//!   the count is under half of it;
-//! - past the *foreground* threshold, a writer does not sleep waiting for the flushers (the
-//!   kernel's `balance_dirty_pages`): it writes dirty pages back itself before its write, in
-//!   parallel with the flushers and with other writers (dflush). [`FlushKind::Background`]
-//!   makes it sleep instead, for comparison.
+//!   the count is a sixteenth under it;
+//! - past *freerun*, halfway to the *foreground* threshold, a writer does not sleep waiting
+//!   for the flushers (the kernel's `balance_dirty_pages`): it writes dirty pages back itself
+//!   (dflush), in parallel with the flushers and with other writers, in proportion to how far
+//!   past freerun the count is, twice what it dirties at the foreground threshold and beyond.
+//!   [`FlushKind::Background`] makes it sleep past the foreground threshold instead;
+//! - a file dirty for longer than the expiry is written back by the flushers, whatever the
+//!   count ([`expire`]; the kernel's `dirty_expire_centisecs`).
+//!
+//! So a working set written in place that fits under the background threshold is never
+//! rewritten while it is hot, and a stream larger than the cache slows its writers gradually
+//! (bench/RESULTS.md, issue 18).
 //!
 //! With streams on (`Config::with_streams`, seed 003 §4.2) each file keeps its dirty pages as
 //! streams ([`streams`]), files with dirty streams wait in one list, and flushers and dflush
@@ -23,14 +30,15 @@
 //! Write-back takes frames only with `try_lock_dirty` and never takes a range lock, so it can
 //! run from any thread, whatever that thread holds.
 
+pub(crate) mod expire;
 pub(crate) mod run;
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::file::streams::DirtyFiles;
-use crate::sync::{self, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// Written-back streams remembered for reclaim at most.
 const MAX_CLEANED_STREAMS: usize = 4096;
@@ -65,8 +73,19 @@ pub(crate) struct Writeback {
     pub(crate) dirty: AtomicUsize,
     /// Flushers run when `dirty` passes this.
     pub(crate) background: usize,
-    /// Writers flush themselves when `dirty` passes this.
+    /// Writers flush themselves in full when `dirty` passes this.
     pub(crate) foreground: usize,
+    /// Writers start paying back in proportion past this: halfway from background to
+    /// foreground.
+    pub(crate) freerun: usize,
+    /// What writers past freerun owe in write-back and have not paid yet, in thousandths of a
+    /// page (`balance_dirty`): the one that brings it to a run's worth pays it.
+    pub(crate) debt: AtomicUsize,
+    /// A file dirty for this long is written back (`expire`).
+    pub(crate) expire: Duration,
+    /// When a flusher next looks for expired files, in ms since `epoch`.
+    next_expiry_scan: AtomicU64,
+    epoch: Instant,
     /// Where the next write-back scan of the frame table starts; threads take chunks from it
     /// so they scan different frames.
     pub(crate) cursor: AtomicUsize,
@@ -92,6 +111,7 @@ impl Writeback {
     /// Accounting for `frames` frames on devices that take requests of up to `request_pages`.
     pub(crate) fn new(config: &Config, frames: usize, request_pages: usize) -> Self {
         let at = |ratio: f64| ((frames as f64 * ratio) as usize).max(1);
+        let (background, foreground) = (at(config.dirty_background_ratio), at(config.dirty_foreground_ratio));
         let (find, run_pages) = match config.streams {
             true => (FindDirty::Streams, request_pages),
             false => (FindDirty::Scan, run::MAX_RUN),
@@ -99,8 +119,13 @@ impl Writeback {
         Writeback {
             find,
             dirty: AtomicUsize::new(0),
-            background: at(config.dirty_background_ratio),
-            foreground: at(config.dirty_foreground_ratio),
+            background,
+            foreground,
+            freerun: background + (foreground - background) / 2,
+            debt: AtomicUsize::new(0),
+            expire: config.dirty_expire,
+            next_expiry_scan: AtomicU64::new(0),
+            epoch: Instant::now(),
             cursor: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             run_pages,
@@ -117,6 +142,56 @@ impl Writeback {
     /// Whether files keep their dirty pages as streams (`FileInner::streams`).
     pub(crate) fn tracks_streams(&self) -> bool {
         self.find == FindDirty::Streams
+    }
+
+    /// Where flushers woken by the background threshold stop: a sixteenth under it, so that
+    /// a count hovering at the threshold does not wake them for every page.
+    pub(crate) fn background_stop(&self) -> usize {
+        self.background - self.background / 16
+    }
+
+    /// Milliseconds since the cache started, never 0 (a file's `dirtied_at` uses 0 for clean).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// How long a flusher sleeps when not kicked: a sixth of the expiry (the kernel's 5 s
+    /// for its 30 s), between 10 ms and 5 s.
+    pub(crate) fn expiry_interval(&self) -> Duration {
+        (self.expire / 6).clamp(Duration::from_millis(10), Duration::from_secs(5))
+    }
+
+    /// Whether it is time to look for expired files; true for one caller per interval.
+    pub(crate) fn take_expiry_scan(&self, now_ms: u64) -> bool {
+        // Relaxed: the time is the only thing shared; the CAS picks one flusher.
+        let due = self.next_expiry_scan.load(Ordering::Relaxed);
+        let next = now_ms + self.expiry_interval().as_millis() as u64;
+        now_ms >= due
+            && self.next_expiry_scan.compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// What a writer about to dirty `pages` at a dirty count of `dirty` (past freerun) writes
+    /// back first, if anything: its share is twice what it dirties at the foreground threshold,
+    /// scaled down linearly to nothing at freerun. Shares are added to a debt that the writer
+    /// bringing it to a run's worth pays in one go, so that write-back stays in runs rather
+    /// than a page per write; past the foreground threshold a writer pays at once, at least a
+    /// run (and not a whole request, which made each 4 KiB random write there write 1024
+    /// scattered pages first).
+    pub(crate) fn owed(&self, pages: usize, dirty: usize) -> Option<usize> {
+        const MILLI: usize = 1000;
+        // Relaxed: the debt is a tally; who pays it is decided by the swap alone.
+        if dirty > self.foreground {
+            let debt = self.debt.swap(0, Ordering::Relaxed) / MILLI;
+            return Some((2 * pages).max(run::MAX_RUN) + debt);
+        }
+        let span = (self.foreground - self.freerun).max(1);
+        let share = (2 * pages * MILLI).saturating_mul(dirty.saturating_sub(self.freerun).min(span)) / span;
+        let owed = self.debt.fetch_add(share, Ordering::Relaxed) + share;
+        if owed < run::MAX_RUN * MILLI {
+            return None;
+        }
+        let debt = self.debt.swap(0, Ordering::Relaxed) / MILLI;
+        (debt > 0).then_some(debt)
     }
 
     /// Current dirty page count.

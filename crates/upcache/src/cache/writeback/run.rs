@@ -380,24 +380,25 @@ impl CacheInner {
         }
     }
 
-    /// Called by a writer before it writes, with no locks held. Past the foreground threshold
-    /// the writer writes back pages itself instead of waiting (dflush), or, with
-    /// `FlushKind::Background`, sleeps until the flushers have done it.
+    /// Called by a writer before it writes, with no locks held. Past freerun the writer
+    /// writes back pages itself instead of waiting (dflush), in proportion (`Writeback::owed`),
+    /// or, with `FlushKind::Background`, sleeps past the foreground threshold until the
+    /// flushers have brought the count under it.
     pub(crate) fn balance_dirty(&self, pages_to_dirty: usize) {
         let wb = &self.writeback;
         let dirty = wb.dirty();
         if dirty > wb.background {
             wb.kick_flushers();
         }
-        if dirty > wb.foreground {
-            match self.config.flush {
-                FlushKind::Background => wb.throttle(),
-                FlushKind::Direct => {
-                    // Twice what it is about to dirty, so writers pay back more than they add;
-                    // not a whole request's worth, which made each 4 KiB random write past
-                    // the threshold write 1024 scattered pages first.
-                    let quota = (2 * pages_to_dirty).max(MAX_RUN);
-                    let n = self.flush_dirty(quota, wb.foreground);
+        if dirty <= wb.freerun {
+            return;
+        }
+        match self.config.flush {
+            FlushKind::Background if dirty > wb.foreground => wb.throttle(),
+            FlushKind::Background => {}
+            FlushKind::Direct => {
+                if let Some(quota) = wb.owed(pages_to_dirty, dirty) {
+                    let n = self.flush_dirty(quota, wb.freerun);
                     self.metrics.dflush_pages.add(n as u64);
                 }
             }
