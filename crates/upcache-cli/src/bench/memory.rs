@@ -147,7 +147,9 @@ impl Engine for MemoryEngine {
     #[inline]
     fn write(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
         // SAFETY: as in `read_all`, copying the other way.
-        self.locked(file, offset, buf.len(), |p| unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, buf.len()) })
+        self.locked(file, offset, buf.len(), |p| unsafe {
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), p, buf.len())
+        })
     }
 
     fn settle(&mut self, _warm: bool) -> Result<()> {

@@ -176,6 +176,7 @@ impl CacheInner {
         let key = PageKey { file: file.id, page };
         loop {
             let id = file.index.get(page)?;
+            self.frames.prefetch(id);
             let st = self.frames.state(id);
             match st.try_pin() {
                 Ok(_) => {}

@@ -69,7 +69,12 @@ impl Node {
 
     /// The slot `page` goes through in this node.
     pub(super) fn slot(&self, page: u64) -> &AtomicPtr<Node> {
-        let i = if self.shift >= 64 { 0 } else { (page >> self.shift) & MASK };
+        self.slot_at(page, self.shift)
+    }
+
+    /// As `slot`, with the node's shift given by the caller (who knows it from the parent's).
+    pub(super) fn slot_at(&self, page: u64, shift: u32) -> &AtomicPtr<Node> {
+        let i = if shift >= 64 { 0 } else { (page >> shift) & MASK };
         &self.slots[i as usize]
     }
 

@@ -122,9 +122,14 @@ impl Tree {
         if !n.covers(page) {
             return None;
         }
+        // A child's shift is its parent's minus BITS (fixed at creation), so below the root
+        // the walk knows each node's shift without reading it: a lookup touches one line of
+        // each node, its slot's, instead of also the header's (half the cache misses of a
+        // lookup in a large file, bench/RESULTS.md, issue 18).
+        let mut shift = n.shift;
         loop {
-            let slot = n.slot(page);
-            if n.is_leaf() {
+            let slot = n.slot_at(page, shift);
+            if shift == 0 {
                 return Some(LeafSlot { leaf: n, slot });
             }
             let c = slot.load(Ordering::Acquire);
@@ -132,6 +137,8 @@ impl Tree {
                 return None;
             }
             n = self.node(c, guard);
+            shift -= BITS;
+            debug_assert_eq!(n.shift, shift, "a child's shift is its parent's minus BITS");
         }
     }
 
