@@ -256,3 +256,69 @@ fn a_write_past_the_devices_capacity_fails_at_write_time() {
     f.read_exact_at(&mut back, 0).unwrap();
     assert!(back == data[..at]);
 }
+
+#[test]
+fn queued_reads_on_a_mixed_array_return_the_data_and_each_fault_under_its_tag() {
+    use upcache::io::layout::{LayoutKind, StripeLayout};
+    let tmp = tempfile::tempdir().unwrap();
+    // Two simulated devices with real latency and a few channels, two file devices: queued
+    // reads are booked on the simulated ones and go to the engine's queue on the others.
+    let slow = |seed| {
+        SimDevice::new(SimConfig {
+            channels: 2,
+            read_latency: Duration::from_micros(200),
+            gc_every: 0,
+            seed,
+            ..SimConfig::default()
+        })
+        .unwrap()
+    };
+    let sims = [slow(11), slow(12)];
+    const PAGES: u64 = 256;
+    let data = common::pattern(13, PAGES as usize * 4096);
+    {
+        let cache = Cache::create(config(tmp.path(), &sims, 64)).unwrap();
+        cache.create_file("f").unwrap().write_all_at(&data, 0).unwrap();
+    }
+    // 64 frames for 256 pages: most queued reads miss and reach the devices.
+    let cache = Cache::open(config(tmp.path(), &sims, 64)).unwrap();
+    let f = cache.open_file("f").unwrap();
+    let layout = StripeLayout::new(4096, 2 * 4096, 4, LayoutKind::default());
+    let run = |fail_device_0: bool| {
+        let mut q = cache.queue(32).unwrap();
+        let mut out = Vec::new();
+        let mut x = 17u64;
+        for i in 0..PAGES {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let page = (i * 97 + (x >> 60)) % PAGES;
+            while q.in_flight() >= 32 {
+                q.wait(1, &mut out);
+            }
+            q.read(&f, page * 4096, vec![0u8; 4096], page).unwrap();
+        }
+        q.wait(usize::MAX, &mut out);
+        assert_eq!(out.len(), PAGES as usize);
+        let failed = out.iter().filter(|c| c.result.is_err()).count();
+        // Pages of device 0 not cached must have gone to it, and failed there.
+        assert_eq!(failed > 0, fail_device_0, "{failed} reads failed");
+        for c in out {
+            let at = c.tag as usize * 4096;
+            match c.result {
+                Ok(n) => {
+                    assert_eq!(n, 4096);
+                    assert!(c.buf[..] == data[at..at + 4096], "page {} has its own bytes", c.tag);
+                }
+                Err(e) => {
+                    assert!(fail_device_0, "page {}: {e}", c.tag);
+                    assert_eq!(layout.locate(c.tag).0, 0, "only pages of the failing device fail");
+                    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+                }
+            }
+        }
+    };
+    run(false);
+    sims[0].inject(Fault::EioAt { op: FaultOp::Read, start: 0, end: 1 << 30 });
+    run(true);
+    sims[0].clear_faults();
+    run(false);
+}

@@ -5,14 +5,17 @@
 //! devices books every request before waiting for the last, so its requests overlap across
 //! devices and channels as a real batch would.
 //!
-//! Simulated requests run in the calling thread; the engine's own asynchronous queues (which
-//! could not tell simulated files apart) are not offered, so queued reads run inline.
+//! Simulated requests run in the calling thread. Queued reads ([`SimQueue`]) are booked on
+//! their device when pushed (the bytes copied at once) and complete at their device time, so a
+//! queue keeps as many reads in flight across devices and channels as it has slots, as on
+//! real files; reads of other files go to the engine's own queue.
 
-use super::{IoEngine, IoQueue, IoReq};
+use super::{InlineQueue, IoEngine, IoQueue, IoReq, QueueCompletion};
 use crate::io::device::sim::SimDevice;
 use crate::io::device::BackingFile;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The routing engine over `inner`.
 pub struct SimRouted {
@@ -103,7 +106,96 @@ impl IoEngine for SimRouted {
         out
     }
 
-    fn queue(&self, _depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
-        None
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+        let inner = match self.inner.queue(depth) {
+            Some(Ok(q)) => q,
+            Some(Err(e)) => return Some(Err(e)),
+            None => Box::new(InlineQueue::new(self.inner.clone())),
+        };
+        Some(Ok(Box::new(SimQueue { inner, booked: Vec::with_capacity(depth) })))
+    }
+}
+
+/// A queue over a routed engine: reads of simulated files are booked on their device, the
+/// rest go to `inner`.
+pub struct SimQueue {
+    inner: Box<dyn IoQueue>,
+    /// Simulated reads booked and not reaped: when each completes, its tag and outcome.
+    booked: Vec<(Instant, u64, io::Result<usize>)>,
+}
+
+impl SimQueue {
+    /// Moves the booked reads complete at `now` to `out`; returns how many.
+    fn take_done(&mut self, now: Instant, out: &mut Vec<QueueCompletion>) -> usize {
+        let before = out.len();
+        let mut i = 0;
+        while i < self.booked.len() {
+            if self.booked[i].0 <= now {
+                let (_, tag, r) = self.booked.swap_remove(i);
+                out.push((tag, r));
+            } else {
+                i += 1;
+            }
+        }
+        out.len() - before
+    }
+}
+
+impl IoQueue for SimQueue {
+    unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
+        let Some(sim) = file.sim() else {
+            // SAFETY: the caller's contract, passed on unchanged.
+            return unsafe { self.inner.push_read(file, offset, bufs, len, tag) };
+        };
+        let mut slices: Vec<IoSliceMut<'_>> = bufs
+            .iter()
+            // SAFETY: the caller gives us each buffer for writes of `len` bytes until we report
+            // `tag`; the device copies into them now, before this call returns.
+            .map(|&b| IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, len) }))
+            .collect();
+        match sim.submit_read(file.file(), offset, &mut slices) {
+            Ok((n, done)) => self.booked.push((done, tag, Ok(n))),
+            Err(e) => self.booked.push((Instant::now(), tag, Err(e))),
+        }
+    }
+
+    fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
+        let min = min.min(self.outstanding());
+        let mut got = self.take_done(Instant::now(), out);
+        if self.inner.outstanding() > 0 {
+            let before = out.len();
+            // Without waiting while simulated reads can still end the wait.
+            let wait = if self.booked.is_empty() { min.saturating_sub(got) } else { 0 };
+            self.inner.reap(wait, out);
+            got += out.len() - before;
+        }
+        while got < min {
+            if self.booked.is_empty() {
+                let before = out.len();
+                self.inner.reap(min - got, out);
+                got += out.len() - before;
+                continue;
+            }
+            // Sleep until enough booked reads are done: the (min - got)-th earliest, or the
+            // earliest when the other queue may supply some.
+            self.booked.sort_unstable_by_key(|b| b.0);
+            let k = if self.inner.outstanding() > 0 { 0 } else { (min - got - 1).min(self.booked.len() - 1) };
+            let until = self.booked[k].0;
+            SimDevice::wait(until);
+            got += self.take_done(until.max(Instant::now()), out);
+            if self.inner.outstanding() > 0 {
+                let before = out.len();
+                self.inner.reap(0, out);
+                got += out.len() - before;
+            }
+        }
+    }
+
+    fn outstanding(&self) -> usize {
+        self.booked.len() + self.inner.outstanding()
+    }
+
+    fn set_submit_batch(&mut self, n: usize) {
+        self.inner.set_submit_batch(n);
     }
 }
