@@ -512,10 +512,11 @@ fn start_loads(
         return;
     }
     let file = req.file.inner().clone();
+    let mut ptrs = Vec::new();
     for run in cache.runs_of(&file, fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
         let members: Vec<usize> = fresh[run.members].to_vec();
-        let ptrs = cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id));
-        let bufs = ptrs.as_slice();
+        cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id), &mut ptrs);
+        let bufs = &ptrs[..];
         let tag = (slot as u64) << 32 | req.runs.len() as u64;
         req.runs.push((members, run.dev));
         req.loads += 1;

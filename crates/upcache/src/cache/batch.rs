@@ -11,7 +11,6 @@
 //! (`max_segments`), as the kernel's large folios allow it to be.
 
 use std::io::IoSliceMut;
-use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::page::{Commit, LockedPage};
@@ -97,21 +96,6 @@ pub(crate) enum AfterLoad {
     Unpin,
     /// Kept for the caller, who copies out of the page next.
     KeepPin,
-}
-
-/// Frame addresses for one request, on the stack and not zeroed first (a run of one page
-/// would otherwise clear 8 KiB).
-pub(crate) struct FramePtrs {
-    ptrs: [MaybeUninit<*mut u8>; MAX_RUN_PAGES],
-    len: usize,
-}
-
-impl FramePtrs {
-    /// The addresses filled in.
-    pub(crate) fn as_slice(&self) -> &[*mut u8] {
-        // SAFETY: the first `len` entries are initialized, and MaybeUninit<T> has T's layout.
-        unsafe { std::slice::from_raw_parts(self.ptrs.as_ptr().cast::<*mut u8>(), self.len) }
-    }
 }
 
 /// Fresh loads claimed by `load_missing` and not yet ended: undone if dropped.
@@ -216,16 +200,15 @@ impl CacheInner {
     }
 
     /// The frames `ids` (at most [`MAX_RUN_PAGES`]: more is a bug, and panics) as buffers
-    /// for an engine queue's `push_read`, without allocating.
-    pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>) -> FramePtrs {
-        let mut p = FramePtrs { ptrs: [MaybeUninit::uninit(); MAX_RUN_PAGES], len: 0 };
+    /// for an engine queue's `push_read`, in `out` (cleared first; the caller reuses it, so
+    /// a run costs no allocation and no 8 KiB array on the stack).
+    pub(crate) fn frame_ptrs(&self, ids: impl Iterator<Item = FrameId>, out: &mut Vec<*mut u8>) {
+        out.clear();
         for id in ids {
             // A longer run would end pages it never read (`runs` caps them).
-            assert!(p.len < MAX_RUN_PAGES, "a run of more than {MAX_RUN_PAGES} pages");
-            p.ptrs[p.len] = MaybeUninit::new(self.frames.ptr(id));
-            p.len += 1;
+            assert!(out.len() < MAX_RUN_PAGES, "a run of more than {MAX_RUN_PAGES} pages");
+            out.push(self.frames.ptr(id));
         }
-        p
     }
 
     /// Loads every page of `pages` that has no frame, with one request per run and one

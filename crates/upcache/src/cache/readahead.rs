@@ -116,13 +116,11 @@ impl CacheInner {
             // An error means no frame to spare: read ahead less.
             let full = self.claim_missing(file, start..chunk_end, &mut claimed).is_err();
             self.metrics.readahead_pages.add(claimed.len() as u64);
+            let mut ptrs = Vec::new();
             for run in self.runs_of(file, claimed.iter().copied()) {
                 let pages = claimed[run.members].to_vec();
-                let ptrs = self.frame_ptrs(pages.iter().map(|&(_, id)| id));
-                read(
-                    ClaimedRun { file: file.clone(), pages, dev: run.dev, offset: run.offset },
-                    ptrs.as_slice(),
-                );
+                self.frame_ptrs(pages.iter().map(|&(_, id)| id), &mut ptrs);
+                read(ClaimedRun { file: file.clone(), pages, dev: run.dev, offset: run.offset }, &ptrs);
             }
             if full {
                 return;
