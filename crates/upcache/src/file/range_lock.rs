@@ -12,7 +12,10 @@
 //! # Fast paths
 //! Most requests skip the queue: they publish their range and mode, packed in one word, in
 //! one of a few slots (8 per file) with one CAS. Every writer, fast or queued, is counted in
-//! `writers`, and every queued request in `queued`.
+//! `writers`, and every queued request in `queued`. `writers` is striped by slot (a fast
+//! writer counts itself in its slot's stripe, queued ones in stripe 0), so that writers of one
+//! file on different cores do not pass one counter's line back and forth on every write;
+//! readers check every stripe, which stay in their caches while no writer comes.
 //! - A shared request whose range is whole granules (4 KiB, the smallest page: every pin and
 //!   every page-aligned read) takes a slot if no writer (fast or queued) is counted.
 //! - An exclusive request (rounded out to granules) takes a slot if nothing is queued and no
@@ -27,7 +30,7 @@
 //! - fast reader (slot, then `writers`) against any writer (`writers`, then the slots): the
 //!   reader backs off to the queue, or the writer waits for (queued) or backs off from (fast)
 //!   the reader's range;
-//! - fast writer (`writers` and its slot, then `queued` and the slots) against a queued request
+//! - fast writer (its slot and its stripe of `writers`, then `queued` and the slots) against a queued request
 //!   (`queued`, then the slots) or another fast writer: the fast writer backs off, or the queued
 //!   request waits for its slot, or the other writer backs off (both may: then both queue).
 //!
@@ -103,6 +106,11 @@ const FAST_SLOTS: usize = 2;
 #[repr(align(128))]
 struct Slot(AtomicU64);
 
+/// One stripe of the writer count, on a line of its own like a slot.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe(AtomicU64);
+
 /// `start..end` packed for a slot, if it is whole granules and fits.
 fn pack(start: u64, end: u64, exclusive: bool) -> Option<u64> {
     if (start | end) & (GRANULE - 1) != 0 || end <= start {
@@ -124,9 +132,9 @@ fn unpack(w: u64) -> (u64, u64, bool) {
 pub struct RangeLock {
     queue: Mutex<Queue>,
     released: Condvar,
-    /// Exclusive requests queued or held, fast or not. While it is not zero, readers take
-    /// the queue.
-    writers: AtomicU64,
+    /// Exclusive requests queued or held, fast or not, by stripe: a fast writer in its slot's,
+    /// queued ones in stripe 0. While any is not zero, readers take the queue.
+    writers: [Stripe; FAST_SLOTS],
     /// Requests in the queue (waiting or held). While it is not zero, writers take the queue.
     queued: AtomicU64,
     fast: [Slot; FAST_SLOTS],
@@ -176,13 +184,24 @@ impl RangeLock {
         // request's half of the handshakes, module docs).
         self.queued.fetch_add(1, Ordering::Relaxed);
         if exclusive {
-            self.writers.fetch_add(1, Ordering::Relaxed);
+            self.writers[0].0.fetch_add(1, Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
         while !q.grantable(ticket) || self.fast_conflicts(None, start, end, exclusive) {
             q = sync::wait(&self.released, q);
         }
         RangeGuard { lock: self, held: Held::Queued { ticket, exclusive } }
+    }
+
+    /// Whether any writer is counted, in any stripe (`order` for each load).
+    fn writers_counted(&self, order: Ordering) -> bool {
+        self.writers.iter().any(|s| s.0.load(order) != 0)
+    }
+
+    /// Writers counted, over every stripe (for tests).
+    #[cfg(test)]
+    fn writer_count(&self) -> u64 {
+        self.writers.iter().map(|s| s.0.load(Ordering::SeqCst)).sum()
     }
 
     /// Publishes `word` in a free slot (the caller's half of a handshake still to come);
@@ -216,16 +235,12 @@ impl RangeLock {
         if self.queued.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        // Counted before the slot is published, so a fast reader that publishes after our
-        // fence sees the count (the guard takes it back).
-        // Relaxed: the fence below orders it.
-        self.writers.fetch_add(1, Ordering::Relaxed);
-        let Some(guard) = self.take_slot(word, true) else {
-            // Release: as when a guard drops. No one waits for a count without a slot.
-            self.writers.fetch_sub(1, Ordering::Release);
-            return None;
-        };
+        let guard = self.take_slot(word, true)?;
         let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
+        // Counted in our slot's stripe before the fence, so a fast reader that publishes after
+        // it sees the count (the guard takes it back).
+        // Relaxed: the fence below orders it.
+        self.writers[slot].0.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         // Acquire: reading the last queued writer's release (its count going down) makes
         // its bytes visible to us.
@@ -243,14 +258,14 @@ impl RangeLock {
     fn fast_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
         let word = pack(start, end, false)?;
         // Relaxed: a hint that skips the CAS while a writer is there; checked again below.
-        if self.writers.load(Ordering::Relaxed) != 0 {
+        if self.writers_counted(Ordering::Relaxed) {
             return None;
         }
         let guard = self.take_slot(word, false)?;
         fence(Ordering::SeqCst);
         // Acquire: reading the last writer's release (its count going down) makes its bytes
         // visible to us.
-        if self.writers.load(Ordering::Acquire) != 0 {
+        if self.writers_counted(Ordering::Acquire) {
             // A writer came: queue behind it instead (dropping the guard wakes it).
             drop(guard);
             return None;
@@ -299,14 +314,14 @@ impl RangeLock {
         // Relaxed: the fence orders them.
         self.queued.fetch_add(1, Ordering::Relaxed);
         if exclusive {
-            self.writers.fetch_add(1, Ordering::Relaxed);
+            self.writers[0].0.fetch_add(1, Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
         if self.fast_conflicts(None, start, end, exclusive) {
             // Release: as when a queued request leaves. No one waits for the counts to fall:
             // requests that saw them queued themselves and wait on the queue.
             if exclusive {
-                self.writers.fetch_sub(1, Ordering::Release);
+                self.writers[0].0.fetch_sub(1, Ordering::Release);
             }
             self.queued.fetch_sub(1, Ordering::Release);
             return None;
@@ -340,13 +355,16 @@ impl Drop for RangeGuard<'_> {
                 fence(Ordering::SeqCst);
                 if exclusive {
                     // Release: a fast reader that reads the lower count sees our bytes.
-                    lock.writers.fetch_sub(1, Ordering::Release);
+                    lock.writers[slot].0.fetch_sub(1, Ordering::Release);
                 }
                 // Relaxed (both): only decide whether to wake; the wake goes through the
                 // mutex. Queued writers wait for readers' slots; any queued request may wait
                 // for a writer's.
-                let waiter = if exclusive { &lock.queued } else { &lock.writers };
-                if waiter.load(Ordering::Relaxed) != 0 {
+                let waiting = match exclusive {
+                    true => lock.queued.load(Ordering::Relaxed) != 0,
+                    false => lock.writers_counted(Ordering::Relaxed),
+                };
+                if waiting {
                     // Through the mutex: a waiter between its check and its wait holds it.
                     drop(sync::lock(&lock.queue));
                     lock.released.notify_all();
@@ -361,7 +379,7 @@ impl Drop for RangeGuard<'_> {
                 lock.queued.fetch_sub(1, Ordering::Release);
                 if exclusive {
                     // Release: a fast reader that reads the lower count sees our bytes.
-                    lock.writers.fetch_sub(1, Ordering::Release);
+                    lock.writers[0].0.fetch_sub(1, Ordering::Release);
                 }
                 let waiters = !q.requests.is_empty();
                 drop(q);
@@ -442,7 +460,7 @@ mod tests {
         assert!(matches!(tail.held, Held::Queued { .. }));
         assert!(l.try_write(6 * G, 7 * G).is_none(), "inside the tail");
         drop((pin, w, tail));
-        assert_eq!((l.writers.load(Ordering::SeqCst), l.queued.load(Ordering::SeqCst)), (0, 0));
+        assert_eq!((l.writer_count(), l.queued.load(Ordering::SeqCst)), (0, 0));
         drop(l.write(0, u64::MAX));
     }
 
@@ -469,7 +487,7 @@ mod tests {
         drop(b);
         assert!(rx.recv().unwrap(), "the overlapping writer went through the queue");
         t.join().unwrap();
-        assert_eq!((l.writers.load(Ordering::SeqCst), l.queued.load(Ordering::SeqCst)), (0, 0));
+        assert_eq!((l.writer_count(), l.queued.load(Ordering::SeqCst)), (0, 0));
         assert!(l.fast.iter().all(|s| s.0.load(Ordering::SeqCst) == 0));
     }
 
@@ -506,7 +524,7 @@ mod tests {
     fn until_writers(l: &RangeLock, n: u64) {
         loop {
             let queued = sync::lock(&l.queue).requests.iter().filter(|r| r.exclusive).count() as u64;
-            if queued == n && l.writers.load(Ordering::SeqCst) == n {
+            if queued == n && l.writer_count() == n {
                 return;
             }
             thread::yield_now();
@@ -533,7 +551,7 @@ mod tests {
         rx.recv().unwrap();
         t.join().unwrap();
         drop(other);
-        assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+        assert_eq!(l.writer_count(), 0);
         assert!(matches!(l.read(G, 2 * G).held, Held::Fast { .. }), "fast again once the writer left");
     }
 
@@ -612,7 +630,7 @@ mod loom_models {
                 read_cell(&cell);
             }
             writer.join().unwrap();
-            assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+            assert_eq!(l.writer_count(), 0);
         });
     }
 
@@ -649,7 +667,7 @@ mod loom_models {
             }
             w1.join().unwrap();
             w2.join().unwrap();
-            assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+            assert_eq!(l.writer_count(), 0);
         });
     }
 
@@ -699,7 +717,7 @@ mod loom_models {
                 cell.with_mut(|p| unsafe { *p += 1 });
             }
             other.join().unwrap();
-            assert_eq!(l.writers.load(Ordering::SeqCst), 0);
+            assert_eq!(l.writer_count(), 0);
             assert_eq!(l.queued.load(Ordering::SeqCst), 0);
         });
     }
