@@ -73,6 +73,14 @@ pub struct MemoryEngine {
 }
 
 impl MemoryEngine {
+    /// `files` mappings of `size` bytes; reads touch a byte per page of `page_size` if `pin`.
+    fn new(files: usize, size: u64, pin: bool, page_size: usize) -> Result<Self> {
+        let Ok(len) = usize::try_from(size) else { bail!("--size is too large for memory") };
+        let files = (0..files).map(|_| Mapping::new(len)).collect::<Result<Vec<_>>>()?;
+        let stripes = (0..STRIPES).map(|_| Stripe(AtomicBool::new(false))).collect();
+        Ok(MemoryEngine { files, stripes, pin, page_size })
+    }
+
     /// Runs `f` on file `file`'s bytes `offset..offset + len`, holding the lock of every
     /// stripe its pages hash to; an error if the range is outside the mapping.
     fn locked<R>(&self, file: usize, offset: u64, len: usize, f: impl FnOnce(*mut u8) -> R) -> Result<R> {
@@ -112,10 +120,7 @@ impl MemoryEngine {
 
 impl Engine for MemoryEngine {
     fn setup(s: &Setup) -> Result<Self> {
-        let Ok(len) = usize::try_from(s.size) else { bail!("--size is too large for memory") };
-        let files = (0..s.files).map(|_| Mapping::new(len)).collect::<Result<Vec<_>>>()?;
-        let stripes = (0..STRIPES).map(|_| Stripe(AtomicBool::new(false))).collect();
-        Ok(MemoryEngine { files, stripes, pin: s.upcache.api == Api::Pin, page_size: s.upcache.page_size })
+        MemoryEngine::new(s.files, s.size, s.upcache.api == Api::Pin, s.upcache.page_size)
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -166,5 +171,45 @@ impl Engine for MemoryEngine {
 
     fn teardown(self, _keep: bool) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(api: Api) -> MemoryEngine {
+        MemoryEngine::new(2, 5 * 4096, api == Api::Pin, 4096).unwrap()
+    }
+
+    #[test]
+    fn files_hold_what_was_written_and_refuse_ops_past_their_size() {
+        let e = engine(Api::Copy);
+        let data: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i * 7 % 251) as u8).collect();
+        e.write(1, &data, 4096 - 9).unwrap();
+        let mut back = vec![0u8; data.len()];
+        e.read(1, &mut back, 4096 - 9).unwrap();
+        assert_eq!(back, data);
+        e.read(0, &mut back, 4096 - 9).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "files are apart");
+        assert!(e.write(0, &[1], 5 * 4096).is_err());
+        assert!(e.read(0, &mut [0u8; 2], 5 * 4096 - 1).is_err());
+    }
+
+    #[test]
+    fn the_pin_api_reads_one_byte_per_page() {
+        let e = engine(Api::Pin);
+        let data: Vec<u8> = (0..2 * 4096).map(|i| (i % 200 + 1) as u8).collect();
+        e.write(0, &data, 4096).unwrap();
+        let mut back = vec![0u8; 2 * 4096 - 100];
+        e.read(0, &mut back, 4096 + 100).unwrap();
+        // The first byte of the op, then the first byte of each next page.
+        let touched: Vec<usize> = back.iter().enumerate().filter(|(_, &b)| b != 0).map(|(i, _)| i).collect();
+        assert_eq!(touched, [0, 4096 - 100]);
+        assert_eq!(back[0], data[100]);
+        assert_eq!(back[4096 - 100], data[4096]);
+        let mut all = vec![0u8; data.len()];
+        e.read_all(0, &mut all, 4096).unwrap();
+        assert_eq!(all, data);
     }
 }
