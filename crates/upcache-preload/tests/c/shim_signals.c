@@ -178,6 +178,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
+    /* Every case expects its signal's default action: a shell without job control starts
+     * background commands with SIGINT and SIGQUIT ignored, which the children would inherit. */
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) signal(CASES[i].sig, SIG_DFL);
     /* A child that hangs (a fault looping in a handler) fails the run instead of hanging it. */
     signal(SIGALRM, on_watchdog);
     alarm(120);
