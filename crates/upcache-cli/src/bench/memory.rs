@@ -89,8 +89,10 @@ impl MemoryEngine {
             bail!("{len} bytes at {offset} are past the memory engine's {} bytes (it does not grow)", m.len);
         }
         // The stripes as a bit set, taken in ascending order so that two ops cannot deadlock.
-        let first = offset as usize / self.page_size + file * 7919;
-        let pages = (offset as usize + len.max(1) - 1) / self.page_size + file * 7919 - first + 1;
+        let first_page = offset as usize / self.page_size;
+        let pages = (offset as usize + len.max(1) - 1) / self.page_size - first_page + 1;
+        // Files' pages hash apart, so page 0 of every file is not one stripe.
+        let first = first_page + file * 7919;
         let mut set = [0u64; STRIPES / 64];
         for p in first..first + pages.min(STRIPES) {
             set[p % STRIPES / 64] |= 1 << (p % 64);

@@ -30,9 +30,10 @@
 //! - fast reader (slot, then `writers`) against any writer (`writers`, then the slots): the
 //!   reader backs off to the queue, or the writer waits for (queued) or backs off from (fast)
 //!   the reader's range;
-//! - fast writer (its slot and its stripe of `writers`, then `queued` and the slots) against a queued request
-//!   (`queued`, then the slots) or another fast writer: the fast writer backs off, or the queued
-//!   request waits for its slot, or the other writer backs off (both may: then both queue).
+//! - fast writer (its slot and its stripe of `writers`, then `queued` and the slots) against a
+//!   queued request (`queued`, then the slots) or another fast writer: the fast writer backs
+//!   off, or the queued request waits for its slot, or the other writer backs off (both may:
+//!   then both queue).
 //!
 //! A fast request that backs off frees its slot and takes the queue. Slots hold exact ranges
 //! (readers) or whole granules (writers), so a writer never waits for a disjoint reader (a

@@ -2,9 +2,9 @@
 //!
 //! Each flusher sleeps until the dirty count passes the background threshold, then writes back
 //! until the count falls a sixteenth under it; one of them also looks every expiry interval
-//! for files dirty for longer than the expiry (`cache/writeback/expire.rs`). With streams, flushers take files with dirty streams
-//! from the write-back list (`file/streams.rs`); without, they scan disjoint chunks of the
-//! frame table. Either way they write in parallel. They also run metadata-log checkpoints.
+//! for files dirty for longer than the expiry (`cache/writeback/expire.rs`). With streams,
+//! flushers take files with dirty streams from the write-back list (`file/streams.rs`);
+//! without, they scan disjoint chunks of the frame table. Either way they write in parallel. They also run metadata-log checkpoints.
 //! Kicked by a miss that found free frames running low, they also reclaim clean pages into the
 //! pool (`cache/placement/global.rs`). They work through [`FlushWork`].
 

@@ -16,7 +16,7 @@ use crate::sync::{self, Arc, Ordering};
 impl CacheInner {
     /// Writes back every file dirty for at least the expiry at `now_ms` (the write-back
     /// clock, `Writeback::now_ms`). Failures stick to their files, as with any write-back.
-    /// Returns the files written back.
+    /// Returns how many files had expired (written back now, or found cleaned meanwhile).
     pub(crate) fn write_back_expired(&self, now_ms: u64) -> usize {
         let expire = self.writeback.expire.as_millis() as u64;
         let expired = |f: &FileInner| {
@@ -96,7 +96,6 @@ mod tests {
         // Cleaned by the sync: nothing to write, and seen clean.
         assert_eq!(inner.write_back_expired(t0 + 30_000), 1);
         assert_eq!(f.inner().dirtied_at.load(Relaxed), 0);
-        f.inner().dirtied_at.store(0, Relaxed);
         f.write_all_at(b"c", 0).unwrap();
         let t1 = f.inner().dirtied_at.load(Relaxed);
         assert!(t1 >= t0, "a new age on the next dirtying");

@@ -139,6 +139,16 @@ impl SimQueue {
         }
         out.len() - before
     }
+
+    /// Reaps at least `min` reads of other files, if any are outstanding; returns how many.
+    fn reap_inner(&mut self, min: usize, out: &mut Vec<QueueCompletion>) -> usize {
+        if self.inner.outstanding() == 0 {
+            return 0;
+        }
+        let before = out.len();
+        self.inner.reap(min, out);
+        out.len() - before
+    }
 }
 
 impl IoQueue for SimQueue {
@@ -161,19 +171,10 @@ impl IoQueue for SimQueue {
 
     fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
         let min = min.min(self.outstanding());
-        let mut got = self.take_done(Instant::now(), out);
-        if self.inner.outstanding() > 0 {
-            let before = out.len();
-            // Without waiting while simulated reads can still end the wait.
-            let wait = if self.booked.is_empty() { min.saturating_sub(got) } else { 0 };
-            self.inner.reap(wait, out);
-            got += out.len() - before;
-        }
+        let mut got = self.take_done(Instant::now(), out) + self.reap_inner(0, out);
         while got < min {
             if self.booked.is_empty() {
-                let before = out.len();
-                self.inner.reap(min - got, out);
-                got += out.len() - before;
+                got += self.reap_inner(min - got, out);
                 continue;
             }
             // Sleep until enough booked reads are done: the (min - got)-th earliest, or the
@@ -182,12 +183,7 @@ impl IoQueue for SimQueue {
             let k = if self.inner.outstanding() > 0 { 0 } else { (min - got - 1).min(self.booked.len() - 1) };
             let until = self.booked[k].0;
             SimDevice::wait(until);
-            got += self.take_done(until.max(Instant::now()), out);
-            if self.inner.outstanding() > 0 {
-                let before = out.len();
-                self.inner.reap(0, out);
-                got += out.len() - before;
-            }
+            got += self.take_done(until.max(Instant::now()), out) + self.reap_inner(0, out);
         }
     }
 
