@@ -351,32 +351,6 @@ fn a_queued_read_racing_a_shrink_does_not_resurrect_bytes() {
     }
 }
 
-/// A queued read through the handle of a removed file fails and takes no frames with it.
-/// Found in review: it used to refill the dead file's frame list, which nothing drained.
-#[test]
-fn a_queued_read_of_a_removed_file_takes_no_frames() {
-    let tmp = tempfile::tempdir().unwrap();
-    // No write-back while g is written below: its pages all stay dirty, so nothing is
-    // evicted unless the free frames run out, which a leak of 50 frames makes them do.
-    let config = common::config(tmp.path(), 1, 4096, 6400)
-        .with_dirty_background_ratio(0.99)
-        .with_dirty_foreground_ratio(0.995);
-    let cache = Cache::create(config).unwrap();
-    let f = cache.create_file("f").unwrap();
-    f.write_all_at(&[1u8; 4 * 4096], 0).unwrap();
-    cache.sync().unwrap();
-    cache.remove_file("f").unwrap();
-    let mut q = cache.queue(4).unwrap();
-    q.read(&f, 0, vec![0u8; 4096], 1).unwrap();
-    let mut out = Vec::new();
-    q.wait(1, &mut out);
-    assert_eq!(out[0].result.as_ref().unwrap_err().kind(), ErrorKind::NotFound);
-    let g = cache.create_file("g").unwrap();
-    let before = cache.stats().evictions;
-    g.write_all_at(&vec![2u8; 6390 * 4096], 0).unwrap();
-    assert_eq!(cache.stats().evictions - before, 0, "frames leaked to the removed file");
-}
-
 #[test]
 fn every_engine_and_submission_model_is_the_one_asked_for() {
     for io in IoKind::ALL {

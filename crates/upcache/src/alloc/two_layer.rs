@@ -63,6 +63,14 @@ pub struct FileFrames {
     list: Mutex<Vec<FrameId>>,
 }
 
+impl FileFrames {
+    /// Frames in this cache now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.list).len()
+    }
+}
+
 /// The pool and the bookkeeping of the per-file caches.
 pub struct TwoLayer {
     regions: Box<[Region]>,
