@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# loom models of the frame state word (pin vs eviction, wake-ups, release, write-back lock), of
+# loom models of the frame state word (pin vs eviction, wake-ups, release, write-back lock,
+# borrowed readers vs content writers), of
 # the ccXArray radix tree (tests/loom.rs) and of the file write sequence that validates
 # lock-free reads (file/write_seq.rs). Exhaustive up to the preemption bound; seconds on 2
 # cores once built.

@@ -38,6 +38,24 @@ pub(crate) fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, 
     }
 }
 
+/// `cv.wait_timeout` (under loom, which has no clock, a plain wait: every model wakes it).
+pub(crate) fn wait_timeout<'a, T>(
+    cv: &Condvar,
+    g: MutexGuard<'a, T>,
+    timeout: std::time::Duration,
+) -> MutexGuard<'a, T> {
+    #[cfg(loom)]
+    {
+        let _ = timeout;
+        wait(cv, g)
+    }
+    #[cfg(not(loom))]
+    match cv.wait_timeout(g, timeout) {
+        Ok((g, _)) => g,
+        Err(poisoned) => poisoned.into_inner().0,
+    }
+}
+
 /// Lets other threads run while we wait for a short, bounded state change (a racing evictor
 /// finishing its detach, a stale pin being dropped).
 pub(crate) fn yield_now() {

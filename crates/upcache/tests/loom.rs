@@ -129,6 +129,99 @@ fn write_back_lock_and_writer_lock_exclude_each_other() {
     });
 }
 
+/// The bytes a frame's readers borrow and its content writer changes; loom's cell reports
+/// any access of one that races the other's.
+struct Bytes(loom::cell::UnsafeCell<u64>);
+
+// SAFETY: access goes through loom's cell, which checks every access against the others.
+unsafe impl Sync for Bytes {}
+
+impl Bytes {
+    fn read(&self) -> u64 {
+        // SAFETY: loom checks that no write races this read; the model fails if one does.
+        self.0.with(|p| unsafe { *p })
+    }
+
+    fn write(&self, v: u64) {
+        // SAFETY: as in `read`.
+        self.0.with_mut(|p| unsafe { *p = v })
+    }
+}
+
+/// A borrowed reader (`PageRef`'s hit: one CAS, no range lock) against a writer that takes the
+/// content lock: the reader reads whole values only, the writer never writes under a reader,
+/// and whichever waits is woken.
+#[test]
+fn a_borrowed_reader_and_a_content_writer_exclude_each_other() {
+    loom::model(|| {
+        let s = Arc::new(resident());
+        let waits = Arc::new(WaitTable::default());
+        let bytes = Arc::new(Bytes(loom::cell::UnsafeCell::new(1)));
+        let (s2, w2, b2) = (s.clone(), waits.clone(), bytes.clone());
+        let reader = thread::spawn(move || {
+            if s2.try_pin_reader().is_ok() {
+                let v = b2.read();
+                assert!(v == 1 || v == 2);
+                w2.unpin_reader(7, &s2);
+            }
+        });
+        s.try_pin().unwrap();
+        waits.lock_content(7, &s);
+        bytes.write(2);
+        let old = s.unlock(state::DIRTY, state::WRITING);
+        waits.wake_if_waiters(7, &s, old);
+        s.unpin();
+        reader.join().unwrap();
+        let w = s.load();
+        assert_eq!(w & (state::PIN_MASK | state::READER_MASK | LOCKED | state::WRITING), 0);
+    });
+}
+
+/// A reader that pinned the page first (`PageRef`'s locked path) waits for `WRITING` and then
+/// borrows the bytes, while a writer waits for an earlier reader to go and a write-back locks
+/// and unlocks the frame in between, leaving the writer's `WRITING` set.
+#[test]
+fn a_writer_waits_out_readers_across_a_write_back_and_a_late_reader_waits_for_it() {
+    loom::model(|| {
+        let s = Arc::new(resident());
+        let waits = Arc::new(WaitTable::default());
+        let bytes = Arc::new(Bytes(loom::cell::UnsafeCell::new(1)));
+        s.try_pin_reader().unwrap(); // an early reader, dropped by the flusher thread below
+        s.try_pin().unwrap(); // the late reader's pin
+        let (s2, w2, b2) = (s.clone(), waits.clone(), bytes.clone());
+        let late = thread::spawn(move || {
+            loop {
+                match s2.try_add_reader() {
+                    Ok(_) => break,
+                    Err(_) => {
+                        w2.wait_until(7, &s2, |w| w & state::WRITING == 0);
+                    }
+                }
+            }
+            assert!(b2.read() >= 1);
+            w2.unpin_reader(7, &s2);
+        });
+        let (s3, w3, b3) = (s.clone(), waits.clone(), bytes.clone());
+        let flusher = thread::spawn(move || {
+            if s3.try_lock() {
+                let _ = b3.read(); // write-back reads beside readers
+                let old = s3.unlock(0, 0);
+                w3.wake_if_waiters(7, &s3, old);
+            }
+            w3.unpin_reader(7, &s3); // the early reader goes
+        });
+        s.try_pin().unwrap();
+        waits.lock_content(7, &s);
+        bytes.write(2);
+        let old = s.unlock(state::DIRTY, state::WRITING);
+        waits.wake_if_waiters(7, &s, old);
+        s.unpin();
+        late.join().unwrap();
+        flusher.join().unwrap();
+        assert_eq!(s.load() & (state::PIN_MASK | state::READER_MASK | LOCKED | state::WRITING), 0);
+    });
+}
+
 // ---- ccXArray (index::radix::tree) ----
 //
 // Under loom a node has 4 slots (BITS = 2): a leaf spans 4 pages, a node of shift 2 spans 16,

@@ -219,3 +219,96 @@ fn a_pinned_page_never_changes_under_its_guard() {
     });
     assert_eq!(cache.pinned_frames(), 0);
 }
+
+/// Pins (a hit takes no range lock: a reader count in the frame, validated against the file's
+/// write sequence) against a thread that shrinks the file to a random length and writes it
+/// whole again: while a guard lives its page never changes and the file never ends inside
+/// it, so a guard never shows bytes past the end; what it shows is one write's bytes, cut by
+/// at most one shrink (a run of one value, then zeros).
+#[test]
+fn a_pinned_page_holds_off_shrinks_and_shows_nothing_past_the_end() {
+    const PAGES: u64 = 4;
+    const ROUNDS: u64 = 3000;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 64)).unwrap();
+    let f = cache.create_file("f").unwrap();
+    let size = PAGES * 4096;
+    f.write_all_at(&vec![1u8; size as usize], 0).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (f, done) = (&f, &done);
+        s.spawn(move || {
+            for i in 0..ROUNDS {
+                let cut = common::pattern(i, 8).iter().fold(0u64, |a, &b| a << 8 | b as u64) % size;
+                f.set_len(cut).unwrap();
+                f.write_all_at(&vec![(i % 250 + 2) as u8; size as usize], 0).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        s.spawn(move || {
+            let (mut pinned, mut i) = (0u64, 0u64);
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                i += 1;
+                let at = (i * 4099) % size;
+                let g = match f.pin(at) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+                        continue;
+                    }
+                };
+                pinned += 1;
+                let before = g.to_vec();
+                let v = before[0];
+                let run = before.iter().position(|&b| b != v).unwrap_or(before.len());
+                assert!(
+                    v != 0 && before[run..].iter().all(|&b| b == 0),
+                    "not one write cut once: {before:?}"
+                );
+                for _ in 0..3 {
+                    let end = g.offset() + g.len() as u64;
+                    assert!(f.len() >= end, "the file ends at {} inside a guard up to {end}", f.len());
+                    std::thread::yield_now();
+                }
+                assert!(g[..] == before[..], "a pinned page changed under its guard");
+            }
+            assert!(pinned > 0);
+        });
+    });
+    assert_eq!(cache.pinned_frames(), 0);
+}
+
+/// Pins racing `remove_file`: each pin either borrows the page whole and steady, or fails with
+/// NotFound; once one has failed so, no later pin succeeds; no frame stays pinned.
+#[test]
+fn pins_racing_a_removal_end_in_not_found_and_leave_no_pins() {
+    for round in 0..20u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::create(common::config(tmp.path(), 1, 4096, 64)).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&vec![7u8; 8 * 4096], 0).unwrap();
+        std::thread::scope(|s| {
+            let f = &f;
+            s.spawn(move || {
+                let mut gone = false;
+                for i in 0..2000u64 {
+                    match f.pin(((i + round) % 8) * 4096) {
+                        Ok(g) => {
+                            assert!(!gone, "a pin succeeded after one found the file removed");
+                            assert!(g.iter().all(|&b| b == 7));
+                            std::thread::yield_now();
+                            assert!(g.iter().all(|&b| b == 7), "a pinned page changed");
+                        }
+                        Err(e) => {
+                            assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+                            gone = true;
+                        }
+                    }
+                }
+            });
+            cache.remove_file("f").unwrap();
+        });
+        assert_eq!(f.pin(0).unwrap_err().kind(), ErrorKind::NotFound);
+        assert_eq!(cache.pinned_frames(), 0);
+    }
+}

@@ -5,7 +5,9 @@
 //! of an overlapping write and disjoint writes run in parallel. `set_len` takes everything
 //! from the smaller of the old and new lengths to the end exclusive. dflush runs before the
 //! range lock is taken; a miss may still write back a dirty eviction victim while holding
-//! one, which the lock order allows because write-back only try-locks frames.
+//! one, which the lock order allows because write-back only try-locks frames. `pin` takes
+//! no range lock on a hit: its guard is a reader in the frame's state word, which writers and
+//! shrinks wait for after taking their range (`FrameTable::lock_content`).
 
 use std::fmt;
 
@@ -200,11 +202,42 @@ impl File {
     pub fn pin(&self, offset: u64) -> Result<PageRef<'_>> {
         let ps = self.cache.config.page_size as u64;
         let start = offset - offset % ps;
-        let range = self.file.range.read(start, start.saturating_add(ps));
-        self.file.check_live()?;
-        let len = self.in_file(offset, start, ps)?;
-        let page = self.cache.page_for_read(&self.file, offset / ps, Lookup::HotFirst)?;
-        Ok(PageRef { page, _range: range, len, offset: start })
+        if let Some(hit) = self.pin_lock_free(offset, start, ps) {
+            return Ok(hit);
+        }
+        loop {
+            // The locked path: under the page's range shared, the length holds still and a
+            // miss loads in order with shrinks and removal (as `read_at` does).
+            let _range = self.file.range.read(start, start.saturating_add(ps));
+            self.file.check_live()?;
+            let len = self.in_file(offset, start, ps)?;
+            let page = self.cache.page_for_read(&self.file, offset / ps, Lookup::HotFirst)?;
+            if let Some(page) = page.into_reader() {
+                return Ok(PageRef { page, len, offset: start });
+            }
+        }
+    }
+
+    /// The pin API's hit: a reader of a resident page taken in one step on its frame, with no
+    /// range lock, validated like a lock-free read ([`super::write_seq`]): no change of the
+    /// file began or was in flight from before the lookup to after the length was read, so
+    /// the page, the length and `removed` were all as read at one instant. From then on the
+    /// reader count keeps writers, shrinks and removal away from the page. None if anything
+    /// was missing, in flight or changed: the caller takes the locked path.
+    fn pin_lock_free(&self, offset: u64, start: u64, ps: u64) -> Option<PageRef<'_>> {
+        let file = &*self.file;
+        let seq = file.writes.quiet()?;
+        // Acquire: pairs with `remove`'s Release store.
+        if file.removed.load(Ordering::Acquire) {
+            return None;
+        }
+        let page = self.cache.pin_reader(file, offset / ps)?;
+        // Acquire: pairs with the Release store of a length change.
+        let len = file.len.load(Ordering::Acquire);
+        if offset >= len || !file.writes.unchanged_since(seq) {
+            return None;
+        }
+        Some(PageRef { page, len: (len - start).min(ps) as usize, offset: start })
     }
 
     /// Takes the page holding byte `offset` for writing in place (see [`PageMut`]): its bytes
@@ -281,8 +314,9 @@ impl File {
                 }
                 Err(e) => return Err(e),
             };
-            // SAFETY: the frame is LOCKED by us, so no other thread writes it or writes it
-            // back; the range lock keeps readers of these bytes out. Both ranges are in bounds.
+            // SAFETY: the frame is LOCKED by us with no reader (`lock_content`), so no other
+            // thread writes it, writes it back or borrows it; the range lock keeps copying
+            // readers of these bytes out. Both ranges are in bounds.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     buf[c.at..c.at + c.len].as_ptr(),

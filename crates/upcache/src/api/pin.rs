@@ -1,30 +1,32 @@
 //! Zero-copy page access (ScalaCache's pin/unpin, seed 004 §5.1): borrow a cached page's
 //! bytes in place instead of copying them.
 //!
-//! [`PageRef`] holds the page's frame pinned (never evicted while held) and the page's byte
-//! range shared in the file's range lock, so writers of those bytes wait until it drops, as
-//! they wait for an overlapping `read_at`. [`PageMut`] holds the frame `LOCKED` and the range
-//! exclusive, and a write-sequence ticket (lock-free readers of the file retry meanwhile); it
-//! marks the page dirty when it drops. Both give only the bytes of the page that are inside the
-//! file, so nothing past the end of file can be changed (the zero invariant).
+//! [`PageRef`] holds the page's frame pinned (never evicted while held) and counted among its
+//! readers in the frame's state word, so whatever changes those bytes (a write, `pin_mut`, a
+//! shrink's zeroing) or drops the page (a shrink, `remove_file`, `evict`) waits until it drops,
+//! as it waits for an overlapping `read_at`. A hit takes no range lock: one CAS on the state
+//! word, validated against the file's write sequence like a lock-free read. [`PageMut`] holds
+//! the frame `LOCKED` (with no readers) and the range exclusive, and a write-sequence ticket
+//! (lock-free readers of the file retry meanwhile); it marks the page dirty when it drops. Both
+//! give only the bytes of the page that are inside the file, so nothing past the end of file
+//! can be changed (the zero invariant).
 //!
-//! A guard must not be held by a thread that then reads or writes an overlapping range of the
-//! same file: it would wait for itself, as with any lock. Nor should a thread that holds a
-//! guard wait for another range of the same file while a writer may want both: the range lock
-//! is fair, so the second request queues behind that writer, which waits for the guard (the
-//! classic hazard of taking two locks; take the pages you need first, or use `read_at`).
+//! A guard must not be held by a thread that then writes, shrinks, evicts or removes what it
+//! covers, or takes a `PageMut` of its page: it would wait for itself, as with any lock (reads
+//! and `sync` are fine). Nor should a thread that holds a guard wait for another range of the
+//! same file while a writer may want both: the writer may hold that range and wait for the
+//! guard, or queue ahead of the request (the range lock is fair) while it waits for the guard
+//! (the classic hazard of taking two locks; take the pages you need first, or use `read_at`).
 
 use std::ops::{Deref, DerefMut};
 
-use crate::cache::page::{Commit, LockedPage, PinnedPage};
+use crate::cache::page::{Commit, LockedPage, ReaderPage};
 use crate::file::range_lock::RangeGuard;
 use crate::file::write_seq::WriteTicket;
 
 /// A pinned page, readable in place. See the module docs.
 pub struct PageRef<'a> {
-    // Field order is drop order: unpin, then unlock the range.
-    pub(crate) page: PinnedPage<'a>,
-    pub(crate) _range: RangeGuard<'a>,
+    pub(crate) page: ReaderPage<'a>,
     pub(crate) len: usize,
     pub(crate) offset: u64,
 }
@@ -52,8 +54,9 @@ impl Deref for PageRef<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        // SAFETY: the pin keeps the frame on this page and VALID; the shared range lock keeps
-        // writers of these bytes out while the guard lives; `len` is at most the frame's size.
+        // SAFETY: the reader (a pin) keeps the frame on this page and VALID, and everything
+        // that changes its bytes waits for the readers to go (`FrameTable::lock_content`);
+        // `len` is at most the frame's size.
         unsafe { std::slice::from_raw_parts(self.page.ptr(), self.len) }
     }
 }
@@ -83,8 +86,9 @@ impl Deref for PageMut<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        // SAFETY: we hold the frame LOCKED (no other writer, no write-back) and the range
-        // exclusive (no reader); `len` is at most the frame's size. `page` is only taken in drop.
+        // SAFETY: we hold the frame LOCKED with no reader (`lock_content`: no other writer,
+        // no write-back, no PageRef) and the range exclusive (no copying reader); `len` is at
+        // most the frame's size. `page` is only taken in drop.
         unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
     }
 }

@@ -20,7 +20,7 @@ use std::io::IoSliceMut;
 use super::CacheInner;
 use crate::error::{Error, Result};
 use crate::file::FileInner;
-use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID};
+use crate::frame::state::{self, PinError, DIRTY, LOCKED, REFERENCED, VALID, WRITING};
 use crate::frame::{FrameId, PageKey};
 use crate::sync::Ordering;
 
@@ -79,9 +79,51 @@ impl PinnedPage<'_> {
     }
 }
 
+impl<'a> PinnedPage<'a> {
+    /// Turns the pin into a reader of the bytes in place (`PageRef`), once no thread changes
+    /// them (`WRITING`, which the caller's range lock makes short: only a thread that holds
+    /// an overlapping range sets it). None if the page was dropped from the frame meanwhile.
+    pub(crate) fn into_reader(self) -> Option<ReaderPage<'a>> {
+        let (cache, id) = (self.cache, self.id);
+        let st = cache.frames.state(id);
+        loop {
+            match st.try_add_reader() {
+                Ok(_) => {
+                    std::mem::forget(self); // the pin is the reader's now
+                    return Some(ReaderPage { cache, id });
+                }
+                Err(w) if w & VALID == 0 => return None, // unpinned by the drop of `self`
+                Err(_) => {
+                    cache.frames.waits.wait_until(id, st, |w| w & WRITING == 0 || w & VALID == 0);
+                }
+            }
+        }
+    }
+}
+
 impl Drop for PinnedPage<'_> {
     fn drop(&mut self) {
         self.cache.frames.state(self.id).unpin();
+    }
+}
+
+/// A valid page borrowed for reading in place: pinned and counted among the frame's readers,
+/// so nothing changes its bytes or drops it until the guard drops (`frame/state.rs`).
+pub(crate) struct ReaderPage<'a> {
+    cache: &'a CacheInner,
+    id: FrameId,
+}
+
+impl ReaderPage<'_> {
+    /// Start of the frame's bytes: readable while the guard lives.
+    pub(crate) fn ptr(&self) -> *const u8 {
+        self.cache.frames.ptr(self.id)
+    }
+}
+
+impl Drop for ReaderPage<'_> {
+    fn drop(&mut self) {
+        self.cache.frames.unpin_reader(self.id);
     }
 }
 
@@ -121,7 +163,7 @@ impl<'a> LockedPage<'a> {
     /// Unlocks the page as valid and clean, keeping the pin for reading.
     pub(crate) fn into_pinned(mut self) -> PinnedPage<'a> {
         self.committed = true;
-        self.cache.frames.unlock(self.id, VALID, 0);
+        self.cache.frames.unlock_content(self.id, VALID, 0);
         if self.fresh {
             self.file.index.mark_ready(self.page, self.id);
         }
@@ -140,7 +182,7 @@ impl<'a> LockedPage<'a> {
             self.cache.account_dirtied(self.file, self.page);
         }
         let set = if dirty { VALID | DIRTY } else { VALID };
-        self.cache.frames.unlock(self.id, set, 0);
+        self.cache.frames.unlock_content(self.id, set, 0);
         if self.fresh {
             // Still pinned, so the frame cannot have left the page: lock-free readers may
             // now copy from it.
@@ -158,7 +200,7 @@ impl Drop for LockedPage<'_> {
         if self.fresh {
             self.cache.abort_load(self.file, self.page, self.id);
         } else {
-            self.cache.frames.unlock(self.id, 0, 0);
+            self.cache.frames.unlock_content(self.id, 0, 0);
             self.cache.frames.state(self.id).unpin();
         }
     }
@@ -196,6 +238,25 @@ impl CacheInner {
             }
             return Some(id);
         }
+    }
+
+    /// A writer's hit in one step on the frame's state word (pin, `LOCKED` and `WRITING` in
+    /// one CAS) when the page is resident, valid and free: one atomic operation fewer than a
+    /// pin and then a lock. None otherwise; the caller takes the general path.
+    fn lock_entry(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+        let id = file.index.get(page)?;
+        self.frames.prefetch(id);
+        if !self.frames.state(id).try_pin_lock_content() {
+            return None;
+        }
+        // Has the page moved? Then we locked another page's frame for a moment: give it back.
+        if self.frames.key(id) != (PageKey { file: file.id, page }) {
+            self.frames.unlock_content(id, 0, 0);
+            self.frames.state(id).unpin();
+            return None;
+        }
+        self.placement.on_hit(id);
+        Some(id)
     }
 
     /// Pins the frame that holds `page` of `file`, if one does and is (or becomes) valid.
@@ -238,6 +299,39 @@ impl CacheInner {
         Some(id)
     }
 
+    /// A reader of `page` of `file` if it is resident and valid and no thread is changing it,
+    /// in one step on the frame's state word: the pin API's hit, which takes no range lock.
+    /// Tries the thread's hot index first, as `lookup_pinned_hot`. None otherwise, including
+    /// when the index entry is stale; the caller takes the locked path, which sorts it out.
+    pub(crate) fn pin_reader<'a>(&'a self, file: &FileInner, page: u64) -> Option<ReaderPage<'a>> {
+        let key = PageKey { file: file.id, page };
+        let me = self as *const CacheInner as usize;
+        let from_hot = super::hot::get(me, file.id, page).filter(|&id| (id as usize) < self.frames.len());
+        let id = match from_hot {
+            Some(id) => id,
+            None => {
+                let id = file.index.get(page)?;
+                self.frames.prefetch(id);
+                id
+            }
+        };
+        self.frames.state(id).try_pin_reader().ok()?;
+        // From here the guard drops the reader on every way out.
+        let reader = ReaderPage { cache: self, id };
+        // Has the page moved? The frame may have been re-assigned after the lookup.
+        if self.frames.key(id) != key {
+            return None;
+        }
+        self.placement.on_hit(id);
+        self.metrics.hits.add(1);
+        if from_hot.is_some() {
+            self.metrics.hot_hits.add(1);
+        } else {
+            super::hot::put(me, file.id, page, id);
+        }
+        Some(reader)
+    }
+
     /// The page pinned, if resident, looked up per `lookup`.
     fn lookup_per(&self, lookup: Lookup, file: &FileInner, page: u64) -> Option<FrameId> {
         match lookup {
@@ -273,10 +367,16 @@ impl CacheInner {
         fill: Fill,
         lookup: Lookup,
     ) -> Result<LockedPage<'a>> {
+        if lookup == Lookup::Index {
+            if let Some(id) = self.lock_entry(file, page) {
+                self.metrics.hits.add(1);
+                return Ok(LockedPage { cache: self, file, page, id, fresh: false, committed: false });
+            }
+        }
         loop {
             let found = self.lookup_per(lookup, file, page);
             if let Some(id) = found {
-                self.frames.lock_pinned(id);
+                self.frames.lock_content(id);
                 self.metrics.hits.add(1);
                 return Ok(LockedPage { cache: self, file, page, id, fresh: false, committed: false });
             }
@@ -398,8 +498,9 @@ impl CacheInner {
         })
     }
 
-    /// Drops the clean resident pages `first..end` of `file` (dirty ones stay). The caller
-    /// holds that range of the file exclusive, so no reader or writer is pinning them.
+    /// Drops the clean resident pages `first..end` of `file` (dirty ones stay), after their
+    /// borrowed readers (`PageRef`) are done. The caller holds that range of the file
+    /// exclusive, so no copying reader or writer is pinning them.
     pub(crate) fn drop_clean_pages(&self, file: &FileInner, first: u64, end: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first) {
@@ -410,20 +511,21 @@ impl CacheInner {
                 continue; // evicted meanwhile, or re-assigned
             }
             let st = self.frames.state(id);
-            self.frames.lock_pinned(id); // waits out a write-back in flight
+            self.frames.lock_content(id); // waits out a write-back in flight, and readers
             if st.load() & DIRTY != 0 || !file.index.remove_if(page, id) {
-                self.frames.unlock(id, 0, 0);
+                self.frames.unlock_content(id, 0, 0);
                 st.unpin();
                 continue;
             }
-            let old = st.unlock(0, VALID | REFERENCED);
+            let old = st.unlock(0, VALID | REFERENCED | WRITING);
             self.frames.waits.wake_if_waiters(id, st, old);
             self.release_frame(file, id);
         }
     }
 
-    /// Drops every cached page of `file` from `first_page` on, discarding dirty data. The
-    /// caller holds the file's range lock over those pages exclusively.
+    /// Drops every cached page of `file` from `first_page` on, discarding dirty data, after
+    /// their borrowed readers are done. The caller holds the file's range lock over those
+    /// pages exclusively.
     pub(crate) fn drop_pages_from(&self, file: &FileInner, first_page: u64) {
         let key = |page| PageKey { file: file.id, page };
         for (page, id) in file.index.entries_from(first_page) {
@@ -431,14 +533,14 @@ impl CacheInner {
                 continue; // evicted (clean, its entry going away) or re-assigned
             }
             let st = self.frames.state(id);
-            self.frames.lock_pinned(id); // waits out a write-back in flight
+            self.frames.lock_content(id); // waits out a write-back in flight, and readers
             if !file.index.remove_if(page, id) {
                 // Someone else took it out of the index (a failed load undoing itself).
-                self.frames.unlock(id, 0, 0);
+                self.frames.unlock_content(id, 0, 0);
                 st.unpin();
                 continue;
             }
-            let old = st.unlock(0, VALID | DIRTY | REFERENCED);
+            let old = st.unlock(0, VALID | DIRTY | REFERENCED | WRITING);
             self.frames.waits.wake_if_waiters(id, st, old);
             if old & DIRTY != 0 {
                 self.account_cleaned(file, 1);

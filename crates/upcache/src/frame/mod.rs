@@ -265,8 +265,31 @@ impl FrameTable {
         self.waits.wake_if_waiters(id, self.state(id), old);
     }
 
+    /// Takes `LOCKED` and `WRITING` on a frame the caller has pinned, to change its bytes or
+    /// drop its page: sleeps while another thread holds `LOCKED` or readers borrow the bytes
+    /// (no new reader comes meanwhile). Release it with [`Self::unlock_content`].
+    ///
+    /// A thread that holds a reader of the frame must not call this: it would wait for itself.
+    pub fn lock_content(&self, id: FrameId) {
+        self.waits.lock_content(id, self.state(id));
+    }
+
+    /// Releases what [`Self::lock_content`] took, as [`Self::unlock`] does, waking readers
+    /// that wait for `WRITING` to clear.
+    pub fn unlock_content(&self, id: FrameId, set: u64, clear: u64) {
+        self.unlock(id, set, clear | state::WRITING);
+    }
+
+    /// Drops a reader taken by [`FrameState::try_pin_reader`] or `try_add_reader`, with its
+    /// pin, waking a writer that waits for the last one.
+    pub fn unpin_reader(&self, id: FrameId) {
+        self.waits.unpin_reader(id, self.state(id));
+    }
+
     /// Takes `LOCKED` on a frame the caller has pinned, sleeping while another thread holds
-    /// it. The pin keeps the frame owned, so `try_lock` can only fail on `LOCKED`.
+    /// it, whatever the readers: only to change bytes past the end of file, which no reader
+    /// sees (a plain file's tail growing). The pin keeps the frame owned, so `try_lock` can
+    /// only fail on `LOCKED`.
     pub fn lock_pinned(&self, id: FrameId) {
         loop {
             if self.state(id).try_lock() {

@@ -3,7 +3,8 @@
 //! Like the kernel's `page_wait_table`, a small table of (mutex, condvar) pairs is shared by
 //! all frames, hashed by frame id. A waiter sets `WAITERS` in the frame's state word and
 //! re-checks its condition under the bucket mutex before sleeping; the thread that releases
-//! `LOCKED` sees `WAITERS` in the word it replaced and wakes the bucket. Because the waker
+//! `LOCKED` (or `WRITING`, or the last reader) sees `WAITERS` in the word it replaced and
+//! wakes the bucket. Because the waker
 //! takes the bucket mutex before notifying, a waiter that saw the old state is already asleep
 //! (or has not yet re-checked) and cannot miss the wake-up. There are 256 buckets. Every
 //! waiter holds a pin on the frame it waits for, so the frame cannot be re-assigned to another
@@ -19,7 +20,7 @@
 //! A bucket mutex is a leaf: nothing else is taken while it is held.
 
 use super::arena::FrameId;
-use super::state::{FrameState, WAITERS};
+use super::state::{FrameState, LOCKED, READER_MASK, WAITERS};
 use crate::sync::{self, Condvar, Mutex};
 
 const BUCKETS: usize = 256;
@@ -90,6 +91,53 @@ impl WaitTable {
                 return w;
             }
             g = sync::wait(cv, g);
+        }
+    }
+
+    /// [`Self::wait_until`] for at most about `timeout` (one sleep, ended early by a wake-up
+    /// of the frame); returns the word as it then is, whether or not `done` holds.
+    pub fn wait_until_for(
+        &self,
+        id: FrameId,
+        state: &FrameState,
+        done: impl Fn(u64) -> bool,
+        timeout: std::time::Duration,
+    ) -> u64 {
+        let w = state.load();
+        if done(w) {
+            return w;
+        }
+        #[cfg(not(loom))]
+        if self.buckets.is_empty() {
+            let w = state.mark_waiter();
+            if !done(w) {
+                crate::shm::futex::wait(state.low_half(), w as u32, timeout);
+            }
+            return state.load();
+        }
+        #[cfg(loom)]
+        let _ = timeout;
+        let (m, cv) = self.bucket(id);
+        let g = sync::lock(m);
+        // As in `wait_until`: WAITERS set under the bucket mutex, which the waker takes.
+        if !done(state.mark_waiter()) {
+            let _g = sync::wait_timeout(cv, g, timeout);
+        }
+        state.load()
+    }
+
+    /// [`FrameState::try_lock_content`] until it succeeds, sleeping meanwhile until the
+    /// readers are gone and `LOCKED` is free (see `FrameTable::lock_content`).
+    pub fn lock_content(&self, id: FrameId, state: &FrameState) {
+        while state.try_lock_content().is_err() {
+            self.wait_until(id, state, |w| w & (LOCKED | READER_MASK) == 0);
+        }
+    }
+
+    /// [`FrameState::unpin_reader`], waking whoever waits for the last reader to go.
+    pub fn unpin_reader(&self, id: FrameId, state: &FrameState) {
+        if let Some(old) = state.unpin_reader() {
+            self.wake_if_waiters(id, state, old);
         }
     }
 

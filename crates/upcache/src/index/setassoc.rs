@@ -45,7 +45,7 @@
 
 use super::PageIndex;
 use crate::choice::choice;
-use crate::frame::state::{ClaimResult, UNOWNED};
+use crate::frame::state::{ClaimResult, LOCKED, UNOWNED};
 use crate::frame::{FrameId, FrameTable};
 use crate::sync::{lock, Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
@@ -120,8 +120,9 @@ pub enum Claim {
     },
     /// No clean frame could be claimed; this dirty one could be, after write-back.
     Dirty(FrameId),
-    /// Every frame of the set is pinned or under I/O.
-    Full,
+    /// Every frame of the set is pinned or under I/O; one under I/O (`LOCKED`), if any, to
+    /// wait for.
+    Full(Option<FrameId>),
 }
 
 /// The page sets of a cache.
@@ -282,7 +283,10 @@ impl SetTable {
         }
         match self.pick_victim(&mut s, frames) {
             Ok(way) => self.take(&mut s, way, file, page, true),
-            Err(dirty) => dirty.map_or(Claim::Full, |w| Claim::Dirty(s.frames[w])),
+            Err(Some(w)) => Claim::Dirty(s.frames[w]),
+            Err(None) => {
+                Claim::Full(s.frames.iter().copied().find(|&id| frames.state(id).load() & LOCKED != 0))
+            }
         }
     }
 
@@ -604,7 +608,7 @@ mod tests {
                             prop_assert!(st.try_lock_dirty());
                             frames.unlock(f, 0, DIRTY);
                         }
-                        Claim::Full => {}
+                        Claim::Full(_) => {}
                     },
                     Op::Remove(p) => {
                         let want = model.get(&p).copied();

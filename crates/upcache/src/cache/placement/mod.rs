@@ -15,6 +15,7 @@ use super::CacheInner;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
+use crate::frame::state::LOCKED;
 use crate::frame::FrameId;
 use crate::index::{IndexKind, PageIndex};
 use crate::policy::GcProbe;
@@ -22,6 +23,9 @@ use crate::policy::GcProbe;
 /// Consecutive idle eviction sweeps (every frame pinned or under I/O) before a miss gives up
 /// with `CacheFull`.
 const IDLE_SWEEPS_BEFORE_FULL: u32 = 10_000;
+/// Longest sleep of a miss on one frame under I/O in a full set (`EvictionRetries::wait_for`):
+/// with `IDLE_SWEEPS_BEFORE_FULL`, about 10 s of a set that stays locked before `CacheFull`.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 /// Failed write-backs of dirty victims before a miss gives up with the device's error.
 const FAILED_WRITEBACKS_BEFORE_ERROR: u32 = 8;
 
@@ -111,6 +115,22 @@ impl EvictionRetries {
     pub(crate) fn wait(&mut self) {
         self.idle += 1;
         crate::sync::yield_now();
+    }
+
+    /// A sweep found every candidate pinned or under I/O: sleeps until the I/O of `busy` (a
+    /// candidate that was `LOCKED`) ends, or for `BUSY_WAIT` at most, so a miss waits out a
+    /// write-back run over its whole set instead of spinning; without one, as [`Self::wait`].
+    /// Either way one idle sweep, so a set held by pins that never go still fails in bounded
+    /// time.
+    pub(crate) fn wait_for(&mut self, cache: &CacheInner, busy: Option<FrameId>) {
+        let Some(id) = busy else { return self.wait() };
+        self.idle += 1;
+        let st = cache.frames.state(id);
+        // The pin keeps the frame from moving while we sleep on it (the wait table's rule).
+        if st.try_pin().is_ok() {
+            cache.frames.waits.wait_until_for(id, st, |w| w & LOCKED == 0, BUSY_WAIT);
+            st.unpin();
+        }
     }
 
     pub(crate) fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {

@@ -7,7 +7,7 @@
 
 use super::{EvictionRetries, Placement};
 use crate::cache::CacheInner;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::{FrameId, PageKey};
 use crate::index::setassoc::{Claim, Merge, SetAssocIndex, SetPolicy, SetTable};
@@ -23,14 +23,17 @@ impl SetPlacement {
     pub(crate) fn new(frames: usize, ways: usize, policy: SetPolicy) -> Self {
         SetPlacement { sets: Arc::new(SetTable::new(frames, ways, policy)) }
     }
-}
 
-impl Placement for SetPlacement {
-    fn new_index(&self, file: u64) -> Box<dyn PageIndex> {
-        Box::new(SetAssocIndex::new(self.sets.clone(), file))
-    }
-
-    fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
+    /// A frame for `page` in its set, for a caller that holds the fresh loads `own` (a
+    /// batch): a set full of those gives up at once with `CacheFull` rather than wait for
+    /// them, which the caller itself must finish.
+    fn claim_beside(
+        &self,
+        cache: &CacheInner,
+        file: &FileInner,
+        page: u64,
+        own: &[(u64, FrameId)],
+    ) -> Result<Option<FrameId>> {
         let mut retries = EvictionRetries::default();
         let id = loop {
             match self.sets.claim(file.id, page, &cache.frames) {
@@ -43,7 +46,13 @@ impl Placement for SetPlacement {
                     break frame;
                 }
                 Claim::Dirty(victim) => retries.write_back(cache, victim)?,
-                Claim::Full => retries.wait(),
+                Claim::Full(Some(busy)) if own.iter().any(|&(_, id)| id == busy) => {
+                    return Err(Error::new(
+                        ErrorKind::CacheFull,
+                        format!("page {page}'s set is full of this batch's own loads"),
+                    ));
+                }
+                Claim::Full(busy) => retries.wait_for(cache, busy),
             }
             retries
                 .give_up_if_stuck(|| format!("every frame of page {page}'s set is pinned or under I/O"))?;
@@ -51,6 +60,16 @@ impl Placement for SetPlacement {
         cache.frames.set_key(id, PageKey { file: file.id, page });
         cache.frames.state(id).assign_locked();
         Ok(Some(id))
+    }
+}
+
+impl Placement for SetPlacement {
+    fn new_index(&self, file: u64) -> Box<dyn PageIndex> {
+        Box::new(SetAssocIndex::new(self.sets.clone(), file))
+    }
+
+    fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
+        self.claim_beside(cache, file, page, &[])
     }
 
     fn claim_missing(
@@ -66,7 +85,7 @@ impl Placement for SetPlacement {
             if file.index.peek(page).is_some() {
                 continue;
             }
-            if let Some(id) = self.claim(cache, file, page)? {
+            if let Some(id) = self.claim_beside(cache, file, page, out)? {
                 out.push((page, id));
             }
         }
