@@ -40,6 +40,9 @@ pub enum EngineKind {
     /// The limit: each file in one anonymous huge-page mapping, each op one copy (or one
     /// byte per page with `--api pin`); nothing is durable. No cache's hits can beat it.
     Memory,
+    /// The limit of a cache's design: `Memory` with each page found through a flat index into
+    /// a shuffled arena, and pinned per page with `--api pin` (`bench/memory.rs`).
+    MemoryIndexed,
 }
 
 impl EngineKind {
@@ -51,6 +54,7 @@ impl EngineKind {
             EngineKind::Dontcache => "dontcache",
             EngineKind::Shared => "shared",
             EngineKind::Memory => "memory",
+            EngineKind::MemoryIndexed => "memory-indexed",
         }
     }
 }

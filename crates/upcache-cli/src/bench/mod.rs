@@ -589,6 +589,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 EngineKind::Dontcache => run_engine::<DontcacheEngine>(kind, &plan, &base, run),
                 EngineKind::Shared => run_engine::<SharedEngine>(kind, &plan, &base, run),
                 EngineKind::Memory => run_engine::<memory::MemoryEngine>(kind, &plan, &base, run),
+                EngineKind::MemoryIndexed => {
+                    run_engine::<memory::IndexedMemoryEngine>(kind, &plan, &base, run)
+                }
             }
             .with_context(|| format!("{} engine (run {run})", kind.name()))?;
             reports.push(r);

@@ -311,6 +311,9 @@ impl Cache {
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
         let open = sync::read(&inner.files).get(&e.id).cloned();
         let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
+        // Lock-free reads and pins (which take no range) fail their validation from here on and
+        // wait on the range, then find the file removed; they do not start on a dying file.
+        let _change = open.as_ref().map(|f| f.writes.begin());
         // The log first: if it cannot be written, the file stays whole and usable.
         let removed = Record::Remove { id: e.id, name: name.to_owned() };
         ns.apply(&removed);

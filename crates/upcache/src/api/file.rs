@@ -231,12 +231,13 @@ impl File {
         if file.removed.load(Ordering::Acquire) {
             return None;
         }
-        let page = self.cache.pin_reader(file, offset / ps)?;
+        let (page, hot) = self.cache.pin_reader(file, offset / ps)?;
         // Acquire: pairs with the Release store of a length change.
         let len = file.len.load(Ordering::Acquire);
         if offset >= len || !file.writes.unchanged_since(seq) {
             return None;
         }
+        self.cache.count_reader_hit(&page, hot);
         Some(PageRef { page, len: (len - start).min(ps) as usize, offset: start })
     }
 

@@ -11,12 +11,13 @@
 //! give only the bytes of the page that are inside the file, so nothing past the end of file
 //! can be changed (the zero invariant).
 //!
-//! A guard must not be held by a thread that then writes, shrinks, evicts or removes what it
-//! covers, or takes a `PageMut` of its page: it would wait for itself, as with any lock (reads
-//! and `sync` are fine). Nor should a thread that holds a guard wait for another range of the
-//! same file while a writer may want both: the writer may hold that range and wait for the
-//! guard, or queue ahead of the request (the range lock is fair) while it waits for the guard
-//! (the classic hazard of taking two locks; take the pages you need first, or use `read_at`).
+//! A guard must not be held by a thread that then reads or writes an overlapping range of the
+//! same file, or shrinks, evicts or removes what it covers: it would wait for itself, as with
+//! any lock (a writer of the page holds the range while it waits for the guard, so even a
+//! read of it waits then). Nor should a thread that holds a guard wait for another range of
+//! the same file while a writer may want both: the writer may hold that range and wait for
+//! the guard, or queue ahead of the request (the range lock is fair) while it waits for the
+//! guard (the classic hazard of taking two locks; take the pages you need first).
 
 use std::ops::{Deref, DerefMut};
 

@@ -303,7 +303,9 @@ impl CacheInner {
     /// in one step on the frame's state word: the pin API's hit, which takes no range lock.
     /// Tries the thread's hot index first, as `lookup_pinned_hot`. None otherwise, including
     /// when the index entry is stale; the caller takes the locked path, which sorts it out.
-    pub(crate) fn pin_reader<'a>(&'a self, file: &FileInner, page: u64) -> Option<ReaderPage<'a>> {
+    /// Also says whether the hot index served it; the caller counts the hit once it keeps it
+    /// (`count_reader_hit`).
+    pub(crate) fn pin_reader<'a>(&'a self, file: &FileInner, page: u64) -> Option<(ReaderPage<'a>, bool)> {
         let key = PageKey { file: file.id, page };
         let me = self as *const CacheInner as usize;
         let from_hot = super::hot::get(me, file.id, page).filter(|&id| (id as usize) < self.frames.len());
@@ -322,14 +324,19 @@ impl CacheInner {
         if self.frames.key(id) != key {
             return None;
         }
-        self.placement.on_hit(id);
-        self.metrics.hits.add(1);
-        if from_hot.is_some() {
-            self.metrics.hot_hits.add(1);
-        } else {
+        if from_hot.is_none() {
             super::hot::put(me, file.id, page, id);
         }
-        Some(reader)
+        Some((reader, from_hot.is_some()))
+    }
+
+    /// Counts a hit of `pin_reader` that the caller kept (`hot`: served by the hot index).
+    pub(crate) fn count_reader_hit(&self, reader: &ReaderPage<'_>, hot: bool) {
+        self.placement.on_hit(reader.id);
+        self.metrics.hits.add(1);
+        if hot {
+            self.metrics.hot_hits.add(1);
+        }
     }
 
     /// The page pinned, if resident, looked up per `lookup`.

@@ -45,7 +45,7 @@
 
 use super::PageIndex;
 use crate::choice::choice;
-use crate::frame::state::{ClaimResult, LOCKED, UNOWNED};
+use crate::frame::state::{ClaimResult, DIRTY, LOCKED, UNOWNED, VALID, WRITING};
 use crate::frame::{FrameId, FrameTable};
 use crate::sync::{lock, Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
@@ -105,6 +105,12 @@ pub fn claim_frame(frames: &FrameTable, id: FrameId) -> ClaimResult {
     }
 }
 
+/// Whether a frame's state word says it is being written back: `LOCKED` on a valid dirty
+/// page by no writer (a writer's lock has `WRITING`, a load has no `VALID`).
+fn under_write_back(w: u64) -> bool {
+    w & (LOCKED | VALID | DIRTY | WRITING | UNOWNED) == LOCKED | VALID | DIRTY
+}
+
 /// What a claim found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
@@ -120,8 +126,9 @@ pub enum Claim {
     },
     /// No clean frame could be claimed; this dirty one could be, after write-back.
     Dirty(FrameId),
-    /// Every frame of the set is pinned or under I/O; one under I/O (`LOCKED`), if any, to
-    /// wait for.
+    /// Every frame of the set is pinned or under I/O; one under write-back, if any, to wait
+    /// for (a write-back ends without anything from anyone, unlike a load, whose thread may
+    /// be the caller, or a writer's lock).
     Full(Option<FrameId>),
 }
 
@@ -285,7 +292,7 @@ impl SetTable {
             Ok(way) => self.take(&mut s, way, file, page, true),
             Err(Some(w)) => Claim::Dirty(s.frames[w]),
             Err(None) => {
-                Claim::Full(s.frames.iter().copied().find(|&id| frames.state(id).load() & LOCKED != 0))
+                Claim::Full(s.frames.iter().copied().find(|&id| under_write_back(frames.state(id).load())))
             }
         }
     }

@@ -117,11 +117,10 @@ impl EvictionRetries {
         crate::sync::yield_now();
     }
 
-    /// A sweep found every candidate pinned or under I/O: sleeps until the I/O of `busy` (a
-    /// candidate that was `LOCKED`) ends, or for `BUSY_WAIT` at most, so a miss waits out a
-    /// write-back run over its whole set instead of spinning; without one, as [`Self::wait`].
-    /// Either way one idle sweep, so a set held by pins that never go still fails in bounded
-    /// time.
+    /// A sweep found every candidate pinned or under I/O: sleeps until the write-back of
+    /// `busy` ends, or for `BUSY_WAIT` at most, so a miss waits out a write-back run over its
+    /// whole set instead of spinning; without one, as [`Self::wait`]. Either way one idle
+    /// sweep, so a set held by pins that never go still fails in bounded time.
     pub(crate) fn wait_for(&mut self, cache: &CacheInner, busy: Option<FrameId>) {
         let Some(id) = busy else { return self.wait() };
         self.idle += 1;

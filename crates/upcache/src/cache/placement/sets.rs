@@ -7,7 +7,7 @@
 
 use super::{EvictionRetries, Placement};
 use crate::cache::CacheInner;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::{FrameId, PageKey};
 use crate::index::setassoc::{Claim, Merge, SetAssocIndex, SetPolicy, SetTable};
@@ -24,16 +24,8 @@ impl SetPlacement {
         SetPlacement { sets: Arc::new(SetTable::new(frames, ways, policy)) }
     }
 
-    /// A frame for `page` in its set, for a caller that holds the fresh loads `own` (a
-    /// batch): a set full of those gives up at once with `CacheFull` rather than wait for
-    /// them, which the caller itself must finish.
-    fn claim_beside(
-        &self,
-        cache: &CacheInner,
-        file: &FileInner,
-        page: u64,
-        own: &[(u64, FrameId)],
-    ) -> Result<Option<FrameId>> {
+    /// A frame for `page` in its set.
+    fn claim_in_set(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
         let mut retries = EvictionRetries::default();
         let id = loop {
             match self.sets.claim(file.id, page, &cache.frames) {
@@ -46,12 +38,6 @@ impl SetPlacement {
                     break frame;
                 }
                 Claim::Dirty(victim) => retries.write_back(cache, victim)?,
-                Claim::Full(Some(busy)) if own.iter().any(|&(_, id)| id == busy) => {
-                    return Err(Error::new(
-                        ErrorKind::CacheFull,
-                        format!("page {page}'s set is full of this batch's own loads"),
-                    ));
-                }
                 Claim::Full(busy) => retries.wait_for(cache, busy),
             }
             retries
@@ -69,7 +55,7 @@ impl Placement for SetPlacement {
     }
 
     fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
-        self.claim_beside(cache, file, page, &[])
+        self.claim_in_set(cache, file, page)
     }
 
     fn claim_missing(
@@ -85,7 +71,7 @@ impl Placement for SetPlacement {
             if file.index.peek(page).is_some() {
                 continue;
             }
-            if let Some(id) = self.claim_beside(cache, file, page, out)? {
+            if let Some(id) = self.claim_in_set(cache, file, page)? {
                 out.push((page, id));
             }
         }
