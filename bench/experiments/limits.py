@@ -3,11 +3,14 @@
 
 1. 4 KiB random writes, 512 MiB of data in a 1 GiB cache, 2 threads, default settings: a file
    per thread (2 x 256 MiB) and one shared file (512 MiB); upcache vs the kernel's buffered
-   pwrite vs `--engine memory` (the same copies into one anonymous mapping: the ceiling).
+   pwrite vs `--engine memory` (the same copies into one anonymous mapping: the ceiling) and
+   `--engine memory-indexed` (each page found through an index into a shuffled arena).
 2. 1 MiB sequential writes of 4x the cache (1 GiB, cache 256 MiB, default settings): upcache
    vs O_DIRECT and the kernel, with write p99.
 3. 4 KiB random hits of a warm 1 GiB file, 1 thread: the copy API and the pin API against
-   `--engine memory` with the same API (and the kernel's pread for the copy).
+   `--engine memory` with the same API, and against `--engine memory-indexed` (memory plus the
+   least a cache's design adds: a lookup in the densest index, and a pin per page), and the
+   kernel's pread for the copy.
 4. The async API at depth 64, 2 threads, over 8 simulated SSDs vs 1 (device-bound: 2 channels
    of 300 us per device): scaling efficiency = (8-device iops / 1-device iops) / 8.
 5. 4 KiB write + sync_data each, 2 threads, one file: upcache vs the kernel's write + fdatasync.
@@ -36,9 +39,11 @@ def main():
             common.compare(
                 f"4 KiB random writes, 512 MiB in a 1 GiB cache, 2 threads, {label}, default settings",
                 [("upcache", ["--engine", "upcache"] + base, None), ("kernel", ["--engine", "kernel"] + base, None),
-                 ("memory", ["--engine", "memory"] + base, None)],
+                 ("memory", ["--engine", "memory"] + base, None),
+                 ("indexed", ["--engine", "memory-indexed"] + base, None)],
                 a.rounds, cols, [("upcache", "kernel", "iops"), ("upcache", "memory", "iops"),
-                                 ("memory", "kernel", "iops")])
+                                 ("upcache", "indexed", "iops"), ("memory", "kernel", "iops"),
+                                 ("indexed", "kernel", "iops")])
 
     if 2 in only:
         base = ["--rw", "write", "--bs", "1m", "--size", "1g", "--cache", "256m", "--threads", "1",
@@ -56,13 +61,16 @@ def main():
         common.compare(
             "4 KiB random hits, warm 1 GiB, 1 thread, copy API",
             [("upcache", ["--engine", "upcache"] + base, None), ("memory", ["--engine", "memory"] + base, None),
-             ("kernel", ["--engine", "kernel"] + base, None)],
-            a.rounds, cols, [("upcache", "memory", "iops"), ("upcache", "kernel", "iops")])
+             ("indexed", ["--engine", "memory-indexed"] + base, None), ("kernel", ["--engine", "kernel"] + base, None)],
+            a.rounds, cols, [("upcache", "memory", "iops"), ("upcache", "indexed", "iops"),
+                             ("indexed", "memory", "iops"), ("upcache", "kernel", "iops")])
         pin = base + ["--api", "pin"]
         common.compare(
             "4 KiB random hits, warm 1 GiB, 1 thread, pin API (one byte read per page)",
-            [("upcache-pin", ["--engine", "upcache"] + pin, None), ("memory-pin", ["--engine", "memory"] + pin, None)],
-            a.rounds, cols, [("upcache-pin", "memory-pin", "iops")])
+            [("upcache-pin", ["--engine", "upcache"] + pin, None), ("memory-pin", ["--engine", "memory"] + pin, None),
+             ("indexed-pin", ["--engine", "memory-indexed"] + pin, None)],
+            a.rounds, cols, [("upcache-pin", "memory-pin", "iops"), ("upcache-pin", "indexed-pin", "iops"),
+                             ("indexed-pin", "memory-pin", "iops")])
 
     if 4 in only:
         slow = "channels=2,read-latency=300us,gc-every=0"

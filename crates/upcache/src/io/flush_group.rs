@@ -33,7 +33,8 @@ struct State {
     running: Vec<u64>,
     /// The highest-numbered flush that failed, and how.
     failed: Option<(u64, io::ErrorKind, Option<i32>, String)>,
-    /// Syncs waiting for flushes of others (for tests).
+    /// Syncs waiting for flushes of others: an ending flush wakes them if there are any
+    /// (counted under the mutex, so none is missed).
     waiting: usize,
 }
 
@@ -60,7 +61,10 @@ impl FlushGroup {
                 s.failed = Some((me, e.kind(), e.raw_os_error(), e.to_string()));
             }
         }
-        self.ended.notify_all();
+        // Only if someone waits: a notify is a syscall even with no waiter, once per sync.
+        if s.waiting > 0 {
+            self.ended.notify_all();
+        }
         // Flushes that started after we arrived and before ours ended: the kernel may have
         // reported our data's error to any of them.
         let end = s.started;
@@ -92,7 +96,9 @@ impl Drop for EndOnUnwind<'_> {
         if !matches!(&s.failed, Some(f) if f.0 > self.me) {
             s.failed = Some((self.me, io::ErrorKind::Other, Some(libc::EIO), "a flush panicked".into()));
         }
-        self.group.ended.notify_all();
+        if s.waiting > 0 {
+            self.group.ended.notify_all();
+        }
     }
 }
 
