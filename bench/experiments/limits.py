@@ -32,7 +32,7 @@ def main():
     cols = ["iops", "p50us", "p99us", "cpu_us/op"]
 
     if 1 in only:
-        for shape, label in ((["--files", "2", "--size", "256m"], "a file per thread"),
+        for shape, label in ((["--files", "2", "--size", "256m", "--file-per-thread"], "a file per thread"),
                              (["--files", "1", "--size", "512m"], "one shared file")):
             base = ["--rw", "randwrite", "--bs", "4k", "--cache", "1g", "--threads", "2", "--runtime", "5s",
                     "--dir", d] + shape

@@ -102,6 +102,10 @@ pub struct BenchArgs {
     /// Zipf-distributed offsets with this exponent (e.g. 0.99, 1.2) instead of uniform
     #[arg(long, value_name = "THETA", allow_negative_numbers = true)]
     zipf: Option<f64>,
+    /// Each thread works on a file of its own (thread i on file i mod --files), as fio's jobs
+    /// do, instead of every op picking a file at random (random workloads)
+    #[arg(long)]
+    file_per_thread: bool,
     /// Print JSON to stdout instead of the table
     #[arg(long)]
     json: bool,
@@ -254,6 +258,8 @@ struct Plan {
     stop: Stop,
     warm: bool,
     zipf: Option<f64>,
+    /// Thread i picks blocks of file i mod files only (`--file-per-thread`).
+    file_per_thread: bool,
     seed: u64,
     repeat: usize,
     keep: bool,
@@ -288,6 +294,7 @@ impl BenchArgs {
             && self.device_dirs.is_none()
             && !self.warm
             && self.zipf.is_none()
+            && !self.file_per_thread
             && self.trace.is_none()
             && self.synth.is_none()
     }
@@ -353,6 +360,12 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         ensure!(
             size.is_multiple_of(ALIGN as u64),
             "the direct engine needs --size to be a multiple of 4096 (O_DIRECT), got {size}"
+        );
+    }
+    if a.file_per_thread {
+        ensure!(
+            rw.is_random() && a.zipf.is_none() && a.trace.is_none() && a.synth.is_none(),
+            "--file-per-thread applies to uniform random workloads (randread, randwrite, randrw without --zipf)"
         );
     }
     if let Some(z) = a.zipf {
@@ -430,6 +443,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         stop,
         warm,
         zipf: a.zipf,
+        file_per_thread: a.file_per_thread,
         seed: a.seed,
         repeat: a.repeat as usize,
         keep: a.keep,
@@ -504,7 +518,12 @@ fn op_gens(p: &Plan) -> Result<Vec<OpGen>, String> {
             })
             .collect());
     }
-    (0..p.threads).map(|t| OpGen::new(p.shape, p.rw, p.read_pct, p.zipf, t, p.threads, p.seed)).collect()
+    (0..p.threads)
+        .map(|t| {
+            let g = OpGen::new(p.shape, p.rw, p.read_pct, p.zipf, t, p.threads, p.seed)?;
+            Ok(if p.file_per_thread { g.in_file(t % p.shape.files) } else { g })
+        })
+        .collect()
 }
 
 /// Writes a recorded measured phase as an upcache trace.
@@ -660,6 +679,7 @@ fn header(p: &Plan, base: &Path) -> String {
         String::new()
     };
     let zipf = p.zipf.map(|z| format!(" zipf {z}")).unwrap_or_default();
+    let zipf = if p.file_per_thread { format!("{zipf} file per thread") } else { zipf };
     let zipf = if p.fsync > 0 { format!("{zipf} fsync every {}", p.fsync) } else { zipf };
     let u = &p.upcache;
     let devs = match &u.device_dirs {
@@ -775,6 +795,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             size: p.size,
             warm,
             zipf: p.zipf,
+            file_per_thread: p.file_per_thread,
             seconds: m.seconds,
             ops: m.ops,
             read_ops: m.reads,

@@ -75,6 +75,8 @@ pub struct Report {
     pub size: u64,
     pub warm: bool,
     pub zipf: Option<f64>,
+    /// Each thread on a file of its own (`--file-per-thread`).
+    pub file_per_thread: bool,
     /// Wall time of the measured phase: first thread's start to last thread's end.
     pub seconds: f64,
     pub ops: u64,

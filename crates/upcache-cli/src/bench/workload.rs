@@ -88,6 +88,8 @@ enum Pick {
     Seq { first: u64, count: u64, next: u64 },
     /// A uniformly random file, then a uniformly random block in it.
     Uniform,
+    /// A uniformly random block of file `file` only (a file per thread).
+    UniformIn { file: usize },
     /// Zipf rank over all blocks of all files, mapped to a block by a fixed scramble so the
     /// hot blocks are spread over files and devices rather than adjacent.
     Zipf { dist: Zipf<f64>, scramble: Scramble },
@@ -151,6 +153,15 @@ impl OpGen {
         Ok(OpGen { shape, rw, read_pct: read_pct.min(100), pick })
     }
 
+    /// This generator, with random blocks drawn from file `file` only (a file per thread,
+    /// as fio's jobs have). Other workloads keep their own file choice.
+    pub fn in_file(mut self, file: usize) -> OpGen {
+        if matches!(self.pick, Pick::Uniform) && file < self.shape.files {
+            self.pick = Pick::UniformIn { file };
+        }
+        self
+    }
+
     /// A thread's generator replaying `source` (with the other threads of the phase).
     pub fn trace(shape: Shape, source: TraceSource) -> OpGen {
         OpGen { shape, rw: Rw::Randrw, read_pct: 0, pick: Pick::Trace(source) }
@@ -187,6 +198,7 @@ impl OpGen {
             // against the fastest engines most).
             Pick::Uniform if s.files == 1 => (0, rng.gen_range(0..s.blocks_per_file)),
             Pick::Uniform => (rng.gen_range(0..s.files), rng.gen_range(0..s.blocks_per_file)),
+            Pick::UniformIn { file } => (*file, rng.gen_range(0..s.blocks_per_file)),
             Pick::Zipf { dist, scramble } => {
                 // Zipf samples ranks 1..=n as floats; rank 1 is the hottest.
                 let rank = (dist.sample(rng) as u64).clamp(1, scramble.n) - 1;
@@ -270,6 +282,22 @@ pub fn fill_content(buf: &mut [u8], seed: u64, file: usize, offset: u64) {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    #[test]
+    fn a_file_per_thread_keeps_each_thread_in_its_file() {
+        let s = shape(3, 50, 4096);
+        let mut rng = SmallRng::seed_from_u64(3);
+        for t in 0..3 {
+            let mut g = OpGen::new(s, Rw::Randwrite, 0, None, t, 3, 1).unwrap().in_file(t);
+            let files: std::collections::BTreeSet<usize> =
+                (0..200).map(|_| g.next(&mut rng).unwrap().file).collect();
+            assert_eq!(files.into_iter().collect::<Vec<_>>(), [t]);
+        }
+        let mut g = OpGen::new(s, Rw::Randwrite, 0, None, 0, 3, 1).unwrap();
+        let files: std::collections::BTreeSet<usize> =
+            (0..200).map(|_| g.next(&mut rng).unwrap().file).collect();
+        assert_eq!(files.len(), 3, "without it, any file");
+    }
 
     fn shape(files: usize, blocks: u64, bs: u64) -> Shape {
         Shape { files, blocks_per_file: blocks, bs }
