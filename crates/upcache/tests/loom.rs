@@ -148,6 +148,22 @@ impl Bytes {
     }
 }
 
+/// A writer's whole change of the bytes (1 to 2) as `LockedPage` does it: pin, content lock
+/// (waiting for readers), write, unlock clearing `WRITING` and waking, unpin.
+fn write_under_content_lock(s: &FrameState, waits: &WaitTable, bytes: &Bytes) {
+    s.try_pin().unwrap();
+    waits.lock_content(7, s);
+    bytes.write(2);
+    let old = s.unlock(state::DIRTY, state::WRITING);
+    waits.wake_if_waiters(7, s, old);
+    s.unpin();
+}
+
+/// No pin, reader, lock or `WRITING` is left.
+fn assert_idle(s: &FrameState) {
+    assert_eq!(s.load() & (state::PIN_MASK | state::READER_MASK | LOCKED | state::WRITING), 0);
+}
+
 /// A borrowed reader (`PageRef`'s hit: one CAS, no range lock) against a writer that takes the
 /// content lock: the reader reads whole values only, the writer never writes under a reader,
 /// and whichever waits is woken.
@@ -165,15 +181,9 @@ fn a_borrowed_reader_and_a_content_writer_exclude_each_other() {
                 w2.unpin_reader(7, &s2);
             }
         });
-        s.try_pin().unwrap();
-        waits.lock_content(7, &s);
-        bytes.write(2);
-        let old = s.unlock(state::DIRTY, state::WRITING);
-        waits.wake_if_waiters(7, &s, old);
-        s.unpin();
+        write_under_content_lock(&s, &waits, &bytes);
         reader.join().unwrap();
-        let w = s.load();
-        assert_eq!(w & (state::PIN_MASK | state::READER_MASK | LOCKED | state::WRITING), 0);
+        assert_idle(&s);
     });
 }
 
@@ -210,15 +220,10 @@ fn a_writer_waits_out_readers_across_a_write_back_and_a_late_reader_waits_for_it
             }
             w3.unpin_reader(7, &s3); // the early reader goes
         });
-        s.try_pin().unwrap();
-        waits.lock_content(7, &s);
-        bytes.write(2);
-        let old = s.unlock(state::DIRTY, state::WRITING);
-        waits.wake_if_waiters(7, &s, old);
-        s.unpin();
+        write_under_content_lock(&s, &waits, &bytes);
         late.join().unwrap();
         flusher.join().unwrap();
-        assert_eq!(s.load() & (state::PIN_MASK | state::READER_MASK | LOCKED | state::WRITING), 0);
+        assert_idle(&s);
     });
 }
 

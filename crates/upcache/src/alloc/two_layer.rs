@@ -65,7 +65,7 @@ pub struct FileFrames {
 
 impl FileFrames {
     /// Frames in this cache now.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn len(&self) -> usize {
         lock(&self.list).len()
     }
