@@ -125,18 +125,19 @@ impl MemoryEngine {
         Ok(MemoryEngine { files: Vec::new(), index, len, stripes, pin, page_size })
     }
 
-    /// Calls `f(address, bytes)` for each page's part of `offset..offset + len` of `file`,
-    /// in order: contiguous in a file's own mapping, or page by page through the index.
+    /// Calls `f(address, bytes, frame)` for each page's part of `offset..offset + len` of
+    /// `file`, in order: contiguous in a file's own mapping (no frame), or page by page through
+    /// the index (the page's frame).
     fn each_page(
         &self,
         file: usize,
         base: Option<*mut u8>,
         offset: u64,
         len: usize,
-        mut f: impl FnMut(*mut u8, usize),
+        mut f: impl FnMut(*mut u8, usize, Option<usize>),
     ) {
         if let Some(p) = base {
-            return f(p, len);
+            return f(p, len, None);
         }
         let Some(ix) = &self.index else { return };
         let ps = self.page_size;
@@ -145,7 +146,7 @@ impl MemoryEngine {
             let n = (ps - at % ps).min(end - at);
             let frame = ix.tables[file][at / ps] as usize;
             // SAFETY: frame < frames, and the arena holds frames * ps bytes.
-            f(unsafe { ix.arena.ptr.as_ptr().add(frame * ps + at % ps) }, n);
+            f(unsafe { ix.arena.ptr.as_ptr().add(frame * ps + at % ps) }, n, Some(frame));
             at += n;
         }
     }
@@ -211,7 +212,7 @@ impl MemoryEngine {
     fn copy_out(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
         self.locked(file, offset, buf.len(), |base| {
             let mut at = 0;
-            self.each_page(file, base, offset, buf.len(), |p, n| {
+            self.each_page(file, base, offset, buf.len(), |p, n, _| {
                 // SAFETY: `each_page` gives `n` bytes of the file's data, which no other
                 // thread touches while the stripes are held; `buf` is a distinct allocation
                 // with `n` bytes from `at`.
@@ -228,14 +229,14 @@ impl MemoryEngine {
             let Some(p) = base else {
                 let mut at = 0;
                 let ix = self.index.as_ref().expect("no mapping without an index");
-                return self.each_page(file, None, offset, buf.len(), |p, n| {
-                    let frame = (p as usize - ix.arena.ptr.as_ptr() as usize) / ps as usize;
+                return self.each_page(file, None, offset, buf.len(), |p, n, frame| {
+                    let pin = &ix.pins[frame.expect("pages found through the index have a frame")].0;
                     // Acquire/Release: a pin orders the reads of the page after it and
                     // before the unpin, as a cache's pin must.
-                    ix.pins[frame].0.fetch_add(1, Ordering::Acquire);
+                    pin.fetch_add(1, Ordering::Acquire);
                     // SAFETY: `p` is the page's first byte in the op, in the arena.
                     buf[at] = unsafe { p.read() };
-                    ix.pins[frame].0.fetch_sub(1, Ordering::Release);
+                    pin.fetch_sub(1, Ordering::Release);
                     at += n;
                 });
             };
@@ -252,7 +253,7 @@ impl MemoryEngine {
     fn copy_in(&self, file: usize, buf: &[u8], offset: u64) -> Result<()> {
         self.locked(file, offset, buf.len(), |base| {
             let mut at = 0;
-            self.each_page(file, base, offset, buf.len(), |p, n| {
+            self.each_page(file, base, offset, buf.len(), |p, n, _| {
                 // SAFETY: as in `copy_out`, copying the other way.
                 unsafe { std::ptr::copy_nonoverlapping(buf[at..].as_ptr(), p, n) };
                 at += n;
@@ -325,11 +326,11 @@ impl Engine for IndexedMemoryEngine {
     }
 
     fn flush(&self) -> Result<()> {
-        Ok(())
+        self.0.flush()
     }
 
-    fn sync_data(&self, _file: usize) -> Result<()> {
-        Ok(())
+    fn sync_data(&self, file: usize) -> Result<()> {
+        self.0.sync_data(file)
     }
 
     fn teardown(self, keep: bool) -> Result<()> {

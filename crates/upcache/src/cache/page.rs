@@ -65,7 +65,7 @@ pub(crate) struct PinnedPage<'a> {
     id: FrameId,
 }
 
-impl PinnedPage<'_> {
+impl<'a> PinnedPage<'a> {
     /// Keeps the pin past the guard; the caller unpins the frame itself later.
     pub(crate) fn keep(self) -> FrameId {
         let id = self.id;
@@ -77,9 +77,7 @@ impl PinnedPage<'_> {
     pub(crate) fn ptr(&self) -> *const u8 {
         self.cache.frames.ptr(self.id)
     }
-}
 
-impl<'a> PinnedPage<'a> {
     /// Turns the pin into a reader of the bytes in place (`PageRef`), once no thread changes
     /// them (`WRITING`, which the caller's range lock makes short: only a thread that holds
     /// an overlapping range sets it). None if the page was dropped from the frame meanwhile.
@@ -524,8 +522,7 @@ impl CacheInner {
                 st.unpin();
                 continue;
             }
-            let old = st.unlock(0, VALID | REFERENCED | WRITING);
-            self.frames.waits.wake_if_waiters(id, st, old);
+            self.frames.unlock_content(id, 0, VALID | REFERENCED);
             self.release_frame(file, id);
         }
     }
@@ -547,8 +544,7 @@ impl CacheInner {
                 st.unpin();
                 continue;
             }
-            let old = st.unlock(0, VALID | DIRTY | REFERENCED | WRITING);
-            self.frames.waits.wake_if_waiters(id, st, old);
+            let old = self.frames.unlock_content(id, 0, VALID | DIRTY | REFERENCED);
             if old & DIRTY != 0 {
                 self.account_cleaned(file, 1);
             }

@@ -275,9 +275,11 @@ impl FrameTable {
     }
 
     /// Releases what [`Self::lock_content`] took, as [`Self::unlock`] does, waking readers
-    /// that wait for `WRITING` to clear.
-    pub fn unlock_content(&self, id: FrameId, set: u64, clear: u64) {
-        self.unlock(id, set, clear | state::WRITING);
+    /// that wait for `WRITING` to clear. Returns the word it replaced.
+    pub fn unlock_content(&self, id: FrameId, set: u64, clear: u64) -> u64 {
+        let old = self.state(id).unlock(set, clear | state::WRITING);
+        self.waits.wake_if_waiters(id, self.state(id), old);
+        old
     }
 
     /// Drops a reader taken by [`FrameState::try_pin_reader`] or `try_add_reader`, with its

@@ -150,11 +150,7 @@ impl FrameState {
     pub fn try_pin_reader(&self) -> Result<u64, u64> {
         let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
         loop {
-            if cur & (UNOWNED | WRITING) != 0
-                || cur & VALID == 0
-                || cur & PIN_MASK == PIN_MASK
-                || cur & READER_MASK == READER_MASK
-            {
+            if !takes_reader(cur) || cur & PIN_MASK == PIN_MASK {
                 return Err(cur);
             }
             let new = (cur + 1 + READER) | REFERENCED;
@@ -171,7 +167,7 @@ impl FrameState {
         let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
         loop {
             debug_assert!(cur & PIN_MASK > (cur & READER_MASK) >> 32, "a reader needs its own pin");
-            if cur & (UNOWNED | WRITING) != 0 || cur & VALID == 0 || cur & READER_MASK == READER_MASK {
+            if !takes_reader(cur) {
                 return Err(cur);
             }
             match self.0.compare_exchange_weak(cur, cur + READER, Ordering::Acquire, Ordering::Relaxed) {
@@ -365,6 +361,12 @@ pub enum ClaimResult {
     Referenced,
     /// Otherwise claimable, but dirty: it must be written back first.
     Dirty,
+}
+
+/// Whether a frame in state `word` may gain a reader: owned, valid, nobody changing its bytes
+/// (`WRITING`), and the reader count not full.
+fn takes_reader(word: u64) -> bool {
+    word & (UNOWNED | WRITING) == 0 && word & VALID != 0 && word & READER_MASK != READER_MASK
 }
 
 /// Pin count of a state word.
