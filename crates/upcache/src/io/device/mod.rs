@@ -178,7 +178,7 @@ impl BackingFile {
             file: std::sync::Arc::new(file),
             device,
             file_id,
-            flushes: Default::default(),
+            flushes: super::flush_group::FlushGroup::new(!direct),
             zeros: Default::default(),
             direct,
             sim,
