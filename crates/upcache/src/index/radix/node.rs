@@ -54,13 +54,21 @@ pub(super) struct Node {
 }
 
 impl Node {
+    /// A new unpublished node, made in a retired one if one is kept (`reclaim::spare`).
     pub(super) fn new(shift: u32, parent: *mut Node, count: u64) -> Box<Node> {
-        Box::new(Node {
+        let fresh = || Node {
             state: AtomicU64::new(count),
             parent: AtomicPtr::new(parent),
             shift,
             slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-        })
+        };
+        match super::reclaim::spare::take() {
+            Some(mut n) => {
+                *n = fresh();
+                n
+            }
+            None => Box::new(fresh()),
+        }
     }
 
     pub(super) fn is_leaf(&self) -> bool {

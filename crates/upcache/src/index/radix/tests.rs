@@ -128,3 +128,34 @@ fn concurrent_churn(stride: u64) {
     assert_eq!(got, want);
     t.check_counts();
 }
+
+/// A node made in a retired one (`reclaim::spare`) is as new: no slot, count or parent of
+/// its past life survives.
+#[test]
+fn a_node_made_from_a_retired_one_is_clean() {
+    use super::node::Node;
+    use super::reclaim::spare;
+    use std::sync::atomic::Ordering;
+    let used = Node::new(0, std::ptr::null_mut(), 5);
+    for (i, s) in used.slots.iter().enumerate() {
+        s.store(std::ptr::without_provenance_mut(i + 1), Ordering::SeqCst);
+    }
+    used.state.store(super::node::DEL | 3, Ordering::SeqCst);
+    let addr = &*used as *const Node as usize;
+    spare::give(used);
+    let parent: *mut Node = std::ptr::without_provenance_mut(0x1000);
+    // Other tests may take it first; every node taken must be clean all the same.
+    let mut kept = Vec::new();
+    for _ in 0..8192 {
+        let n = Node::new(6, parent, 1);
+        assert_eq!(n.state.load(Ordering::SeqCst), 1);
+        assert_eq!(n.parent.load(Ordering::SeqCst), parent);
+        assert_eq!(n.shift, 6);
+        assert!(n.slots.iter().all(|s| s.load(Ordering::SeqCst).is_null()), "a slot of its past life");
+        let ours = &*n as *const Node as usize == addr;
+        kept.push(n);
+        if ours {
+            break;
+        }
+    }
+}
