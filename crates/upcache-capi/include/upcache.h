@@ -59,6 +59,15 @@
 // Not permitted for the caller (another user's process, or a file it may not open).
 #define UPCACHE_EACCES -16
 
+// Major version of the header (`UPCACHE_VERSION_MAJOR`): a change breaks the C ABI.
+#define UPCACHE_VERSION_MAJOR 0
+
+// Minor version of the header: additions only.
+#define UPCACHE_VERSION_MINOR 1
+
+// Patch version of the header: fixes only.
+#define UPCACHE_VERSION_PATCH 0
+
 // An opaque open cache.
 typedef struct upcache_cache upcache_cache;
 
@@ -67,6 +76,49 @@ typedef struct upcache_config upcache_config;
 
 // An opaque open file.
 typedef struct upcache_file upcache_file;
+
+// A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
+// `upcache::Stats`, whose docs say what each counts.
+typedef struct upcache_stats {
+  // Page lookups that found the page resident.
+  uint64_t hits;
+  // Of those, pages copied by a lock-free read.
+  uint64_t lock_free_hits;
+  // Page lookups that had to load or create the page.
+  uint64_t misses;
+  // Pages evicted to make room.
+  uint64_t evictions;
+  // Of those, evicted ahead of demand by background reclaim.
+  uint64_t reclaimed;
+  // Of those, pages of written-back streams evicted in stream order.
+  uint64_t stream_evictions;
+  // Pages loaded ahead of sequential readers.
+  uint64_t readahead_pages;
+  // Readahead windows handed to the loader.
+  uint64_t readahead_windows;
+  // Pins served by the thread's hot index.
+  uint64_t hot_hits;
+  // Device read requests.
+  uint64_t read_ios;
+  // Bytes read from devices.
+  uint64_t read_bytes;
+  // Device write requests made by write-back.
+  uint64_t writeback_ios;
+  // Bytes written back.
+  uint64_t writeback_bytes;
+  // Write-back requests that failed (their pages stayed dirty).
+  uint64_t writeback_errors;
+  // Pages written back by writers themselves past the foreground threshold.
+  uint64_t dflush_pages;
+  // Pages dirty now.
+  uint64_t dirty_pages;
+  // Frames in the cache.
+  uint64_t frames;
+  // Bytes of per-frame metadata.
+  uint64_t metadata_bytes;
+  // Bytes of the open files' page indexes now.
+  uint64_t index_bytes;
+} upcache_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -115,6 +167,13 @@ int32_t upcache_sync(struct upcache_cache *cache);
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`; `name` is NUL-terminated.
 int32_t upcache_remove(struct upcache_cache *cache, const char *name);
+
+// Stores the cache's counters in `*out`. `UPCACHE_EINVAL` for an attachment to the shared
+// cache (its counters are per service, not per process, and not exported here yet).
+//
+// # Safety
+// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`; `out` is writable.
+int32_t upcache_get_stats(const struct upcache_cache *cache, struct upcache_stats *out);
 
 // A configuration over `ndirs` device directories (one per SSD) with `memory_bytes` of page
 // frames; NULL on a bad argument (see `upcache_last_error`). Settings are checked when the
@@ -251,6 +310,13 @@ int32_t upcache_ftruncate(struct upcache_file *file, uint64_t len);
 // # Safety
 // `file` is live; `out` is writable.
 int32_t upcache_size(struct upcache_file *file, uint64_t *out);
+
+// "MAJOR.MINOR.PATCH" of the running library, NUL-terminated, static (never freed).
+const char *upcache_version(void);
+
+// The running library's version as one number, MAJOR * 10000 + MINOR * 100 + PATCH, to
+// compare with the same sum of the header's `UPCACHE_VERSION_*` macros.
+uint32_t upcache_version_number(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -198,3 +198,114 @@ pub unsafe extern "C" fn upcache_remove(cache: *mut upcache_cache, name: *const 
         Ok(c.cache.array()?.remove_file(unsafe { text(name, "name") }?)?)
     })
 }
+
+/// A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
+/// `upcache::Stats`, whose docs say what each counts.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct upcache_stats {
+    /// Page lookups that found the page resident.
+    pub hits: u64,
+    /// Of those, pages copied by a lock-free read.
+    pub lock_free_hits: u64,
+    /// Page lookups that had to load or create the page.
+    pub misses: u64,
+    /// Pages evicted to make room.
+    pub evictions: u64,
+    /// Of those, evicted ahead of demand by background reclaim.
+    pub reclaimed: u64,
+    /// Of those, pages of written-back streams evicted in stream order.
+    pub stream_evictions: u64,
+    /// Pages loaded ahead of sequential readers.
+    pub readahead_pages: u64,
+    /// Readahead windows handed to the loader.
+    pub readahead_windows: u64,
+    /// Pins served by the thread's hot index.
+    pub hot_hits: u64,
+    /// Device read requests.
+    pub read_ios: u64,
+    /// Bytes read from devices.
+    pub read_bytes: u64,
+    /// Device write requests made by write-back.
+    pub writeback_ios: u64,
+    /// Bytes written back.
+    pub writeback_bytes: u64,
+    /// Write-back requests that failed (their pages stayed dirty).
+    pub writeback_errors: u64,
+    /// Pages written back by writers themselves past the foreground threshold.
+    pub dflush_pages: u64,
+    /// Pages dirty now.
+    pub dirty_pages: u64,
+    /// Frames in the cache.
+    pub frames: u64,
+    /// Bytes of per-frame metadata.
+    pub metadata_bytes: u64,
+    /// Bytes of the open files' page indexes now.
+    pub index_bytes: u64,
+}
+
+impl From<upcache::Stats> for upcache_stats {
+    fn from(s: upcache::Stats) -> Self {
+        let upcache::Stats {
+            hits,
+            lock_free_hits,
+            misses,
+            evictions,
+            reclaimed,
+            stream_evictions,
+            readahead_pages,
+            readahead_windows,
+            hot_hits,
+            read_ios,
+            read_bytes,
+            writeback_ios,
+            writeback_bytes,
+            writeback_errors,
+            dflush_pages,
+            dirty_pages,
+            frames,
+            metadata_bytes,
+            index_bytes,
+        } = s;
+        upcache_stats {
+            hits,
+            lock_free_hits,
+            misses,
+            evictions,
+            reclaimed,
+            stream_evictions,
+            readahead_pages,
+            readahead_windows,
+            hot_hits,
+            read_ios,
+            read_bytes,
+            writeback_ios,
+            writeback_bytes,
+            writeback_errors,
+            dflush_pages,
+            dirty_pages,
+            frames,
+            metadata_bytes,
+            index_bytes,
+        }
+    }
+}
+
+/// Stores the cache's counters in `*out`. `UPCACHE_EINVAL` for an attachment to the shared
+/// cache (its counters are per service, not per process, and not exported here yet).
+///
+/// # Safety
+/// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_get_stats(cache: *const upcache_cache, out: *mut upcache_stats) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract.
+        let stats = unsafe { cache_ref(cache) }?.cache.array()?.stats();
+        // SAFETY: `out` is non-null and writable (the function's contract).
+        unsafe { *out = stats.into() };
+        Ok(())
+    })
+}

@@ -22,8 +22,10 @@ mod cache;
 mod config;
 mod error;
 mod file;
+mod version;
 
 pub use cache::*;
 pub use config::*;
 pub use error::*;
 pub use file::*;
+pub use version::*;

@@ -63,3 +63,18 @@ fn the_c_example_runs_twice() {
     let run = Command::new(&bin).arg(&root).output().unwrap();
     assert!(run.status.success() && String::from_utf8_lossy(&run.stdout).contains("hello from C"));
 }
+
+/// The shared library names the ABI it offers (its soname), so a program linked against one
+/// never loads an incompatible one.
+#[test]
+fn the_shared_library_has_a_versioned_soname() {
+    let built =
+        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-capi", "--lib"]).status().unwrap();
+    assert!(built.success(), "cargo build -p upcache-capi failed");
+    let so = target_dir().join("libupcache_capi.so");
+    let out = Command::new("readelf").arg("-d").arg(&so).output().expect("readelf (binutils) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let abi = if major == "0" { format!("0.{}", env!("CARGO_PKG_VERSION_MINOR")) } else { major.to_string() };
+    assert!(text.contains(&format!("Library soname: [libupcache_capi.so.{abi}]")), "{text}");
+}

@@ -5,7 +5,10 @@
 //! from the usual Debian path): plotters has none of its own in this build (no system font
 //! lookup, which would need fontconfig).
 
-use anyhow::{bail, Context, Result};
+#[cfg(feature = "plots")]
+use anyhow::Context;
+use anyhow::{bail, Result};
+#[cfg(feature = "plots")]
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -25,10 +28,12 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
+#[cfg(feature = "plots")]
 const FONT_PATHS: [&str; 2] =
     ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"];
 
 /// Registers a font for the bitmap backend, once.
+#[cfg(feature = "plots")]
 fn register_font() -> Result<()> {
     static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     REGISTERED
@@ -50,6 +55,7 @@ fn register_font() -> Result<()> {
 }
 
 /// Draws `chart` to `path` (`.png` or `.svg`).
+#[cfg(feature = "plots")]
 pub fn draw(chart: &Chart, path: &Path) -> Result<()> {
     let size = (960, 600);
     let ext = path.extension().and_then(|e| e.to_str());
@@ -65,6 +71,7 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<()> {
     .with_context(|| format!("draw {}", path.display()))
 }
 
+#[cfg(feature = "plots")]
 fn draw_on<DB: DrawingBackend>(chart: &Chart, area: DrawingArea<DB, plotters::coord::Shift>) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -133,11 +140,12 @@ where
     Ok(())
 }
 
+#[cfg(feature = "plots")]
 fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
     anyhow::Error::new(e)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "plots"))]
 mod tests {
     use super::*;
 
@@ -182,4 +190,10 @@ mod tests {
             Err(e) => assert!(e.to_string().contains("UPCACHE_FONT")),
         }
     }
+}
+
+/// Without the `plots` feature there is nothing to draw with: a clear error, not a panic.
+#[cfg(not(feature = "plots"))]
+pub fn draw(_chart: &Chart, path: &Path) -> Result<()> {
+    bail!("cannot draw {}: this upcache was built without the `plots` feature", path.display())
 }

@@ -32,9 +32,10 @@ mod service;
 pub mod shared;
 pub mod shm;
 mod sync;
+mod units;
 
 pub use alloc::AllocKind;
-pub use api::{Cache, Completion, File, IoQueue, PageMut, PageRef};
+pub use api::{Cache, Completion, File, FileCursor, IoQueue, PageMut, PageRef};
 pub use config::{
     Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,
     MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE,
@@ -45,3 +46,4 @@ pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
 pub use metrics::Stats;
 pub use policy::{CleanFirst, PolicyKind};
+pub use units::{parse_duration, parse_size};

@@ -71,8 +71,11 @@ pub struct Metrics {
     pub(crate) dflush_pages: Counter,
 }
 
-/// A snapshot of the counters.
+/// A snapshot of the counters ([`crate::Cache::stats`]). `Display` prints a short summary
+/// (hit ratio, I/O, dirty memory); with the `serde` feature (on by default) it serializes
+/// with its field names, for metrics pipelines and JSON reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Stats {
     /// Page lookups that found the page resident.
     pub hits: u64,
@@ -115,6 +118,42 @@ pub struct Stats {
     pub index_bytes: u64,
 }
 
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lookups = self.hits + self.misses;
+        let pct = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 * 100.0 / of as f64 };
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        write!(
+            f,
+            "hits {} ({:.1}% of {lookups} lookups; lock-free {}, hot index {}), misses {}, \
+             evictions {} (background {}, by stream {}); readahead {} pages in {} windows; \
+             read {:.1} MiB in {} I/Os; written back {:.1} MiB in {} I/Os ({} failed, {} pages by \
+             writers); dirty {} of {} frames ({:.1}%); metadata {:.1} MiB, indexes {:.1} MiB",
+            self.hits,
+            pct(self.hits, lookups),
+            self.lock_free_hits,
+            self.hot_hits,
+            self.misses,
+            self.evictions,
+            self.reclaimed,
+            self.stream_evictions,
+            self.readahead_pages,
+            self.readahead_windows,
+            mib(self.read_bytes),
+            self.read_ios,
+            mib(self.writeback_bytes),
+            self.writeback_ios,
+            self.writeback_errors,
+            self.dflush_pages,
+            self.dirty_pages,
+            self.frames,
+            pct(self.dirty_pages, self.frames),
+            mib(self.metadata_bytes),
+            mib(self.index_bytes),
+        )
+    }
+}
+
 impl Metrics {
     /// Snapshot, with the gauges filled in by the caller (`frames`, `metadata_bytes`,
     /// `index_bytes`).
@@ -141,5 +180,38 @@ impl Metrics {
             metadata_bytes,
             index_bytes,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod stats_tests {
+    use super::Stats;
+
+    #[test]
+    fn stats_print_a_summary() {
+        let s = Stats {
+            hits: 3,
+            misses: 1,
+            dirty_pages: 5,
+            frames: 20,
+            writeback_bytes: 3 << 20,
+            ..Stats::default()
+        };
+        let text = s.to_string();
+        for want in
+            ["hits 3 (75.0% of 4 lookups", "misses 1", "written back 3.0 MiB", "dirty 5 of 20 frames (25.0%)"]
+        {
+            assert!(text.contains(want), "{want:?} missing from {text:?}");
+        }
+        assert!(Stats::default().to_string().contains("(0.0% of 0 lookups"), "no division by zero");
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn stats_serialize_with_their_field_names() {
+        let s = Stats { hits: 7, evictions: 2, index_bytes: 4096, ..Stats::default() };
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!((json["hits"].as_u64(), json["evictions"].as_u64()), (Some(7), Some(2)));
+        assert_eq!(serde_json::from_value::<Stats>(json).unwrap(), s);
     }
 }

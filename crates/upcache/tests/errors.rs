@@ -386,3 +386,54 @@ fn a_write_back_error_reaches_each_open_description_once() {
     a.sync_data().unwrap_err(); // the second error, which a's write-back did not report
     a.sync_data().unwrap();
 }
+
+/// `Cache::close` returns the write-back failure that a drop could only log.
+#[test]
+fn close_reports_a_failed_write_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (e, cfg) = faulty(tmp.path(), 64);
+    let cache = Cache::create(cfg.clone()).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&common::pattern(5, 3 * 4096), 0).unwrap();
+    e.fail_writes.store(true, Ordering::SeqCst);
+    let err = cache.close().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc_eio()), "{err}");
+    e.fail_writes.store(false, Ordering::SeqCst);
+    // Open handles keep the array (and its lock) until they are dropped, as after a drop.
+    drop(f);
+    // A clean close succeeds, and the array opens again.
+    let cache = Cache::open(cfg.clone()).unwrap();
+    let f = cache.open_file("f").unwrap();
+    f.write_all_at(b"durable", 0).unwrap();
+    drop(f);
+    cache.close().unwrap();
+    let cache = Cache::open(cfg).unwrap();
+    let mut back = [0u8; 7];
+    cache.open_file("f").unwrap().read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(&back, b"durable");
+}
+
+/// `open_or_create` makes an array where there is none and opens it after, but never makes
+/// one over a damaged array or an interrupted create.
+#[test]
+fn open_or_create_opens_what_exists_and_creates_only_where_nothing_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let cfg = common::config(root, 2, 4096, 16);
+    let c = Cache::open_or_create(cfg.clone()).unwrap();
+    c.create_file("kept").unwrap().write_all_at(b"x", 0).unwrap();
+    c.close().unwrap();
+    let c = Cache::open_or_create(cfg.clone()).unwrap();
+    assert_eq!(c.list(), vec!["kept".to_string()]);
+    assert_eq!(Cache::open_or_create(cfg.clone()).err().unwrap().kind(), ErrorKind::Busy);
+    drop(c);
+    let cat = root.join("dev0").join("upcache.catalog");
+    let mut bytes = std::fs::read(&cat).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    std::fs::write(&cat, &bytes).unwrap();
+    assert_eq!(Cache::open_or_create(cfg.clone()).err().unwrap().kind(), ErrorKind::NotAnArray);
+    std::fs::remove_file(&cat).unwrap();
+    // Markers left without a catalog: an interrupted create, not a place to make a new one.
+    assert_eq!(Cache::open_or_create(cfg).err().unwrap().kind(), ErrorKind::AlreadyExists);
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// Lowest first.
 const LAYERS: &[&[&str]] = &[
-    &["error", "sync"],
+    &["error", "sync", "units"],
     &["choice", "metrics", "shm"],
     &["frame"],
     &["io", "alloc", "index", "policy", "readahead"],

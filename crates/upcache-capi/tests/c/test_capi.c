@@ -60,6 +60,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
+    /* The library this program runs with is the one its header describes. */
+    CHECK(upcache_version_number() ==
+          UPCACHE_VERSION_MAJOR * 10000 + UPCACHE_VERSION_MINOR * 100 + UPCACHE_VERSION_PATCH);
+    char want[32];
+    snprintf(want, sizeof want, "%u.%u.%u", UPCACHE_VERSION_MAJOR, UPCACHE_VERSION_MINOR, UPCACHE_VERSION_PATCH);
+    CHECK(strcmp(upcache_version(), want) == 0);
+
     char dirs[2][4096];
     upcache_config *cfg = config(argv[1], dirs);
     upcache_cache *cache = NULL;
@@ -109,6 +116,12 @@ int main(int argc, char **argv) {
     CHECK(upcache_file_create(cache, "x", NULL) == UPCACHE_EINVAL);
     CHECK(strlen(upcache_last_error()) > 0);
     CHECK(strcmp(upcache_strerror(UPCACHE_ENOENT), "no such file") == 0);
+    /* Counters: the threads' writes and reads went through the cache's frames. */
+    upcache_stats st;
+    CHECK(upcache_get_stats(cache, &st) == UPCACHE_OK);
+    CHECK(st.frames > 0 && st.hits + st.misses > 0);
+    CHECK(upcache_get_stats(cache, NULL) == UPCACHE_EINVAL);
+    CHECK(upcache_get_stats(NULL, &st) == UPCACHE_EINVAL);
     CHECK(upcache_close(cache) == UPCACHE_EBUSY); /* a file is still open */
     CHECK(upcache_file_close(NULL) == UPCACHE_EINVAL);
 

@@ -27,11 +27,14 @@ const LOCK_NAME: &str = "upcache.lock";
 
 /// A user-space page cache over an array of device directories.
 ///
-/// Dropping it stops the flusher threads and writes every dirty page back.
+/// Dropping it stops the flusher threads and writes every dirty page back; [`Cache::close`]
+/// does the same and returns the error if the write-back fails, which a drop can only log.
 pub struct Cache {
     inner: Arc<CacheInner>,
     flushers: Flushers<CacheInner>,
     loader: Loader<CacheInner>,
+    /// Shut down by `close` already: the drop has nothing left to do.
+    closed: bool,
 }
 
 impl Cache {
@@ -133,6 +136,21 @@ impl Cache {
         Cache::start(config, Namespace::from_catalog(catalog), 0, meta_dir, lock)
     }
 
+    /// Opens the array in the config's device directories, or makes a new one there if the
+    /// first directory holds none (missing or without an array's catalog): what a program
+    /// that keeps its data in one array calls at every start. Errors as `open` and `create`.
+    pub fn open_or_create(config: Config) -> Result<Cache> {
+        match Cache::open(config.clone()) {
+            Err(e)
+                if e.kind() == ErrorKind::NotAnArray
+                    && !config.device_dirs[0].join(CATALOG_NAME).exists() =>
+            {
+                Cache::create(config)
+            }
+            r => r,
+        }
+    }
+
     /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
     /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
     /// from the config.
@@ -228,7 +246,7 @@ impl Cache {
             Arc::new(CacheInner::new(config, ns, meta_dir, MetaLog::new(log), log_shares_device, lock)?);
         let flushers = Flushers::start(&inner)?;
         let loader = Loader::start(&inner)?;
-        Ok(Cache { inner, flushers, loader })
+        Ok(Cache { inner, flushers, loader, closed: false })
     }
 
     /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
@@ -425,16 +443,38 @@ impl Cache {
     }
 }
 
-impl Drop for Cache {
-    fn drop(&mut self) {
+impl Cache {
+    /// Stops the cache's threads, writes every dirty page back and syncs it, and checkpoints
+    /// the metadata log (so the next open replays nothing), as a drop does, but reports the
+    /// first failure. After an error, pages that could not be written back are lost with the
+    /// cache, as after a failed `close(2)` of a file whose write-back failed; to keep them,
+    /// call [`Cache::sync`] first, which leaves them dirty on failure, and retry or save them.
+    /// Open [`File`]s keep the cache's memory and the array's lock until they are dropped;
+    /// drop them first.
+    pub fn close(mut self) -> Result<()> {
+        self.closed = true;
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<()> {
         self.loader.stop();
         self.flushers.stop();
-        if let Err(e) = self.inner.sync_everything() {
-            log::error!("writing the cache back on close failed; dirty data is kept only in memory: {e}");
+        let synced = self.inner.sync_everything();
+        // Even after a failed write-back: the namespace (names, lengths) is still worth
+        // checkpointing.
+        let checkpointed = self.inner.checkpoint();
+        synced?;
+        checkpointed
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
         }
-        // So that the next open replays nothing.
-        if let Err(e) = self.inner.checkpoint() {
-            log::warn!("checkpoint on close failed; the next open replays the metadata log: {e}");
+        if let Err(e) = self.shut_down() {
+            log::error!("closing the cache failed (Cache::close reports it): {e}");
         }
     }
 }

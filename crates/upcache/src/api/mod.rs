@@ -5,8 +5,10 @@ mod cache;
 mod file;
 mod pin;
 mod queue;
+mod std_io;
 
 pub use cache::Cache;
 pub use file::File;
 pub use pin::{PageMut, PageRef};
 pub use queue::{Completion, IoQueue};
+pub use std_io::FileCursor;
