@@ -13,12 +13,15 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// One line: a name for the legend and its points.
+// Without `plots` they are built and refused by `draw`, never read.
+#[cfg_attr(not(feature = "plots"), allow(dead_code))]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
 /// A chart of several series over shared axes.
+#[cfg_attr(not(feature = "plots"), allow(dead_code))]
 pub struct Chart {
     pub title: String,
     pub x_label: String,
