@@ -1,15 +1,65 @@
 //! upcache: a user-space page cache for arrays of fast SSDs.
 //!
-//! A [`Cache`] stripes files over device directories (one per SSD) and caches their pages in
-//! one pre-allocated frame arena; [`File`] reads and writes them at offsets, pins pages for
-//! zero-copy access, and [`IoQueue`] runs reads and writes asynchronously. [`Cache::open_path`]
-//! caches an ordinary OS file the same way.
+//! Files live striped over several device directories (one per SSD); their pages are cached
+//! in one pre-allocated frame arena. Hits take no global lock and never enter the kernel,
+//! misses load each page once, and dirty pages are written back in device-sized runs by
+//! flusher threads and, past a threshold, by the writers themselves. For storage engines,
+//! databases, graph and ML systems that read and write large files on NVMe arrays.
 //!
-//! The modules, lowest layer first: `error`, `sync`; `choice`, `metrics`, [`shm`]; [`frame`]; [`io`],
-//! [`alloc`], [`index`], [`policy`], `readahead`; `config`; [`file`], [`meta`]; `cache` (the
-//! core); `service` (the threads); `api` (the types above). ARCHITECTURE.md at the repository
-//! root is the map: the data flow of a read, a write and a sync, the one lock order, the
-//! invariants, and where each paper's technique lives.
+//! # Quick start
+//!
+//! ```
+//! use upcache::{Cache, Config};
+//! # let tmp = tempfile::tempdir()?;
+//! # let (ssd0, ssd1) = (tmp.path().join("nvme0"), tmp.path().join("nvme1"));
+//! // Two SSDs (one directory on each), 64 MiB of page frames.
+//! let cache = Cache::open_or_create(Config::new([&ssd0, &ssd1], 64 << 20))?;
+//! let file = cache.create_file("table.dat")?;
+//! file.write_all_at(b"hello", 40_963)?; // any offset, any length
+//! let mut buf = [0u8; 5];
+//! file.read_exact_at(&mut buf, 40_963)?; // served from the cache
+//! assert_eq!(&buf, b"hello");
+//! file.sync_data()?; // durable on the devices
+//! drop(file);
+//! cache.close()?; // writes everything back; reports what a drop could only log
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Which API for what
+//!
+//! | you want | use |
+//! |---|---|
+//! | pread/pwrite at offsets, from any thread | [`File::read_at`], [`File::write_at`] and the `_exact`/`_all` forms |
+//! | an upcache file where code takes `std::fs::File`-like types | [`std::os::unix::fs::FileExt`] on [`File`]; `Read`/`Write`/`Seek` on [`File::cursor`] |
+//! | to read or change a page where it lies, without a copy | [`File::pin`] ([`PageRef`]), [`File::pin_mut`] ([`PageMut`]) |
+//! | many reads and writes in flight from one thread | [`Cache::queue`] ([`IoQueue`]) |
+//! | an existing OS file through the cache | [`Cache::open_path`] |
+//! | one cache shared by every process of the machine | [`shared`] (what the LD_PRELOAD shim uses) |
+//! | durability | [`File::sync_data`], [`File::sync_all`], [`Cache::sync`]; errors reach each open once, as the kernel's |
+//! | counters | [`Cache::stats`] ([`Stats`]: `Display`, and serde with the default `serde` feature) |
+//! | tuning and the papers' techniques switched on and off | [`Config`]'s `with_*` methods |
+//!
+//! C programs use `crates/upcache-capi` (`upcache.h`); unmodified programs, the LD_PRELOAD shim
+//! in `crates/upcache-preload`. Errors are [`Error`]s with an [`ErrorKind`]; a failed
+//! write-back keeps its pages dirty and is reported by the next sync.
+//!
+//! # Versions
+//!
+//! The crate follows Cargo's semver: before 1.0 a minor release (0.x) may change the API,
+//! a patch release (0.x.y) never does. The C ABI moves with it: its soname carries the part of
+//! the version that may break it (`libupcache_capi.so.0.x`), and `upcache.h` has
+//! `UPCACHE_VERSION_*` macros beside `upcache_version()` for the library that runs.
+//! Changes are listed in CHANGELOG.md.
+//!
+//! # Inside
+//!
+//! The modules, lowest layer first: `error`, `sync`, `units`; `choice`, `metrics`, [`shm`];
+//! [`frame`]; [`io`], [`alloc`], [`index`], [`policy`], `readahead`; `config`; [`file`],
+//! [`meta`]; `cache` (the core); `service` (the threads); `api` (the types above).
+//! ARCHITECTURE.md at the repository root is the map: the data flow of a read, a write and a
+//! sync, the one lock order, the invariants, and where each paper's technique lives. The
+//! public modules other than [`shared`] are internals exposed for the benchmarks and tests;
+//! they may change in any release.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -47,3 +97,9 @@ pub use io::layout::LayoutKind;
 pub use metrics::Stats;
 pub use policy::{CleanFirst, PolicyKind};
 pub use units::{parse_duration, parse_size};
+
+/// The README's Rust examples, compiled (not run: they name real device paths) with the
+/// doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -82,6 +82,17 @@ fn lock_array(dir: &std::path::Path) -> Result<fs::File> {
 impl Cache {
     /// Makes a new array in the config's device directories (created if missing) and opens
     /// it. Fails with `AlreadyExists` if any directory already holds an array.
+    ///
+    /// ```
+    /// use upcache::{Cache, Config, ErrorKind};
+    /// # let tmp = tempfile::tempdir()?;
+    /// let config = Config::new([tmp.path().join("ssd0"), tmp.path().join("ssd1")], 16 << 20);
+    /// let cache = Cache::create(config.clone())?;
+    /// drop(cache);
+    /// assert_eq!(Cache::create(config.clone()).err().map(|e| e.kind()), Some(ErrorKind::AlreadyExists));
+    /// let cache = Cache::open(config)?; // the same array, its files with it
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create(config: Config) -> Result<Cache> {
         config.validate()?;
         for dir in &config.device_dirs {
@@ -250,6 +261,17 @@ impl Cache {
     }
 
     /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// let f = cache.create_file("log")?;
+    /// assert!(f.is_empty());
+    /// assert!(cache.create_file("log").is_err());
+    /// assert_eq!(cache.open_file("log")?.name(), "log");
+    /// assert_eq!(cache.list(), ["log"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create_file(&self, name: &str) -> Result<File> {
         validate_name(name)?;
         let inner = &self.inner;
@@ -391,6 +413,18 @@ impl Cache {
     }
 
     /// Counters and gauges.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// let f = cache.create_file("f")?;
+    /// f.write_all_at(&[1; 8192], 0)?;
+    /// f.read_exact_at(&mut [0; 4096], 0)?;
+    /// let s = cache.stats();
+    /// assert!(s.hits >= 1 && s.dirty_pages == 2);
+    /// println!("{s}"); // hits 1 (33.3% of 3 lookups; ...), misses 2, ...
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         self.inner.stats()
     }
@@ -403,6 +437,24 @@ impl Cache {
 
     /// A queue for asynchronous reads and writes with up to `depth` requests in flight (1 to
     /// 4096); see [`IoQueue`]. Each queue has its own io_uring, so make one per thread.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// let f = cache.create_file("f")?;
+    /// f.write_all_at(&vec![7; 64 * 4096], 0)?;
+    /// let mut q = cache.queue(16)?;
+    /// for i in 0..16u64 {
+    ///     q.read(&f, i * 4096, vec![0; 4096], i)?; // tag i
+    /// }
+    /// let mut done = Vec::new();
+    /// while q.in_flight() > 0 {
+    ///     q.wait(1, &mut done); // at least one more completion
+    /// }
+    /// assert_eq!(done.len(), 16);
+    /// assert!(done.iter().all(|c| c.result.as_ref().ok() == Some(&4096) && c.buf == [7; 4096]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {
         IoQueue::new(self.inner.clone(), depth)
     }
@@ -485,6 +537,17 @@ impl Cache {
     /// the OS file through the cache; other handles of the same file share its pages.
     /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
     /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// let path = tmp.path().join("plain.txt");
+    /// let f = cache.open_path(&path, true)?; // created if missing
+    /// f.write_all_at(b"through the cache", 0)?;
+    /// f.sync_data()?; // the OS file now holds it, with the cache's length
+    /// assert_eq!(std::fs::read(&path)?, b"through the cache");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_path(&self, path: impl AsRef<Path>, create: bool) -> Result<File> {
         let path = path.as_ref();
         self.open_path_as(path, create, &path.display().to_string())

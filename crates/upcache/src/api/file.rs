@@ -93,6 +93,18 @@ impl File {
 
     /// Reads up to `buf.len()` bytes at `offset`; like pread, returns fewer at end of file and
     /// 0 at or past it.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// # let f = cache.create_file("f")?;
+    /// f.write_all_at(b"0123456789", 0)?;
+    /// let mut buf = [0; 8];
+    /// assert_eq!(f.read_at(&mut buf, 4)?, 6); // short at the end of the file
+    /// assert_eq!(&buf[..6], b"456789");
+    /// assert_eq!(f.read_at(&mut buf, 100)?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         if let Some(n) = self.read_lock_free(buf, offset) {
             return Ok(n);
@@ -199,6 +211,18 @@ impl File {
     /// Pins the page holding byte `offset` and borrows its bytes in place (zero-copy; see
     /// [`PageRef`]): from the page's first byte to its last byte inside the file. Loads the
     /// page on a miss. Fails with `InvalidInput` at or past the end of file.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// # let f = cache.create_file("f")?;
+    /// f.write_all_at(b"hello", 4096 + 10)?;
+    /// let page = f.pin(4096 + 12)?; // the page holding byte 4108, in place
+    /// assert_eq!(page.offset(), 4096);
+    /// assert_eq!(&page[10..15], b"hello");
+    /// drop(page); // before this thread writes the range: a writer waits for its readers
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn pin(&self, offset: u64) -> Result<PageRef<'_>> {
         let ps = self.cache.config.page_size as u64;
         let start = offset - offset % ps;
@@ -244,6 +268,18 @@ impl File {
     /// Takes the page holding byte `offset` for writing in place (see [`PageMut`]): its bytes
     /// inside the file, marked dirty when the guard drops. Loads the page on a miss. Fails
     /// with `InvalidInput` at or past the end of file (extend it with `set_len` first).
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// # let f = cache.create_file("f")?;
+    /// f.set_len(8192)?;
+    /// f.pin_mut(4096)?[0..3].copy_from_slice(b"abc"); // dirty when the guard drops
+    /// let mut buf = [0; 3];
+    /// f.read_exact_at(&mut buf, 4096)?;
+    /// assert_eq!(&buf, b"abc");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn pin_mut(&self, offset: u64) -> Result<PageMut<'_>> {
         let ps = self.cache.config.page_size as u64;
         let start = offset - offset % ps;
@@ -382,6 +418,19 @@ impl File {
 
     /// Shrinks or extends the file. Bytes past the old end read as zeros after an extension;
     /// a shrink drops cached pages past the new end, dirty or not.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// # let f = cache.create_file("f")?;
+    /// f.write_all_at(&[9; 100], 0)?;
+    /// f.set_len(10)?;
+    /// f.set_len(20)?; // the bytes past 10 read as zeros now
+    /// let mut buf = [1; 20];
+    /// f.read_exact_at(&mut buf, 0)?;
+    /// assert_eq!((buf[9], buf[10]), (9, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_len(&self, size: u64) -> Result<()> {
         if size > i64::MAX as u64 {
             return Err(Error::new(

@@ -30,7 +30,7 @@ use crate::cache::batch::AfterLoad;
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::FrameId;
-use crate::io::engine::{InlineQueue, IoQueue as EngineQueue, QueueCompletion};
+use crate::io::engine::{EngineQueue, InlineQueue, QueueCompletion};
 use crate::sync::{Arc, Ordering};
 
 /// Deepest queue: more requests in flight than this gain nothing on any device.

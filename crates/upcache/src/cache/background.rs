@@ -11,7 +11,7 @@ use super::readahead::{ClaimedRun, Inbox, Window};
 use super::writeback::Writeback;
 use super::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::engine::IoQueue;
+use crate::io::engine::EngineQueue;
 use crate::sync::{self, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -48,7 +48,7 @@ pub(crate) unsafe trait ReadaheadWork: Send + Sync + 'static {
     /// Bytes in a page: the length of each buffer of a read.
     fn page_size(&self) -> usize;
     /// An I/O queue of `depth` for the loader's reads.
-    fn queue(&self, depth: usize) -> Box<dyn IoQueue>;
+    fn queue(&self, depth: usize) -> Box<dyn EngineQueue>;
     /// See [`CacheInner::claim_window`].
     fn claim_window(&self, w: &Window, read: &mut dyn FnMut(ClaimedRun, &[*mut u8]));
     /// See [`CacheInner::end_readahead`].
@@ -92,7 +92,7 @@ unsafe impl ReadaheadWork for CacheInner {
     fn page_size(&self) -> usize {
         self.config.page_size
     }
-    fn queue(&self, depth: usize) -> Box<dyn IoQueue> {
+    fn queue(&self, depth: usize) -> Box<dyn EngineQueue> {
         self.readahead_queue(depth)
     }
     fn claim_window(&self, w: &Window, read: &mut dyn FnMut(ClaimedRun, &[*mut u8])) {

@@ -7,7 +7,7 @@ use std::ops::Range;
 use super::CacheInner;
 use crate::file::FileInner;
 use crate::frame::FrameId;
-use crate::io::engine::{InlineQueue, IoQueue};
+use crate::io::engine::{EngineQueue, InlineQueue};
 use crate::sync::{self, Arc, AtomicBool, Condvar, Mutex, Ordering};
 
 /// Windows waiting for the loader at most; more are dropped (readahead is a hint).
@@ -84,7 +84,7 @@ pub(crate) struct ClaimedRun {
 
 impl CacheInner {
     /// An I/O queue of `depth` for the loader; synchronous reads if the engine has none.
-    pub(crate) fn readahead_queue(&self, depth: usize) -> Box<dyn IoQueue> {
+    pub(crate) fn readahead_queue(&self, depth: usize) -> Box<dyn EngineQueue> {
         match self.engine.queue(depth) {
             Some(Ok(q)) => q,
             Some(Err(e)) => {

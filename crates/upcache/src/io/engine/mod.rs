@@ -130,7 +130,7 @@ pub trait IoEngine: Send + Sync {
 
     /// A queue of asynchronous reads of about `depth` requests, or None if the engine has none
     /// of its own (then [`InlineQueue`] runs each read when it is pushed).
-    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn EngineQueue>>> {
         let _ = depth;
         None
     }
@@ -164,9 +164,9 @@ pub(crate) fn write_as_batch<E: IoEngine + ?Sized>(
 pub type QueueCompletion = (u64, io::Result<usize>);
 
 /// Asynchronous reads into frames, owned by one thread at a time.
-pub trait IoQueue: Send {
+pub trait EngineQueue: Send {
     /// Queues a read at `offset` of `file` into the buffers `bufs`, `len` bytes each, in
-    /// order (one vectored request), reported by a later [`IoQueue::reap`] under `tag` with
+    /// order (one vectored request), reported by a later [`EngineQueue::reap`] under `tag` with
     /// the total bytes read. A read that cannot even be queued is reported the same way,
     /// with its error.
     ///
@@ -204,7 +204,7 @@ impl InlineQueue {
     }
 }
 
-impl IoQueue for InlineQueue {
+impl EngineQueue for InlineQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
         let mut slices: Vec<IoSliceMut<'_>> = bufs
             .iter()

@@ -10,7 +10,7 @@
 //! queue keeps as many reads in flight across devices and channels as it has slots, as on
 //! real files; reads of other files go to the engine's own queue.
 
-use super::{InlineQueue, IoEngine, IoQueue, IoReq, QueueCompletion};
+use super::{EngineQueue, InlineQueue, IoEngine, IoReq, QueueCompletion};
 use crate::io::device::sim::SimDevice;
 use crate::io::device::BackingFile;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -106,7 +106,7 @@ impl IoEngine for SimRouted {
         out
     }
 
-    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn EngineQueue>>> {
         let inner = match self.inner.queue(depth) {
             Some(Ok(q)) => q,
             Some(Err(e)) => return Some(Err(e)),
@@ -119,7 +119,7 @@ impl IoEngine for SimRouted {
 /// A queue over a routed engine: reads of simulated files are booked on their device, the
 /// rest go to `inner`.
 pub struct SimQueue {
-    inner: Box<dyn IoQueue>,
+    inner: Box<dyn EngineQueue>,
     /// Simulated reads booked and not reaped: when each completes, its tag and outcome.
     booked: Vec<(Instant, u64, io::Result<usize>)>,
 }
@@ -151,7 +151,7 @@ impl SimQueue {
     }
 }
 
-impl IoQueue for SimQueue {
+impl EngineQueue for SimQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
         let Some(sim) = file.sim() else {
             // SAFETY: the caller's contract, passed on unchanged.

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
+use super::{read_as_batch, write_as_batch, EngineQueue, IoEngine, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 
 /// Requests a device thread gathers into one batch at most.
@@ -29,7 +29,7 @@ choice! {
 
 /// A request handed to a device thread. Its pointers stay valid until the reply: the sender
 /// either waits for it (`run_batch`) or holds the buffers and the file until it reaps it (a
-/// queue's caller, per `IoQueue::push_read`'s contract).
+/// queue's caller, per `EngineQueue::push_read`'s contract).
 struct Job {
     file: *const BackingFile,
     offset: u64,
@@ -257,7 +257,7 @@ impl IoEngine for DeviceThreads {
         g.0.iter_mut().map(|r| r.take().expect("every request answered")).collect()
     }
 
-    fn queue(&self, _depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+    fn queue(&self, _depth: usize) -> Option<io::Result<Box<dyn EngineQueue>>> {
         let (tx, rx) = mpsc::channel();
         Some(Ok(Box::new(ThreadQueue { shared: self.shared.clone(), tx, rx, outstanding: 0 })))
     }
@@ -271,7 +271,7 @@ struct ThreadQueue {
     outstanding: usize,
 }
 
-impl IoQueue for ThreadQueue {
+impl EngineQueue for ThreadQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
         let iov = bufs.iter().map(|&b| libc::iovec { iov_base: b.cast(), iov_len: len }).collect();
         self.outstanding += 1;

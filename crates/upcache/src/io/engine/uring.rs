@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crossbeam_queue::SegQueue;
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-use super::{read_as_batch, write_as_batch, IoEngine, IoQueue, IoReq, QueueCompletion};
+use super::{read_as_batch, write_as_batch, EngineQueue, IoEngine, IoReq, QueueCompletion};
 use crate::io::device::BackingFile;
 use crate::io::sys::{preadv_all, preadv_on, pwritev_all};
 
@@ -375,9 +375,12 @@ impl IoEngine for UringEngine {
             .collect()
     }
 
-    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn IoQueue>>> {
+    fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn EngineQueue>>> {
         let entries = depth.clamp(8, 4096).next_power_of_two() as u32;
-        Some(Ring::new(entries, self.fixed).map(|ring| Box::new(UringQueue::new(ring)) as Box<dyn IoQueue>))
+        Some(
+            Ring::new(entries, self.fixed)
+                .map(|ring| Box::new(UringQueue::new(ring)) as Box<dyn EngineQueue>),
+        )
     }
 }
 
@@ -535,7 +538,7 @@ impl UringQueue {
     }
 }
 
-impl IoQueue for UringQueue {
+impl EngineQueue for UringQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
         let fd = file.as_raw_fd();
         if bufs.len() > MAX_IOV {
