@@ -1,9 +1,10 @@
-//! One error type with a closed set of kinds, a human context and an optional OS source.
+//! One error type with a set of kinds callers match on, a human context and an optional OS source.
 
 use std::fmt;
 use std::io;
 
-/// What went wrong, as a closed set callers can match on (the C ABI maps each to a code).
+/// What went wrong, for callers to match on (the C ABI maps each to a code). Non-exhaustive:
+/// later releases may add kinds, so a match needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
