@@ -33,6 +33,7 @@
 //! | an upcache file where code takes `std::fs::File`-like types | [`std::os::unix::fs::FileExt`] on [`File`]; `Read`/`Write`/`Seek` on [`File::cursor`] |
 //! | to read or change a page where it lies, without a copy | [`File::pin`] ([`PageRef`]), [`File::pin_mut`] ([`PageMut`]) |
 //! | many reads and writes in flight from one thread | [`Cache::queue`] ([`IoQueue`]) |
+//! | the same as `Future`s for tokio or any executor | [`Cache::async_io`] ([`AsyncIo`]) |
 //! | an existing OS file through the cache | [`Cache::open_path`] |
 //! | one cache shared by every process of the machine | [`shared`] (what the LD_PRELOAD shim uses) |
 //! | durability | [`File::sync_data`], [`File::sync_all`], [`Cache::sync`]; errors reach each open once, as the kernel's |
@@ -85,7 +86,9 @@ mod sync;
 mod units;
 
 pub use alloc::AllocKind;
-pub use api::{Cache, Completion, File, FileCursor, IoQueue, PageMut, PageRef};
+pub use api::{
+    AsyncIo, Cache, Completion, File, FileCursor, IoFuture, IoQueue, PageMut, PageRef, SyncFuture,
+};
 pub use config::{
     Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,
     MAX_PAGE_SIZE, MIN_FRAMES, MIN_PAGE_SIZE,

@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
+use super::aio::AsyncIo;
 use super::file::File;
 use super::queue::IoQueue;
 use crate::cache::CacheInner;
@@ -457,6 +458,13 @@ impl Cache {
     /// ```
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {
         IoQueue::new(self.inner.clone(), depth)
+    }
+
+    /// Reads, writes and syncs as `Future`s any executor can poll, with up to `depth` reads
+    /// and writes in flight (1 to 4096): see [`AsyncIo`]. One driver thread per `AsyncIo`
+    /// (and one for its syncs), shared by its clones; make one and clone it.
+    pub fn async_io(&self, depth: usize) -> Result<AsyncIo> {
+        AsyncIo::start(self.inner.clone(), IoQueue::new(self.inner.clone(), depth)?)
     }
 
     /// Frames pinned right now, by any thread, queue or readahead in flight. Scans every

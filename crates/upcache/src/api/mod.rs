@@ -1,12 +1,14 @@
 //! The public surface: [`Cache`], [`File`], pin guards and [`IoQueue`]. Each call here takes
 //! the file's range lock and calls into the cache core (`cache/`); nothing below imports this.
 
+mod aio;
 mod cache;
 mod file;
 mod pin;
 mod queue;
 mod std_io;
 
+pub use aio::{AsyncIo, IoFuture, SyncFuture};
 pub use cache::Cache;
 pub use file::File;
 pub use pin::{PageMut, PageRef};

@@ -99,7 +99,13 @@ pub struct IoQueue {
     spare: Vec<(Vec<PagePin>, Vec<LoadRun>)>,
     reaped: Vec<QueueCompletion>,
     scratch: Scratch,
+    /// An eventfd whose write ends a `wait` early (`set_doorbell`), and whether it rang.
+    doorbell: Option<std::os::fd::RawFd>,
+    rang: bool,
 }
+
+/// The tag of the doorbell's read on the ring (loads are tagged slot << 32 | run).
+const DOORBELL_TAG: u64 = u64::MAX;
 
 /// Vectors an attempt fills and empties, kept between attempts so they allocate once.
 #[derive(Default)]
@@ -134,7 +140,25 @@ impl IoQueue {
             spare: Vec::new(),
             reaped: Vec::new(),
             scratch: Scratch::default(),
+            doorbell: None,
+            rang: false,
         })
+    }
+
+    /// Lets a write to eventfd `fd` end a [`IoQueue::wait`] early, even before `min`
+    /// completions, where the engine's queue can watch it (io_uring): the Future API's driver
+    /// sleeps in `wait` and is woken so by new submissions. `fd` must stay open while this
+    /// queue lives.
+    pub(crate) fn set_doorbell(&mut self, fd: std::os::fd::RawFd) {
+        self.doorbell = Some(fd);
+    }
+
+    /// Whether a doorbell set here can end a wait (else a wait ends only with completions).
+    pub(crate) fn doorbell_works(&mut self) -> bool {
+        match self.doorbell {
+            Some(fd) => self.ring.arm_doorbell(fd, DOORBELL_TAG),
+            None => false,
+        }
     }
 
     /// The most requests submitted and not yet returned by [`IoQueue::wait`].
@@ -188,7 +212,7 @@ impl IoQueue {
         loop {
             got += self.done.len();
             out.extend(self.done.drain(..));
-            if got >= min || self.in_flight() == 0 {
+            if got >= min || self.in_flight() == 0 || std::mem::take(&mut self.rang) {
                 return got;
             }
             if self.loads > 0 {
@@ -220,8 +244,15 @@ impl IoQueue {
     /// whose loads are all done try to finish.
     fn reap(&mut self, min: usize) {
         let mut reaped = std::mem::take(&mut self.reaped);
+        if let Some(fd) = self.doorbell {
+            self.ring.arm_doorbell(fd, DOORBELL_TAG);
+        }
         self.ring.reap(min, &mut reaped);
         for (tag, read) in reaped.drain(..) {
+            if tag == DOORBELL_TAG {
+                self.rang = true;
+                continue;
+            }
             self.loads -= 1;
             let (slot, run) = ((tag >> 32) as usize, tag as u32 as usize);
             let req = self.requests[slot].as_mut().expect("a load belongs to a live request");

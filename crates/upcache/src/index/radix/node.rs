@@ -54,7 +54,7 @@ pub(super) struct Node {
 }
 
 impl Node {
-    /// A new unpublished node, made in a retired one if one is kept (`reclaim::spare`).
+    /// A new unpublished node, made in a retired one if one is kept (`spare`).
     pub(super) fn new(shift: u32, parent: *mut Node, count: u64) -> Box<Node> {
         let fresh = || Node {
             state: AtomicU64::new(count),
@@ -62,7 +62,7 @@ impl Node {
             shift,
             slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
         };
-        match super::reclaim::spare::take() {
+        match spare::take() {
             Some(mut n) => {
                 *n = fresh();
                 n
@@ -153,5 +153,46 @@ impl Node {
 
     pub(super) fn is_deleted(&self) -> bool {
         self.state.load(Ordering::SeqCst) & (DEL | DEAD) != 0
+    }
+}
+
+/// Retired nodes kept for the next node any tree makes, as the kernel's slab keeps radix
+/// nodes: a file whose pages come and go over a range wider than its reuse pool
+/// (`tree.rs`) frees a leaf at nearly every eviction and makes one at nearly every miss, and
+/// malloc's free and allocation of 520-byte blocks were 4% of the CPU of async random reads
+/// (bench/RESULTS.md, issue 18). Bounded, so a tree torn down gives its memory back.
+#[cfg(not(loom))]
+pub(super) mod spare {
+    use super::Node;
+    use crossbeam_queue::ArrayQueue;
+    use std::sync::OnceLock;
+
+    /// At most this many nodes (about 2 MiB) wait for reuse.
+    const KEEP: usize = 4096;
+
+    fn pool() -> &'static ArrayQueue<Box<Node>> {
+        static POOL: OnceLock<ArrayQueue<Box<Node>>> = OnceLock::new();
+        POOL.get_or_init(|| ArrayQueue::new(KEEP))
+    }
+
+    /// Keeps a node no thread can reach any more (retired, its grace period over), or frees
+    /// it if enough are kept.
+    pub(in super::super) fn give(node: Box<Node>) {
+        drop(pool().push(node));
+    }
+
+    /// A kept node, to be initialized by the caller.
+    pub(in super::super) fn take() -> Option<Box<Node>> {
+        pool().pop()
+    }
+}
+
+/// No reuse under loom: nodes are parked in the graveyard instead.
+#[cfg(loom)]
+pub(super) mod spare {
+    use super::Node;
+
+    pub(in super::super) fn take() -> Option<Box<Node>> {
+        None
     }
 }

@@ -15,48 +15,7 @@ pub(crate) use crossbeam_epoch::{pin, Guard};
 pub(super) unsafe fn retire(guard: &Guard, node: *mut Node, _graveyard: &Graveyard) {
     // SAFETY: per this function's contract; the closure runs after every guard that could
     // have seen `node` is dropped, and only it owns the box from then on.
-    unsafe { guard.defer_unchecked(move || spare::give(Box::from_raw(node))) }
-}
-
-/// Retired nodes kept for the next node any tree makes, as the kernel's slab keeps radix
-/// nodes: a file whose pages come and go over a range wider than its reuse pool
-/// (`tree.rs`) frees a leaf at nearly every eviction and makes one at nearly every miss, and
-/// malloc's free and allocation of 520-byte blocks were 4% of the CPU of async random reads
-/// (bench/RESULTS.md, issue 18). Bounded, so a tree torn down gives its memory back.
-#[cfg(not(loom))]
-pub(super) mod spare {
-    use super::Node;
-    use crossbeam_queue::ArrayQueue;
-    use std::sync::OnceLock;
-
-    /// At most this many nodes (about 2 MiB) wait for reuse.
-    const KEEP: usize = 4096;
-
-    fn pool() -> &'static ArrayQueue<Box<Node>> {
-        static POOL: OnceLock<ArrayQueue<Box<Node>>> = OnceLock::new();
-        POOL.get_or_init(|| ArrayQueue::new(KEEP))
-    }
-
-    /// Keeps a node no thread can reach any more (retired, its grace period over), or frees
-    /// it if enough are kept.
-    pub(in super::super) fn give(node: Box<Node>) {
-        drop(pool().push(node));
-    }
-
-    /// A kept node, to be initialized by the caller.
-    pub(in super::super) fn take() -> Option<Box<Node>> {
-        pool().pop()
-    }
-}
-
-/// No reuse under loom: nodes are parked in the graveyard instead.
-#[cfg(loom)]
-pub(super) mod spare {
-    use super::Node;
-
-    pub(in super::super) fn take() -> Option<Box<Node>> {
-        None
-    }
+    unsafe { guard.defer_unchecked(move || super::node::spare::give(Box::from_raw(node))) }
 }
 
 /// Nothing to keep outside loom.

@@ -129,12 +129,12 @@ fn concurrent_churn(stride: u64) {
     t.check_counts();
 }
 
-/// A node made in a retired one (`reclaim::spare`) is as new: no slot, count or parent of
+/// A node made in a retired one (`node::spare`) is as new: no slot, count or parent of
 /// its past life survives.
 #[test]
 fn a_node_made_from_a_retired_one_is_clean() {
+    use super::node::spare;
     use super::node::Node;
-    use super::reclaim::spare;
     use std::sync::atomic::Ordering;
     let used = Node::new(0, std::ptr::null_mut(), 5);
     for (i, s) in used.slots.iter().enumerate() {

@@ -26,6 +26,7 @@ pub use uring::UringEngine;
 use crate::choice::choice;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use super::device::BackingFile;
@@ -188,6 +189,16 @@ pub trait EngineQueue: Send {
     /// processed. A queue that runs reads at once ignores it.
     fn set_submit_batch(&mut self, n: usize) {
         let _ = n;
+    }
+
+    /// Arms a read of the eventfd `fd` on this queue, reported by a reap as `(tag, Ok(8))`
+    /// once something writes to `fd`, so that a thread blocked in `reap` can be woken by
+    /// another that has new work for it (the Future API's driver, `api/aio.rs`). Stays armed
+    /// until reported; arming again meanwhile does nothing. False if this queue cannot: its
+    /// reaps then end only with its own reads.
+    fn arm_doorbell(&mut self, fd: RawFd, tag: u64) -> bool {
+        let _ = (fd, tag);
+        false
     }
 }
 

@@ -468,7 +468,16 @@ pub struct UringQueue {
     submit_batch: usize,
     /// Completions being collected (kept to reuse its memory).
     cqes: Vec<(u64, i32)>,
+    /// The armed doorbell read (`EngineQueue::arm_doorbell`): its eventfd, tag and the
+    /// 8 bytes the kernel reads into, boxed so they stay put until the completion.
+    doorbell: Option<(RawFd, u64, Box<u64>)>,
+    /// A doorbell read failed: this ring cannot be rung (not armed again, or a waiter would
+    /// spin on the error).
+    doorbell_failed: bool,
 }
+
+/// The ring's user data of the doorbell read (slots are numbered from 0).
+const DOORBELL: u64 = u64::MAX;
 
 // SAFETY: the raw pointers in `slots` name buffers that the queue's owner reserved for these
 // reads; nothing in the queue is tied to the thread that made it (the ring is not set up
@@ -485,6 +494,8 @@ impl UringQueue {
             ready: Vec::new(),
             submit_batch: 1,
             cqes: Vec::new(),
+            doorbell: None,
+            doorbell_failed: false,
         }
     }
 
@@ -494,6 +505,18 @@ impl UringQueue {
         let mut cqes = std::mem::take(&mut self.cqes);
         self.in_kernel -= self.ring.collect(want, want.max(REAP_BATCH), |tag, res| cqes.push((tag, res)));
         for (i, res) in cqes.drain(..) {
+            if i == DOORBELL {
+                let (_, tag, _) = self.doorbell.take().expect("an armed doorbell");
+                if res < 0 {
+                    log::warn!(
+                        "the I/O queue's doorbell failed ({}); wakes come with completions only",
+                        io::Error::from_raw_os_error(-res)
+                    );
+                    self.doorbell_failed = true;
+                }
+                self.ready.push((tag, Ok(8)));
+                continue;
+            }
             let s = &self.slots[i as usize];
             let r = settle(res, s.len(), |done| {
                 let mut bufs: Vec<IoSliceMut<'_>> = s
@@ -592,6 +615,53 @@ impl EngineQueue for UringQueue {
     fn set_submit_batch(&mut self, n: usize) {
         self.submit_batch = n.max(1);
     }
+
+    fn arm_doorbell(&mut self, fd: RawFd, tag: u64) -> bool {
+        if self.doorbell.is_some() {
+            return true;
+        }
+        if self.doorbell_failed {
+            return false;
+        }
+        while self.in_kernel >= self.ring.cq_capacity() {
+            self.collect(1);
+        }
+        let mut buf = Box::new(0u64);
+        let e =
+            opcode::Read::new(types::Fd(fd), (&mut *buf as *mut u64).cast(), 8).build().user_data(DOORBELL);
+        // SAFETY: the 8 bytes are boxed in `doorbell` until the completion is collected (and
+        // the drop waits for it), so the kernel writes only into them.
+        match unsafe { self.ring.push(&e) } {
+            Ok(()) => {
+                self.in_kernel += 1;
+                self.doorbell = Some((fd, tag, buf));
+                // Handed to the kernel now: the doorbell must ring while we sleep in a reap.
+                if let Err(err) = self.ring.enter(0) {
+                    log::debug!("io_uring submit failed, retried at the next reap: {err}");
+                }
+                true
+            }
+            Err(err) => {
+                log::debug!("no doorbell on this ring: {err}");
+                false
+            }
+        }
+    }
+}
+
+impl Drop for UringQueue {
+    fn drop(&mut self) {
+        // The kernel may still read into the doorbell's box: ring it and wait for that.
+        if let Some((fd, _, _)) = &self.doorbell {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a live u64 to the eventfd, which its owner keeps
+            // open while this queue lives.
+            unsafe { libc::write(*fd, (&one as *const u64).cast(), 8) };
+            while self.doorbell.is_some() {
+                self.collect(1);
+            }
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -619,5 +689,32 @@ mod tests {
         let mut out = Vec::new();
         push_merged(&mut out, desc);
         assert_eq!(pairs(&out), vec![(8192, 4096), (4096, 4096)]);
+    }
+
+    /// A reap asleep on the ring ends when another thread writes the armed doorbell, with
+    /// the doorbell's completion; a queue dropped with it armed waits for its read.
+    #[test]
+    fn a_doorbell_wakes_a_reap_and_a_drop_waits_for_it() {
+        let Ok(ring) = Ring::new(8, None) else { return }; // no io_uring here: nothing to test
+        let mut q = UringQueue::new(ring);
+        // SAFETY: eventfd takes no pointers; checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        assert!(q.arm_doorbell(fd, 77));
+        assert!(q.arm_doorbell(fd, 77), "arming again is a no-op");
+        let ringer = std::thread::spawn(move || {
+            let one = 1u64;
+            // SAFETY: 8 bytes from a live u64 to an open eventfd.
+            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        });
+        let mut out = Vec::new();
+        q.reap(1, &mut out); // sleeps until the write
+        ringer.join().unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].0, out[0].1.as_ref().ok().copied()), (77, Some(8)));
+        assert!(q.arm_doorbell(fd, 78));
+        drop(q); // rings it itself and waits for the read before the box goes
+                 // SAFETY: closing our own descriptor once.
+        unsafe { libc::close(fd) };
     }
 }

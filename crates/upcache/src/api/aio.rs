@@ -1,0 +1,397 @@
+//! Futures for reads, writes and syncs that any executor can poll ([`AsyncIo`]).
+//!
+//! # How a request completes
+//! A future hands its request to the `AsyncIo`'s driver thread through an inbox and returns
+//! `Pending`; the driver runs the requests on its own [`IoQueue`] (a device read in flight on
+//! its io_uring, many at a time) and, when one completes, stores the result in the future's
+//! slot and wakes its waker. So no executor thread ever blocks on I/O and there is no thread
+//! per request: one driver for reads and writes and one syncer for syncs, per `AsyncIo`.
+//!
+//! # Why submissions do not wait for a completion
+//! The driver sleeps in the queue's `wait` while reads are in flight. New requests ring an
+//! eventfd whose read the queue keeps armed on its ring (`IoQueue::set_doorbell`), which ends
+//! that wait, so a request is issued at once, not when an earlier one completes. Engines
+//! without a ring run reads as they are pushed, so their waits never sleep on the device.
+//!
+//! # Why syncs have a thread of their own
+//! A sync writes back and flushes (milliseconds); on the driver it would hold up every read
+//! behind it. The syncer runs them one after another, as `fsync`s of one thread would.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+
+use super::file::File;
+use super::queue::{Completion, IoQueue};
+use crate::cache::CacheInner;
+use crate::error::{Error, Result};
+
+/// Asynchronous reads, writes and syncs as [`Future`]s, for tokio, async-std or any
+/// executor: each is woken from the completion, and none blocks the thread that polls it.
+/// Made by [`crate::Cache::async_io`]; cheap to clone (clones share the driver). Requests
+/// beyond the depth wait in line. Dropping the last clone finishes the requests still
+/// running, then stops the driver.
+///
+/// ```
+/// # let tmp = tempfile::tempdir()?;
+/// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+/// # // The simplest executor: poll, and park until woken.
+/// # fn block_on<T>(fut: impl std::future::Future<Output = T>) -> T {
+/// #     struct Unpark(std::thread::Thread);
+/// #     impl std::task::Wake for Unpark {
+/// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
+/// #     }
+/// #     let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+/// #     let mut cx = std::task::Context::from_waker(&waker);
+/// #     let mut fut = std::pin::pin!(fut);
+/// #     loop {
+/// #         if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) { return v; }
+/// #         std::thread::park();
+/// #     }
+/// # }
+/// let f = cache.create_file("f")?;
+/// let aio = cache.async_io(64)?;
+/// let (written, _buf) = block_on(aio.write(&f, 0, b"hello".to_vec()));
+/// assert_eq!(written?, 5);
+/// block_on(aio.sync_data(&f))?;
+/// let (read, buf) = block_on(aio.read(&f, 0, vec![0; 5]));
+/// assert_eq!((read?, &buf[..]), (5, &b"hello"[..]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct AsyncIo {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for AsyncIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncIo").field("depth", &self.handle.depth).finish()
+    }
+}
+
+/// What a request's future waits on: the result, once the driver stores it, and the waker
+/// to call then.
+struct Slot<T> {
+    state: Mutex<(Option<T>, Option<Waker>)>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Arc<Self> {
+        Arc::new(Slot { state: Mutex::new((None, None)) })
+    }
+
+    /// Stores the result and wakes the future (outside the lock).
+    fn complete(&self, value: T) {
+        let waker = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = Some(value);
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.0.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                match &mut s.1 {
+                    Some(w) => w.clone_from(cx.waker()),
+                    None => s.1 = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A read's or write's result: bytes moved or the error, and the buffer back.
+type IoResult = (Result<usize>, Vec<u8>);
+
+/// A request for the driver.
+struct Op {
+    write: bool,
+    file: File,
+    offset: u64,
+    buf: Vec<u8>,
+    slot: Arc<Slot<IoResult>>,
+}
+
+/// The driver's inbox.
+#[derive(Default)]
+struct Inbox {
+    ops: VecDeque<Op>,
+    /// The last `AsyncIo` is gone: finish what is queued and running, then stop.
+    closing: bool,
+    /// The driver sleeps in its queue's wait (ring the doorbell to wake it), not on `ready`.
+    in_ring: bool,
+}
+
+/// A sync for the syncer: the file, whether metadata too (`sync_all`), and its slot.
+type SyncOp = (File, bool, Arc<Slot<Result<()>>>);
+
+/// The syncer's inbox.
+#[derive(Default)]
+struct SyncInbox {
+    files: VecDeque<SyncOp>,
+    closing: bool,
+}
+
+struct Shared {
+    inbox: Mutex<Inbox>,
+    ready: Condvar,
+    syncs: Mutex<SyncInbox>,
+    sync_ready: Condvar,
+    /// The eventfd that ends the driver's wait in its ring.
+    doorbell: OwnedFd,
+}
+
+impl Shared {
+    fn ring(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our own open eventfd.
+        unsafe { libc::write(self.doorbell.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Owned by every `AsyncIo` clone; the last one's drop stops the threads.
+struct Handle {
+    shared: Arc<Shared>,
+    cache: crate::sync::Arc<CacheInner>,
+    depth: usize,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        lock(&self.shared.inbox).closing = true;
+        self.shared.ready.notify_one();
+        self.shared.ring();
+        lock(&self.shared.syncs).closing = true;
+        self.shared.sync_ready.notify_one();
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                log::error!("an upcache async I/O thread panicked");
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere poisoned it: the data is still consistent (every update is one step).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl AsyncIo {
+    /// Starts the driver (with `queue`, `depth` requests in flight) and the syncer.
+    pub(crate) fn start(cache: crate::sync::Arc<CacheInner>, mut queue: IoQueue) -> Result<AsyncIo> {
+        // SAFETY: eventfd takes no pointers; the result is checked before use.
+        // Blocking: io_uring completes a read of a non-blocking fd with EAGAIN instead of waiting.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io("make the async driver's eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let doorbell = unsafe { OwnedFd::from_raw_fd(fd) };
+        queue.set_doorbell(doorbell.as_raw_fd());
+        let depth = queue.depth();
+        let shared = Arc::new(Shared {
+            inbox: Mutex::default(),
+            ready: Condvar::new(),
+            syncs: Mutex::default(),
+            sync_ready: Condvar::new(),
+            doorbell,
+        });
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| Error::io(format!("start the {name} thread"), e))
+        };
+        let driver = {
+            let shared = shared.clone();
+            spawn("upcache-aio", Box::new(move || drive(&shared, queue)))?
+        };
+        let syncer = {
+            let shared = shared.clone();
+            spawn("upcache-aio-sync", Box::new(move || sync_loop(&shared)))
+        };
+        let mut handle = Handle { shared, cache, depth, threads: vec![driver] };
+        handle.threads.push(syncer?); // on failure, the handle's drop stops the driver
+        Ok(AsyncIo { handle: Arc::new(handle) })
+    }
+
+    /// The most reads and writes in flight at once; more wait in line.
+    pub fn depth(&self) -> usize {
+        self.handle.depth
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of `file` (short at end of file, as
+    /// [`File::read_at`]); resolves to the count or the error, and the buffer.
+    pub fn read(&self, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+        self.submit(false, file, offset, buf)
+    }
+
+    /// Writes all of `buf` at `offset` of `file` into the cache (as [`File::write_at`]);
+    /// resolves to the count or the error, and the buffer.
+    pub fn write(&self, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+        self.submit(true, file, offset, buf)
+    }
+
+    /// Makes `file`'s written data durable, as [`File::sync_data`], reporting write-back
+    /// errors to `file`'s open description.
+    pub fn sync_data(&self, file: &File) -> SyncFuture {
+        self.sync(file, false)
+    }
+
+    /// As [`AsyncIo::sync_data`], with metadata too ([`File::sync_all`]).
+    pub fn sync_all(&self, file: &File) -> SyncFuture {
+        self.sync(file, true)
+    }
+
+    fn submit(&self, write: bool, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+        let slot = Slot::new();
+        // What the queue would refuse, refused here with the buffer given back.
+        let refused = if !crate::sync::Arc::ptr_eq(file.cache(), &self.handle.cache) {
+            Some(Error::new(
+                crate::error::ErrorKind::InvalidInput,
+                format!("{file:?} belongs to another cache"),
+            ))
+        } else {
+            super::file::end_of(offset, buf.len()).err()
+        };
+        if let Some(e) = refused {
+            slot.complete((Err(e), buf));
+            return IoFuture { slot };
+        }
+        let shared = &self.handle.shared;
+        let in_ring = {
+            let mut inbox = lock(&shared.inbox);
+            inbox.ops.push_back(Op { write, file: file.clone(), offset, buf, slot: slot.clone() });
+            inbox.in_ring
+        };
+        if in_ring {
+            shared.ring();
+        } else {
+            shared.ready.notify_one();
+        }
+        IoFuture { slot }
+    }
+
+    fn sync(&self, file: &File, all: bool) -> SyncFuture {
+        let slot = Slot::new();
+        let shared = &self.handle.shared;
+        lock(&shared.syncs).files.push_back((file.clone(), all, slot.clone()));
+        shared.sync_ready.notify_one();
+        SyncFuture { slot }
+    }
+}
+
+/// A read or write of [`AsyncIo`]: resolves to the bytes moved or the error, and the
+/// buffer. Dropping it does not cancel the request; its result is then dropped.
+#[must_use = "a future does nothing unless polled; the request runs anyway"]
+pub struct IoFuture {
+    slot: Arc<Slot<IoResult>>,
+}
+
+impl Future for IoFuture {
+    type Output = (Result<usize>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.slot.poll(cx)
+    }
+}
+
+/// A sync of [`AsyncIo`].
+#[must_use = "a future does nothing unless polled; the sync runs anyway"]
+pub struct SyncFuture {
+    slot: Arc<Slot<Result<()>>>,
+}
+
+impl Future for SyncFuture {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.slot.poll(cx)
+    }
+}
+
+/// The driver: moves requests from the inbox onto the queue while it has room, sleeps in
+/// the queue's wait (woken by completions or the doorbell) while requests are in flight,
+/// and on the inbox's condvar while none are.
+fn drive(shared: &Shared, mut queue: IoQueue) {
+    let depth = queue.depth();
+    let mut slots: Vec<Option<Arc<Slot<IoResult>>>> = (0..depth).map(|_| None).collect();
+    let mut free: Vec<u64> = (0..depth as u64).rev().collect();
+    let mut done: Vec<Completion> = Vec::with_capacity(depth);
+    let mut batch = Vec::with_capacity(depth);
+    let ring_works = queue.doorbell_works();
+    loop {
+        {
+            let mut inbox = lock(&shared.inbox);
+            inbox.in_ring = false;
+            loop {
+                let room = free.len().min(inbox.ops.len());
+                batch.extend(inbox.ops.drain(..room));
+                if !batch.is_empty() || queue.in_flight() > 0 {
+                    break;
+                }
+                if inbox.closing {
+                    return;
+                }
+                inbox = shared.ready.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            }
+            // Sleeping in the ring next (if it can be rung): submitters ring the doorbell
+            // rather than the condvar. Set under the lock with the inbox's check above, so a
+            // request pushed after it rings.
+            inbox.in_ring = ring_works && queue.in_flight() + batch.len() > 0;
+        }
+        for op in batch.drain(..) {
+            let tag = free.pop().expect("no more requests taken than free tags");
+            let submitted = if op.write {
+                queue.write(&op.file, op.offset, op.buf, tag)
+            } else {
+                queue.read(&op.file, op.offset, op.buf, tag)
+            };
+            match submitted {
+                Ok(()) => slots[tag as usize] = Some(op.slot),
+                Err(e) => {
+                    // Checked in `submit`, so not expected; the buffer went with the request.
+                    free.push(tag);
+                    op.slot.complete((Err(e), Vec::new()));
+                }
+            }
+        }
+        queue.wait(1, &mut done);
+        for c in done.drain(..) {
+            let slot = slots[c.tag as usize].take().expect("a completion of a request in flight");
+            free.push(c.tag);
+            slot.complete((c.result, c.buf));
+        }
+    }
+}
+
+/// The syncer: runs syncs in arrival order.
+fn sync_loop(shared: &Shared) {
+    loop {
+        let (file, all, slot) = {
+            let mut inbox = lock(&shared.syncs);
+            loop {
+                if let Some(s) = inbox.files.pop_front() {
+                    break s;
+                }
+                if inbox.closing {
+                    return;
+                }
+                inbox = shared.sync_ready.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        slot.complete(if all { file.sync_all() } else { file.sync_data() });
+    }
+}
