@@ -78,3 +78,50 @@ fn the_shared_library_has_a_versioned_soname() {
     let abi = if major == "0" { format!("0.{}", env!("CARGO_PKG_VERSION_MINOR")) } else { major.to_string() };
     assert!(text.contains(&format!("Library soname: [libupcache_capi.so.{abi}]")), "{text}");
 }
+
+/// The documented install (`install.sh`) into a fresh prefix, then the C example built with
+/// nothing but `pkg-config --cflags --libs upcache`, run against the installed shared library.
+#[test]
+fn the_example_builds_with_pkg_config_after_the_install() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let built =
+        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-capi", "--lib"]).status().unwrap();
+    assert!(built.success(), "cargo build -p upcache-capi failed");
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = tmp.path().join("prefix");
+    let install = Command::new(dir.join("install.sh")).arg(&prefix).arg(target_dir()).output().unwrap();
+    assert!(install.status.success(), "install.sh failed: {}", String::from_utf8_lossy(&install.stderr));
+    let pc = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "upcache"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config runs");
+    assert!(pc.status.success(), "pkg-config: {}", String::from_utf8_lossy(&pc.stderr));
+    let flags = String::from_utf8(pc.stdout).unwrap();
+    assert!(flags.contains("-lupcache_capi"), "{flags}");
+    let bin = tmp.path().join("example");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .arg(dir.join("examples/example.c"))
+        .args(flags.split_whitespace())
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cc {} with pkg-config's flags failed",
+        dir.join("examples/example.c").display()
+    );
+    let run = Command::new(&bin)
+        .arg(tmp.path().join("array"))
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("hello from C"),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
