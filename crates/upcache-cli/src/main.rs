@@ -25,6 +25,7 @@
 
 mod bench;
 mod hitratio;
+mod metrics;
 mod micro;
 mod plot;
 mod plotcmd;

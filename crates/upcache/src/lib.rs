@@ -87,7 +87,8 @@ mod units;
 
 pub use alloc::AllocKind;
 pub use api::{
-    AsyncIo, Cache, Completion, File, FileCursor, IoFuture, IoQueue, PageMut, PageRef, SyncFuture,
+    AsyncIo, Cache, Completion, File, FileCursor, IoFuture, IoQueue, PageMut, PageRef, StatsReader,
+    SyncFuture,
 };
 pub use config::{
     Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,
@@ -97,6 +98,9 @@ pub use error::{Error, ErrorKind, Result};
 pub use index::IndexKind;
 pub use io::engine::{IoKind, SubmitKind};
 pub use io::layout::LayoutKind;
+pub use metrics::latency::{
+    Latencies, LatencyHistogram, BUCKETS as LATENCY_BUCKETS, SAMPLE_EVERY as LATENCY_SAMPLE_EVERY,
+};
 pub use metrics::Stats;
 pub use policy::{CleanFirst, PolicyKind};
 pub use units::{parse_duration, parse_size};

@@ -193,3 +193,39 @@ fn bad_requests_fail_in_their_future_and_give_the_buffer_back() {
     });
     assert!(cache.async_io(0).is_err(), "depth 0 is refused");
 }
+
+/// A waker that panics (an executor's bug) does not stop the driver: its own future still
+/// gets its result, and later requests complete.
+#[test]
+fn a_panicking_waker_does_not_stop_the_driver() {
+    struct Panics;
+    impl Wake for Panics {
+        fn wake(self: Arc<Self>) {
+            panic!("a broken executor");
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = Arc::new(GatedEngine::default());
+    let cfg = common::config(tmp.path(), 1, 4096, 64).with_io_engine(engine.clone());
+    let cache = Cache::create(cfg).unwrap();
+    let f = cache.create_file("f").unwrap();
+    f.write_all_at(&common::pattern(2, 4096), 0).unwrap();
+    f.sync_data().unwrap();
+    f.evict(0, 0).unwrap();
+    let (open, gate) = mpsc::channel();
+    *engine.gate.lock().unwrap() = Some(gate);
+    engine.closed.store(true, Ordering::SeqCst);
+    let aio = cache.async_io(4).unwrap();
+    let bad = Arc::new(Panics).into();
+    let mut first = pin!(aio.read(&f, 0, vec![0; 4096]));
+    assert!(first.as_mut().poll(&mut Context::from_waker(&bad)).is_pending());
+    open.send(()).unwrap(); // the read completes and the driver calls the panicking waker
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async {
+        let (n, _) = aio.write(&f, 4096, vec![5; 10]).await;
+        assert_eq!(n.unwrap(), 10, "the driver still runs");
+        let (n, buf) = first.as_mut().await;
+        assert_eq!(n.unwrap(), 4096);
+        assert_eq!(buf, common::pattern(2, 4096));
+    });
+}

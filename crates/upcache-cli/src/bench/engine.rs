@@ -387,6 +387,7 @@ impl Engine for UpcacheEngine {
         }
         let (pin, page_size) = (o.api == Api::Pin, o.page_size as u64);
         let queued = (o.api == Api::Async).then_some(o.iodepth_batch);
+        crate::metrics::publish(Some(cache.stats_reader()));
         Ok(UpcacheEngine {
             config,
             dirs,
@@ -440,11 +441,14 @@ impl Engine for UpcacheEngine {
             // Close and reopen: the only way to empty the cache, and what a cold start is.
             let n = self.files.len();
             self.files.clear();
+            // The published reader holds the array open too.
+            crate::metrics::publish(None);
             drop(self.cache.take());
             let cache = Cache::open(self.config.clone()).context("reopen the upcache array")?;
             for i in 0..n {
                 self.files.push(cache.open_file(&file_name(i)).with_context(|| format!("reopen f{i}"))?);
             }
+            crate::metrics::publish(Some(cache.stats_reader()));
             self.cache = Some(cache);
         }
         Ok(())
@@ -485,6 +489,7 @@ impl Engine for UpcacheEngine {
     }
 
     fn teardown(mut self, keep: bool) -> Result<()> {
+        crate::metrics::publish(None);
         let files = std::mem::take(&mut self.files);
         let cache = self.cache.take().expect("cache is open");
         if keep {

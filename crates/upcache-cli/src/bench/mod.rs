@@ -228,6 +228,10 @@ pub struct BenchArgs {
     /// Draw the latency CDF of each engine's first run to FILE (.png or .svg)
     #[arg(long, value_name = "FILE")]
     plot_cdf: Option<PathBuf>,
+    /// Serve upcache's counters and latency histograms for Prometheus at http://ADDR/metrics
+    /// while the bench runs (e.g. 127.0.0.1:9898; port 0 picks one, printed on stderr)
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// The long help's description of the no-flag default.
@@ -575,6 +579,10 @@ pub fn run_replay(args: BenchArgs) -> Result<()> {
 
 /// Runs `upcache bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
+    if let Some(addr) = &args.metrics {
+        let bound = crate::metrics::serve(addr)?;
+        eprintln!("metrics: http://{bound}/metrics");
+    }
     let dir = args.dir.clone();
     let plot_cdf = args.plot_cdf.clone();
     if let Some(p) = &plot_cdf {

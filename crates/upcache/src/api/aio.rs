@@ -33,8 +33,14 @@ use crate::error::{Error, Result};
 /// Asynchronous reads, writes and syncs as [`Future`]s, for tokio, async-std or any
 /// executor: each is woken from the completion, and none blocks the thread that polls it.
 /// Made by [`crate::Cache::async_io`]; cheap to clone (clones share the driver). Requests
-/// beyond the depth wait in line. Dropping the last clone finishes the requests still
-/// running, then stops the driver.
+/// beyond the depth wait in line. Dropping the last clone waits for the requests still
+/// queued or running, then stops the driver.
+///
+/// The driver copies writes into the cache itself, so a write that must wait (for readers
+/// of its pages, a range lock, or dirty throttling) holds up the requests behind it; as with
+/// the blocking calls, a task must not write a page it holds a [`crate::PageRef`] of. Wakers
+/// are called on the driver's thread and must not block. If a driver thread panics (a bug),
+/// its futures fail with `ErrorKind::Internal` rather than wait forever.
 ///
 /// ```
 /// # let tmp = tempfile::tempdir()?;
@@ -84,7 +90,8 @@ impl<T> Slot<T> {
         Arc::new(Slot { state: Mutex::new((None, None)) })
     }
 
-    /// Stores the result and wakes the future (outside the lock).
+    /// Stores the result and wakes the future (outside the lock). A waker that panics is
+    /// the executor's bug; it must not stop the driver, whose other futures would hang.
     fn complete(&self, value: T) {
         let waker = {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,7 +99,9 @@ impl<T> Slot<T> {
             s.1.take()
         };
         if let Some(w) = waker {
-            w.wake();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())).is_err() {
+                log::error!("a waker panicked in upcache's async I/O driver");
+            }
         }
     }
 
@@ -114,13 +123,55 @@ impl<T> Slot<T> {
 /// A read's or write's result: bytes moved or the error, and the buffer back.
 type IoResult = (Result<usize>, Vec<u8>);
 
+/// What a future gets if its request is dropped unfinished (its thread died).
+trait Stopped {
+    fn stopped() -> Self;
+}
+
+fn stopped_error() -> Error {
+    Error::new(crate::error::ErrorKind::Internal, "upcache's async I/O thread stopped (see the log)")
+}
+
+impl Stopped for IoResult {
+    fn stopped() -> Self {
+        (Err(stopped_error()), Vec::new())
+    }
+}
+
+impl Stopped for Result<()> {
+    fn stopped() -> Self {
+        Err(stopped_error())
+    }
+}
+
+/// The side of a slot that completes it, exactly once: dropped unfinished (a panic in the
+/// driver, a request refused because it is gone), it completes the future with an error, so
+/// no future waits forever.
+struct Completer<T: Stopped>(Option<Arc<Slot<T>>>);
+
+impl<T: Stopped> Completer<T> {
+    fn complete(mut self, value: T) {
+        if let Some(slot) = self.0.take() {
+            slot.complete(value);
+        }
+    }
+}
+
+impl<T: Stopped> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.complete(T::stopped());
+        }
+    }
+}
+
 /// A request for the driver.
 struct Op {
     write: bool,
     file: File,
     offset: u64,
     buf: Vec<u8>,
-    slot: Arc<Slot<IoResult>>,
+    done: Completer<IoResult>,
 }
 
 /// The driver's inbox.
@@ -131,16 +182,20 @@ struct Inbox {
     closing: bool,
     /// The driver sleeps in its queue's wait (ring the doorbell to wake it), not on `ready`.
     in_ring: bool,
+    /// The driver is gone (it panicked): requests fail at once.
+    dead: bool,
 }
 
-/// A sync for the syncer: the file, whether metadata too (`sync_all`), and its slot.
-type SyncOp = (File, bool, Arc<Slot<Result<()>>>);
+/// A sync for the syncer: the file, whether metadata too (`sync_all`), and its completer.
+type SyncOp = (File, bool, Completer<Result<()>>);
 
 /// The syncer's inbox.
 #[derive(Default)]
 struct SyncInbox {
     files: VecDeque<SyncOp>,
     closing: bool,
+    /// The syncer is gone (it panicked): syncs fail at once.
+    dead: bool,
 }
 
 struct Shared {
@@ -176,6 +231,11 @@ impl Drop for Handle {
         lock(&self.shared.syncs).closing = true;
         self.shared.sync_ready.notify_one();
         for t in self.threads.drain(..) {
+            // The last clone can be dropped on one of our own threads (a waker that drops the
+            // task owning it): that thread ends by itself once its inbox is empty.
+            if t.thread().id() == std::thread::current().id() {
+                continue;
+            }
             if t.join().is_err() {
                 log::error!("an upcache async I/O thread panicked");
             }
@@ -192,7 +252,8 @@ impl AsyncIo {
     /// Starts the driver (with `queue`, `depth` requests in flight) and the syncer.
     pub(crate) fn start(cache: crate::sync::Arc<CacheInner>, mut queue: IoQueue) -> Result<AsyncIo> {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
-        // Blocking: io_uring completes a read of a non-blocking fd with EAGAIN instead of waiting.
+        // Blocking: kernels before 5.8 completed a ring's read of a non-blocking eventfd with
+        // EAGAIN instead of waiting for a write.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(Error::io("make the async driver's eventfd", std::io::Error::last_os_error()));
@@ -257,6 +318,7 @@ impl AsyncIo {
 
     fn submit(&self, write: bool, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
         let slot = Slot::new();
+        let done = Completer(Some(slot.clone()));
         // What the queue would refuse, refused here with the buffer given back.
         let refused = if !crate::sync::Arc::ptr_eq(file.cache(), &self.handle.cache) {
             Some(Error::new(
@@ -267,13 +329,16 @@ impl AsyncIo {
             super::file::end_of(offset, buf.len()).err()
         };
         if let Some(e) = refused {
-            slot.complete((Err(e), buf));
+            done.complete((Err(e), buf));
             return IoFuture { slot };
         }
         let shared = &self.handle.shared;
         let in_ring = {
             let mut inbox = lock(&shared.inbox);
-            inbox.ops.push_back(Op { write, file: file.clone(), offset, buf, slot: slot.clone() });
+            if inbox.dead {
+                return IoFuture { slot }; // `done` drops: the future fails at once
+            }
+            inbox.ops.push_back(Op { write, file: file.clone(), offset, buf, done });
             inbox.in_ring
         };
         if in_ring {
@@ -286,8 +351,15 @@ impl AsyncIo {
 
     fn sync(&self, file: &File, all: bool) -> SyncFuture {
         let slot = Slot::new();
+        let done = Completer(Some(slot.clone()));
         let shared = &self.handle.shared;
-        lock(&shared.syncs).files.push_back((file.clone(), all, slot.clone()));
+        {
+            let mut syncs = lock(&shared.syncs);
+            if syncs.dead {
+                return SyncFuture { slot }; // `done` drops: the future fails at once
+            }
+            syncs.files.push_back((file.clone(), all, done));
+        }
         shared.sync_ready.notify_one();
         SyncFuture { slot }
     }
@@ -326,13 +398,25 @@ impl Future for SyncFuture {
 /// the queue's wait (woken by completions or the doorbell) while requests are in flight,
 /// and on the inbox's condvar while none are.
 fn drive(shared: &Shared, mut queue: IoQueue) {
+    // On any way out, a panic included: later requests fail at once, queued ones fail now
+    // (their completers drop), and so do those in flight (`slots` drops as we unwind).
+    let _dead = MarkDead(|| {
+        let queued = {
+            let mut inbox = lock(&shared.inbox);
+            inbox.dead = true;
+            std::mem::take(&mut inbox.ops)
+        };
+        drop(queued);
+    });
     let depth = queue.depth();
-    let mut slots: Vec<Option<Arc<Slot<IoResult>>>> = (0..depth).map(|_| None).collect();
+    let mut slots: Vec<Option<Completer<IoResult>>> = (0..depth).map(|_| None).collect();
     let mut free: Vec<u64> = (0..depth as u64).rev().collect();
     let mut done: Vec<Completion> = Vec::with_capacity(depth);
     let mut batch = Vec::with_capacity(depth);
-    let ring_works = queue.doorbell_works();
     loop {
+        // Armed now, or not possible (checked each time: a doorbell that failed is not
+        // armed again, and submitters must then wake the condvar).
+        let ring_works = queue.doorbell_works();
         {
             let mut inbox = lock(&shared.inbox);
             inbox.in_ring = false;
@@ -347,40 +431,58 @@ fn drive(shared: &Shared, mut queue: IoQueue) {
                 }
                 inbox = shared.ready.wait(inbox).unwrap_or_else(|e| e.into_inner());
             }
-            // Sleeping in the ring next (if it can be rung): submitters ring the doorbell
+            // Sleeping in the ring next, with room for more: submitters ring the doorbell
             // rather than the condvar. Set under the lock with the inbox's check above, so a
-            // request pushed after it rings.
-            inbox.in_ring = ring_works && queue.in_flight() + batch.len() > 0;
+            // request pushed after it rings. With no room left, a completion wakes us anyway.
+            inbox.in_ring = ring_works && free.len() > batch.len();
         }
         for op in batch.drain(..) {
             let tag = free.pop().expect("no more requests taken than free tags");
-            let submitted = if op.write {
-                queue.write(&op.file, op.offset, op.buf, tag)
+            let Op { write, file, offset, buf, done: completer } = op;
+            let submitted = if write {
+                queue.write(&file, offset, buf, tag)
             } else {
-                queue.read(&op.file, op.offset, op.buf, tag)
+                queue.read(&file, offset, buf, tag)
             };
             match submitted {
-                Ok(()) => slots[tag as usize] = Some(op.slot),
+                Ok(()) => slots[tag as usize] = Some(completer),
                 Err(e) => {
                     // Checked in `submit`, so not expected; the buffer went with the request.
                     free.push(tag);
-                    op.slot.complete((Err(e), Vec::new()));
+                    completer.complete((Err(e), Vec::new()));
                 }
             }
         }
         queue.wait(1, &mut done);
         for c in done.drain(..) {
-            let slot = slots[c.tag as usize].take().expect("a completion of a request in flight");
+            let completer = slots[c.tag as usize].take().expect("a completion of a request in flight");
             free.push(c.tag);
-            slot.complete((c.result, c.buf));
+            completer.complete((c.result, c.buf));
         }
+    }
+}
+
+/// Runs its closure when dropped, unwinding included.
+struct MarkDead<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for MarkDead<F> {
+    fn drop(&mut self) {
+        (self.0)();
     }
 }
 
 /// The syncer: runs syncs in arrival order.
 fn sync_loop(shared: &Shared) {
+    let _dead = MarkDead(|| {
+        let queued = {
+            let mut syncs = lock(&shared.syncs);
+            syncs.dead = true;
+            std::mem::take(&mut syncs.files)
+        };
+        drop(queued);
+    });
     loop {
-        let (file, all, slot) = {
+        let (file, all, completer) = {
             let mut inbox = lock(&shared.syncs);
             loop {
                 if let Some(s) = inbox.files.pop_front() {
@@ -392,6 +494,6 @@ fn sync_loop(shared: &Shared) {
                 inbox = shared.sync_ready.wait(inbox).unwrap_or_else(|e| e.into_inner());
             }
         };
-        slot.complete(if all { file.sync_all() } else { file.sync_data() });
+        completer.complete(if all { file.sync_all() } else { file.sync_data() });
     }
 }

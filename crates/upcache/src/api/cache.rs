@@ -19,6 +19,7 @@ use crate::io::device::{self, backing_path};
 use crate::meta::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
 use crate::meta::metalog::{self, MetaLog, NewLog, Record};
 use crate::meta::namespace::Namespace;
+use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
 use crate::service::flusher::Flushers;
 use crate::service::loader::Loader;
@@ -430,6 +431,33 @@ impl Cache {
         self.inner.stats()
     }
 
+    /// Latency histograms: per operation (reads and writes sampled one in
+    /// [`crate::LATENCY_SAMPLE_EVERY`] per thread, every sync) and per device (the reads and
+    /// write-backs the cache waits for).
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 16 << 20))?;
+    /// let f = cache.create_file("f")?;
+    /// f.write_all_at(b"x", 0)?;
+    /// f.sync_data()?;
+    /// let l = cache.latencies();
+    /// assert_eq!(l.sync.count(), 1);
+    /// println!("sync p99 under {:?}", l.sync.quantile(0.99).unwrap());
+    /// assert!(l.device_write[0].count() >= 1); // the sync's write-back
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latencies(&self) -> Latencies {
+        self.inner.latencies()
+    }
+
+    /// A handle that reads this cache's counters and histograms from any thread, for a
+    /// metrics exporter. It keeps the cache's memory and the array's lock (not its threads)
+    /// until dropped, as an open [`File`] does: drop it before opening the array again.
+    pub fn stats_reader(&self) -> StatsReader {
+        StatsReader { inner: self.inner.clone() }
+    }
+
     /// Bytes written back so far (`Stats::writeback_bytes`), alone: a few atomic loads, no
     /// lock and no allocation, so a signal handler may watch write-back progress with it.
     pub fn written_back_bytes(&self) -> u64 {
@@ -596,5 +624,29 @@ fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
     match file.inner() {
         f if f.plain => Ok(f),
         _ => Err(Error::new(ErrorKind::InvalidInput, format!("{:?} is not a plain file", file.name()))),
+    }
+}
+
+/// Reads a cache's [`Stats`] and [`Latencies`] from anywhere ([`Cache::stats_reader`]).
+#[derive(Clone)]
+pub struct StatsReader {
+    inner: Arc<CacheInner>,
+}
+
+impl std::fmt::Debug for StatsReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsReader").finish_non_exhaustive()
+    }
+}
+
+impl StatsReader {
+    /// As [`Cache::stats`].
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// As [`Cache::latencies`].
+    pub fn latencies(&self) -> Latencies {
+        self.inner.latencies()
     }
 }

@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
 use crate::file::{FileInner, MAX_FILE_SIZE};
 use crate::io::device;
+use crate::metrics::latency;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
 /// An open file of a [`crate::Cache`]. Cheap to clone; `Send + Sync`.
@@ -106,6 +107,14 @@ impl File {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let start = latency::sample();
+        let r = self.read_at_untimed(buf, offset);
+        self.cache.metrics.latency.read.since(start);
+        r
+    }
+
+    /// `read_at` without its timing.
+    fn read_at_untimed(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         if let Some(n) = self.read_lock_free(buf, offset) {
             return Ok(n);
         }
@@ -309,6 +318,14 @@ impl File {
     /// file would pass the largest file its file system allows: up to that size, as the
     /// kernel does; `FileTooLarge` for a write that starts there or past it.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let start = latency::sample();
+        let r = self.write_at_untimed(buf, offset);
+        self.cache.metrics.latency.write.since(start);
+        r
+    }
+
+    /// `write_at` without its timing.
+    fn write_at_untimed(&self, buf: &[u8], offset: u64) -> Result<usize> {
         let max = self.file.max_len;
         // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
@@ -500,7 +517,11 @@ impl File {
     /// Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::Data, &self.seen))
+        let _span = tracing::debug_span!("upcache.sync", file = %self.file.name, kind = "data").entered();
+        let start = std::time::Instant::now();
+        let r = self.cache.sync_file(&self.file, SyncKind::Data, &self.seen);
+        self.cache.metrics.latency.sync.record(start.elapsed());
+        self.cache.background.after(r)
     }
 
     /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
@@ -557,6 +578,10 @@ impl File {
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
         self.file.check_live()?;
-        self.cache.background.after(self.cache.sync_file(&self.file, SyncKind::All, &self.seen))
+        let _span = tracing::debug_span!("upcache.sync", file = %self.file.name, kind = "all").entered();
+        let start = std::time::Instant::now();
+        let r = self.cache.sync_file(&self.file, SyncKind::All, &self.seen);
+        self.cache.metrics.latency.sync.record(start.elapsed());
+        self.cache.background.after(r)
     }
 }

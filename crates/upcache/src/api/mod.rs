@@ -9,7 +9,7 @@ mod queue;
 mod std_io;
 
 pub use aio::{AsyncIo, IoFuture, SyncFuture};
-pub use cache::Cache;
+pub use cache::{Cache, StatsReader};
 pub use file::File;
 pub use pin::{PageMut, PageRef};
 pub use queue::{Completion, IoQueue};

@@ -208,6 +208,9 @@ impl IoQueue {
     /// Waits until at least `min` requests (at most as many as are in flight) have
     /// completed, and appends every completed one to `out`. Returns how many it appended.
     pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> usize {
+        // A doorbell (crate-internal, `set_doorbell`) ends a wait early only if it rings
+        // during this one.
+        self.rang = false;
         let mut got = 0;
         loop {
             got += self.done.len();

@@ -249,7 +249,14 @@ impl CacheInner {
             .zip(slices.iter_mut())
             .map(|(r, bufs)| IoReq::Read { file: &file.backing[r.dev], offset: r.offset, bufs })
             .collect();
+        let span = tracing::debug_span!("upcache.load", file = %file.name, runs = runs.len()).entered();
+        let start = std::time::Instant::now();
         let results = self.engine.run_batch(&mut reqs);
+        let took = start.elapsed();
+        drop(span);
+        for r in runs.iter() {
+            self.metrics.latency.device_read[r.dev].record(took);
+        }
         drop(reqs);
         drop(slices);
         let pages = std::mem::take(&mut claimed.pages);

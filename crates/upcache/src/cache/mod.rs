@@ -146,7 +146,7 @@ impl CacheInner {
             next_plain_id: crate::sync::AtomicU64::new(plain::PLAIN_ID),
             writeback,
             background: background::BackgroundFailures::default(),
-            metrics: Metrics::default(),
+            metrics: Metrics::new(config.device_dirs.len()),
             readahead: Inbox::default(),
             limits,
             segment_block,
@@ -502,6 +502,10 @@ impl CacheInner {
             + self.placement.memory_bytes();
         let gauges = [self.frames.len() as u64, self.frames.metadata_bytes() as u64, index as u64];
         self.metrics.snapshot(dirty, gauges)
+    }
+
+    pub(crate) fn latencies(&self) -> crate::metrics::latency::Latencies {
+        self.metrics.latency.snapshot()
     }
 }
 

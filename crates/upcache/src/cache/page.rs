@@ -427,10 +427,14 @@ impl CacheInner {
                 // SAFETY: as above; the slice covers exactly this frame and lives only for the
                 // read call.
                 let buf = unsafe { std::slice::from_raw_parts_mut(lp.ptr(), ps) };
-                let n =
-                    self.engine.read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)]).map_err(
-                        |e| Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e),
-                    )?;
+                let _span =
+                    tracing::debug_span!("upcache.miss", file = %file.name, page, device = dev).entered();
+                let start = std::time::Instant::now();
+                let read = self.engine.read_vectored(&file.backing[dev], off, &mut [IoSliceMut::new(buf)]);
+                self.metrics.latency.device_read[dev].record(start.elapsed());
+                let n = read.map_err(|e| {
+                    Error::io(format!("read page {page} of {:?} from device {dev}", file.name), e)
+                })?;
                 self.read_done(&lp, n);
             }
         }

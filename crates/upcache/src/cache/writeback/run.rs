@@ -132,9 +132,16 @@ impl CacheInner {
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })
             .collect();
+        let span = tracing::debug_span!("upcache.write_back", runs = runs.len()).entered();
+        let start = std::time::Instant::now();
         let results = self.engine.run_batch(&mut reqs);
+        let took = start.elapsed();
+        drop(span);
         drop(reqs);
         drop(slices);
+        for (file, run) in runs.iter() {
+            self.metrics.latency.device_write[file.layout.locate(run[0].0).0].record(took);
+        }
         // Ended (written or not): outside a backing file's zero window it may have allocated
         // blocks or grown the file, which its next sync must fdatasync (io/zero_window.rs).
         for (file, run) in runs {

@@ -194,8 +194,9 @@ pub trait EngineQueue: Send {
     /// Arms a read of the eventfd `fd` on this queue, reported by a reap as `(tag, Ok(8))`
     /// once something writes to `fd`, so that a thread blocked in `reap` can be woken by
     /// another that has new work for it (the Future API's driver, `api/aio.rs`). Stays armed
-    /// until reported; arming again meanwhile does nothing. False if this queue cannot: its
-    /// reaps then end only with its own reads.
+    /// until reported (and counted in `outstanding` until then); arming again meanwhile does
+    /// nothing. False if this queue cannot: its reaps then end only with its own reads. A
+    /// queue that wraps another must not pass this on if it sleeps while `outstanding > 0`.
     fn arm_doorbell(&mut self, fd: RawFd, tag: u64) -> bool {
         let _ = (fd, tag);
         false

@@ -656,7 +656,15 @@ impl Drop for UringQueue {
             let one = 1u64;
             // SAFETY: writes 8 bytes from a live u64 to the eventfd, which its owner keeps
             // open while this queue lives.
-            unsafe { libc::write(*fd, (&one as *const u64).cast(), 8) };
+            let wrote = unsafe { libc::write(*fd, (&one as *const u64).cast(), 8) };
+            if wrote != 8 {
+                // Cannot end the read: leave its 8 bytes to the kernel rather than free them.
+                log::error!("ringing the queue's doorbell failed: {}", io::Error::last_os_error());
+                if let Some((_, _, buf)) = self.doorbell.take() {
+                    Box::leak(buf);
+                }
+                return;
+            }
             while self.doorbell.is_some() {
                 self.collect(1);
             }

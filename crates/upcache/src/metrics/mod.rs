@@ -1,4 +1,5 @@
-//! Counters, and nothing else: no logic reads them to make decisions.
+//! Counters and latency histograms (`latency.rs`), and nothing else: no logic reads them to
+//! make decisions.
 //!
 //! Counters are striped over cache-line-padded slots picked per thread, so that threads
 //! counting hits on different cores do not fight over one cache line.
@@ -6,6 +7,8 @@
 // Counters are statistics outside the concurrency model, so they use std atomics even under
 // loom (whose atomics cannot live in statics).
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub(crate) mod latency;
 
 const SLOTS: usize = 16;
 
@@ -52,8 +55,8 @@ impl Counter {
 }
 
 /// Cache-wide counters.
-#[derive(Default)]
 pub struct Metrics {
+    pub(crate) latency: latency::Latency,
     pub(crate) hits: Counter,
     pub(crate) lock_free_hits: Counter,
     pub(crate) misses: Counter,
@@ -155,6 +158,28 @@ impl std::fmt::Display for Stats {
 }
 
 impl Metrics {
+    /// Counters at zero and latency histograms for `devices` devices.
+    pub fn new(devices: usize) -> Self {
+        Metrics {
+            latency: latency::Latency::new(devices),
+            hits: Counter::default(),
+            lock_free_hits: Counter::default(),
+            misses: Counter::default(),
+            evictions: Counter::default(),
+            reclaimed: Counter::default(),
+            stream_evictions: Counter::default(),
+            readahead_pages: Counter::default(),
+            readahead_windows: Counter::default(),
+            hot_hits: Counter::default(),
+            read_ios: Counter::default(),
+            read_bytes: Counter::default(),
+            writeback_ios: Counter::default(),
+            writeback_bytes: Counter::default(),
+            writeback_errors: Counter::default(),
+            dflush_pages: Counter::default(),
+        }
+    }
+
     /// Snapshot, with the gauges filled in by the caller (`frames`, `metadata_bytes`,
     /// `index_bytes`).
     pub fn snapshot(&self, dirty_pages: u64, gauges: [u64; 3]) -> Stats {

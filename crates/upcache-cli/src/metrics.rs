@@ -1,0 +1,201 @@
+//! A Prometheus endpoint (`--metrics ADDR`): the cache's counters, gauges and latency
+//! histograms, encoded by prometheus-client in the OpenMetrics text format and served over
+//! plain HTTP on `GET /metrics`, read fresh from the cache at each scrape.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use upcache::{Latencies, LatencyHistogram, Stats};
+
+/// What a scrape reads: the cache being measured, if one is open now (a bench opens one per
+/// engine and run, and publishes each).
+static CURRENT: Mutex<Option<upcache::StatsReader>> = Mutex::new(None);
+
+/// Makes `reader` (or none) the cache that scrapes read.
+pub fn publish(reader: Option<upcache::StatsReader>) {
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = reader;
+}
+
+/// The cache's metrics, read at each scrape.
+#[derive(Debug)]
+struct CacheCollector {
+    source: SourceFn,
+}
+
+struct SourceFn(Box<dyn Fn() -> Option<(Stats, Latencies)> + Send + Sync>);
+
+impl std::fmt::Debug for SourceFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceFn")
+    }
+}
+
+fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let g = ConstGauge::new(v as i64);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+/// A histogram in seconds: per-bucket counts with their upper bounds (the last `+Inf`).
+fn buckets(h: &LatencyHistogram) -> (f64, u64, Vec<(f64, u64)>) {
+    let bounds = h.buckets.iter().enumerate().map(|(i, &c)| {
+        let le = LatencyHistogram::bucket_bound(i).map_or(f64::MAX, |d| d.as_secs_f64());
+        (le, c)
+    });
+    (h.sum_ns as f64 / 1e9, h.count(), bounds.collect())
+}
+
+fn histogram(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    h: &LatencyHistogram,
+) -> std::fmt::Result {
+    let (sum, count, b) = buckets(h);
+    e.encode_descriptor(name, help, None, MetricType::Histogram)?
+        .encode_histogram::<NoLabelSet>(sum, count, &b, None)
+}
+
+fn per_device(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    hs: &[LatencyHistogram],
+) -> std::fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (dev, h) in hs.iter().enumerate() {
+        let (sum, count, b) = buckets(h);
+        let labels = [("device", dev.to_string())];
+        family.encode_family(&labels)?.encode_histogram::<NoLabelSet>(sum, count, &b, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let Some((s, l)) = (self.source.0)() else { return Ok(()) };
+        counter(&mut e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
+        counter(&mut e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
+        counter(&mut e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
+        counter(
+            &mut e,
+            "upcache_readahead_pages",
+            "Pages loaded ahead of sequential readers",
+            s.readahead_pages,
+        )?;
+        counter(&mut e, "upcache_read_bytes", "Bytes read from the devices", s.read_bytes)?;
+        counter(&mut e, "upcache_writeback_bytes", "Bytes written back to the devices", s.writeback_bytes)?;
+        counter(&mut e, "upcache_writeback_ios", "Write-back requests", s.writeback_ios)?;
+        counter(&mut e, "upcache_writeback_errors", "Write-back requests that failed", s.writeback_errors)?;
+        counter(&mut e, "upcache_dflush_pages", "Pages written back by writers themselves", s.dflush_pages)?;
+        gauge(&mut e, "upcache_dirty_pages", "Pages dirty now", s.dirty_pages)?;
+        gauge(&mut e, "upcache_frames", "Page frames in the cache", s.frames)?;
+        gauge(&mut e, "upcache_index_bytes", "Bytes of the open files' page indexes", s.index_bytes)?;
+        let sampled = format!("(one in {} per thread)", upcache::LATENCY_SAMPLE_EVERY);
+        histogram(&mut e, "upcache_read_latency_seconds", &format!("read_at latency {sampled}"), &l.read)?;
+        histogram(&mut e, "upcache_write_latency_seconds", &format!("write_at latency {sampled}"), &l.write)?;
+        histogram(&mut e, "upcache_sync_latency_seconds", "sync_data and sync_all latency", &l.sync)?;
+        per_device(
+            &mut e,
+            "upcache_device_read_latency_seconds",
+            "Device reads the cache waited for",
+            &l.device_read,
+        )?;
+        per_device(
+            &mut e,
+            "upcache_device_write_latency_seconds",
+            "Write-back batches per device",
+            &l.device_write,
+        )
+    }
+}
+
+/// The text a scrape returns (no cache metrics while no cache is published).
+pub fn render() -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(CacheCollector {
+        source: SourceFn(Box::new(|| {
+            let guard = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+            guard.as_ref().map(|c| (c.stats(), c.latencies()))
+        })),
+    }));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// Serves `GET /metrics` (any path, in fact) at `addr` from a thread of its own until the
+/// process exits; returns the address bound (port 0 picks one).
+pub fn serve(addr: &str) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).with_context(|| format!("--metrics: listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for conn in listener.incoming().flatten() {
+            // A scraper that hangs up early is its own problem.
+            let _ = answer(conn);
+        }
+    })?;
+    Ok(bound)
+}
+
+fn answer(conn: TcpStream) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    // The request line and headers, up to the blank line; the path is not looked at.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 2 {
+        line.clear();
+    }
+    let body = render();
+    let mut conn = conn;
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text has every counter, gauge and histogram, in the format Prometheus parses.
+    #[test]
+    fn a_scrape_shows_the_counters_and_the_histograms() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = upcache::Cache::create(upcache::Config::new([tmp.path()], 1 << 20)).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.write_all_at(&[1; 8192], 0).unwrap();
+        f.sync_data().unwrap();
+        publish(Some(cache.stats_reader()));
+        let text = render();
+        for want in [
+            "# TYPE upcache_hits counter",
+            "upcache_misses_total 2",
+            "upcache_dirty_pages 0",
+            "upcache_writeback_bytes_total 8192",
+            "# TYPE upcache_sync_latency_seconds histogram",
+            "upcache_sync_latency_seconds_count 1",
+            "upcache_sync_latency_seconds_bucket{le=\"+Inf\"} 1",
+            "upcache_device_write_latency_seconds_count{device=\"0\"}",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+        publish(None);
+        assert!(!render().contains("upcache_hits"), "no cache, no cache metrics");
+    }
+}

@@ -1,0 +1,100 @@
+//! `upcache bench --metrics ADDR`: scraped over HTTP while a bench runs, the endpoint shows
+//! the cache's hits, misses, evictions, dirty pages, write-back bytes and latency histograms,
+//! in a text Prometheus parses (checked line by line here).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+fn scrape(addr: &str) -> String {
+    let mut conn = TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("openmetrics-text"), "{head}");
+    body.to_string()
+}
+
+/// Samples by series (`name{labels}`), checking every line is a comment or `series value`.
+fn parse(text: &str) -> HashMap<String, f64> {
+    let mut samples = HashMap::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not `series value`: {line:?}"));
+        let v: f64 = value.parse().unwrap_or_else(|_| panic!("not a number: {line:?}"));
+        samples.insert(series.to_string(), v);
+    }
+    samples
+}
+
+#[test]
+fn a_bench_serves_its_caches_metrics_while_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args([
+            "bench", "--engine", "upcache", "--rw", "randrw", "--bs", "4k", "--size", "32m", "--cache", "8m",
+        ])
+        .args(["--threads", "2", "--runtime", "20s", "--fsync", "64", "--metrics", "127.0.0.1:0", "--dir"])
+        .arg(tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(bench.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the bench ended without a metrics address");
+        if let Some(rest) = line.trim().strip_prefix("metrics: http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    // Until the bench has opened its cache and written back something, scrapes show less.
+    let mut text = String::new();
+    let mut samples = HashMap::new();
+    for _ in 0..200_000 {
+        text = scrape(&addr);
+        samples = parse(&text);
+        let got = |k: &str| samples.get(k).copied().unwrap_or(0.0);
+        if got("upcache_misses_total") > 0.0 && got("upcache_sync_latency_seconds_count") > 0.0 {
+            break;
+        }
+    }
+    let _ = bench.kill();
+    let _ = bench.wait();
+    for name in [
+        "upcache_hits_total",
+        "upcache_misses_total",
+        "upcache_evictions_total",
+        "upcache_dirty_pages",
+        "upcache_writeback_bytes_total",
+        "upcache_sync_latency_seconds_count",
+        "upcache_read_latency_seconds_count",
+        "upcache_device_write_latency_seconds_count{device=\"0\"}",
+    ] {
+        assert!(samples.contains_key(name), "{name} missing from:\n{text}");
+    }
+    assert!(
+        samples["upcache_misses_total"] > 0.0 && samples["upcache_sync_latency_seconds_count"] > 0.0,
+        "{text}"
+    );
+    // A histogram's buckets are cumulative, end at +Inf, and +Inf is its count.
+    let mut last = 0.0;
+    let mut bounds = 0;
+    for line in text.lines().filter(|l| l.starts_with("upcache_sync_latency_seconds_bucket")) {
+        let v: f64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+        assert!(v >= last, "buckets must not fall: {line}");
+        last = v;
+        bounds += 1;
+    }
+    assert_eq!(bounds, upcache::LATENCY_BUCKETS, "{text}");
+    assert_eq!(
+        samples["upcache_sync_latency_seconds_bucket{le=\"+Inf\"}"],
+        samples["upcache_sync_latency_seconds_count"]
+    );
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+}
