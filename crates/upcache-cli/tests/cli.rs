@@ -259,3 +259,54 @@ fn plots_of_throughput_and_latency_cdfs_from_bench_json() {
     ]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not JSON"));
 }
+
+/// fio's names for the flags work, and a JSON report says which upcache made it, when, and
+/// the command line, which run again gives the same workload.
+#[test]
+fn fio_names_work_and_a_json_report_reproduces_its_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let args = [
+        "bench",
+        "--engine",
+        "upcache",
+        "--rw",
+        "randrw",
+        "--numjobs",
+        "2",
+        "--nrfiles",
+        "2",
+        "--size",
+        "4m",
+        "--ops",
+        "4000",
+        "--random_distribution",
+        "zipf:0.8",
+        "--cache",
+        "16m",
+        "--output-format=json",
+        "--dir",
+        dir,
+    ];
+    let first = upcache(&args);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(r["tool_version"], env!("CARGO_PKG_VERSION"));
+    assert!(r["timestamp"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(
+        (r["threads"].as_u64(), r["files"].as_u64(), r["zipf"].as_f64()),
+        (Some(2), Some(2), Some(0.8))
+    );
+    let argv: Vec<String> =
+        r["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    let again = upcache(&argv[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let r2: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    for key in ["engine", "rw", "bs", "size", "threads", "files", "zipf", "ops"] {
+        assert_eq!(r[key], r2[key], "{key} differs in the rerun");
+    }
+    // Unknown distributions are refused clearly.
+    let bad = upcache(&["bench", "--random_distribution", "pareto:1.2", "--ops", "10"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("random or zipf:THETA"));
+}

@@ -58,14 +58,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     size: Option<u64>,
     /// Number of files [default: 1]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, visible_alias = "nrfiles", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     files: Option<u64>,
     /// All threads on one file (the same as `--files 1`, the default; said explicitly for
     /// comparisons where that matters, such as writers of one file)
     #[arg(long, conflicts_with = "files")]
     shared_file: bool,
     /// Number of threads issuing ops [default: 1]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, visible_alias = "numjobs", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     threads: Option<u64>,
     /// Length of the measured phase, e.g. 10s, 500ms, 1m [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ops")]
@@ -102,13 +102,19 @@ pub struct BenchArgs {
     /// Zipf-distributed offsets with this exponent (e.g. 0.99, 1.2) instead of uniform
     #[arg(long, value_name = "THETA", allow_negative_numbers = true)]
     zipf: Option<f64>,
+    /// fio's name for the offset distribution: random (uniform, the default) or zipf:THETA
+    #[arg(long = "random_distribution", value_name = "random|zipf:THETA", value_parser = parse_distribution, conflicts_with = "zipf")]
+    random_distribution: Option<Distribution>,
     /// Each thread works on a file of its own (thread i on file i mod --files), as fio's jobs
     /// do, instead of every op picking a file at random (random workloads)
     #[arg(long)]
     file_per_thread: bool,
-    /// Print JSON to stdout instead of the table
+    /// Print JSON to stdout instead of the table (the same as --output-format=json)
     #[arg(long)]
     json: bool,
+    /// fio's name for the report's format: normal (the table) or json
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Normal)]
+    output_format: OutputFormat,
     /// upcache page size [default: 4k]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     page_size: Option<u64>,
@@ -298,14 +304,39 @@ impl BenchArgs {
             && self.device_dirs.is_none()
             && !self.warm
             && self.zipf.is_none()
+            && self.random_distribution.is_none()
             && !self.file_per_thread
             && self.trace.is_none()
             && self.synth.is_none()
     }
 }
 
-fn resolve(a: BenchArgs) -> Result<Plan> {
+/// `--output-format`, fio's name for what `--json` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OutputFormat {
+    Normal,
+    Json,
+}
+
+/// `--random_distribution`: uniform (`random`) or zipf with this exponent.
+#[derive(Debug, Clone, Copy)]
+struct Distribution(Option<f64>);
+
+fn parse_distribution(s: &str) -> Result<Distribution, String> {
+    match s.split_once(':') {
+        None if s == "random" => Ok(Distribution(None)),
+        Some(("zipf", t)) => {
+            t.parse().map(|z| Distribution(Some(z))).map_err(|_| format!("zipf:{t}: not a number"))
+        }
+        _ => Err(format!("{s:?}: give random or zipf:THETA (fio's other distributions are not offered)")),
+    }
+}
+
+fn resolve(mut a: BenchArgs) -> Result<Plan> {
     let profile = a.is_default_profile();
+    if let Some(Distribution(z)) = a.random_distribution {
+        a.zipf = z;
+    }
     let engines = match (&a.compare, a.engine) {
         (Some(c), _) => c.clone(),
         (None, Some(e)) => vec![e],
@@ -456,7 +487,7 @@ fn resolve(a: BenchArgs) -> Result<Plan> {
         trace,
         speed: (a.timing == Timing::Trace).then_some(a.speed),
         record: a.record_trace.clone(),
-        json: a.json,
+        json: a.json || a.output_format == OutputFormat::Json,
         upcache: UpcacheOpts {
             sim: match a.devices {
                 Some((_, true)) => Some(a.sim.clone().unwrap_or_default()),
@@ -789,6 +820,11 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
         }
         let bytes = m.bytes;
         Ok(Report {
+            tool_version: env!("CARGO_PKG_VERSION"),
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            argv: std::env::args().collect(),
             engine: kind.name().into(),
             run,
             rw: match (&p.trace, p.speed) {

@@ -62,6 +62,12 @@ impl Latency {
 /// One engine's run of the measured phase.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The upcache that ran it.
+    pub tool_version: &'static str,
+    /// When the run ended, in seconds since the Unix epoch.
+    pub timestamp: u64,
+    /// The command line, to run it again (`upcache` and its arguments).
+    pub argv: Vec<String>,
     pub engine: String,
     /// 1-based index of the repetition (`--repeat`).
     pub run: usize,
