@@ -53,8 +53,8 @@ enum Command {
     IndexBench(micro::index::IndexBenchArgs),
     /// Free-frame allocation cost, per allocator and thread count
     AllocBench(micro::alloc::AllocBenchArgs),
-    /// Replay a block trace (CloudPhysics, MSR, upcache's own, or generated) against upcache
-    /// and the kernel: `bench` with --trace FILE or --synth KIND
+    /// Replay a block trace (CloudPhysics, MSR, upcache's own, or generated): `bench` with
+    /// --trace FILE or --synth KIND, on upcache alone unless --compare names more engines
     Replay(Box<bench::BenchArgs>),
     /// Hit ratio of each replacement policy and of OPT on a trace, at several cache sizes
     HitRatio(hitratio::HitRatioArgs),
