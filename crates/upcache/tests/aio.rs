@@ -2,6 +2,8 @@
 //! blocking the thread that polls them, under tokio and under a hand-made executor, with
 //! data checked against what was written.
 
+#![cfg(not(loom))]
+
 mod common;
 
 use std::future::Future;
