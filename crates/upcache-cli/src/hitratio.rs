@@ -216,6 +216,7 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
             x_label: format!("cache size (pages of {} B)", a.page_size),
             y_label: "hit ratio (%)".into(),
             x_log: true,
+            y_tail: false,
             series,
         };
         crate::plot::draw(&chart, path)?;

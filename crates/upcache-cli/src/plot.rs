@@ -28,7 +28,26 @@ pub struct Chart {
     pub y_label: String,
     /// A logarithmic x axis (cache sizes, latencies).
     pub x_log: bool,
+    /// y is a fraction q of ops (0 to 1) drawn as -log10(1 - q), labelled p50, p90, p99,
+    /// p99.9...: a CDF whose tail is as wide as its body.
+    pub y_tail: bool,
     pub series: Vec<Series>,
+}
+
+/// The highest percentile a tail axis shows (p99.999): a CDF's last point is 1.
+#[cfg(feature = "plots")]
+const TAIL_FLOOR: f64 = 1e-5;
+
+/// Each engine's colour, the same in every chart: series named after an engine (their name's
+/// first word) get its colour, others the palette's in order after them.
+#[cfg(feature = "plots")]
+const ENGINES: [&str; 7] = ["upcache", "kernel", "direct", "dontcache", "shared", "memory", "memory-indexed"];
+
+#[cfg(feature = "plots")]
+fn colour(name: &str, i: usize) -> RGBAColor {
+    let first = name.split_whitespace().next().unwrap_or("");
+    let pick = ENGINES.iter().position(|&e| e == first).unwrap_or(ENGINES.len() + i);
+    Palette99::pick(pick).to_rgba()
 }
 
 #[cfg(feature = "plots")]
@@ -82,6 +101,7 @@ where
     // A logarithmic axis is drawn as a linear one over log10(x), labelled with x: plotters'
     // own log scale labels every minor tick, which overlap.
     let tx = |x: f64| if chart.x_log { x.log10() } else { x };
+    let ty = |y: f64| if chart.y_tail { -(1.0 - y).max(TAIL_FLOOR).log10() } else { y };
     let points = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
     for &(x, y) in points {
@@ -90,7 +110,7 @@ where
         }
         x0 = x0.min(tx(x));
         x1 = x1.max(tx(x));
-        y1 = y1.max(y);
+        y1 = y1.max(ty(y));
     }
     if !x0.is_finite() {
         bail!("nothing to plot");
@@ -120,13 +140,25 @@ where
         .x_desc(&chart.x_label)
         .y_desc(&chart.y_label)
         .x_labels(10)
+        // A tail axis: one tick per nine (p90, p99, p99.9, ...), none between.
+        .y_labels(if chart.y_tail { y1.ceil() as usize + 1 } else { 10 })
         .x_label_formatter(&label)
-        .y_label_formatter(&|v| if v.abs() >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+        .y_label_formatter(&|v| {
+            if chart.y_tail {
+                // 1 -> p90, 2 -> p99, 3 -> p99.9; 0.3 -> p50.
+                let p = (1.0 - 10f64.powf(-v)) * 100.0;
+                format!("p{}", format!("{p:.3}").trim_end_matches('0').trim_end_matches('.'))
+            } else if v.abs() >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        })
         .draw()
         .map_err(err)?;
     for (i, s) in chart.series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        let color = colour(&s.name, i);
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), ty(y))).collect();
         c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(err)?
             .label(s.name.clone())
@@ -158,6 +190,7 @@ mod tests {
             x_label: "cache (pages)".into(),
             y_label: "%".into(),
             x_log,
+            y_tail: false,
             series: vec![
                 Series { name: "a".into(), points: vec![(10.0, 5.0), (100.0, 30.0), (1000.0, 60.0)] },
                 Series { name: "b".into(), points: vec![(10.0, 7.0), (100.0, 35.0), (1000.0, 62.0)] },
@@ -178,6 +211,39 @@ mod tests {
         assert!(draw(&chart(false), &dir.path().join("c.txt")).is_err());
         let empty = Chart { series: vec![], ..chart(false) };
         assert!(draw(&empty, &svg).is_err());
+    }
+
+    /// A CDF's tail axis is labelled in percentiles, and an engine keeps its colour whatever
+    /// its place in the chart.
+    #[test]
+    fn a_cdf_has_a_percentile_tail_and_engines_keep_their_colours() {
+        assert_eq!(colour("kernel randread t1 run 1", 0), colour("kernel", 5));
+        assert_ne!(colour("kernel", 0), colour("upcache", 0));
+        assert_ne!(colour("a", 0), colour("b", 1));
+        if register_font().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("cdf.svg");
+        let cdf = Chart {
+            y_tail: true,
+            series: vec![Series {
+                name: "upcache".into(),
+                points: vec![(1.0, 0.5), (2.0, 0.99), (9.0, 1.0)],
+            }],
+            ..chart(true)
+        };
+        draw(&cdf, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        let ticks: Vec<&str> = text
+            .split(['<', '>'])
+            .map(str::trim)
+            .filter(|t| t.starts_with('p') && !t.contains(' '))
+            .collect();
+        for label in ["p90", "p99", "p99.9"] {
+            assert!(ticks.contains(&label), "no {label} tick in the tail axis: {ticks:?}");
+        }
+        assert!(!ticks.iter().any(|t| t.starts_with("p68")), "ticks between the nines: {ticks:?}");
     }
 
     #[test]

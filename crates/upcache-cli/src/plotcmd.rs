@@ -75,15 +75,17 @@ pub fn draw_cdf(curves: &[(String, Vec<(f64, f64)>)], title: &str, out: &Path) -
         .filter(|(_, pts)| !pts.is_empty())
         .map(|(name, pts)| Series {
             name: name.clone(),
-            // Latency on x (log), share of ops on y in percent; zero latencies cannot be on a log axis.
-            points: pts.iter().filter(|p| p.1 > 0.0).map(|&(q, us)| (us, q * 100.0)).collect(),
+            // Latency on x (log), the share of ops on a tail axis; zero latencies cannot be on a
+            // log axis.
+            points: pts.iter().filter(|p| p.1 > 0.0).map(|&(q, us)| (us, q)).collect(),
         })
         .collect();
     let chart = Chart {
         title: title.to_string(),
         x_label: "latency (µs)".into(),
-        y_label: "ops at or under (%)".into(),
+        y_label: "percentile of ops at or under".into(),
         x_log: true,
+        y_tail: true,
         series,
     };
     draw(&chart, out)
@@ -136,6 +138,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
                 x_label: key.into(),
                 y_label: "ops/s (median of runs)".into(),
                 x_log: false,
+                y_tail: false,
                 series,
             };
             draw(&chart, &a.out)?;
