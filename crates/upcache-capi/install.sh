@@ -17,11 +17,9 @@ if [ -z "$build" ]; then
     build="$root/target/release"
 fi
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)"
-major="${version%%.*}"
-minor="$(echo "$version" | cut -d. -f2)"
-# The part of the version that may break the ABI (build.rs sets the same soname).
-if [ "$major" = 0 ]; then abi="0.$minor"; else abi="$major"; fi
-so="libupcache_capi.so.$abi"
+# The soname build.rs gave the library: installed under that name, as the loader looks it up.
+so="$(readelf -d "$build/libupcache_capi.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')"
+[ -n "$so" ] || { echo "install.sh: $build/libupcache_capi.so has no soname" >&2; exit 1; }
 
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 0644 "$here/include/upcache.h" "$prefix/include/upcache.h"

@@ -24,19 +24,9 @@ pub fn publish(reader: Option<upcache::StatsReader>) {
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = reader;
 }
 
-/// The cache's metrics, read at each scrape.
+/// The published cache's metrics, read at each scrape.
 #[derive(Debug)]
-struct CacheCollector {
-    source: SourceFn,
-}
-
-struct SourceFn(Box<dyn Fn() -> Option<(Stats, Latencies)> + Send + Sync>);
-
-impl std::fmt::Debug for SourceFn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SourceFn")
-    }
-}
+struct CacheCollector;
 
 fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> std::fmt::Result {
     let c = ConstCounter::new(v);
@@ -85,7 +75,9 @@ fn per_device(
 
 impl Collector for CacheCollector {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let Some((s, l)) = (self.source.0)() else { return Ok(()) };
+        let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(reader) = current else { return Ok(()) };
+        let (s, l): (Stats, Latencies) = (reader.stats(), reader.latencies());
         counter(&mut e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
         counter(&mut e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
         counter(&mut e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
@@ -125,12 +117,7 @@ impl Collector for CacheCollector {
 /// The text a scrape returns (no cache metrics while no cache is published).
 pub fn render() -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(CacheCollector {
-        source: SourceFn(Box::new(|| {
-            let guard = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
-            guard.as_ref().map(|c| (c.stats(), c.latencies()))
-        })),
-    }));
+    registry.register_collector(Box::new(CacheCollector));
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);

@@ -94,7 +94,7 @@ impl<T> Slot<T> {
     /// the executor's bug; it must not stop the driver, whose other futures would hang.
     fn complete(&self, value: T) {
         let waker = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = lock(&self.state);
             s.0 = Some(value);
             s.1.take()
         };
@@ -106,7 +106,7 @@ impl<T> Slot<T> {
     }
 
     fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = lock(&self.state);
         match s.0.take() {
             Some(v) => Poll::Ready(v),
             None => {

@@ -516,12 +516,7 @@ impl File {
     /// write-back error, and any panic of a background thread (`ErrorKind::Internal`).
     /// Persists the length too if it changed.
     pub fn sync_data(&self) -> Result<()> {
-        self.file.check_live()?;
-        let _span = tracing::debug_span!("upcache.sync", file = %self.file.name, kind = "data").entered();
-        let start = std::time::Instant::now();
-        let r = self.cache.sync_file(&self.file, SyncKind::Data, &self.seen);
-        self.cache.metrics.latency.sync.record(start.elapsed());
-        self.cache.background.after(r)
+        self.sync(SyncKind::Data)
     }
 
     /// Drops the clean cached pages wholly inside `[offset, offset + len)` (`len` 0: to the
@@ -577,10 +572,15 @@ impl File {
     /// Like `sync_data`, and also makes every namespace change logged so far durable (a
     /// create or remove of another file included), even if this file's length is unchanged.
     pub fn sync_all(&self) -> Result<()> {
+        self.sync(SyncKind::All)
+    }
+
+    /// `sync_data` or `sync_all`, timed and in a tracing span.
+    fn sync(&self, kind: SyncKind) -> Result<()> {
         self.file.check_live()?;
-        let _span = tracing::debug_span!("upcache.sync", file = %self.file.name, kind = "all").entered();
+        let _span = tracing::debug_span!("upcache.sync", file = %self.file.name, ?kind).entered();
         let start = std::time::Instant::now();
-        let r = self.cache.sync_file(&self.file, SyncKind::All, &self.seen);
+        let r = self.cache.sync_file(&self.file, kind, &self.seen);
         self.cache.metrics.latency.sync.record(start.elapsed());
         self.cache.background.after(r)
     }

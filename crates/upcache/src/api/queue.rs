@@ -247,9 +247,8 @@ impl IoQueue {
     /// whose loads are all done try to finish.
     fn reap(&mut self, min: usize) {
         let mut reaped = std::mem::take(&mut self.reaped);
-        if let Some(fd) = self.doorbell {
-            self.ring.arm_doorbell(fd, DOORBELL_TAG);
-        }
+        // Armed before sleeping, so a submitter can end the sleep.
+        self.doorbell_works();
         self.ring.reap(min, &mut reaped);
         for (tag, read) in reaped.drain(..) {
             if tag == DOORBELL_TAG {

@@ -254,14 +254,12 @@ impl CacheInner {
         let results = self.engine.run_batch(&mut reqs);
         let took = start.elapsed();
         drop(span);
-        for r in runs.iter() {
-            self.metrics.latency.device_read[r.dev].record(took);
-        }
         drop(reqs);
         drop(slices);
         let pages = std::mem::take(&mut claimed.pages);
         let mut first_err = None;
         for (run, result) in runs.iter().zip(results) {
+            self.metrics.latency.device_read[run.dev].record(took);
             let members = pages[run.members.clone()].iter().copied();
             if let Err(e) = self.end_run(file, members, run.dev, result, AfterLoad::Unpin) {
                 first_err.get_or_insert(e);

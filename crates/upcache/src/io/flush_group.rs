@@ -163,12 +163,17 @@ mod tests {
         g.sync(|| Ok(())).unwrap();
     }
 
-    /// A flush that started while a sync's own flush ran, and fails only after that flush
-    /// succeeded: the sync waits for it and reports its failure (the kernel may have given it
-    /// the error of the sync's data).
-    #[test]
-    fn a_sync_waits_for_a_covering_flush_that_fails_after_its_own() {
-        let g = Arc::new(FlushGroup::new(true));
+    /// Two syncs of `g`: the first one's flush runs until the other's has started; the
+    /// other's flush fails with EIO once `fail` is sent. The first sync's result comes on
+    /// `done`.
+    struct CoveringRace {
+        done: mpsc::Receiver<io::Result<()>>,
+        fail: mpsc::Sender<()>,
+        first: std::thread::JoinHandle<()>,
+        other: std::thread::JoinHandle<io::Result<()>>,
+    }
+
+    fn covering_race(g: &Arc<FlushGroup>) -> CoveringRace {
         let (in_flush_tx, in_flush_rx) = mpsc::channel();
         let (other_started_tx, other_started_rx) = mpsc::channel();
         let (fail_tx, fail_rx) = mpsc::channel::<()>();
@@ -195,6 +200,16 @@ mod tests {
                 })
             })
         };
+        CoveringRace { done: done_rx, fail: fail_tx, first, other }
+    }
+
+    /// A flush that started while a sync's own flush ran, and fails only after that flush
+    /// succeeded: the sync waits for it and reports its failure (the kernel may have given it
+    /// the error of the sync's data).
+    #[test]
+    fn a_sync_waits_for_a_covering_flush_that_fails_after_its_own() {
+        let g = Arc::new(FlushGroup::new(true));
+        let CoveringRace { done: done_rx, fail: fail_tx, first, other } = covering_race(&g);
         // The other flush fails once the first sync has either returned or is waiting for it.
         let early = loop {
             if let Ok(r) = done_rx.try_recv() {
@@ -217,32 +232,7 @@ mod tests {
     #[test]
     fn a_direct_file_sync_does_not_wait_for_a_later_ending_flush() {
         let g = Arc::new(FlushGroup::new(false));
-        let (in_flush_tx, in_flush_rx) = mpsc::channel();
-        let (other_started_tx, other_started_rx) = mpsc::channel();
-        let (fail_tx, fail_rx) = mpsc::channel::<()>();
-        let (done_tx, done_rx) = mpsc::channel();
-        let first = {
-            let g = g.clone();
-            std::thread::spawn(move || {
-                let r = g.sync(|| {
-                    in_flush_tx.send(()).unwrap();
-                    other_started_rx.recv().unwrap();
-                    Ok(())
-                });
-                done_tx.send(r).unwrap();
-            })
-        };
-        let other = {
-            let g = g.clone();
-            std::thread::spawn(move || {
-                in_flush_rx.recv().unwrap();
-                g.sync(|| {
-                    other_started_tx.send(()).unwrap();
-                    fail_rx.recv().unwrap();
-                    Err(io::Error::from_raw_os_error(libc::EIO))
-                })
-            })
-        };
+        let CoveringRace { done: done_rx, fail: fail_tx, first, other } = covering_race(&g);
         // The first sync returns while the other flush is still running (it runs until told);
         // a sync that waited for it would never return, so the watchdog fails the test.
         let r = done_rx.recv_timeout(std::time::Duration::from_secs(60));

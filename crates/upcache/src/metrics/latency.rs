@@ -113,7 +113,8 @@ impl LatencyHistogram {
     }
 }
 
-/// The histograms of one cache.
+/// The histograms of one cache (`Default`: no devices).
+#[derive(Default)]
 pub(crate) struct Latency {
     pub(crate) read: Histogram,
     pub(crate) write: Histogram,

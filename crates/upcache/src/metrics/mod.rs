@@ -55,6 +55,7 @@ impl Counter {
 }
 
 /// Cache-wide counters.
+#[derive(Default)]
 pub struct Metrics {
     pub(crate) latency: latency::Latency,
     pub(crate) hits: Counter,
@@ -160,24 +161,7 @@ impl std::fmt::Display for Stats {
 impl Metrics {
     /// Counters at zero and latency histograms for `devices` devices.
     pub fn new(devices: usize) -> Self {
-        Metrics {
-            latency: latency::Latency::new(devices),
-            hits: Counter::default(),
-            lock_free_hits: Counter::default(),
-            misses: Counter::default(),
-            evictions: Counter::default(),
-            reclaimed: Counter::default(),
-            stream_evictions: Counter::default(),
-            readahead_pages: Counter::default(),
-            readahead_windows: Counter::default(),
-            hot_hits: Counter::default(),
-            read_ios: Counter::default(),
-            read_bytes: Counter::default(),
-            writeback_ios: Counter::default(),
-            writeback_bytes: Counter::default(),
-            writeback_errors: Counter::default(),
-            dflush_pages: Counter::default(),
-        }
+        Metrics { latency: latency::Latency::new(devices), ..Metrics::default() }
     }
 
     /// Snapshot, with the gauges filled in by the caller (`frames`, `metadata_bytes`,

@@ -139,14 +139,12 @@ impl CacheInner {
         drop(span);
         drop(reqs);
         drop(slices);
-        for (file, run) in runs.iter() {
-            self.metrics.latency.device_write[file.layout.locate(run[0].0).0].record(took);
-        }
         // Ended (written or not): outside a backing file's zero window it may have allocated
         // blocks or grown the file, which its next sync must fdatasync (io/zero_window.rs).
         for (file, run) in runs {
             let (dev, offset) = file.layout.locate(run[0].0);
             file.backing[dev].zeros().after_write(offset, offset + (run.len() * ps) as u64);
+            self.metrics.latency.device_write[dev].record(took);
         }
         runs.iter()
             .zip(results)
