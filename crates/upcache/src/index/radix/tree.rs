@@ -35,7 +35,7 @@
 //! reaps its topmost deleted node. So a file whose pages come and go keeps its nodes instead
 //! of freeing and allocating them, and a file that shrank for good gives them back.
 
-use super::node::{Node, Reserve, BITS, FANOUT};
+use super::node::{prefetch, Node, Reserve, BITS, FANOUT};
 use super::reclaim::{self, Graveyard, Guard};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -112,6 +112,18 @@ impl Tree {
 
     /// The leaf slot of `page`, if the leaf exists. Lock-free and writes nothing shared.
     pub fn find<'g>(&self, page: u64, guard: &'g Guard) -> Option<LeafSlot<'g>> {
+        self.find_leaf(page, false, guard)
+    }
+
+    /// `find` for a caller that will also change the leaf's count (a removal or a
+    /// reservation): the leaf's state line is fetched together with its slot's, so that two
+    /// cache misses on a cold leaf overlap instead of coming one after the other (a removal
+    /// on eviction finds its leaf cold; bench/RESULTS.md, issue 18).
+    fn find_to_count<'g>(&self, page: u64, guard: &'g Guard) -> Option<LeafSlot<'g>> {
+        self.find_leaf(page, true, guard)
+    }
+
+    fn find_leaf<'g>(&self, page: u64, header: bool, guard: &'g Guard) -> Option<LeafSlot<'g>> {
         // Acquire (here and below): pairs with the Release CAS that published the node, so
         // its fields are initialized.
         let h = self.head.load(Ordering::Acquire);
@@ -139,6 +151,9 @@ impl Tree {
             n = self.node(c, guard);
             shift -= BITS;
             debug_assert_eq!(n.shift, shift, "a child's shift is its parent's minus BITS");
+            if header && shift == 0 {
+                prefetch(&n.state);
+            }
         }
     }
 
@@ -180,7 +195,7 @@ impl Tree {
     /// Removes `page`'s entry if `pred` accepts it; returns whether it did.
     pub fn remove_if(&self, page: u64, mut pred: impl FnMut(u64) -> bool) -> bool {
         let g = self.pin();
-        let Some(s) = self.find(page, &g) else { return false };
+        let Some(s) = self.find_to_count(page, &g) else { return false };
         let mut cur = s.slot.load(Ordering::SeqCst);
         loop {
             if cur.is_null() || !pred(word(cur)) {
@@ -282,7 +297,7 @@ impl Tree {
     /// The leaf of `page`, created if needed, with a reservation held by the caller.
     fn reserve_leaf<'g>(&self, page: u64, g: &'g Guard) -> &'g Node {
         // Fast path: a live leaf. By I2 its ancestors are live and stay so while we hold it.
-        if let Some(s) = self.find(page, g) {
+        if let Some(s) = self.find_to_count(page, g) {
             if s.leaf.try_reserve_live() {
                 return s.leaf;
             }
