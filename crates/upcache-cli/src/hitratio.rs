@@ -3,6 +3,7 @@
 //! the library's own (`upcache::policy::simulate`), driven as the cache drives them; each
 //! page a request touches is one access, reads and writes alike.
 
+use crate::output::OutputArgs;
 use crate::size::parse_size;
 use crate::trace::synth::{self, Synth};
 use crate::trace::{formats, Format, Trace};
@@ -19,9 +20,10 @@ pub struct HitRatioArgs {
     /// Trace file to replay
     #[arg(long, value_name = "FILE", required_unless_present = "synth", conflicts_with = "synth")]
     trace: Option<PathBuf>,
-    /// Format of --trace: cloudphysics, msr or upcache
-    #[arg(long, default_value = "cloudphysics")]
-    format: Format,
+    /// Format of --trace: cloudphysics, msr or upcache (`bench --trace-format`; `--format`
+    /// is the old name)
+    #[arg(long, default_value = "cloudphysics", alias = "format")]
+    trace_format: Format,
     /// Generate the trace instead: zipf:THETA, uniform, scan, ycsb-a, ycsb-b, ycsb-c, ycsb-f
     #[arg(long, value_name = "KIND")]
     synth: Option<Synth>,
@@ -43,12 +45,8 @@ pub struct HitRatioArgs {
     /// Policies, in table order (OPT is always added)
     #[arg(long, default_value = "clock,gclock,lru,lfu,s3fifo,sieve", value_delimiter = ',', value_parser = crate::bench::parse_choice::<PolicyKind>)]
     policies: Vec<PolicyKind>,
-    /// Also draw hit ratio against cache size to this file (.png or .svg)
-    #[arg(long, value_name = "FILE")]
-    plot: Option<PathBuf>,
-    /// Also write the results as JSON to this file
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    out: OutputArgs,
 }
 
 /// A cache size as given: a share of the footprint or bytes.
@@ -95,9 +93,10 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
     if !a.page_size.is_power_of_two() || a.page_size < 512 {
         bail!("--page-size must be a power of two of at least 512 bytes");
     }
+    a.out.start()?;
     let (trace, what) = match (&a.trace, a.synth) {
         (Some(path), _) => {
-            (formats::load(path, a.format)?, format!("{} ({})", path.display(), a.format.name()))
+            (formats::load(path, a.trace_format)?, format!("{} ({})", path.display(), a.trace_format.name()))
         }
         (None, Some(kind)) => {
             let pages = (a.footprint / a.page_size).max(1);
@@ -111,7 +110,8 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
     if footprint == 0 {
         bail!("the trace has no requests");
     }
-    println!(
+    let json = a.out.json();
+    let summary = format!(
         "trace: {what}: {} requests, {} volume(s); {} page accesses of {} B, footprint {footprint} pages",
         trace.accesses.len(),
         trace.volumes,
@@ -168,18 +168,21 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
             CacheSize::Bytes(_) => format!("{n} pages"),
         })
         .collect();
-    let width = labels.iter().map(|l| l.len()).max().unwrap_or(0).max(7);
-    print!("{:<8}", "hit %");
-    for l in &labels {
-        print!(" {l:>width$}");
-    }
-    println!();
-    for (r, row) in rows.iter().zip(&results) {
-        print!("{:<8}", name(*r));
-        for &h in row {
-            print!(" {:>width$.2}", ratio(h));
+    if !json {
+        println!("{summary}");
+        let width = labels.iter().map(|l| l.len()).max().unwrap_or(0).max(7);
+        print!("{:<8}", "hit %");
+        for l in &labels {
+            print!(" {l:>width$}");
         }
         println!();
+        for (r, row) in rows.iter().zip(&results) {
+            print!("{:<8}", name(*r));
+            for &h in row {
+                print!(" {:>width$.2}", ratio(h));
+            }
+            println!();
+        }
     }
 
     let cells: Vec<Cell> = rows
@@ -194,33 +197,39 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
             })
         })
         .collect();
-    if let Some(path) = &a.json {
+    if json {
         let doc = serde_json::json!({
+            "tool_version": env!("CARGO_PKG_VERSION"),
+            "argv": std::env::args().collect::<Vec<_>>(),
             "trace": what, "accesses": keys.len(), "footprint_pages": footprint,
             "page_size": a.page_size, "cells": cells,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("write {}", path.display()))?;
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     }
-    if let Some(path) = &a.plot {
+    if let Some(path) = &a.out.plot {
         let series = rows
             .iter()
             .zip(&results)
             .map(|(r, row)| crate::plot::Series {
                 name: name(*r).to_string(),
-                points: sizes.iter().zip(row).map(|(&n, &h)| (n as f64, ratio(h))).collect(),
+                // x in % of the footprint, as the table's columns are given.
+                points: sizes
+                    .iter()
+                    .zip(row)
+                    .map(|(&n, &h)| (100.0 * n as f64 / footprint as f64, ratio(h)))
+                    .collect(),
             })
             .collect();
         let chart = crate::plot::Chart {
             title: format!("Hit ratio: {what}"),
-            x_label: format!("cache size (pages of {} B)", a.page_size),
+            x_label: format!("cache size (% of the footprint of {footprint} pages of {} B)", a.page_size),
             y_label: "hit ratio (%)".into(),
             x_log: true,
             y_tail: false,
             series,
         };
         crate::plot::draw(&chart, path)?;
-        println!("plot: {}", path.display());
+        eprintln!("plot: {}", path.display());
     }
     Ok(())
 }

@@ -27,6 +27,7 @@ mod bench;
 mod hitratio;
 mod metrics;
 mod micro;
+mod output;
 mod plot;
 mod plotcmd;
 mod serve;

@@ -15,6 +15,7 @@ use std::path::Path;
 /// One line: a name for the legend and its points.
 // Without `plots` they are built and refused by `draw`, never read.
 #[cfg_attr(not(feature = "plots"), allow(dead_code))]
+#[derive(serde::Serialize)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
@@ -128,12 +129,14 @@ where
         .y_label_area_size(72)
         .build_cartesian_2d(x0 - pad..x1 + pad, 0f64..y1)
         .map_err(err)?;
+    // Counts (threads, devices) get only whole ticks: no "1.50 threads".
+    let whole_x = !chart.x_log && chart.series.iter().flat_map(|s| &s.points).all(|p| p.0 == p.0.round());
     let label = |v: &f64| {
         let x = if chart.x_log { 10f64.powf(*v) } else { *v };
-        if x.abs() >= 100.0 || x == x.round() {
-            format!("{x:.0}")
+        if whole_x && (x - x.round()).abs() > 1e-9 {
+            String::new()
         } else {
-            format!("{x:.2}")
+            tick(x)
         }
     };
     c.configure_mesh()
@@ -148,10 +151,8 @@ where
                 // 1 -> p90, 2 -> p99, 3 -> p99.9; 0.3 -> p50.
                 let p = (1.0 - 10f64.powf(-v)) * 100.0;
                 format!("p{}", format!("{p:.3}").trim_end_matches('0').trim_end_matches('.'))
-            } else if v.abs() >= 100.0 {
-                format!("{v:.0}")
             } else {
-                format!("{v:.1}")
+                tick(*v)
             }
         })
         .draw()
@@ -175,6 +176,24 @@ where
     Ok(())
 }
 
+/// An axis label a reader takes in at a glance: 3.5M, 120k, 2.5, not 3500000.
+#[cfg(feature = "plots")]
+fn tick(v: f64) -> String {
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    for (scale, unit) in [(1e9, "G"), (1e6, "M"), (1e3, "k")] {
+        if v.abs() >= scale {
+            return format!("{}{unit}", trim(format!("{:.2}", v / scale)));
+        }
+    }
+    trim(format!("{v:.2}"))
+}
+
 #[cfg(feature = "plots")]
 fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
     anyhow::Error::new(e)
@@ -183,6 +202,18 @@ fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
 #[cfg(all(test, feature = "plots"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_are_short_and_never_a_long_raw_number() {
+        assert_eq!(tick(3_500_000.0), "3.5M");
+        assert_eq!(tick(35_000_000.0), "35M");
+        assert_eq!(tick(120_000.0), "120k");
+        assert_eq!(tick(1_250.0), "1.25k");
+        assert_eq!(tick(2.5), "2.5");
+        assert_eq!(tick(4.0), "4");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(2e9), "2G");
+    }
 
     fn chart(x_log: bool) -> Chart {
         Chart {

@@ -3,6 +3,7 @@
 //! point), or the latency CDF of each run.
 
 use crate::bench::report::median;
+use crate::output::OutputArgs;
 use crate::plot::{draw, Chart, Series};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -18,9 +19,11 @@ pub struct PlotArgs {
     /// The x axis of a throughput chart
     #[arg(long, value_enum, default_value_t = XAxis::Threads)]
     x: XAxis,
-    /// The chart's file (.png or .svg)
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
+    #[command(flatten)]
+    out: OutputArgs,
+    /// The old name of --plot
+    #[arg(long = "out", value_name = "FILE", hide = true, conflicts_with = "plot")]
+    out_file: Option<PathBuf>,
     /// Files of `upcache bench --json` output (a report or an array of them each)
     #[arg(required = true, value_name = "JSON")]
     files: Vec<PathBuf>,
@@ -70,6 +73,11 @@ fn num(r: &Value, key: &str) -> Result<f64> {
 
 /// Draws latency CDFs: one line per (label, (fraction, µs) points).
 pub fn draw_cdf(curves: &[(String, Vec<(f64, f64)>)], title: &str, out: &Path) -> Result<()> {
+    draw(&cdf_chart(curves, title), out)
+}
+
+/// The chart of `draw_cdf`.
+fn cdf_chart(curves: &[(String, Vec<(f64, f64)>)], title: &str) -> Chart {
     let series = curves
         .iter()
         .filter(|(_, pts)| !pts.is_empty())
@@ -80,20 +88,40 @@ pub fn draw_cdf(curves: &[(String, Vec<(f64, f64)>)], title: &str, out: &Path) -
             points: pts.iter().filter(|p| p.1 > 0.0).map(|&(q, us)| (us, q)).collect(),
         })
         .collect();
-    let chart = Chart {
+    Chart {
         title: title.to_string(),
         x_label: "latency (µs)".into(),
         y_label: "percentile of ops at or under".into(),
         x_log: true,
         y_tail: true,
         series,
+    }
+}
+
+/// What the reports measured, for a chart's title: "randread 4 KiB, 1 GiB" or "mixed
+/// workloads" (never a file's path).
+fn workload(reports: &[Value]) -> String {
+    let of = |r: &Value| {
+        let size = |k: &str| r.get(k).and_then(Value::as_u64).map(crate::size::fmt_size).unwrap_or_default();
+        format!("{} {}, {}", r["rw"].as_str().unwrap_or("?"), size("bs"), size("size"))
     };
-    draw(&chart, out)
+    let first = reports.first().map(of).unwrap_or_default();
+    if reports.iter().all(|r| of(r) == first) {
+        first
+    } else {
+        "mixed workloads".into()
+    }
 }
 
 pub fn run(a: PlotArgs) -> Result<()> {
+    let Some(path) = a.out.plot.clone().or(a.out_file.clone()) else {
+        bail!("give the chart's file: --plot FILE (.png or .svg)");
+    };
+    crate::output::check_chart_path(&path)?;
+    a.out.start()?;
     let reports = reports(&a.files)?;
-    match a.kind {
+    let what = workload(&reports);
+    let chart = match a.kind {
         Kind::Cdf => {
             let mut curves = Vec::new();
             for r in &reports {
@@ -109,7 +137,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
                 );
                 curves.push((label.replace('"', ""), pts));
             }
-            draw_cdf(&curves, "Latency CDF", &a.out)?;
+            cdf_chart(&curves, &format!("Latency CDF: {what}"))
         }
         Kind::Throughput => {
             let key = match a.x {
@@ -133,17 +161,20 @@ pub fn run(a: PlotArgs) -> Result<()> {
                     points: xs.into_iter().map(|(x, mut v)| (x as f64, median(&mut v))).collect(),
                 })
                 .collect();
-            let chart = Chart {
-                title: format!("Throughput against {key}"),
+            Chart {
+                title: format!("Throughput against {key}: {what}"),
                 x_label: key.into(),
                 y_label: "ops/s (median of runs)".into(),
                 x_log: false,
                 y_tail: false,
                 series,
-            };
-            draw(&chart, &a.out)?;
+            }
         }
+    };
+    if a.out.json() {
+        println!("{}", serde_json::to_string_pretty(&chart.series)?);
     }
-    println!("plot: {}", a.out.display());
+    draw(&chart, &path)?;
+    eprintln!("plot: {}", path.display());
     Ok(())
 }

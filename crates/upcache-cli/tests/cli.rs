@@ -134,20 +134,23 @@ fn hit_ratio_tables_put_opt_on_top() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hr.json");
     let plot = dir.path().join("hr.svg");
-    let table = ok(&[
+    let trace = data("cloudphysics-sample.csv");
+    let table = ok(&["hit-ratio", "--trace", trace.to_str().unwrap(), "--sizes", "5%,20%,64k"]);
+    for name in ["opt", "clock", "gclock", "lru", "lfu", "s3fifo", "sieve"] {
+        assert!(table.lines().any(|l| l.starts_with(name)), "{name} missing:\n{table}");
+    }
+    ok(&[
         "hit-ratio",
         "--trace",
-        data("cloudphysics-sample.csv").to_str().unwrap(),
+        trace.to_str().unwrap(),
         "--sizes",
         "5%,20%,64k",
         "--json",
+        "--output",
         out.to_str().unwrap(),
         "--plot",
         plot.to_str().unwrap(),
     ]);
-    for name in ["opt", "clock", "gclock", "lru", "lfu", "s3fifo", "sieve"] {
-        assert!(table.lines().any(|l| l.starts_with(name)), "{name} missing:\n{table}");
-    }
     let doc = json(&std::fs::read_to_string(&out).unwrap());
     let cells = doc["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 7 * 3);
@@ -309,4 +312,46 @@ fn fio_names_work_and_a_json_report_reproduces_its_run() {
     let bad = upcache(&["bench", "--random_distribution", "pareto:1.2", "--ops", "10"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("random or zipf:THETA"));
+}
+
+#[test]
+fn every_reporting_subcommand_takes_the_same_output_and_plot_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let d = p("data");
+    let bench =
+        ["bench", "--engine", "upcache", "--size", "4m", "--cache", "8m", "--ops", "2000", "--dir", &d];
+    let replay = ["replay", "--synth", "zipf:0.9", "--ops", "2000", "--footprint", "4m", "--dir", &d];
+    let index =
+        ["index-bench", "--index", "radix,locked", "--threads", "1,2", "--seconds", "0.05", "--repeat", "1"];
+    let alloc = ["alloc-bench", "--threads", "1,2", "--seconds", "0.05", "--repeat", "1"];
+    let hit = ["hit-ratio", "--synth", "zipf:0.99", "--ops", "5000", "--footprint", "4m", "--sizes", "10%"];
+    let bench_json = p("bench.json");
+    for (name, args) in
+        [("bench", &bench[..]), ("replay", &replay), ("index", &index), ("alloc", &alloc), ("hit", &hit)]
+    {
+        // --json and --output-format=json are one switch, --output moves the report to a
+        // file (stdout then stays empty), --plot draws the command's chart.
+        let (out, chart) = (p(&format!("{name}.out")), p(&format!("{name}.svg")));
+        for format in [&["--json"][..], &["--output-format", "json"]] {
+            let mut full = args.to_vec();
+            full.extend_from_slice(format);
+            full.extend_from_slice(&["--output", &out, "--plot", &chart]);
+            assert_eq!(ok(&full), "", "{full:?} printed to stdout despite --output");
+            json(&std::fs::read_to_string(&out).unwrap());
+            assert!(std::fs::read_to_string(&chart).unwrap().contains("<svg"), "{full:?} drew no chart");
+            std::fs::remove_file(&chart).unwrap();
+        }
+        // Without them: the table on stdout.
+        let table = ok(args);
+        assert!(serde_json::from_str::<serde_json::Value>(&table).is_err(), "{name} printed JSON: {table}");
+        if name == "bench" {
+            std::fs::copy(&out, &bench_json).unwrap();
+        }
+    }
+    // `plot` takes the same: --plot is its chart, --json prints the series it drew.
+    let chart = p("cdf.svg");
+    let series = json(&ok(&["plot", "--kind", "cdf", "--plot", &chart, "--json", &bench_json]));
+    assert!(series[0]["name"].as_str().unwrap().starts_with("upcache"), "{series}");
+    assert!(std::fs::read_to_string(&chart).unwrap().contains("Latency CDF: randread 4KiB"));
 }

@@ -29,6 +29,7 @@ use self::engine::{
 use self::progress::Progress;
 use self::report::{Latency, Report};
 use self::workload::{fill_content, OpGen, Rw, Shape, TraceSource};
+use crate::output::OutputArgs;
 use crate::size::{fmt_size, parse_duration, parse_size};
 use crate::trace::replay::{self, ReplayOps};
 use crate::trace::Access;
@@ -109,12 +110,8 @@ pub struct BenchArgs {
     /// do, instead of every op picking a file at random (random workloads)
     #[arg(long)]
     file_per_thread: bool,
-    /// Print JSON to stdout instead of the table (the same as --output-format=json)
-    #[arg(long)]
-    json: bool,
-    /// fio's name for the report's format: normal (the table) or json
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Normal)]
-    output_format: OutputFormat,
+    #[command(flatten)]
+    out: OutputArgs,
     /// upcache page size [default: 4k]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     page_size: Option<u64>,
@@ -231,9 +228,6 @@ pub struct BenchArgs {
     /// it with --trace FILE --trace-format upcache)
     #[arg(long, value_name = "FILE")]
     record_trace: Option<PathBuf>,
-    /// Draw the latency CDF of each engine's first run to FILE (.png or .svg)
-    #[arg(long, value_name = "FILE")]
-    plot_cdf: Option<PathBuf>,
     /// Serve upcache's counters and latency histograms for Prometheus at http://ADDR/metrics
     /// while the bench runs (e.g. 127.0.0.1:9898; port 0 picks one, printed on stderr)
     #[arg(long, value_name = "ADDR")]
@@ -242,7 +236,7 @@ pub struct BenchArgs {
 
 /// The long help's description of the no-flag default.
 pub const DEFAULT_HELP: &str = "\
-With no workload flag (only --json, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
+With no workload flag (only the output flags, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
 --flushers, --dirty-ratios, --allow-buffered), runs the default comparison:
   --compare upcache,kernel --rw randread --bs 4k --files 1 --size 256m --warm --threads 1
   --runtime 5s --cache 512m --devices 4
@@ -309,13 +303,6 @@ impl BenchArgs {
             && self.trace.is_none()
             && self.synth.is_none()
     }
-}
-
-/// `--output-format`, fio's name for what `--json` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum OutputFormat {
-    Normal,
-    Json,
 }
 
 /// `--random_distribution`: uniform (`random`) or zipf with this exponent.
@@ -487,7 +474,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
         trace,
         speed: (a.timing == Timing::Trace).then_some(a.speed),
         record: a.record_trace.clone(),
-        json: a.json || a.output_format == OutputFormat::Json,
+        json: a.out.json(),
         upcache: UpcacheOpts {
             sim: match a.devices {
                 Some((_, true)) => Some(a.sim.clone().unwrap_or_default()),
@@ -615,14 +602,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!("metrics: http://{bound}/metrics");
     }
     let dir = args.dir.clone();
-    let plot_cdf = args.plot_cdf.clone();
-    if let Some(p) = &plot_cdf {
-        ensure!(
-            matches!(p.extension().and_then(|e| e.to_str()), Some("png" | "svg")),
-            "--plot-cdf {} must end in .png or .svg",
-            p.display()
-        );
-    }
+    args.out.start()?;
+    let plot_cdf = args.out.plot.clone();
     let plan = resolve(args)?;
     let (tmp, base) = match dir {
         Some(d) => (None, d),
@@ -670,7 +651,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(path) = &plot_cdf {
         let curves: Vec<(String, Vec<(f64, f64)>)> =
             reports.iter().filter(|r| r.run == 1).map(|r| (r.engine.clone(), r.lat_cdf.clone())).collect();
-        let title = format!("Latency CDF: {} {} threads", reports[0].rw, plan.threads);
+        let title = format!(
+            "Latency CDF: {} {}, {}, {} thread(s)",
+            reports[0].rw,
+            fmt_size(plan.bs),
+            fmt_size(plan.size),
+            plan.threads
+        );
         match crate::plotcmd::draw_cdf(&curves, &title, path) {
             Ok(()) => eprintln!("plot: {}", path.display()),
             Err(e) => eprintln!("warning: no latency plot: {e:#}"),
@@ -796,12 +783,14 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
         let before = eng.stats();
         let sim_before = eng.sim_stats();
         let cpu0 = cpu_seconds();
+        let machine0 = machine_busy_seconds();
         let record = p.record.is_some() && run == 1 && kind == p.engines[0];
         let m = measure(&eng, kind, p, record)?;
         if let (true, Some(path)) = (record, &p.record) {
             write_recorded(path, &m.recorded)?;
         }
         let cpu = cpu_seconds() - cpu0;
+        let machine_cpu = machine0.zip(machine_busy_seconds()).map(|(a, b)| b - a);
         let after = eng.stats();
         let sim = sim_before.zip(eng.sim_stats());
         let rss = mem_mib("VmRSS:");
@@ -853,6 +842,8 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             write_lat_us: (!m.by_kind[1].is_empty()).then(|| Latency::from_histogram(&m.by_kind[1])),
             cpu_seconds: cpu,
             cpu_us_per_op: cpu * 1e6 / m.ops.max(1) as f64,
+            machine_cpu_seconds: machine_cpu,
+            machine_cpu_us_per_op: machine_cpu.map(|c| c * 1e6 / m.ops.max(1) as f64),
             io: eng.io_name().map(str::to_owned),
             hits: d(|s| s.hits),
             misses: d(|s| s.misses),
@@ -1295,6 +1286,22 @@ fn cpu_seconds() -> f64 {
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Busy CPU time of the whole machine so far, from `/proc/stat` (user, nice, system, irq and
+/// softirq of every CPU). A process's own CPU time holds the interrupt work that lands while
+/// it runs and misses what lands while it sleeps, so two programs that sleep differently are
+/// compared fairly only by this (bench/RESULTS.md, issue 18). None if unreadable.
+fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).map_while(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq (steal, guest: guest is inside user already,
+    // steal is time the host took away).
+    let busy = [0, 1, 2, 5, 6].iter().map(|&i| ticks.get(i).copied()).sum::<Option<u64>>()?;
+    // SAFETY: sysconf reads a constant and has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| busy as f64 / hz as f64)
 }
 
 /// Resets the process's peak RSS (VmHWM) to the current RSS, so each engine's peak is its own.

@@ -102,6 +102,12 @@ pub struct Report {
     /// User + system CPU time of the process during the measured phase (all threads).
     pub cpu_seconds: f64,
     pub cpu_us_per_op: f64,
+    /// Busy CPU time of the whole machine during the measured phase (`/proc/stat`): also the
+    /// interrupt work done while the process slept, and anything else running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_cpu_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_cpu_us_per_op: Option<f64>,
     /// upcache's I/O engine (uring or psync).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io: Option<String>,

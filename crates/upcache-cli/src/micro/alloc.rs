@@ -63,9 +63,10 @@ pub fn run(a: AllocBenchArgs) -> Result<()> {
         a.batch > 0 && a.frames >= a.batch * max_threads * 2,
         "--frames must be at least twice --batch times the most threads"
     );
+    a.run.out.start()?;
     let points = measure_points(&a.threads, &a.alloc, a.run.repeat, |k| k.name(), |k, t| measure(k, t, &a));
-    if a.run.json {
-        println!("{}", serde_json::to_string_pretty(&points)?);
+    let title = format!("Frame allocation: {} frames a round from {}", a.batch, a.frames);
+    if super::emit(&a.run.out, &title, "frames/s", &points)? {
         return Ok(());
     }
     println!(

@@ -128,9 +128,10 @@ pub fn run(a: IndexBenchArgs) -> Result<()> {
     anyhow::ensure!(a.keys > 0 && a.keys <= u32::MAX as u64 / 2, "--keys must be 1 to 2^31-1");
     anyhow::ensure!(a.run.repeat > 0 && a.run.seconds > 0.0, "--repeat and --seconds must be positive");
     let kinds = a.index.clone();
+    a.run.out.start()?;
     let points = measure_points(&a.threads, &kinds, a.run.repeat, |k| k.name(), |k, t| measure(k, t, &a));
-    if a.run.json {
-        println!("{}", serde_json::to_string_pretty(&points)?);
+    let title = format!("Page index: {} keys, {}% insert/delete", a.keys, a.update);
+    if super::emit(&a.run.out, &title, "ops/s", &points)? {
         return Ok(());
     }
     println!(

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::output::OutputArgs;
+
 /// How long and how often each point is measured, and how results are printed.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -19,9 +21,8 @@ pub struct RunArgs {
     /// Measurements per point; the table shows medians
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Print JSON instead of the table
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 /// One measured point: a variant at a thread count.
@@ -90,6 +91,35 @@ pub fn measure_points<K: Copy>(
         }
     }
     points
+}
+
+/// Prints the points as JSON if asked (true then) and draws them if asked: `unit` per second
+/// against threads, a line per variant.
+pub fn emit(out: &OutputArgs, title: &str, unit: &str, points: &[Point]) -> anyhow::Result<bool> {
+    if out.json() {
+        println!("{}", serde_json::to_string_pretty(points)?);
+    }
+    if let Some(path) = &out.plot {
+        let mut series: Vec<crate::plot::Series> = Vec::new();
+        for p in points {
+            let at = (p.threads as f64, p.median);
+            match series.iter_mut().find(|s| s.name == p.variant) {
+                Some(s) => s.points.push(at),
+                None => series.push(crate::plot::Series { name: p.variant.clone(), points: vec![at] }),
+            }
+        }
+        let chart = crate::plot::Chart {
+            title: title.into(),
+            x_label: "threads".into(),
+            y_label: format!("{unit} (median of runs)"),
+            x_log: false,
+            y_tail: false,
+            series,
+        };
+        crate::plot::draw(&chart, path)?;
+        eprintln!("plot: {}", path.display());
+    }
+    Ok(out.json())
 }
 
 /// Parses a positive count.
