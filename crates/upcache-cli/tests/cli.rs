@@ -355,3 +355,20 @@ fn every_reporting_subcommand_takes_the_same_output_and_plot_flags() {
     assert!(series[0]["name"].as_str().unwrap().starts_with("upcache"), "{series}");
     assert!(std::fs::read_to_string(&chart).unwrap().contains("Latency CDF: randread 4KiB"));
 }
+
+#[test]
+fn status_interval_prints_interval_figures_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let args =
+        ["bench", "--engine", "kernel", "--size", "4m", "--runtime", "1s", "--status-interval", "200ms"];
+    let out = upcache(&[&args[..], &["--dir", d.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("status kernel at ")).collect();
+    // A 1 s run has intervals of 200 ms; however slow the machine, the first one ends in it.
+    assert!(!lines.is_empty(), "no interval figures on stderr:\n{err}");
+    for l in lines {
+        assert!(l.contains(" iops, ") && l.contains(" MiB/s over the last "), "{l}");
+    }
+}

@@ -232,11 +232,15 @@ pub struct BenchArgs {
     /// while the bench runs (e.g. 127.0.0.1:9898; port 0 picks one, printed on stderr)
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// fio's name: every DURATION print the last interval's iops and MiB/s on stderr, on a
+    /// terminal or not (progress bars appear only on one)
+    #[arg(long = "status-interval", value_name = "DURATION", value_parser = parse_duration)]
+    status_interval: Option<Duration>,
 }
 
 /// The long help's description of the no-flag default.
 pub const DEFAULT_HELP: &str = "\
-With no workload flag (only the output flags, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
+With no workload flag (only the output flags, --status-interval, --metrics, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
 --flushers, --dirty-ratios, --allow-buffered), runs the default comparison:
   --compare upcache,kernel --rw randread --bs 4k --files 1 --size 256m --warm --threads 1
   --runtime 5s --cache 512m --devices 4
@@ -277,6 +281,8 @@ struct Plan {
     speed: Option<f64>,
     /// Where to record the first measured phase (`--record-trace`).
     record: Option<PathBuf>,
+    /// Print interval figures this often (`--status-interval`).
+    status_interval: Option<Duration>,
     upcache: UpcacheOpts,
 }
 
@@ -474,6 +480,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
         trace,
         speed: (a.timing == Timing::Trace).then_some(a.speed),
         record: a.record_trace.clone(),
+        status_interval: a.status_interval,
         json: a.out.json(),
         upcache: UpcacheOpts {
             sim: match a.devices {
@@ -1006,9 +1013,13 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
         };
         let mut bar = Progress::new(&format!("{} {}", kind.name(), p.rw.name()), len, long);
         let (mut last_done, mut last_change) = (0, Instant::now());
+        let mut status = p.status_interval.map(|every| Status::new(kind, p.bs, every, start));
         while !handles.iter().all(|h| h.is_finished()) {
             thread::sleep(Duration::from_millis(50));
             let done: u64 = counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+            if let Some(st) = &mut status {
+                st.tick(done, &bar);
+            }
             // Relaxed: stall detection only. Waiting for a trace's next request is progress.
             let alive = done + counters.iter().map(|c| c.1.load(Ordering::Relaxed)).sum::<u64>();
             let secs = start.elapsed().as_secs_f64();
@@ -1063,6 +1074,42 @@ fn measure<E: Engine>(eng: &E, kind: EngineKind, p: &Plan, record: bool) -> Resu
         by_kind: [report::merge(&reads_h), report::merge(&writes_h)],
         recorded,
     })
+}
+
+/// `--status-interval`: the figures of each interval, printed as it ends.
+struct Status {
+    name: &'static str,
+    bs: u64,
+    every: Duration,
+    start: Instant,
+    /// The last interval's end and the ops done by then.
+    last: (Instant, u64),
+}
+
+impl Status {
+    fn new(kind: EngineKind, bs: u64, every: Duration, start: Instant) -> Status {
+        Status { name: kind.name(), bs, every, start, last: (start, 0) }
+    }
+
+    /// Prints the interval that ended, if one did, given the ops done so far.
+    fn tick(&mut self, done: u64, bar: &Progress) {
+        let now = Instant::now();
+        let secs = now.duration_since(self.last.0).as_secs_f64();
+        if secs < self.every.as_secs_f64() {
+            return;
+        }
+        let ops = done.saturating_sub(self.last.1);
+        let iops = ops as f64 / secs;
+        bar.println(format!(
+            "status {} at {:.1} s: {:.0} iops, {:.1} MiB/s over the last {:.2} s ({done} ops in all)",
+            self.name,
+            now.duration_since(self.start).as_secs_f64(),
+            iops,
+            iops * self.bs as f64 / (1 << 20) as f64,
+            secs
+        ));
+        self.last = (now, done);
+    }
 }
 
 /// One benchmark thread's state, all allocated before the clock starts.

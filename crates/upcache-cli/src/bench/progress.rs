@@ -48,6 +48,15 @@ impl Progress {
         self.bar.set_position(pos);
     }
 
+    /// Prints a line on stderr, above the bar if it is shown.
+    pub fn println(&self, line: String) {
+        if self.shown {
+            self.bar.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
     pub fn set_message(&self, msg: String) {
         self.bar.set_message(msg);
     }
