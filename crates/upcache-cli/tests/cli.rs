@@ -372,3 +372,88 @@ fn status_interval_prints_interval_figures_when_stderr_is_not_a_terminal() {
         assert!(l.contains(" iops, ") && l.contains(" MiB/s over the last "), "{l}");
     }
 }
+
+/// The flags a report's `config` gives: `--key value`, a switch for `true`, none for `false`.
+fn flags_of(config: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in config.as_object().expect("config is an object") {
+        match v {
+            serde_json::Value::Bool(true) => out.push(format!("--{k}")),
+            serde_json::Value::Bool(false) => {}
+            serde_json::Value::String(s) => out.extend([format!("--{k}"), s.clone()]),
+            n => out.extend([format!("--{k}"), n.to_string()]),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_json_reports_config_is_every_setting_and_passed_back_runs_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let runs: [&[&str]; 3] = [
+        // Mostly defaults: the config must name them all.
+        &["bench", "--engine", "upcache", "--size", "2m", "--ops", "1000"],
+        &[
+            "bench",
+            "--compare",
+            "upcache,kernel",
+            "--rw",
+            "randrw",
+            "--rwmixread",
+            "70",
+            "--bs",
+            "8k",
+            "--size",
+            "4m",
+            "--files",
+            "2",
+            "--threads",
+            "2",
+            "--ops",
+            "2000",
+            "--zipf",
+            "0.9",
+            "--cache",
+            "16m",
+            "--devices",
+            "sim:2",
+            "--sim",
+            "read-latency=5us,write-latency=5us,gc-every=0,jitter=0",
+            "--policy",
+            "s3fifo+gc-aware",
+            "--dirty-ratios",
+            "0.3,0.6",
+            "--api",
+            "async",
+            "--iodepth",
+            "4",
+            "--readahead",
+            "0",
+            "--warm",
+        ],
+        &["replay", "--synth", "ycsb-a", "--ops", "1500", "--footprint", "4m", "--threads", "2"],
+    ];
+    for args in runs {
+        let first = json(&ok(&[args, &["--json", "--dir", dir]].concat()));
+        let first = if first.is_array() { first[0].clone() } else { first };
+        let config = &first["config"];
+        for key in
+            ["compare", "threads", "cache", "devices", "page-size", "policy", "dirty-ratios", "index", "io"]
+        {
+            assert!(config.get(key).is_some(), "{args:?}: config has no {key}: {config}");
+        }
+        // Passed back alone, through `bench`, the config makes the same run.
+        let flags = flags_of(config);
+        let mut again = vec!["bench".to_string(), "--json".into(), "--dir".into(), dir.into()];
+        again.extend(flags);
+        let second = json(&ok(&again.iter().map(String::as_str).collect::<Vec<_>>()));
+        let second = if second.is_array() { second[0].clone() } else { second };
+        assert_eq!(&second["config"], config, "{args:?} rerun from its config as {again:?}");
+        for key in
+            ["engine", "rw", "bs", "size", "threads", "files", "ops", "read_ops", "zipf", "warm", "devices"]
+        {
+            assert_eq!(first[key], second[key], "{args:?}: {key} differs in the rerun");
+        }
+    }
+}

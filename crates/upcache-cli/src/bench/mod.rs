@@ -4,6 +4,7 @@
 //! settle (write back; drop caches unless --warm), warm (read everything once, checking the
 //! content), measure, flush (untimed), tear down. Only the measured phase is timed.
 
+mod config;
 mod engine;
 mod memory;
 mod progress;
@@ -281,6 +282,8 @@ struct Plan {
     speed: Option<f64>,
     /// Where to record the first measured phase (`--record-trace`).
     record: Option<PathBuf>,
+    /// The flags that chose the trace, for the report's config (`config::trace_flags`).
+    trace_flags: serde_json::Map<String, serde_json::Value>,
     /// Print interval figures this often (`--status-interval`).
     status_interval: Option<Duration>,
     upcache: UpcacheOpts,
@@ -481,6 +484,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
         speed: (a.timing == Timing::Trace).then_some(a.speed),
         record: a.record_trace.clone(),
         status_interval: a.status_interval,
+        trace_flags: config::trace_flags(&a),
         json: a.out.json(),
         upcache: UpcacheOpts {
             sim: match a.devices {
@@ -821,6 +825,7 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             argv: std::env::args().collect(),
+            config: config::resolved(p),
             engine: kind.name().into(),
             run,
             rw: match (&p.trace, p.speed) {

@@ -68,6 +68,8 @@ pub struct Report {
     pub timestamp: u64,
     /// The command line, to run it again (`upcache` and its arguments).
     pub argv: Vec<String>,
+    /// Every setting the run used, defaults included, keyed by its flag (`bench/config.rs`).
+    pub config: serde_json::Map<String, serde_json::Value>,
     pub engine: String,
     /// 1-based index of the repetition (`--repeat`).
     pub run: usize,
