@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use upcache::meta::catalog::{frame_catalog_body, Catalog, DeviceMarker, FORMAT_VERSION};
+use upcache::internals::meta::catalog::{frame_catalog_body, Catalog, DeviceMarker, FORMAT_VERSION};
 
 fuzz_target!(|data: &[u8]| {
     let _ = DeviceMarker::decode(data);

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use upcache::meta::metalog::{header, parse, Record};
+use upcache::internals::meta::metalog::{header, parse, Record};
 
 fuzz_target!(|data: &[u8]| {
     let _ = Record::decode(data);

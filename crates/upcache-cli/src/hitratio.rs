@@ -1,6 +1,6 @@
 //! `upcache hit-ratio`: a trace (a file, or generated) replayed through each replacement policy
 //! at several cache sizes without any I/O, with Belady's OPT as the ceiling. The policies are
-//! the library's own (`upcache::policy::simulate`), driven as the cache drives them; each
+//! the library's own (`upcache::internals::policy::simulate`), driven as the cache drives them; each
 //! page a request touches is one access, reads and writes alike.
 
 use crate::output::OutputArgs;
@@ -12,7 +12,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use upcache::policy::simulate;
+use upcache::internals::policy::simulate;
 use upcache::PolicyKind;
 
 #[derive(Args, Debug)]

@@ -1,6 +1,7 @@
 //! A Prometheus endpoint (`--metrics ADDR`): the cache's counters, gauges and latency
 //! histograms, encoded by prometheus-client in the OpenMetrics text format and served over
-//! plain HTTP on `GET /metrics`, read fresh from the cache at each scrape.
+//! plain HTTP on `GET /metrics`, read fresh from the cache at each scrape. `bench` publishes
+//! each cache it measures; `serve` the shared cache it serves (every process's counts).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -13,15 +14,30 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use upcache::shared::{SharedCache, PAGE_SIZE};
 use upcache::{Latencies, LatencyHistogram, Stats};
 
+/// A cache a scrape reads.
+#[derive(Clone)]
+enum Source {
+    /// A process's own cache (`bench`).
+    Private(upcache::StatsReader),
+    /// The shared cache (`serve`).
+    Shared(SharedCache),
+}
+
 /// What a scrape reads: the cache being measured, if one is open now (a bench opens one per
-/// engine and run, and publishes each).
-static CURRENT: Mutex<Option<upcache::StatsReader>> = Mutex::new(None);
+/// engine and run, and publishes each), or the shared cache served.
+static CURRENT: Mutex<Option<Source>> = Mutex::new(None);
 
 /// Makes `reader` (or none) the cache that scrapes read.
 pub fn publish(reader: Option<upcache::StatsReader>) {
-    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = reader;
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = reader.map(Source::Private);
+}
+
+/// Makes the shared cache `cache` the one that scrapes read.
+pub fn publish_shared(cache: SharedCache) {
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Source::Shared(cache));
 }
 
 /// The published cache's metrics, read at each scrape.
@@ -76,7 +92,11 @@ fn per_device(
 impl Collector for CacheCollector {
     fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
         let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(reader) = current else { return Ok(()) };
+        let reader = match current {
+            None => return Ok(()),
+            Some(Source::Shared(cache)) => return shared(&mut e, &cache),
+            Some(Source::Private(reader)) => reader,
+        };
         let (s, l): (Stats, Latencies) = (reader.stats(), reader.latencies());
         counter(&mut e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
         counter(&mut e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
@@ -112,6 +132,25 @@ impl Collector for CacheCollector {
             &l.device_write,
         )
     }
+}
+
+/// The shared cache's counts, of every process attached since it was made. It keeps no
+/// latency histograms (a process's own are in its `Cache::latencies`).
+fn shared(e: &mut DescriptorEncoder<'_>, cache: &SharedCache) -> std::fmt::Result {
+    let s = cache.status();
+    let bytes = |pages: u64| pages * PAGE_SIZE as u64;
+    counter(e, "upcache_hits", "Page lookups that found the page resident (every process)", s.hits)?;
+    counter(e, "upcache_misses", "Page lookups that claimed a frame for the page", s.misses)?;
+    counter(e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
+    counter(e, "upcache_read_bytes", "Bytes read from the files into the cache", bytes(s.loads))?;
+    counter(e, "upcache_writeback_bytes", "Bytes written back to the files", bytes(s.written_back))?;
+    counter(e, "upcache_repairs", "Frames taken over from processes that died holding them", s.repairs)?;
+    gauge(e, "upcache_dirty_pages", "Pages dirty now", s.dirty)?;
+    gauge(e, "upcache_frames", "Page frames in the cache", s.frames)?;
+    gauge(e, "upcache_cached_pages", "Frames holding a page", s.cached)?;
+    gauge(e, "upcache_locked_frames", "Frames locked now (loads, writes, write-backs)", s.locked)?;
+    gauge(e, "upcache_files", "Files in the file table", s.files)?;
+    gauge(e, "upcache_clients", "Processes attached (the service counts as one)", s.clients.len() as u64)
 }
 
 /// The text a scrape returns (no cache metrics while no cache is published).
@@ -184,5 +223,37 @@ mod tests {
         }
         publish(None);
         assert!(!render().contains("upcache_hits"), "no cache, no cache metrics");
+    }
+
+    /// The shared cache's scrape: its counters and gauges, every line well formed.
+    #[test]
+    fn a_scrape_of_the_shared_cache_shows_its_counters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        std::fs::write(&p, vec![3u8; 8192]).unwrap();
+        let cache =
+            SharedCache::create(&upcache::shared::SharedConfig { memory: 1 << 20, files: 4, clients: 4 })
+                .unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let mut page = [0u8; 4096];
+        for _ in 0..33 {
+            f.read_at(&mut page, 0).unwrap(); // a miss, then 32 hits
+        }
+        f.write_at(&[9; 10], 4096).unwrap(); // a miss, a dirty page
+        publish_shared(cache.clone());
+        let text = render();
+        for want in [
+            "upcache_hits_total 32",
+            "upcache_misses_total 2",
+            "upcache_read_bytes_total 8192",
+            "upcache_dirty_pages 1",
+            "upcache_frames 256",
+            "upcache_clients 1",
+            "# TYPE upcache_evictions counter",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+        publish(None);
     }
 }

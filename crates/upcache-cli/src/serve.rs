@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// pages) and exit
     #[arg(long)]
     status: bool,
+    /// Serve the shared cache's counters for Prometheus at http://ADDR/metrics (port 0 picks
+    /// one, printed on stderr)
+    #[arg(long, value_name = "ADDR", conflicts_with = "status")]
+    metrics: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -40,7 +44,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         config: SharedConfig { memory: args.memory, files: args.files, ..SharedConfig::default() },
         idle: Duration::from_secs(args.idle),
     };
-    let served = serve::serve(&opts, || eprintln!("upcache serve: listening on {}", socket.display()))?;
+    let metrics = match &args.metrics {
+        Some(addr) => Some(crate::metrics::serve(addr)?),
+        None => None,
+    };
+    let served = serve::serve(&opts, |cache| {
+        if let Some(bound) = metrics {
+            crate::metrics::publish_shared(cache.clone());
+            eprintln!("metrics: http://{bound}/metrics");
+        }
+        eprintln!("upcache serve: listening on {}", socket.display());
+    })?;
     if !served {
         anyhow::bail!("another service already serves {}", socket.display());
     }

@@ -98,3 +98,49 @@ fn a_bench_serves_its_caches_metrics_while_it_runs() {
     );
     assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
 }
+
+/// Reads stderr lines until one says where the metrics are; its address.
+fn metrics_address(stderr: &mut impl BufRead) -> String {
+    loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "ended without a metrics address");
+        if let Some(rest) = line.trim().strip_prefix("metrics: http://") {
+            return rest.trim_end_matches("/metrics").to_string();
+        }
+    }
+}
+
+#[test]
+fn the_shared_cache_service_serves_its_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("run").join("cache.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args(["serve", "--memory", "4m", "--idle", "600", "--metrics", "127.0.0.1:0", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = metrics_address(&mut BufReader::new(serve.stderr.take().unwrap()));
+    let text = scrape(&addr);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let samples = parse(&text);
+    for (name, want) in
+        [("upcache_frames", Some(1024.0)), ("upcache_clients", Some(1.0)), ("upcache_hits_total", None)]
+    {
+        let got = samples.get(name).unwrap_or_else(|| panic!("{name} missing from:\n{text}"));
+        if let Some(want) = want {
+            assert_eq!(*got, want, "{name} in:\n{text}");
+        }
+    }
+    for name in [
+        "upcache_misses_total",
+        "upcache_evictions_total",
+        "upcache_dirty_pages",
+        "upcache_writeback_bytes_total",
+    ] {
+        assert!(samples.contains_key(name), "{name} missing from:\n{text}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+}

@@ -313,7 +313,8 @@ impl Config {
     }
 
     /// Replace the I/O engine with one of the caller's (overrides [`Config::with_io`]). Used
-    /// to inject faults in tests and to plug in other engines.
+    /// to inject faults in tests and to try other engines. The trait is an internal
+    /// ([`crate::internals::io::engine::IoEngine`]) that may change in any release.
     pub fn with_io_engine(mut self, engine: Arc<dyn IoEngine>) -> Self {
         self.engine = Some(engine);
         self

@@ -14,8 +14,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Wake};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use upcache::io::device::BackingFile;
-use upcache::io::engine::{IoEngine, PsyncEngine};
+use upcache::internals::io::device::BackingFile;
+use upcache::internals::io::engine::{IoEngine, PsyncEngine};
 use upcache::{Cache, Config};
 
 /// Reads wait at a gate the test opens (or fail after a minute, so a bug fails the test

@@ -230,7 +230,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// exactly the namespace after the records wholly before the cut: a prefix, never a mix.
 #[test]
 fn metadata_records_cut_anywhere_recover_to_a_prefix() {
-    use upcache::meta::metalog::{parse, HEADER_LEN};
+    use upcache::internals::meta::metalog::{parse, HEADER_LEN};
     let tmp = tempfile::tempdir().unwrap();
     let array = tmp.path().join("array");
     drop(Cache::create(config(&array)).unwrap());

@@ -8,8 +8,8 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
-use upcache::io::device::BackingFile;
-use upcache::io::engine::{IoEngine, PsyncEngine};
+use upcache::internals::io::device::BackingFile;
+use upcache::internals::io::engine::{IoEngine, PsyncEngine};
 use upcache::{Cache, Config, ErrorKind};
 
 /// Fails reads, writes or syncs with a chosen errno while the matching switch is on.

@@ -5,8 +5,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use upcache::frame::state::{self, ClaimResult, FrameState, LOCKED, UNOWNED, VALID};
-use upcache::frame::wait::WaitTable;
+use upcache::internals::frame::state::{self, ClaimResult, FrameState, LOCKED, UNOWNED, VALID};
+use upcache::internals::frame::wait::WaitTable;
 
 /// An owned, valid, unpinned, unreferenced frame.
 fn resident() -> FrameState {
@@ -232,7 +232,7 @@ fn a_writer_waits_out_readers_across_a_write_back_and_a_late_reader_waits_for_it
 // Under loom a node has 4 slots (BITS = 2): a leaf spans 4 pages, a node of shift 2 spans 16,
 // one of shift 4 spans 64. The first insert makes the smallest root that spans its page.
 
-use upcache::index::radix::tree::Tree;
+use upcache::internals::index::radix::tree::Tree;
 
 /// Every (page, entry) in page order.
 fn contents(t: &Tree) -> Vec<(u64, u64)> {

@@ -10,11 +10,11 @@ mod common;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use upcache::io::device::sim::{SimConfig, SimDevice};
 use upcache::{
     AllocKind, Cache, CleanFirst, Config, ErrorKind, File, FlushKind, IndexKind, IoKind, LayoutKind,
     PolicyKind, SubmitKind,
 };
+use upcache::{SimConfig, SimDevice};
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const MAX_OFFSET: u64 = 300_000;

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use upcache::io::device::BackingFile;
-use upcache::io::engine::{IoEngine, PsyncEngine};
+use upcache::internals::io::device::BackingFile;
+use upcache::internals::io::engine::{IoEngine, PsyncEngine};
 use upcache::{Cache, Completion, ErrorKind, IoKind, SubmitKind};
 
 #[derive(Debug, Clone)]

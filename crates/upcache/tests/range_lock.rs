@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread;
 
 use proptest::prelude::*;
-use upcache::file::range_lock::{Mode, RangeLock};
+use upcache::internals::file::range_lock::{Mode, RangeLock};
 
 const UNIT: u64 = 512;
 const UNITS: usize = 64;

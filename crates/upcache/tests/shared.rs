@@ -354,3 +354,36 @@ proptest! {
         prop_assert_eq!(os_bytes(&p), model);
     }
 }
+
+#[test]
+fn the_status_counts_hits_of_every_client_misses_and_evictions() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    // 2 MiB of file through a 1 MiB cache (256 frames).
+    std::fs::write(&p, vec![7u8; 2 << 20]).unwrap();
+    let a = SharedCache::create(&small()).unwrap();
+    let b = second(&a);
+    let fa = a.open_path(&p, false).unwrap();
+    let fb = b.open_path(&p, false).unwrap();
+    let mut page = [0u8; 4096];
+    fa.read_at(&mut page, 0).unwrap();
+    let first = a.status();
+    assert_eq!((first.misses, first.loads, first.hits), (1, 1, 0), "{first:?}");
+    // 64 hits from each client (threads add theirs 32 at a time), each on its own line.
+    for f in [&fa, &fb] {
+        for _ in 0..64 {
+            f.read_at(&mut page, 0).unwrap();
+        }
+    }
+    let hot = b.status();
+    assert_eq!((hot.hits, hot.misses), (128, 1), "both clients' hits, in either's status: {hot:?}");
+    // Every page once: the cache fills, then each miss evicts one.
+    for i in 0..512u64 {
+        fa.read_at(&mut page, i * 4096).unwrap();
+        assert_eq!(page[4095], 7);
+    }
+    let s = a.status();
+    assert_eq!(s.misses, 1 + 511, "page 0 was cached: {s:?}");
+    assert!(s.evictions >= 511 - 256, "{} evictions for 511 new pages in 256 frames", s.evictions);
+    assert!(s.evictions <= s.misses, "{s:?}");
+}

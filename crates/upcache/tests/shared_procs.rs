@@ -211,7 +211,7 @@ fn serve_in_thread(dir: &Path) -> (PathBuf, std::thread::JoinHandle<bool>) {
     let socket = dir.join("run/cache.sock");
     let opts = ServeOptions { socket: socket.clone(), config: config(), idle: Duration::from_millis(200) };
     let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || serve::serve(&opts, || tx.send(()).unwrap()).unwrap());
+    let t = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
     rx.recv().unwrap();
     (socket, t)
 }
@@ -310,7 +310,7 @@ fn a_truncate_killed_half_way_is_finished_by_the_next_writer() {
 fn service_process_entry() {
     let a = args();
     let opts = ServeOptions { socket: PathBuf::from(&a[0]), config: config(), idle: Duration::from_secs(60) };
-    serve::serve(&opts, || println!("ready")).unwrap();
+    serve::serve(&opts, |_| println!("ready")).unwrap();
 }
 
 /// Writes records `region * PER_REGION + i`, syncing every 5 and saying so, until a call
@@ -564,7 +564,7 @@ fn a_socket_directory_that_is_shared_or_a_link_is_refused() {
     for d in [&open, &link] {
         let opts =
             ServeOptions { socket: d.join("cache.sock"), config: config(), idle: Duration::from_millis(10) };
-        let err = serve::serve(&opts, || {}).expect_err("refused");
+        let err = serve::serve(&opts, |_| {}).expect_err("refused");
         assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{}: {err}", d.display());
         assert!(!d.join("cache.sock").exists());
     }

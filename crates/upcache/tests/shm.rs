@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use upcache::shm::{RegionSpec, Segment};
+use upcache::internals::shm::{RegionSpec, Segment};
 
 const FD_ENV: &str = "UPCACHE_TEST_SEGMENT_FD";
 const KIND: u32 = 3;
@@ -60,18 +60,18 @@ fn a_child_process_shares_the_segment_it_inherits() {
 const LOCK_KIND: u32 = 4;
 const CLIENTS_KIND: u32 = 5;
 
-fn lock_of(seg: &Segment) -> &upcache::shm::OwnerLock {
+fn lock_of(seg: &Segment) -> &upcache::internals::shm::OwnerLock {
     let (p, _) = seg.region(LOCK_KIND).expect("the region");
     // SAFETY: an OwnerLock is one AtomicU32 and all zeros is a free lock; the region is aligned
     // and lives as long as `seg`.
-    unsafe { &*p.as_ptr().cast::<upcache::shm::OwnerLock>() }
+    unsafe { &*p.as_ptr().cast::<upcache::internals::shm::OwnerLock>() }
 }
 
-fn clients_of(seg: &Segment) -> upcache::shm::Clients<'_> {
+fn clients_of(seg: &Segment) -> upcache::internals::shm::Clients<'_> {
     let (p, len) = seg.region(CLIENTS_KIND).expect("the region");
     // SAFETY: the region is aligned, zeroed at creation, used only as the client table, and
     // lives as long as `seg`.
-    unsafe { upcache::shm::Clients::from_region(p, len) }
+    unsafe { upcache::internals::shm::Clients::from_region(p, len) }
 }
 
 /// The child: joins the client table of the inherited segment, takes the lock as its client,
@@ -93,7 +93,7 @@ fn lock_holder_child_entry() {
 #[test]
 fn a_lock_held_by_a_killed_process_is_taken_over() {
     use std::io::BufRead;
-    use upcache::shm::Acquired;
+    use upcache::internals::shm::Acquired;
     let specs = [RegionSpec { kind: LOCK_KIND, len: 4096 }, RegionSpec { kind: CLIENTS_KIND, len: 4096 }];
     let seg = Segment::create("upcache-test", &specs).unwrap();
     let clients = clients_of(&seg);
@@ -141,7 +141,7 @@ fn other_user_child_entry() {
     assert_eq!(unsafe { libc::setgid(65534) + libc::setuid(65534) }, 0, "cannot become nobody");
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let sock = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
-    let err = upcache::shm::handoff::receive(&sock).err().expect("another user gets no segment");
+    let err = upcache::internals::shm::handoff::receive(&sock).err().expect("another user gets no segment");
     assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{err}");
 }
 
@@ -164,9 +164,9 @@ fn another_users_process_cannot_attach() {
         .spawn()
         .unwrap();
     let (sock, _) = listener.accept().unwrap();
-    let peer = upcache::shm::handoff::peer(&sock).unwrap();
+    let peer = upcache::internals::shm::handoff::peer(&sock).unwrap();
     assert_eq!((peer.pid, peer.uid), (child.id(), 65534));
-    let err = upcache::shm::handoff::offer(&sock, &seg).expect_err("refused");
+    let err = upcache::internals::shm::handoff::offer(&sock, &seg).expect_err("refused");
     assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied);
     assert!(child.wait().unwrap().success(), "the other user's process was not told it was refused");
 }

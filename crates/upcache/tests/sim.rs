@@ -6,8 +6,8 @@ mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
-use upcache::io::device::sim::{Fault, FaultOp, SimConfig, SimDevice};
 use upcache::{Cache, CleanFirst, Config, ErrorKind, PolicyKind};
+use upcache::{Fault, FaultOp, SimConfig, SimDevice};
 
 /// Fast simulated devices (no waiting), with a volatile cache of `volatile` bytes.
 fn fast(volatile: u64, seed: u64) -> Arc<SimDevice> {
@@ -259,7 +259,7 @@ fn a_write_past_the_devices_capacity_fails_at_write_time() {
 
 #[test]
 fn queued_reads_on_a_mixed_array_return_the_data_and_each_fault_under_its_tag() {
-    use upcache::io::layout::{LayoutKind, StripeLayout};
+    use upcache::internals::io::layout::{LayoutKind, StripeLayout};
     let tmp = tempfile::tempdir().unwrap();
     // Two simulated devices with real latency and a few channels, two file devices: queued
     // reads are booked on the simulated ones and go to the engine's queue on the others.

@@ -11,8 +11,8 @@ mod common;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use upcache::io::device::BackingFile;
-use upcache::io::engine::{IoEngine, PsyncEngine};
+use upcache::internals::io::device::BackingFile;
+use upcache::internals::io::engine::{IoEngine, PsyncEngine};
 use upcache::{Cache, Config, File};
 
 /// Records which device each flush is for, and once runs a hook inside a flush of device 1.
@@ -57,7 +57,7 @@ fn a_truncate_after_a_syncs_deferral_is_flushed_before_its_length_record() {
     for d in &dirs {
         std::fs::create_dir_all(d).unwrap();
     }
-    if !upcache::io::device::fdatasync_flushes_device(&dirs[0]) {
+    if !upcache::internals::io::device::fdatasync_flushes_device(&dirs[0]) {
         eprintln!("skipped: {} is not on ext4 or XFS, so no flush is ever deferred", dirs[0].display());
         return;
     }

@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 
-use upcache::io::layout::{LayoutKind, StripeLayout};
+use upcache::internals::io::layout::{LayoutKind, StripeLayout};
 use upcache::{Cache, FlushKind};
 
 const PS: usize = 4096;
@@ -114,27 +114,27 @@ struct CountingSyncs {
     syncs: std::sync::atomic::AtomicUsize,
 }
 
-impl upcache::io::engine::IoEngine for CountingSyncs {
+impl upcache::internals::io::engine::IoEngine for CountingSyncs {
     fn name(&self) -> &'static str {
         "counting"
     }
     fn read_vectored(
         &self,
-        file: &upcache::io::device::BackingFile,
+        file: &upcache::internals::io::device::BackingFile,
         offset: u64,
         bufs: &mut [std::io::IoSliceMut<'_>],
     ) -> std::io::Result<usize> {
-        upcache::io::engine::PsyncEngine.read_vectored(file, offset, bufs)
+        upcache::internals::io::engine::PsyncEngine.read_vectored(file, offset, bufs)
     }
     fn write_vectored(
         &self,
-        file: &upcache::io::device::BackingFile,
+        file: &upcache::internals::io::device::BackingFile,
         offset: u64,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::io::Result<()> {
-        upcache::io::engine::PsyncEngine.write_vectored(file, offset, bufs)
+        upcache::internals::io::engine::PsyncEngine.write_vectored(file, offset, bufs)
     }
-    fn sync_data(&self, file: &upcache::io::device::BackingFile) -> std::io::Result<()> {
+    fn sync_data(&self, file: &upcache::internals::io::device::BackingFile) -> std::io::Result<()> {
         self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         file.file().sync_data()
     }

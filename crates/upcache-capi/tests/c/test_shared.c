@@ -1,7 +1,8 @@
 /* The shared cache through the C ABI: a process attaches (starting a service on a socket in
  * DIR), writes an OS file without syncing; a second process (forked, then attaching by itself)
  * reads those bytes and writes its own, which the first reads back; array calls on a shared
- * handle are refused. Usage: test_shared DIR */
+ * handle are refused; the shared cache's counters come through upcache_get_stats.
+ * Usage: test_shared DIR */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,15 @@ int main(int argc, char **argv) {
     CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char buf[16] = {0};
     CHECK(upcache_pread(f, buf, 14, 100) == 14 && memcmp(buf, "from the child", 14) == 0);
+    /* The shared cache's counters, of every process: its 1024 frames, the pages both wrote
+     * (misses), one dirty at least, and 32 more hits of ours (a thread adds its hits 32 at a
+     * time); the fields it does not keep are 0. */
+    for (int i = 0; i < 32; i++)
+        CHECK(upcache_pread(f, buf, 15, 5000) == 15);
+    struct upcache_stats st;
+    CHECK(upcache_get_stats(cache, &st) == UPCACHE_OK);
+    CHECK(st.frames == 1024 && st.misses >= 2 && st.hits >= 32 && st.dirty_pages >= 1);
+    CHECK(st.lock_free_hits == 0 && st.readahead_pages == 0);
     CHECK(upcache_fdatasync(f) == UPCACHE_OK);
     CHECK(upcache_file_close(f) == UPCACHE_OK);
     CHECK(upcache_sync(cache) == UPCACHE_OK);

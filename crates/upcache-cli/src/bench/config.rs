@@ -120,7 +120,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
 }
 
 /// `--sim`'s settings that make `sim` again.
-fn sim_settings(s: &upcache::io::device::sim::SimConfig) -> String {
+fn sim_settings(s: &upcache::SimConfig) -> String {
     format!(
         "channels={},read-latency={}ns,write-latency={}ns,bandwidth={},gc-every={},gc-time={}ns,\
          gc-read-slowdown={},volatile={},jitter={},seed={}",

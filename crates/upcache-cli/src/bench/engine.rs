@@ -15,8 +15,8 @@ use std::ptr::NonNull;
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use std::sync::Arc;
-use upcache::io::device::sim::{SimConfig, SimDevice, SimStats};
 use upcache::{Cache, Config, ErrorKind, Stats};
+use upcache::{SimConfig, SimDevice, SimStats};
 
 /// Alignment of every I/O buffer: what O_DIRECT needs on 4 KiB-sector devices. The other
 /// engines get the same alignment so that no engine's copies are penalised by it.
@@ -106,7 +106,7 @@ pub struct UpcacheOpts {
     /// Explicit device directories; else `<root>/dev0..dev{devices-1}`.
     pub device_dirs: Option<Vec<PathBuf>>,
     /// Simulated devices with these settings (`--devices sim:N`), seeded one after another.
-    pub sim: Option<upcache::io::device::sim::SimConfig>,
+    pub sim: Option<upcache::SimConfig>,
     /// Metadata log directory, if not the first device directory.
     pub meta_dir: Option<PathBuf>,
     pub devices: usize,
@@ -140,7 +140,7 @@ pub struct UpcacheOpts {
     pub alloc: upcache::AllocKind,
     pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
-    pub sets: (usize, upcache::index::setassoc::SetPolicy),
+    pub sets: (usize, upcache::SetPolicy),
 }
 
 /// How the upcache engine reads (`--api`).

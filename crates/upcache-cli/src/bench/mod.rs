@@ -87,7 +87,7 @@ pub struct BenchArgs {
     /// jitter, seed [default: 8 channels, 80us reads, 20us writes, 800 MB/s, 10ms of GC every
     /// 64MiB written, reads 4x slower during GC, 8MiB volatile cache, 10% jitter]
     #[arg(long, value_name = "SETTINGS", value_parser = parse_sim)]
-    sim: Option<upcache::io::device::sim::SimConfig>,
+    sim: Option<upcache::SimConfig>,
     /// upcache device directories (one per SSD), comma-separated
     #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
     device_dirs: Option<Vec<PathBuf>>,
@@ -189,8 +189,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     set_ways: Option<u64>,
     /// Replacement inside a page set with --index setassoc: gclock, clock, lru, lfu [default: gclock]
-    #[arg(long, value_name = "POLICY", value_parser = parse_choice::<upcache::index::setassoc::SetPolicy>)]
-    set_policy: Option<upcache::index::setassoc::SetPolicy>,
+    #[arg(long, value_name = "POLICY", value_parser = parse_choice::<upcache::SetPolicy>)]
+    set_policy: Option<upcache::SetPolicy>,
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
@@ -514,7 +514,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
             readahead: a.readahead.unwrap_or(upcache::DEFAULT_READAHEAD),
             io_threads: a.io_threads.unwrap_or_default(),
             sets: (
-                a.set_ways.map_or(upcache::index::setassoc::DEFAULT_WAYS, |w| w as usize),
+                a.set_ways.map_or(upcache::internals::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
             ),
         },
@@ -1117,6 +1117,32 @@ impl Status {
     }
 }
 
+/// A benchmark thread's arrival at the common start. One that fails or panics before it
+/// still arrives, and sets `abort`, so the other threads and the main thread never wait for
+/// it forever (they did: a thread's panic in its setup hung the bench).
+struct StartLine<'a> {
+    barrier: &'a Barrier,
+    abort: &'a AtomicBool,
+    crossed: bool,
+}
+
+impl StartLine<'_> {
+    fn cross(&mut self) {
+        self.crossed = true;
+        self.barrier.wait();
+    }
+}
+
+impl Drop for StartLine<'_> {
+    fn drop(&mut self) {
+        if !self.crossed {
+            // Relaxed: the barrier orders it before the others' next look.
+            self.abort.store(true, Ordering::Relaxed);
+            self.barrier.wait();
+        }
+    }
+}
+
 /// One benchmark thread's state, all allocated before the clock starts.
 struct Worker<'a, E> {
     eng: &'a E,
@@ -1143,16 +1169,10 @@ struct Worker<'a, E> {
 
 impl<E: Engine> Worker<'_, E> {
     fn run(mut self) -> Result<ThreadResult> {
-        let queue = match self.eng.queue(self.depth) {
-            Ok(q) => q,
-            Err(e) => {
-                self.abort.store(true, Ordering::Relaxed);
-                self.barrier.wait();
-                return Err(e);
-            }
-        };
+        let mut start_line = StartLine { barrier: self.barrier, abort: self.abort, crossed: false };
+        let queue = self.eng.queue(self.depth)?;
         if let Some(q) = queue {
-            return self.run_queued(q);
+            return self.run_queued(q, start_line);
         }
         let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
         let mut hist = report::new_histogram();
@@ -1161,7 +1181,7 @@ impl<E: Engine> Worker<'_, E> {
         // The write pattern: non-zero pseudo-random bytes, filled once.
         fill_content(&mut self.buf, !self.seed, usize::MAX - self.thread, 0);
         let stamp = self.buf.len().min(8);
-        self.barrier.wait();
+        start_line.cross();
         let start = Instant::now();
         let deadline = self.runtime.map(|d| start + d);
         let (mut n, mut reads, mut bytes, mut end) = (0u64, 0u64, 0u64, start);
@@ -1258,7 +1278,11 @@ impl<E: Engine> Worker<'_, E> {
 
     /// `--api async`: keeps `depth` ops in flight on the thread's queue; an op's latency runs
     /// from its submission to the reap that returns it.
-    fn run_queued(mut self, mut q: Box<dyn AsyncIo + '_>) -> Result<ThreadResult> {
+    fn run_queued(
+        mut self,
+        mut q: Box<dyn AsyncIo + '_>,
+        mut start_line: StartLine<'_>,
+    ) -> Result<ThreadResult> {
         let mut rng = SmallRng::seed_from_u64(self.seed.wrapping_add(self.thread as u64));
         let mut hist = report::new_histogram();
         // Reads' and writes' latencies apart as well.
@@ -1267,7 +1291,8 @@ impl<E: Engine> Worker<'_, E> {
         let mut bufs: Vec<Vec<u8>> = (0..self.depth)
             .map(|i| {
                 let mut b = vec![0u8; bs];
-                fill_content(&mut b, !self.seed, usize::MAX - self.thread, i as u64);
+                // Each slot's own pattern, at an offset of its own (a multiple of 8).
+                fill_content(&mut b, !self.seed, usize::MAX - self.thread, (i * bs) as u64);
                 b
             })
             .collect();
@@ -1275,7 +1300,7 @@ impl<E: Engine> Worker<'_, E> {
         let mut slots: Vec<(Instant, bool)> = vec![(Instant::now(), true); self.depth];
         let mut free: Vec<u64> = (0..self.depth as u64).collect();
         let mut done = Vec::with_capacity(self.depth);
-        self.barrier.wait();
+        start_line.cross();
         let start = Instant::now();
         let deadline = self.runtime.map(|d| start + d);
         let (mut n, mut submitted, mut reads, mut end) = (0u64, 0u64, 0u64, start);
@@ -1404,8 +1429,8 @@ fn parse_devices(s: &str) -> Result<(u64, bool), String> {
 }
 
 /// Parses `--sim` settings over the defaults.
-fn parse_sim(s: &str) -> Result<upcache::io::device::sim::SimConfig, String> {
-    upcache::io::device::sim::SimConfig::default().parse_settings(s).map_err(|e| e.to_string())
+fn parse_sim(s: &str) -> Result<upcache::SimConfig, String> {
+    upcache::SimConfig::default().parse_settings(s).map_err(|e| e.to_string())
 }
 
 /// Parses `on` or `off`.
@@ -1414,5 +1439,34 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         other => Err(format!("expected on or off, got {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_fails_or_panics_before_the_start_still_arrives() {
+        let barrier = Barrier::new(3);
+        let abort = AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::scope(|s| {
+            let line = || StartLine { barrier: &barrier, abort: &abort, crossed: false };
+            s.spawn(move || drop(line())); // an early `return Err(..)`
+            let panicked = s.spawn(move || {
+                let _line = line();
+                panic!("a setup that panics (this message is expected)");
+            });
+            s.spawn(|| {
+                barrier.wait();
+                tx.send(()).unwrap();
+            });
+            // A watchdog, so that a regression fails instead of hanging the suite.
+            let arrived = rx.recv_timeout(Duration::from_secs(60));
+            assert!(arrived.is_ok(), "the main thread waits forever at the start");
+            assert!(panicked.join().is_err());
+        });
+        assert!(abort.load(Ordering::Relaxed), "the others are told to stop");
     }
 }

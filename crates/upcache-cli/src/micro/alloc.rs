@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use upcache::alloc::{AllocKind, FileFrames, FrameAllocator};
+use upcache::internals::alloc::{AllocKind, FileFrames, FrameAllocator};
 
 use super::{measure_points, parse_count, print_table, run_threads, RunArgs};
 

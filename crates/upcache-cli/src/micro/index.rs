@@ -12,10 +12,10 @@ use anyhow::Result;
 use clap::Args;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use upcache::frame::state::VALID;
-use upcache::frame::{FrameTable, PageKey};
-use upcache::index::setassoc::{claim_frame, Claim, SetPolicy, SetTable, DEFAULT_WAYS};
-use upcache::index::PageIndex;
+use upcache::internals::frame::state::VALID;
+use upcache::internals::frame::{FrameTable, PageKey};
+use upcache::internals::index::setassoc::{claim_frame, Claim, SetPolicy, SetTable, DEFAULT_WAYS};
+use upcache::internals::index::PageIndex;
 use upcache::IndexKind;
 
 use super::{measure_points, parse_count, print_table, run_threads, RunArgs};

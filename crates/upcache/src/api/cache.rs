@@ -511,7 +511,7 @@ impl Cache {
 
     /// Changes how much of the memory budget the cache uses, while I/O runs (SAFS §4.1,
     /// linear hashing). `bytes` is rounded down to whole page sets and kept between one set
-    /// and the configured budget. Only the set-associative cache ([`IndexKind::SetAssoc`])
+    /// and the configured budget. Only the set-associative cache ([`crate::IndexKind::SetAssoc`])
     /// resizes; other kinds fail with `Unsupported`. Shrinking evicts clean pages (writing
     /// dirty ones back first) from the sets it merges and gives the freed frames' memory back
     /// to the kernel; it fails with `Busy` if pinned pages keep a merge from completing.

@@ -1,4 +1,4 @@
-//! Files: names, per-file state, the range lock and the public [`File`] handle.
+//! Files: names, per-file state, the range lock and the public [`crate::File`] handle.
 //!
 //! A cache file is a name in the catalog, an id, a length, a page index, a range lock and one
 //! backing file per device. Its bytes live in frames (while cached) and in the backing files.

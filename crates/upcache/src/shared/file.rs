@@ -272,6 +272,7 @@ impl SharedFile {
                             // Relaxed: a hint for the clock hand.
                             m.flags.fetch_or(REFERENCED, Ordering::Relaxed);
                         }
+                        self.inner.count_hit();
                         return Ok(());
                     }
                 }

@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x02");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x03");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -21,6 +21,7 @@ mod kind {
     pub const PARTITIONS: u32 = 6;
     pub const FRAMES: u32 = 7;
     pub const PAGES: u32 = 8;
+    pub const COUNTERS: u32 = 9;
 }
 
 /// The size of a shared cache.
@@ -56,8 +57,21 @@ pub(crate) struct Header {
     pub written_back: AtomicU64,
     /// Locks taken over from dead holders, and what they guarded repaired.
     pub repairs: AtomicU64,
+    /// Page lookups that found no frame and claimed one (loads and whole-page writes).
+    pub misses: AtomicU64,
+    /// Frames that held a page when the clock hand claimed them.
+    pub evictions: AtomicU64,
     /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
     pub files_lock: OwnerLock,
+}
+
+/// A client slot's counters, on a cache line of their own: each process adds only to its
+/// slot's, so hits of different processes never contend; a report sums every slot (kept
+/// across tenures, so the sum never falls when a process leaves).
+#[repr(C, align(64))]
+pub(crate) struct ClientCounters {
+    /// Page lookups that found the page cached (`pages::count_hit`).
+    pub hits: AtomicU64,
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.
@@ -70,6 +84,7 @@ pub(crate) struct View {
     heads: NonNull<AtomicU32>,
     partitions: NonNull<OwnerLock>,
     frames: NonNull<FrameMeta>,
+    counters: NonNull<ClientCounters>,
     pub pages: NonNull<u8>,
     pub n_frames: usize,
     pub n_files: usize,
@@ -88,7 +103,7 @@ fn bad(what: impl Into<String>) -> Error {
 }
 
 impl View {
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 8] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 9] {
         use std::mem::size_of;
         [
             RegionSpec { kind: kind::HEADER, len: size_of::<Header>() },
@@ -99,6 +114,7 @@ impl View {
             RegionSpec { kind: kind::PARTITIONS, len: PARTITIONS * 4 },
             RegionSpec { kind: kind::FRAMES, len: frames * size_of::<FrameMeta>() },
             RegionSpec { kind: kind::PAGES, len: frames * PAGE },
+            RegionSpec { kind: kind::COUNTERS, len: clients * size_of::<ClientCounters>() },
         ]
     }
 
@@ -152,7 +168,7 @@ impl View {
             return Err(bad("bad sizes in the header"));
         }
         let specs = Self::sizes(frames, files, clients, buckets);
-        let mut regions = [(NonNull::dangling(), 0usize); 8];
+        let mut regions = [(NonNull::dangling(), 0usize); 9];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -169,6 +185,7 @@ impl View {
             partitions: regions[5].0.cast(),
             frames: regions[6].0.cast(),
             pages: regions[7].0,
+            counters: regions[8].0.cast(),
             n_frames: frames,
             n_files: files,
             n_clients: clients,
@@ -212,6 +229,18 @@ impl View {
     pub fn frames(&self) -> &[FrameMeta] {
         // SAFETY: `n_frames` metas (checked at attach), atomics only.
         unsafe { std::slice::from_raw_parts(self.frames.as_ptr(), self.n_frames) }
+    }
+
+    /// Every client slot's counters.
+    pub fn counters(&self) -> &[ClientCounters] {
+        // SAFETY: `n_clients` of them (checked at attach), atomics only; regions are 2 MiB-aligned.
+        unsafe { std::slice::from_raw_parts(self.counters.as_ptr(), self.n_clients) }
+    }
+
+    /// Client `id`'s counters.
+    pub fn counters_of(&self, id: u32) -> &ClientCounters {
+        let c = ((id & ((1 << 20) - 1)) as usize).saturating_sub(1).min(self.n_clients - 1);
+        &self.counters()[c]
     }
 
     pub fn map(&self) -> PageMap<'_> {

@@ -47,6 +47,9 @@ use crate::error::Result;
 use crate::shm::Segment;
 
 pub use file::SharedFile;
+
+/// The shared cache's page size: its frames, its counts of pages and bytes.
+pub const PAGE_SIZE: usize = frame::PAGE;
 pub use layout::SharedConfig;
 use layout::View;
 
@@ -360,6 +363,13 @@ pub struct SharedStatus {
     pub written_back: u64,
     /// Frames taken over from processes that died holding them, and repaired.
     pub repairs: u64,
+    /// Page lookups that found the page cached, by every process since the cache was made
+    /// (each thread adds its hits 32 at a time, so up to 31 a thread are not in yet).
+    pub hits: u64,
+    /// Page lookups that found no frame and claimed one (loads and whole-page writes).
+    pub misses: u64,
+    /// Frames that held a page when the clock hand claimed them for another.
+    pub evictions: u64,
 }
 
 /// Whether entry `e` names the file `md` describes.

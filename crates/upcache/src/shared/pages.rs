@@ -1,10 +1,11 @@
 //! Pages in frames: claiming a frame by the clock hand, loading a page, locking the frame that
 //! holds a page, writing a dirty frame back, dropping a file's pages.
 
+use std::cell::Cell;
 use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
 use super::frame::{key, key_page, key_slot, Taken, DIRTY, REFERENCED, VALID};
@@ -25,7 +26,38 @@ pub(crate) enum Fill {
     Overwrite,
 }
 
+/// Hits go to the process's counter this many at a time per thread: one counter bumped on
+/// every hit would bounce its cache line between the process's threads at every hit.
+pub(crate) const HIT_BATCH: u64 = 32;
+
+thread_local! {
+    /// The hit counter this thread counts into and its hits not yet added to it.
+    static PENDING_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Counts a hit into `counter`, `HIT_BATCH` at a time. A thread's last hits (fewer than a
+/// batch) are left out, as are those pending when it moves to another cache's counter.
+fn count_hit(counter: &AtomicU64) {
+    let at = counter as *const AtomicU64 as usize;
+    PENDING_HITS.with(|p| {
+        let (last, n) = p.get();
+        let n = if last == at { n + 1 } else { 1 };
+        if n == HIT_BATCH {
+            // Relaxed: a statistic.
+            counter.fetch_add(HIT_BATCH, Ordering::Relaxed);
+            p.set((at, 0));
+        } else {
+            p.set((at, n));
+        }
+    });
+}
+
 impl Inner {
+    /// Counts a lookup that found its page cached.
+    pub(crate) fn count_hit(&self) {
+        count_hit(&self.view.counters_of(self.me).hits);
+    }
+
     /// The key of page `page` of file `slot` in its entry's current generation (stable while
     /// the file is open, or has dirty pages: only then may it change).
     pub(crate) fn key(&self, slot: u32, page: u64) -> u64 {
@@ -127,6 +159,10 @@ impl Inner {
                 if m.flags() & (DIRTY | REFERENCED) != 0 {
                     m.unlock(self.me, false);
                     continue;
+                }
+                if m.home() != 0 {
+                    // Relaxed: a statistic.
+                    self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
                 }
                 // The new page's bytes will differ: bumped now, so that a reader of the old
                 // page fails even if our unlock says nothing changed.
@@ -305,6 +341,7 @@ impl Inner {
                 self.lock_frame(f);
                 let m = &frames[f as usize];
                 if m.home() == k && m.flags() & VALID != 0 {
+                    self.count_hit();
                     return Ok(f);
                 }
                 m.unlock(self.me, false);
@@ -318,6 +355,8 @@ impl Inner {
                 self.free_frame(f);
                 continue; // someone else put the page in a frame meanwhile
             }
+            // Relaxed: a statistic.
+            self.view.header().misses.fetch_add(1, Ordering::Relaxed);
             if fill == Fill::Read {
                 if let Err(e) = self.fill(f, slot, page, fd) {
                     self.free_frame(f);

@@ -124,6 +124,9 @@ impl Inner {
             loads: h.loads.load(Ordering::Relaxed),
             written_back: h.written_back.load(Ordering::Relaxed),
             repairs: h.repairs.load(Ordering::Relaxed),
+            hits: self.view.counters().iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
+            misses: h.misses.load(Ordering::Relaxed),
+            evictions: h.evictions.load(Ordering::Relaxed),
         }
     }
 }

@@ -104,8 +104,9 @@ fn lock_path(socket: &Path) -> PathBuf {
 }
 
 /// Runs the service until it is idle; false (at once) if another service has the socket.
-/// `ready` is called once the socket listens.
-pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
+/// `ready` is called once the socket listens, with the cache (for a status or metrics
+/// reader: a clone does not count as an attached process).
+pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bool> {
     private_dir(&opts.socket)?;
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -140,7 +141,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce()) -> Result<bool> {
         opts.socket.display(),
         opts.config.memory >> 20
     );
-    ready();
+    ready(&cache);
     let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -293,7 +294,7 @@ fn status_text(cache: &SharedCache) -> String {
     let s = cache.status();
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "frames {} ({:.0} MiB)\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
+        "frames {} ({:.0} MiB)\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
         s.frames,
         mb(s.frames),
         s.cached,
@@ -301,6 +302,10 @@ fn status_text(cache: &SharedCache) -> String {
         s.dirty,
         s.locked,
         s.files,
+        s.hits,
+        s.misses,
+        100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64,
+        s.evictions,
         s.loads,
         s.written_back,
         s.repairs,
@@ -476,7 +481,7 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
         }
     }
     let tx = std::cell::RefCell::new(Some(std::fs::File::from(tx)));
-    let r = serve(opts, || {
+    let r = serve(opts, |_| {
         if let Some(mut t) = tx.borrow_mut().take() {
             let _ = t.write_all(b"R");
         }

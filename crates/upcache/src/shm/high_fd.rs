@@ -13,7 +13,7 @@ fn floor() -> i32 {
     (soft / 2).clamp(64, 4096) as i32
 }
 
-/// `fd` moved to a number at or above [`floor`] (close-on-exec); `fd` itself if no such number
+/// `fd` moved to a number at or above `floor()` (close-on-exec); `fd` itself if no such number
 /// is free.
 pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
     if fd.as_raw_fd() >= floor() {

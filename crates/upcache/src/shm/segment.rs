@@ -80,7 +80,7 @@ fn invalid(what: impl Into<String>) -> Error {
 }
 
 impl Segment {
-    /// Makes a segment holding `regions` (zero-filled), named `name` in /proc/<pid>/fd for
+    /// Makes a segment holding `regions` (zero-filled), named `name` in `/proc/<pid>/fd` for
     /// whoever looks. The descriptor is close-on-exec: pass it on deliberately.
     pub fn create(name: &str, regions: &[RegionSpec]) -> Result<Segment> {
         if regions.is_empty() || regions.len() > MAX_REGIONS {

@@ -26,8 +26,8 @@
 //! Undo of the volatile cache: each write keeps the bytes it overwrote (zeros past the old
 //! end) until a flush; a power cut restores them newest first. A write in flight across a cut
 //! fails (EIO). A flush waits for every completion booked so far, GC-delayed writes included.
-//! A truncate ([`SimDevice::truncate`]) is volatile too: until a flush, a cut restores the old
-//! size and the bytes it cut. A space reservation ([`SimDevice::reserve`]) changes no bytes,
+//! A truncate (`SimDevice::truncate`) is volatile too: until a flush, a cut restores the old
+//! size and the bytes it cut. A space reservation (`SimDevice::reserve`) changes no bytes,
 //! and fails as a write there would (ENOSPC past a `NoSpace` capacity). Outside the
 //! simulation: the catalog and metadata log are real files. So after a cut, drop the caches
 //! on the device and reopen the array, as a crashed process would, rather than keep using them.
