@@ -1,6 +1,7 @@
 //! The limit engines. `--engine memory`: each file's data in one anonymous mapping of its
 //! size, advised for transparent huge pages (as upcache's frame arena is), read and written with
-//! one copy per op (`--api copy`) or one byte touched per page (`--api pin`, what upcache's pin
+//! one copy per op (`--api copy`; writes with upcache's own copy into frames,
+//! `frame::copy::into_frame`) or one byte touched per page (`--api pin`, what upcache's pin
 //! path does). No page cache can do less than this for a hit, so hit figures are ratios to it.
 //!
 //! `--engine memory-indexed`: the same, plus the least that any cache which finds a page's
@@ -100,6 +101,18 @@ pub struct MemoryEngine {
     /// Reads touch one byte per page instead of copying (`--api pin`).
     pin: bool,
     page_size: usize,
+    /// Writes stream past the CPU's caches (`stream_writes`).
+    stream: bool,
+}
+
+/// Whether writes over `bytes` of data stream as upcache's do: when the data is far larger
+/// than the last-level cache (4x: a random write then rarely finds its lines cached).
+fn stream_writes(bytes: u64) -> bool {
+    let llc = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size")
+        .ok()
+        .and_then(|s| crate::size::parse_size(s.trim()).ok())
+        .unwrap_or(32 << 20);
+    bytes > 4 * llc
 }
 
 impl MemoryEngine {
@@ -110,7 +123,8 @@ impl MemoryEngine {
         let stripes = (0..STRIPES).map(|_| Stripe(AtomicBool::new(false))).collect();
         if !indexed {
             let files = (0..files).map(|_| Mapping::new(len)).collect::<Result<Vec<_>>>()?;
-            return Ok(MemoryEngine { files, index: None, len, stripes, pin, page_size });
+            let stream = stream_writes(size * files.len() as u64);
+            return Ok(MemoryEngine { files, index: None, len, stripes, pin, page_size, stream });
         }
         let per_file = len.div_ceil(page_size);
         let Some(frames) = per_file.checked_mul(files).filter(|&n| u32::try_from(n).is_ok()) else {
@@ -122,7 +136,8 @@ impl MemoryEngine {
         let pins = (0..frames).map(|_| PinWord(AtomicU64::new(0))).collect();
         let arena = Mapping::new(frames * page_size)?;
         let index = Some(Index { tables, pins, arena });
-        Ok(MemoryEngine { files: Vec::new(), index, len, stripes, pin, page_size })
+        let stream = stream_writes(size * files as u64);
+        Ok(MemoryEngine { files: Vec::new(), index, len, stripes, pin, page_size, stream })
     }
 
     /// Calls `f(address, bytes, frame)` for each page's part of `offset..offset + len` of
@@ -254,8 +269,11 @@ impl MemoryEngine {
         self.locked(file, offset, buf.len(), |base| {
             let mut at = 0;
             self.each_page(file, base, offset, buf.len(), |p, n, _| {
-                // SAFETY: as in `copy_out`, copying the other way.
-                unsafe { std::ptr::copy_nonoverlapping(buf[at..].as_ptr(), p, n) };
+                // SAFETY: as in `copy_out`, copying the other way. The copy upcache writes its
+                // frames with, streaming whole lines when the data set is far larger than the
+                // CPU's caches (where upcache streams nearly every write: a page is rarely
+                // written twice within `COLD_AFTER`), so the limit does the same work.
+                unsafe { upcache::internals::frame::copy::into_frame(&buf[at..at + n], p, self.stream) };
                 at += n;
             })
         })

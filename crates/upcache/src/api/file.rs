@@ -368,16 +368,10 @@ impl File {
                 }
                 Err(e) => return Err(e),
             };
-            // SAFETY: the frame is LOCKED by us with no reader (`lock_content`), so no other
-            // thread writes it, writes it back or borrows it; the range lock keeps copying
-            // readers of these bytes out. Both ranges are in bounds.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    buf[c.at..c.at + c.len].as_ptr(),
-                    locked.ptr().add(c.in_page),
-                    c.len,
-                )
-            };
+            // The frame is LOCKED by us with no reader (`lock_content`), so no other thread
+            // writes it, writes it back or borrows it; the range lock keeps copying readers of
+            // these bytes out.
+            locked.copy_in(c.in_page, &buf[c.at..c.at + c.len]);
             let pos = offset + (c.at + c.len) as u64;
             // Extended before the page is unlocked: a write-back of a plain file's page
             // holding the end writes only up to the length it reads under `LOCKED`

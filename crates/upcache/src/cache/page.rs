@@ -144,6 +144,13 @@ impl<'a> LockedPage<'a> {
         self.cache.frames.ptr(self.id)
     }
 
+    /// Copies `src` into the frame at byte `at` (`FrameTable::copy_in`).
+    pub(crate) fn copy_in(&self, at: usize, src: &[u8]) {
+        assert!(at + src.len() <= self.cache.frames.page_size(), "a copy past the frame");
+        // SAFETY: we hold the frame `LOCKED`; the range is inside it (checked).
+        unsafe { self.cache.frames.copy_in(self.id, at, src) };
+    }
+
     /// Hands a fresh load to an asynchronous read, which ends it with [`Self::attach`]: the
     /// frame stays pinned, `LOCKED` and in the index meanwhile.
     pub(crate) fn detach(self) -> FrameId {

@@ -15,6 +15,7 @@
 //! iovec list per run.
 
 pub mod arena;
+pub mod copy;
 pub mod huge;
 pub mod state;
 pub mod wait;
@@ -50,6 +51,9 @@ pub struct FrameMeta {
     pub state: FrameState,
     file: AtomicU64,
     page: AtomicU64,
+    /// When its bytes were last written by `copy_in` (`copy::now`): how a write tells
+    /// whether the frame's lines may still be in the CPU's caches.
+    written: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<FrameMeta>() == 32);
@@ -83,6 +87,7 @@ impl FrameTable {
             state: FrameState::new_unowned(),
             file: AtomicU64::new(u64::MAX),
             page: AtomicU64::new(u64::MAX),
+            written: AtomicU64::new(0),
         })?;
         let touched = huge::HugeArray::new(count.div_ceil(64), |_| AtomicU64::new(0))?;
         Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
@@ -108,6 +113,7 @@ impl FrameTable {
             state: FrameState::new_unowned(),
             file: AtomicU64::new(u64::MAX),
             page: AtomicU64::new(u64::MAX),
+            written: AtomicU64::new(0),
         };
         // SAFETY: a fresh segment, used only as this table; FrameMeta and AtomicU64 are atomics
         // (and `repr(C)`), valid in any process.
@@ -239,6 +245,23 @@ impl FrameTable {
     /// Raw start of frame `id`'s bytes; see [`Arena::frame_ptr`] for the rules.
     pub fn ptr(&self, id: FrameId) -> *mut u8 {
         self.arena.frame_ptr(id)
+    }
+
+    /// Copies `src` into frame `id` at byte `at`, streaming past the CPU's caches when the
+    /// frame was last written long ago (`copy::into_frame`): a frame written again soon is
+    /// likely still cached, and a streaming store would evict it.
+    ///
+    /// # Safety
+    /// The caller holds the frame `LOCKED` (no other thread touches its bytes) and
+    /// `at + src.len()` is at most the page size.
+    pub unsafe fn copy_in(&self, id: FrameId, at: usize, src: &[u8]) {
+        let stamp = &self.metas[id as usize].written;
+        let now = copy::now();
+        // Relaxed: a hint, read and written under the frame's lock.
+        let cold = now.wrapping_sub(stamp.load(Ordering::Relaxed)) > copy::COLD_AFTER;
+        stamp.store(now, Ordering::Relaxed);
+        // SAFETY: as the caller promises; the range is inside frame `id`.
+        unsafe { copy::into_frame(src, self.ptr(id).add(at), cold) };
     }
 
     /// Starts fetching the first line of frame `id`'s bytes into the cache, for a caller about
