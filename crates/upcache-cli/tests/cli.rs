@@ -457,3 +457,32 @@ fn a_json_reports_config_is_every_setting_and_passed_back_runs_the_same() {
         }
     }
 }
+
+#[test]
+fn the_table_fits_100_columns_and_says_what_is_compared_and_which_way_is_better() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let out = ok(&[
+        "bench",
+        "--compare",
+        "upcache,kernel,memory-indexed",
+        "--size",
+        "4m",
+        "--ops",
+        "2000",
+        "--repeat",
+        "2",
+        "--dir",
+        d.to_str().unwrap(),
+    ]);
+    for line in out.lines() {
+        assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+    }
+    for other in ["kernel", "memory-indexed"] {
+        let want = format!("upcache / {other}: ");
+        let at = out.find(&want).unwrap_or_else(|| panic!("no {want:?} line in:\n{out}"));
+        let said = out[at..].split("\nmedians").next().unwrap().replace("\n  ", " ");
+        assert!(said.contains("the iops (higher is better)"), "{said}");
+        assert!(said.contains("the CPU per op (lower is better)"), "{said}");
+    }
+}

@@ -627,7 +627,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     check_no_leftovers(&plan, &base)?;
     if !plan.json {
-        println!("{}", header(&plan, &base));
+        print!("{}", report::wrap(&header(&plan, &base), report::WIDTH));
     }
     let mut reports = Vec::new();
     for run in 1..=plan.repeat {

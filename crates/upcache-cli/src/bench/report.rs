@@ -185,11 +185,7 @@ struct Row {
     cpu_us: f64,
     hits: Option<f64>,
     misses: Option<f64>,
-    evictions: Option<f64>,
-    wb_mib: Option<f64>,
-    meta_mib: Option<f64>,
     rss_peak: f64,
-    rss: f64,
 }
 
 fn median_of(runs: &[&Report], f: impl Fn(&Report) -> f64) -> f64 {
@@ -216,12 +212,7 @@ fn row(engine: &str, runs: &[&Report]) -> Row {
         cpu_us: median_of(runs, |r| r.cpu_us_per_op),
         hits: median_opt(runs, |r| r.hits),
         misses: median_opt(runs, |r| r.misses),
-        evictions: median_opt(runs, |r| r.evictions),
-        wb_mib: median_opt(runs, |r| r.writeback_bytes).map(|b| b / (1 << 20) as f64),
-        meta_mib: median_opt(runs, |r| r.metadata_bytes.zip(r.index_bytes).map(|(m, i)| m + i))
-            .map(|b| b / (1 << 20) as f64),
         rss_peak: median_of(runs, |r| r.rss_peak_mib),
-        rss: median_of(runs, |r| r.rss_mib),
     }
 }
 
@@ -235,38 +226,19 @@ fn num(v: f64) -> String {
     }
 }
 
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map(f).unwrap_or_else(|| "-".into())
-}
-
 /// The table: one row per engine, in `engines` order, with medians over `repeat` runs.
 pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
     let rows: Vec<Row> = engines
         .iter()
         .map(|e| row(e, &reports.iter().filter(|r| r.engine == *e).collect::<Vec<_>>()))
         .collect();
-    let base = rows.first().map(|r| r.iops).unwrap_or(0.0);
-    let head = [
-        "engine",
-        "iops",
-        "MiB/s",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "max µs",
-        "vs first",
-        "CPU µs/op",
-        "hits",
-        "misses",
-        "evictions",
-        "wb MiB",
-        "idx+meta MiB",
-        "peak RSS MiB",
-        "RSS MiB",
-    ];
+    let head = ["engine", "iops", "MiB/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/op", "hit %", "peak MiB"];
     let mut cells: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in &rows {
-        let ratio = if base > 0.0 { format!("{:.2}x", r.iops / base) } else { "-".into() };
+        let hit = match (r.hits, r.misses) {
+            (Some(h), Some(m)) if h + m > 0.0 => format!("{:.1}", 100.0 * h / (h + m)),
+            _ => "-".into(),
+        };
         cells.push(vec![
             r.engine.clone(),
             format!("{:.0}", r.iops),
@@ -274,16 +246,9 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
             num(r.lat.p50),
             num(r.lat.p99),
             num(r.lat.p999),
-            num(r.lat.max),
-            ratio,
             num(r.cpu_us),
-            opt(r.hits, |v| format!("{v:.0}")),
-            opt(r.misses, |v| format!("{v:.0}")),
-            opt(r.evictions, |v| format!("{v:.0}")),
-            opt(r.wb_mib, num),
-            opt(r.meta_mib, num),
+            hit,
             format!("{:.0}", r.rss_peak),
-            format!("{:.0}", r.rss),
         ]);
     }
     let widths: Vec<usize> =
@@ -305,13 +270,62 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }
+    // What is compared, and which way is better: the first engine against each other one.
+    if let Some((first, others)) = rows.split_first() {
+        let times = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+        for o in others {
+            out.push_str(&wrap(
+                &format!(
+                "{} / {}: {} the iops (higher is better); {} the p99 and {} the CPU per op (lower is better)",
+                first.engine,
+                o.engine,
+                times(first.iops, o.iops),
+                times(first.lat.p99, o.lat.p99),
+                times(first.cpu_us, o.cpu_us),
+            ),
+                WIDTH,
+            ));
+        }
+    }
     if repeat > 1 {
         out.push_str(&format!("medians of {repeat} runs; iops per run:\n"));
         for e in engines {
             let v: Vec<String> =
                 reports.iter().filter(|r| r.engine == *e).map(|r| format!("{:.0}", r.iops)).collect();
-            out.push_str(&format!("  {e}: {}\n", v.join(", ")));
+            out.push_str(&wrap(&format!("  {e}: {}", v.join(", ")), WIDTH));
         }
+    }
+    out.push_str("max latency, misses, evictions, write-back, index memory and more: --json\n");
+    out
+}
+
+/// The widest line the table and the header print.
+pub const WIDTH: usize = 100;
+
+/// `text` broken at spaces into lines of at most `width` characters (a longer word stands
+/// alone), each line keeping the paragraph's indent and continuation lines two more, each
+/// ending in a newline.
+pub fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for para in text.lines() {
+        let indent: String = para.chars().take_while(|&c| c == ' ').collect();
+        let mut line = indent.clone();
+        let mut empty = true;
+        for word in para.split_whitespace() {
+            if !empty && line.chars().count() + 1 + word.chars().count() > width {
+                out.push_str(&line);
+                out.push('\n');
+                line = format!("{indent}  ");
+                empty = true;
+            }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(word);
+            empty = false;
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }
@@ -319,6 +333,19 @@ pub fn table(engines: &[&str], reports: &[Report], repeat: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_breaks_at_spaces_within_the_width_and_keeps_the_indent() {
+        let text = "  upcache: 1, 2, 3, 4, 5, 6 and a verylongwordthatdoesnotfit here";
+        let out = wrap(text, 20);
+        for line in out.lines() {
+            assert!(line.chars().count() <= 20 || !line.trim().contains(' '), "{line:?}");
+            assert!(line.starts_with("  "), "{line:?} lost the indent");
+        }
+        let words = |t: &str| t.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(words(&out), words(text), "no word lost or split");
+        assert_eq!(wrap("short", 100), "short\n");
+    }
 
     #[test]
     fn medians() {

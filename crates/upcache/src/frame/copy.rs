@@ -35,7 +35,7 @@ pub fn now() -> u64 {
 /// does not overlap `src`.
 pub unsafe fn into_frame(src: &[u8], dst: *mut u8, cold: bool) {
     #[cfg(target_arch = "x86_64")]
-    if cold && src.len() >= STREAM_FROM && src.len() % 64 == 0 && (dst as usize) % 64 == 0 {
+    if cold && src.len() >= STREAM_FROM && src.len().is_multiple_of(64) && (dst as usize).is_multiple_of(64) {
         // SAFETY: as the caller promises; the length and alignment were checked.
         unsafe { stream(src, dst) };
         return;
