@@ -369,3 +369,23 @@ fn every_engine_and_submission_model_is_the_one_asked_for() {
         }
     }
 }
+
+#[test]
+fn a_queued_miss_is_timed_in_its_devices_read_histogram() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = || upcache::Config::new([tmp.path().join("dev0"), tmp.path().join("dev1")], 16 << 20);
+    let cache = Cache::create(config()).unwrap();
+    cache.create_file("f").unwrap().write_all_at(&[9u8; 1 << 20], 0).unwrap();
+    cache.close().unwrap();
+    // Reopened: nothing cached, so the queued read loads its page through the queue's ring.
+    let cache = Cache::open(config()).unwrap();
+    let f = cache.open_file("f").unwrap();
+    let reads = |c: &Cache| c.latencies().device_read.iter().map(|h| h.count()).sum::<u64>();
+    let before = reads(&cache);
+    let mut q = cache.queue(4).unwrap();
+    q.read(&f, 0, vec![0u8; 4096], 7).unwrap();
+    let mut done = Vec::new();
+    q.wait(1, &mut done);
+    assert_eq!(done[0].result.as_ref().map(|_| done[0].buf[0]).unwrap(), 9);
+    assert_eq!(reads(&cache), before + 1, "the ring's read went unrecorded");
+}

@@ -57,8 +57,9 @@ struct PagePin {
     loading: bool,
 }
 
-/// A load a request started: indices into its `pins`, read back to back from one device.
-type LoadRun = (Vec<usize>, usize);
+/// A load a request started: indices into its `pins`, read back to back from one device, and
+/// when it was queued (for the device's latency histogram).
+type LoadRun = (Vec<usize>, usize, Option<std::time::Instant>);
 
 struct Request {
     tag: u64,
@@ -259,7 +260,10 @@ impl IoQueue {
             let (slot, run) = ((tag >> 32) as usize, tag as u32 as usize);
             let req = self.requests[slot].as_mut().expect("a load belongs to a live request");
             req.loads -= 1;
-            let (members, dev) = std::mem::take(&mut req.runs[run]);
+            let (members, dev, started) = std::mem::take(&mut req.runs[run]);
+            if let Some(t) = started {
+                self.cache.metrics.latency.device_read[dev].record(t.elapsed());
+            }
             let pages = members.iter().map(|&k| (req.pins[k].page, req.pins[k].id));
             let ended = self.cache.end_run(req.file.inner(), pages, dev, read, AfterLoad::KeepPin);
             for &k in &members {
@@ -551,7 +555,7 @@ fn start_loads(
         cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id), &mut ptrs);
         let bufs = &ptrs[..];
         let tag = (slot as u64) << 32 | req.runs.len() as u64;
-        req.runs.push((members, run.dev));
+        req.runs.push((members, run.dev, Some(std::time::Instant::now())));
         req.loads += 1;
         *loads += 1;
         // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
