@@ -486,3 +486,37 @@ fn the_table_fits_100_columns_and_says_what_is_compared_and_which_way_is_better(
         assert!(said.contains("the CPU per op (lower is better)"), "{said}");
     }
 }
+
+#[test]
+fn a_flag_changes_only_what_it_says() {
+    let config = |extra: &[&str]| json(&ok(&[&["bench", "--dry-run"][..], extra].concat()));
+    let bare = config(&[]);
+    // No flag means the documented defaults, not another profile.
+    for (key, want) in
+        [("compare", "upcache"), ("devices", "1"), ("warm", "false"), ("runtime", "\"10000ms\"")]
+    {
+        let got = bare[key].to_string().trim_matches('"').to_string();
+        assert_eq!(got, want.trim_matches('"'), "{key} in {bare}");
+    }
+    // Each flag alone changes its own setting and nothing else.
+    for (flag, value, key) in [
+        ("--threads", "2", "threads"),
+        ("--rw", "randwrite", "rw"),
+        ("--warm", "", "warm"),
+        ("--devices", "3", "devices"),
+        ("--size", "64m", "size"),
+        ("--engine", "kernel", "compare"),
+    ] {
+        let args: Vec<&str> = if value.is_empty() { vec![flag] } else { vec![flag, value] };
+        let changed = config(&args);
+        let (a, b) = (bare.as_object().unwrap(), changed.as_object().unwrap());
+        let differ: Vec<&String> = a
+            .keys()
+            .chain(b.keys())
+            .filter(|k| a.get(*k) != b.get(*k))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(differ, [key], "{flag} {value} changed {differ:?}");
+    }
+}

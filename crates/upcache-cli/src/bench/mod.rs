@@ -36,8 +36,9 @@ use crate::trace::replay::{self, ReplayOps};
 use crate::trace::Access;
 use std::sync::Arc;
 
-/// Flags of `upcache bench`. Workload flags left unset take the defaults shown; with no
-/// workload flag at all, the default comparison runs (see the command's long help).
+/// Flags of `upcache bench`. Flags left unset take the defaults shown, whatever else is
+/// given: a flag changes only what it says (see the command's long help for the comparison
+/// of hit paths that earlier versions ran with no flag).
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Engine to run [default: upcache]
@@ -237,16 +238,19 @@ pub struct BenchArgs {
     /// terminal or not (progress bars appear only on one)
     #[arg(long = "status-interval", value_name = "DURATION", value_parser = parse_duration)]
     status_interval: Option<Duration>,
+    /// Print the whole resolved configuration (the JSON report's `config`: every setting,
+    /// defaults included) and exit without running anything
+    #[arg(long)]
+    dry_run: bool,
 }
 
-/// The long help's description of the no-flag default.
+/// The long help's note on defaults and the comparison of hit paths.
 pub const DEFAULT_HELP: &str = "\
-With no workload flag (only the output flags, --status-interval, --metrics, --dir, --keep, --repeat, --seed, --page-size, --stripe-unit,
---flushers, --dirty-ratios, --allow-buffered), runs the default comparison:
-  --compare upcache,kernel --rw randread --bs 4k --files 1 --size 256m --warm --threads 1
-  --runtime 5s --cache 512m --devices 4
-The data set fits in both caches, so this compares the hit paths: what each cache costs per read
-when the data is in memory. Other flags take the defaults in brackets above.";
+Every flag has one default, shown in brackets above, whatever other flags are given: adding a
+flag changes only what it says. With none, upcache alone reads 4 KiB blocks of a 256 MiB file
+at random, cold, for 10 s, on 1 device directory. The comparison of hit paths (what each cache
+costs per read when the data is in memory), which earlier versions ran with no flag:
+  upcache bench --compare upcache,kernel --warm --devices 4 --runtime 5s";
 
 #[derive(Debug, Clone, Copy)]
 enum Stop {
@@ -289,31 +293,6 @@ struct Plan {
     upcache: UpcacheOpts,
 }
 
-impl BenchArgs {
-    /// Whether no workload flag was given, which selects the default comparison.
-    fn is_default_profile(&self) -> bool {
-        self.engine.is_none()
-            && self.compare.is_none()
-            && self.rw.is_none()
-            && self.rwmixread.is_none()
-            && self.bs.is_none()
-            && self.size.is_none()
-            && self.files.is_none()
-            && self.threads.is_none()
-            && self.runtime.is_none()
-            && self.ops.is_none()
-            && self.cache.is_none()
-            && self.devices.is_none()
-            && self.device_dirs.is_none()
-            && !self.warm
-            && self.zipf.is_none()
-            && self.random_distribution.is_none()
-            && !self.file_per_thread
-            && self.trace.is_none()
-            && self.synth.is_none()
-    }
-}
-
 /// `--random_distribution`: uniform (`random`) or zipf with this exponent.
 #[derive(Debug, Clone, Copy)]
 struct Distribution(Option<f64>);
@@ -329,14 +308,12 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
 }
 
 fn resolve(mut a: BenchArgs) -> Result<Plan> {
-    let profile = a.is_default_profile();
     if let Some(Distribution(z)) = a.random_distribution {
         a.zipf = z;
     }
     let engines = match (&a.compare, a.engine) {
         (Some(c), _) => c.clone(),
         (None, Some(e)) => vec![e],
-        (None, None) if profile => vec![EngineKind::Upcache, EngineKind::Kernel],
         (None, None) => vec![EngineKind::Upcache],
     };
     ensure!(!engines.is_empty(), "--compare needs at least one engine");
@@ -373,7 +350,6 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
         (_, None) if trace.is_some() => Stop::Ops(trace.as_ref().map_or(0, |t| t.ops.len() as u64)),
         (_, Some(n)) => Stop::Ops(n),
         (Some(d), None) => Stop::Runtime(d),
-        (None, None) if profile => Stop::Runtime(Duration::from_secs(5)),
         (None, None) => Stop::Runtime(Duration::from_secs(10)),
     };
     if let Stop::Runtime(d) = stop {
@@ -406,7 +382,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
     if a.rwmixread.is_some() && rw != Rw::Randrw {
         eprintln!("note: --rwmixread applies only to --rw randrw; ignored");
     }
-    let warm = a.warm || profile;
+    let warm = a.warm;
     ensure!(!(warm && rw == Rw::Append), "--warm reads the prefilled data, which --rw append does not write");
     if warm && engines.contains(&EngineKind::Direct) {
         eprintln!("note: --warm has no effect on the direct engine (it has no cache)");
@@ -448,7 +424,6 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
             d.len()
         }
         (None, Some((n, _))) => n as usize,
-        (None, None) if profile => 4,
         (None, None) => 1,
     };
     let data = size * files as u64;
@@ -615,7 +590,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let dir = args.dir.clone();
     args.out.start()?;
     let plot_cdf = args.out.plot.clone();
+    let dry_run = args.dry_run;
     let plan = resolve(args)?;
+    if dry_run {
+        println!("{}", serde_json::to_string_pretty(&config::resolved(&plan))?);
+        return Ok(());
+    }
     let (tmp, base) = match dir {
         Some(d) => (None, d),
         None => {
