@@ -221,7 +221,16 @@ pub fn run(a: HitRatioArgs) -> Result<()> {
             })
             .collect();
         let chart = crate::plot::Chart {
-            title: format!("Hit ratio: {what}"),
+            // The trace by its file's name, not its path (a title names the workload).
+            title: match &a.trace {
+                Some(path) => format!(
+                    "Hit ratio: {} ({}), {} accesses",
+                    path.file_name().unwrap_or(path.as_os_str()).to_string_lossy(),
+                    a.trace_format.name(),
+                    keys.len()
+                ),
+                None => format!("Hit ratio: {what}"),
+            },
             x_label: format!("cache size (% of the footprint of {footprint} pages of {} B)", a.page_size),
             y_label: "hit ratio (%)".into(),
             x_log: true,

@@ -158,7 +158,11 @@ fn hit_ratio_tables_put_opt_on_top() {
         let opt = cells.iter().find(|o| o["policy"] == "opt" && o["frames"] == c["frames"]).unwrap();
         assert!(c["hits"].as_u64() <= opt["hits"].as_u64(), "{c} beats {opt}");
     }
-    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.contains("<svg"));
+    // The title names the trace, not where it lies.
+    assert!(svg.contains("Hit ratio: cloudphysics-sample.csv (cloudphysics)"), "{svg}");
+    assert!(!svg.contains(trace.parent().unwrap().to_str().unwrap()), "a path in the chart");
     ok(&["hit-ratio", "--synth", "zipf:0.99", "--ops", "20000", "--footprint", "16m", "--sizes", "10%"]);
 }
 
