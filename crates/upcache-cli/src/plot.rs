@@ -81,10 +81,8 @@ fn register_font() -> Result<()> {
 #[cfg(feature = "plots")]
 pub fn draw(chart: &Chart, path: &Path) -> Result<()> {
     let size = (960, 600);
+    crate::output::check_chart_path(path)?;
     let ext = path.extension().and_then(|e| e.to_str());
-    if !matches!(ext, Some("svg" | "png")) {
-        bail!("plot file {} must end in .png or .svg", path.display());
-    }
     register_font()?;
     if ext == Some("svg") {
         draw_on(chart, SVGBackend::new(path, size).into_drawing_area())

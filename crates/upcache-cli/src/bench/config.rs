@@ -4,7 +4,6 @@
 
 use serde_json::{json, Map, Value};
 
-use super::engine::Api;
 use super::workload::Rw;
 use super::{BenchArgs, Plan, Stop};
 use crate::trace::synth::Synth;
@@ -103,14 +102,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     put("set-policy", json!(u.sets.1.name()));
     put("alloc", json!(u.alloc.name()));
     put("layout", json!(u.layout.name()));
-    put(
-        "api",
-        json!(match u.api {
-            Api::Copy => "copy",
-            Api::Pin => "pin",
-            Api::Async => "async",
-        }),
-    );
+    put("api", json!(u.api.name()));
     put("iodepth", json!(u.iodepth));
     put("iodepth-batch", json!(u.iodepth_batch));
     put("io", json!(u.io.name()));

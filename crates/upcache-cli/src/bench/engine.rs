@@ -155,6 +155,17 @@ pub enum Api {
     Async,
 }
 
+impl Api {
+    /// The name `--api` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Copy => "copy",
+            Api::Pin => "pin",
+            Api::Async => "async",
+        }
+    }
+}
+
 /// A completed asynchronous op: its tag, its outcome and its buffer back.
 pub type AsyncDone = (u64, Result<()>, Vec<u8>);
 

@@ -741,7 +741,7 @@ fn header(p: &Plan, base: &Path) -> String {
             fmt_size(u.readahead),
             match u.api {
                 engine::Api::Async => format!("async iodepth {} batch {}", u.iodepth, u.iodepth_batch),
-                api => format!("{api:?}").to_lowercase(),
+                api => api.name().to_string(),
             },
             if u.index == upcache::IndexKind::SetAssoc {
                 format!(" sets {} ways {}", u.sets.0, u.sets.1.name())

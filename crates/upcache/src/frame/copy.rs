@@ -16,7 +16,7 @@ const STREAM_FROM: usize = 1024;
 pub const COLD_AFTER: u64 = 1 << 23;
 
 /// A cheap clock for `COLD_AFTER`: the time-stamp counter (no system call, no shared line);
-/// elsewhere a count of calls, which makes every frame look recently written.
+/// elsewhere 0, which makes every frame look recently written (so nothing streams).
 pub fn now() -> u64 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: rdtsc has no preconditions.

@@ -41,6 +41,19 @@ pub struct PageKey {
     pub page: u64,
 }
 
+/// Asks the CPU to start loading the cache line at `at`, to overlap a miss with another one.
+/// A hint only: it never faults, whatever the address.
+#[inline]
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing into the program.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// Per-frame metadata kept beside the arena. Aligned to 32 bytes so that no descriptor
 /// straddles two cache lines: a hit reads the state word and the key together, and a 24-byte
 /// stride would put a quarter of them across a line boundary (two misses instead of one).
@@ -271,14 +284,7 @@ impl FrameTable {
     /// three (bench/RESULTS.md, issue 18). A hint only: wrong or useless costs nothing.
     #[inline]
     pub fn prefetch(&self, id: FrameId) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults and reads nothing into the program; `ptr` checks
-        // that the address is inside the arena.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch(self.ptr(id).cast_const().cast(), std::arch::x86_64::_MM_HINT_T0)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
+        prefetch(self.ptr(id).cast_const());
     }
 
     /// Releases `LOCKED` on `id` (setting and clearing bits as in [`FrameState::unlock`]) and

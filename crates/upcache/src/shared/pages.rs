@@ -28,7 +28,7 @@ pub(crate) enum Fill {
 
 /// Hits go to the process's counter this many at a time per thread: one counter bumped on
 /// every hit would bounce its cache line between the process's threads at every hit.
-pub(crate) const HIT_BATCH: u64 = 32;
+const HIT_BATCH: u64 = 32;
 
 thread_local! {
     /// The hit counter this thread counts into and its hits not yet added to it.

@@ -156,17 +156,6 @@ impl Node {
     }
 }
 
-/// Asks the CPU to start loading the cache line of `at`, to overlap a miss with another one.
-pub(super) fn prefetch<T>(at: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and reads nothing into the program; `at` is a reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((at as *const T).cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
-}
-
 /// Retired nodes kept for the next node any tree makes, as the kernel's slab keeps radix
 /// nodes: a file whose pages come and go over a range wider than its reuse pool
 /// (`tree.rs`) frees a leaf at nearly every eviction and makes one at nearly every miss, and

@@ -35,8 +35,9 @@
 //! reaps its topmost deleted node. So a file whose pages come and go keeps its nodes instead
 //! of freeing and allocating them, and a file that shrank for good gives them back.
 
-use super::node::{prefetch, Node, Reserve, BITS, FANOUT};
+use super::node::{Node, Reserve, BITS, FANOUT};
 use super::reclaim::{self, Graveyard, Guard};
+use crate::frame::prefetch;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Bytes of one node.
@@ -152,7 +153,7 @@ impl Tree {
             shift -= BITS;
             debug_assert_eq!(n.shift, shift, "a child's shift is its parent's minus BITS");
             if header && shift == 0 {
-                prefetch(&n.state);
+                prefetch(&n.state as *const _);
             }
         }
     }
