@@ -187,12 +187,14 @@ impl<'a> LockedPage<'a> {
             self.cache.account_dirtied(self.file, self.page);
         }
         let set = if dirty { VALID | DIRTY } else { VALID };
-        self.cache.frames.unlock_content(self.id, set, 0);
-        if self.fresh {
-            // Still pinned, so the frame cannot have left the page: lock-free readers may
-            // now copy from it.
-            self.file.index.mark_ready(self.page, self.id);
+        if !self.fresh {
+            self.cache.frames.unlock_content_unpin(self.id, set, 0);
+            return;
         }
+        self.cache.frames.unlock_content(self.id, set, 0);
+        // Still pinned, so the frame cannot have left the page: lock-free readers may now
+        // copy from it.
+        self.file.index.mark_ready(self.page, self.id);
         st.unpin();
     }
 }
@@ -248,9 +250,13 @@ impl CacheInner {
     /// A writer's hit in one step on the frame's state word (pin, `LOCKED` and `WRITING` in
     /// one CAS) when the page is resident, valid and free: one atomic operation fewer than a
     /// pin and then a lock. None otherwise; the caller takes the general path.
-    fn lock_entry(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+    fn lock_entry(&self, file: &FileInner, page: u64, fill: Fill) -> Option<FrameId> {
         let id = file.index.get(page)?;
-        self.frames.prefetch(id);
+        // A whole page overwritten is streamed past the CPU's caches when cold
+        // (`frame/copy.rs`): fetching its first line would only read what is overwritten.
+        if fill != Fill::Overwrite {
+            self.frames.prefetch(id);
+        }
         if !self.frames.state(id).try_pin_lock_content() {
             return None;
         }
@@ -380,7 +386,7 @@ impl CacheInner {
         lookup: Lookup,
     ) -> Result<LockedPage<'a>> {
         if lookup == Lookup::Index {
-            if let Some(id) = self.lock_entry(file, page) {
+            if let Some(id) = self.lock_entry(file, page, fill) {
                 self.metrics.hits.add(1);
                 return Ok(LockedPage { cache: self, file, page, id, fresh: false, committed: false });
             }

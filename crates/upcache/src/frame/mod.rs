@@ -311,6 +311,12 @@ impl FrameTable {
         old
     }
 
+    /// [`Self::unlock_content`] and the caller's pin in one step (`FrameState::unlock_unpin`).
+    pub fn unlock_content_unpin(&self, id: FrameId, set: u64, clear: u64) {
+        let old = self.state(id).unlock_unpin(set, clear | state::WRITING);
+        self.waits.wake_if_waiters(id, self.state(id), old);
+    }
+
     /// Drops a reader taken by [`FrameState::try_pin_reader`] or `try_add_reader`, with its
     /// pin, waking a writer that waits for the last one.
     pub fn unpin_reader(&self, id: FrameId) {

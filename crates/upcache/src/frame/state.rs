@@ -290,6 +290,21 @@ impl FrameState {
         }
     }
 
+    /// [`Self::unlock`] and [`Self::unpin`] in one step: a writer's hit ends with one atomic
+    /// operation instead of two. Returns the previous word, as `unlock` does.
+    /// Release, as both are.
+    pub fn unlock_unpin(&self, set: u64, clear: u64) -> u64 {
+        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
+        loop {
+            debug_assert!(cur & LOCKED != 0 && cur & PIN_MASK != 0, "unlock_unpin of an unlocked or unpinned frame");
+            let new = ((cur | set) & !(clear | LOCKED | WAITERS)) - 1;
+            match self.0.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return cur,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// Claims an unpinned, unlocked frame for eviction by setting `UNOWNED`.
     /// With `allow_dirty` false a dirty frame is refused. A referenced frame is refused and
     /// its reference bit cleared (CLOCK's second chance). Acquire: we see every byte written
@@ -485,6 +500,23 @@ mod tests {
         s.unlock(0, WRITING);
         s.try_pin_reader().unwrap();
         assert!(!s.try_pin_lock_content(), "a reader");
+    }
+
+    #[test]
+    fn unlock_unpin_is_an_unlock_and_an_unpin_in_one_step() {
+        let s = valid_unpinned();
+        s.try_pin().unwrap(); // another thread's pin, kept throughout
+        assert!(s.try_pin_lock_content());
+        s.mark_waiter();
+        let old = s.unlock_unpin(DIRTY, 0);
+        assert_eq!(old & (WAITERS | LOCKED | WRITING), WAITERS | LOCKED | WRITING, "reports the waiters");
+        let now = s.load();
+        assert_eq!(now & (WAITERS | LOCKED), 0);
+        assert_eq!(now & WRITING, WRITING, "cleared only when asked, as unlock does");
+        assert_eq!(now & (VALID | DIRTY), VALID | DIRTY);
+        assert_eq!(pins(now), 1, "only the writer's own pin is gone");
+        s.unpin();
+        assert_eq!(s.try_claim(), ClaimResult::Referenced, "unpinned and unlocked: claimable");
     }
 
     #[test]
