@@ -296,7 +296,10 @@ impl FrameState {
     pub fn unlock_unpin(&self, set: u64, clear: u64) -> u64 {
         let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
         loop {
-            debug_assert!(cur & LOCKED != 0 && cur & PIN_MASK != 0, "unlock_unpin of an unlocked or unpinned frame");
+            debug_assert!(
+                cur & LOCKED != 0 && cur & PIN_MASK != 0,
+                "unlock_unpin of an unlocked or unpinned frame"
+            );
             let new = ((cur | set) & !(clear | LOCKED | WAITERS)) - 1;
             match self.0.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return cur,

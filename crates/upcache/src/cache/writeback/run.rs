@@ -232,6 +232,11 @@ impl CacheInner {
                 self.frames.state(id).unpin();
             }
         };
+        // Pages locked by another thread (a write-back in flight, or a writer copying in):
+        // taken after every other page is on its way, so that our writes and theirs overlap
+        // instead of ours waiting for theirs to end (the kernel's fdatasync, too, writes
+        // first and waits for the pages under write-back after). Each holds our pin.
+        let mut busy: Vec<(u64, FrameId)> = Vec::new();
         for (page, id) in entries {
             let st = self.frames.state(id);
             if st.load() & DIRTY == 0 {
@@ -240,6 +245,20 @@ impl CacheInner {
             if !self.frames.pin_if_holds(id, PageKey { file: file.id, page }) {
                 continue; // evicted (hence clean) or re-assigned
             }
+            if st.try_lock_dirty() {
+                batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
+                pinned.push(id);
+                if batch.len() == MAX_BATCH_RUNS {
+                    flush(&mut batch, &mut pinned);
+                }
+            } else if st.load() & (DIRTY | LOCKED) == 0 {
+                st.unpin();
+            } else {
+                busy.push((page, id));
+            }
+        }
+        for (page, id) in busy {
+            let st = self.frames.state(id);
             loop {
                 if st.try_lock_dirty() {
                     batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
@@ -254,8 +273,7 @@ impl CacheInner {
                     st.unpin();
                     break;
                 }
-                // Locked by a writer copying in, or by a write-back in flight (perhaps one of
-                // ours): write ours, then wait for it.
+                // Still locked: write ours, then wait for it (holding no frame locked).
                 if !batch.is_empty() {
                     flush(&mut batch, &mut pinned);
                     continue;
