@@ -435,6 +435,7 @@ fn a_json_reports_config_is_every_setting_and_passed_back_runs_the_same() {
             "--readahead",
             "0",
             "--warm",
+            "--prefault",
         ],
         &["replay", "--synth", "ycsb-a", "--ops", "1500", "--footprint", "4m", "--threads", "2"],
     ];

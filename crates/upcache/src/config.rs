@@ -74,6 +74,7 @@ pub struct Config {
     pub(crate) io: IoKind,
     pub(crate) submit: SubmitKind,
     pub(crate) readahead: u64,
+    pub(crate) prefault: bool,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
     /// Simulated devices, by device index (`with_sim_device`).
     pub(crate) sim_devices: Vec<(usize, Arc<SimDevice>)>,
@@ -105,6 +106,7 @@ impl std::fmt::Debug for Config {
             .field("io", &self.io)
             .field("submit", &self.submit)
             .field("readahead", &self.readahead)
+            .field("prefault", &self.prefault)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -138,6 +140,7 @@ impl Config {
             io: IoKind::default(),
             submit: SubmitKind::default(),
             readahead: DEFAULT_READAHEAD,
+            prefault: false,
             engine: None,
             sim_devices: Vec::new(),
         }
@@ -205,6 +208,18 @@ impl Config {
     /// ([`DEFAULT_DIRTY_EXPIRE`]).
     pub fn with_dirty_expire(mut self, expire: std::time::Duration) -> Self {
         self.dirty_expire = expire;
+        self
+    }
+
+    /// Makes the whole frame arena resident when the cache is created (off by default), so
+    /// that no miss pays the first touch of its frame's memory: the kernel zeroing a page
+    /// (2 MiB at a time with transparent huge pages) and, in a virtual machine, the host
+    /// backing it. Creation then takes that time, and the cache's memory is resident from the
+    /// start (PostgreSQL's shared buffers with huge pages are too); the kernel's page cache
+    /// recycles pages that are resident already. A cache shared through `upcache serve` keeps
+    /// its segment's memory as the service maps it.
+    pub fn with_prefault(mut self, on: bool) -> Self {
+        self.prefault = on;
         self
     }
 

@@ -97,6 +97,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     put("policy", json!(format!("{}+{}", u.policy.name(), u.clean_first.name())));
     put("dirty-ratios", json!(format!("{},{}", u.dirty_ratios.0, u.dirty_ratios.1)));
     put("allow-buffered", json!(u.allow_buffered));
+    put("prefault", json!(u.prefault));
     put("index", json!(u.index.name()));
     put("set-ways", json!(u.sets.0));
     put("set-policy", json!(u.sets.1.name()));

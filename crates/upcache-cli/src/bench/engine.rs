@@ -125,6 +125,8 @@ pub struct UpcacheOpts {
     /// Background and foreground dirty ratios.
     pub dirty_ratios: (f64, f64),
     pub allow_buffered: bool,
+    /// Make the frame arena resident at creation.
+    pub prefault: bool,
     pub index: upcache::IndexKind,
     /// How upcache reads: copy (`read_exact_at`), pin (zero-copy guards) or async (a queue).
     pub api: Api,
@@ -361,6 +363,7 @@ impl Engine for UpcacheEngine {
             .with_dirty_background_ratio(o.dirty_ratios.0)
             .with_dirty_foreground_ratio(o.dirty_ratios.1)
             .with_allow_buffered(o.allow_buffered)
+            .with_prefault(o.prefault)
             .with_index(o.index)
             .with_alloc(o.alloc)
             .with_layout(o.layout)

@@ -195,6 +195,10 @@ pub struct BenchArgs {
     /// Let upcache use buffered backing files where the file system refuses O_DIRECT
     #[arg(long)]
     allow_buffered: bool,
+    /// Make upcache's whole frame arena resident before the run (`Config::with_prefault`),
+    /// so no miss pays the first touch of its frame's memory
+    #[arg(long)]
+    prefault: bool,
     /// Run the whole comparison N times; the table shows each engine's medians
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     repeat: u64,
@@ -479,6 +483,7 @@ fn resolve(mut a: BenchArgs) -> Result<Plan> {
             streams: a.streams.unwrap_or(true),
             dirty_ratios: a.dirty_ratios.unwrap_or(upcache::DEFAULT_DIRTY_RATIOS),
             allow_buffered: a.allow_buffered,
+            prefault: a.prefault,
             index: a.index.unwrap_or_default(),
             alloc: a.alloc.unwrap_or_default(),
             layout: a.layout.unwrap_or_default(),
@@ -749,6 +754,9 @@ fn header(p: &Plan, base: &Path) -> String {
                 String::new()
             },
         );
+        if u.prefault {
+            h += " prefault";
+        }
     }
     h
 }

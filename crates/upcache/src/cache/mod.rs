@@ -110,6 +110,15 @@ impl CacheInner {
         lock: fs::File,
     ) -> Result<CacheInner> {
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
+        if config.prefault {
+            frames.prefault().map_err(|e| {
+                Error::with_source(
+                    crate::ErrorKind::InvalidConfig,
+                    "cannot make the frame arena resident (prefault)",
+                    e,
+                )
+            })?;
+        }
         let layout =
             StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
         let placement = placement::build(&config, frames.len(), gc_probe(&config, layout));

@@ -188,6 +188,11 @@ impl FrameTable {
         self.arena.region()
     }
 
+    /// Makes every frame's memory resident (`Arena::prefault`).
+    pub fn prefault(&self) -> std::io::Result<()> {
+        self.arena.prefault()
+    }
+
     /// The state word of frame `id`.
     pub fn state(&self, id: FrameId) -> &FrameState {
         &self.metas[id as usize].state
