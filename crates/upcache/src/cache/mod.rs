@@ -113,7 +113,7 @@ impl CacheInner {
         if config.prefault {
             frames.prefault().map_err(|e| {
                 Error::with_source(
-                    crate::ErrorKind::InvalidConfig,
+                    crate::error::ErrorKind::InvalidConfig,
                     "cannot make the frame arena resident (prefault)",
                     e,
                 )
