@@ -224,6 +224,13 @@ int32_t upcache_config_set_policy(struct upcache_config *config, const char *pol
 // `config` is from `upcache_config_new`.
 int32_t upcache_config_set_allow_buffered(struct upcache_config *config, bool allow);
 
+// Makes the whole frame memory resident when the cache is created (default: off), so that no
+// miss pays the first touch of its frame's memory; creation then takes that time.
+//
+// # Safety
+// `config` is from `upcache_config_new`.
+int32_t upcache_config_set_prefault(struct upcache_config *config, bool on);
+
 // The calling thread's last error message (empty if none yet). The string stays valid until
 // the thread's next failing upcache call.
 const char *upcache_last_error(void);

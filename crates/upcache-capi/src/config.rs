@@ -170,3 +170,14 @@ pub unsafe extern "C" fn upcache_config_set_allow_buffered(config: *mut upcache_
     // SAFETY: the function's contract.
     unsafe { update(config, |c| Ok(c.with_allow_buffered(allow))) }
 }
+
+/// Makes the whole frame memory resident when the cache is created (default: off), so that no
+/// miss pays the first touch of its frame's memory; creation then takes that time.
+///
+/// # Safety
+/// `config` is from `upcache_config_new`.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_prefault(config: *mut upcache_config, on: bool) -> i32 {
+    // SAFETY: the function's contract.
+    unsafe { update(config, |c| Ok(c.with_prefault(on))) }
+}

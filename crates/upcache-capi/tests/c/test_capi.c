@@ -52,6 +52,7 @@ static upcache_config *config(const char *root, char dirs[2][4096]) {
     CHECK(upcache_config_set_policy(c, "sieve") == UPCACHE_OK);
     CHECK(upcache_config_set_policy(c, "nonsense") == UPCACHE_ECONFIG); /* c is unchanged: */
     CHECK(upcache_config_set_allow_buffered(c, true) == UPCACHE_OK);
+    CHECK(upcache_config_set_prefault(c, true) == UPCACHE_OK); /* 16 MiB resident at create */
     return c;
 }
 
