@@ -217,7 +217,7 @@ impl CacheInner {
         // thread waits on a frame (it may wait on one frame only while holding none).
         let mut batch: Vec<(&FileInner, Run)> = Vec::new();
         let mut pinned: Vec<FrameId> = Vec::new();
-        let mut flush = |batch: &mut Vec<(&FileInner, Run)>, pinned: &mut Vec<FrameId>| {
+        let mut flush = |batch: &mut Vec<_>, pinned: &mut Vec<FrameId>| {
             let results = self.write_runs(batch);
             for ((f, _), r) in batch.iter().zip(results) {
                 if let Err(e) = r {
@@ -232,53 +232,57 @@ impl CacheInner {
                 self.frames.state(id).unpin();
             }
         };
-        // Pages locked by another thread (a write-back in flight, or a writer copying in):
+        // Puts the run of `page` (frame `id`, pinned by us) in the batch if the page is dirty
+        // and free: Some(true). Some(false) if it is clean and free (our pin dropped); None if
+        // another thread holds it.
+        let take = |page: u64, id: FrameId, batch: &mut Vec<_>, pinned: &mut Vec<FrameId>| {
+            let st = self.frames.state(id);
+            if st.try_lock_dirty() {
+                batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
+                pinned.push(id);
+                return Some(true);
+            }
+            if st.load() & (DIRTY | LOCKED) == 0 {
+                st.unpin();
+                return Some(false);
+            }
+            None
+        };
+        // Pages held by another thread (a write-back in flight, or a writer copying in) are
         // taken after every other page is on its way, so that our writes and theirs overlap
-        // instead of ours waiting for theirs to end (the kernel's fdatasync, too, writes
-        // first and waits for the pages under write-back after). Each holds our pin.
+        // instead of ours waiting for theirs to end (the kernel's fdatasync, too, writes first
+        // and waits for the pages under write-back after). Each keeps our pin.
         let mut busy: Vec<(u64, FrameId)> = Vec::new();
         for (page, id) in entries {
-            let st = self.frames.state(id);
-            if st.load() & DIRTY == 0 {
+            if self.frames.state(id).load() & DIRTY == 0 {
                 continue;
             }
             if !self.frames.pin_if_holds(id, PageKey { file: file.id, page }) {
                 continue; // evicted (hence clean) or re-assigned
             }
-            if st.try_lock_dirty() {
-                batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
-                pinned.push(id);
-                if batch.len() == MAX_BATCH_RUNS {
-                    flush(&mut batch, &mut pinned);
-                }
-            } else if st.load() & (DIRTY | LOCKED) == 0 {
-                st.unpin();
-            } else {
-                busy.push((page, id));
+            match take(page, id, &mut batch, &mut pinned) {
+                Some(true) if batch.len() == MAX_BATCH_RUNS => flush(&mut batch, &mut pinned),
+                Some(_) => {}
+                None => busy.push((page, id)),
             }
         }
         for (page, id) in busy {
-            let st = self.frames.state(id);
             loop {
-                if st.try_lock_dirty() {
-                    batch.push((file, self.lock_run(file, page, id, self.writeback.run_pages)));
-                    pinned.push(id);
-                    if batch.len() == MAX_BATCH_RUNS {
+                match take(page, id, &mut batch, &mut pinned) {
+                    Some(true) if batch.len() == MAX_BATCH_RUNS => flush(&mut batch, &mut pinned),
+                    Some(_) => {}
+                    // Still held: write ours, then wait for it (holding no frame locked).
+                    None if !batch.is_empty() => {
                         flush(&mut batch, &mut pinned);
+                        continue;
                     }
-                    break;
+                    None => {
+                        let st = self.frames.state(id);
+                        self.frames.waits.wait_until(id, st, |w| w & LOCKED == 0);
+                        continue;
+                    }
                 }
-                let w = st.load();
-                if w & DIRTY == 0 && w & LOCKED == 0 {
-                    st.unpin();
-                    break;
-                }
-                // Still locked: write ours, then wait for it (holding no frame locked).
-                if !batch.is_empty() {
-                    flush(&mut batch, &mut pinned);
-                    continue;
-                }
-                self.frames.waits.wait_until(id, st, |w| w & LOCKED == 0);
+                break;
             }
         }
         flush(&mut batch, &mut pinned);
