@@ -119,9 +119,8 @@ impl Arena {
     /// Makes every frame resident now (`Config::with_prefault`): MADV_POPULATE_WRITE, or a
     /// write to each page where the kernel predates it (Linux 5.14).
     pub fn prefault(&self) -> std::io::Result<()> {
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
         // SAFETY: advice on exactly the arena's mapping; it changes no byte.
-        let rc = unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, MADV_POPULATE_WRITE) };
+        let rc = unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_POPULATE_WRITE) };
         if rc == 0 {
             return Ok(());
         }

@@ -279,28 +279,24 @@ impl FrameState {
     /// previous word; the caller must wake waiters if it had `WAITERS`.
     /// Release: the bytes we wrote are visible to whoever next sees the word.
     pub fn unlock(&self, set: u64, clear: u64) -> u64 {
-        let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
-        loop {
-            debug_assert!(cur & LOCKED != 0, "unlock of an unlocked frame");
-            let new = (cur | set) & !(clear | LOCKED | WAITERS);
-            match self.0.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return cur,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.unlock_dropping(set, clear, 0)
     }
 
     /// [`Self::unlock`] and [`Self::unpin`] in one step: a writer's hit ends with one atomic
     /// operation instead of two. Returns the previous word, as `unlock` does.
     /// Release, as both are.
     pub fn unlock_unpin(&self, set: u64, clear: u64) -> u64 {
+        self.unlock_dropping(set, clear, 1)
+    }
+
+    /// [`Self::unlock`], dropping `pins` of the caller's pins (0 or 1) in the same CAS.
+    #[inline]
+    fn unlock_dropping(&self, set: u64, clear: u64, pins: u64) -> u64 {
         let mut cur = self.0.load(Ordering::Relaxed); // Relaxed: only a guess for the CAS.
         loop {
-            debug_assert!(
-                cur & LOCKED != 0 && cur & PIN_MASK != 0,
-                "unlock_unpin of an unlocked or unpinned frame"
-            );
-            let new = ((cur | set) & !(clear | LOCKED | WAITERS)) - 1;
+            debug_assert!(cur & LOCKED != 0, "unlock of an unlocked frame");
+            debug_assert!(cur & PIN_MASK >= pins, "unlock drops a pin the frame does not have");
+            let new = ((cur | set) & !(clear | LOCKED | WAITERS)) - pins;
             match self.0.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return cur,
                 Err(actual) => cur = actual,
