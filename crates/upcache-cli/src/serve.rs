@@ -1,6 +1,7 @@
 //! `upcache serve`: runs the shared cache's service in the foreground (the shim and the
 //! library start one themselves when none answers), or asks a running one for its status.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -51,12 +52,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let served = serve::serve(&opts, |cache| {
         if let Some(bound) = metrics {
             crate::metrics::publish_shared(cache.clone());
-            eprintln!("metrics: http://{bound}/metrics");
+            say(&format!("metrics: http://{bound}/metrics"));
         }
-        eprintln!("upcache serve: listening on {}", socket.display());
+        say(&format!("upcache serve: listening on {}", socket.display()));
     })?;
     if !served {
         anyhow::bail!("another service already serves {}", socket.display());
     }
     Ok(())
+}
+
+/// A line on stderr that cannot fail: the service outlives the terminal or pipe that started
+/// it (`eprintln!` panics once the reader has gone, and the panic would end the service every
+/// attached process shares).
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -144,3 +144,21 @@ fn the_shared_cache_service_serves_its_metrics() {
     }
     assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
 }
+
+/// A service whose stderr reader has gone (the terminal closed, a pipe's reader exited) goes
+/// on serving: its status lines fail quietly instead of panicking. With `--idle 0` it exits
+/// as soon as it has printed them and found nobody attached; a panic would exit with 101.
+#[test]
+fn the_shared_cache_service_outlives_its_stderr() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args(["serve", "--memory", "4m", "--idle", "0", "--metrics", "127.0.0.1:0", "--socket"])
+        .arg(tmp.path().join("cache.sock"))
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert!(status.success(), "serve with a closed stderr: {status}");
+}
