@@ -247,6 +247,15 @@ impl CacheInner {
         }
     }
 
+    /// Starts fetching the descriptor of the frame the index names for `page` of `file`, for
+    /// a writer that locks it a few steps later: the miss overlaps those steps instead of
+    /// coming after them. A hint only; the lock checks the frame as ever.
+    pub(crate) fn prefetch_frame(&self, file: &FileInner, page: u64) {
+        if let Some(id) = file.index.peek(page) {
+            self.frames.prefetch_meta(id);
+        }
+    }
+
     /// A writer's hit in one step on the frame's state word (pin, `LOCKED` and `WRITING` in
     /// one CAS) when the page is resident, valid and free: one atomic operation fewer than a
     /// pin and then a lock. None otherwise; the caller takes the general path.

@@ -292,6 +292,15 @@ impl FrameTable {
         prefetch(self.ptr(id).cast_const());
     }
 
+    /// Starts fetching frame `id`'s descriptor (state word and key), for a caller that will
+    /// lock it after some other work: that work then overlaps the miss. A hint only.
+    #[inline]
+    pub fn prefetch_meta(&self, id: FrameId) {
+        if let Some(m) = self.metas.get(id as usize) {
+            prefetch(m as *const FrameMeta);
+        }
+    }
+
     /// Releases `LOCKED` on `id` (setting and clearing bits as in [`FrameState::unlock`]) and
     /// wakes anyone waiting on it.
     pub fn unlock(&self, id: FrameId, set: u64, clear: u64) {

@@ -74,6 +74,11 @@ pub trait PageIndex: Send + Sync {
     /// replacement state (the page sets) count it as a use.
     fn get(&self, page: u64) -> Option<FrameId>;
 
+    /// Starts fetching the line that [`PageIndex::get`] will read last for `page` (a radix
+    /// tree's leaf slot), so that its cache miss overlaps the caller's work in between. A
+    /// hint only: no use of the page, and free to do nothing (the default).
+    fn prefetch(&self, _page: u64) {}
+
     /// Like [`PageIndex::get`], but not a use of the page (write-back probing neighbours).
     fn peek(&self, page: u64) -> Option<FrameId> {
         self.get(page)

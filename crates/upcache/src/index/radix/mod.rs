@@ -52,6 +52,10 @@ impl PageIndex for RadixIndex {
         }
     }
 
+    fn prefetch(&self, page: u64) {
+        self.tree.prefetch_slot(page)
+    }
+
     fn insert_if_absent(&self, page: u64, frame: FrameId) -> Result<(), FrameId> {
         self.tree.insert_if_absent(page, encode(frame)).map_err(frame_of)
     }

@@ -18,6 +18,21 @@ fn deleted_leaf_is_reused() {
     t.check_counts();
 }
 
+/// A prefetch is a hint: on an empty tree, a page past the root's span, a missing leaf or a
+/// present entry it changes nothing the tree says (no node made, no entry, no count).
+#[test]
+fn a_prefetch_changes_nothing() {
+    let t = Tree::default();
+    t.prefetch_slot(5);
+    assert_eq!((t.len(), t.node_counts()), (0, (0, 0)));
+    t.insert_if_absent(65, 1).unwrap();
+    for page in [65, 64, 3, 1 << 40, u64::MAX] {
+        t.prefetch_slot(page);
+    }
+    assert_eq!((t.len(), t.node_counts(), t.get(65), t.get(64)), (1, (2, 0), 1, 0));
+    t.check_counts();
+}
+
 #[test]
 fn expansion_keeps_entries() {
     let t = Tree::default();
