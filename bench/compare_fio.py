@@ -3,7 +3,7 @@
 by a cgroup v1 memory limit, interleaved round by round, reporting per-round figures and
 medians. Used for the issue-4 figures in bench/RESULTS.md.
 
-    bench/compare_fio.py randread [--rounds 3] [--dir DIR]   # 4 KiB random, no hits, depth 32
+    bench/compare_fio.py randread [--rounds 3] [--dir DIR] [--size S]   # 4 KiB random, no hits, depth 32
     bench/compare_fio.py seqread  [--rounds 3] [--dir DIR]   # 1 MiB sequential, 2x the cache
                                                            # (and fio from huge-page buffers, --iomem=shmhuge)
 
@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="/work/cmp")
     ap.add_argument("--runtime", type=int, default=8)
+    ap.add_argument("--size", help="file size for each of upcache and fio (default: 4g for randread, 1g for "
+                    "seqread); smaller for a RAM-backed device such as zram")
     a = ap.parse_args()
     if a.workload == "seqread":
         # fio's --iomem=shmhuge needs reserved huge pages: 16 x 1 MiB buffers.
@@ -75,13 +77,13 @@ def main():
     fio_file = os.path.join(a.dir, "fio.dat")
     rt = f"{a.runtime}s"
     if a.workload == "randread":
-        size, cache = "4g", "32m"
+        size, cache = a.size or "4g", "32m"
         up_args = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", size, "--cache", cache,
                    "--devices", "1", "--threads", "1", "--runtime", rt, "--api", "async", "--iodepth", "32",
                    "--dir", os.path.join(a.dir, "up")]
         fio_args = (fio_file, size, "randread", "4k", 32, a.runtime)
     else:
-        size, cache = "1g", "512m"
+        size, cache = a.size or "1g", "512m"
         up_args = ["--rw", "read", "--bs", "1m", "--size", size, "--cache", cache, "--devices", "1",
                    "--threads", "1", "--runtime", rt, "--dir", os.path.join(a.dir, "up")]
         fio_args = (fio_file, size, "read", "1m", 16, a.runtime)
