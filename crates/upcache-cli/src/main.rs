@@ -69,6 +69,13 @@ fn main() -> ExitCode {
     // The library logs through `log`; show its warnings unless RUST_LOG says otherwise.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    if !matches!(&cli.command, Command::Serve(a) if a.runs_service()) {
+        // A report piped into `head` ends this process quietly, as it ends `yes` or `grep`,
+        // instead of a panic in `println!` (Rust ignores SIGPIPE for every program). Not in
+        // the service: a client that hangs up must not end the cache that others share.
+        // SAFETY: sets a signal's disposition to its default; no handler runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Bench(args) => bench::run(*args),
         Command::Replay(args) => bench::run_replay(*args),

@@ -34,6 +34,13 @@ pub struct ServeArgs {
     metrics: Option<String>,
 }
 
+impl ServeArgs {
+    /// Whether this runs the service (not `--status`, which prints and exits).
+    pub fn runs_service(&self) -> bool {
+        !self.status
+    }
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let socket = args.socket.unwrap_or_else(serve::default_socket);
     if args.status {

@@ -525,3 +525,26 @@ fn a_flag_changes_only_what_it_says() {
         assert_eq!(differ, [key], "{flag} {value} changed {differ:?}");
     }
 }
+
+/// A report piped into a reader that has gone (`upcache bench ... | head -1`) ends the process
+/// by SIGPIPE, as it ends any Unix tool, not by a panic in `println!` (exit 101, a backtrace).
+#[test]
+fn a_report_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args([
+            "bench", "--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", "1m", "--cache", "4m",
+        ])
+        .args(["--ops", "100", "--dir"])
+        .arg(tmp.path())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}, stderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
