@@ -11,37 +11,37 @@
 //!
 //! # Fast paths
 //! Most requests skip the queue: they publish their range and mode, packed in one word, in
-//! one of a few slots (8 per file) with one CAS. Every writer, fast or queued, is counted in
-//! `writers`, and every queued request in `queued`. `writers` is striped by slot (a fast
-//! writer counts itself in its slot's stripe, queued ones in stripe 0), so that writers of one
-//! file on different cores do not pass one counter's line back and forth on every write;
-//! readers check every stripe, which stay in their caches while no writer comes.
+//! one of a few slots (8 per file) with one CAS. A fast writer is known by its slot alone (the
+//! word's exclusive bit); every queued request is counted in `queued`, and every queued
+//! exclusive one also in `queued_writers`. A fast writer of an uncontended file thus touches
+//! its slot, `queued` and the other slots' lines, which stay in its core's cache.
 //! - A shared request whose range is whole granules (4 KiB, the smallest page: every pin and
-//!   every page-aligned read) takes a slot if no writer (fast or queued) is counted.
+//!   every page-aligned read) takes a slot if no writer is queued and no fast writer's slot
+//!   overlaps it.
 //! - An exclusive request (rounded out to granules) takes a slot if nothing is queued and no
 //!   other slot overlaps it. So writers of disjoint pages of one file (seed 001's parallel
 //!   writes) share no mutex: two threads writing one file scale as two files do.
 //!
 //! Each check is a Dekker handshake: one side stores (publishes its slot, or counts itself in
-//! `writers` or `queued`), issues a SeqCst fence, then loads what the other side stores; the
-//! other side does the same in the other order. At least one sees the other (fences rather
-//! than SeqCst accesses: loom models only the fences, and the fence rules are the simpler
-//! ones). The pairs:
-//! - fast reader (slot, then `writers`) against any writer (`writers`, then the slots): the
+//! `queued` and `queued_writers`), issues a SeqCst fence, then loads what the other side
+//! stores; the other side does the same in the other order. At least one sees the other
+//! (fences rather than SeqCst accesses: loom models only the fences, and the fence rules are
+//! the simpler ones). The pairs:
+//! - fast reader (its slot, then `queued_writers` and the slots) against a queued writer
+//!   (`queued_writers`, then the slots) or a fast writer (its slot, then the slots): the
 //!   reader backs off to the queue, or the writer waits for (queued) or backs off from (fast)
-//!   the reader's range;
-//! - fast writer (its slot and its stripe of `writers`, then `queued` and the slots) against a
-//!   queued request (`queued`, then the slots) or another fast writer: the fast writer backs
-//!   off, or the queued request waits for its slot, or the other writer backs off (both may:
-//!   then both queue).
+//!   the reader's range (both may: then both queue);
+//! - fast writer (its slot, then `queued` and the slots) against a queued request (`queued`,
+//!   then the slots) or another fast writer: the fast writer backs off, or the queued request
+//!   waits for its slot, or the other writer backs off (both may: then both queue).
 //!
 //! A fast request that backs off frees its slot and takes the queue. Slots hold exact ranges
 //! (readers) or whole granules (writers), so a writer never waits for a disjoint reader (a
 //! thread that holds a pin and writes another page must not wait for itself). A slot holder
-//! that leaves while someone may wait for it (`writers` for readers, `queued` for writers)
-//! takes the mutex before it notifies, so a waiter between its check and its wait cannot miss
-//! the wake-up. Fairness holds: once a writer is counted, new readers queue behind it, and
-//! once anything is queued, new writers queue too.
+//! that leaves while someone may wait for it (`queued_writers` for readers, `queued` for
+//! writers) takes the mutex before it notifies, so a waiter between its check and its wait
+//! cannot miss the wake-up. Fairness holds: once a writer is queued, new readers queue behind
+//! it, and once anything is queued, new writers queue too.
 //!
 //! loom checks exclusion and the wake-ups (`loom_models` below, with 2 slots): a fast reader
 //! against a writer, slot reuse, two writers and a fast reader, a writer waiting for queued
@@ -107,11 +107,6 @@ const FAST_SLOTS: usize = 2;
 #[repr(align(128))]
 struct Slot(AtomicU64);
 
-/// One stripe of the writer count, on a line of its own like a slot.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Stripe(AtomicU64);
-
 /// `start..end` packed for a slot, if it is whole granules and fits.
 fn pack(start: u64, end: u64, exclusive: bool) -> Option<u64> {
     if (start | end) & (GRANULE - 1) != 0 || end <= start {
@@ -133,9 +128,9 @@ fn unpack(w: u64) -> (u64, u64, bool) {
 pub struct RangeLock {
     queue: Mutex<Queue>,
     released: Condvar,
-    /// Exclusive requests queued or held, fast or not, by stripe: a fast writer in its slot's,
-    /// queued ones in stripe 0. While any is not zero, readers take the queue.
-    writers: [Stripe; FAST_SLOTS],
+    /// Exclusive requests in the queue (waiting or held). While it is not zero, readers take
+    /// the queue.
+    queued_writers: AtomicU64,
     /// Requests in the queue (waiting or held). While it is not zero, writers take the queue.
     queued: AtomicU64,
     fast: [Slot; FAST_SLOTS],
@@ -185,7 +180,7 @@ impl RangeLock {
         // request's half of the handshakes, module docs).
         self.queued.fetch_add(1, Ordering::Relaxed);
         if exclusive {
-            self.writers[0].0.fetch_add(1, Ordering::Relaxed);
+            self.queued_writers.fetch_add(1, Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
         while !q.grantable(ticket) || self.fast_conflicts(None, start, end, exclusive) {
@@ -194,15 +189,11 @@ impl RangeLock {
         RangeGuard { lock: self, held: Held::Queued { ticket, exclusive } }
     }
 
-    /// Whether any writer is counted, in any stripe (`order` for each load).
-    fn writers_counted(&self, order: Ordering) -> bool {
-        self.writers.iter().any(|s| s.0.load(order) != 0)
-    }
-
-    /// Writers counted, over every stripe (for tests).
+    /// Writers holding or waiting for a range: queued ones and fast ones' slots (for tests).
     #[cfg(test)]
     fn writer_count(&self) -> u64 {
-        self.writers.iter().map(|s| s.0.load(Ordering::SeqCst)).sum()
+        let fast = self.fast.iter().filter(|s| s.0.load(Ordering::SeqCst) & EXCLUSIVE != 0).count();
+        self.queued_writers.load(Ordering::SeqCst) + fast as u64
     }
 
     /// Publishes `word` in a free slot (the caller's half of a handshake still to come);
@@ -236,12 +227,9 @@ impl RangeLock {
         if self.queued.load(Ordering::Relaxed) != 0 {
             return None;
         }
+        // Our exclusive word in the slot is what fast readers look for: no count to keep.
         let guard = self.take_slot(word, true)?;
         let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
-        // Counted in our slot's stripe before the fence, so a fast reader that publishes after
-        // it sees the count (the guard takes it back).
-        // Relaxed: the fence below orders it.
-        self.writers[slot].0.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         // Acquire: reading the last queued writer's release (its count going down) makes
         // its bytes visible to us.
@@ -253,20 +241,23 @@ impl RangeLock {
         Some(guard)
     }
 
-    /// A slot for the shared range `start..end`, if the range packs, a slot is free and no
-    /// writer is counted after ours is published.
+    /// A slot for the shared range `start..end`, if the range packs, a slot is free and,
+    /// once ours is published, no writer is queued and no fast writer's slot overlaps it.
     #[inline]
     fn fast_read(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
         let word = pack(start, end, false)?;
-        // Relaxed: a hint that skips the CAS while a writer is there; checked again below.
-        if self.writers_counted(Ordering::Relaxed) {
+        // Relaxed: a hint that skips the CAS while a writer is queued; checked again below.
+        if self.queued_writers.load(Ordering::Relaxed) != 0 {
             return None;
         }
         let guard = self.take_slot(word, false)?;
+        let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
         fence(Ordering::SeqCst);
-        // Acquire: reading the last writer's release (its count going down) makes its bytes
-        // visible to us.
-        if self.writers_counted(Ordering::Acquire) {
+        // Acquire (here and in `fast_conflicts`): reading the last writer's release (its
+        // count going down, or its slot freed) makes its bytes visible to us.
+        if self.queued_writers.load(Ordering::Acquire) != 0
+            || self.fast_conflicts(Some(slot), start, end, false)
+        {
             // A writer came: queue behind it instead (dropping the guard wakes it).
             drop(guard);
             return None;
@@ -315,14 +306,14 @@ impl RangeLock {
         // Relaxed: the fence orders them.
         self.queued.fetch_add(1, Ordering::Relaxed);
         if exclusive {
-            self.writers[0].0.fetch_add(1, Ordering::Relaxed);
+            self.queued_writers.fetch_add(1, Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
         if self.fast_conflicts(None, start, end, exclusive) {
             // Release: as when a queued request leaves. No one waits for the counts to fall:
             // requests that saw them queued themselves and wait on the queue.
             if exclusive {
-                self.writers[0].0.fetch_sub(1, Ordering::Release);
+                self.queued_writers.fetch_sub(1, Ordering::Release);
             }
             self.queued.fetch_sub(1, Ordering::Release);
             return None;
@@ -354,16 +345,12 @@ impl Drop for RangeGuard<'_> {
                 // counted by the load below, and gets the wake-up.
                 lock.fast[slot].0.store(0, Ordering::Release);
                 fence(Ordering::SeqCst);
-                if exclusive {
-                    // Release: a fast reader that reads the lower count sees our bytes.
-                    lock.writers[slot].0.fetch_sub(1, Ordering::Release);
-                }
                 // Relaxed (both): only decide whether to wake; the wake goes through the
                 // mutex. Queued writers wait for readers' slots; any queued request may wait
                 // for a writer's.
                 let waiting = match exclusive {
                     true => lock.queued.load(Ordering::Relaxed) != 0,
-                    false => lock.writers_counted(Ordering::Relaxed),
+                    false => lock.queued_writers.load(Ordering::Relaxed) != 0,
                 };
                 if waiting {
                     // Through the mutex: a waiter between its check and its wait holds it.
@@ -380,7 +367,7 @@ impl Drop for RangeGuard<'_> {
                 lock.queued.fetch_sub(1, Ordering::Release);
                 if exclusive {
                     // Release: a fast reader that reads the lower count sees our bytes.
-                    lock.writers[0].0.fetch_sub(1, Ordering::Release);
+                    lock.queued_writers.fetch_sub(1, Ordering::Release);
                 }
                 let waiters = !q.requests.is_empty();
                 drop(q);
@@ -563,6 +550,18 @@ mod tests {
         let _r = l.read(0, G);
         let _w = l.write(G, 2 * G);
         let _w2 = l.write(2 * G, u64::MAX);
+    }
+
+    #[test]
+    fn a_fast_reader_and_a_disjoint_fast_writer_share_the_slots() {
+        let l = RangeLock::default();
+        let w = l.write(0, G);
+        let r = l.read(G, 2 * G);
+        assert!(matches!(w.held, Held::Fast { .. }) && matches!(r.held, Held::Fast { .. }));
+        assert!(l.try_read(100, 200).is_none(), "inside the writer's granule");
+        assert_eq!(l.writer_count(), 1);
+        drop((w, r));
+        assert_eq!(l.writer_count(), 0);
     }
 
     #[test]
