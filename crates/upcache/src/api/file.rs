@@ -350,15 +350,16 @@ impl File {
             return Ok(0);
         }
         let ps = self.cache.config.page_size as u64;
-        let pages = (end.div_ceil(ps) - offset / ps) as usize;
+        let first = offset / ps;
+        let pages = (end.div_ceil(ps) - first) as usize;
         // A hit's two cache misses, the index's leaf and then the frame's descriptor, are
         // started here and after the range lock, so that they overlap the lock and the
         // reservation instead of following them (bench/RESULTS.md, issue 18).
-        self.file.index.prefetch(offset / ps);
+        self.file.index.prefetch(first);
         self.cache.balance_dirty(pages);
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
-        self.cache.prefetch_frame(&self.file, offset / ps);
+        self.cache.prefetch_frame(&self.file, first);
         // Space for the bytes first: a write the file system cannot hold fails here, with
         // NoSpace, or writes short, as the kernel's does.
         let end = offset + self.file.reserve(offset, buf.len())? as u64;

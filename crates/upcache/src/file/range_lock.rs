@@ -197,9 +197,9 @@ impl RangeLock {
     }
 
     /// Publishes `word` in a free slot (the caller's half of a handshake still to come);
-    /// the guard frees it. None if every slot is taken.
+    /// the guard frees it. The guard and the slot's index; None if every slot is taken.
     #[inline]
-    fn take_slot(&self, word: u64, exclusive: bool) -> Option<RangeGuard<'_>> {
+    fn take_slot(&self, word: u64, exclusive: bool) -> Option<(RangeGuard<'_>, usize)> {
         let first = crate::metrics::thread_slot();
         for i in 0..FAST_SLOTS {
             let slot = (first + i) % FAST_SLOTS;
@@ -212,7 +212,7 @@ impl RangeLock {
             if s.load(Ordering::Relaxed) == 0
                 && s.compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed).is_ok()
             {
-                return Some(RangeGuard { lock: self, held: Held::Fast { slot, exclusive } });
+                return Some((RangeGuard { lock: self, held: Held::Fast { slot, exclusive } }, slot));
             }
         }
         None
@@ -228,8 +228,7 @@ impl RangeLock {
             return None;
         }
         // Our exclusive word in the slot is what fast readers look for: no count to keep.
-        let guard = self.take_slot(word, true)?;
-        let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
+        let (guard, slot) = self.take_slot(word, true)?;
         fence(Ordering::SeqCst);
         // Acquire: reading the last queued writer's release (its count going down) makes
         // its bytes visible to us.
@@ -250,8 +249,7 @@ impl RangeLock {
         if self.queued_writers.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        let guard = self.take_slot(word, false)?;
-        let Held::Fast { slot, .. } = guard.held else { unreachable!("take_slot gives a slot") };
+        let (guard, slot) = self.take_slot(word, false)?;
         fence(Ordering::SeqCst);
         // Acquire (here and in `fast_conflicts`): reading the last writer's release (its
         // count going down, or its slot freed) makes its bytes visible to us.
