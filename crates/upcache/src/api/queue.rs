@@ -23,12 +23,15 @@
 //! then writes, and the completion is ready at once.
 
 use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::Instant;
 
 use super::file::File;
 use crate::cache::async_load::Readiness;
-use crate::cache::batch::AfterLoad;
+use crate::cache::batch::{AfterLoad, Run};
 use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::FileInner;
 use crate::frame::FrameId;
 use crate::io::engine::{EngineQueue, InlineQueue, QueueCompletion};
 use crate::sync::{Arc, Ordering};
@@ -57,23 +60,32 @@ struct PagePin {
     loading: bool,
 }
 
-/// A load a request started: indices into its `pins`, read back to back from one device, and
-/// when it was queued (for the device's latency histogram).
-type LoadRun = (Vec<usize>, usize, Option<std::time::Instant>);
+/// A load a request started: its pages (a range of [`Loads::members`]), read back to back
+/// from one device, and when it was queued (for the device's latency histogram).
+type LoadRun = (Range<usize>, usize, Option<Instant>);
+
+/// The loads a request started, kept with their vectors for the next request when it ends
+/// (so a request allocates nothing).
+#[derive(Default)]
+struct Loads {
+    /// Indices into the request's `pins` of the pages it loads, run after run.
+    members: Vec<usize>,
+    /// Each run started; emptied when it completes.
+    runs: Vec<LoadRun>,
+    /// Runs still in flight.
+    count: usize,
+}
 
 struct Request {
     tag: u64,
-    file: File,
+    /// The file alone, not a `File` handle: one reference count to take per request.
+    file: Arc<FileInner>,
     offset: u64,
     buf: Vec<u8>,
     /// One per page of the range, in page order (filled by the first attempt), so a page's
     /// pin is found by index: a 1 MiB read has 256 of them.
     pins: Vec<PagePin>,
-    /// The loads started, each a run of indices into `pins` and its device; emptied when it
-    /// completes.
-    runs: Vec<LoadRun>,
-    /// Loads of this request still in flight.
-    loads: usize,
+    loads: Loads,
     error: Option<Error>,
 }
 
@@ -97,7 +109,7 @@ pub struct IoQueue {
     /// Being dropped: reaped loads end, but nothing new starts.
     closing: bool,
     /// Vectors of finished requests, for new ones.
-    spare: Vec<(Vec<PagePin>, Vec<LoadRun>)>,
+    spare: Vec<(Vec<PagePin>, Loads)>,
     reaped: Vec<QueueCompletion>,
     scratch: Scratch,
     /// An eventfd whose write ends a `wait` early (`set_doorbell`), and whether it rang.
@@ -113,8 +125,17 @@ const DOORBELL_TAG: u64 = u64::MAX;
 struct Scratch {
     missing: Vec<u64>,
     claimed: Vec<(u64, FrameId)>,
-    fresh: Vec<usize>,
+    runs: Vec<Run>,
+    ptrs: FramePtrs,
 }
+
+/// A run's frame addresses for `push_read`, kept between runs.
+#[derive(Default)]
+struct FramePtrs(Vec<*mut u8>);
+
+// SAFETY: it holds addresses only while `start_loads` runs, on the queue's thread, and is
+// empty otherwise: moving it moves no pointer to another thread.
+unsafe impl Send for FramePtrs {}
 
 impl IoQueue {
     pub(crate) fn new(cache: Arc<CacheInner>, depth: usize) -> Result<Self> {
@@ -188,9 +209,9 @@ impl IoQueue {
             self.requests.push(None);
             self.requests.len() - 1
         });
-        let (pins, runs) = self.spare.pop().unwrap_or_default();
-        self.requests[slot] =
-            Some(Request { tag, file: file.clone(), offset, buf, pins, runs, loads: 0, error: None });
+        let (pins, loads) = self.spare.pop().unwrap_or_default();
+        let file = file.inner().clone();
+        self.requests[slot] = Some(Request { tag, file, offset, buf, pins, loads, error: None });
         self.try_finish(slot);
         Ok(())
     }
@@ -251,6 +272,8 @@ impl IoQueue {
         // Armed before sleeping, so a submitter can end the sleep.
         self.doorbell_works();
         self.ring.reap(min, &mut reaped);
+        // The time these loads were seen done: read once for all of them.
+        let mut now = None;
         for (tag, read) in reaped.drain(..) {
             if tag == DOORBELL_TAG {
                 self.rang = true;
@@ -259,14 +282,16 @@ impl IoQueue {
             self.loads -= 1;
             let (slot, run) = ((tag >> 32) as usize, tag as u32 as usize);
             let req = self.requests[slot].as_mut().expect("a load belongs to a live request");
-            req.loads -= 1;
-            let (members, dev, started) = std::mem::take(&mut req.runs[run]);
+            req.loads.count -= 1;
+            let (members, dev, started) = std::mem::take(&mut req.loads.runs[run]);
             if let Some(t) = started {
-                self.cache.metrics.latency.device_read[dev].record(t.elapsed());
+                let now = *now.get_or_insert_with(Instant::now);
+                self.cache.metrics.latency.device_read[dev].record(now.saturating_duration_since(t));
             }
+            let members = &req.loads.members[members];
             let pages = members.iter().map(|&k| (req.pins[k].page, req.pins[k].id));
-            let ended = self.cache.end_run(req.file.inner(), pages, dev, read, AfterLoad::KeepPin);
-            for &k in &members {
+            let ended = self.cache.end_run(&req.file, pages, dev, read, AfterLoad::KeepPin);
+            for &k in members {
                 req.pins[k].loading = false;
                 if ended.is_err() {
                     req.pins[k].id = FrameId::MAX; // the failed load took the pin with it
@@ -275,7 +300,7 @@ impl IoQueue {
             if let Err(e) = ended {
                 req.error.get_or_insert(e);
             }
-            if req.loads == 0 {
+            if req.loads.count == 0 {
                 self.pending.retain(|&s| s != slot);
                 self.try_finish(slot);
             }
@@ -303,12 +328,13 @@ impl IoQueue {
         if self.closing {
             return;
         }
-        let cache = self.cache.clone();
+        let cache = &*self.cache;
         let req = self.requests[slot].as_mut().expect("live request");
         let result = match &req.error {
             Some(_) => None,
             None => {
-                match attempt(&cache, req, self.ring.as_mut(), slot, &mut self.loads, &mut self.scratch) {
+                let mut to = Loader { ring: self.ring.as_mut(), in_flight: &mut self.loads, slot };
+                match attempt(cache, req, &mut to, &mut self.scratch) {
                     Attempt::Copied(n) => Some(n),
                     // Every frame is pinned, many perhaps by this queue: let go of this request's
                     // pages and retry once loads have been reaped (or the blocking way).
@@ -327,33 +353,35 @@ impl IoQueue {
                 }
             }
         };
-        if req.loads > 0 {
+        if req.loads.count > 0 {
             return; // finishes with its error once its loads are reaped
         }
         let req = self.requests[slot].take().expect("live request");
         self.free.push(slot);
-        release(&cache, &req.pins);
+        release(cache, &req.pins);
         let result = match (result, req.error) {
             (Some(n), _) => Ok(n),
             (None, Some(e)) => Err(e),
             (None, None) => unreachable!("an unfinished request has an error"),
         };
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
-        self.recycle(req.pins, req.runs);
+        self.recycle(req.pins, req.loads);
     }
 
     /// Keeps a finished request's vectors for the next one (no allocation per request).
-    fn recycle(&mut self, mut pins: Vec<PagePin>, mut runs: Vec<LoadRun>) {
+    fn recycle(&mut self, mut pins: Vec<PagePin>, mut loads: Loads) {
         if self.spare.len() < self.depth {
+            debug_assert_eq!(loads.count, 0);
             pins.clear();
-            runs.clear();
-            self.spare.push((pins, runs));
+            loads.members.clear();
+            loads.runs.clear();
+            self.spare.push((pins, loads));
         }
     }
 
     fn not_yet(&mut self, slot: usize) {
         let req = self.requests[slot].as_ref().expect("live request");
-        if req.loads == 0 {
+        if req.loads.count == 0 {
             self.pending.push(slot);
         }
     }
@@ -365,9 +393,9 @@ impl IoQueue {
         let mut req = self.requests[slot].take().expect("live request");
         self.free.push(slot);
         release(&self.cache, &req.pins);
-        let result = req.file.read_at(&mut req.buf, req.offset);
+        let result = File::new(req.file, self.cache.clone()).read_at(&mut req.buf, req.offset);
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
-        self.recycle(req.pins, req.runs);
+        self.recycle(req.pins, req.loads);
     }
 
     /// Ends every load of this queue and drops every pin of its pending requests, so that
@@ -398,32 +426,33 @@ impl Drop for IoQueue {
     }
 }
 
+/// Where a request's loads go: the queue's ring, the queue's count of reads in flight there,
+/// and the request's slot (which tags them).
+struct Loader<'a> {
+    ring: &'a mut dyn EngineQueue,
+    in_flight: &'a mut usize,
+    slot: usize,
+}
+
 enum Attempt {
     Copied(usize),
     NotYet,
     Failed(Error),
 }
 
-/// One try at finishing `req` (request `slot`). Under its range lock (taken with `try_read`,
-/// so never waiting): pins every page its range needs, claims loads of the missing ones
-/// (started on `ring` in runs), and if every page is then valid, copies them out.
+/// One try at finishing `req`. Under its range lock (taken with `try_read`, so never
+/// waiting): pins every page its range needs, claims loads of the missing ones (started on
+/// `to` in runs), and if every page is then valid, copies them out.
 ///
 /// Taking the range lock first keeps `set_len` and writers out while pages are looked up
 /// and loads claimed, so a load never brings back bytes a shrink is about to cut off.
 /// Whatever stops the request, it keeps only the pins of its own loads in flight: a pin on
 /// another thread's load would stall that thread if the load failed (it waits for every pin
 /// to go before it frees the frame), and other pins would stall `set_len` and removal.
-fn attempt(
-    cache: &CacheInner,
-    req: &mut Request,
-    ring: &mut dyn EngineQueue,
-    slot: usize,
-    loads: &mut usize,
-    scratch: &mut Scratch,
-) -> Attempt {
+fn attempt(cache: &CacheInner, req: &mut Request, to: &mut Loader<'_>, scratch: &mut Scratch) -> Attempt {
     let ps = cache.config.page_size as u64;
     let want_end = req.offset + req.buf.len() as u64;
-    let file = req.file.inner().clone();
+    let file = &*req.file;
     let outcome = (|| {
         let Some(_range) = file.range.try_read(req.offset, want_end) else { return Attempt::NotYet };
         if let Err(e) = file.check_live() {
@@ -440,33 +469,29 @@ fn attempt(
             let pages = first..=(want_end - 1) / ps;
             req.pins.extend(pages.map(|page| PagePin { page, id: FrameId::MAX, loading: false }));
         }
-        let Scratch { missing, claimed, fresh } = scratch;
-        missing.clear();
+        scratch.missing.clear();
         let mut waiting = false;
         for page in first..=(end - 1) / ps {
-            match ensure_pin(cache, req, (page - first) as usize) {
+            match ensure_pin(cache, file, &mut req.pins[(page - first) as usize]) {
                 Pinned::Have => {}
-                Pinned::Missing => missing.push(page),
+                Pinned::Missing => scratch.missing.push(page),
                 Pinned::Elsewhere => waiting = true,
             }
         }
         // Claimed together, so their frames come in order (`cache/batch.rs`).
-        claimed.clear();
-        let failed = cache.claim_missing(&file, missing.iter().copied(), claimed).err();
-        fresh.clear();
-        for &(page, id) in claimed.iter() {
-            let k = (page - first) as usize;
-            req.pins[k] = PagePin { page, id, loading: true };
-            fresh.push(k);
+        scratch.claimed.clear();
+        let failed = cache.claim_missing(file, scratch.missing.iter().copied(), &mut scratch.claimed).err();
+        for &(page, id) in &scratch.claimed {
+            req.pins[(page - first) as usize] = PagePin { page, id, loading: true };
         }
         // A page another thread published meanwhile is its to load: come back for it.
-        waiting |= claimed.len() < missing.len();
+        waiting |= scratch.claimed.len() < scratch.missing.len();
         // The loads claimed go out even if a later page failed.
-        start_loads(cache, req, ring, slot, loads, fresh);
+        start_loads(cache, file, first, &mut req.loads, to, scratch);
         if let Some(e) = failed {
             return Attempt::Failed(e);
         }
-        if waiting || req.loads > 0 {
+        if waiting || req.loads.count > 0 {
             return Attempt::NotYet;
         }
         let mut pos = req.offset;
@@ -510,12 +535,10 @@ enum Pinned {
     Elsewhere,
 }
 
-/// Makes sure `req` holds a usable pin on its `k`th page if the page has a frame: keeps its
-/// own load or a valid current frame, drops anything else, and pins the page's frame.
-/// Called with the range lock held.
-fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Pinned {
-    let file = req.file.inner();
-    let p = &mut req.pins[k];
+/// Makes sure a request holds a usable pin `p` on its page of `file` if the page has a
+/// frame: keeps its own load or a valid current frame, drops anything else, and pins the
+/// page's frame. Called with the range lock held.
+fn ensure_pin(cache: &CacheInner, file: &FileInner, p: &mut PagePin) -> Pinned {
     let page = p.page;
     // A pinned frame the copy may use: valid, and still the page's frame in the index.
     let current = |id| cache.readiness(id) == Readiness::Valid && file.index.peek(page) == Some(id);
@@ -535,34 +558,40 @@ fn ensure_pin(cache: &CacheInner, req: &mut Request, k: usize) -> Pinned {
     Pinned::Have
 }
 
-/// Queues the claimed loads `fresh` (indices in `req.pins`, ascending by page) on `ring`,
-/// one vectored read per run of pages back to back in a backing file.
+/// Queues the loads in `scratch.claimed` (pages from `first` on, ascending, with their
+/// frames) on `to`, one vectored read per run of pages back to back in a backing file.
 fn start_loads(
     cache: &CacheInner,
-    req: &mut Request,
-    ring: &mut dyn EngineQueue,
-    slot: usize,
-    loads: &mut usize,
-    fresh: &[usize],
+    file: &FileInner,
+    first: u64,
+    req: &mut Loads,
+    to: &mut Loader<'_>,
+    scratch: &mut Scratch,
 ) {
-    if fresh.is_empty() {
+    let Scratch { claimed, runs, ptrs, .. } = scratch;
+    if claimed.is_empty() {
         return;
     }
-    let file = req.file.inner().clone();
-    let mut ptrs = Vec::new();
-    for run in cache.runs_of(&file, fresh.iter().map(|&k| (req.pins[k].page, req.pins[k].id))) {
-        let members: Vec<usize> = fresh[run.members].to_vec();
-        cache.frame_ptrs(members.iter().map(|&k| req.pins[k].id), &mut ptrs);
-        let bufs = &ptrs[..];
-        let tag = (slot as u64) << 32 | req.runs.len() as u64;
-        req.runs.push((members, run.dev, Some(std::time::Instant::now())));
-        req.loads += 1;
-        *loads += 1;
+    runs.clear();
+    cache.runs_of(file, claimed, runs);
+    let queued = Some(Instant::now());
+    for run in runs.drain(..) {
+        let members = &claimed[run.members];
+        let at = req.members.len();
+        req.members.extend(members.iter().map(|&(page, _)| (page - first) as usize));
+        cache.frame_ptrs(members.iter().map(|&(_, id)| id), &mut ptrs.0);
+        let tag = (to.slot as u64) << 32 | req.runs.len() as u64;
+        req.runs.push((at..req.members.len(), run.dev, queued));
+        req.count += 1;
+        *to.in_flight += 1;
         // SAFETY: every frame is pinned, LOCKED and fresh: nobody else touches its bytes
         // until we end the load, which is after the ring reports this read (the queue drains
         // its ring before it drops).
-        unsafe { ring.push_read(&file.backing[run.dev], run.offset, bufs, cache.config.page_size, tag) };
+        unsafe {
+            to.ring.push_read(&file.backing[run.dev], run.offset, &ptrs.0, cache.config.page_size, tag)
+        };
     }
+    ptrs.0.clear();
 }
 
 /// Drops the pins in `pins` that are still held.

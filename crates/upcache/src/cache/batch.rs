@@ -44,49 +44,45 @@ pub(crate) fn page_share(n: usize, i: usize, ps: usize) -> usize {
 /// `limits.segments` memory segments, where a page starts a new segment unless
 /// `contiguous(previous frame, its frame)`. A stretch over the limits is cut into nearly equal
 /// runs, not into full ones and a short remainder: a device then gets requests of one size.
+/// Appends to `out` and allocates nothing else: an asynchronous read calls it per request.
 pub(crate) fn runs(
     layout: &StripeLayout,
     limits: RequestLimits,
-    pages: impl IntoIterator<Item = (u64, FrameId)>,
+    pages: &[(u64, FrameId)],
     contiguous: impl Fn(FrameId, FrameId) -> bool,
-) -> Vec<Run> {
+    out: &mut Vec<Run>,
+) {
     let max_pages = limits.pages.clamp(1, MAX_RUN_PAGES);
     let max_segments = limits.segments.max(1);
-    // Stretches of pages back to back on a device; per member, whether it starts a segment.
-    let mut stretches: Vec<(u64, Range<usize>)> = Vec::new();
-    let mut new_segment: Vec<bool> = Vec::new();
-    let mut prev: Option<(u64, FrameId)> = None;
-    for (i, (page, id)) in pages.into_iter().enumerate() {
-        let extends = prev.is_some_and(|(p, _)| layout.next_on_device(p) == Some(page));
-        match stretches.last_mut() {
-            Some((_, r)) if extends => r.end = i + 1,
-            _ => stretches.push((page, i..i + 1)),
-        }
-        new_segment.push(!extends || !prev.is_some_and(|(_, f)| contiguous(f, id)));
-        prev = Some((page, id));
-    }
     let ps = layout.page_size();
-    let mut runs = Vec::with_capacity(stretches.len());
-    for (first_page, r) in stretches {
-        let (dev, offset) = layout.locate(first_page);
+    // Whether the `i`th page, not the first of its stretch, starts a memory segment.
+    let new_segment = |i: usize| !contiguous(pages[i - 1].1, pages[i].1);
+    let mut s = 0;
+    while s < pages.len() {
+        // The stretch `s..e`: pages back to back on one device.
+        let mut e = s + 1;
+        while e < pages.len() && layout.next_on_device(pages[e - 1].0) == Some(pages[e].0) {
+            e += 1;
+        }
+        let (dev, offset) = layout.locate(pages[s].0);
         // Even shares of the pages and of the segments, each within its limit.
-        let segments = new_segment[r.clone()].iter().filter(|&&s| s).count();
+        let segments = 1 + (s + 1..e).filter(|&i| new_segment(i)).count();
         let even = |n: usize, max: usize| n.div_ceil(n.div_ceil(max).max(1)).max(1);
-        let (page_share, segment_share) = (even(r.len(), max_pages), even(segments, max_segments));
-        let mut start = r.start;
+        let (page_share, segment_share) = (even(e - s, max_pages), even(segments, max_segments));
+        let mut start = s;
         let mut segs = 0;
-        for i in r.clone() {
-            let seg = usize::from(new_segment[i] || i == start);
+        for i in s..e {
+            let seg = usize::from(i == start || new_segment(i));
             if i > start && (i - start == page_share || segs + seg > segment_share) {
-                runs.push(Run { dev, offset: offset + (start - r.start) as u64 * ps, members: start..i });
+                out.push(Run { dev, offset: offset + (start - s) as u64 * ps, members: start..i });
                 (start, segs) = (i, 1);
             } else {
                 segs += seg;
             }
         }
-        runs.push(Run { dev, offset: offset + (start - r.start) as u64 * ps, members: start..r.end });
+        out.push(Run { dev, offset: offset + (start - s) as u64 * ps, members: start..e });
+        s = e;
     }
-    runs
 }
 
 /// What becomes of a loaded page's pin when its load ends.
@@ -130,15 +126,15 @@ impl CacheInner {
 
     /// [`runs`] with this cache's layout and request limits: frames side by side in the arena
     /// and in one aligned `segment_block` are taken as one memory segment.
-    pub(crate) fn runs_of(
-        &self,
-        file: &FileInner,
-        pages: impl IntoIterator<Item = (u64, FrameId)>,
-    ) -> Vec<Run> {
+    pub(crate) fn runs_of(&self, file: &FileInner, pages: &[(u64, FrameId)], out: &mut Vec<Run>) {
         let block = self.segment_block;
-        runs(&file.layout, self.limits, pages, |a, b| {
-            b == a + 1 && self.frames.ptr(b) as usize & (block - 1) != 0
-        })
+        runs(
+            &file.layout,
+            self.limits,
+            pages,
+            |a, b| b == a + 1 && self.frames.ptr(b) as usize & (block - 1) != 0,
+            out,
+        )
     }
 
     /// Claims each page of `pages` (ascending) that has no frame (valid or loading) as a
@@ -228,7 +224,8 @@ impl CacheInner {
             return Ok(());
         }
         let ps = self.frames.page_size();
-        let runs = self.runs_of(file, claimed.pages.iter().copied());
+        let mut runs = Vec::new();
+        self.runs_of(file, &claimed.pages, &mut runs);
         let mut slices: Vec<Vec<IoSliceMut<'_>>> = runs
             .iter()
             .map(|r| {
@@ -278,9 +275,21 @@ mod tests {
         RequestLimits { pages, segments, segment_bytes: usize::MAX }
     }
 
+    /// `runs` of `pages`, each in frame `frame(page)`, joined where `joined` says.
+    fn runs_of(
+        l: &StripeLayout,
+        lim: RequestLimits,
+        pages: impl IntoIterator<Item = (u64, FrameId)>,
+        joined: impl Fn(FrameId, FrameId) -> bool,
+    ) -> Vec<Run> {
+        let (pages, mut out): (Vec<_>, _) = (pages.into_iter().collect(), Vec::new());
+        runs(l, lim, &pages, joined, &mut out);
+        out
+    }
+
     /// `runs` over `pages` in frames that never join (a segment each).
     fn scattered(l: &StripeLayout, lim: RequestLimits, pages: impl IntoIterator<Item = u64>) -> Vec<Run> {
-        runs(l, lim, pages.into_iter().map(|p| (p, 0)), |_, _| false)
+        runs_of(l, lim, pages.into_iter().map(|p| (p, 0)), |_, _| false)
     }
 
     #[test]
@@ -317,23 +326,23 @@ mod tests {
         // 512 frames a huge page.
         let joined = |a: FrameId, b: FrameId| b == a + 1 && b & 511 != 0;
         // 1024 pages in frames 100..1124: three segments (breaks at 512 and 1024), one run.
-        let r = runs(&l, limits(1024, 254), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
+        let r = runs_of(&l, limits(1024, 254), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].members, 0..1024);
         // Two segments a run: cut where the third starts (1024 - 100).
-        let r = runs(&l, limits(1024, 2), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
+        let r = runs_of(&l, limits(1024, 2), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
         let got: Vec<_> = r.iter().map(|r| r.members.clone()).collect();
         assert_eq!(got, vec![0..924, 924..1024]);
         // One segment a run: cut at each break (412 = 512 - 100).
-        let r = runs(&l, limits(1024, 1), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
+        let r = runs_of(&l, limits(1024, 1), (0..1024).map(|p| (p, 100 + p as FrameId)), joined);
         let got: Vec<_> = r.iter().map(|r| r.members.clone()).collect();
         assert_eq!(got, vec![0..412, 412..924, 924..1024]);
         // Scattered frames: 254 segments a run at most, cut evenly.
-        let r = runs(&l, limits(1024, 254), (0..1024).map(|p| (p, 3 * p as FrameId)), joined);
+        let r = runs_of(&l, limits(1024, 254), (0..1024).map(|p| (p, 3 * p as FrameId)), joined);
         let lens: Vec<usize> = r.iter().map(|r| r.members.len()).collect();
         assert_eq!(lens, vec![205, 205, 205, 205, 204]);
         // Pages that are not back to back on the device break a run even in joined frames.
-        let r = runs(&l, limits(1024, 254), [(0, 1), (1, 2), (5, 3)], joined);
+        let r = runs_of(&l, limits(1024, 254), [(0, 1), (1, 2), (5, 3)], joined);
         assert_eq!(r.len(), 2);
     }
 
@@ -356,7 +365,7 @@ mod tests {
                 })
                 .collect();
             let joined = |a: FrameId, b: FrameId| b == a + 1;
-            let r = runs(&l, limits(max_pages, max_segments), items.iter().copied(), joined);
+            let r = runs_of(&l, limits(max_pages, max_segments), items.iter().copied(), joined);
             let mut next = 0;
             for run in &r {
                 proptest::prop_assert_eq!(run.members.start, next);

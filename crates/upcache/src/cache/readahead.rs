@@ -116,8 +116,9 @@ impl CacheInner {
             // An error means no frame to spare: read ahead less.
             let full = self.claim_missing(file, start..chunk_end, &mut claimed).is_err();
             self.metrics.readahead_pages.add(claimed.len() as u64);
-            let mut ptrs = Vec::new();
-            for run in self.runs_of(file, claimed.iter().copied()) {
+            let (mut ptrs, mut runs) = (Vec::new(), Vec::new());
+            self.runs_of(file, &claimed, &mut runs);
+            for run in runs {
                 let pages = claimed[run.members].to_vec();
                 self.frame_ptrs(pages.iter().map(|&(_, id)| id), &mut ptrs);
                 read(ClaimedRun { file: file.clone(), pages, dev: run.dev, offset: run.offset }, &ptrs);
