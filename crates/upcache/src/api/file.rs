@@ -352,11 +352,13 @@ impl File {
         let ps = self.cache.config.page_size as u64;
         let first = offset / ps;
         let pages = (end.div_ceil(ps) - first) as usize;
+        self.cache.balance_dirty(pages);
+        // One epoch pin for the write's three lookups.
+        let _epoch = crate::index::hold_epoch();
         // A hit's two cache misses, the index's leaf and then the frame's descriptor, are
         // started here and after the range lock, so that they overlap the lock and the
         // reservation instead of following them (bench/RESULTS.md, issue 18).
         self.file.index.prefetch(first);
-        self.cache.balance_dirty(pages);
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
         self.cache.prefetch_frame(&self.file, first);

@@ -274,6 +274,8 @@ impl IoQueue {
         self.ring.reap(min, &mut reaped);
         // The time these loads were seen done: read once for all of them.
         let mut now = None;
+        // One epoch pin for ending them all (each marks its pages ready in the index).
+        let _epoch = crate::index::hold_epoch();
         for (tag, read) in reaped.drain(..) {
             if tag == DOORBELL_TAG {
                 self.rang = true;
@@ -329,6 +331,8 @@ impl IoQueue {
             return;
         }
         let cache = &*self.cache;
+        // One epoch pin for the attempt's lookups (probe, claim, eviction's removal).
+        let _epoch = crate::index::hold_epoch();
         let req = self.requests[slot].as_mut().expect("live request");
         let result = match &req.error {
             Some(_) => None,
