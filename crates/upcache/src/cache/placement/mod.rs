@@ -26,6 +26,12 @@ const IDLE_SWEEPS_BEFORE_FULL: u32 = 10_000;
 /// Longest sleep of a miss on one frame under I/O in a full set (`EvictionRetries::wait_for`):
 /// with `IDLE_SWEEPS_BEFORE_FULL`, about 10 s of a set that stays locked before `CacheFull`.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+/// Least time a miss keeps sweeping frames that are all pinned or under I/O before it gives
+/// up with `CacheFull`, however many sweeps that is: pins held for a moment (a load or a
+/// write-back whose thread the scheduler set aside) must not fail a read. Without a frame
+/// to sleep on, 10,000 yielding sweeps can pass in a few milliseconds (the model test's soak
+/// failed so once, a 39-frame page-set cache beside a readahead in flight).
+const STUCK_FOR_BEFORE_FULL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Failed write-backs of dirty victims before a miss gives up with the device's error.
 const FAILED_WRITEBACKS_BEFORE_ERROR: u32 = 8;
 
@@ -92,13 +98,15 @@ pub(crate) fn build(config: &Config, frames: usize, gc: Option<GcProbe>) -> Box<
 pub(crate) struct EvictionRetries {
     idle: u32,
     failed: u32,
+    /// When a miss first had swept `IDLE_SWEEPS_BEFORE_FULL` times in vain.
+    stuck_since: Option<std::time::Instant>,
 }
 
 impl EvictionRetries {
     /// Writes back a dirty victim (and its neighbours) so a later sweep can claim it.
     pub(crate) fn write_back(&mut self, cache: &CacheInner, victim: FrameId) -> Result<()> {
         match cache.write_back_victim(victim) {
-            Ok(true) => self.idle = 0,
+            Ok(true) => (self.idle, self.stuck_since) = (0, None),
             // Someone else is writing it back; let them finish, then sweep again.
             Ok(false) => self.wait(),
             Err(e) => {
@@ -132,7 +140,18 @@ impl EvictionRetries {
         }
     }
 
-    pub(crate) fn give_up_if_stuck(&self, what: impl FnOnce() -> String) -> Result<()> {
+    /// A miss's `CacheFull`, after `IDLE_SWEEPS_BEFORE_FULL` idle sweeps and at least
+    /// `STUCK_FOR_BEFORE_FULL` since; between the two, each sweep sleeps a little instead of
+    /// yielding.
+    pub(crate) fn give_up_if_stuck(&mut self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.idle < IDLE_SWEEPS_BEFORE_FULL {
+            return Ok(());
+        }
+        let since = *self.stuck_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < STUCK_FOR_BEFORE_FULL {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            return Ok(());
+        }
         self.give_up_with(ErrorKind::CacheFull, what)
     }
 
