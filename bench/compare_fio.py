@@ -78,16 +78,17 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     fio_file = os.path.join(a.dir, "fio.dat")
     rt = f"{a.runtime}s"
+    up_dir = os.path.join(a.dir, "up")
     if a.workload == "randread":
         size, cache = a.size or "4g", "32m"
         up_args = ["--engine", "upcache", "--rw", "randread", "--bs", "4k", "--size", size, "--cache", cache,
                    "--devices", "1", "--threads", "1", "--runtime", rt, "--api", "async", "--iodepth", "32",
-                   "--dir", os.path.join(a.dir, "up")]
+                   "--dir", up_dir]
         fio_args = (fio_file, size, "randread", "4k", 32, a.runtime)
     else:
         size, cache = a.size or "1g", "512m"
         up_args = ["--rw", "read", "--bs", "1m", "--size", size, "--cache", cache, "--devices", "1",
-                   "--threads", "1", "--runtime", rt, "--dir", os.path.join(a.dir, "up")]
+                   "--threads", "1", "--runtime", rt, "--dir", up_dir]
         fio_args = (fio_file, size, "read", "1m", 16, a.runtime)
     rows = {"upcache": [], "fio": [], "fio-same-file": [], "kernel-capped": [], "upcache-copy": [], "fio-huge": []}
     for r in range(a.rounds):
@@ -95,7 +96,6 @@ def main():
             # Kept, so that fio then reads upcache's own backing file: the same extents and
             # the same state of the virtual disk's host cache (which sways a device-bound
             # figure more than either reader does).
-            up_dir = os.path.join(a.dir, "up")
             rows["upcache"].append(upcache(up_args + ["--keep"])[0])
             data = max(glob.glob(os.path.join(up_dir, "upcache", "dev0", "*.data")), key=os.path.getsize)
             rows["fio-same-file"].append(fio(data, size, "randread", "4k", 32, a.runtime))
