@@ -229,13 +229,14 @@ fn a_writer_waits_out_readers_across_a_write_back_and_a_late_reader_waits_for_it
 
 // ---- ccXArray (index::radix::tree) ----
 //
-// Under loom a node has 4 slots (BITS = 2): a leaf spans 4 pages, a node of shift 2 spans 16,
-// one of shift 4 spans 64. The first insert makes the smallest root that spans its page.
+// Under loom a node has 4 slots (BITS = 2), and a leaf 4 entry words (`LEAF_BITS = BITS`
+// there; 128 for 64 outside loom, the same protocol): a leaf spans 4 pages, a node of shift 2
+// spans 16, one of shift 4 spans 64. The first insert makes the smallest root that spans its page.
 
 use upcache::internals::index::radix::tree::Tree;
 
 /// Every (page, entry) in page order.
-fn contents(t: &Tree) -> Vec<(u64, u64)> {
+fn contents(t: &Tree) -> Vec<(u64, u32)> {
     let mut v = Vec::new();
     t.for_each_from(0, |p, e| v.push((p, e)));
     v

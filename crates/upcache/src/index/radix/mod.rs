@@ -1,13 +1,14 @@
-//! ccXArray (ScaleCache, seed 000 §3.2): a per-file 64-way radix tree whose lookups are
-//! lock-free and write nothing shared, and whose inserts and deletes are CAS on slots.
+//! ccXArray (ScaleCache, seed 000 §3.2): a per-file 64-way radix tree (128-way leaves) whose
+//! lookups are lock-free and write nothing shared, and whose inserts and deletes are CAS on
+//! slots.
 //!
 //! See [`tree`] for the invariants (the paper's Properties 1-3) and how each operation keeps
 //! them. This module maps page-cache entries onto the tree's leaf words.
 //!
-//! # Leaf entry word
-//! - bits 0-31: the frame id.
-//! - `PRESENT` (bit 32): always set, so an entry for frame 0 is not the empty word.
-//! - `READY` (bit 33): the frame is `VALID` and has been since the entry was made ready, so
+//! # Leaf entry word (32 bits, so a leaf line holds 16 pages' entries)
+//! - bits 0-30: the frame id plus one, so that no entry is the empty word 0. Frame ids are
+//!   below `2^31 - 1`: a cache has at most `u32::MAX / 2` frames (`Config::validate`).
+//! - `READY` (bit 31): the frame is `VALID` and has been since the entry was made ready, so
 //!   a lock-free reader may copy from it ([`PageIndex::read_optimistic`]). Set once by the
 //!   loader after the fill, with Release; the entry is removed before the frame is reused.
 
@@ -20,15 +21,15 @@ use crate::frame::FrameId;
 use crate::sync::{fence, Ordering};
 use tree::Tree;
 
-const PRESENT: u64 = 1 << 32;
-const READY: u64 = 1 << 33;
+const READY: u32 = 1 << 31;
 
-fn encode(frame: FrameId) -> u64 {
-    frame as u64 | PRESENT
+fn encode(frame: FrameId) -> u32 {
+    debug_assert!(frame < READY - 1, "frame {frame} does not fit an entry word");
+    frame + 1
 }
 
-fn frame_of(entry: u64) -> FrameId {
-    entry as FrameId
+fn frame_of(entry: u32) -> FrameId {
+    (entry & !READY) - 1
 }
 
 /// The lock-free ccXArray page index.

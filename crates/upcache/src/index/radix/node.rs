@@ -1,6 +1,7 @@
-//! A ccXArray node: 64 slots and one state word that packs the paper's `count`, `del` and the
-//! terminal `DEAD` mark into a single atomic, so "empty and not in use" and "mark deleted" are
-//! one CAS instead of the paper's three fields and its `ldflag` handshake.
+//! A ccXArray node: 64 child pointers or 128 entry words, and one state word that packs the
+//! paper's `count`, `del` and the terminal `DEAD` mark into a single atomic, so "empty and not
+//! in use" and "mark deleted" are one CAS instead of the paper's three fields and its `ldflag`
+//! handshake.
 //!
 //! # The state word
 //! - bits 0-31, `count`: occupied slots (a leaf) or live children (an inner node), plus one
@@ -11,9 +12,9 @@
 //! - `DEAD` (bit 63): unlinked or about to be; set only by a CAS from exactly `DEL`, never
 //!   cleared. The thread that then removes the node from its parent's slot retires it.
 
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-/// Page bits per level: 64-way nodes as in the kernel's XArray; 4-way under loom so that
+/// Page bits per inner level: 64-way nodes as in the kernel's XArray; 4-way under loom so that
 /// models reach expansion and multi-level deletion with a handful of pages.
 #[cfg(not(loom))]
 pub(super) const BITS: u32 = 6;
@@ -21,6 +22,33 @@ pub(super) const BITS: u32 = 6;
 pub(super) const BITS: u32 = 2;
 pub(super) const FANOUT: usize = 1 << BITS;
 pub(super) const MASK: u64 = FANOUT as u64 - 1;
+
+/// Page bits of a leaf. Its slots are 32-bit entry words, twice as many as an inner node's
+/// pointers in the same bytes, so a leaf spans twice the pages: a lookup in a large file
+/// misses the cache on its leaf's line, and denser leaves keep more of the index in the
+/// cache (bench/RESULTS.md, issue 18). Under loom a leaf spans as many pages as an inner node,
+/// the geometry the models were written for; the protocol does not depend on it.
+#[cfg(not(loom))]
+pub(super) const LEAF_BITS: u32 = BITS + 1;
+#[cfg(loom)]
+pub(super) const LEAF_BITS: u32 = BITS;
+pub(super) const LEAF_FANOUT: usize = 1 << LEAF_BITS;
+const LEAF_MASK: u64 = LEAF_FANOUT as u64 - 1;
+
+/// Page bits spanned by a node of `shift`: the bits below its slots plus its slots' own. A
+/// parent's shift is its child's span.
+pub(super) const fn span(shift: u32) -> u32 {
+    shift + if shift == 0 { LEAF_BITS } else { BITS }
+}
+
+/// The shift of the children of a node of `shift` (an inner node: `shift > 0`).
+pub(super) const fn child_shift(shift: u32) -> u32 {
+    if shift == LEAF_BITS {
+        0
+    } else {
+        shift - BITS
+    }
+}
 
 pub(super) const DEL: u64 = 1 << 62;
 pub(super) const DEAD: u64 = 1 << 63;
@@ -38,8 +66,7 @@ pub(super) enum Reserve {
     Dead,
 }
 
-/// One node. Inner nodes hold child pointers in `slots`; leaves (`shift == 0`) hold entry
-/// words cast to pointers without provenance (never dereferenced).
+/// One node: an inner node's slots are child pointers, a leaf's (`shift == 0`) entry words.
 pub(super) struct Node {
     pub(super) state: AtomicU64,
     /// The parent, or null for the root. Set before the node is published, except for a root
@@ -48,9 +75,83 @@ pub(super) struct Node {
     /// reservation on it across that window, so it cannot empty while it has no parent and be
     /// left live and empty for good.
     pub(super) parent: AtomicPtr<Node>,
-    /// Page bits below this node's slot index: 0 for a leaf.
+    /// Page bits below this node's slot index: 0 for a leaf. Fixed at creation, so it also
+    /// says which of `slots`' two forms the node uses.
     pub(super) shift: u32,
-    pub(super) slots: [AtomicPtr<Node>; FANOUT],
+    slots: Slots,
+}
+
+/// A node's slots, in one of two forms chosen by its shift at creation and never changed.
+#[cfg(not(loom))]
+#[repr(C)]
+union Slots {
+    children: ManuallyDrop<[AtomicPtr<Node>; FANOUT]>,
+    entries: ManuallyDrop<[AtomicU32; LEAF_FANOUT]>,
+}
+
+#[cfg(not(loom))]
+use std::mem::ManuallyDrop;
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    std::mem::size_of::<[AtomicPtr<Node>; FANOUT]>() == std::mem::size_of::<[AtomicU32; LEAF_FANOUT]>(),
+    "a leaf's entry words fill exactly the bytes of an inner node's pointers"
+);
+
+#[cfg(not(loom))]
+impl Slots {
+    fn new(leaf: bool) -> Slots {
+        if leaf {
+            Slots { entries: ManuallyDrop::new(std::array::from_fn(|_| AtomicU32::new(0))) }
+        } else {
+            Slots {
+                children: ManuallyDrop::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))),
+            }
+        }
+    }
+
+    /// # Safety
+    /// The slots were made as children (`Slots::new(false)`).
+    unsafe fn children(&self) -> &[AtomicPtr<Node>; FANOUT] {
+        // SAFETY: per the contract, the field read is the one that was initialized.
+        unsafe { &self.children }
+    }
+
+    /// # Safety
+    /// The slots were made as entries (`Slots::new(true)`).
+    unsafe fn entries(&self) -> &[AtomicU32; LEAF_FANOUT] {
+        // SAFETY: per the contract, the field read is the one that was initialized.
+        unsafe { &self.entries }
+    }
+}
+
+/// Loom's atomics are model objects, not plain memory, so under loom both forms are kept.
+#[cfg(loom)]
+struct Slots {
+    children: [AtomicPtr<Node>; FANOUT],
+    entries: [AtomicU32; LEAF_FANOUT],
+}
+
+#[cfg(loom)]
+impl Slots {
+    fn new(_leaf: bool) -> Slots {
+        Slots {
+            children: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            entries: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// # Safety
+    /// None needed under loom; unsafe to match the union's signature.
+    unsafe fn children(&self) -> &[AtomicPtr<Node>; FANOUT] {
+        &self.children
+    }
+
+    /// # Safety
+    /// As `children`.
+    unsafe fn entries(&self) -> &[AtomicU32; LEAF_FANOUT] {
+        &self.entries
+    }
 }
 
 impl Node {
@@ -60,7 +161,7 @@ impl Node {
             state: AtomicU64::new(count),
             parent: AtomicPtr::new(parent),
             shift,
-            slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            slots: Slots::new(shift == 0),
         };
         match spare::take() {
             Some(mut n) => {
@@ -75,20 +176,56 @@ impl Node {
         self.shift == 0
     }
 
-    /// The slot `page` goes through in this node.
-    pub(super) fn slot(&self, page: u64) -> &AtomicPtr<Node> {
-        self.slot_at(page, self.shift)
+    /// An inner node's child pointers.
+    pub(super) fn children(&self) -> &[AtomicPtr<Node>; FANOUT] {
+        assert!(!self.is_leaf(), "a leaf has no children");
+        // SAFETY: an inner node (`shift > 0`, fixed at creation) made its slots as children.
+        unsafe { self.slots.children() }
     }
 
-    /// As `slot`, with the node's shift given by the caller (who knows it from the parent's).
-    pub(super) fn slot_at(&self, page: u64, shift: u32) -> &AtomicPtr<Node> {
-        let i = if shift >= 64 { 0 } else { (page >> shift) & MASK };
-        &self.slots[i as usize]
+    /// A leaf's entry words.
+    pub(super) fn entries(&self) -> &[AtomicU32; LEAF_FANOUT] {
+        assert!(self.is_leaf(), "an inner node has no entries");
+        // SAFETY: a leaf (`shift == 0`, fixed at creation) made its slots as entries.
+        unsafe { self.slots.entries() }
+    }
+
+    /// The child slot `page` goes through in this inner node.
+    pub(super) fn slot(&self, page: u64) -> &AtomicPtr<Node> {
+        &self.children()[((page >> self.shift) & MASK) as usize]
+    }
+
+    /// As `slot`, with the node's shift given by the caller (who knows it from the parent's):
+    /// the lookup's hot path, which reads no line of the node but the slot's.
+    ///
+    /// # Safety
+    /// `shift` is this node's shift, and is not 0.
+    pub(super) unsafe fn slot_at(&self, page: u64, shift: u32) -> &AtomicPtr<Node> {
+        debug_assert!(shift == self.shift && shift > 0);
+        // SAFETY: by the contract the node is inner, so its slots were made as children.
+        let children = unsafe { self.slots.children() };
+        &children[((page >> shift) & MASK) as usize]
+    }
+
+    /// This leaf's entry word for `page`.
+    pub(super) fn entry(&self, page: u64) -> &AtomicU32 {
+        &self.entries()[(page & LEAF_MASK) as usize]
+    }
+
+    /// As `entry`, for a caller that knows from the walk that this node is a leaf.
+    ///
+    /// # Safety
+    /// The node is a leaf.
+    pub(super) unsafe fn entry_known_leaf(&self, page: u64) -> &AtomicU32 {
+        debug_assert!(self.is_leaf());
+        // SAFETY: by the contract the node is a leaf, so its slots were made as entries.
+        let entries = unsafe { self.slots.entries() };
+        &entries[(page & LEAF_MASK) as usize]
     }
 
     /// Whether this node's subtree spans `page` (as a root: its range starts at page 0).
     pub(super) fn covers(&self, page: u64) -> bool {
-        let span = self.shift + BITS;
+        let span = span(self.shift);
         span >= 64 || page >> span == 0
     }
 

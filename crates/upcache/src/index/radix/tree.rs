@@ -35,10 +35,10 @@
 //! reaps its topmost deleted node. So a file whose pages come and go keeps its nodes instead
 //! of freeing and allocating them, and a file that shrank for good gives them back.
 
-use super::node::{Node, Reserve, BITS, FANOUT};
+use super::node::{child_shift, span, Node, Reserve, BITS, FANOUT};
 use super::reclaim::{self, Graveyard, Guard};
 use crate::frame::prefetch;
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// Bytes of one node.
 pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
@@ -46,7 +46,7 @@ pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
 /// Logically deleted nodes kept for reuse before deletions start freeing them.
 const REUSE_POOL: usize = 64;
 
-/// The tree. Leaf slots hold nonzero `u64` entry words; zero is empty.
+/// The tree. Leaf slots hold nonzero `u32` entry words; zero is empty.
 pub struct Tree {
     head: AtomicPtr<Node>,
     /// Nodes allocated and not yet retired.
@@ -62,27 +62,17 @@ unsafe impl Send for Tree {}
 // SAFETY: as above.
 unsafe impl Sync for Tree {}
 
-fn word(p: *mut Node) -> u64 {
-    p.addr() as u64
-}
-
-fn entry_ptr(w: u64) -> *mut Node {
-    std::ptr::without_provenance_mut(w as usize)
-}
-
-const _: () = assert!(usize::BITS == 64, "leaf entries are 64-bit words stored in pointer slots");
-
 /// A leaf slot found under a guard: the leaf it belongs to and the slot itself.
 pub struct LeafSlot<'g> {
     leaf: &'g Node,
-    slot: &'g AtomicPtr<Node>,
+    slot: &'g AtomicU32,
 }
 
 impl LeafSlot<'_> {
     /// The entry word (0 when empty). Acquire: pairs with the Release CAS that stored it, so
     /// whatever the storer did before (filling a frame) is visible.
-    pub fn load(&self) -> u64 {
-        word(self.slot.load(Ordering::Acquire))
+    pub fn load(&self) -> u32 {
+        self.slot.load(Ordering::Acquire)
     }
 }
 
@@ -135,23 +125,25 @@ impl Tree {
         if !n.covers(page) {
             return None;
         }
-        // A child's shift is its parent's minus BITS (fixed at creation), so below the root
+        // A child's shift follows from its parent's (`child_shift`, fixed at creation), so below the root
         // the walk knows each node's shift without reading it: a lookup touches one line of
         // each node, its slot's, instead of also the header's (half the cache misses of a
         // lookup in a large file, bench/RESULTS.md, issue 18).
         let mut shift = n.shift;
         loop {
-            let slot = n.slot_at(page, shift);
             if shift == 0 {
+                // SAFETY: `shift` is `n`'s (its own, or its parent's child shift), so a leaf.
+                let slot = unsafe { n.entry_known_leaf(page) };
                 return Some(LeafSlot { leaf: n, slot });
             }
-            let c = slot.load(Ordering::Acquire);
+            // SAFETY: `shift` is `n`'s, as above, and not 0.
+            let c = unsafe { n.slot_at(page, shift) }.load(Ordering::Acquire);
             if c.is_null() {
                 return None;
             }
             n = self.node(c, guard);
-            shift -= BITS;
-            debug_assert_eq!(n.shift, shift, "a child's shift is its parent's minus BITS");
+            shift = child_shift(shift);
+            debug_assert_eq!(n.shift, shift, "a child's shift is its parent's child shift");
             if header && shift == 0 {
                 prefetch(&n.state as *const _);
             }
@@ -163,55 +155,49 @@ impl Tree {
     pub fn prefetch_slot(&self, page: u64) {
         let g = self.pin();
         if let Some(s) = self.find(page, &g) {
-            prefetch(s.slot as *const AtomicPtr<Node>);
+            prefetch(s.slot as *const AtomicU32);
         }
     }
 
     /// The entry of `page`, or 0.
-    pub fn get(&self, page: u64) -> u64 {
+    pub fn get(&self, page: u64) -> u32 {
         let g = self.pin();
         self.find(page, &g).map_or(0, |s| s.load())
     }
 
     /// Stores `entry` (nonzero) for `page` unless an entry exists; returns that one then.
-    pub fn insert_if_absent(&self, page: u64, entry: u64) -> Result<(), u64> {
+    pub fn insert_if_absent(&self, page: u64, entry: u32) -> Result<(), u32> {
         debug_assert!(entry != 0);
         let g = self.pin();
         let leaf = self.reserve_leaf(page, &g);
-        let slot = leaf.slot(page);
-        match slot.compare_exchange(
-            std::ptr::null_mut(),
-            entry_ptr(entry),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
+        match leaf.entry(page).compare_exchange(0, entry, Ordering::SeqCst, Ordering::SeqCst) {
             // The reservation becomes the slot's count.
             Ok(_) => Ok(()),
             Err(cur) => {
                 self.debit(leaf, &g);
-                Err(word(cur))
+                Err(cur)
             }
         }
     }
 
     /// Replaces `page`'s entry `old` (nonzero) by `new` (nonzero); false if it was not `old`.
-    pub fn replace(&self, page: u64, old: u64, new: u64) -> bool {
+    pub fn replace(&self, page: u64, old: u32, new: u32) -> bool {
         debug_assert!(old != 0 && new != 0);
         let g = self.pin();
         let Some(s) = self.find(page, &g) else { return false };
-        s.slot.compare_exchange(entry_ptr(old), entry_ptr(new), Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        s.slot.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }
 
     /// Removes `page`'s entry if `pred` accepts it; returns whether it did.
-    pub fn remove_if(&self, page: u64, mut pred: impl FnMut(u64) -> bool) -> bool {
+    pub fn remove_if(&self, page: u64, mut pred: impl FnMut(u32) -> bool) -> bool {
         let g = self.pin();
         let Some(s) = self.find_to_count(page, &g) else { return false };
         let mut cur = s.slot.load(Ordering::SeqCst);
         loop {
-            if cur.is_null() || !pred(word(cur)) {
+            if cur == 0 || !pred(cur) {
                 return false;
             }
-            match s.slot.compare_exchange(cur, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst) {
+            match s.slot.compare_exchange(cur, 0, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
                 Err(now) => cur = now,
             }
@@ -223,7 +209,7 @@ impl Tree {
 
     /// Calls `f(page, entry)` for every entry with `page >= from`, in page order. Entries
     /// added or removed meanwhile may or may not be seen.
-    pub fn for_each_from(&self, from: u64, mut f: impl FnMut(u64, u64)) {
+    pub fn for_each_from(&self, from: u64, mut f: impl FnMut(u64, u32)) {
         let g = self.pin();
         let h = self.head.load(Ordering::Acquire);
         if !h.is_null() {
@@ -231,20 +217,25 @@ impl Tree {
         }
     }
 
-    fn walk(&self, n: &Node, base: u64, from: u64, f: &mut impl FnMut(u64, u64), g: &Guard) {
-        for (i, slot) in n.slots.iter().enumerate() {
+    fn walk(&self, n: &Node, base: u64, from: u64, f: &mut impl FnMut(u64, u32), g: &Guard) {
+        if n.is_leaf() {
+            for (i, slot) in n.entries().iter().enumerate() {
+                let page = base + i as u64;
+                let e = slot.load(Ordering::Acquire);
+                if page >= from && e != 0 {
+                    f(page, e);
+                }
+            }
+            return;
+        }
+        for (i, slot) in n.children().iter().enumerate() {
             let start = base as u128 + ((i as u128) << n.shift);
             let end = start + (1u128 << n.shift);
             if end <= from as u128 || start > u64::MAX as u128 {
                 continue;
             }
             let p = slot.load(Ordering::Acquire);
-            if p.is_null() {
-                continue;
-            }
-            if n.is_leaf() {
-                f(start as u64, word(p));
-            } else {
+            if !p.is_null() {
                 self.walk(self.node(p, g), start as u64, from, f, g);
             }
         }
@@ -261,8 +252,8 @@ impl Tree {
             let h = self.head.load(Ordering::SeqCst);
             if h.is_null() {
                 let mut shift = 0;
-                while shift + BITS < 64 && page >> (shift + BITS) != 0 {
-                    shift += BITS;
+                while span(shift) < 64 && page >> span(shift) != 0 {
+                    shift = span(shift);
                 }
                 let new = Box::into_raw(Node::new(shift, std::ptr::null_mut(), 0));
                 match self.head.compare_exchange(
@@ -289,8 +280,8 @@ impl Tree {
                 continue; // pushed down and deleted meanwhile
             }
             // Expansion: a new root whose slot 0 is the old root, counted as its live child.
-            let new = Node::new(root.shift + BITS, std::ptr::null_mut(), 1);
-            new.slots[0].store(h, Ordering::Relaxed); // Relaxed: published by the CAS below
+            let new = Node::new(span(root.shift), std::ptr::null_mut(), 1);
+            new.children()[0].store(h, Ordering::Relaxed); // Relaxed: published by the CAS below
             let new = Box::into_raw(new);
             match self.head.compare_exchange(h, new, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
@@ -338,7 +329,8 @@ impl Tree {
             if cur.is_null() {
                 // Winner strategy: credit the parent for the child first (we hold it, so it is
                 // live), then race to install; a loser takes the credit back and frees its node.
-                let new = Box::into_raw(Node::new(node.shift - BITS, node as *const Node as *mut Node, 1));
+                let new =
+                    Box::into_raw(Node::new(child_shift(node.shift), node as *const Node as *mut Node, 1));
                 node.credit();
                 match slot.compare_exchange(std::ptr::null_mut(), new, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(_) => {
@@ -407,7 +399,7 @@ impl Tree {
         if !n.try_mark_dead() {
             return;
         }
-        let slot = parent.slots.iter().find(|s| std::ptr::eq(s.load(Ordering::SeqCst), n));
+        let slot = parent.children().iter().find(|s| std::ptr::eq(s.load(Ordering::SeqCst), n));
         if let Some(slot) = slot {
             self.unlink(parent, slot, n as *const Node as *mut Node, g);
         }
@@ -431,7 +423,7 @@ impl Tree {
     fn retire_subtree(&self, p: *mut Node, freed: &mut usize, deleted: &mut usize, g: &Guard) {
         let n = self.node(p, g);
         if !n.is_leaf() {
-            for slot in &n.slots {
+            for slot in n.children() {
                 let c = slot.load(Ordering::SeqCst);
                 // Take each child out by CAS, so a thread unlinking it concurrently (it saw it
                 // dead) and we never both retire it.
@@ -480,13 +472,14 @@ fn check_node(n: &Node, g: &Guard, t: &Tree) -> bool {
     use super::node::{DEAD, DEL};
     let st = n.state.load(Ordering::SeqCst);
     let mut live = 0;
-    for s in &n.slots {
-        let p = s.load(Ordering::SeqCst);
-        if p.is_null() {
-            continue;
-        }
-        if n.is_leaf() || check_node(t.node(p, g), g, t) {
-            live += 1;
+    if n.is_leaf() {
+        live = n.entries().iter().filter(|e| e.load(Ordering::SeqCst) != 0).count() as u64;
+    } else {
+        for s in n.children() {
+            let p = s.load(Ordering::SeqCst);
+            if !p.is_null() && check_node(t.node(p, g), g, t) {
+                live += 1;
+            }
         }
     }
     if st & (DEL | DEAD) != 0 {
@@ -502,10 +495,10 @@ impl Drop for Tree {
     fn drop(&mut self) {
         fn free(p: *mut Node) {
             // SAFETY: `&mut self`: no other thread can reach the tree; each node is linked
-            // from exactly one slot (I1), so it is freed once. Leaf slots hold words, not nodes.
+            // from exactly one slot (I1), so it is freed once.
             let n = unsafe { Box::from_raw(p) };
             if !n.is_leaf() {
-                for s in &n.slots {
+                for s in n.children() {
                     let c = s.load(Ordering::Relaxed); // Relaxed: exclusive access
                     if !c.is_null() {
                         free(c);
