@@ -192,7 +192,9 @@ impl Node {
 
     /// The child slot `page` goes through in this inner node.
     pub(super) fn slot(&self, page: u64) -> &AtomicPtr<Node> {
-        &self.children()[((page >> self.shift) & MASK) as usize]
+        assert!(!self.is_leaf(), "a leaf has no children");
+        // SAFETY: the node's own shift, not 0 (asserted).
+        unsafe { self.slot_at(page, self.shift) }
     }
 
     /// As `slot`, with the node's shift given by the caller (who knows it from the parent's):
@@ -209,7 +211,9 @@ impl Node {
 
     /// This leaf's entry word for `page`.
     pub(super) fn entry(&self, page: u64) -> &AtomicU32 {
-        &self.entries()[(page & LEAF_MASK) as usize]
+        assert!(self.is_leaf(), "an inner node has no entries");
+        // SAFETY: a leaf (asserted).
+        unsafe { self.entry_known_leaf(page) }
     }
 
     /// As `entry`, for a caller that knows from the walk that this node is a leaf.

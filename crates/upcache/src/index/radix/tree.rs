@@ -125,10 +125,10 @@ impl Tree {
         if !n.covers(page) {
             return None;
         }
-        // A child's shift follows from its parent's (`child_shift`, fixed at creation), so below the root
-        // the walk knows each node's shift without reading it: a lookup touches one line of
-        // each node, its slot's, instead of also the header's (half the cache misses of a
-        // lookup in a large file, bench/RESULTS.md, issue 18).
+        // A child's shift follows from its parent's (`child_shift`, fixed at creation), so
+        // below the root the walk knows each node's shift without reading it: a lookup touches
+        // one line of each node, its slot's, instead of also the header's (half the cache
+        // misses of a lookup in a large file, bench/RESULTS.md, issue 18).
         let mut shift = n.shift;
         loop {
             if shift == 0 {
