@@ -31,6 +31,13 @@ impl File {
     pub fn name(&self) -> &str {
         both!(self, f => f.name())
     }
+    /// Whether writes go through (a private cache's files always open for writing).
+    pub fn writable(&self) -> bool {
+        match self {
+            File::Private(_) => true,
+            File::Shared(f) => f.writable(),
+        }
+    }
     pub fn len(&self) -> u64 {
         both!(self, f => f.len())
     }
@@ -123,14 +130,16 @@ impl Backend {
     }
 
     /// Caches the OS file at `path` (a `/proc/self/fd/N` of the program's descriptor), named
-    /// `name` in messages.
-    pub fn open(&self, path: &str, name: &str) -> Result<File> {
+    /// `name` in messages; on the shared cache, for writing only if `write` (a writable
+    /// descriptor of the cache's would make an exec of the file fail with ETXTBSY, where the
+    /// program itself only reads it).
+    pub fn open(&self, path: &str, name: &str, write: bool) -> Result<File> {
         match self {
             Backend::Private(c) => c.open_path_as(path, false, name).map(File::Private),
             Backend::Shared(c) => {
                 let p = Path::new(path);
-                match c.open_path_as(p, true, name) {
-                    Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => {
+                match c.open_path_as(p, write, name) {
+                    Err(e) if write && e.kind() == upcache::ErrorKind::PermissionDenied => {
                         c.open_path_as(p, false, name)
                     }
                     r => r,

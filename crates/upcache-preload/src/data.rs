@@ -172,6 +172,34 @@ fn write_limited(file: &File, bufs: &[&[u8]], at: u64) -> Result<usize, i32> {
     write_bufs(file, bufs, at)
 }
 
+/// Writes `bufs` at the end of the file as one step against every other appender: on the
+/// shared cache in any process (the end found and the bytes written under the file's lock,
+/// `SharedFile::append_within`), on a private cache in this one (`appending`). Where it wrote,
+/// and how many bytes.
+fn append_at_end(file: &File, bufs: &[&[u8]], appending: &std::sync::Mutex<()>) -> Result<(u64, usize), i32> {
+    let File::Shared(shared) = file else {
+        let _end = appending.lock().unwrap_or_else(|p| p.into_inner());
+        // The end as the kernel knows it, another process's appends included.
+        let end = file.refresh_len().map_err(|e| errno::of(&e))?;
+        return Ok((end, write_limited(file, bufs, end)?));
+    };
+    // One buffer, so that the whole of a writev lands in one step, as the kernel's does.
+    let joined;
+    let buf = match bufs {
+        [] => &[][..],
+        [one] => *one,
+        many => {
+            joined = many.concat();
+            &joined[..]
+        }
+    };
+    match shared.append_within(buf, size_limit().unwrap_or(u64::MAX)) {
+        Ok(Some(at)) => Ok(at),
+        Ok(None) => Err(past_size_limit()),
+        Err(e) => Err(errno::of(&e)),
+    }
+}
+
 /// `append`: at the end of the file whatever `at` says (O_APPEND, RWF_APPEND), then moves the
 /// kernel's offset past what it wrote.
 fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: bool) -> Result<usize, i32> {
@@ -187,10 +215,7 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
     let n = match (at, append) {
         (_, true) => {
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
-            let _end = desc.shared.append.lock().unwrap_or_else(|p| p.into_inner());
-            // The end as the kernel knows it, another process's appends included.
-            let end = file.refresh_len().map_err(|e| errno::of(&e))?;
-            let n = write_limited(file, bufs, end)?;
+            let (end, n) = append_at_end(file, bufs, &desc.shared.append)?;
             // As the kernel: an append that wrote nothing leaves the offset where it was.
             if let (At::Current(fd), true) = (at, n > 0) {
                 seek_to(fd, end + n as u64)?;
@@ -437,7 +462,12 @@ fn truncate_cached(path: *const c_char, len: i64, truncated: c_int) -> c_int {
     shielded(|| {
         let Some(st) = crate::os::path_stat(path) else { return 0 };
         match shim.lookup((st.st_dev, st.st_ino)) {
-            Some(shared) => status(shared.file().set_len(len as u64)),
+            // Cached for reading only, it is written now: libc could truncate it by its path.
+            Some(shared) => {
+                // SAFETY: the caller's C string, which libc's truncate just took.
+                let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy();
+                status(shared.make_writable_at(&path).and_then(|()| shared.file().set_len(len as u64)))
+            }
             None => 0,
         }
     })

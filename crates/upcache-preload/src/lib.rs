@@ -52,8 +52,17 @@
 //! - the file system's largest file and RLIMIT_FSIZE fail the write that crosses them (EFBIG);
 //!   a full file system fails the write that does not fit (ENOSPC, or a short count), since
 //!   the cache reserves space as a write extends a file (`io/reserve.rs`);
-//! - a forked child starts without a cache: inherited descriptors go to libc, new opens make
-//!   the child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
+//! - a forked child of a process on the shared cache serves the cached descriptors it
+//!   inherited (close-on-exec ones; inheritable ones are demoted before the fork) through the
+//!   same cache as a client of its own, from its first use of one (`Shim::take_over`); on a
+//!   private cache it starts without one: inherited descriptors go to libc, new opens make the
+//!   child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
+//! - the program's POSIX record locks (`fcntl`, `lockf`) are never dropped by the cache's own
+//!   descriptors: those of a file the program locked are closed only when the program closes
+//!   one of its own (`locks.rs`, `upcache::shared::note_lock`); a file read only is cached
+//!   through a read-only descriptor (an exec of it would fail with ETXTBSY otherwise);
+//! - an O_APPEND write finds the end and writes in one step against every appender in any
+//!   process (on the shared cache; within the process on a private one);
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
 //! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
 //!   passes everything through.
@@ -64,7 +73,7 @@
 //! until every process has closed the file: the next open compares size and mtime); with a
 //! private cache SIGKILL and the OOM killer lose what is not written back yet (the shared
 //! cache keeps it, and its service writes it back through a descriptor the writer lent it);
-//! a forked child demotes inherited files as with a private cache, though it could share them; the `__xstat` family of binaries built for glibc < 2.33 reports the OS
+//! the `__xstat` family of binaries built for glibc < 2.33 reports the OS
 //! size; the execl family and `dprintf` are interposed only on x86-64. Nor are the raw system
 //! calls of statically linked programs, which load no shim. `open` and `fcntl` are declared
 //! with fixed arguments, correct on the x86-64 and aarch64 Linux ABIs only (other targets do
@@ -79,7 +88,7 @@
 //! Modules, from the leaves up (no file imports one above it; `tests/imports.rs` checks that
 //! no circle forms): `real`, `errno`, `guard`, `settings`, `retain`, `stdio`, `table`
 //! (generic), `os`, `limits`, `signals` (knows the running shim's `Rescue`, not the shim);
-//! `shim` (state, start, fork and exit); `open`, `meta`, `namespace`; `data`; `copy`;
+//! `shim` (state, start, fork and exit); `locks`; `open`, `meta`, `namespace`; `data`; `copy`;
 //! `bypass`; `process`.
 //!
 //! Unsafe code: the workspace denies `unsafe_op_in_unsafe_fn` and
@@ -99,6 +108,7 @@ mod data;
 mod errno;
 mod guard;
 mod limits;
+mod locks;
 mod meta;
 mod namespace;
 mod open;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 /// The cached file open on `fd`, with this thread inside the shim; None: pass through.
 pub(crate) fn cached(fd: c_int) -> Option<(&'static Shim, Arc<Description>, Inside)> {
     let inside = guard::enter()?;
-    let shim = shim::current()?;
+    let shim = shim::current().or_else(|| shim::start_for_inherited(fd))?;
     let desc = shim.table.get(fd)?;
     if desc.shared.file().bypassed() {
         // Another process stopped caching the file (a demotion of its own): so does this one,
@@ -75,7 +75,10 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
         shim.counters.demoted_opens.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
         return fd;
     }
-    let shared = match shim.shared(key, fd, &path) {
+    let access = flags & libc::O_ACCMODE;
+    // (O_TRUNC truncates whatever the access mode, and the cached copy must follow.)
+    let write = access != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let shared = match shim.shared(key, fd, &path, write) {
         Ok(Some(s)) => s,
         Ok(None) => {
             // Demoted: libc's, as its other descriptors, streams or mappings may be about.
@@ -95,7 +98,6 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
             return fd;
         }
     };
-    let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
     // Linux truncates on O_TRUNC whatever the access mode (O_RDONLY | O_TRUNC included), so
     // libc's open just did: the cached copy must follow.
@@ -175,6 +177,7 @@ adopted! {
 /// not forgotten instead); the last close of a file reports its write-back error.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    crate::locks::before_close(fd);
     let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
     // SAFETY: no memory arguments.
     let closed = unsafe { real::close()(fd) };
@@ -203,7 +206,7 @@ fn copied(old: c_int, new: c_int) -> c_int {
         return new;
     }
     let Some(_inside) = guard::enter() else { return new };
-    let Some(shim) = shim::current() else { return new };
+    let Some(shim) = shim::current().or_else(|| shim::start_for_inherited(old)) else { return new };
     // Relaxed: as in `Shim::demote`.
     let mut copy = shim.table.get(old).filter(|d| !d.shared.demoted.load(Ordering::Relaxed));
     if let Some(desc) = copy.as_ref().filter(|_| crate::stdio::wraps(new)) {
@@ -264,6 +267,7 @@ twins! {
     /// fcntl(2). The third argument is variadic in C (an int or a pointer); it is taken as a
     /// word, where both ABIs put either, and passed on as one.
     fn fcntl, fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int = |real| {
+        crate::locks::before_fcntl(fd, cmd, arg);
         // SAFETY: the caller's argument, an int or a pointer that `cmd` says is valid, passed
         // on.
         after_fcntl(fd, cmd, arg, unsafe { real(fd, cmd, arg) })
@@ -317,6 +321,7 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
 pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
     // SAFETY: the caller's stream, live until the fclose below.
     let fd = if stream.is_null() { -1 } else { unsafe { libc::fileno(stream) } };
+    crate::locks::before_close(fd);
     let taken = guard::enter().and_then(|inside| Some((shim::current()?.table.set(fd, None)?, inside)));
     // SAFETY: the caller's stream, passed on.
     let closed = unsafe { real::fclose()(stream) };

@@ -105,6 +105,8 @@ real! {
     dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
     fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     fcntl64: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+    lockf: unsafe extern "C" fn(c_int, c_int, off_t) -> c_int;
+    lockf64: unsafe extern "C" fn(c_int, c_int, off64_t) -> c_int;
     read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
     write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
     pread: unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;

@@ -23,6 +23,9 @@ use upcache::{Cache, Config};
 /// A cached OS file, shared by every descriptor of it; the last one to go closes it.
 pub(crate) struct Shared {
     file: Option<File>,
+    /// The file opened again for writing: it was first cached for read-only descriptors, and
+    /// then a writable one came (`Shim::shared`). Serves every descriptor from then on.
+    writer: std::sync::OnceLock<File>,
     key: (u64, u64),
     shim: &'static Shim,
     /// Serializes O_APPEND writes, which must find the end and write there as one step.
@@ -34,11 +37,44 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn new(file: File, key: (u64, u64), shim: &'static Shim) -> Shared {
-        Shared { file: Some(file), key, shim, append: Mutex::new(()), demoted: AtomicBool::new(false) }
+        Shared {
+            file: Some(file),
+            writer: std::sync::OnceLock::new(),
+            key,
+            shim,
+            append: Mutex::new(()),
+            demoted: AtomicBool::new(false),
+        }
     }
 
     pub fn file(&self) -> &File {
-        self.file.as_ref().expect("taken only on drop or last close")
+        match self.writer.get() {
+            Some(w) => w,
+            None => self.file.as_ref().expect("taken only on drop or last close"),
+        }
+    }
+
+    /// Makes the file writable for a writable descriptor `fd` of it, if it is not: opened
+    /// again for writing.
+    fn make_writable(&self, fd: i32) -> upcache::Result<()> {
+        self.make_writable_at(&format!("/proc/self/fd/{fd}"))
+    }
+
+    /// As `make_writable`, opening `path` (the file's).
+    pub fn make_writable_at(&self, path: &str) -> upcache::Result<()> {
+        if self.file().writable() {
+            return Ok(());
+        }
+        let writer = self.shim.cache.open(path, self.file().name(), true)?;
+        if let Err(extra) = self.writer.set(writer) {
+            let _ = self.shim.cache.close(extra); // another thread's came first
+        }
+        Ok(())
+    }
+
+    /// The file's (device, inode).
+    pub fn key(&self) -> (u64, u64) {
+        self.key
     }
 
     /// Stops caching the file: writes it back and keeps it for a later open (`retain.rs`),
@@ -52,7 +88,15 @@ impl Shared {
         // would wait for the files map, which an open of this file holds while it waits for
         // this close.
         let _inside = crate::guard::enter();
-        let file = self.file.take().expect("closed once");
+        let reader = self.file.take().expect("closed once");
+        // The writer, if any, is the file's: the read-only open only counts an open.
+        let file = match self.writer.take() {
+            Some(writer) => {
+                let _ = self.shim.cache.close(reader);
+                writer
+            }
+            None => reader,
+        };
         let shim = self.shim;
         // Relaxed: set before the table entries went; this is the last reference.
         let closed = if shim.cache.is_shared() {
@@ -174,12 +218,44 @@ static START: Mutex<()> = Mutex::new(());
 /// set with the descriptors. Held across fork, as START.
 static DEMOTED: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
 
-/// Demotes every regular file under `prefix` that a descriptor other than `except` has open.
-fn demote_open_files(prefix: &Path, except: i32) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+/// The shim of the process this one was forked from, if it cached files in the shared cache:
+/// the child serves the descriptors it inherited through the same cache, as its own client,
+/// once it first uses one (`Shim::take_over`). Its table is only read (lock-free loads), never
+/// its locks, which another of the parent's threads may have held at the fork.
+static PARENT: AtomicPtr<Shim> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The descriptors of a forked child that its parent's shim cached, and may still be the same
+/// files (each is checked again when taken over); empty in any other process.
+fn inherited() -> Vec<(i32, Arc<Description>)> {
+    // Acquire: pairs with the Release in `after_fork_child`.
+    let parent = PARENT.load(Ordering::Acquire);
+    // SAFETY: a leaked `Shim`, never freed.
+    let Some(parent) = (unsafe { parent.as_ref() }) else { return Vec::new() };
+    // Relaxed: as in `Shim::demote` (a demoted file is libc's in the child too: `DEMOTED`).
+    parent.table.all().into_iter().filter(|(_, d)| !d.shared.demoted.load(Ordering::Relaxed)).collect()
+}
+
+/// In a forked child, the shim started for `fd`, a descriptor its parent's shim cached; None in
+/// any other case.
+pub(crate) fn start_for_inherited(fd: i32) -> Option<&'static Shim> {
+    // Relaxed: a hint; `inherited` loads it again.
+    if PARENT.load(Ordering::Relaxed).is_null() || !inherited().iter().any(|(f, _)| *f == fd) {
+        return None;
+    }
+    // Acquire: as in `for_path`.
+    // SAFETY: non-null only once made, and never freed.
+    let settings: &'static Settings = unsafe { SETTINGS.load(Ordering::Acquire).as_ref() }?;
+    current().or_else(|| start(settings, -1))
+}
+
+/// Demotes every regular file under `prefix` that a descriptor other than `except` and those
+/// in `keep` has open; returns the descriptors and keys.
+fn demote_open_files(prefix: &Path, except: i32, keep: &[i32]) -> Vec<(i32, (u64, u64))> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return found };
     for entry in dir.flatten() {
         let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        if fd == except {
+        if fd == except || keep.contains(&fd) {
             continue;
         }
         let Ok(path) = std::fs::read_link(entry.path()) else { continue };
@@ -188,8 +264,10 @@ fn demote_open_files(prefix: &Path, except: i32) {
         }
         if let Some(st) = crate::os::fd_stat(fd).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) {
             mark_demoted((st.st_dev, st.st_ino));
+            found.push((fd, (st.st_dev, st.st_ino)));
         }
     }
+    found
 }
 
 /// Records that the file (device, inode) is libc's for good.
@@ -305,8 +383,13 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
         return None;
     }
     // Descriptors of files under the prefix open already were opened by libc (inherited
-    // across an exec, or before the shim could see them): those files are libc's.
-    demote_open_files(&settings.prefix, adopting);
+    // across an exec, or before the shim could see them): those files are libc's. Those a
+    // forked child inherited from a shim on the shared cache are taken over instead.
+    // Acquire: pairs with the Release in `after_fork_child`.
+    let taking = inherited();
+    PARENT.store(std::ptr::null_mut(), Ordering::Release); // taken over once
+    let keep: Vec<i32> = taking.iter().map(|(fd, _)| *fd).collect();
+    let libcs = demote_open_files(&settings.prefix, adopting, &keep);
     // The cache's threads and the rescuer start with every signal blocked: fatal signals go
     // to the program's threads, whose handler waits for the rescuer (`signals.rs`).
     let made = crate::signals::with_signals_blocked(|| {
@@ -331,6 +414,8 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
             SHIM.store(shim as *const Shim as *mut Shim, Ordering::Release); // Release: made
             hook();
             crate::signals::install(rescue);
+            shim.bypass_libcs(&libcs);
+            shim.take_over(taking);
             Some(shim)
         }
         Err(msg) => {
@@ -393,13 +478,19 @@ impl Shim {
         key: (u64, u64),
         fd: i32,
         path: &Path,
+        writable: bool,
     ) -> upcache::Result<Option<Arc<Shared>>> {
         let mut files = lock(&self.files);
         while let Some(w) = files.get(&key) {
             match w.upgrade() {
                 // Relaxed: a demotion sets it before it writes back; a miss here is a race
                 // with it, as any open racing an fdopen of the file.
-                Some(s) if !s.demoted.load(Ordering::Relaxed) => return Ok(Some(s)),
+                Some(s) if !s.demoted.load(Ordering::Relaxed) => {
+                    if writable {
+                        s.make_writable(fd)?;
+                    }
+                    return Ok(Some(s));
+                }
                 // Being closed (or demoted, closed when its operations in flight end): wait
                 // until the close has forgotten it.
                 other => {
@@ -425,7 +516,7 @@ impl Shim {
         }
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
-        let file = self.cache.open(&format!("/proc/self/fd/{fd}"), &path.display().to_string())?;
+        let file = self.cache.open(&format!("/proc/self/fd/{fd}"), &path.display().to_string(), writable)?;
         if file.bypassed() {
             // Another process stopped caching it: libc's, here too.
             mark_demoted(key);
@@ -435,6 +526,65 @@ impl Shim {
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
         Ok(Some(shared))
+    }
+
+    /// Files libc has open in this process (found at start): on the shared cache, every
+    /// process stops caching them too (`SharedFile::bypass`), since this one reads and writes
+    /// them past the cache.
+    fn bypass_libcs(&self, libcs: &[(i32, (u64, u64))]) {
+        if !self.cache.is_shared() {
+            return;
+        }
+        for (fd, _) in libcs {
+            let name = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .map_or_else(|_| format!("descriptor {fd}"), |p| p.display().to_string());
+            let stopped = self
+                .cache
+                .open(&format!("/proc/self/fd/{fd}"), &name, false)
+                .and_then(|file| file.stop_caching().and_then(|()| self.cache.close(file)));
+            if let Err(e) = stopped {
+                warn(&format!("{name}: open before the shim started, and other processes cache it: {e}"));
+            }
+        }
+    }
+
+    /// A forked child's descriptors that its parent's shim cached in the shared cache: served
+    /// through it by this process too (one description for descriptors that shared one), each
+    /// still a descriptor of its file; one that cannot be is libc's, for every process.
+    fn take_over(&'static self, inherited: Vec<(i32, Arc<Description>)>) {
+        let mut made: Vec<(*const Description, Arc<Description>)> = Vec::new();
+        for (fd, old) in inherited {
+            let key = old.shared.key();
+            if crate::os::fd_stat(fd).is_none_or(|st| (st.st_dev, st.st_ino) != key) {
+                continue; // closed, or another file now
+            }
+            if let Some((_, desc)) = made.iter().find(|(p, _)| std::ptr::eq(*p, Arc::as_ptr(&old))) {
+                self.install(fd, Some(desc.clone()));
+                continue;
+            }
+            let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            match self.shared(key, fd, &path, old.writable) {
+                Ok(Some(shared)) => {
+                    let desc = Arc::new(Description {
+                        reported: shared.file().description(),
+                        shared,
+                        readable: old.readable,
+                        writable: old.writable,
+                        // Relaxed: the parent's setting, made before the fork.
+                        append: AtomicBool::new(old.append.load(Ordering::Relaxed)),
+                        offset: Mutex::new(()),
+                    });
+                    self.install(fd, Some(desc.clone()));
+                    made.push((Arc::as_ptr(&old), desc));
+                }
+                Ok(None) => {} // demoted: libc's
+                Err(e) => {
+                    mark_demoted(key);
+                    self.bypass_libcs(&[(fd, key)]);
+                    warn(&format!("{}: inherited, not cached in the child: {e}", path.display()));
+                }
+            }
+        }
     }
 
     /// Drops the copy of `key` kept after its last close, if any.
@@ -682,7 +832,11 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     // The parent's shim is leaked, not dropped: its cache's threads are not in this process.
     // The settings stay: the same environment.
-    SHIM.store(std::ptr::null_mut(), Ordering::Release); // Release: as in `start`
+    let parent = SHIM.swap(std::ptr::null_mut(), Ordering::AcqRel); // AcqRel: as in `start`
+                                                                    // SAFETY: a leaked `Shim`, never freed.
+    if unsafe { parent.as_ref() }.is_some_and(|p| p.cache.is_shared()) {
+        PARENT.store(parent, Ordering::Release); // Release: its table, for `inherited`
+    }
     crate::signals::forget();
     let _ = FORK_HOLD.try_with(|h| h.borrow_mut().take());
 }

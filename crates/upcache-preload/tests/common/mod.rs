@@ -12,8 +12,13 @@ pub fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("tests run from target/<profile>/deps").to_path_buf()
 }
 
-/// The shim, built as the cdylib (`cargo test` builds the rlib only).
+/// The shim, built as the cdylib (`cargo test` builds the rlib only); or the one
+/// `UPCACHE_TEST_SHIM` names, to run the tests against another build (an older commit's, to
+/// see a test fail where it should).
 pub fn build_shim() -> PathBuf {
+    if let Some(other) = std::env::var_os("UPCACHE_TEST_SHIM") {
+        return PathBuf::from(other);
+    }
     let built =
         Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
     assert!(built.success(), "cargo build -p upcache-preload failed");

@@ -18,6 +18,7 @@ use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
 use super::frame::{DIRTY, REFERENCED, VALID};
+use super::held::HeldFd;
 use super::pages::Fill;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,7 +34,7 @@ const OPTIMISTIC_TRIES: usize = 4;
 pub struct SharedFile {
     inner: Arc<Inner>,
     slot: u32,
-    fd: Arc<std::fs::File>,
+    fd: Arc<HeldFd>,
     writable: bool,
     closed: bool,
     /// The path it was opened at, for messages.
@@ -61,17 +62,19 @@ impl SharedFile {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| open_error(path, e))?;
-        let fd = std::fs::File::from(crate::shm::high_fd::out_of_the_way(fd.into()));
+        let md = fd.metadata().map_err(|e| Error::io(format!("stat {name}"), e))?;
+        let fd = HeldFd::new(fd, (md.dev(), md.ino()));
+        // At a high number, out of the program's way; the low one closes as a held one does,
+        // so not while the program may hold a lock on the file.
+        let fd = match crate::shm::high_fd::copy_out_of_the_way(&*fd) {
+            Some(high) => HeldFd::new(std::fs::File::from(high), fd.key()),
+            None => fd,
+        };
         SharedFile::adopt(inner, fd, write, name)
     }
 
     /// Caches the OS file open on `fd` (opened by this process, for writing if `write`).
-    pub(crate) fn adopt(
-        inner: Arc<Inner>,
-        fd: std::fs::File,
-        write: bool,
-        name: String,
-    ) -> Result<SharedFile> {
+    pub(crate) fn adopt(inner: Arc<Inner>, fd: HeldFd, write: bool, name: String) -> Result<SharedFile> {
         inner.check_service()?;
         let md = fd.metadata().map_err(|e| Error::io(format!("stat {name}"), e))?;
         if !md.is_file() {
@@ -183,19 +186,20 @@ impl SharedFile {
             return Ok(());
         }
         let e = self.entry();
+        // Acquire (the count): pairs with `mark_dirty`'s. Writers need our lock: none is added.
         if self.writable {
             self.write_back()?;
-        } else if let Some(fd) = self.inner.writable_fd(self.slot) {
-            self.inner.write_back_slot(self.slot, &fd)?;
         } else if e.dirty.load(Ordering::Acquire) > 0 {
-            // Acquire: pairs with `mark_dirty`'s count. Writers need our lock: none is added.
-            return Err(Error::new(
-                ErrorKind::Io,
-                format!(
-                    "{}: dirty pages of another process, and no descriptor to write them back",
-                    self.name
-                ),
-            ));
+            let Some(fd) = self.writer() else {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "{}: dirty pages of another process, and no descriptor to write them back",
+                        self.name
+                    ),
+                ));
+            };
+            self.inner.write_back_slot(self.slot, &fd)?;
         }
         // Release: see `bypassed`. Before the pages go, and before the sequence ends the
         // change, so a reader whose copy overlapped this retries and sees it.
@@ -289,23 +293,48 @@ impl SharedFile {
     /// Writes `buf` at `offset`: all of it, or, if an error stops it after some pages, how
     /// many bytes were written.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        self.write_locked(buf, |_| offset).map(|(n, _)| n)
+        self.write_locked(buf, |_, _| Ok((offset, buf.len()))).map(|(n, _)| n)
     }
 
     /// Appends `buf` at the end of the file, atomically with respect to every other writer in
     /// any process; where it was written and how many bytes.
     pub fn append(&self, buf: &[u8]) -> Result<(u64, usize)> {
-        self.write_locked(buf, |len| len).map(|(n, at)| (at, n))
+        self.append_within(buf, u64::MAX).map(|r| r.unwrap_or((0, 0)))
     }
 
-    fn write_locked(&self, buf: &[u8], at: impl FnOnce(u64) -> u64) -> Result<(usize, u64)> {
+    /// [`Self::append`] for a process whose files may not grow past `limit` (RLIMIT_FSIZE): the
+    /// end is found, growth of the OS file made without the cache taken in, and the bytes
+    /// written, all under the file's lock, so no other appender in any process starts or ends
+    /// inside this one. Bytes past `limit` are cut; None if the end is at or past it (the
+    /// caller's SIGXFSZ) and `buf` is not empty.
+    pub fn append_within(&self, buf: &[u8], limit: u64) -> Result<Option<(u64, usize)>> {
+        let mut past = false;
+        let written = self.write_locked(buf, |file, locked| {
+            let end = file.take_in_growth(locked)?;
+            past = end >= limit && !buf.is_empty();
+            Ok((end, (limit.saturating_sub(end)).min(buf.len() as u64) as usize))
+        })?;
+        Ok((!past).then_some((written.1, written.0)))
+    }
+
+    /// Writes at the offset `at` picks (with the lock held: the end, for appends), of at most
+    /// the bytes it allows.
+    fn write_locked(
+        &self,
+        buf: &[u8],
+        at: impl FnOnce(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
+    ) -> Result<(usize, u64)> {
         if !self.writable {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
         self.inner.check_service()?;
         self.throttle();
         let locked = FileLock::take(self, false);
-        let offset = at(self.len());
+        let (offset, allowed) = at(self, &locked)?;
+        let buf = &buf[..allowed.min(buf.len())];
+        if buf.is_empty() {
+            return Ok((0, offset));
+        }
         if self.bypassed() {
             // Under the lock still: appends of processes using the cache stay atomic.
             return bypass::write(&self.fd, buf, offset, &self.name).map(|n| (n, offset));
@@ -510,18 +539,18 @@ impl SharedFile {
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
+        // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {
             self.write_back()
-        } else if let Some(fd) = self.inner.writable_fd(self.slot) {
+        } else if self.entry().dirty.load(Ordering::Acquire) == 0 {
+            Ok(())
+        } else if let Some(fd) = self.writer() {
             self.inner.write_back_slot(self.slot, &fd)
-        } else if self.entry().dirty.load(Ordering::Acquire) > 0 {
-            // Acquire above: pairs with `mark_dirty`'s count.
+        } else {
             Err(Error::new(
                 ErrorKind::Io,
                 "dirty pages of this file (written by another process) cannot be written back through a read-only open",
             ))
-        } else {
-            Ok(())
         };
         let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
         // Even if our write-back failed: its error is this one, reported now, not again.
@@ -628,6 +657,18 @@ impl SharedFile {
             return Ok(self.cached_len());
         }
         let locked = FileLock::take(self, false);
+        self.take_in_growth(&locked)
+    }
+
+    /// [`Self::refresh_len`] with the file's lock held: the length, the OS file's growth
+    /// taken in.
+    fn take_in_growth(&self, locked: &FileLock<'_>) -> Result<u64> {
+        if self.bypassed() {
+            return bypass::len(&self.fd, &self.name);
+        }
+        // Acquire: pairs with the intent's Release store.
+        let cut = self.entry().cut.load(Ordering::Acquire);
+        let os = self.os_metadata()?.len().min(self.max_len).min(cut.wrapping_sub(1));
         let old = self.cached_len();
         if os <= old {
             return Ok(old);
@@ -641,7 +682,7 @@ impl SharedFile {
             if let Some(f) = self.inner.lock_cached(self.slot, tail) {
                 let m = &view.frames()[f as usize];
                 let r = if m.flags() & DIRTY != 0 {
-                    match self.inner.writable_fd(self.slot) {
+                    match self.writer() {
                         Some(fd) => self.inner.write_back_locked(f, &fd),
                         None => Err(Error::new(ErrorKind::Io, "no descriptor to write the end page back")),
                     }
@@ -675,6 +716,22 @@ impl SharedFile {
             }
         }
         Ok(())
+    }
+
+    /// A descriptor to write back other processes' dirty pages through, for an open that may
+    /// only read (a sync, a bypass): this process's writable one if it has one, or one opened
+    /// now from ours, if the file's permissions allow, and closed after (briefly: a writable
+    /// descriptor kept open would make an exec of the file fail with ETXTBSY).
+    fn writer(&self) -> Option<Arc<HeldFd>> {
+        if let Some(fd) = self.inner.writable_fd(self.slot) {
+            return Some(fd);
+        }
+        let fd = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+            .ok()?;
+        Some(Arc::new(HeldFd::new(fd, self.fd.key())))
     }
 
     /// The descriptor the cache reads and writes the file through.

@@ -30,6 +30,7 @@ mod bypass;
 mod file;
 mod files;
 mod frame;
+mod held;
 mod index;
 mod layout;
 mod pages;
@@ -47,6 +48,7 @@ use crate::error::Result;
 use crate::shm::Segment;
 
 pub use file::SharedFile;
+pub use held::{locks_noted, note_lock, program_closed};
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
@@ -99,7 +101,7 @@ fn count_forks() {
 
 /// This process's descriptor of a cached file, shared by its opens of it.
 pub(crate) struct OpenFd {
-    fd: Arc<std::fs::File>,
+    fd: Arc<held::HeldFd>,
     writable: bool,
     /// This process's `SharedFile`s of the file.
     opens: usize,

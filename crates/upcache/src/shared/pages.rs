@@ -195,13 +195,13 @@ impl Inner {
     }
 
     /// The files this process has open for writing, by slot, with our descriptor of each.
-    pub(crate) fn writable_fds(&self) -> Vec<(u32, std::sync::Arc<std::fs::File>)> {
+    pub(crate) fn writable_fds(&self) -> Vec<(u32, std::sync::Arc<super::held::HeldFd>)> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
         fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
     }
 
     /// Our descriptor of `slot`'s file, if we have it open for writing.
-    pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<std::fs::File>> {
+    pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<super::held::HeldFd>> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
         fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }

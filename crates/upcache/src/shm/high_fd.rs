@@ -16,16 +16,19 @@ fn floor() -> i32 {
 /// `fd` moved to a number at or above `floor()` (close-on-exec); `fd` itself if no such number
 /// is free.
 pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    copy_out_of_the_way(&fd).unwrap_or(fd) // `fd` is closed by its drop if copied
+}
+
+/// A copy of `fd` at a number at or above `floor()` (close-on-exec), leaving `fd` open for the
+/// caller to close when it may; None if `fd` is high already or no such number is free.
+pub fn copy_out_of_the_way(fd: &impl AsRawFd) -> Option<OwnedFd> {
     if fd.as_raw_fd() >= floor() {
-        return fd;
+        return None;
     }
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own makes a new one that we then own.
     let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) };
-    if high < 0 {
-        return fd;
-    }
-    // SAFETY: `high` is a fresh descriptor, ours alone; `fd` is closed by its drop.
-    unsafe { OwnedFd::from_raw_fd(high) }
+    // SAFETY: `high`, if made, is a fresh descriptor, ours alone.
+    (high >= 0).then(|| unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 #[cfg(all(test, not(loom)))]

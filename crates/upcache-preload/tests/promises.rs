@@ -1,0 +1,331 @@
+//! The kernel's promises to every process (issue 33), each as a scenario run twice: once
+//! without the shim, where the kernel's page cache gives the outcome the test requires, and
+//! once with every process of the scenario loading the shim on one shared cache of its own.
+//! A scenario returns what it saw; the test requires the kernel's outcome of both runs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use common::build_shim;
+
+/// One side of a scenario: its directory (the prefix) and, with the shim, the shim and a
+/// socket of its own, so that every process it starts attaches to the same cache.
+struct Side {
+    dir: PathBuf,
+    shim: Option<(PathBuf, PathBuf)>,
+}
+
+impl Side {
+    /// The two sides under `tmp`: the kernel's first, then the shim's.
+    fn both(tmp: &Path, name: &str) -> [Side; 2] {
+        let so = build_shim();
+        let make = |which: &str| {
+            let dir = tmp.join(format!("{name}-{which}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        };
+        let socket = std::env::temp_dir()
+            .join(format!("upcache-promise-{}-{name}", std::process::id()))
+            .join("cache.sock");
+        [Side { dir: make("kernel"), shim: None }, Side { dir: make("shim"), shim: Some((so, socket)) }]
+    }
+
+    fn label(&self) -> &'static str {
+        if self.shim.is_some() {
+            "with the shim"
+        } else {
+            "without the shim"
+        }
+    }
+
+    /// `program args...`, loading the shim on this side's cache.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&self.dir).env("LC_ALL", "C");
+        if let Some((so, socket)) = &self.shim {
+            cmd.env("LD_PRELOAD", so)
+                .env("UPCACHE_PREFIX", &self.dir)
+                .env("UPCACHE_MEMORY", "64M")
+                .env("UPCACHE_SOCKET", socket)
+                .env("UPCACHE_IDLE", "1");
+        }
+        cmd
+    }
+
+    /// `python3 -c code args...` on this side.
+    fn python(&self, code: &str, args: &[&str]) -> Command {
+        let mut cmd = self.command("python3");
+        cmd.arg("-c").arg(code).args(args);
+        cmd
+    }
+}
+
+/// Waits for `child` and returns its output, failing the test with it if it failed.
+fn finished(child: Child, what: &str) -> Output {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Appends COUNT lines of 9 bytes ("T 000123\n", T the tag) to FILE, one write(2) each, on
+/// a descriptor opened with O_APPEND.
+const APPENDER: &str = r#"
+import os, sys
+path, tag, count = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+for i in range(count):
+    assert os.write(fd, b"%s %06d\n" % (tag, i)) == 9
+os.close(fd)
+"#;
+
+/// What is wrong with a log that `appenders` processes wrote `count` lines each to: every
+/// line whole, once, and each appender's in its order. Empty if nothing.
+fn appended_log_faults(log: &[u8], appenders: &[&str], count: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(log);
+    let mut faults = Vec::new();
+    let mut next = vec![0usize; appenders.len()];
+    for (n, line) in text.split_terminator('\n').enumerate() {
+        let parsed = line.split_once(' ').and_then(|(tag, i)| {
+            let who = appenders.iter().position(|t| *t == tag)?;
+            (i.len() == 6).then_some(())?;
+            Some((who, i.parse::<usize>().ok()?))
+        });
+        match parsed {
+            Some((who, i)) if i == next[who] => next[who] += 1,
+            _ => faults.push(format!("line {n}: {line:?}")),
+        }
+        if faults.len() > 5 {
+            break;
+        }
+    }
+    if !log.ends_with(b"\n") && !log.is_empty() {
+        faults.push("the log ends inside a line".into());
+    }
+    for (who, tag) in appenders.iter().enumerate() {
+        if next[who] != count {
+            faults.push(format!("{} of {count} lines of {tag} in order", next[who]));
+        }
+    }
+    faults
+}
+
+/// Cause 2: two processes appending 5000 lines each to one file through O_APPEND keep all
+/// 10,000, none torn, in 20 of 20 rounds (the kernel: always). The shim picked the end
+/// before it took the file's cross-process lock, and published the length page by page.
+#[test]
+fn appends_of_two_processes_are_atomic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tags = ["A", "B"];
+    for side in Side::both(tmp.path(), "append") {
+        let rounds = if side.shim.is_some() { 20 } else { 2 };
+        for round in 0..rounds {
+            let log = side.dir.join("log");
+            let _ = std::fs::remove_file(&log);
+            let children: Vec<Child> = tags
+                .iter()
+                .map(|tag| {
+                    side.python(APPENDER, &[log.to_str().unwrap(), tag, "5000"])
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for child in children {
+                finished(child, "an appender");
+            }
+            let faults = appended_log_faults(&std::fs::read(&log).unwrap(), &tags, 5000);
+            assert!(faults.is_empty(), "{}, round {round}: {}", side.label(), faults.join("; "));
+        }
+    }
+}
+
+/// Holds an exclusive `lockf` lock on FILE (opened read-write, written first so the cache
+/// holds its page), says "locked", and after each line on stdin reads the file (one pread,
+/// which the shim serves or, once the file is demoted, hands to libc) and says "read".
+const LOCK_HOLDER: &str = r#"
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"holder", 0)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+for line in sys.stdin:
+    os.pread(fd, 6, 0)
+    print("read", flush=True)
+"#;
+
+/// Tries FILE's exclusive `lockf` lock without waiting: prints "granted" or "denied".
+const LOCK_TRIER: &str = r#"
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("granted")
+except OSError:
+    print("denied")
+"#;
+
+/// Maps FILE and writes through the mapping, which the shim hands to libc after demoting the
+/// file (for every process on the shared cache).
+const MAPPER: &str = r#"
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+with mmap.mmap(fd, 4096) as m:
+    m[10:16] = b"mapped"
+    m.flush()
+os.close(fd)
+"#;
+
+/// A line from a child's stdout.
+fn line_of(out: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.trim().to_string()
+}
+
+/// Cause 1: a process's `lockf` lock survives another process mapping the file (which demoted
+/// it everywhere, and the shim then closed its own descriptor of it, releasing every lock the
+/// holder had): a third process is denied the lock, as the kernel denies it.
+#[test]
+fn a_lock_survives_another_process_demoting_the_file() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    for side in Side::both(tmp.path(), "lock") {
+        let file = side.dir.join("locked");
+        std::fs::write(&file, vec![b'.'; 4096]).unwrap();
+        let path = file.to_str().unwrap();
+        let mut holder =
+            side.python(LOCK_HOLDER, &[path]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+        assert_eq!(line_of(&mut said), "locked", "{}", side.label());
+        let mut stdin = holder.stdin.take().unwrap();
+        let trier = |when: &str| {
+            let out = side.python(LOCK_TRIER, &[path]).output().unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "denied",
+                "{}: a third process got the lock {when}",
+                side.label()
+            );
+        };
+        trier("while the holder has it");
+        let mapped = side.python(MAPPER, &[path]).output().unwrap();
+        assert!(mapped.status.success(), "{}", String::from_utf8_lossy(&mapped.stderr));
+        writeln!(stdin, "go").unwrap();
+        assert_eq!(line_of(&mut said), "read", "{}", side.label());
+        trier("after another process mapped the file and the holder read it");
+        drop(stdin);
+        finished(holder, "the holder");
+        assert_eq!(&std::fs::read(&file).unwrap()[..16], b"holder....mapped", "{}", side.label());
+    }
+}
+
+/// Opens FILE read-only, reads it, says "open", and holds it until stdin closes.
+const READER_HOLDING: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert len(os.read(fd, 4096)) > 0
+print("open", flush=True)
+sys.stdin.read()
+os.close(fd)
+"#;
+
+/// Cause 10: a program runs while another process only reads its file (the kernel refuses an
+/// exec only while a descriptor is open for writing; the shim opened every cached file
+/// read-write for itself: "Text file busy").
+#[test]
+fn a_binary_that_a_process_only_reads_still_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    for side in Side::both(tmp.path(), "exec") {
+        let program = side.dir.join("prog");
+        std::fs::copy("/bin/true", &program).unwrap();
+        let mut reader = side
+            .python(READER_HOLDING, &[program.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(reader.stdout.take().unwrap());
+        assert_eq!(line_of(&mut said), "open", "{}", side.label());
+        let ran = Command::new(&program).output();
+        let shimmed_ran = side.command(program.to_str().unwrap()).output();
+        drop(reader.stdin.take());
+        finished(reader, "the reader");
+        for (who, ran) in [("a program", ran), ("a shimmed program", shimmed_ran)] {
+            let ran = ran.unwrap_or_else(|e| panic!("{}: {who} could not run the file: {e}", side.label()));
+            assert!(ran.status.success(), "{}: {who}: {:?}", side.label(), ran.status);
+        }
+    }
+}
+
+/// A parent writes FILE, forks, and its child (no exec) writes through the inherited
+/// descriptor (close-on-exec, Python's default, or inheritable with "inheritable") and its own
+/// open; then the parent, and a new process, read what the child wrote, and the parent writes
+/// the same pages again. Prints what each read.
+const FORKER: &str = r#"
+import os, subprocess, sys
+path = sys.argv[1]
+fd = os.open(path, os.O_RDWR)
+if sys.argv[2] == "inheritable":
+    os.set_inheritable(fd, True)
+os.pwrite(fd, b"P" * 8192, 0)
+pid = os.fork()
+if pid == 0:
+    assert os.pread(fd, 4, 0) == b"PPPP", "the child sees the parent's write"
+    os.pwrite(fd, b"inherited", 100)
+    own = os.open(path, os.O_RDWR)
+    os.pwrite(own, b"own-open", 5000)
+    os.close(own)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+print("parent reads", os.pread(fd, 9, 100), os.pread(fd, 8, 5000))
+reader = "import sys; f = open(sys.argv[1], 'rb'); f.seek(100); a = f.read(9); f.seek(5000); print('a new process reads', a, f.read(8))"
+print(subprocess.run([sys.executable, "-c", reader, path], capture_output=True, text=True, check=True).stdout.strip())
+os.pwrite(fd, b"again", 110)
+os.pwrite(fd, b"again", 5010)
+os.close(fd)
+"#;
+
+/// Cause 3: a forked child's writes, through an inherited descriptor or its own open, are seen
+/// by its parent and by new processes, and are not undone by the parent's later write-back.
+#[test]
+fn a_forked_childs_writes_are_seen_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut outcomes = Vec::new();
+    for side in Side::both(tmp.path(), "fork") {
+        let mut seen = Vec::new();
+        for how in ["close-on-exec", "inheritable"] {
+            let file = side.dir.join(format!("f-{how}"));
+            std::fs::write(&file, vec![b'.'; 8192]).unwrap();
+            let child = side
+                .python(FORKER, &[file.to_str().unwrap(), how])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = finished(child, &format!("{}, {how}", side.label()));
+            seen.push((
+                how,
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                std::fs::read(&file).unwrap(),
+            ));
+        }
+        outcomes.push(seen);
+    }
+    let (kernel, shim) = (&outcomes[0], &outcomes[1]);
+    assert!(kernel[0].1.contains("b'inherited' b'own-open'"), "the kernel's own outcome: {}", kernel[0].1);
+    for (k, s) in kernel.iter().zip(shim) {
+        assert_eq!(k.1, s.1, "{}: what the processes read", k.0);
+        assert!(k.2 == s.2, "{}: the file differs from the kernel's", k.0);
+    }
+}

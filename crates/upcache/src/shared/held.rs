@@ -1,0 +1,146 @@
+//! The cache's own descriptors of a program's files, closed only where closing them cannot
+//! drop the program's POSIX record locks.
+//!
+//! Closing *any* descriptor of an inode releases every `fcntl`/`lockf` record lock the process
+//! holds on it (POSIX; `flock` and OFD locks are unaffected). The cache opens descriptors of
+//! its own (`SharedFile::open`), in the program's process, and closes them when the file is
+//! closed, demoted or reopened for writing: if the program holds a record lock on the file at
+//! that moment, another process could then take it (SQLite's locks, issue 33). So the shim
+//! notes every inode the program locks ([`note_lock`], before the lock is taken), and a
+//! descriptor of a noted inode is *parked* instead of closed, until the program itself closes
+//! a descriptor of that inode ([`program_closed`]), which releases its locks anyway. SQLite's
+//! unix VFS defers its closes the same way. A process that never locks closes at once.
+//!
+//! The registry's mutex is held across a drop's check and close, and across a note, so a close
+//! either happens before the note (and so before the lock is taken) or sees it.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Inodes (device, inode) the program has taken record locks on since it last closed one of
+/// their descriptors, with the cache's descriptors of each parked meanwhile.
+type Parked = Option<HashMap<(u64, u64), Vec<OwnedFd>>>;
+
+static LOCKED: Mutex<Parked> = Mutex::new(None);
+/// Whether `LOCKED` may be non-empty: the shim's close path skips its fstat while not.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+fn registry() -> std::sync::MutexGuard<'static, Parked> {
+    LOCKED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The program is about to take a POSIX record lock on the inode (device, inode): from now on
+/// the cache parks its descriptors of it instead of closing them.
+pub fn note_lock(dev: u64, ino: u64) {
+    let mut locked = registry();
+    locked.get_or_insert_with(HashMap::new).entry((dev, ino)).or_default();
+    // Relaxed: a hint for `locks_noted`; the registry itself is read under its mutex.
+    ANY.store(true, Ordering::Relaxed);
+}
+
+/// The program is closing one of its descriptors of the inode, which releases its record
+/// locks on it: the cache's parked descriptors of it are closed (before the program's close,
+/// so that no lock taken after it is dropped by ours), and it is no longer noted.
+pub fn program_closed(dev: u64, ino: u64) {
+    let mut locked = registry();
+    if let Some(map) = locked.as_mut() {
+        map.remove(&(dev, ino)); // its parked descriptors close here
+        if map.is_empty() {
+            ANY.store(false, Ordering::Relaxed); // Relaxed: as in `note_lock`
+        }
+    }
+}
+
+/// Whether any inode is noted: a close of a descriptor the shim does not track needs an fstat
+/// to find its inode only then.
+pub fn locks_noted() -> bool {
+    // Relaxed: a hint; a lock noted meanwhile is the program's own race with its close.
+    ANY.load(Ordering::Relaxed)
+}
+
+/// Closes `fd`, a descriptor of the inode `key` the cache opened, or parks it while the
+/// program may hold record locks on the inode.
+pub(crate) fn release(key: (u64, u64), fd: OwnedFd) {
+    let mut locked = registry();
+    match locked.as_mut().and_then(|m| m.get_mut(&key)) {
+        Some(parked) => parked.push(fd),
+        None => drop(fd), // closed under the mutex: before any note that follows
+    }
+}
+
+/// A descriptor the cache opened of a program's file (see the module's documentation).
+pub(crate) struct HeldFd {
+    file: ManuallyDrop<std::fs::File>,
+    key: (u64, u64),
+}
+
+impl HeldFd {
+    pub(crate) fn new(file: std::fs::File, key: (u64, u64)) -> HeldFd {
+        HeldFd { file: ManuallyDrop::new(file), key }
+    }
+
+    /// The inode (device, inode) it is a descriptor of.
+    pub(crate) fn key(&self) -> (u64, u64) {
+        self.key
+    }
+}
+
+impl std::ops::Deref for HeldFd {
+    type Target = std::fs::File;
+    fn deref(&self) -> &std::fs::File {
+        &self.file
+    }
+}
+
+impl Drop for HeldFd {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is not used after.
+        let file = unsafe { ManuallyDrop::take(&mut self.file) };
+        release(self.key, OwnedFd::from(file));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Whether `fd` is (still) a descriptor of `path`: by its target, not its number, which
+    /// another test's thread may take as soon as it is closed.
+    fn is_open(fd: i32, path: &std::path::Path) -> bool {
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|t| t == path)
+    }
+
+    /// A descriptor of an inode nobody noted closes at once; one of a noted inode stays open
+    /// until the program closes a descriptor of it.
+    #[test]
+    fn a_descriptor_of_a_locked_inode_waits_for_the_programs_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, q) = (dir.path().join("p"), dir.path().join("q"));
+        std::fs::write(&p, b"p").unwrap();
+        std::fs::write(&q, b"q").unwrap();
+        let key = |path: &std::path::Path| {
+            let md = std::fs::metadata(path).unwrap();
+            (md.dev(), md.ino())
+        };
+        let open = |path: &std::path::Path| {
+            let f = std::fs::File::open(path).unwrap();
+            let raw = f.as_raw_fd();
+            (HeldFd::new(f, key(path)), raw)
+        };
+        let (free, free_fd) = open(&q);
+        drop(free);
+        assert!(!is_open(free_fd, &q), "an inode without locks: closed at once");
+        note_lock(key(&p).0, key(&p).1);
+        assert!(locks_noted());
+        let (held, held_fd) = open(&p);
+        drop(held);
+        assert!(is_open(held_fd, &p), "parked while the program may hold a lock");
+        program_closed(key(&p).0, key(&p).1);
+        assert!(!is_open(held_fd, &p), "closed with the program's own close");
+    }
+}
