@@ -21,13 +21,16 @@ pub struct ServeArgs {
     /// Files cached at once
     #[arg(long, default_value_t = 4096)]
     files: u32,
-    /// Seconds with nobody attached before the service exits
-    #[arg(long, default_value_t = 300)]
+    /// Seconds with nobody attached before the service exits (as the shim's UPCACHE_IDLE)
+    #[arg(long, default_value_t = serve::DEFAULT_IDLE.as_secs())]
     idle: u64,
-    /// Print the running service's status (attached processes, memory, hit ratio, dirty
-    /// pages) and exit
+    /// Print the running service's status (its pid, the cache's size, attached processes,
+    /// hit ratio, dirty pages) and exit
     #[arg(long)]
     status: bool,
+    /// With --status: one JSON object instead of text
+    #[arg(long, requires = "status")]
+    json: bool,
     /// Serve the shared cache's counters for Prometheus at http://ADDR/metrics (port 0 picks
     /// one, printed on stderr)
     #[arg(long, value_name = "ADDR", conflicts_with = "status")]
@@ -44,7 +47,8 @@ impl ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let socket = args.socket.unwrap_or_else(serve::default_socket);
     if args.status {
-        print!("{}", serve::status(&socket).with_context(|| format!("no service at {}", socket.display()))?);
+        let report = if args.json { serve::status_json(&socket) } else { serve::status(&socket) };
+        print!("{}", report.with_context(|| format!("no service at {}", socket.display()))?);
         return Ok(());
     }
     let opts = ServeOptions {

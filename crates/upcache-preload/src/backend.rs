@@ -125,6 +125,14 @@ impl Backend {
         serve::connect_or_start(&serve::default_socket(), &config, idle).map(Backend::Shared)
     }
 
+    /// The bytes of pages the shared cache has (its service's size); None for a private one.
+    pub fn shared_memory(&self) -> Option<u64> {
+        match self {
+            Backend::Private(_) => None,
+            Backend::Shared(c) => Some(c.memory()),
+        }
+    }
+
     pub fn is_shared(&self) -> bool {
         matches!(self, Backend::Shared(_))
     }
@@ -177,8 +185,9 @@ impl Backend {
         }
     }
 
-    /// (hits, misses, bytes written back) for the statistics line; a shared cache counts for
-    /// every process.
+    /// (hits, misses, bytes written back) for the statistics line: this process's lookups; on
+    /// the shared cache the bytes written back by every process (a page is written back by
+    /// whichever process or service comes first).
     pub fn counts(&self) -> (u64, u64, u64) {
         match self {
             Backend::Private(c) => {
@@ -186,8 +195,8 @@ impl Backend {
                 (s.hits, s.misses, s.writeback_bytes)
             }
             Backend::Shared(c) => {
-                let s = c.status();
-                (0, s.loads, c.written_back_bytes())
+                let (hits, misses) = c.own_counts();
+                (hits, misses, c.written_back_bytes())
             }
         }
     }

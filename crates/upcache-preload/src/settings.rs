@@ -11,6 +11,8 @@ pub(crate) struct Settings {
     pub prefix: PathBuf,
     /// UPCACHE_MEMORY.
     pub memory: u64,
+    /// Whether UPCACHE_MEMORY was set (a shared cache of another size is then said to be).
+    pub memory_asked: bool,
     /// UPCACHE_DEVICES, or the temporary directory: where each process's cache state goes.
     pub state_root: PathBuf,
     /// UPCACHE_STATS.
@@ -21,7 +23,7 @@ pub(crate) struct Settings {
     /// own (0).
     pub shared: bool,
     /// UPCACHE_IDLE: seconds a shared cache's service started by the shim stays with nobody
-    /// attached (default 60).
+    /// attached (default `upcache::shared::serve::DEFAULT_IDLE`, as `upcache serve --idle`).
     pub idle: std::time::Duration,
 }
 
@@ -59,11 +61,12 @@ impl Settings {
         };
         let idle = match std::env::var("UPCACHE_IDLE") {
             Ok(v) => v.parse::<u64>().map_err(|e| format!("UPCACHE_IDLE={v}: {e}"))?,
-            Err(std::env::VarError::NotPresent) => 60,
+            Err(std::env::VarError::NotPresent) => upcache::shared::serve::DEFAULT_IDLE.as_secs(),
             Err(e) => return Err(format!("UPCACHE_IDLE: {e}")),
         };
         let idle = std::time::Duration::from_secs(idle);
-        Ok(Some(Settings { prefix, memory, state_root, stats, direct, shared, idle }))
+        let memory_asked = std::env::var_os("UPCACHE_MEMORY").is_some();
+        Ok(Some(Settings { prefix, memory, memory_asked, state_root, stats, direct, shared, idle }))
     }
 }
 

@@ -430,9 +430,22 @@ impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
         if settings.shared {
-            let cache = Backend::shared(settings.memory, settings.idle).map_err(|e| {
-                format!("the shared cache at {}: {e}", upcache::shared::serve::default_socket().display())
-            })?;
+            let socket = upcache::shared::serve::default_socket();
+            let cache = Backend::shared(settings.memory, settings.idle)
+                .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
+            let has = cache.shared_memory().unwrap_or(settings.memory);
+            // Its size is its service's, set when that started (frames of whole pages).
+            if settings.memory_asked && has.abs_diff(settings.memory) >= upcache::shared::PAGE_SIZE as u64 {
+                warn(&format!(
+                    "UPCACHE_MEMORY asks for {} MiB, but the shared cache at {} has {} MiB (its service \
+                     started with that size, and keeps it until it exits, UPCACHE_IDLE seconds after the \
+                     last process detaches); this process uses it as it is. For a cache of the size \
+                     asked, set UPCACHE_SOCKET to a path of its own",
+                    settings.memory >> 20,
+                    socket.display(),
+                    has >> 20
+                ));
+            }
             return Ok(Shim::with(settings, cache, None, pid));
         }
         let state_dir = make_state_dir(&settings.state_root, pid)?;

@@ -357,3 +357,87 @@ fn sqlite_writers_beside_an_mmap_reader_keep_every_row() {
         }
     }
 }
+
+/// Reads FILE twice and prints its length: the second read hits the cache.
+const TWICE: &str = r#"
+import sys
+for _ in range(2):
+    with open(sys.argv[1], "rb") as f:
+        data = f.read()
+print(len(data))
+"#;
+
+/// Cause 11: a process asking for another size than the running shared cache's is told so;
+/// the service shows in `ps` as itself, not as the program that started it; a process's
+/// UPCACHE_STATS line counts its hits; the service's log has dates; its status (text and
+/// JSON) gives its size and pid; the shim's default idle time is the service's.
+#[test]
+fn the_shared_cache_says_what_it_is() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let [kernel, shim] = Side::both(tmp.path(), "operability");
+    let socket = shim.shim.as_ref().unwrap().1.clone();
+    let mut outputs = Vec::new();
+    for side in [&kernel, &shim] {
+        let file = side.dir.join("data");
+        std::fs::write(&file, vec![7u8; 100_000]).unwrap();
+        // The first process starts the service with 16 MiB and stays attached.
+        let mut holder = side
+            .python(READER_HOLDING, &[file.to_str().unwrap()])
+            .env("UPCACHE_MEMORY", "16M")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+        assert_eq!(line_of(&mut said), "open");
+        let stats = side.dir.join("stats");
+        let out = side
+            .python(TWICE, &[file.to_str().unwrap()])
+            .env("UPCACHE_MEMORY", "64M")
+            .env("UPCACHE_STATS", &stats)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if side.shim.is_none() {
+            assert_eq!(stderr, "");
+        } else {
+            assert!(
+                stderr.contains("asks for 64 MiB") && stderr.contains("has 16 MiB"),
+                "a size other than asked, said plainly: {stderr}"
+            );
+            let line = std::fs::read_to_string(&stats).unwrap();
+            assert!(common::field(&line, "hits") >= 1, "the second read hit the shared cache: {line}");
+            let json = upcache::shared::serve::status_json(&socket).unwrap();
+            assert!(json.contains("\"memory_bytes\":16777216"), "{json}");
+            let pid: u32 =
+                json.split("\"service_pid\":").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+            let text = upcache::shared::serve::status(&socket).unwrap();
+            assert!(text.contains("memory_bytes 16777216 (16 MiB)"), "{text}");
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+            assert!(
+                cmdline.starts_with(b"upcache serve --socket "),
+                "ps shows the service as {:?}",
+                String::from_utf8_lossy(&cmdline)
+            );
+            let mut log = socket.as_os_str().to_owned();
+            log.push(".log");
+            let log = std::fs::read_to_string(log).unwrap();
+            let first = log.lines().next().unwrap_or_default();
+            let date = first.split(' ').next().unwrap_or_default();
+            assert!(
+                date.len() == 24
+                    && date.starts_with("20")
+                    && date.ends_with('Z')
+                    && date.as_bytes()[10] == b'T',
+                "the log's lines start with a UTC date: {first}"
+            );
+        }
+        writeln!(holder.stdin.as_mut().unwrap()).unwrap();
+        drop(holder.stdin.take());
+        finished(holder, "the holder");
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}

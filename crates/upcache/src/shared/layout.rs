@@ -72,6 +72,8 @@ pub(crate) struct Header {
 pub(crate) struct ClientCounters {
     /// Page lookups that found the page cached (`pages::count_hit`).
     pub hits: AtomicU64,
+    /// This slot's share of the header's `misses`, for the process's own report.
+    pub misses: AtomicU64,
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.

@@ -64,6 +64,8 @@ pub struct SharedCache {
 
 /// The attachment: the mapping, views of its regions, and this process's descriptors.
 pub(crate) struct Inner {
+    /// Our client slot's (hits, misses) when we took it: the slot's counters run on.
+    before: (u64, u64),
     view: View,
     /// This process's client id.
     me: u32,
@@ -122,7 +124,11 @@ impl SharedCache {
     fn join(view: View, service: Option<UnixStream>) -> Result<SharedCache> {
         count_forks();
         let me = view.clients().join()?;
+        let c = view.counters_of(me);
+        // Relaxed: statistics; the slot's counts of the clients that held it before.
+        let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
         let inner = Inner {
+            before,
             view,
             me,
             fds: Mutex::new(HashMap::new()),
@@ -341,6 +347,24 @@ impl SharedCache {
     /// Counts for a status report.
     pub fn status(&self) -> SharedStatus {
         self.inner.status()
+    }
+
+    /// This process's own page lookups since it attached: (hits, misses), the calling
+    /// thread's pending hits included (other threads' last few may not be in yet).
+    pub fn own_counts(&self) -> (u64, u64) {
+        pages::flush_pending_hits();
+        let c = self.inner.view.counters_of(self.inner.me);
+        let (hits, misses) = self.inner.before;
+        // Relaxed: statistics.
+        (
+            c.hits.load(Ordering::Relaxed).saturating_sub(hits),
+            c.misses.load(Ordering::Relaxed).saturating_sub(misses),
+        )
+    }
+
+    /// The bytes of page frames the cache has (its size, whatever this process asked for).
+    pub fn memory(&self) -> u64 {
+        self.inner.view.n_frames as u64 * frame::PAGE as u64
     }
 }
 

@@ -52,6 +52,20 @@ fn count_hit(counter: &AtomicU64) {
     });
 }
 
+/// Adds this thread's pending hits to the counter they belong to.
+pub(crate) fn flush_pending_hits() {
+    PENDING_HITS.with(|p| {
+        let (at, n) = p.replace((0, 0));
+        if at != 0 && n > 0 {
+            // SAFETY: `at` is the address of a client counter in a segment this process still
+            // maps (an attachment's mapping lives until the process leaves the cache, and the
+            // thread counted into it while attached).
+            let counter = unsafe { &*(at as *const AtomicU64) };
+            counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
+        }
+    });
+}
+
 impl Inner {
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
@@ -355,8 +369,9 @@ impl Inner {
                 self.free_frame(f);
                 continue; // someone else put the page in a frame meanwhile
             }
-            // Relaxed: a statistic.
+            // Relaxed: statistics.
             self.view.header().misses.fetch_add(1, Ordering::Relaxed);
+            self.view.counters_of(self.me).misses.fetch_add(1, Ordering::Relaxed);
             if fill == Fill::Read {
                 if let Err(e) = self.fill(f, slot, page, fd) {
                     self.free_frame(f);

@@ -9,7 +9,7 @@
 //! killed one is replaced safely.
 //!
 //! A request is one byte: `A` to attach (answered by the segment, or a refusal), `S` for a
-//! status report in text. An attached process keeps its connection open; when it closes,
+//! status report in text, `J` for the same in JSON. An attached process keeps its connection open; when it closes,
 //! whatever the process died holding is repaired at once. Over it, a process lends the service
 //! a descriptor of each file it opens for writing (`F` and the file's slot, the descriptor
 //! attached), so that dirty pages whose every writer died are written back all the same; the
@@ -35,6 +35,10 @@ use crate::shm::handoff;
 /// (`dirty_expire_centisecs`).
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const DIRTY_EXPIRE: Duration = Duration::from_secs(30);
+
+/// How long a service stays with nobody attached before it exits, unless told otherwise
+/// (`upcache serve --idle`, the shim's `UPCACHE_IDLE`).
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 
 /// How long an attach waits for the service's answer: one that does not answer in this time
 /// is hung (stopped, or wedged), and the caller gets an error instead of hanging with it.
@@ -246,14 +250,61 @@ impl log::Log for FileLog {
 
     fn log(&self, r: &log::Record) {
         if self.enabled(r.metadata()) {
-            let secs =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = writeln!(f, "{secs} {} {}", r.level(), r.args());
+            let _ = writeln!(f, "{} {} {}", utc(now), r.level(), r.args());
         }
     }
 
     fn flush(&self) {}
+}
+
+/// Writes `title` over this process's argument area, as setproctitle(3) does, so that its
+/// command line (`/proc/self/cmdline`, what `ps` shows) is the title, cut to the area's
+/// length: a service forked from a program must not pass for it.
+fn set_title(title: &str) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return };
+    // The fields after the command name's ")": the third field first; arg_start is the 48th,
+    // arg_end the 49th (proc(5)).
+    let Some(close) = stat.rfind(')') else { return };
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<usize>().ok());
+    let (Some(start), Some(end)) = (field(48), field(49)) else { return };
+    if start == 0 || end <= start + 1 {
+        return;
+    }
+    let area = end - start;
+    let n = title.len().min(area - 1);
+    // SAFETY: [start, end) is this process's argument area (the kernel's mm->arg_start..
+    // arg_end, in its stack, writable), which nothing in this process reads any more: the
+    // service is a fork that runs only `serve`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(title.as_ptr(), start as *mut u8, n);
+        std::ptr::write_bytes((start + n) as *mut u8, 0, area - n);
+    }
+}
+
+/// `since_epoch` as an RFC 3339 UTC time with milliseconds, "2026-11-27T21:30:00.123Z".
+fn utc(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm, in eras of 400 years from 0000-03-01).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60,
+        since_epoch.subsec_millis()
+    )
 }
 
 trait Mode0600 {
@@ -286,6 +337,10 @@ fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
             let _ = sock.write_all(status_text(cache).as_bytes());
             None
         }
+        b'J' => {
+            let _ = sock.write_all(json_of(cache).as_bytes());
+            None
+        }
         _ => None,
     }
 }
@@ -294,9 +349,11 @@ fn status_text(cache: &SharedCache) -> String {
     let s = cache.status();
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "frames {} ({:.0} MiB)\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
-        s.frames,
+        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
+        std::process::id(),
+        cache.memory(),
         mb(s.frames),
+        s.frames,
         s.cached,
         100.0 * s.cached as f64 / s.frames.max(1) as f64,
         s.dirty,
@@ -314,11 +371,48 @@ fn status_text(cache: &SharedCache) -> String {
     )
 }
 
+/// The status as one JSON object: the service's pid, the cache's size in bytes, and every
+/// count of [`super::SharedStatus`].
+fn json_of(cache: &SharedCache) -> String {
+    let s = cache.status();
+    let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
+    format!(
+        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"clients\":[{}]}}\n",
+        std::process::id(),
+        cache.memory(),
+        s.frames,
+        s.cached,
+        s.dirty,
+        s.locked,
+        s.files,
+        s.hits,
+        s.misses,
+        s.evictions,
+        s.loads,
+        s.written_back,
+        s.repairs,
+        clients.join(","),
+    )
+}
+
 /// The status report of the service at `socket`.
 pub fn status(socket: &Path) -> Result<String> {
+    ask(socket, b'S')
+}
+
+/// The status report of the service at `socket` as one JSON object (`service_pid`,
+/// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
+/// `evictions`, `loads`, `written_back`, `repairs`, `clients`).
+pub fn status_json(socket: &Path) -> Result<String> {
+    ask(socket, b'J')
+}
+
+fn ask(socket: &Path, request: u8) -> Result<String> {
     let mut sock =
         UnixStream::connect(socket).map_err(|e| Error::io(format!("connect to {}", socket.display()), e))?;
-    sock.write_all(b"S").map_err(|e| Error::io("ask for the status", e))?;
+    // A stopped service must not hang the asker.
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(10)));
+    sock.write_all(&[request]).map_err(|e| Error::io("ask for the status", e))?;
     let mut out = String::new();
     sock.read_to_string(&mut out).map_err(|e| Error::io("read the status", e))?;
     Ok(out)
@@ -428,6 +522,11 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
             libc::_exit(0);
         }
         libc::prctl(libc::PR_SET_NAME, c"upcache-serve".as_ptr());
+    }
+    // And for `ps`'s command line, which would show the program that started us.
+    set_title(&format!("upcache serve --socket {}", opts.socket.display()));
+    // SAFETY: as above: signal and resource calls of this child on its own state.
+    unsafe {
         // Nothing of the starting program's signal state: the shim starts the cache with every
         // signal blocked, and a C program may ignore or handle any; the service must die of
         // SIGTERM as a service does.
@@ -501,4 +600,16 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
     };
     // SAFETY: ends the service without running the starting program's exit handlers.
     unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_times_are_utc_dates() {
+        assert_eq!(utc(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(Duration::from_secs(951_868_799)), "2000-02-29T23:59:59.000Z");
+        assert_eq!(utc(Duration::from_millis(1_795_815_000_250)), "2026-11-27T21:30:00.250Z");
+    }
 }
