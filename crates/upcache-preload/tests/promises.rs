@@ -441,3 +441,139 @@ fn the_shared_cache_says_what_it_is() {
     }
     assert_eq!(outputs[0], outputs[1]);
 }
+
+/// The pid of the service at `socket`: the process that holds its lock file open.
+fn service_pid(socket: &Path) -> i32 {
+    let mut lock = socket.as_os_str().to_owned();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == lock)) {
+            return pid;
+        }
+    }
+    panic!("no process holds {}", lock.display());
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: no memory arguments.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "signal {sig} to {pid}");
+}
+
+/// Writes "before" into FILE and says "ready"; after a line on stdin writes "after" a page
+/// further and says "written"; after another reads both back, syncs, and says what it read.
+const KEEPS_WRITING: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"before", 0)
+print("ready", flush=True)
+sys.stdin.readline()
+os.pwrite(fd, b"after", 4096)
+print("written", flush=True)
+sys.stdin.readline()
+got = (os.pread(fd, 6, 0), os.pread(fd, 5, 4096))
+os.fsync(fd)
+os.close(fd)
+print(got, flush=True)
+"#;
+
+/// Prints the bytes of FILE at an offset: `python3 -c READ_AT FILE OFFSET LEN`.
+const READ_AT: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print(os.pread(fd, int(sys.argv[3]), int(sys.argv[2])))
+"#;
+
+/// Cause 8: the service is killed while a process has a file open: that process goes on
+/// reading, writing and syncing without an error, and a new process reads what it wrote (the
+/// previous shim failed every call with EIO for good).
+#[test]
+fn a_killed_service_is_replaced_without_errors() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for side in Side::both(tmp.path(), "service-kill") {
+        let file = side.dir.join("f");
+        std::fs::write(&file, vec![b'.'; 8192]).unwrap();
+        let path = file.to_str().unwrap();
+        let mut holder = side
+            .python(KEEPS_WRITING, &[path])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let mut stdin = holder.stdin.take().unwrap();
+        assert_eq!(line_of(&mut said), "ready");
+        if let Some((_, socket)) = &side.shim {
+            signal(service_pid(socket), libc::SIGKILL);
+        }
+        writeln!(stdin).unwrap();
+        assert_eq!(line_of(&mut said), "written", "{}", side.label());
+        let read = side.python(READ_AT, &[path, "4096", "5"]).output().unwrap();
+        seen.push(String::from_utf8_lossy(&read.stdout).into_owned());
+        writeln!(stdin).unwrap();
+        seen.push(line_of(&mut said));
+        drop(stdin);
+        let out = holder.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&out.stderr));
+        seen.push(String::from_utf8_lossy(&std::fs::read(&file).unwrap()[..4101]).into_owned());
+    }
+    let (kernel, shim) = seen.split_at(3);
+    assert_eq!(kernel, shim);
+}
+
+/// Cause 9: the service is stopped (SIGSTOP) while a process holds unsynced writes: a new
+/// process starts at once and reads them through the same cache (the previous shim waited
+/// 61 s, then read the stale OS file). A watchdog ends the reader after 30 s, so that a
+/// stall fails the test instead of hanging it.
+#[test]
+fn a_stopped_service_stalls_no_new_process() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for side in Side::both(tmp.path(), "service-stop") {
+        let file = side.dir.join("f");
+        std::fs::write(&file, vec![b'.'; 8192]).unwrap();
+        let path = file.to_str().unwrap();
+        let mut holder =
+            side.python(KEEPS_WRITING, &[path]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let mut stdin = holder.stdin.take().unwrap();
+        assert_eq!(line_of(&mut said), "ready");
+        let stopped = side.shim.as_ref().map(|(_, socket)| service_pid(socket));
+        if let Some(pid) = stopped {
+            signal(pid, libc::SIGSTOP);
+        }
+        let mut reader = side.python(READ_AT, &[path, "0", "6"]).stdout(Stdio::piped()).spawn().unwrap();
+        let pid = reader.id() as i32;
+        let (done, stop) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            let waited = stop.recv_timeout(std::time::Duration::from_secs(30));
+            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                signal(pid, libc::SIGKILL);
+            }
+        });
+        let mut out = String::new();
+        std::io::Read::read_to_string(reader.stdout.as_mut().unwrap(), &mut out).unwrap();
+        let status = reader.wait().unwrap();
+        drop(done);
+        watchdog.join().unwrap();
+        if let Some(pid) = stopped {
+            signal(pid, libc::SIGCONT);
+        }
+        assert!(status.success(), "{}: the reader did not finish: {status:?}", side.label());
+        seen.push(out);
+        writeln!(stdin).unwrap();
+        assert_eq!(line_of(&mut said), "written");
+        writeln!(stdin).unwrap();
+        seen.push(line_of(&mut said));
+        drop(stdin);
+        finished(holder, "the holder");
+    }
+    let (kernel, shim) = seen.split_at(2);
+    assert_eq!(kernel, shim);
+}

@@ -106,6 +106,16 @@ impl SharedFile {
             }
             None => None,
         };
+        // Where the file is, for a service that must write back what its writers left after
+        // it lost their descriptors (it died and another took over): kept up to date by each
+        // writable open, as files move.
+        if let Some(s) = slot.filter(|_| write) {
+            let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+            let at = at.as_os_str().as_encoded_bytes();
+            if at.starts_with(b"/") && !at.ends_with(b" (deleted)") {
+                view.set_path(s as usize, at);
+            }
+        }
         let Some(slot) = slot else {
             table.unlock(inner.me);
             return Err(Error::new(

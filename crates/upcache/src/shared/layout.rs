@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x03");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x04");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -22,7 +22,11 @@ mod kind {
     pub const FRAMES: u32 = 7;
     pub const PAGES: u32 = 8;
     pub const COUNTERS: u32 = 9;
+    pub const PATHS: u32 = 10;
 }
+
+/// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
+const PATH_WORDS: usize = 64;
 
 /// The size of a shared cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +91,7 @@ pub(crate) struct View {
     partitions: NonNull<OwnerLock>,
     frames: NonNull<FrameMeta>,
     counters: NonNull<ClientCounters>,
+    paths: NonNull<AtomicU64>,
     pub pages: NonNull<u8>,
     pub n_frames: usize,
     pub n_files: usize,
@@ -105,7 +110,7 @@ fn bad(what: impl Into<String>) -> Error {
 }
 
 impl View {
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 9] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 10] {
         use std::mem::size_of;
         [
             RegionSpec { kind: kind::HEADER, len: size_of::<Header>() },
@@ -117,6 +122,7 @@ impl View {
             RegionSpec { kind: kind::FRAMES, len: frames * size_of::<FrameMeta>() },
             RegionSpec { kind: kind::PAGES, len: frames * PAGE },
             RegionSpec { kind: kind::COUNTERS, len: clients * size_of::<ClientCounters>() },
+            RegionSpec { kind: kind::PATHS, len: files * PATH_WORDS * 8 },
         ]
     }
 
@@ -170,7 +176,7 @@ impl View {
             return Err(bad("bad sizes in the header"));
         }
         let specs = Self::sizes(frames, files, clients, buckets);
-        let mut regions = [(NonNull::dangling(), 0usize); 9];
+        let mut regions = [(NonNull::dangling(), 0usize); 10];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -188,6 +194,7 @@ impl View {
             frames: regions[6].0.cast(),
             pages: regions[7].0,
             counters: regions[8].0.cast(),
+            paths: regions[9].0.cast(),
             n_frames: frames,
             n_files: files,
             n_clients: clients,
@@ -226,6 +233,41 @@ impl View {
 
     pub fn n_clients(&self) -> usize {
         self.n_clients
+    }
+
+    fn path_words(&self, slot: usize) -> &[AtomicU64] {
+        assert!(slot < self.n_files);
+        // SAFETY: `n_files * PATH_WORDS` words (checked at attach); `slot` is in range.
+        unsafe { std::slice::from_raw_parts(self.paths.as_ptr().add(slot * PATH_WORDS), PATH_WORDS) }
+    }
+
+    /// Records where entry `slot`'s file was opened (an absolute path), so that a service with
+    /// no descriptor of it can open it to write back what a dead writer left; a path too long
+    /// for the room is not kept. Under the table's lock.
+    pub fn set_path(&self, slot: usize, path: &[u8]) {
+        let words = self.path_words(slot);
+        let fits = path.len() <= 8 * (PATH_WORDS - 1);
+        for (w, chunk) in words[1..].iter().zip(path.chunks(8)).take_while(|_| fits) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            w.store(u64::from_le_bytes(b), Ordering::Relaxed); // Relaxed: under the table's lock
+        }
+        words[0].store(if fits { path.len() as u64 } else { 0 }, Ordering::Relaxed);
+        // as above
+    }
+
+    /// Entry `slot`'s path, if one was recorded. Under the table's lock.
+    pub fn path(&self, slot: usize) -> Option<Vec<u8>> {
+        let words = self.path_words(slot);
+        // Relaxed (all): under the table's lock.
+        let len = words[0].load(Ordering::Relaxed) as usize;
+        if len == 0 || len > 8 * (PATH_WORDS - 1) {
+            return None;
+        }
+        let mut path: Vec<u8> =
+            words[1..].iter().flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes()).collect();
+        path.truncate(len);
+        Some(path)
     }
 
     pub fn frames(&self) -> &[FrameMeta] {

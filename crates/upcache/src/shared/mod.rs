@@ -31,8 +31,10 @@ mod file;
 mod files;
 mod frame;
 mod held;
+mod holder;
 mod index;
 mod layout;
+mod link;
 mod pages;
 mod repair;
 pub mod serve;
@@ -42,7 +44,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::shm::Segment;
@@ -72,13 +74,13 @@ pub(crate) struct Inner {
     /// Descriptors of the files this process has open, by slot, with how many of its
     /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
     fds: Mutex<HashMap<u32, OpenFd>>,
-    /// Set when the service we attached through went away: every call then fails with
-    /// `Io`, since a new service would make a new cache, and two caches of one file are not
-    /// coherent. Our dirty pages were written back first.
-    lost: Arc<AtomicBool>,
-    /// Our connection to the service, shut down when we detach so the watcher thread ends
-    /// and the service sees us go.
-    service: Option<UnixStream>,
+    /// Set when the service we attached through went away and the one that took its place
+    /// serves another segment (`link.rs`): every call then fails with `Io`, since two caches
+    /// of one file are not coherent. Our dirty pages were written back first.
+    lost: AtomicBool,
+    /// Our link to the service, shut down when we detach so the watcher thread ends and the
+    /// service sees us go.
+    link: link::Link,
     /// `FORKS` when we attached: a forked child has another count, and must not act under
     /// its parent's client id (it attaches itself).
     forks: u64,
@@ -112,16 +114,19 @@ pub(crate) struct OpenFd {
 impl SharedCache {
     /// Makes a new shared cache as `config` says and attaches this process to it.
     pub fn create(config: &SharedConfig) -> Result<SharedCache> {
-        SharedCache::join(View::create(config)?, None)
+        SharedCache::join(View::create(config)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
 
     /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
     /// by [`crate::shm::handoff`] or by inheritance), after checking the segment.
     pub fn attach(fd: OwnedFd) -> Result<SharedCache> {
-        SharedCache::join(View::attach(Segment::attach(fd)?)?, None)
+        SharedCache::join(
+            View::attach(Segment::attach(fd)?)?,
+            link::Link::new(None, serve::DEFAULT_IDLE, None),
+        )
     }
 
-    fn join(view: View, service: Option<UnixStream>) -> Result<SharedCache> {
+    fn join(view: View, link: link::Link) -> Result<SharedCache> {
         count_forks();
         let me = view.clients().join()?;
         let c = view.counters_of(me);
@@ -132,8 +137,8 @@ impl SharedCache {
             view,
             me,
             fds: Mutex::new(HashMap::new()),
-            lost: Arc::new(AtomicBool::new(false)),
-            service,
+            lost: AtomicBool::new(false),
+            link,
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
         };
@@ -142,33 +147,20 @@ impl SharedCache {
         Ok(SharedCache { inner: Arc::new(inner) })
     }
 
-    /// Attaches to `seg`, received from the service over `service`, which stays open: its
-    /// hang-up tells the service we are gone, and the service's tells us (a watcher thread).
-    pub(crate) fn join_with(seg: Segment, service: UnixStream) -> Result<SharedCache> {
-        let ours = service.try_clone().map_err(|e| crate::error::Error::io("dup the service socket", e))?;
-        let ours = UnixStream::from(crate::shm::high_fd::out_of_the_way(ours.into()));
-        let cache = SharedCache::join(View::attach(seg)?, Some(ours))?;
-        let weak: Weak<Inner> = Arc::downgrade(&cache.inner);
-        let lost = cache.inner.lost.clone();
-        std::thread::Builder::new()
-            .name("upcache-service-watch".into())
-            .spawn(move || {
-                let mut pfd = libc::pollfd {
-                    fd: std::os::fd::AsRawFd::as_raw_fd(&service),
-                    events: libc::POLLIN | libc::POLLRDHUP,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the call. The service never writes to an
-                // attached process, so any event is its hang-up.
-                while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
-                if let Some(inner) = weak.upgrade() {
-                    log::error!("upcache: the shared cache's service is gone; writing back and stopping");
-                    inner.write_back_all_open();
-                }
-                // Relaxed: a flag each call checks; our write-back is done either way.
-                lost.store(true, Ordering::Relaxed);
-            })
-            .map_err(|e| crate::error::Error::io("start the service watcher", e))?;
+    /// Attaches to `seg`, received from the service at `socket` over `service`, which stays
+    /// open: its hang-up tells the service we are gone, and the service's tells us (a watcher
+    /// thread, which puts a service back: `link.rs`). With no `service` (it is stopped), the
+    /// watcher links to it once it answers. `idle`: that of a service we start in its place.
+    pub(crate) fn join_with(
+        seg: Segment,
+        service: Option<UnixStream>,
+        socket: &Path,
+        idle: std::time::Duration,
+    ) -> Result<SharedCache> {
+        let service = service.map(|s| UnixStream::from(crate::shm::high_fd::out_of_the_way(s.into())));
+        let link = link::Link::new(Some(socket.to_path_buf()), idle, service);
+        let cache = SharedCache::join(View::attach(seg)?, link)?;
+        link::watch(&cache.inner)?;
         Ok(cache)
     }
 
@@ -221,54 +213,94 @@ impl SharedCache {
     }
 
     /// The service's write-back of dirty pages whose every writer is gone, through the
-    /// descriptors lent to it; the number of dirty pages it could not write. Under the file
-    /// table's lock, so no entry is filled for another file meanwhile. A descriptor is kept
-    /// while its file has writers or dirty pages (longer would keep an unlinked file's blocks);
-    /// an unlinked file that nobody has open any more is forgotten, pages and entry, so its
-    /// inode number can serve another file.
+    /// descriptors lent to it (or, lent to a service that died, the file opened again where
+    /// its last writer had it); the number of dirty pages it could not write. A descriptor is
+    /// kept while its file has writers or dirty pages (longer would keep an unlinked file's
+    /// blocks); an unlinked file that nobody has open any more is forgotten, pages and entry,
+    /// so its inode number can serve another file. The table's lock is taken only when there
+    /// is something to do, and no write waits under it: a service stopped (SIGSTOP) while
+    /// holding it would stall every open in every process.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
         let inner = &self.inner;
         let files = inner.view.files();
-        let table = &inner.view.header().files_lock;
-        table.lock(inner.me, |h| inner.alive(h));
-        // Relaxed (all counts): under the table's lock, or hints the write-back re-checks.
-        lent.retain(|&slot, fd| {
-            let e = &files[slot as usize];
-            let Ok(md) = fd.metadata() else { return false };
-            if !same_file(e, &md) {
-                return false;
+        // Relaxed (all counts and states): hints here, checked again under the table's lock.
+        let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
+        let spare = |e: &files::FileEntry, fd: &std::fs::File| match fd.metadata() {
+            Err(_) => true,
+            Ok(md) => {
+                !same_file(e, &md)
+                    || (std::os::unix::fs::MetadataExt::nlink(&md) == 0
+                        && e.opens.load(Ordering::Relaxed) == 0)
+                    || (idle(e) && e.dirty.load(Ordering::Acquire) == 0)
             }
-            if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0 {
-                inner.drop_pages(slot, 0, e.page_end());
-                e.state.store(files::FREE, Ordering::Release);
-                return false;
-            }
-            e.writers.load(Ordering::Relaxed) > 0 || e.dirty.load(Ordering::Acquire) > 0
-        });
-        let mut stranded = 0;
+        };
+        let orphaned = |e: &files::FileEntry| {
+            e.state.load(Ordering::Relaxed) == files::LIVE && idle(e) && e.dirty.load(Ordering::Acquire) > 0
+        };
         for (slot, e) in files.iter().enumerate() {
-            let fd = lent.get(&(slot as u32));
-            if fd.is_none() {
+            if !lent.contains_key(&(slot as u32)) {
                 e.service_fd.store(0, Ordering::Relaxed);
             }
-            if e.state.load(Ordering::Relaxed) != files::LIVE || e.writers.load(Ordering::Relaxed) != 0 {
+        }
+        let stale: Vec<u32> =
+            lent.iter().filter(|(s, fd)| spare(&files[**s as usize], fd)).map(|(s, _)| *s).collect();
+        let orphans: Vec<u32> = (0..files.len() as u32).filter(|&s| orphaned(&files[s as usize])).collect();
+        if stale.is_empty() && orphans.is_empty() {
+            return 0;
+        }
+        let table = &inner.view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        for slot in stale {
+            let (e, fd) = (&files[slot as usize], &lent[&slot]);
+            let Ok(md) = fd.metadata() else {
+                lent.remove(&slot);
+                continue;
+            };
+            if !same_file(e, &md) {
+                lent.remove(&slot);
+            } else if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0
+            {
+                inner.drop_pages(slot, 0, e.page_end());
+                e.state.store(files::FREE, Ordering::Release);
+                lent.remove(&slot);
+            } else if idle(e) && e.dirty.load(Ordering::Acquire) == 0 {
+                lent.remove(&slot);
+            }
+        }
+        let mut stranded = 0;
+        let mut work = Vec::new();
+        for slot in orphans {
+            let e = &files[slot as usize];
+            if !orphaned(e) {
                 continue;
             }
-            let dirty = e.dirty.load(Ordering::Acquire);
-            if dirty == 0 {
-                continue;
-            }
-            match fd {
-                Some(fd) => {
-                    if let Err(err) = inner.write_back_slot(slot as u32, fd) {
-                        log::error!("upcache serve: writing back a file whose writers died: {err}");
-                        stranded += dirty;
-                    }
+            // No descriptor lent (the service that had one died, and this one took over): the
+            // file opened again where its last writer had it, if it is still there.
+            if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
+                if let Some(fd) = inner.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
+                    v.insert(fd);
+                    e.service_fd.store(1, Ordering::Relaxed);
                 }
-                None => stranded += dirty,
+            }
+            match lent.get(&slot) {
+                // Listed under the lock, each written only while its frame still holds that
+                // page of that generation: no page goes to another file.
+                Some(fd) => {
+                    // Acquire: as in `write_back_slot`.
+                    let end = e.len.load(Ordering::Acquire).div_ceil(frame::PAGE as u64);
+                    work.push((slot, fd.clone(), inner.candidates(slot, 0, end)));
+                }
+                None => stranded += e.dirty.load(Ordering::Acquire),
             }
         }
         table.unlock(inner.me);
+        for (slot, fd, pages) in work {
+            if let Err(err) = inner.write_back_listed(&pages, &fd, false) {
+                log::error!("upcache serve: writing back a file whose writers died: {err}");
+            }
+            // Acquire: as above. Still dirty: a frame locked by someone else, or an error.
+            stranded += files[slot as usize].dirty.load(Ordering::Acquire);
+        }
         stranded
     }
 
@@ -398,6 +430,19 @@ pub struct SharedStatus {
     pub evictions: u64,
 }
 
+/// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.
+fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::fs::File>> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fd = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(std::ffi::OsStr::from_bytes(path))
+        .ok()?;
+    let md = fd.metadata().ok()?;
+    (md.is_file() && same_file(e, &md)).then(|| Arc::new(fd))
+}
+
 /// Whether entry `e` names the file `md` describes.
 fn same_file(e: &files::FileEntry, md: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -416,14 +461,24 @@ impl std::fmt::Debug for SharedCache {
 impl Inner {
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
     /// it writes back the file's dirty pages if every writer dies first.
-    fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
+    pub(crate) fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
         // On every writable open: the service may be about to close the one it has.
-        let Some(service) = &self.service else { return };
         let mut msg = [b'F', 0, 0, 0, 0];
         msg[1..].copy_from_slice(&slot.to_le_bytes());
         let raw = std::os::fd::AsRawFd::as_raw_fd(fd);
-        if let Err(e) = crate::shm::handoff::send_msg(service, &msg, Some(raw)) {
+        if let Err(e) = self.link.send(&msg, Some(raw)) {
             log::warn!("upcache: lending a descriptor to the service: {e}");
+        }
+    }
+
+    /// The cache's size, as a service started in place of its dead one is told (it adopts
+    /// the segment itself, so this matters only if no process maps it any more).
+    pub(crate) fn config(&self) -> SharedConfig {
+        let v = &self.view;
+        SharedConfig {
+            memory: (v.n_frames * frame::PAGE) as u64,
+            files: v.n_files as u32,
+            clients: v.n_clients() as u32,
         }
     }
 
@@ -458,9 +513,7 @@ impl Drop for Inner {
         if self.forked() {
             return;
         }
-        if let Some(s) = &self.service {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
+        self.link.shut();
         self.view.clients().leave(self.me);
     }
 }

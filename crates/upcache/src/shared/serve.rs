@@ -6,7 +6,9 @@
 //!
 //! One service per socket: it holds an exclusive `flock` on `<socket>.lock` for its whole life,
 //! so a second one started at the same moment exits at once and a stale socket left by a
-//! killed one is replaced safely.
+//! killed one is replaced safely. In that file it records itself (`holder.rs`): a service
+//! started after one died adopts the dead one's segment from any process still mapping it,
+//! and a process that finds the service stopped attaches to the segment without it.
 //!
 //! A request is one byte: `A` to attach (answered by the segment, or a refusal), `S` for a
 //! status report in text, `J` for the same in JSON. An attached process keeps its connection open; when it closes,
@@ -18,7 +20,7 @@
 use std::collections::HashMap;
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -26,9 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::holder::{self, Record};
 use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::shm::handoff;
+use crate::shm::{handoff, Segment};
 
 /// How often the service's flusher looks for dirty pages to write back (the kernel's
 /// `dirty_writeback_centisecs`), and how long a file may stay dirty before it does
@@ -123,6 +126,9 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Ok(false);
     }
+    // The record of the service before us, if it died: its segment lives while any process
+    // maps it, and is this service's then (`holder.rs`).
+    let before = Record::read(&lock_path(&opts.socket));
     // Ours now: a socket file left here is a dead service's.
     let _ = std::fs::remove_file(&opts.socket);
     // Listening before the segment is made: a process that connects meanwhile waits for its
@@ -131,19 +137,42 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         .map_err(|e| Error::io(format!("listen on {}", opts.socket.display()), e))?;
     std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("chmod the socket", e))?;
-    let cache = match SharedCache::create(&opts.config) {
+    let adopted = before.and_then(|r| holder::find(&r)).and_then(|fd| match SharedCache::attach(fd) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log::warn!("upcache serve: the dead service's cache could not be taken over: {e}");
+            None
+        }
+    });
+    let made = match adopted {
+        Some(c) => {
+            log::info!("upcache serve: took over the cache of a service that died");
+            Ok(c)
+        }
+        None => SharedCache::create(&opts.config),
+    };
+    let cache = match made {
         Ok(c) => c,
         Err(e) => {
             let _ = std::fs::remove_file(&opts.socket);
             return Err(e);
         }
     };
+    // Where to find the segment without us (while we are stopped, or once we are gone).
+    if let Some(rec) = Record::of(std::process::id(), &cache.segment_fd()) {
+        let written = lock
+            .set_len(0)
+            .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&lock, rec.text().as_bytes(), 0));
+        if let Err(e) = written {
+            log::warn!("upcache serve: recording the service in its lock file: {e}");
+        }
+    }
     listener.set_nonblocking(true).map_err(|e| Error::io("set the socket non-blocking", e))?;
     log::info!(
         "upcache serve: pid {} on {}, {} MiB of pages",
         std::process::id(),
         opts.socket.display(),
-        opts.config.memory >> 20
+        cache.memory() >> 20
     );
     ready(&cache);
     let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
@@ -418,13 +447,34 @@ fn ask(socket: &Path, request: u8) -> Result<String> {
     Ok(out)
 }
 
-/// Attaches to the service at `socket`; an `Io` error if it does not answer in 30 s.
+/// Attaches to the service at `socket`; an `Io` error if it does not answer in 30 s. A
+/// stopped service is not waited for: its cache is attached to through `/proc` at once, and
+/// linked to once it answers.
 pub fn connect(socket: &Path) -> Result<SharedCache> {
     connect_within(socket, ANSWER_TIMEOUT)
 }
 
 /// As [`connect`], waiting at most `timeout` for the service's answer.
 pub fn connect_within(socket: &Path, timeout: Duration) -> Result<SharedCache> {
+    connect_for(socket, timeout, DEFAULT_IDLE)
+}
+
+/// How often a process waiting for a service's answer looks whether the service is stopped.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// What an attach request came to.
+enum Answer {
+    /// The service's connection and its segment.
+    Segment(UnixStream, OwnedFd),
+    /// The service is stopped; its record says where its segment is.
+    Stopped(Record),
+    /// No answer in the time given.
+    Silent,
+}
+
+/// Connects to `socket` and asks for the segment, waiting up to `timeout` for the answer but
+/// not for a stopped service.
+fn ask_for_segment(socket: &Path, timeout: Duration) -> Result<Answer> {
     let mut sock = UnixStream::connect(socket).map_err(|e| {
         let what = format!("connect to {}", socket.display());
         match e.raw_os_error() {
@@ -442,24 +492,87 @@ pub fn connect_within(socket: &Path, timeout: Duration) -> Result<SharedCache> {
         ),
         _ => Error::io("attach to the cache service", e),
     };
-    sock.set_read_timeout(Some(timeout)).map_err(hung)?;
     sock.set_write_timeout(Some(timeout)).map_err(hung)?;
     sock.write_all(b"A").map_err(hung)?;
-    let seg = handoff::receive(&sock).map_err(|e| match e.raw_os_error() {
-        Some(code @ (libc::EAGAIN | libc::ETIMEDOUT)) => hung(std::io::Error::from_raw_os_error(code)),
-        _ => e,
-    })?;
-    // Attached: from now on a read waits for the service's hang-up (`SharedCache::join_with`).
-    sock.set_read_timeout(None).map_err(hung)?;
-    sock.set_write_timeout(None).map_err(hung)?;
-    // Kept for as long as we are attached: out of the program's way.
-    let sock = UnixStream::from(crate::shm::high_fd::out_of_the_way(sock.into()));
-    SharedCache::join_with(seg, sock)
+    sock.set_read_timeout(Some(LOOK_EVERY.min(timeout))).map_err(hung)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match handoff::receive_fd(&sock) {
+            Ok(fd) => {
+                // Attached: from now on a read waits for the service's hang-up.
+                sock.set_read_timeout(None).map_err(hung)?;
+                sock.set_write_timeout(None).map_err(hung)?;
+                return Ok(Answer::Segment(sock, fd));
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ETIMEDOUT)) => {
+                if let Some(rec) = Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid)) {
+                    return Ok(Answer::Stopped(rec));
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Answer::Silent);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// As [`connect`], a service started in place of a dead one staying `idle` with nobody
+/// attached.
+fn connect_for(socket: &Path, timeout: Duration, idle: Duration) -> Result<SharedCache> {
+    match ask_for_segment(socket, timeout)? {
+        Answer::Segment(sock, fd) => SharedCache::join_with(Segment::attach(fd)?, Some(sock), socket, idle),
+        Answer::Silent => Err(Error::new(
+            ErrorKind::Io,
+            format!("the cache service at {} did not answer in {timeout:?}", socket.display()),
+        )),
+        Answer::Stopped(rec) => {
+            let fd = holder::find(&rec).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "the cache service at {} is stopped, and its cache cannot be reached",
+                        socket.display()
+                    ),
+                )
+            })?;
+            log::warn!("upcache: the cache service (pid {}) is stopped; attached without it", rec.pid);
+            SharedCache::join_with(Segment::attach(fd)?, None, socket, idle)
+        }
+    }
+}
+
+/// For a process attached to `seg` whose service went: the connection to the service at
+/// `socket` if it serves `seg`; None if it does not answer soon or is stopped (ask again
+/// later); `LayoutMismatch` if it serves another segment; another error if none listens.
+pub(crate) fn attach_to_segment(socket: &Path, seg: &Segment) -> Result<Option<UnixStream>> {
+    match ask_for_segment(socket, Duration::from_secs(2)) {
+        Ok(Answer::Segment(sock, fd)) => {
+            if holder::identity(&fd).is_some() && holder::identity(&fd) == holder::identity(&seg.as_fd()) {
+                Ok(Some(sock))
+            } else {
+                Err(Error::new(
+                    ErrorKind::LayoutMismatch,
+                    format!("the service at {} now serves another cache", socket.display()),
+                ))
+            }
+        }
+        Ok(Answer::Stopped(_) | Answer::Silent) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts a service at `socket` in place of a dead one (it adopts the dead one's segment
+/// from a process that maps it); returns once it listens or another did first.
+pub(crate) fn start_replacement(socket: &Path, config: &SharedConfig, idle: Duration) -> Result<()> {
+    let opts = ServeOptions { socket: socket.to_path_buf(), config: config.clone(), idle };
+    start(&opts).map(|_| ())
 }
 
 /// Attaches to the service at `socket`, starting one (a detached process forked from this one,
 /// which runs [`serve`] with `config` and `idle`) if none answers.
 pub fn connect_or_start(socket: &Path, config: &SharedConfig, idle: Duration) -> Result<SharedCache> {
+    let connect = |socket: &Path| connect_for(socket, ANSWER_TIMEOUT, idle);
     match connect(socket) {
         Ok(c) => return Ok(c),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => return Err(e),
@@ -522,6 +635,9 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
             libc::_exit(0);
         }
         libc::prctl(libc::PR_SET_NAME, c"upcache-serve".as_ptr());
+        // Its segment must stay reachable through /proc/<pid>/fd while it is stopped
+        // (`holder.rs`), whatever the program that started it did to its own dumpability.
+        libc::prctl(libc::PR_SET_DUMPABLE, 1);
     }
     // And for `ps`'s command line, which would show the program that started us.
     set_title(&format!("upcache serve --socket {}", opts.socket.display()));

@@ -75,10 +75,16 @@ pub fn offer(sock: &UnixStream, seg: &Segment) -> Result<()> {
 /// Receives a segment from `sock`'s peer (which must run as this process's user) and attaches
 /// to it. `PermissionDenied` if the peer refused us or is another user's.
 pub fn receive(sock: &UnixStream) -> Result<Segment> {
+    Segment::attach(receive_fd(sock)?)
+}
+
+/// As [`receive`], the segment's descriptor not yet attached (mapped): to check first which
+/// segment it is.
+pub fn receive_fd(sock: &UnixStream) -> Result<OwnedFd> {
     same_user(peer(sock)?)?;
     let (byte, fd) = recv(sock)?;
     match (byte, fd) {
-        (SENT, Some(fd)) => Segment::attach(fd),
+        (SENT, Some(fd)) => Ok(fd),
         (REFUSED, _) => {
             Err(Error::new(ErrorKind::PermissionDenied, "the cache refused to share with this user"))
         }

@@ -1,0 +1,140 @@
+//! An attached process's link to the service: the connection whose hang-up tells each side
+//! the other is gone, the descriptors lent over it, and what happens when the service goes.
+//!
+//! The service is replaceable, as the kernel's page cache outlives any process: when it dies,
+//! each attached process's watcher reconnects, starting a new service if none answers; the
+//! new one adopts the segment from a live process that maps it (`holder.rs`) instead of
+//! making another, repairs what the dead one held, and is lent every writable descriptor
+//! again. While the service is stopped, the watcher waits (attaches go around it, through
+//! `/proc`). Only if the service that answers serves another segment (two caches of one file
+//! would not be coherent) does the process write back and fail its calls, as before.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::{serve, Inner};
+use crate::error::{Error, Result};
+
+/// The link of one attachment.
+pub(crate) struct Link {
+    /// The service's socket, to reconnect to; None for a cache attached by hand.
+    pub socket: Option<PathBuf>,
+    /// The idle time of a service this process starts to replace a dead one.
+    pub idle: Duration,
+    /// The connection, None while there is no service to talk to.
+    pub stream: Mutex<Option<UnixStream>>,
+}
+
+impl Link {
+    pub fn new(socket: Option<PathBuf>, idle: Duration, stream: Option<UnixStream>) -> Link {
+        Link { socket, idle, stream: Mutex::new(stream) }
+    }
+
+    fn current(&self) -> Option<UnixStream> {
+        let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        s.as_ref().and_then(|s| s.try_clone().ok())
+    }
+
+    /// Sends one message (with a descriptor) to the service, if there is one.
+    pub fn send(&self, msg: &[u8], fd: Option<i32>) -> Result<()> {
+        let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        match s.as_ref() {
+            Some(stream) => crate::shm::handoff::send_msg(stream, msg, fd),
+            None => Ok(()), // lent again when the link is back
+        }
+    }
+
+    /// Shuts the connection down: the service sees us go, and our watcher wakes and ends.
+    pub fn shut(&self) {
+        if let Some(s) = self.stream.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Starts the watcher of `inner`'s link (a cache attached through a socket).
+pub(crate) fn watch(inner: &Arc<Inner>) -> Result<()> {
+    let weak = Arc::downgrade(inner);
+    std::thread::Builder::new()
+        .name("upcache-service-watch".into())
+        .spawn(move || watcher(weak))
+        .map(|_| ())
+        .map_err(|e| Error::io("start the service watcher", e))
+}
+
+/// Waits for the service's hang-up, then puts a service back (or gives up, see the module's
+/// documentation); ends when the attachment goes.
+fn watcher(weak: Weak<Inner>) {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let stream = inner.link.current();
+        drop(inner);
+        if let Some(stream) = stream {
+            wait_for_hang_up(&stream);
+            pause = Duration::from_millis(10);
+        }
+        // Gone, or never there (attached beside a stopped service).
+        let Some(inner) = weak.upgrade() else { return };
+        match reconnect(&inner) {
+            Ok(true) => continue,
+            Ok(false) => {
+                drop(inner);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                log::error!("upcache: the shared cache's service is gone ({e}); writing back and stopping");
+                inner.write_back_all_open();
+                // Relaxed: a flag each call checks; our write-back is done either way.
+                inner.lost.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+}
+
+fn wait_for_hang_up(stream: &UnixStream) {
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(stream),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call. The service never writes to an attached
+    // process, so any event is a hang-up (its, or our own shutdown when we detach).
+    while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
+}
+
+/// One try at linking `inner` to a service of its segment: true once linked (the writable
+/// descriptors lent again), false to try again later (none answers yet, or it is stopped: a
+/// replacement is started when none runs), an error if the service serves another segment.
+fn reconnect(inner: &Arc<Inner>) -> Result<bool> {
+    let Some(socket) = inner.link.socket.clone() else {
+        return Err(Error::new(crate::error::ErrorKind::Io, "no socket to find a new service at"));
+    };
+    *inner.link.stream.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let stream = match serve::attach_to_segment(&socket, &inner.view.seg) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return Ok(false), // stopped or slow: wait for it
+        Err(e) if e.kind() == crate::error::ErrorKind::LayoutMismatch => return Err(e),
+        Err(_) => {
+            // Nobody listens: a replacement, which adopts our segment (`holder.rs`). Another
+            // process may be starting one at the same moment: only one gets the lock.
+            let config = inner.config();
+            if let Err(e) = serve::start_replacement(&socket, &config, inner.link.idle) {
+                log::warn!("upcache: starting a service in place of the dead one: {e}");
+            }
+            return Ok(false);
+        }
+    };
+    let stream = UnixStream::from(crate::shm::high_fd::out_of_the_way(stream.into()));
+    *inner.link.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
+    for (slot, fd) in inner.writable_fds() {
+        inner.lend_fd(slot, &fd);
+    }
+    log::warn!("upcache: linked to the shared cache's service again");
+    Ok(true)
+}
