@@ -133,6 +133,13 @@ impl Backend {
         }
     }
 
+    /// At exit: on the shared cache, a service put back if it died (`SharedCache::before_exit`).
+    pub fn before_exit(&self) {
+        if let Backend::Shared(c) = self {
+            c.before_exit();
+        }
+    }
+
     pub fn is_shared(&self) -> bool {
         matches!(self, Backend::Shared(_))
     }

@@ -884,6 +884,9 @@ extern "C" fn at_exit() {
     if let Some(shim) = current() {
         if shim.pid == std::process::id() {
             shim.write_back_all("at exit", "what the cache holds of it is lost with the process");
+            // The shared cache lives on in other processes, but if its service died it must
+            // have one again before this mapping of it goes (dead writers' pages in it).
+            shim.cache.before_exit();
             // AcqRel: one report per process.
             if !shim.reported.swap(true, Ordering::AcqRel) {
                 shim.report();

@@ -444,6 +444,11 @@ fn the_shared_cache_says_what_it_is() {
 
 /// The pid of the service at `socket`: the process that holds its lock file open.
 fn service_pid(socket: &Path) -> i32 {
+    running_service(socket).unwrap_or_else(|| panic!("no service at {}", socket.display()))
+}
+
+/// The pid of the service at `socket`, if one runs.
+fn running_service(socket: &Path) -> Option<i32> {
     let mut lock = socket.as_os_str().to_owned();
     lock.push(".lock");
     let lock = PathBuf::from(lock);
@@ -451,10 +456,10 @@ fn service_pid(socket: &Path) -> i32 {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
         if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == lock)) {
-            return pid;
+            return Some(pid);
         }
     }
-    panic!("no process holds {}", lock.display());
+    None
 }
 
 fn signal(pid: i32, sig: i32) {
@@ -576,4 +581,113 @@ fn a_stopped_service_stalls_no_new_process() {
     }
     let (kernel, shim) = seen.split_at(2);
     assert_eq!(kernel, shim);
+}
+
+/// Writes 4 KiB records 0..COUNT to FILE (record i at i * 4096, its number in its first
+/// bytes), saying each number once its pwrite returned.
+const RECORDS: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+for i in range(int(sys.argv[2])):
+    os.pwrite(fd, (b"%08d" % i).ljust(4096, b"r"), i * 4096)
+    print(i, flush=True)
+"#;
+
+/// Which records of `count` are missing from `data` among the first `acked`.
+fn missing_records(data: &[u8], acked: usize) -> Vec<usize> {
+    (0..acked)
+        .filter(|&i| {
+            data.get(i * 4096..(i + 1) * 4096).is_none_or(|r| r[..8] != *format!("{i:08}").as_bytes())
+        })
+        .collect()
+}
+
+/// Cause 6: a writer killed by SIGKILL, then the service killed 0 to 2 s later (20 delays),
+/// while another process stays attached: every write that returned is in the file once the
+/// last process has detached (the previous shim lost all of them when the service died
+/// within about half a second, although the other process still mapped the cache).
+#[test]
+fn writes_survive_a_killed_writer_and_a_killed_service() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    for side in Side::both(tmp.path(), "double-kill") {
+        let rounds = if side.shim.is_some() { 20 } else { 1 };
+        // Attached all along, with a file of its own open.
+        std::fs::write(side.dir.join("held"), b"held").unwrap();
+        let mut holder = side
+            .python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+        assert_eq!(line_of(&mut said), "open");
+        let mut files = Vec::new();
+        for round in 0..rounds {
+            let file = side.dir.join(format!("records-{round}"));
+            let mut writer = side
+                .python(RECORDS, &[file.to_str().unwrap(), "5000"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut out = std::io::BufReader::new(writer.stdout.take().unwrap());
+            let kill_at = 300 + round * 200;
+            let mut line = String::new();
+            let mut acked = 0;
+            while acked < kill_at && out.read_line(&mut line).unwrap() > 0 {
+                acked = line.trim().parse::<usize>().unwrap() + 1;
+                line.clear();
+            }
+            writer.kill().unwrap();
+            writer.wait().unwrap();
+            // What the writer said before it died.
+            while out.read_line(&mut line).unwrap() > 0 {
+                if let Ok(i) = line.trim().parse::<usize>() {
+                    acked = i + 1;
+                }
+                line.clear();
+            }
+            if let Some((_, socket)) = &side.shim {
+                std::thread::sleep(std::time::Duration::from_millis(100 * round as u64));
+                // (The previous shim left no service after the first kill: none to kill.)
+                if let Some(pid) = running_service(socket) {
+                    signal(pid, libc::SIGKILL);
+                }
+            }
+            files.push((file, acked));
+        }
+        drop(holder.stdin.take());
+        finished(holder, "the process that stayed attached");
+        if let Some((_, socket)) = &side.shim {
+            // Once the service that took the cache over has written it back, it exits
+            // (nothing dirty, nobody attached): its lock is free then.
+            let mut lock = socket.as_os_str().to_owned();
+            lock.push(".lock");
+            let service = running_service(socket);
+            let (done, stop) = std::sync::mpsc::channel::<()>();
+            let watchdog = std::thread::spawn(move || {
+                let waited = stop.recv_timeout(std::time::Duration::from_secs(60));
+                if let (Some(pid), Err(std::sync::mpsc::RecvTimeoutError::Timeout)) = (service, waited) {
+                    signal(pid, libc::SIGKILL); // the check below then says what it left
+                }
+            });
+            let lock = std::fs::File::open(lock).unwrap();
+            // SAFETY: flock on our own descriptor; it waits for the service's exit.
+            assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+            drop(done);
+            watchdog.join().unwrap();
+        }
+        for (file, acked) in files {
+            let data = std::fs::read(&file).unwrap();
+            let missing = missing_records(&data, acked);
+            assert!(
+                missing.is_empty(),
+                "{}: {} of {acked} acknowledged records missing from {}, the first {:?}",
+                side.label(),
+                missing.len(),
+                file.display(),
+                &missing[..missing.len().min(5)]
+            );
+        }
+    }
 }

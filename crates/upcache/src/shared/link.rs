@@ -97,6 +97,43 @@ fn watcher(weak: Weak<Inner>) {
     }
 }
 
+/// Before `inner` detaches (or its process exits): if the service is gone and pages are
+/// dirty, a service is put back first (it adopts the segment from us, so what dead writers
+/// left is written back and not lost with the last mapping). Gives up after a few seconds.
+pub(crate) fn before_leaving(inner: &Inner) {
+    if inner.link.socket.is_none() || inner.forked() {
+        return;
+    }
+    // Relaxed: a count read as a hint; a page dirtied meanwhile is its writer's to write back.
+    if inner.view.header().dirty.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let linked = inner.link.current().is_some_and(|s| !hung_up(&s));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut pause = Duration::from_millis(5);
+    if !linked {
+        while std::time::Instant::now() < deadline {
+            match reconnect(inner) {
+                Ok(true) | Err(_) => return,
+                Ok(false) => std::thread::sleep(pause),
+            }
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Whether the service hung up on `stream` (without waiting).
+fn hung_up(stream: &UnixStream) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(stream),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call; a zero timeout.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+    ready != 0
+}
+
 fn wait_for_hang_up(stream: &UnixStream) {
     let mut pfd = libc::pollfd {
         fd: std::os::fd::AsRawFd::as_raw_fd(stream),
@@ -111,7 +148,7 @@ fn wait_for_hang_up(stream: &UnixStream) {
 /// One try at linking `inner` to a service of its segment: true once linked (the writable
 /// descriptors lent again), false to try again later (none answers yet, or it is stopped: a
 /// replacement is started when none runs), an error if the service serves another segment.
-fn reconnect(inner: &Arc<Inner>) -> Result<bool> {
+fn reconnect(inner: &Inner) -> Result<bool> {
     let Some(socket) = inner.link.socket.clone() else {
         return Err(Error::new(crate::error::ErrorKind::Io, "no socket to find a new service at"));
     };

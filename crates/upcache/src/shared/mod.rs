@@ -365,6 +365,13 @@ impl SharedCache {
         first
     }
 
+    /// Before this process exits without detaching (a process's exit handler): if the
+    /// service died and pages are dirty, puts a service back first, which takes the cache
+    /// over, so that what dead writers left is not lost with the last mapping of it.
+    pub fn before_exit(&self) {
+        link::before_leaving(&self.inner);
+    }
+
     /// Releases whatever processes that died still held, and frees their client slots; the
     /// number of clients reaped.
     pub fn repair_dead(&self) -> usize {
@@ -513,6 +520,7 @@ impl Drop for Inner {
         if self.forked() {
             return;
         }
+        link::before_leaving(self);
         self.link.shut();
         self.view.clients().leave(self.me);
     }
