@@ -56,6 +56,14 @@ impl File {
     pub fn write_back(&self) -> Result<()> {
         both!(self, f => f.write_back())
     }
+    /// As the process dies of a signal: on the shared cache, pages another process holds are
+    /// passed over (it may be stopped; the cache keeps them).
+    pub fn write_back_dying(&self) -> Result<()> {
+        match self {
+            File::Private(f) => f.write_back(),
+            File::Shared(f) => f.write_back_unwaiting(),
+        }
+    }
     pub fn sync_data(&self) -> Result<()> {
         both!(self, f => f.sync_data())
     }

@@ -402,6 +402,7 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
                     shim.write_back_all_with(
                         "as the process dies of a signal",
                         "what it holds of it is lost",
+                        true,
                         each,
                     )
                 })
@@ -691,14 +692,16 @@ impl Shim {
     /// Writes back every cached file, so that the OS files hold what the cache does. A
     /// failure is said with `when` (what is happening) and `then` (what follows for the data).
     pub(crate) fn write_back_all(&self, when: &str, then: &str) {
-        self.write_back_all_with(when, then, || {});
+        self.write_back_all_with(when, then, false, || {});
     }
 
-    /// `write_back_all`, calling `each` after each file. A failure said already in the same
-    /// words is not said again (exit writes back twice: `at_exit`).
-    pub(crate) fn write_back_all_with(&self, when: &str, then: &str, mut each: impl FnMut()) {
+    /// `write_back_all`, calling `each` after each file (`dying`: as the process dies of a
+    /// signal, see `File::write_back_dying`). A failure said already in the same words is not
+    /// said again (exit writes back twice: `at_exit`).
+    pub(crate) fn write_back_all_with(&self, when: &str, then: &str, dying: bool, mut each: impl FnMut()) {
         for file in self.live_files() {
-            if let Err(e) = file.write_back() {
+            let written = if dying { file.write_back_dying() } else { file.write_back() };
+            if let Err(e) = written {
                 let msg = format!("writing {} back {when}: {e}; {then}", file.name());
                 if lock(&self.said).insert(msg.clone()) {
                     warn(&msg);

@@ -212,8 +212,10 @@ fn refaults(sig: c_int, info: *const siginfo_t) -> bool {
 extern "C" fn on_fatal(sig: c_int, info: *mut siginfo_t, _ctx: *mut c_void) {
     let errno = crate::errno::get();
     let fault = refaults(sig, info);
-    // A fault cannot wait: its instruction would fault again as soon as this returns.
-    if !fault && crate::guard::defer_if_inside(sig) {
+    // A fault cannot wait: its instruction would fault again as soon as this returns. Nor a
+    // thread asleep for another process's lock in the shared cache: it holds none of the
+    // cache's, and would not leave the shim while that process is stopped.
+    if !fault && !upcache::shared::waiting_for_another_process() && crate::guard::defer_if_inside(sig) {
         crate::errno::set(errno);
         return;
     }

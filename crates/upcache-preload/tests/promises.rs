@@ -691,3 +691,78 @@ fn writes_survive_a_killed_writer_and_a_killed_service() {
         }
     }
 }
+
+/// Writes 16 MiB at offset 0 of FILE, over and over, saying "writing" once it has begun.
+const BIG_WRITER: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+buf = b"w" * (16 << 20)
+os.pwrite(fd, buf, 0)
+print("writing", flush=True)
+while True:
+    os.pwrite(fd, buf, 0)
+"#;
+
+/// Runs `cmd` to its end, or kills it after `limit`: its exit status, or None if killed.
+fn within(mut cmd: Command, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id() as i32;
+    let (done, stop) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let waited = stop.recv_timeout(limit);
+        if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            signal(pid, libc::SIGKILL);
+            return true;
+        }
+        false
+    });
+    let status = child.wait().unwrap();
+    drop(done);
+    (!watchdog.join().unwrap()).then_some(status)
+}
+
+/// Cause 7: a writer stopped (SIGSTOP) in the middle of a write, 10 times: each time a reader
+/// of the file finishes at once, and a second writer either finishes or ends when `timeout`
+/// sends it SIGTERM (the previous shim: the reader waited until the writer resumed, and the
+/// second writer ignored SIGTERM). Watchdogs of 20 s turn a stall into a failure.
+#[test]
+fn a_stopped_writer_stalls_no_reader_and_every_waiter_stays_killable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let limit = std::time::Duration::from_secs(20);
+    for side in Side::both(tmp.path(), "stopped-writer") {
+        let file = side.dir.join("f");
+        std::fs::write(&file, vec![b'.'; 16 << 20]).unwrap();
+        let path = file.to_str().unwrap();
+        let mut writer = side.python(BIG_WRITER, &[path]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut said = std::io::BufReader::new(writer.stdout.take().unwrap());
+        assert_eq!(line_of(&mut said), "writing");
+        let pid = writer.id() as i32;
+        for round in 0..10 {
+            signal(pid, libc::SIGSTOP);
+            let reader = within(side.python(READ_AT, &[path, "8388608", "4096"]), limit);
+            assert!(
+                reader.is_some_and(|s| s.success()),
+                "{}, round {round}: a reader of a file whose writer is stopped: {reader:?}",
+                side.label()
+            );
+            let mut second = side.command("timeout");
+            second.args([
+                "1",
+                "python3",
+                "-c",
+                "import os, sys; os.pwrite(os.open(sys.argv[1], os.O_RDWR), b'x', 0)",
+                path,
+            ]);
+            let second = within(second, limit);
+            // timeout(1) says 124 when its SIGTERM ended the command.
+            assert!(
+                second.is_some_and(|s| s.success() || s.code() == Some(124)),
+                "{}, round {round}: a second writer beside a stopped one, told to end: {second:?}",
+                side.label()
+            );
+            signal(pid, libc::SIGCONT);
+        }
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+    }
+}

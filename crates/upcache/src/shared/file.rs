@@ -247,11 +247,54 @@ impl SharedFile {
                 return Ok(n);
             }
         }
-        let _locked = FileLock::take(self, false);
+        let Some(_locked) = FileLock::take_unless_stopped(self) else {
+            // The writer holding the file is stopped mid-write: the pages as they are now,
+            // each whole where no one holds it, as the kernel's reads do (which no stopped
+            // process can hold up: it stops only between system calls).
+            return self.read_pages_beside_stopped(buf, offset);
+        };
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
         self.read_pages(buf, offset)
+    }
+
+    /// `read_pages` while a stopped process holds the file's lock, and perhaps one page's.
+    fn read_pages_beside_stopped(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if self.bypassed() {
+            return bypass::read(&self.fd, buf, offset, &self.name);
+        }
+        let end = offset.saturating_add(buf.len() as u64).min(self.cached_len());
+        if offset >= end {
+            return Ok(0);
+        }
+        let view = &self.inner.view;
+        for c in chunks(offset, end, PAGE as u64) {
+            let dst = &mut buf[c.at..][..c.len];
+            let k = self.inner.key(self.slot, c.page);
+            let held = view.map().find_hint(k).filter(|&f| {
+                let m = &view.frames()[f as usize];
+                m.home() == k && m.holder().is_some_and(|h| h != self.inner.me && self.inner.stopped(h))
+            });
+            let Some(f) = held else {
+                self.read_page(c.page, c.in_page, dst)?;
+                continue;
+            };
+            if view.frames()[f as usize].flags() & VALID != 0 {
+                // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied part
+                // of its write into the page: a torn page, as a read racing a write may see
+                // in the kernel; the bytes are plain integers and land only in `dst`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(view.page(f).add(c.in_page), dst.as_mut_ptr(), dst.len())
+                };
+            } else {
+                // Claimed for a write not yet copied in: the page is what the OS file holds.
+                let at = c.page * PAGE as u64 + c.in_page as u64;
+                let n = bypass::read(&self.fd, dst, at, &self.name)?;
+                dst[n..].fill(0);
+            }
+        }
+        Ok((end - offset) as usize)
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole.
@@ -524,6 +567,17 @@ impl SharedFile {
         self.inner.write_back_slot(self.slot, &self.fd)
     }
 
+    /// As [`Self::write_back`], passing over pages another process holds locked (as a process
+    /// dies of a signal: one of them may be stopped, and the cache keeps those pages anyway).
+    pub fn write_back_unwaiting(&self) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        // Acquire: as in `write_back_slot`.
+        let end = self.entry().len.load(Ordering::Acquire).div_ceil(PAGE as u64);
+        self.inner.write_back_listed(&self.inner.candidates(self.slot, 0, end), &self.fd, false)
+    }
+
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.
     pub fn sync_data(&self) -> Result<()> {
         self.sync(false)
@@ -762,8 +816,19 @@ impl<'a> FileLock<'a> {
     /// `file`'s lock; taken from a dead holder, its change is ended and a truncate it left
     /// half-done is finished.
     fn take(file: &'a SharedFile, changing: bool) -> Self {
+        Self::take_if(file, changing, |_| false).expect("never given up")
+    }
+
+    /// A reader's `take`: None if the holder is stopped (it would hold the reader up until
+    /// it resumes).
+    fn take_unless_stopped(file: &'a SharedFile) -> Option<Self> {
+        Self::take_if(file, false, |h| file.inner.stopped(h))
+    }
+
+    fn take_if(file: &'a SharedFile, changing: bool, give_up: impl Fn(u32) -> bool) -> Option<Self> {
         let (inner, e) = (&*file.inner, file.entry());
-        let died = matches!(e.lock.lock(inner.me, |h| inner.alive(h)), Acquired::OwnerDied(_));
+        let died =
+            matches!(e.lock.lock_unless(inner.me, |h| inner.alive(h), give_up)?, Acquired::OwnerDied(_));
         if died {
             e.repair_lock();
         }
@@ -777,7 +842,7 @@ impl<'a> FileLock<'a> {
             l.changing();
             file.finish_cut();
         }
-        l
+        Some(l)
     }
 
     /// Begins a change (the write sequence odd) that ends when the lock is released.

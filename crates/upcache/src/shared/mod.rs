@@ -49,6 +49,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::Result;
 use crate::shm::Segment;
 
+pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
 pub use held::{locks_noted, note_lock, program_closed};
 

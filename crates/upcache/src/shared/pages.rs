@@ -84,6 +84,12 @@ impl Inner {
         self.view.clients().alive(id)
     }
 
+    /// Whether client `id`'s process is stopped (SIGSTOP, a debugger, a frozen cgroup): what
+    /// it holds stays held until it resumes, and a reader does not wait for that.
+    pub(crate) fn stopped(&self, id: u32) -> bool {
+        self.view.clients().pid(id).is_some_and(super::holder::stopped)
+    }
+
     /// Locks frame `f` for us, repairing it first if its holder died.
     pub(crate) fn lock_frame(&self, f: u32) {
         let m = &self.view.frames()[f as usize];

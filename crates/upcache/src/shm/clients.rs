@@ -115,6 +115,15 @@ impl<'a> Clients<'a> {
         })
     }
 
+    /// The pid of client `id`'s process, if `id` is its slot's current tenure.
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        let [who, reaps] = self.slot(id)?;
+        // Acquire: pairs with the AcqRel of `join`.
+        let word = who.load(Ordering::Acquire);
+        let tenure = reaps.load(Ordering::Acquire) & TENURE_MASK;
+        (word != 0 && tenure == (id >> SLOT_BITS) as u64).then_some(word as u32)
+    }
+
     /// The pids of the processes in taken slots.
     pub fn pids(&self) -> Vec<u32> {
         // Acquire: pairs with the AcqRel of `join`.

@@ -1,16 +1,33 @@
 //! The two futex calls shared memory needs, on words that other processes may map: never
 //! `FUTEX_PRIVATE_FLAG`, so a waker in one process reaches a sleeper in another.
 
+use std::cell::Cell;
 use std::time::Duration;
+
+thread_local! {
+    /// Set while this thread sleeps on a word of shared memory. `const` and without a
+    /// destructor, so a signal handler may read it.
+    static WAITING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is asleep in [`wait`], for another process's lock (read from a
+/// signal handler that interrupted it: it holds nothing of the cache's in that sleep, so a
+/// fatal signal need not wait for it to finish, which it may never do while the holder is
+/// stopped).
+pub fn waiting() -> bool {
+    WAITING.try_with(Cell::get).unwrap_or(false)
+}
 
 /// Sleeps while the u32 at `word` holds `expected`, at most `timeout`. Returns at once if it
 /// does not; may return early for no reason: callers loop and re-check.
 pub(crate) fn wait(word: *const u32, expected: u32, timeout: Duration) {
     let ts =
         libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    let _ = WAITING.try_with(|w| w.set(true));
     // SAFETY: FUTEX_WAIT reads the aligned u32 at `word`, which the caller keeps mapped for the
     // call, and the timespec on our stack; it writes no memory of ours.
     unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec) };
+    let _ = WAITING.try_with(|w| w.set(false));
 }
 
 /// Wakes up to `n` sleepers on `word`.

@@ -66,6 +66,17 @@ impl OwnerLock {
     /// Takes the lock for `me`, waiting while a holder that `alive` says is alive has it, and
     /// taking it over from one that is not.
     pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Acquired {
+        self.lock_unless(me, alive, |_| false).expect("never given up")
+    }
+
+    /// As [`Self::lock`], but gives up (None) once a wait is over and `give_up` says so of the
+    /// holder (it is stopped, say: a reader need not wait for it).
+    pub fn lock_unless(
+        &self,
+        me: u32,
+        alive: impl Fn(u32) -> bool,
+        give_up: impl Fn(u32) -> bool,
+    ) -> Option<Acquired> {
         check_id(me);
         // After a sleep, acquire with the waiters bit: others may still sleep.
         let mut mark = 0;
@@ -75,7 +86,7 @@ impl OwnerLock {
             if w == 0 {
                 // Acquire: as in `try_lock`.
                 match self.word.compare_exchange(0, me | mark, Ordering::Acquire, Ordering::Relaxed) {
-                    Ok(_) => return Acquired::Clean,
+                    Ok(_) => return Some(Acquired::Clean),
                     Err(_) => continue,
                 }
             }
@@ -84,9 +95,12 @@ impl OwnerLock {
                 // Acquire: whatever the dead holder wrote before it died is seen by us.
                 match self.word.compare_exchange(w, me | (w & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                 {
-                    Ok(_) => return Acquired::OwnerDied(holder),
+                    Ok(_) => return Some(Acquired::OwnerDied(holder)),
                     Err(_) => continue,
                 }
+            }
+            if mark != 0 && holder != me && give_up(holder) {
+                return None;
             }
             // Relaxed: the bit carries no data; the futex re-checks the word atomically.
             if w & WAITERS == 0
