@@ -148,6 +148,13 @@ impl Backend {
         }
     }
 
+    /// On the shared cache, leaves it for good (`SharedCache::retire`).
+    pub fn retire(&self) {
+        if let Backend::Shared(c) = self {
+            c.retire();
+        }
+    }
+
     pub fn is_shared(&self) -> bool {
         matches!(self, Backend::Shared(_))
     }

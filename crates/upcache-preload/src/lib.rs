@@ -63,6 +63,8 @@
 //!   through a read-only descriptor (an exec of it would fail with ETXTBSY otherwise);
 //! - an O_APPEND write finds the end and writes in one step against every appender in any
 //!   process (on the shared cache; within the process on a private one);
+//! - a process that changes its user or groups (setuid and kin) leaves the shared cache first
+//!   (`creds.rs`): its files are libc's from then on, and the cache out of its reach;
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
 //! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
 //!   passes everything through.
@@ -88,7 +90,7 @@
 //! Modules, from the leaves up (no file imports one above it; `tests/imports.rs` checks that
 //! no circle forms): `real`, `errno`, `guard`, `settings`, `retain`, `stdio`, `table`
 //! (generic), `os`, `limits`, `signals` (knows the running shim's `Rescue`, not the shim);
-//! `shim` (state, start, fork and exit); `locks`; `open`, `meta`, `namespace`; `data`; `copy`;
+//! `shim` (state, start, fork and exit); `locks`, `creds`; `open`, `meta`, `namespace`; `data`; `copy`;
 //! `bypass`; `process`.
 //!
 //! Unsafe code: the workspace denies `unsafe_op_in_unsafe_fn` and
@@ -104,6 +106,7 @@ compile_error!("the shim interposes glibc on x86-64 and aarch64 Linux only (vari
 mod backend;
 mod bypass;
 mod copy;
+mod creds;
 mod data;
 mod errno;
 mod guard;

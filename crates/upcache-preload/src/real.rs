@@ -106,6 +106,15 @@ real! {
     fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     fcntl64: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     lockf: unsafe extern "C" fn(c_int, c_int, off_t) -> c_int;
+    setuid: unsafe extern "C" fn(libc::uid_t) -> c_int;
+    setgid: unsafe extern "C" fn(libc::gid_t) -> c_int;
+    seteuid: unsafe extern "C" fn(libc::uid_t) -> c_int;
+    setegid: unsafe extern "C" fn(libc::gid_t) -> c_int;
+    setreuid: unsafe extern "C" fn(libc::uid_t, libc::uid_t) -> c_int;
+    setregid: unsafe extern "C" fn(libc::gid_t, libc::gid_t) -> c_int;
+    setresuid: unsafe extern "C" fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
+    setresgid: unsafe extern "C" fn(libc::gid_t, libc::gid_t, libc::gid_t) -> c_int;
+    setgroups: unsafe extern "C" fn(size_t, *const libc::gid_t) -> c_int;
     lockf64: unsafe extern "C" fn(c_int, c_int, off64_t) -> c_int;
     read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
     write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;

@@ -287,12 +287,20 @@ static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Stops caching in this process image for good: every cached file is demoted (written back
 /// and handed to libc) and no open is cached from now on. Said once, with `why`.
 pub(crate) fn stop_caching(why: &str) {
+    if stop_caching_quietly(why) {
+        warn(&format!("{why}: caching stops in this process (pid {})", std::process::id()));
+    }
+}
+
+/// `stop_caching` without its message (a failure to demote is said all the same); false if
+/// caching had stopped already.
+fn stop_caching_quietly(why: &str) -> bool {
     // SeqCst: an open racing this either sees the flag (`Shim::shared` checks it under the
     // map lock) or put its file in the map before the scan below takes that lock.
     if STOPPED.swap(true, Ordering::SeqCst) {
-        return;
+        return false;
     }
-    let Some(_inside) = crate::guard::enter() else { return };
+    let Some(_inside) = crate::guard::enter() else { return false };
     if let Some(shim) = current() {
         let open: Vec<Arc<Shared>> = lock(&shim.files).values().filter_map(Weak::upgrade).collect();
         for shared in &open {
@@ -306,7 +314,17 @@ pub(crate) fn stop_caching(why: &str) {
         }
         shim.forget_all_kept();
     }
-    warn(&format!("{why}: caching stops in this process (pid {})", std::process::id()));
+    true
+}
+
+/// Leaves the shared cache for good (`creds.rs`): caching stops (every file demoted) and the
+/// cache is retired, its mapping and descriptor gone from this process. Nothing is said: a
+/// program that drops privileges does nothing wrong.
+pub(crate) fn leave_shared_cache(why: &str) {
+    let Some(shim) = current().filter(|s| s.cache.is_shared()) else { return };
+    stop_caching_quietly(why);
+    let Some(_inside) = crate::guard::enter() else { return };
+    shim.cache.retire();
 }
 
 /// Once per process image: the fork and exit handlers (inherited by forked children).

@@ -766,3 +766,58 @@ fn a_stopped_writer_stalls_no_reader_and_every_waiter_stays_killable() {
         writer.wait().unwrap();
     }
 }
+
+/// As root: writes a 0600 file and a 0644 one (unsynced), then drops to nobody and says what
+/// it can still reach: the 0600 file by a new open (no), the 0644 one through the descriptor
+/// it kept (yes), and whether a shared segment is still in its memory or descriptors.
+const DROPS_PRIVILEGES: &str = r#"
+import os, sys
+secret, public = sys.argv[1], sys.argv[2]
+s = os.open(secret, os.O_RDWR | os.O_CREAT, 0o600)
+os.pwrite(s, b"root-only", 0)
+p = os.open(public, os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(p, b"public", 0)
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+try:
+    os.open(secret, os.O_RDONLY)
+    print("secret: opened")
+except PermissionError:
+    print("secret: refused")
+print("public:", os.pread(p, 6, 0))
+os.pwrite(p, b"PUBLIC", 0)
+maps = open("/proc/self/maps").read()
+fds = [os.readlink("/proc/self/fd/" + f) for f in os.listdir("/proc/self/fd") if os.path.exists("/proc/self/fd/" + f)]
+print("segment mapped:", "upcache-shared" in maps, "segment open:", any("upcache-shared" in f for f in fds))
+"#;
+
+/// Cause 5: a root process that drops to nobody keeps what the kernel keeps (its open
+/// descriptors) and nothing more: no mapping or descriptor of the shared cache, whose pages
+/// hold files it could no longer open (the previous shim kept both, and with them every
+/// cached file of the user's). Needs root, as becoming another user does.
+#[test]
+fn a_process_that_drops_privileges_leaves_the_shared_cache() {
+    // SAFETY: geteuid has no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    for side in Side::both(tmp.path(), "privileges") {
+        let (secret, public) = (side.dir.join("secret"), side.dir.join("public"));
+        let out = side
+            .python(DROPS_PRIVILEGES, &[secret.to_str().unwrap(), public.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&out.stderr));
+        outputs.push((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            std::fs::read(&secret).unwrap(),
+            std::fs::read(&public).unwrap(),
+        ));
+    }
+    assert!(outputs[0].0.contains("segment mapped: False segment open: False"), "{}", outputs[0].0);
+    assert_eq!(outputs[0], outputs[1]);
+}

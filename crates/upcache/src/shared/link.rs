@@ -79,6 +79,9 @@ fn watcher(weak: Weak<Inner>) {
         }
         // Gone, or never there (attached beside a stopped service).
         let Some(inner) = weak.upgrade() else { return };
+        if inner.retired() {
+            return;
+        }
         match reconnect(&inner) {
             Ok(true) => continue,
             Ok(false) => {
@@ -101,7 +104,7 @@ fn watcher(weak: Weak<Inner>) {
 /// dirty, a service is put back first (it adopts the segment from us, so what dead writers
 /// left is written back and not lost with the last mapping). Gives up after a few seconds.
 pub(crate) fn before_leaving(inner: &Inner) {
-    if inner.link.socket.is_none() || inner.forked() {
+    if inner.link.socket.is_none() || inner.forked() || inner.retired() {
         return;
     }
     // Relaxed: a count read as a hint; a page dirtied meanwhile is its writer's to write back.

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     /// serves another segment (`link.rs`): every call then fails with `Io`, since two caches
     /// of one file are not coherent. Our dirty pages were written back first.
     lost: AtomicBool,
+    /// Set by [`SharedCache::retire`]: the mapping and the client slot are gone.
+    retired: AtomicBool,
     /// Our link to the service, shut down when we detach so the watcher thread ends and the
     /// service sees us go.
     link: link::Link,
@@ -139,6 +141,7 @@ impl SharedCache {
             me,
             fds: Mutex::new(HashMap::new()),
             lost: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             link,
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
@@ -366,6 +369,25 @@ impl SharedCache {
         first
     }
 
+    /// Leaves the cache for good while this process lives on: for a process about to drop the
+    /// privileges the cache was shared under (setuid and kin), which must then reach no cached
+    /// file it could not open, nor any other process's unwritten bytes. The caller has written
+    /// back and stopped using its files first (the shim demotes every one). Every later call
+    /// fails with `Io`; locks a thread of ours still held are taken over by the others, as a
+    /// dead process's; the mapping is replaced by private zeros and the segment's descriptor
+    /// closed (`Segment::forget`).
+    pub fn retire(&self) {
+        let inner = &self.inner;
+        if inner.forked() || inner.retired.swap(true, Ordering::AcqRel) {
+            return; // AcqRel: once
+        }
+        // Relaxed: a flag each call checks.
+        inner.lost.store(true, Ordering::Relaxed);
+        inner.link.shut();
+        inner.view.clients().leave(inner.me);
+        inner.view.seg.forget();
+    }
+
     /// Before this process exits without detaching (a process's exit handler): if the
     /// service died and pages are dirty, puts a service back first, which takes the cache
     /// over, so that what dead writers left is not lost with the last mapping of it.
@@ -491,6 +513,11 @@ impl Inner {
     }
 
     /// Whether this is a forked child of the process that attached.
+    pub(crate) fn retired(&self) -> bool {
+        // Acquire: pairs with `retire`'s swap.
+        self.retired.load(Ordering::Acquire)
+    }
+
     pub(crate) fn forked(&self) -> bool {
         // Relaxed: see `count_fork_in_child`.
         FORKS.load(Ordering::Relaxed) != self.forks
@@ -518,7 +545,8 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // A forked child's copy leaves nothing: the slot is its parent's.
-        if self.forked() {
+        // Acquire: pairs with `retire`'s swap.
+        if self.forked() || self.retired.load(Ordering::Acquire) {
             return;
         }
         link::before_leaving(self);

@@ -314,6 +314,38 @@ impl AsFd for Segment {
     }
 }
 
+impl Segment {
+    /// Gives up this process's access to the segment for good, while code of other threads
+    /// may still touch the mapping: the mapping is replaced, in place, by private zeros (a
+    /// late access reads zeros or writes into nothing, and faults nowhere), and the
+    /// descriptor by one of /dev/null (no new mapping can be made from it). For a process
+    /// that drops the privileges the segment's data was shared under.
+    pub fn forget(&self) {
+        // SAFETY: MAP_FIXED over exactly our own mapping of `len` bytes, replacing it with
+        // fresh anonymous memory at the same addresses, so pointers into it stay valid (to
+        // memory that is no longer shared).
+        unsafe {
+            libc::mmap(
+                self.base.as_ptr().cast(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+        }
+        // SAFETY: opens /dev/null and puts it in our descriptor's number (dup3 closes the
+        // memfd there atomically); the temporary descriptor is closed. No memory is involved.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup3(null, self.fd.as_raw_fd(), libc::O_CLOEXEC);
+                libc::close(null);
+            }
+        }
+    }
+}
+
 impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: our own mapping of `len` bytes; no reference into it outlives the segment
