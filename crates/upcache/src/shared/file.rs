@@ -660,9 +660,7 @@ impl SharedFile {
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
         if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
             if let Ok(md) = self.fd.metadata() {
-                let os = OsFile::of(&md);
-                e.os_size.store(os.size, Ordering::Relaxed);
-                e.os_mtime.store(os.mtime, Ordering::Relaxed);
+                OsFile::of(&md).record(e);
             }
         }
         {

@@ -23,7 +23,7 @@ pub(crate) const FREE: u32 = 0;
 /// Entry names a file.
 pub(crate) const LIVE: u32 = 1;
 
-/// One file's shared state; 96 bytes, all zeros when free.
+/// One file's shared state; 112 bytes, all zeros when free.
 #[repr(C)]
 pub(crate) struct FileEntry {
     pub state: AtomicU32,
@@ -51,6 +51,12 @@ pub(crate) struct FileEntry {
     /// at the next first open whether someone changed it without the cache.
     pub os_size: AtomicU64,
     pub os_mtime: AtomicU64,
+    /// The OS file's change time (ns) and birth time (ns, 0 where the file system keeps
+    /// none) then: a change with its modification time put back (`cp -p`, `tar x`,
+    /// `rsync -t`) still moves the change time, and a new file that reuses the inode number
+    /// has another birth time.
+    pub os_ctime: AtomicU64,
+    pub os_btime: AtomicU64,
     /// Opens for writing, by every process: the last of them writes the dirty pages back.
     pub writers: AtomicU32,
     /// The entry's generation, in every key of its pages: bumped when it is filled for
@@ -157,14 +163,46 @@ pub(crate) struct OsFile {
     pub ino: u64,
     pub size: u64,
     pub mtime: u64,
+    pub ctime: u64,
+    pub btime: u64,
 }
 
 impl OsFile {
     /// What `md` says of the file.
     pub fn of(md: &std::fs::Metadata) -> OsFile {
         use std::os::unix::fs::MetadataExt;
-        let mtime = (md.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(md.mtime_nsec() as u64);
-        OsFile { dev: md.dev(), ino: md.ino(), size: md.size(), mtime }
+        let ns = |s: i64, n: i64| (s as u64).wrapping_mul(1_000_000_000).wrapping_add(n as u64);
+        let btime = md
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64);
+        OsFile {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: ns(md.mtime(), md.mtime_nsec()),
+            ctime: ns(md.ctime(), md.ctime_nsec()),
+            btime,
+        }
+    }
+
+    /// Records it in `e` as the OS file's state when its last opener closed it.
+    pub fn record(&self, e: &FileEntry) {
+        // Relaxed (all): under the table's lock.
+        e.os_size.store(self.size, Ordering::Relaxed);
+        e.os_mtime.store(self.mtime, Ordering::Relaxed);
+        e.os_ctime.store(self.ctime, Ordering::Relaxed);
+        e.os_btime.store(self.btime, Ordering::Relaxed);
+    }
+
+    /// Whether `e` recorded the OS file as it is now.
+    fn recorded_in(&self, e: &FileEntry) -> bool {
+        // Relaxed (all): under the table's lock.
+        e.os_size.load(Ordering::Relaxed) == self.size
+            && e.os_mtime.load(Ordering::Relaxed) == self.mtime
+            && e.os_ctime.load(Ordering::Relaxed) == self.ctime
+            && e.os_btime.load(Ordering::Relaxed) == self.btime
     }
 }
 
@@ -192,8 +230,7 @@ pub(crate) fn find_or_take(files: &[FileEntry], os: &OsFile) -> Option<Slot> {
                 let unchanged = e.bypass.load(Ordering::Relaxed) != 0
                     || e.opens.load(Ordering::Relaxed) > 0
                     || e.dirty.load(Ordering::Acquire) > 0
-                    || (e.os_size.load(Ordering::Relaxed) == os.size
-                        && e.os_mtime.load(Ordering::Relaxed) == os.mtime);
+                    || os.recorded_in(e);
                 return Some(if unchanged { Slot::Found(i as u32) } else { Slot::Stale(i as u32) });
             }
             _ if e.opens.load(Ordering::Relaxed) == 0 && e.dirty.load(Ordering::Acquire) == 0 => {
@@ -216,8 +253,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     // after they found the entry under the table's lock or through an open of it.
     e.dev.store(os.dev, Ordering::Relaxed);
     e.ino.store(os.ino, Ordering::Relaxed);
-    e.os_size.store(os.size, Ordering::Relaxed);
-    e.os_mtime.store(os.mtime, Ordering::Relaxed);
+    os.record(e);
     e.errors.store(0, Ordering::Relaxed);
     e.dirty.store(0, Ordering::Relaxed);
     e.reserved.store(os.size, Ordering::Relaxed);
