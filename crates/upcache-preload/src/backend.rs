@@ -163,11 +163,11 @@ impl Backend {
     /// `name` in messages; on the shared cache, for writing only if `write` (a writable
     /// descriptor of the cache's would make an exec of the file fail with ETXTBSY, where the
     /// program itself only reads it).
-    pub fn open(&self, path: &str, name: &str, write: bool) -> Result<File> {
+    pub fn open(&self, path: &Path, name: &str, write: bool) -> Result<File> {
         match self {
             Backend::Private(c) => c.open_path_as(path, false, name).map(File::Private),
             Backend::Shared(c) => {
-                let p = Path::new(path);
+                let p = path;
                 match c.open_path_as(p, write, name) {
                     Err(e) if write && e.kind() == upcache::ErrorKind::PermissionDenied => {
                         c.open_path_as(p, false, name)

@@ -33,68 +33,78 @@ fn changes(want: &[u32], have: [u32; 3]) -> bool {
     want.iter().zip(have).any(|(&w, h)| w != KEEP && w != h)
 }
 
-/// Leaves the shared cache if `changing`, before the call that changes the credentials.
-fn before(changing: bool) {
-    if !changing || !crate::shim::enabled_quick() {
-        return;
+/// Leaves the shared cache if `changing`, before the call that changes the credentials: this
+/// process's attachment retired, and every segment it maps given up (a forked child's,
+/// inherited from its parent before its own shim started, too). Err(EAGAIN) if a segment
+/// could not be given up: the call then fails, changing nothing, rather than leave it in reach.
+fn before(changing: bool) -> Result<(), c_int> {
+    if !changing {
+        return Ok(());
     }
-    crate::shim::leave_shared_cache("the process changes its user or groups");
+    if crate::shim::enabled_quick() {
+        crate::shim::leave_shared_cache("the process changes its user or groups");
+    }
+    if upcache::shared::SharedCache::forget_every_segment() {
+        Ok(())
+    } else {
+        Err(libc::EAGAIN)
+    }
+}
+
+/// `call()` after `before(changing)`, or -1 with its errno.
+fn changed(changing: bool, call: impl FnOnce() -> c_int) -> c_int {
+    match before(changing) {
+        Ok(()) => call(),
+        Err(code) => crate::errno::fail(code),
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setuid(uid: uid_t) -> c_int {
-    before(changes(&[uid; 3], current_uids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setuid()(uid) }
+    changed(changes(&[uid; 3], current_uids()), || unsafe { real::setuid()(uid) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setgid(gid: gid_t) -> c_int {
-    before(changes(&[gid; 3], current_gids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setgid()(gid) }
+    changed(changes(&[gid; 3], current_gids()), || unsafe { real::setgid()(gid) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn seteuid(uid: uid_t) -> c_int {
-    before(changes(&[KEEP, uid, KEEP], current_uids()));
     // SAFETY: no memory arguments.
-    unsafe { real::seteuid()(uid) }
+    changed(changes(&[KEEP, uid, KEEP], current_uids()), || unsafe { real::seteuid()(uid) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setegid(gid: gid_t) -> c_int {
-    before(changes(&[KEEP, gid, KEEP], current_gids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setegid()(gid) }
+    changed(changes(&[KEEP, gid, KEEP], current_gids()), || unsafe { real::setegid()(gid) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setreuid(r: uid_t, e: uid_t) -> c_int {
-    before(changes(&[r, e, KEEP], current_uids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setreuid()(r, e) }
+    changed(changes(&[r, e, KEEP], current_uids()), || unsafe { real::setreuid()(r, e) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setregid(r: gid_t, e: gid_t) -> c_int {
-    before(changes(&[r, e, KEEP], current_gids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setregid()(r, e) }
+    changed(changes(&[r, e, KEEP], current_gids()), || unsafe { real::setregid()(r, e) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int {
-    before(changes(&[r, e, s], current_uids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setresuid()(r, e, s) }
+    changed(changes(&[r, e, s], current_uids()), || unsafe { real::setresuid()(r, e, s) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int {
-    before(changes(&[r, e, s], current_gids()));
     // SAFETY: no memory arguments.
-    unsafe { real::setresgid()(r, e, s) }
+    changed(changes(&[r, e, s], current_gids()), || unsafe { real::setresgid()(r, e, s) })
 }
 
 #[no_mangle]
@@ -115,9 +125,8 @@ pub unsafe extern "C" fn setgroups(n: size_t, list: *const gid_t) -> c_int {
     let (mut a, mut b) = (want.to_vec(), have);
     a.sort_unstable();
     b.sort_unstable();
-    before(a != b);
     // SAFETY: the caller's arguments, passed on.
-    unsafe { real::setgroups()(n, list) }
+    changed(a != b, || unsafe { real::setgroups()(n, list) })
 }
 
 #[cfg(test)]

@@ -464,9 +464,16 @@ fn truncate_cached(path: *const c_char, len: i64, truncated: c_int) -> c_int {
         match shim.lookup((st.st_dev, st.st_ino)) {
             // Cached for reading only, it is written now: libc could truncate it by its path.
             Some(shared) => {
+                use std::os::unix::ffi::OsStrExt;
                 // SAFETY: the caller's C string, which libc's truncate just took.
-                let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy();
-                status(shared.make_writable_at(&path).and_then(|()| shared.file().set_len(len as u64)))
+                let path = std::ffi::OsStr::from_bytes(unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes());
+                match shared.make_writable_at(std::path::Path::new(path)) {
+                    Ok(()) => status(shared.file().set_len(len as u64)),
+                    // Not cached for writing: libc's, as the truncate it just made.
+                    Err(_) => status(shim.demote(&shared).map_err(|code| {
+                        upcache::Error::io("demote a truncated file", std::io::Error::from_raw_os_error(code))
+                    })),
+                }
             }
             None => 0,
         }

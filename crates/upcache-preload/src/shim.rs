@@ -57,15 +57,25 @@ impl Shared {
     /// Makes the file writable for a writable descriptor `fd` of it, if it is not: opened
     /// again for writing.
     fn make_writable(&self, fd: i32) -> upcache::Result<()> {
-        self.make_writable_at(&format!("/proc/self/fd/{fd}"))
+        self.make_writable_at(Path::new(&format!("/proc/self/fd/{fd}")))
     }
 
-    /// As `make_writable`, opening `path` (the file's).
-    pub fn make_writable_at(&self, path: &str) -> upcache::Result<()> {
+    /// As `make_writable`, opening `path`, which must still be the file (a path may have
+    /// been renamed over since: then the file is not made writable, and the caller demotes
+    /// it, since a writer of it will reach it without the cache).
+    pub fn make_writable_at(&self, path: &Path) -> upcache::Result<()> {
         if self.file().writable() {
             return Ok(());
         }
         let writer = self.shim.cache.open(path, self.file().name(), true)?;
+        let same = writer.os_metadata().is_ok_and(|md| (md.dev(), md.ino()) == self.key);
+        if !same || !writer.writable() {
+            let _ = self.shim.cache.close(writer);
+            return Err(upcache::Error::new(
+                upcache::ErrorKind::PermissionDenied,
+                format!("{}: cannot be opened again for writing", self.file().name()),
+            ));
+        }
         if let Err(extra) = self.writer.set(writer) {
             let _ = self.shim.cache.close(extra); // another thread's came first
         }
@@ -519,7 +529,12 @@ impl Shim {
                 // with it, as any open racing an fdopen of the file.
                 Some(s) if !s.demoted.load(Ordering::Relaxed) => {
                     if writable {
-                        s.make_writable(fd)?;
+                        if let Err(e) = s.make_writable(fd) {
+                            // This descriptor goes to libc: so must every other of the file.
+                            drop(files);
+                            let _ = self.demote(&s);
+                            return Err(e);
+                        }
                     }
                     return Ok(Some(s));
                 }
@@ -548,7 +563,11 @@ impl Shim {
         }
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
-        let file = self.cache.open(&format!("/proc/self/fd/{fd}"), &path.display().to_string(), writable)?;
+        let file = self.cache.open(
+            Path::new(&format!("/proc/self/fd/{fd}")),
+            &path.display().to_string(),
+            writable,
+        )?;
         if file.bypassed() {
             // Another process stopped caching it: libc's, here too.
             mark_demoted(key);
@@ -572,7 +591,7 @@ impl Shim {
                 .map_or_else(|_| format!("descriptor {fd}"), |p| p.display().to_string());
             let stopped = self
                 .cache
-                .open(&format!("/proc/self/fd/{fd}"), &name, false)
+                .open(Path::new(&format!("/proc/self/fd/{fd}")), &name, false)
                 .and_then(|file| file.stop_caching().and_then(|()| self.cache.close(file)));
             if let Err(e) = stopped {
                 warn(&format!("{name}: open before the shim started, and other processes cache it: {e}"));
@@ -587,8 +606,15 @@ impl Shim {
         let mut made: Vec<(*const Description, Arc<Description>)> = Vec::new();
         for (fd, old) in inherited {
             let key = old.shared.key();
-            if crate::os::fd_stat(fd).is_none_or(|st| (st.st_dev, st.st_ino) != key) {
-                continue; // closed, or another file now
+            // SAFETY: F_GETFL takes no argument; the 0 is ignored.
+            let flags = unsafe { crate::real::fcntl()(fd, libc::F_GETFL, 0 as libc::c_int) };
+            let access = flags & libc::O_ACCMODE;
+            if flags < 0
+                || crate::os::fd_stat(fd).is_none_or(|st| (st.st_dev, st.st_ino) != key)
+                || (access != libc::O_WRONLY) != old.readable
+                || (access != libc::O_RDONLY) != old.writable
+            {
+                continue; // closed, or another open of it (or another file) now
             }
             if let Some((_, desc)) = made.iter().find(|(p, _)| std::ptr::eq(*p, Arc::as_ptr(&old))) {
                 self.install(fd, Some(desc.clone()));
@@ -602,8 +628,7 @@ impl Shim {
                         shared,
                         readable: old.readable,
                         writable: old.writable,
-                        // Relaxed: the parent's setting, made before the fork.
-                        append: AtomicBool::new(old.append.load(Ordering::Relaxed)),
+                        append: AtomicBool::new(flags & libc::O_APPEND != 0),
                         offset: Mutex::new(()),
                     });
                     self.install(fd, Some(desc.clone()));
@@ -717,7 +742,24 @@ impl Shim {
     /// signal, see `File::write_back_dying`). A failure said already in the same words is not
     /// said again (exit writes back twice: `at_exit`).
     pub(crate) fn write_back_all_with(&self, when: &str, then: &str, dying: bool, mut each: impl FnMut()) {
-        for file in self.live_files() {
+        // Dying on the shared cache, the files map may be held by the thread the signal
+        // interrupted (asleep on another process's lock, `signals.rs`): the cache keeps the
+        // pages anyway, so nothing is waited for.
+        let files = if dying && self.cache.is_shared() {
+            match self.files.try_lock() {
+                // Relaxed: as in `live_files`.
+                Ok(map) => map
+                    .values()
+                    .filter_map(Weak::upgrade)
+                    .filter(|s| !s.demoted.load(Ordering::Relaxed))
+                    .map(|s| s.file().clone())
+                    .collect(),
+                Err(_) => Vec::new(),
+            }
+        } else {
+            self.live_files()
+        };
+        for file in files {
             let written = if dying { file.write_back_dying() } else { file.write_back() };
             if let Err(e) = written {
                 let msg = format!("writing {} back {when}: {e}; {then}", file.name());
@@ -840,7 +882,8 @@ fn hook() {
 static AT_FINI: extern "C" fn() = at_exit;
 
 /// The locks held by the forking thread from before the fork until after it.
-type ForkHold = (MutexGuard<'static, ()>, MutexGuard<'static, BTreeSet<(u64, u64)>>);
+type ForkHold =
+    (MutexGuard<'static, ()>, MutexGuard<'static, BTreeSet<(u64, u64)>>, upcache::shared::ForkHold);
 
 thread_local! {
     static FORK_HOLD: std::cell::RefCell<Option<ForkHold>> = const { std::cell::RefCell::new(None) };
@@ -855,7 +898,7 @@ extern "C" fn before_fork() {
         shim.write_back_all("before a fork", "the child reads the file without it");
         shim.forget_all_kept();
     }
-    let held = (lock(&START), lock(&DEMOTED));
+    let held = (lock(&START), lock(&DEMOTED), upcache::shared::hold_for_fork());
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(held));
 }
 

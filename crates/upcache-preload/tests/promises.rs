@@ -777,6 +777,9 @@ s = os.open(secret, os.O_RDWR | os.O_CREAT, 0o600)
 os.pwrite(s, b"root-only", 0)
 p = os.open(public, os.O_RDWR | os.O_CREAT, 0o644)
 os.pwrite(p, b"public", 0)
+if sys.argv[3] == "child" and os.fork() != 0:
+    _, status = os.wait()
+    sys.exit(status >> 8)
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
@@ -804,22 +807,30 @@ fn a_process_that_drops_privileges_leaves_the_shared_cache() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut outputs = Vec::new();
-    for side in Side::both(tmp.path(), "privileges") {
-        let (secret, public) = (side.dir.join("secret"), side.dir.join("public"));
-        let out = side
-            .python(DROPS_PRIVILEGES, &[secret.to_str().unwrap(), public.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&out.stderr));
-        outputs.push((
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            std::fs::read(&secret).unwrap(),
-            std::fs::read(&public).unwrap(),
-        ));
+    // The process itself, then a forked child of it (which never used the cache itself).
+    for who in ["process", "child"] {
+        let mut outputs = Vec::new();
+        for side in Side::both(tmp.path(), &format!("privileges-{who}")) {
+            let (secret, public) = (side.dir.join("secret"), side.dir.join("public"));
+            let out = side
+                .python(DROPS_PRIVILEGES, &[secret.to_str().unwrap(), public.to_str().unwrap(), who])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}, {who}: {}",
+                side.label(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            outputs.push((
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                std::fs::read(&secret).unwrap(),
+                std::fs::read(&public).unwrap(),
+            ));
+        }
+        assert!(outputs[0].0.contains("segment mapped: False segment open: False"), "{}", outputs[0].0);
+        assert_eq!(outputs[0], outputs[1], "{who}");
     }
-    assert!(outputs[0].0.contains("segment mapped: False segment open: False"), "{}", outputs[0].0);
-    assert_eq!(outputs[0], outputs[1]);
 }
 
 /// Writes FILE through the cache and closes it (its pages stay cached).

@@ -272,26 +272,41 @@ impl SharedFile {
         for c in chunks(offset, end, PAGE as u64) {
             let dst = &mut buf[c.at..][..c.len];
             let k = self.inner.key(self.slot, c.page);
-            let held = view.map().find_hint(k).filter(|&f| {
-                let m = &view.frames()[f as usize];
-                m.home() == k && m.holder().is_some_and(|h| h != self.inner.me && self.inner.stopped(h))
-            });
-            let Some(f) = held else {
-                self.read_page(c.page, c.in_page, dst)?;
-                continue;
-            };
-            if view.frames()[f as usize].flags() & VALID != 0 {
-                // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied part
-                // of its write into the page: a torn page, as a read racing a write may see
-                // in the kernel; the bytes are plain integers and land only in `dst`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(view.page(f).add(c.in_page), dst.as_mut_ptr(), dst.len())
+            loop {
+                let held = view.map().find_hint(k).and_then(|f| {
+                    let m = &view.frames()[f as usize];
+                    let h = m.holder().filter(|&h| h != self.inner.me && self.inner.stopped(h))?;
+                    (m.home() == k).then_some((f, h))
+                });
+                let Some((f, h)) = held else {
+                    self.read_page(c.page, c.in_page, dst)?;
+                    break;
                 };
-            } else {
-                // Claimed for a write not yet copied in: the page is what the OS file holds.
-                let at = c.page * PAGE as u64 + c.in_page as u64;
-                let n = bypass::read(&self.fd, dst, at, &self.name)?;
-                dst[n..].fill(0);
+                let m = &view.frames()[f as usize];
+                if m.flags() & VALID != 0 {
+                    // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied
+                    // part of its write into the page: a torn page, as a read racing a write
+                    // may see in the kernel; the bytes are plain integers, land only in `dst`,
+                    // and are kept only if the frame was that page under that holder
+                    // throughout.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            view.page(f).add(c.in_page),
+                            dst.as_mut_ptr(),
+                            dst.len(),
+                        )
+                    };
+                } else {
+                    // Claimed for a write not yet copied in: the page is what the OS file holds.
+                    let at = c.page * PAGE as u64 + c.in_page as u64;
+                    let n = bypass::read(&self.fd, dst, at, &self.name)?;
+                    dst[n..].fill(0);
+                }
+                // Acquire fence: the copy's loads come before the re-checks.
+                fence(Ordering::Acquire);
+                if m.holder() == Some(h) && m.home() == k {
+                    break; // held by the stopped process throughout: the page all along
+                }
             }
         }
         Ok((end - offset) as usize)

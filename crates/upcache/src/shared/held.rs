@@ -47,11 +47,32 @@ pub fn note_lock(dev: u64, ino: u64) {
 pub fn program_closed(dev: u64, ino: u64) {
     let mut locked = registry();
     if let Some(map) = locked.as_mut() {
-        map.remove(&(dev, ino)); // its parked descriptors close here
+        for fd in map.remove(&(dev, ino)).unwrap_or_default() {
+            close(fd);
+        }
         if map.is_empty() {
             ANY.store(false, Ordering::Relaxed); // Relaxed: as in `note_lock`
         }
     }
+}
+
+/// Closes `fd` with the system call itself: libc's `close` is the shim's in a shimmed process,
+/// whose record-lock bookkeeping would take the registry's mutex, which we hold.
+fn close(fd: OwnedFd) {
+    let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+    // SAFETY: `raw` is ours (taken out of its `OwnedFd`), closed once.
+    unsafe { libc::syscall(libc::SYS_close, raw) };
+}
+
+/// The registry's mutex, held by a thread that forks until the fork is over, so that no child
+/// starts with it held by a thread it does not have.
+pub struct ForkHold {
+    _held: std::sync::MutexGuard<'static, Parked>,
+}
+
+/// Takes the registry's mutex for a fork ([`ForkHold`]).
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold { _held: registry() }
 }
 
 /// Whether any inode is noted: a close of a descriptor the shim does not track needs an fstat
@@ -67,7 +88,7 @@ pub(crate) fn release(key: (u64, u64), fd: OwnedFd) {
     let mut locked = registry();
     match locked.as_mut().and_then(|m| m.get_mut(&key)) {
         Some(parked) => parked.push(fd),
-        None => drop(fd), // closed under the mutex: before any note that follows
+        None => close(fd), // under the mutex: before any note that follows
     }
 }
 

@@ -38,11 +38,13 @@ impl Link {
         s.as_ref().and_then(|s| s.try_clone().ok())
     }
 
-    /// Sends one message (with a descriptor) to the service, if there is one.
+    /// Sends one message (with a descriptor) to the service, if there is one, without waiting
+    /// for a service that reads nothing (stopped): such a lend is lost, and the service writes
+    /// back through the file's recorded path if it must.
     pub fn send(&self, msg: &[u8], fd: Option<i32>) -> Result<()> {
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         match s.as_ref() {
-            Some(stream) => crate::shm::handoff::send_msg(stream, msg, fd),
+            Some(stream) => crate::shm::handoff::send_msg_now(stream, msg, fd),
             None => Ok(()), // lent again when the link is back
         }
     }

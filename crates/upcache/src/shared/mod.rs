@@ -51,7 +51,7 @@ use crate::shm::Segment;
 
 pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
-pub use held::{locks_noted, note_lock, program_closed};
+pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
@@ -385,7 +385,16 @@ impl SharedCache {
         inner.lost.store(true, Ordering::Relaxed);
         inner.link.shut();
         inner.view.clients().leave(inner.me);
-        inner.view.seg.forget();
+        if !inner.view.seg.forget() {
+            log::error!("upcache: giving up the shared cache's mapping failed");
+        }
+    }
+
+    /// Gives up every shared segment this process maps ([`Self::retire`]'s last step for all
+    /// of them, those a forked child inherited from its parent included: such a child never
+    /// joined its parent's client slot). False if one could not be given up.
+    pub fn forget_every_segment() -> bool {
+        crate::shm::forget_all()
     }
 
     /// Before this process exits without detaching (a process's exit handler): if the
@@ -464,9 +473,11 @@ pub struct SharedStatus {
 fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::fs::File>> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
+    // Not blocking, whatever is at the path now (a FIFO would hold the open, and with it the
+    // file table's lock).
     let fd = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(std::ffi::OsStr::from_bytes(path))
         .ok()?;
     let md = fd.metadata().ok()?;

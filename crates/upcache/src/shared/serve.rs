@@ -475,6 +475,11 @@ enum Answer {
 /// Connects to `socket` and asks for the segment, waiting up to `timeout` for the answer but
 /// not for a stopped service.
 fn ask_for_segment(socket: &Path, timeout: Duration) -> Result<Answer> {
+    // Not even a connection for a stopped service: each would wait in its backlog, which a
+    // newcomer's connect then waits for once full.
+    if let Some(rec) = Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid)) {
+        return Ok(Answer::Stopped(rec));
+    }
     let mut sock = UnixStream::connect(socket).map_err(|e| {
         let what = format!("connect to {}", socket.display());
         match e.raw_os_error() {
@@ -635,9 +640,6 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
             libc::_exit(0);
         }
         libc::prctl(libc::PR_SET_NAME, c"upcache-serve".as_ptr());
-        // Its segment must stay reachable through /proc/<pid>/fd while it is stopped
-        // (`holder.rs`), whatever the program that started it did to its own dumpability.
-        libc::prctl(libc::PR_SET_DUMPABLE, 1);
     }
     // And for `ps`'s command line, which would show the program that started us.
     set_title(&format!("upcache serve --socket {}", opts.socket.display()));
@@ -654,6 +656,9 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
+        // But for a broken pipe: a process that stopped waiting for an answer (a status asked
+        // of a service that was stopped) must not end the service by hanging up.
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         // Nor its working directory (a mount kept busy), and room for a descriptor per
         // file written: the hard limit.
         libc::chdir(c"/".as_ptr());

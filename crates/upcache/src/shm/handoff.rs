@@ -101,6 +101,16 @@ fn send(sock: &UnixStream, byte: u8, fd: Option<i32>) -> Result<()> {
 
 /// Sends `data` (one message, a few bytes) with `fd` attached, if any.
 pub(crate) fn send_msg(sock: &UnixStream, data: &[u8], fd: Option<i32>) -> Result<()> {
+    send_msg_with(sock, data, fd, 0)
+}
+
+/// As [`send_msg`], failing with `WouldBlock` instead of waiting when the socket's buffer is
+/// full (a peer that reads nothing, being stopped).
+pub(crate) fn send_msg_now(sock: &UnixStream, data: &[u8], fd: Option<i32>) -> Result<()> {
+    send_msg_with(sock, data, fd, libc::MSG_DONTWAIT)
+}
+
+fn send_msg_with(sock: &UnixStream, data: &[u8], fd: Option<i32>, flags: libc::c_int) -> Result<()> {
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
     let mut control = [0u64; CMSG_ROOM / 8];
     // SAFETY: zeroed msghdr is valid (null pointers, zero lengths); filled in below.
@@ -123,7 +133,7 @@ pub(crate) fn send_msg(sock: &UnixStream, data: &[u8], fd: Option<i32>) -> Resul
     let n = loop {
         // SAFETY: `msg` points at `iov`, `data` and `control`, all alive for the call; the
         // kernel only reads `data`.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
         if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             break n;
         }

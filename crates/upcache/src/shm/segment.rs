@@ -258,6 +258,7 @@ impl Segment {
         // SAFETY: advice on our own mapping; refused where THP is not built in, which is fine.
         unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
+        mapped().push((base.as_ptr() as usize, len, fd.as_raw_fd()));
         Ok(Segment { fd, base, len, table: Vec::new() })
     }
 
@@ -314,40 +315,68 @@ impl AsFd for Segment {
     }
 }
 
+/// Every segment this process image maps, as (address, length, descriptor): a forked child
+/// inherits the mappings and descriptors with this list, so it can give them up too.
+fn mapped() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>> {
+    static MAPPED: std::sync::Mutex<Vec<(usize, usize, i32)>> = std::sync::Mutex::new(Vec::new());
+    MAPPED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Gives up every segment this process image maps (`Segment::forget` each, those a forked
+/// child inherited from its parent included); false if one could not be.
+pub fn forget_all() -> bool {
+    mapped().iter().fold(true, |ok, &(base, len, fd)| forget_mapping(base, len, fd) && ok)
+}
+
+/// Replaces the mapping at `base` of `len` bytes by private zeros and descriptor `fd` by one of
+/// /dev/null (of stderr where /dev/null cannot be opened); false if either failed (then the
+/// mapping is at least gone).
+fn forget_mapping(base: usize, len: usize, fd: i32) -> bool {
+    // SAFETY: MAP_FIXED over exactly a mapping of ours of `len` bytes, replacing it with fresh
+    // anonymous memory at the same addresses, so pointers into it stay valid (to memory no
+    // longer shared); where that fails, the mapping is removed (a late access then faults,
+    // which is the lesser harm).
+    let replaced = unsafe {
+        let p = libc::mmap(
+            base as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+        p != libc::MAP_FAILED || libc::munmap(base as *mut libc::c_void, len) == 0
+    };
+    // SAFETY: opens /dev/null and puts it in the descriptor's number (dup3 closes the memfd
+    // there atomically, and its owner keeps a valid number to close); the temporary is closed.
+    let closed = unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let source = if null >= 0 { null } else { 2 };
+        let done = libc::dup3(source, fd, libc::O_CLOEXEC) == fd;
+        if null >= 0 {
+            libc::close(null);
+        }
+        done
+    };
+    replaced && closed
+}
+
 impl Segment {
     /// Gives up this process's access to the segment for good, while code of other threads
     /// may still touch the mapping: the mapping is replaced, in place, by private zeros (a
     /// late access reads zeros or writes into nothing, and faults nowhere), and the
     /// descriptor by one of /dev/null (no new mapping can be made from it). For a process
-    /// that drops the privileges the segment's data was shared under.
-    pub fn forget(&self) {
-        // SAFETY: MAP_FIXED over exactly our own mapping of `len` bytes, replacing it with
-        // fresh anonymous memory at the same addresses, so pointers into it stay valid (to
-        // memory that is no longer shared).
-        unsafe {
-            libc::mmap(
-                self.base.as_ptr().cast(),
-                self.len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            );
-        }
-        // SAFETY: opens /dev/null and puts it in our descriptor's number (dup3 closes the
-        // memfd there atomically); the temporary descriptor is closed. No memory is involved.
-        unsafe {
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if null >= 0 {
-                libc::dup3(null, self.fd.as_raw_fd(), libc::O_CLOEXEC);
-                libc::close(null);
-            }
-        }
+    /// that drops the privileges the segment's data was shared under. False if either could
+    /// not be done.
+    pub fn forget(&self) -> bool {
+        forget_mapping(self.base.as_ptr() as usize, self.len, self.fd.as_raw_fd())
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        let base = self.base.as_ptr() as usize;
+        mapped().retain(|&(b, _, _)| b != base);
         // SAFETY: our own mapping of `len` bytes; no reference into it outlives the segment
         // (regions are handed out as raw pointers whose users hold the segment).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
