@@ -192,22 +192,80 @@ fn line_of(out: &mut impl std::io::BufRead) -> String {
     line.trim().to_string()
 }
 
+/// A child the test talks to: it says lines on stdout, and goes on at each line on stdin.
+struct Talker {
+    child: Child,
+    said: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Talker {
+    /// Spawns `cmd` and waits until it says `first`.
+    fn start(mut cmd: Command, first: &str) -> Talker {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let said = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut t = Talker { child, said };
+        assert_eq!(t.next(), first);
+        t
+    }
+
+    /// What it says next.
+    fn next(&mut self) -> String {
+        line_of(&mut self.said)
+    }
+
+    /// Tells it to go on.
+    fn tell(&mut self) {
+        std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"\n").unwrap();
+    }
+
+    /// Closes its stdin and waits for it, which must succeed.
+    fn end(mut self, what: &str) {
+        drop(self.child.stdin.take());
+        std::io::Read::read_to_end(&mut self.said, &mut Vec::new()).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{what}: {status:?}");
+    }
+}
+
+/// Kills `pid` with SIGKILL if still armed after `limit`: a stall fails the test instead of
+/// hanging it.
+struct Watchdog {
+    done: std::sync::mpsc::Sender<()>,
+    fired: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn arm(pid: i32, limit: std::time::Duration) -> Watchdog {
+        let (done, stop) = std::sync::mpsc::channel::<()>();
+        let fired = std::thread::spawn(move || {
+            let waited = stop.recv_timeout(limit);
+            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                signal(pid, libc::SIGKILL);
+                return true;
+            }
+            false
+        });
+        Watchdog { done, fired }
+    }
+
+    /// Disarms it; whether it fired.
+    fn disarm(self) -> bool {
+        drop(self.done);
+        self.fired.join().unwrap()
+    }
+}
+
 /// Cause 1: a process's `lockf` lock survives another process mapping the file (which demoted
 /// it everywhere, and the shim then closed its own descriptor of it, releasing every lock the
 /// holder had): a third process is denied the lock, as the kernel denies it.
 #[test]
 fn a_lock_survives_another_process_demoting_the_file() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     for side in Side::both(tmp.path(), "lock") {
         let file = side.dir.join("locked");
         std::fs::write(&file, vec![b'.'; 4096]).unwrap();
         let path = file.to_str().unwrap();
-        let mut holder =
-            side.python(LOCK_HOLDER, &[path]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        assert_eq!(line_of(&mut said), "locked", "{}", side.label());
-        let mut stdin = holder.stdin.take().unwrap();
+        let mut holder = Talker::start(side.python(LOCK_HOLDER, &[path]), "locked");
         let trier = |when: &str| {
             let out = side.python(LOCK_TRIER, &[path]).output().unwrap();
             assert_eq!(
@@ -220,11 +278,10 @@ fn a_lock_survives_another_process_demoting_the_file() {
         trier("while the holder has it");
         let mapped = side.python(MAPPER, &[path]).output().unwrap();
         assert!(mapped.status.success(), "{}", String::from_utf8_lossy(&mapped.stderr));
-        writeln!(stdin, "go").unwrap();
-        assert_eq!(line_of(&mut said), "read", "{}", side.label());
+        holder.tell();
+        assert_eq!(holder.next(), "read", "{}", side.label());
         trier("after another process mapped the file and the holder read it");
-        drop(stdin);
-        finished(holder, "the holder");
+        holder.end("the holder");
         assert_eq!(&std::fs::read(&file).unwrap()[..16], b"holder....mapped", "{}", side.label());
     }
 }
@@ -248,18 +305,10 @@ fn a_binary_that_a_process_only_reads_still_runs() {
     for side in Side::both(tmp.path(), "exec") {
         let program = side.dir.join("prog");
         std::fs::copy("/bin/true", &program).unwrap();
-        let mut reader = side
-            .python(READER_HOLDING, &[program.to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(reader.stdout.take().unwrap());
-        assert_eq!(line_of(&mut said), "open", "{}", side.label());
+        let reader = Talker::start(side.python(READER_HOLDING, &[program.to_str().unwrap()]), "open");
         let ran = Command::new(&program).output();
         let shimmed_ran = side.command(program.to_str().unwrap()).output();
-        drop(reader.stdin.take());
-        finished(reader, "the reader");
+        reader.end("the reader");
         for (who, ran) in [("a program", ran), ("a shimmed program", shimmed_ran)] {
             let ran = ran.unwrap_or_else(|e| panic!("{}: {who} could not run the file: {e}", side.label()));
             assert!(ran.status.success(), "{}: {who}: {:?}", side.label(), ran.status);
@@ -373,7 +422,6 @@ print(len(data))
 /// JSON) gives its size and pid; the shim's default idle time is the service's.
 #[test]
 fn the_shared_cache_says_what_it_is() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let [kernel, shim] = Side::both(tmp.path(), "operability");
     let socket = shim.shim.as_ref().unwrap().1.clone();
@@ -382,15 +430,9 @@ fn the_shared_cache_says_what_it_is() {
         let file = side.dir.join("data");
         std::fs::write(&file, vec![7u8; 100_000]).unwrap();
         // The first process starts the service with 16 MiB and stays attached.
-        let mut holder = side
-            .python(READER_HOLDING, &[file.to_str().unwrap()])
-            .env("UPCACHE_MEMORY", "16M")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        assert_eq!(line_of(&mut said), "open");
+        let mut holding = side.python(READER_HOLDING, &[file.to_str().unwrap()]);
+        holding.env("UPCACHE_MEMORY", "16M");
+        let holder = Talker::start(holding, "open");
         let stats = side.dir.join("stats");
         let out = side
             .python(TWICE, &[file.to_str().unwrap()])
@@ -435,9 +477,7 @@ fn the_shared_cache_says_what_it_is() {
                 "the log's lines start with a UTC date: {first}"
             );
         }
-        writeln!(holder.stdin.as_mut().unwrap()).unwrap();
-        drop(holder.stdin.take());
-        finished(holder, "the holder");
+        holder.end("the holder");
     }
     assert_eq!(outputs[0], outputs[1]);
 }
@@ -496,35 +536,23 @@ print(os.pread(fd, int(sys.argv[3]), int(sys.argv[2])))
 /// previous shim failed every call with EIO for good).
 #[test]
 fn a_killed_service_is_replaced_without_errors() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
     for side in Side::both(tmp.path(), "service-kill") {
         let file = side.dir.join("f");
         std::fs::write(&file, vec![b'.'; 8192]).unwrap();
         let path = file.to_str().unwrap();
-        let mut holder = side
-            .python(KEEPS_WRITING, &[path])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        let mut stdin = holder.stdin.take().unwrap();
-        assert_eq!(line_of(&mut said), "ready");
+        let mut holder = Talker::start(side.python(KEEPS_WRITING, &[path]), "ready");
         if let Some((_, socket)) = &side.shim {
             signal(service_pid(socket), libc::SIGKILL);
         }
-        writeln!(stdin).unwrap();
-        assert_eq!(line_of(&mut said), "written", "{}", side.label());
+        holder.tell();
+        assert_eq!(holder.next(), "written", "{}", side.label());
         let read = side.python(READ_AT, &[path, "4096", "5"]).output().unwrap();
         seen.push(String::from_utf8_lossy(&read.stdout).into_owned());
-        writeln!(stdin).unwrap();
-        seen.push(line_of(&mut said));
-        drop(stdin);
-        let out = holder.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&out.stderr));
+        holder.tell();
+        seen.push(holder.next());
+        holder.end(side.label());
         seen.push(String::from_utf8_lossy(&std::fs::read(&file).unwrap()[..4101]).into_owned());
     }
     let (kernel, shim) = seen.split_at(3);
@@ -537,47 +565,33 @@ fn a_killed_service_is_replaced_without_errors() {
 /// stall fails the test instead of hanging it.
 #[test]
 fn a_stopped_service_stalls_no_new_process() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
     for side in Side::both(tmp.path(), "service-stop") {
         let file = side.dir.join("f");
         std::fs::write(&file, vec![b'.'; 8192]).unwrap();
         let path = file.to_str().unwrap();
-        let mut holder =
-            side.python(KEEPS_WRITING, &[path]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        let mut stdin = holder.stdin.take().unwrap();
-        assert_eq!(line_of(&mut said), "ready");
+        let mut holder = Talker::start(side.python(KEEPS_WRITING, &[path]), "ready");
         let stopped = side.shim.as_ref().map(|(_, socket)| service_pid(socket));
         if let Some(pid) = stopped {
             signal(pid, libc::SIGSTOP);
         }
         let mut reader = side.python(READ_AT, &[path, "0", "6"]).stdout(Stdio::piped()).spawn().unwrap();
-        let pid = reader.id() as i32;
-        let (done, stop) = std::sync::mpsc::channel::<()>();
-        let watchdog = std::thread::spawn(move || {
-            let waited = stop.recv_timeout(std::time::Duration::from_secs(30));
-            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-                signal(pid, libc::SIGKILL);
-            }
-        });
+        let watchdog = Watchdog::arm(reader.id() as i32, std::time::Duration::from_secs(30));
         let mut out = String::new();
         std::io::Read::read_to_string(reader.stdout.as_mut().unwrap(), &mut out).unwrap();
         let status = reader.wait().unwrap();
-        drop(done);
-        watchdog.join().unwrap();
+        watchdog.disarm();
         if let Some(pid) = stopped {
             signal(pid, libc::SIGCONT);
         }
         assert!(status.success(), "{}: the reader did not finish: {status:?}", side.label());
         seen.push(out);
-        writeln!(stdin).unwrap();
-        assert_eq!(line_of(&mut said), "written");
-        writeln!(stdin).unwrap();
-        seen.push(line_of(&mut said));
-        drop(stdin);
-        finished(holder, "the holder");
+        holder.tell();
+        assert_eq!(holder.next(), "written");
+        holder.tell();
+        seen.push(holder.next());
+        holder.end("the holder");
     }
     let (kernel, shim) = seen.split_at(2);
     assert_eq!(kernel, shim);
@@ -614,14 +628,8 @@ fn writes_survive_a_killed_writer_and_a_killed_service() {
         let rounds = if side.shim.is_some() { 20 } else { 1 };
         // Attached all along, with a file of its own open.
         std::fs::write(side.dir.join("held"), b"held").unwrap();
-        let mut holder = side
-            .python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        assert_eq!(line_of(&mut said), "open");
+        let holder =
+            Talker::start(side.python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()]), "open");
         let mut files = Vec::new();
         for round in 0..rounds {
             let file = side.dir.join(format!("records-{round}"));
@@ -656,26 +664,19 @@ fn writes_survive_a_killed_writer_and_a_killed_service() {
             }
             files.push((file, acked));
         }
-        drop(holder.stdin.take());
-        finished(holder, "the process that stayed attached");
+        holder.end("the process that stayed attached");
         if let Some((_, socket)) = &side.shim {
             // Once the service that took the cache over has written it back, it exits
             // (nothing dirty, nobody attached): its lock is free then.
             let mut lock = socket.as_os_str().to_owned();
             lock.push(".lock");
-            let service = running_service(socket);
-            let (done, stop) = std::sync::mpsc::channel::<()>();
-            let watchdog = std::thread::spawn(move || {
-                let waited = stop.recv_timeout(std::time::Duration::from_secs(60));
-                if let (Some(pid), Err(std::sync::mpsc::RecvTimeoutError::Timeout)) = (service, waited) {
-                    signal(pid, libc::SIGKILL); // the check below then says what it left
-                }
-            });
+            // (Fired, the check below says what the service left.)
+            let watchdog =
+                running_service(socket).map(|pid| Watchdog::arm(pid, std::time::Duration::from_secs(60)));
             let lock = std::fs::File::open(lock).unwrap();
             // SAFETY: flock on our own descriptor; it waits for the service's exit.
             assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
-            drop(done);
-            watchdog.join().unwrap();
+            watchdog.map(Watchdog::disarm);
         }
         for (file, acked) in files {
             let data = std::fs::read(&file).unwrap();
@@ -706,19 +707,9 @@ while True:
 /// Runs `cmd` to its end, or kills it after `limit`: its exit status, or None if killed.
 fn within(mut cmd: Command, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
     let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let pid = child.id() as i32;
-    let (done, stop) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        let waited = stop.recv_timeout(limit);
-        if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-            signal(pid, libc::SIGKILL);
-            return true;
-        }
-        false
-    });
+    let watchdog = Watchdog::arm(child.id() as i32, limit);
     let status = child.wait().unwrap();
-    drop(done);
-    (!watchdog.join().unwrap()).then_some(status)
+    (!watchdog.disarm()).then_some(status)
 }
 
 /// Cause 7: a writer stopped (SIGSTOP) in the middle of a write, 10 times: each time a reader
@@ -858,7 +849,6 @@ os.utime(sys.argv[1], ns=(st.st_atime_ns, st.st_mtime_ns))
 /// is not covered yet (issue 33's closing note).
 #[test]
 fn a_change_made_without_the_cache_is_seen_by_the_next_open() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();
     for side in Side::both(tmp.path(), "outside") {
@@ -866,14 +856,8 @@ fn a_change_made_without_the_cache_is_seen_by_the_next_open() {
         std::fs::write(&file, b"0000000000").unwrap();
         std::fs::write(side.dir.join("held"), b"held").unwrap();
         // Keeps the cache (and its pages of `f`) alive across the steps.
-        let mut holder = side
-            .python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
-        assert_eq!(line_of(&mut said), "open");
+        let holder =
+            Talker::start(side.python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()]), "open");
         let path = file.to_str().unwrap();
         assert!(side.python(WRITE_AND_CLOSE, &[path, "cached...."]).status().unwrap().success());
         let mut outside = Command::new("python3");
@@ -881,9 +865,7 @@ fn a_change_made_without_the_cache_is_seen_by_the_next_open() {
         assert!(outside.status().unwrap().success());
         let read = side.python(READ_AT, &[path, "0", "10"]).output().unwrap();
         seen.push(String::from_utf8_lossy(&read.stdout).into_owned());
-        writeln!(holder.stdin.as_mut().unwrap()).unwrap();
-        drop(holder.stdin.take());
-        finished(holder, "the holder");
+        holder.end("the holder");
         seen.push(String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned());
     }
     assert_eq!(seen[0], "b'OUTSIDE...'\n");
