@@ -376,9 +376,13 @@ impl SharedFile {
     /// inside this one. Bytes past `limit` are cut; None if the end is at or past it (the
     /// caller's SIGXFSZ) and `buf` is not empty.
     pub fn append_within(&self, buf: &[u8], limit: u64) -> Result<Option<(u64, usize)>> {
+        // Growth made without the cache is looked for before the lock (a system call there
+        // would lengthen every appender's wait), and taken in under it only if there is some:
+        // the end among the cache's appenders is the cached length, which only they move.
+        let grew = !self.bypassed() && self.os_metadata()?.len() > self.cached_len();
         let mut past = false;
         let written = self.write_locked(buf, |file, locked| {
-            let end = file.take_in_growth(locked)?;
+            let end = if grew || file.bypassed() { file.take_in_growth(locked)? } else { file.cached_len() };
             past = end >= limit && !buf.is_empty();
             Ok((end, (limit.saturating_sub(end)).min(buf.len() as u64) as usize))
         })?;
