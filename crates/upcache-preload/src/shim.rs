@@ -249,7 +249,7 @@ fn inherited() -> Vec<(i32, Arc<Description>)> {
 /// any other case.
 pub(crate) fn start_for_inherited(fd: i32) -> Option<&'static Shim> {
     // Relaxed: a hint; `inherited` loads it again.
-    if PARENT.load(Ordering::Relaxed).is_null() || !inherited().iter().any(|(f, _)| *f == fd) {
+    if PARENT.load(Ordering::Relaxed).is_null() || !enabled() || !inherited().iter().any(|(f, _)| *f == fd) {
         return None;
     }
     // Acquire: as in `for_path`.
@@ -354,6 +354,10 @@ pub(crate) fn current() -> Option<&'static Shim> {
 
 /// Whether the shim is to cache anything (a prefix is set), reading the settings the first time.
 pub(crate) fn enabled() -> bool {
+    // A cache service forked from a shimmed program runs none of it.
+    if upcache::shared::serve::is_service() {
+        return false;
+    }
     // Acquire: see the settings stored before it (they are read under START anyway).
     match STATE.load(Ordering::Acquire) {
         OFF => false,

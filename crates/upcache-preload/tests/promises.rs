@@ -683,10 +683,11 @@ fn writes_survive_a_killed_writer_and_a_killed_service() {
             let missing = missing_records(&data, acked);
             assert!(
                 missing.is_empty(),
-                "{}: {} of {acked} acknowledged records missing from {}, the first {:?}",
+                "{}: {} of {acked} acknowledged records missing from {} ({} bytes), the first {:?}",
                 side.label(),
                 missing.len(),
                 file.display(),
+                data.len(),
                 &missing[..missing.len().min(5)]
             );
         }
@@ -870,4 +871,48 @@ fn a_change_made_without_the_cache_is_seen_by_the_next_open() {
     }
     assert_eq!(seen[0], "b'OUTSIDE...'\n");
     assert_eq!(seen[..2], seen[2..]);
+}
+
+/// Cause 6, the service's part made certain: the service is stopped before a writer is
+/// killed, so it cannot write the writer's pages back, and then killed; the service that takes
+/// its place must write them back through the file's recorded path (a service forked from a
+/// shimmed process ran the shim too, and its open of that path waited for itself).
+#[test]
+fn a_service_that_takes_over_writes_back_what_a_dead_writer_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [_, side] = Side::both(tmp.path(), "takeover");
+    let socket = side.shim.as_ref().unwrap().1.clone();
+    std::fs::write(side.dir.join("held"), b"held").unwrap();
+    let holder =
+        Talker::start(side.python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()]), "open");
+    let file = side.dir.join("records");
+    let mut writer = Talker::start(side.python(RECORDS, &[file.to_str().unwrap(), "2000"]), "0");
+    let mut acked = 1;
+    while acked < 1000 {
+        acked = writer.next().parse::<usize>().unwrap() + 1;
+    }
+    let service = service_pid(&socket);
+    signal(service, libc::SIGSTOP);
+    writer.child.kill().unwrap();
+    writer.child.wait().unwrap();
+    while let Ok(i) = writer.next().parse::<usize>() {
+        acked = i + 1;
+    }
+    signal(service, libc::SIGKILL);
+    holder.end("the process that stayed attached");
+    let mut lock = socket.as_os_str().to_owned();
+    lock.push(".lock");
+    let watchdog = running_service(&socket).map(|pid| Watchdog::arm(pid, std::time::Duration::from_secs(60)));
+    let lock = std::fs::File::open(lock).unwrap();
+    // SAFETY: flock on our own descriptor; it waits for the service's exit.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+    let fired = watchdog.map(Watchdog::disarm);
+    let data = std::fs::read(&file).unwrap();
+    let missing = missing_records(&data, acked);
+    assert!(
+        missing.is_empty() && fired != Some(true),
+        "{} of {acked} acknowledged records missing ({} bytes), watchdog fired: {fired:?}",
+        missing.len(),
+        data.len()
+    );
 }

@@ -39,6 +39,18 @@ use crate::shm::{handoff, Segment};
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const DIRTY_EXPIRE: Duration = Duration::from_secs(30);
 
+/// Set in a service process: one forked from a program under the LD_PRELOAD shim inherits the
+/// shim, which must pass all of the service's calls through (its opens of files under the
+/// prefix, to write back what dead writers left, would otherwise start a shim that attaches
+/// to this very service, and wait for its answer).
+static SERVICE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process is a cache service ([`serve`] runs in it).
+pub fn is_service() -> bool {
+    // Relaxed: set once, before the service does anything the answer matters for.
+    SERVICE.load(Ordering::Relaxed)
+}
+
 /// How long a service stays with nobody attached before it exits, unless told otherwise
 /// (`upcache serve --idle`, the shim's `UPCACHE_IDLE`).
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
@@ -114,6 +126,7 @@ fn lock_path(socket: &Path) -> PathBuf {
 /// `ready` is called once the socket listens, with the cache (for a status or metrics
 /// reader: a clone does not count as an attached process).
 pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bool> {
+    SERVICE.store(true, Ordering::Relaxed); // Relaxed: see `is_service`
     private_dir(&opts.socket)?;
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -631,9 +644,10 @@ fn start(opts: &ServeOptions) -> Result<u8> {
 }
 
 fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
-    // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
-    // service is re-parented and never becomes a zombie of the program that started it. The
-    // name, for ps and top, is a static C string.
+    SERVICE.store(true, Ordering::Relaxed); // Relaxed: see `is_service`
+                                            // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
+                                            // service is re-parented and never becomes a zombie of the program that started it. The
+                                            // name, for ps and top, is a static C string.
     unsafe {
         libc::setsid();
         if libc::fork() != 0 {
