@@ -88,7 +88,14 @@ impl Inner {
                 reaped += 1;
             }
         }
-        for slot in touched {
+        // Every entry that counts an open, not only those the dead held: a repairer killed
+        // between taking a dead client's holds and recounting left counts that no hold
+        // explains any more, and a writer counted for ever would keep its file from being
+        // written back as an orphan's.
+        // Relaxed: under the table's lock.
+        let counted =
+            self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
+        for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }
         table.unlock(self.me);
