@@ -166,16 +166,13 @@ impl Backend {
     pub fn open(&self, path: &Path, name: &str, write: bool) -> Result<File> {
         match self {
             Backend::Private(c) => c.open_path_as(path, false, name).map(File::Private),
-            Backend::Shared(c) => {
-                let p = path;
-                match c.open_path_as(p, write, name) {
-                    Err(e) if write && e.kind() == upcache::ErrorKind::PermissionDenied => {
-                        c.open_path_as(p, false, name)
-                    }
-                    r => r,
+            Backend::Shared(c) => match c.open_path_as(path, write, name) {
+                Err(e) if write && e.kind() == upcache::ErrorKind::PermissionDenied => {
+                    c.open_path_as(path, false, name)
                 }
-                .map(|f| File::Shared(Arc::new(f)))
+                r => r,
             }
+            .map(|f| File::Shared(Arc::new(f))),
         }
     }
 

@@ -56,7 +56,7 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
         return fd;
     }
     // Where the descriptor really is: relative paths, dirfds, `..` and symlinks resolved.
-    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { return fd };
+    let Ok(path) = std::fs::read_link(crate::os::fd_path(fd)) else { return fd };
     let Some(shim) = shim::for_path(&path, fd) else { return fd };
     let key = (st.st_dev, st.st_ino);
     if crate::stdio::wraps(fd) {

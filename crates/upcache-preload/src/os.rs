@@ -19,3 +19,8 @@ pub(crate) fn path_stat(path: *const c_char) -> Option<libc::stat64> {
     // libc filled it.
     (unsafe { real::stat64()(path, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
 }
+
+/// `/proc/self/fd/N`: the file open on `fd`, to open again or to read the path of.
+pub(crate) fn fd_path(fd: c_int) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/self/fd/{fd}"))
+}

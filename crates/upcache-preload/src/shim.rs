@@ -57,7 +57,7 @@ impl Shared {
     /// Makes the file writable for a writable descriptor `fd` of it, if it is not: opened
     /// again for writing.
     fn make_writable(&self, fd: i32) -> upcache::Result<()> {
-        self.make_writable_at(Path::new(&format!("/proc/self/fd/{fd}")))
+        self.make_writable_at(&crate::os::fd_path(fd))
     }
 
     /// As `make_writable`, opening `path`, which must still be the file (a path may have
@@ -567,11 +567,7 @@ impl Shim {
         }
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
-        let file = self.cache.open(
-            Path::new(&format!("/proc/self/fd/{fd}")),
-            &path.display().to_string(),
-            writable,
-        )?;
+        let file = self.cache.open(&crate::os::fd_path(fd), &path.display().to_string(), writable)?;
         if file.bypassed() {
             // Another process stopped caching it: libc's, here too.
             mark_demoted(key);
@@ -591,11 +587,11 @@ impl Shim {
             return;
         }
         for (fd, _) in libcs {
-            let name = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            let name = std::fs::read_link(crate::os::fd_path(*fd))
                 .map_or_else(|_| format!("descriptor {fd}"), |p| p.display().to_string());
             let stopped = self
                 .cache
-                .open(Path::new(&format!("/proc/self/fd/{fd}")), &name, false)
+                .open(&crate::os::fd_path(*fd), &name, false)
                 .and_then(|file| file.stop_caching().and_then(|()| self.cache.close(file)));
             if let Err(e) = stopped {
                 warn(&format!("{name}: open before the shim started, and other processes cache it: {e}"));
@@ -624,7 +620,7 @@ impl Shim {
                 self.install(fd, Some(desc.clone()));
                 continue;
             }
-            let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            let path = std::fs::read_link(crate::os::fd_path(fd)).unwrap_or_default();
             match self.shared(key, fd, &path, old.writable) {
                 Ok(Some(shared)) => {
                     let desc = Arc::new(Description {
@@ -750,16 +746,7 @@ impl Shim {
         // interrupted (asleep on another process's lock, `signals.rs`): the cache keeps the
         // pages anyway, so nothing is waited for.
         let files = if dying && self.cache.is_shared() {
-            match self.files.try_lock() {
-                // Relaxed: as in `live_files`.
-                Ok(map) => map
-                    .values()
-                    .filter_map(Weak::upgrade)
-                    .filter(|s| !s.demoted.load(Ordering::Relaxed))
-                    .map(|s| s.file().clone())
-                    .collect(),
-                Err(_) => Vec::new(),
-            }
+            self.files.try_lock().map_or_else(|_| Vec::new(), |map| cached_files(&map))
         } else {
             self.live_files()
         };
@@ -779,10 +766,7 @@ impl Shim {
     /// failed to write them back, but not demoted ones (libc's now: a write-back or sync
     /// would cut the OS file to a stale length).
     fn live_files(&self) -> Vec<File> {
-        let open: Vec<Arc<Shared>> = lock(&self.files).values().filter_map(Weak::upgrade).collect();
-        // Relaxed: as in `Shared::close`; a demotion racing this is the program's own race.
-        let mut files: Vec<File> =
-            open.iter().filter(|s| !s.demoted.load(Ordering::Relaxed)).map(|s| s.file().clone()).collect();
+        let mut files = cached_files(&lock(&self.files));
         let orphans = lock(&self.orphans);
         files.extend(orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone()));
         files
@@ -817,6 +801,16 @@ impl Shim {
             warn(&format!("UPCACHE_STATS={}: {e}", path.display()));
         }
     }
+}
+
+/// The open files of a files map that are not demoted.
+fn cached_files(map: &HashMap<(u64, u64), Weak<Shared>>) -> Vec<File> {
+    // Relaxed: as in `Shared::close`; a demotion racing this is the program's own race.
+    map.values()
+        .filter_map(Weak::upgrade)
+        .filter(|s| !s.demoted.load(Ordering::Relaxed))
+        .map(|s| s.file().clone())
+        .collect()
 }
 
 /// A fresh directory for this process's cache state under `root`.

@@ -487,11 +487,27 @@ fn service_pid(socket: &Path) -> i32 {
     running_service(socket).unwrap_or_else(|| panic!("no service at {}", socket.display()))
 }
 
-/// The pid of the service at `socket`, if one runs.
-fn running_service(socket: &Path) -> Option<i32> {
+/// The lock file a service at `socket` holds for its whole life.
+fn lock_of(socket: &Path) -> PathBuf {
     let mut lock = socket.as_os_str().to_owned();
     lock.push(".lock");
-    let lock = PathBuf::from(lock);
+    PathBuf::from(lock)
+}
+
+/// Waits until the service at `socket`, if one runs, has exited (once it has written back
+/// what it must, with nothing dirty and nobody attached, its lock is free); killed after 60 s.
+/// Whether the watchdog fired, None if no service ran.
+fn wait_for_service_exit(socket: &Path) -> Option<bool> {
+    let watchdog = running_service(socket).map(|pid| Watchdog::arm(pid, std::time::Duration::from_secs(60)));
+    let lock = std::fs::File::open(lock_of(socket)).unwrap();
+    // SAFETY: flock on our own descriptor; it waits for the service's exit.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
+    watchdog.map(Watchdog::disarm)
+}
+
+/// The pid of the service at `socket`, if one runs.
+fn running_service(socket: &Path) -> Option<i32> {
+    let lock = lock_of(socket);
     for p in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
         let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
@@ -667,17 +683,8 @@ fn writes_survive_a_killed_writer_and_a_killed_service() {
         }
         holder.end("the process that stayed attached");
         if let Some((_, socket)) = &side.shim {
-            // Once the service that took the cache over has written it back, it exits
-            // (nothing dirty, nobody attached): its lock is free then.
-            let mut lock = socket.as_os_str().to_owned();
-            lock.push(".lock");
             // (Fired, the check below says what the service left.)
-            let watchdog =
-                running_service(socket).map(|pid| Watchdog::arm(pid, std::time::Duration::from_secs(60)));
-            let lock = std::fs::File::open(lock).unwrap();
-            // SAFETY: flock on our own descriptor; it waits for the service's exit.
-            assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
-            watchdog.map(Watchdog::disarm);
+            wait_for_service_exit(socket);
         }
         for (file, acked) in files {
             let data = std::fs::read(&file).unwrap();
@@ -902,13 +909,7 @@ fn a_service_that_takes_over_writes_back_what_a_dead_writer_left() {
     }
     signal(service, libc::SIGKILL);
     holder.end("the process that stayed attached");
-    let mut lock = socket.as_os_str().to_owned();
-    lock.push(".lock");
-    let watchdog = running_service(&socket).map(|pid| Watchdog::arm(pid, std::time::Duration::from_secs(60)));
-    let lock = std::fs::File::open(lock).unwrap();
-    // SAFETY: flock on our own descriptor; it waits for the service's exit.
-    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0);
-    let fired = watchdog.map(Watchdog::disarm);
+    let fired = wait_for_service_exit(&socket);
     let data = std::fs::read(&file).unwrap();
     let missing = missing_records(&data, acked);
     assert!(

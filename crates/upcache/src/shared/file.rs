@@ -70,13 +70,19 @@ impl SharedFile {
             Some(high) => HeldFd::new(std::fs::File::from(high), fd.key()),
             None => fd,
         };
-        SharedFile::adopt(inner, fd, write, name)
+        SharedFile::adopt(inner, fd, &md, write, name)
     }
 
-    /// Caches the OS file open on `fd` (opened by this process, for writing if `write`).
-    pub(crate) fn adopt(inner: Arc<Inner>, fd: HeldFd, write: bool, name: String) -> Result<SharedFile> {
+    /// Caches the OS file open on `fd` (opened by this process, for writing if `write`), which
+    /// `md` describes.
+    fn adopt(
+        inner: Arc<Inner>,
+        fd: HeldFd,
+        md: &std::fs::Metadata,
+        write: bool,
+        name: String,
+    ) -> Result<SharedFile> {
         inner.check_service()?;
-        let md = fd.metadata().map_err(|e| Error::io(format!("stat {name}"), e))?;
         if !md.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "only regular files are cached"));
         }
@@ -86,7 +92,7 @@ impl SharedFile {
                 format!("{name}: past the 256 TiB a key can address"),
             ));
         }
-        let os = OsFile::of(&md);
+        let os = OsFile::of(md);
         let view = &inner.view;
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
@@ -592,9 +598,7 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        // Acquire: as in `write_back_slot`.
-        let end = self.entry().len.load(Ordering::Acquire).div_ceil(PAGE as u64);
-        self.inner.write_back_listed(&self.inner.candidates(self.slot, 0, end), &self.fd, false)
+        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, false)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.

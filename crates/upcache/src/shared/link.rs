@@ -76,7 +76,7 @@ fn watcher(weak: Weak<Inner>) {
         let stream = inner.link.current();
         drop(inner);
         if let Some(stream) = stream {
-            wait_for_hang_up(&stream);
+            hung_up(&stream, -1);
             pause = Duration::from_millis(10);
         }
         // Gone, or never there (attached beside a stopped service).
@@ -113,41 +113,36 @@ pub(crate) fn before_leaving(inner: &Inner) {
     if inner.view.header().dirty.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let linked = inner.link.current().is_some_and(|s| !hung_up(&s));
+    if inner.link.current().is_some_and(|s| !hung_up(&s, 0)) {
+        return; // linked
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut pause = Duration::from_millis(5);
-    if !linked {
-        while std::time::Instant::now() < deadline {
-            match reconnect(inner) {
-                Ok(true) | Err(_) => return,
-                Ok(false) => std::thread::sleep(pause),
-            }
-            pause = (pause * 2).min(Duration::from_millis(200));
+    while std::time::Instant::now() < deadline {
+        match reconnect(inner) {
+            Ok(true) | Err(_) => return,
+            Ok(false) => std::thread::sleep(pause),
         }
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 
-/// Whether the service hung up on `stream` (without waiting).
-fn hung_up(stream: &UnixStream) -> bool {
+/// Whether the service hung up on `stream` within `timeout_ms` (-1: waits for it). The service
+/// never writes to an attached process, so any event is a hang-up (its, or our own shutdown
+/// when we detach).
+fn hung_up(stream: &UnixStream, timeout_ms: libc::c_int) -> bool {
     let mut pfd = libc::pollfd {
         fd: std::os::fd::AsRawFd::as_raw_fd(stream),
         events: libc::POLLIN | libc::POLLRDHUP,
         revents: 0,
     };
-    // SAFETY: one valid pollfd for the call; a zero timeout.
-    let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
-    ready != 0
-}
-
-fn wait_for_hang_up(stream: &UnixStream) {
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(stream),
-        events: libc::POLLIN | libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the call. The service never writes to an attached
-    // process, so any event is a hang-up (its, or our own shutdown when we detach).
-    while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
+    loop {
+        // SAFETY: one valid pollfd for the call.
+        match unsafe { libc::poll(&mut pfd, 1, timeout_ms) } {
+            n if n < 0 => continue, // interrupted
+            n => return n != 0,
+        }
+    }
 }
 
 /// One try at linking `inner` to a service of its segment: true once linked (the writable

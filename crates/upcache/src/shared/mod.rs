@@ -289,11 +289,7 @@ impl SharedCache {
             match lent.get(&slot) {
                 // Listed under the lock, each written only while its frame still holds that
                 // page of that generation: no page goes to another file.
-                Some(fd) => {
-                    // Acquire: as in `write_back_slot`.
-                    let end = e.len.load(Ordering::Acquire).div_ceil(frame::PAGE as u64);
-                    work.push((slot, fd.clone(), inner.candidates(slot, 0, end)));
-                }
+                Some(fd) => work.push((slot, fd.clone(), inner.file_candidates(slot))),
                 None => stranded += e.dirty.load(Ordering::Acquire),
             }
         }
@@ -337,13 +333,7 @@ impl SharedCache {
             let Ok(md) = fd.metadata() else { continue };
             let table = &header.files_lock;
             table.lock(inner.me, |h| inner.alive(h));
-            let pages = if same_file(e, &md) {
-                // Acquire: as in `write_back_slot`.
-                let end = e.len.load(Ordering::Acquire).div_ceil(frame::PAGE as u64);
-                inner.candidates(*slot, 0, end)
-            } else {
-                Vec::new()
-            };
+            let pages = if same_file(e, &md) { inner.file_candidates(*slot) } else { Vec::new() };
             table.unlock(inner.me);
             let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
             if e.dirty.load(Ordering::Acquire) > 0 {
@@ -523,12 +513,13 @@ impl Inner {
         }
     }
 
-    /// Whether this is a forked child of the process that attached.
+    /// Whether the attachment was given up for good ([`SharedCache::retire`]).
     pub(crate) fn retired(&self) -> bool {
         // Acquire: pairs with `retire`'s swap.
         self.retired.load(Ordering::Acquire)
     }
 
+    /// Whether this is a forked child of the process that attached.
     pub(crate) fn forked(&self) -> bool {
         // Relaxed: see `count_fork_in_child`.
         FORKS.load(Ordering::Relaxed) != self.forks
@@ -555,9 +546,8 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // A forked child's copy leaves nothing: the slot is its parent's.
-        // Acquire: pairs with `retire`'s swap.
-        if self.forked() || self.retired.load(Ordering::Acquire) {
+        // A forked child's copy leaves nothing: the slot is its parent's; a retired one left.
+        if self.forked() || self.retired() {
             return;
         }
         link::before_leaving(self);

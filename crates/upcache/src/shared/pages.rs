@@ -257,10 +257,16 @@ impl Inner {
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
+        self.write_back_listed(&self.file_candidates(slot), fd, true)
+    }
+
+    /// `candidates` of every page of file `slot` below its length, where all its dirty pages
+    /// lie.
+    pub(crate) fn file_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
         // Acquire: pairs with the length's Release stores; a write extends it before it
         // unlocks its frame, so every dirty page lies below it.
         let end = self.view.files()[slot as usize].len.load(Ordering::Acquire).div_ceil(PAGE as u64);
-        self.write_back_listed(&self.candidates(slot, 0, end), fd, true)
+        self.candidates(slot, 0, end)
     }
 
     /// Writes back, through `fd`, each listed frame that still holds its page (`home` the key)

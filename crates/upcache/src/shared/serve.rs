@@ -11,8 +11,8 @@
 //! and a process that finds the service stopped attaches to the segment without it.
 //!
 //! A request is one byte: `A` to attach (answered by the segment, or a refusal), `S` for a
-//! status report in text, `J` for the same in JSON. An attached process keeps its connection open; when it closes,
-//! whatever the process died holding is repaired at once. Over it, a process lends the service
+//! status report in text, `J` for the same in JSON. An attached process keeps its connection
+//! open; when it closes, whatever the process died holding is repaired at once. Over it, a process lends the service
 //! a descriptor of each file it opens for writing (`F` and the file's slot, the descriptor
 //! attached), so that dirty pages whose every writer died are written back all the same; the
 //! service does not exit while dirty pages remain.
@@ -485,12 +485,17 @@ enum Answer {
     Silent,
 }
 
+/// The record of the service at `socket`, if that service is stopped.
+fn stopped_service(socket: &Path) -> Option<Record> {
+    Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid))
+}
+
 /// Connects to `socket` and asks for the segment, waiting up to `timeout` for the answer but
 /// not for a stopped service.
 fn ask_for_segment(socket: &Path, timeout: Duration) -> Result<Answer> {
     // Not even a connection for a stopped service: each would wait in its backlog, which a
     // newcomer's connect then waits for once full.
-    if let Some(rec) = Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid)) {
+    if let Some(rec) = stopped_service(socket) {
         return Ok(Answer::Stopped(rec));
     }
     let mut sock = UnixStream::connect(socket).map_err(|e| {
@@ -523,7 +528,7 @@ fn ask_for_segment(socket: &Path, timeout: Duration) -> Result<Answer> {
                 return Ok(Answer::Segment(sock, fd));
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ETIMEDOUT)) => {
-                if let Some(rec) = Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid)) {
+                if let Some(rec) = stopped_service(socket) {
                     return Ok(Answer::Stopped(rec));
                 }
                 if Instant::now() >= deadline {
@@ -566,7 +571,8 @@ fn connect_for(socket: &Path, timeout: Duration, idle: Duration) -> Result<Share
 pub(crate) fn attach_to_segment(socket: &Path, seg: &Segment) -> Result<Option<UnixStream>> {
     match ask_for_segment(socket, Duration::from_secs(2)) {
         Ok(Answer::Segment(sock, fd)) => {
-            if holder::identity(&fd).is_some() && holder::identity(&fd) == holder::identity(&seg.as_fd()) {
+            let served = holder::identity(&fd);
+            if served.is_some() && served == holder::identity(&seg.as_fd()) {
                 Ok(Some(sock))
             } else {
                 Err(Error::new(
@@ -644,10 +650,11 @@ fn start(opts: &ServeOptions) -> Result<u8> {
 }
 
 fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
-    SERVICE.store(true, Ordering::Relaxed); // Relaxed: see `is_service`
-                                            // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
-                                            // service is re-parented and never becomes a zombie of the program that started it. The
-                                            // name, for ps and top, is a static C string.
+    // Relaxed: see `is_service`.
+    SERVICE.store(true, Ordering::Relaxed);
+    // SAFETY: setsid and fork in the child; the intermediate child exits at once, so the
+    // service is re-parented and never becomes a zombie of the program that started it. The
+    // name, for ps and top, is a static C string.
     unsafe {
         libc::setsid();
         if libc::fork() != 0 {

@@ -10,10 +10,10 @@ thread_local! {
     static WAITING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the calling thread is asleep on a futex in shared memory, for another process's lock (read from a
-/// signal handler that interrupted it: it holds nothing of the cache's in that sleep, so a
-/// fatal signal need not wait for it to finish, which it may never do while the holder is
-/// stopped).
+/// Whether the calling thread is asleep on a futex in shared memory, for another process's
+/// lock (read from a signal handler that interrupted it: it holds nothing of the cache's in
+/// that sleep, so a fatal signal need not wait for it to finish, which it may never do while
+/// the holder is stopped).
 pub fn waiting() -> bool {
     WAITING.try_with(Cell::get).unwrap_or(false)
 }
