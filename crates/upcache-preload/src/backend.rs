@@ -76,6 +76,14 @@ impl File {
     pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
         both!(self, f => f.evict(offset, len))
     }
+    /// Looks at the OS file for a change made without the cache, and takes one in (the shared
+    /// cache's; a private cache is its process's alone, as the README says).
+    pub fn look_outside(&self) -> Result<()> {
+        match self {
+            File::Private(_) => Ok(()),
+            File::Shared(f) => f.look_outside(),
+        }
+    }
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
         both!(self, f => f.os_metadata())
     }

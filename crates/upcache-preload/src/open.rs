@@ -270,7 +270,9 @@ twins! {
         crate::locks::before_fcntl(fd, cmd, arg);
         // SAFETY: the caller's argument, an int or a pointer that `cmd` says is valid, passed
         // on.
-        after_fcntl(fd, cmd, arg, unsafe { real(fd, cmd, arg) })
+        let result = after_fcntl(fd, cmd, arg, unsafe { real(fd, cmd, arg) });
+        crate::locks::after_fcntl(fd, cmd, arg, result);
+        result
     }
 }
 

@@ -106,6 +106,7 @@ real! {
     fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     fcntl64: unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
     lockf: unsafe extern "C" fn(c_int, c_int, off_t) -> c_int;
+    flock: unsafe extern "C" fn(c_int, c_int) -> c_int;
     setuid: unsafe extern "C" fn(libc::uid_t) -> c_int;
     setgid: unsafe extern "C" fn(libc::gid_t) -> c_int;
     seteuid: unsafe extern "C" fn(libc::uid_t) -> c_int;

@@ -19,10 +19,19 @@ pub fn build_shim() -> PathBuf {
     if let Some(other) = std::env::var_os("UPCACHE_TEST_SHIM") {
         return PathBuf::from(other);
     }
-    let built =
-        Command::new(env!("CARGO")).args(["build", "-q", "-p", "upcache-preload", "--lib"]).status().unwrap();
-    assert!(built.success(), "cargo build -p upcache-preload failed");
-    let shim = target_dir().join("libupcache_preload.so");
+    // Built with the tests' own profile (`target/<profile>`, `debug` being `dev`'s), which is
+    // where it is looked for: another profile's build would leave a stale shim there.
+    let dir = target_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "upcache-preload", "--lib", "--profile", profile])
+        .status()
+        .unwrap();
+    assert!(built.success(), "cargo build -p upcache-preload --profile {profile} failed");
+    let shim = dir.join("libupcache_preload.so");
     assert!(shim.exists(), "{} missing", shim.display());
     shim
 }

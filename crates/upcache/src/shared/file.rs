@@ -32,7 +32,7 @@ const OPTIMISTIC_TRIES: usize = 4;
 /// A file open through a [`super::SharedCache`]. Closing it (drop, or [`Self::close`] to see
 /// errors) writes its dirty pages back if it is the file's last open in any process.
 pub struct SharedFile {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     slot: u32,
     fd: Arc<HeldFd>,
     writable: bool,
@@ -156,16 +156,31 @@ impl SharedFile {
             inner.lend_fd(slot, &fd);
         }
         let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
-        Ok(SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen })
+        let file = SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen };
+        // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
+        // without the cache meanwhile.
+        file.look_at(md)?;
+        Ok(file)
     }
 
     /// The file's entry in the file table.
-    #[cfg(test)]
     pub(crate) fn slot(&self) -> u32 {
         self.slot
     }
 
-    fn entry(&self) -> &files::FileEntry {
+    /// The largest length its file system allows (at most what a key can address).
+    pub(crate) fn max_len(&self) -> u64 {
+        self.max_len
+    }
+
+    /// Runs `change` with the file's lock held, as a change (the write sequence odd), so
+    /// readers in every process retry or wait.
+    pub(crate) fn with_change_lock<T>(&self, change: impl FnOnce() -> T) -> T {
+        let _locked = FileLock::take(self, true);
+        change()
+    }
+
+    pub(crate) fn entry(&self) -> &files::FileEntry {
         &self.inner.view.files()[self.slot as usize]
     }
 
@@ -178,7 +193,7 @@ impl SharedFile {
         self.cached_len()
     }
 
-    fn cached_len(&self) -> u64 {
+    pub(crate) fn cached_len(&self) -> u64 {
         // Acquire: pairs with the length's Release stores.
         self.entry().len.load(Ordering::Acquire)
     }
@@ -233,6 +248,7 @@ impl SharedFile {
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.inner.check_service()?;
+        self.look_outside_if_due();
         let e = self.entry();
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
@@ -385,7 +401,11 @@ impl SharedFile {
         // Growth made without the cache is looked for before the lock (a system call there
         // would lengthen every appender's wait), and taken in under it only if there is some:
         // the end among the cache's appenders is the cached length, which only they move.
-        let grew = !self.bypassed() && self.os_metadata()?.len() > self.cached_len();
+        let grew = !self.bypassed() && {
+            let md = self.os_metadata()?;
+            self.look_at(&md)?;
+            md.len() > self.cached_len()
+        };
         let mut past = false;
         let written = self.write_locked(buf, |file, locked| {
             let end = if grew || file.bypassed() { file.take_in_growth(locked)? } else { file.cached_len() };
@@ -406,6 +426,7 @@ impl SharedFile {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
         self.inner.check_service()?;
+        self.look_outside_if_due();
         self.throttle();
         let locked = FileLock::take(self, false);
         let (offset, allowed) = at(self, &locked)?;
@@ -446,6 +467,7 @@ impl SharedFile {
         // Relaxed: changed only under the file's lock, which we hold.
         let reserved = e.reserved.load(Ordering::Relaxed);
         let (fits, r) = reserve::for_write(reserved, offset, len, PAGE as u64, self.max_len, |from, to| {
+            let _own = self.inner.own_change(self.slot, &self.fd);
             reserve::set_aside(&self.fd, from, to)
         })
         .map_err(|err| Error::io(format!("write {len} bytes at {offset} of {}", self.name), err))?;
@@ -523,7 +545,9 @@ impl SharedFile {
         let e = self.entry();
         let old = self.cached_len();
         if new >= old {
+            let own = self.inner.own_change(self.slot, &self.fd);
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
+            drop(own);
             // Pages past the old end are left only by a truncate killed half-way: their
             // bytes would show through the extension.
             let past = old.div_ceil(PAGE as u64);
@@ -567,7 +591,9 @@ impl SharedFile {
         }
         // A failure leaves the cache at the new length with the OS file longer (loads zero
         // past the length) and the intent set, so no growth is taken in past it.
+        let own = self.inner.own_change(self.slot, &self.fd);
         self.fd.set_len(new).map_err(|err| Error::io("truncate a shared file", err))?;
+        drop(own);
         // Release: after the cut.
         e.cut.store(0, Ordering::Release);
         Ok(())
@@ -737,7 +763,9 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::len(&self.fd, &self.name);
         }
-        let os = self.os_metadata()?.len().min(self.max_len).min(cut.wrapping_sub(1));
+        let md = self.os_metadata()?;
+        self.look_at(&md)?;
+        let os = md.len().min(self.max_len).min(cut.wrapping_sub(1));
         if os <= self.cached_len() {
             return Ok(self.cached_len());
         }
@@ -768,7 +796,10 @@ impl SharedFile {
                 let m = &view.frames()[f as usize];
                 let r = if m.flags() & DIRTY != 0 {
                     match self.writer() {
-                        Some(fd) => self.inner.write_back_locked(f, &fd),
+                        Some(fd) => {
+                            let _own = self.inner.own_change(self.slot, &fd);
+                            self.inner.write_back_locked(f, &fd)
+                        }
                         None => Err(Error::new(ErrorKind::Io, "no descriptor to write the end page back")),
                     }
                 } else {
@@ -807,7 +838,7 @@ impl SharedFile {
     /// only read (a sync, a bypass): this process's writable one if it has one, or one opened
     /// now from ours, if the file's permissions allow, and closed after (briefly: a writable
     /// descriptor kept open would make an exec of the file fail with ETXTBSY).
-    fn writer(&self) -> Option<Arc<HeldFd>> {
+    pub(crate) fn writer(&self) -> Option<Arc<HeldFd>> {
         if let Some(fd) = self.inner.writable_fd(self.slot) {
             return Some(fd);
         }

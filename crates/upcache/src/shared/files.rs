@@ -47,8 +47,9 @@ pub(crate) struct FileEntry {
     /// When the file last went from clean to dirty (`now_secs`), for the service's
     /// write-back of files dirty for long (as the kernel's `dirtied_when`).
     pub dirtied: AtomicU64,
-    /// The OS file's size and modification time (ns) when its last opener closed it, to tell
-    /// at the next first open whether someone changed it without the cache.
+    /// The OS file's size and modification time (ns) as the cache last left or saw it (at its
+    /// first open, after each change of its own, at its last close), to tell whether
+    /// someone changed it without the cache (`outside.rs`).
     pub os_size: AtomicU64,
     pub os_mtime: AtomicU64,
     /// The OS file's change time (ns) and birth time (ns, 0 where the file system keeps
@@ -68,6 +69,15 @@ pub(crate) struct FileEntry {
     /// 1 once a process stopped caching the file for everyone (`SharedFile::bypass`): every
     /// open of it reads and writes the OS file directly while the entry names it.
     pub bypass: AtomicU32,
+    /// Changes of the OS file the cache itself has in flight (write-backs, truncates,
+    /// reservations), during which a look at the OS file cannot tell another program's change
+    /// from ours (`outside.rs`).
+    pub own: AtomicU32,
+    /// 1 while a change made without the cache has been seen and not yet taken in.
+    pub stale: AtomicU32,
+    /// When a process last looked at the OS file for changes made without the cache
+    /// (`outside::coarse_ms`): at most one look per clock tick, by any process.
+    pub looked: AtomicU64,
     /// Pages the file may have cached: at least its largest length's pages since the entry
     /// was filled, raised before the length, never lowered, so the pages a truncate killed
     /// half-way left past the length are still below it.
@@ -187,7 +197,7 @@ impl OsFile {
         }
     }
 
-    /// Records it in `e` as the OS file's state when its last opener closed it.
+    /// Records it in `e` as the OS file's state as the cache last left or saw it.
     pub fn record(&self, e: &FileEntry) {
         // Relaxed (all): under the table's lock.
         e.os_size.store(self.size, Ordering::Relaxed);
@@ -197,7 +207,7 @@ impl OsFile {
     }
 
     /// Whether `e` recorded the OS file as it is now.
-    fn recorded_in(&self, e: &FileEntry) -> bool {
+    pub fn recorded_in(&self, e: &FileEntry) -> bool {
         // Relaxed (all): under the table's lock.
         e.os_size.load(Ordering::Relaxed) == self.size
             && e.os_mtime.load(Ordering::Relaxed) == self.mtime
@@ -260,6 +270,8 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.dirtied.store(0, Ordering::Relaxed);
     e.service_fd.store(0, Ordering::Relaxed);
     e.bypass.store(0, Ordering::Relaxed);
+    e.own.store(0, Ordering::Relaxed);
+    e.stale.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.

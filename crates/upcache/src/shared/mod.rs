@@ -35,6 +35,7 @@ mod holder;
 mod index;
 mod layout;
 mod link;
+mod outside;
 mod pages;
 mod repair;
 pub mod serve;
@@ -87,6 +88,9 @@ pub(crate) struct Inner {
     /// `FORKS` when we attached: a forked child has another count, and must not act under
     /// its parent's client id (it attaches itself).
     forks: u64,
+    /// Held by a service's background write-back pass, and by its recount of a dead writer's
+    /// dirty count (`Inner::recount_dirty`), which must see no write-back of ours half done.
+    service_writes: Mutex<()>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -145,6 +149,7 @@ impl SharedCache {
             link,
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
+            service_writes: Mutex::new(()),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -294,12 +299,34 @@ impl SharedCache {
             }
         }
         table.unlock(inner.me);
+        let mut recount = Vec::new();
         for (slot, fd, pages) in work {
-            if let Err(err) = inner.write_back_listed(&pages, &fd, false) {
-                log::error!("upcache serve: writing back a file whose writers died: {err}");
+            match inner.write_back_listed(&pages, &fd, false) {
+                Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
+                // Acquire: as above. Still dirty: a frame locked by someone else, a page
+                // written meanwhile by a new writer, or a count a killed writer left high.
+                Ok(()) if files[slot as usize].dirty.load(Ordering::Acquire) > 0 => recount.push(slot),
+                Ok(()) => {}
             }
-            // Acquire: as above. Still dirty: a frame locked by someone else, or an error.
-            stranded += files[slot as usize].dirty.load(Ordering::Acquire);
+        }
+        if !recount.is_empty() {
+            let _quiet = inner.service_writes.lock().unwrap_or_else(|p| p.into_inner());
+            table.lock(inner.me, |h| inner.alive(h));
+            for &slot in &recount {
+                let e = &files[slot as usize];
+                // Relaxed: under the table's lock. Nobody has it open: nothing but us changes
+                // its pages.
+                if e.state.load(Ordering::Relaxed) == files::LIVE && e.opens.load(Ordering::Relaxed) == 0 {
+                    inner.recount_dirty(slot);
+                }
+            }
+            table.unlock(inner.me);
+        }
+        for (slot, _) in files.iter().enumerate() {
+            if lent.contains_key(&(slot as u32)) && orphaned(&files[slot]) {
+                // Acquire: as above.
+                stranded += files[slot].dirty.load(Ordering::Acquire);
+            }
         }
         stranded
     }
@@ -322,6 +349,7 @@ impl SharedCache {
         let crowded = header.dirty.load(Ordering::Relaxed) as usize > inner.view.n_frames / 4;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
+        let _writing = inner.service_writes.lock().unwrap_or_else(|p| p.into_inner());
         for (slot, fd) in lent {
             let Some(e) = files.get(*slot as usize) else { continue };
             // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.

@@ -208,6 +208,7 @@ impl Inner {
             return;
         }
         if m.key() == k && m.flags() & DIRTY != 0 {
+            let _own = self.own_change(key_slot(k), &fd);
             // An error is kept on the file for its next sync.
             let _ = self.write_back_locked(f, &fd);
         }
@@ -279,6 +280,7 @@ impl Inner {
         wait: bool,
     ) -> Result<()> {
         let mut first = Ok(());
+        let mut own = None;
         for &(f, k) in pages {
             let m = &self.view.frames()[f as usize];
             if m.flags() & DIRTY == 0 {
@@ -290,6 +292,8 @@ impl Inner {
                 continue;
             }
             if m.home() == k && m.flags() & DIRTY != 0 {
+                // One change of the cache's own for the whole run (`outside.rs`).
+                own.get_or_insert_with(|| self.own_change(key_slot(k), fd));
                 if let Err(err) = self.write_back_locked(f, fd) {
                     first = first.and(Err(err));
                 }

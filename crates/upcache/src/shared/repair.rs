@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::frame::VALID;
+use super::frame::{key_page, key_slot, DIRTY, PAGE, VALID};
 use super::{Inner, SharedStatus};
 use crate::shm::Acquired;
 
@@ -21,9 +21,17 @@ impl Inner {
         log::warn!("shared cache: client {dead} died holding frame {f}; repairing it");
         // Relaxed: a count for reports.
         self.view.header().repairs.fetch_add(1, Ordering::Relaxed);
-        if m.flags() & VALID == 0 || m.home() == 0 || m.home() != m.key() {
-            // A load or a whole-page write cut short (its bytes are not the page's), or a claim
-            // or a free cut short: empty it (the caller keeps the lock).
+        let k = m.key();
+        // Acquire: pairs with the length's Release stores.
+        let published = k != 0
+            && key_page(k) * (PAGE as u64)
+                < self.view.files()[key_slot(k) as usize].len.load(Ordering::Acquire);
+        if m.flags() & VALID == 0 || m.home() == 0 || m.home() != k || !published {
+            // A load or a whole-page write cut short (its bytes are not the page's), a claim
+            // or a free cut short, or a write past the end that died before the length took in
+            // any byte of the page (it never returned; left dirty, nobody would write it back,
+            // as write-backs stop at the length, and its count would keep the file dirty for
+            // ever): empty it (the caller keeps the lock).
             self.empty_frame(f);
         } else {
             // A write cut short keeps what it copied (it marked the frame dirty before
@@ -98,6 +106,17 @@ impl Inner {
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }
+        if reaped > 0 {
+            // A change of its own a dead process left counted would blind every look at its
+            // file for good (`outside.rs`); uncounting a live one's only lets a look take its
+            // change for another program's, which costs the file's cached pages, not its bytes.
+            for e in self.view.files() {
+                // Relaxed: see above; a look re-reads it.
+                if e.own.load(Ordering::Relaxed) > 0 {
+                    e.own.store(0, Ordering::Relaxed);
+                }
+            }
+        }
         table.unlock(self.me);
         reaped
     }
@@ -117,6 +136,42 @@ impl Inner {
         e.writers.store(writers, Ordering::Relaxed);
     }
 
+    /// Puts `slot`'s dirty count right where a writer killed between counting a page dirty and
+    /// flagging it left it one too high (the count goes first so that it is never below the
+    /// truth): without this the file would stay dirty for ever, and its service with it. Only
+    /// for a file that nobody has open, under the table's lock, with no write-back of the
+    /// service's in flight (the caller's to ensure): nothing then changes its frames, so the
+    /// frames' flags are the truth. The excess removed.
+    pub(crate) fn recount_dirty(&self, slot: u32) -> u64 {
+        let e = &self.view.files()[slot as usize];
+        let flagged = self
+            .view
+            .frames()
+            .iter()
+            .filter(|m| {
+                let k = m.key();
+                k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k)) && m.flags() & DIRTY != 0
+            })
+            .count() as u64;
+        // Acquire: pairs with `mark_dirty`'s count.
+        let counted = e.dirty.load(Ordering::Acquire);
+        let excess = counted.saturating_sub(flagged);
+        if excess > 0 {
+            log::warn!(
+                "shared cache: file {slot} counted {counted} dirty pages, {flagged} flagged (a writer killed \
+                 while dirtying one); counted again"
+            );
+            e.dirty.fetch_sub(excess, Ordering::Release);
+            // Relaxed: a hint, as everywhere; never below zero.
+            let _ = self
+                .view
+                .header()
+                .dirty
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(excess)));
+        }
+        excess
+    }
+
     pub(crate) fn status(&self) -> SharedStatus {
         let frames = self.view.frames();
         let h = self.view.header();
@@ -124,7 +179,7 @@ impl Inner {
         SharedStatus {
             frames: frames.len() as u64,
             cached: frames.iter().filter(|m| m.flags() & VALID != 0).count() as u64,
-            dirty: frames.iter().filter(|m| m.flags() & super::frame::DIRTY != 0).count() as u64,
+            dirty: frames.iter().filter(|m| m.flags() & DIRTY != 0).count() as u64,
             locked: frames.iter().filter(|m| m.holder().is_some()).count() as u64,
             files: self.view.files().iter().filter(|e| e.state.load(Ordering::Relaxed) != 0).count() as u64,
             clients: self.view.clients().pids(),

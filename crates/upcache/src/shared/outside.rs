@@ -1,0 +1,317 @@
+//! Changes made to a cached file without the cache: by a program without the shim, through
+//! a hard link or a bind mount outside the prefix, by a raw system call. The kernel shows them
+//! to every later read; the cache shows them once it has looked at the OS file and seen it
+//! differ from what the entry recorded (size, modification, change and birth times):
+//!
+//! - at every open of the file, by any process;
+//! - whenever the program takes a lock on it (`fcntl`, `lockf`, `flock`: where programs that
+//!   share a file with another one synchronise), through [`SharedFile::look_outside`];
+//! - before a read, a write or a length query, at most once per clock tick of the machine's
+//!   coarse monotonic clock (1 to 4 ms) by any process: one `fstat` per file per tick, not
+//!   one per call, which would cost a system call on the hit path.
+//!
+//! What the cache changes itself (write-backs, truncates, reservations) it records as it goes
+//! ([`Inner::own_change`]); while such a change is in flight in any process a look cannot
+//! tell the two apart and sees nothing, and the change's end records the file as it then is.
+//! A change seen is taken in under the file's lock ([`SharedFile::take_in_outside_change`]):
+//! the cache's dirty pages are written back first (a page the cache and the other program
+//! both changed keeps the cache's bytes, all of its page: the cache tracks dirt by page),
+//! every cached page is dropped, and the length becomes the OS file's. Every process then
+//! reads the OS file's bytes.
+//!
+//! Change times are fine-grained once read (Linux 6.13's multigrain timestamps on ext4, XFS,
+//! Btrfs and tmpfs): on older kernels a change made within the same tick as the cache's last
+//! look can go unseen until the next one.
+
+use std::sync::atomic::Ordering;
+
+use super::file::SharedFile;
+use super::files::{FileEntry, OsFile};
+use super::frame::{DIRTY, PAGE};
+use super::Inner;
+use crate::error::{Error, ErrorKind, Result};
+
+/// The machine's coarse monotonic clock in milliseconds: the same in every process, read
+/// without a system call (the vDSO), and moving once per kernel tick.
+pub(crate) fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// A change of the OS file that the cache makes itself, from its start to its end (drop):
+/// looks see nothing meanwhile, and the end records the OS file as it then is.
+pub(crate) struct OwnChange<'a> {
+    e: &'a FileEntry,
+    fd: &'a std::fs::File,
+}
+
+impl Inner {
+    /// Starts an OS change of file `slot` through `fd` by the cache itself. The first of ours
+    /// in flight first looks whether someone else changed the file since the last record:
+    /// that change would otherwise pass for ours.
+    pub(crate) fn own_change<'a>(&'a self, slot: u32, fd: &'a std::fs::File) -> OwnChange<'a> {
+        let e = &self.view.files()[slot as usize];
+        // AcqRel: a look that reads 0 after our end sees the record we stored before it.
+        if e.own.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Ok(md) = fd.metadata() {
+                if !OsFile::of(&md).recorded_in(e) {
+                    // Release: a look that sees it takes the change in.
+                    e.stale.store(1, Ordering::Release);
+                }
+            }
+        }
+        OwnChange { e, fd }
+    }
+}
+
+impl Drop for OwnChange<'_> {
+    fn drop(&mut self) {
+        let own = &self.e.own;
+        loop {
+            // Acquire: pairs with the AcqRel of the others' counts.
+            let n = own.load(Ordering::Acquire);
+            if n <= 1 {
+                // The last of ours in flight records the file as our changes left it, while
+                // still counted, so no look in between takes our change for another's.
+                if let Ok(md) = self.fd.metadata() {
+                    OsFile::of(&md).record(self.e);
+                }
+                // AcqRel: the record before the count. Another change that started meanwhile
+                // records at its own end.
+                if n == 0 || own.compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return;
+                }
+            } else if own.compare_exchange(n, n - 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+impl SharedFile {
+    /// Looks at the OS file for a change made without the cache if no process has this clock
+    /// tick, and takes one in. Errors are the next look's: a read or write goes on.
+    pub(crate) fn look_outside_if_due(&self) {
+        let e = self.entry();
+        let now = coarse_ms();
+        // Relaxed: a time; the look itself reads the OS file.
+        let last = e.looked.load(Ordering::Relaxed);
+        if now == last || e.looked.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        if let Ok(md) = self.os_metadata() {
+            let _ = self.look_at(&md);
+        }
+    }
+
+    /// Looks at the OS file now for a change made without the cache, and takes one in: for a
+    /// program that just took a lock on the file (another program may have changed it before
+    /// releasing its own), and before the length is needed exact.
+    pub fn look_outside(&self) -> Result<()> {
+        let md = self.os_metadata()?;
+        self.look_at(&md)
+    }
+
+    /// As [`Self::look_outside`], with the OS file's metadata just read.
+    pub(crate) fn look_at(&self, md: &std::fs::Metadata) -> Result<()> {
+        let e = self.entry();
+        if self.bypassed() {
+            return Ok(());
+        }
+        // Acquire (all): pairs with `own_change`'s stores.
+        if e.stale.load(Ordering::Acquire) == 0 {
+            if e.own.load(Ordering::Acquire) > 0 || OsFile::of(md).recorded_in(e) {
+                return Ok(());
+            }
+            // Ours after all, if one of our changes began since the metadata was read.
+            if e.own.load(Ordering::Acquire) > 0 {
+                return Ok(());
+            }
+            e.stale.store(1, Ordering::Release);
+        }
+        self.take_in_outside_change()
+    }
+
+    /// Takes in a change made without the cache (see the module's documentation), under the
+    /// file's lock as a change of the cache's own, so readers in every process retry or wait.
+    fn take_in_outside_change(&self) -> Result<()> {
+        self.with_change_lock(|| self.take_in_locked())
+    }
+
+    fn take_in_locked(&self) -> Result<()> {
+        let e = self.entry();
+        // Acquire: pairs with the Release stores of the flag.
+        if e.stale.load(Ordering::Acquire) == 0 || self.bypassed() {
+            return Ok(()); // another process took it in meanwhile
+        }
+        // The cache's unwritten bytes first: they were written to the cache, and must not be
+        // lost with the pages dropped below. Without a descriptor to write through (a
+        // read-only open of a file whose writer is gone, no write permission), they stay.
+        // Acquire: pairs with `mark_dirty`'s count.
+        if e.dirty.load(Ordering::Acquire) > 0 {
+            let written = match self.writer() {
+                Some(fd) => self.inner.write_back_slot(self.slot(), &fd),
+                None => Err(Error::new(ErrorKind::Io, "no descriptor to write them through")),
+            };
+            if let Err(err) = written {
+                log::warn!(
+                    "shared cache: {}: changed without the cache; its dirty pages stay ({err})",
+                    self.name()
+                );
+            }
+        }
+        let md = self.os_metadata()?;
+        let old = self.cached_len();
+        let high = e.page_end();
+        self.inner.drop_clean_pages(self.slot(), 0, high.max(old.div_ceil(PAGE as u64)));
+        // Acquire: pairs with the intent's Release store: the OS file may still hold what a
+        // truncate not finished cuts.
+        let cut = e.cut.load(Ordering::Acquire);
+        let os = md.len().min(self.max_len()).min(cut.wrapping_sub(1));
+        // Pages still dirty (see above) keep their bytes within the length.
+        // Acquire: pairs with `mark_dirty`'s count.
+        let len = if e.dirty.load(Ordering::Acquire) > 0 { os.max(old) } else { os };
+        // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_clean_pages`.
+        e.len.store(len, Ordering::SeqCst);
+        e.high.fetch_max(len.div_ceil(PAGE as u64), Ordering::Release);
+        // Relaxed: changed only under the file's lock, which we hold. Space is reserved (for
+        // write-backs that must not fail for room) from the OS file's size on, as at a first
+        // open.
+        e.reserved.store(os, Ordering::Relaxed);
+        OsFile::of(&md).record(e);
+        // Release: after the record.
+        e.stale.store(0, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Drops the clean cached pages of file `slot` in `from..to`, waiting for locked ones;
+    /// dirty ones stay.
+    pub(crate) fn drop_clean_pages(&self, slot: u32, from: u64, to: u64) {
+        // SeqCst: see `fill`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for (f, k) in self.candidates(slot, from, to) {
+            let m = &self.view.frames()[f as usize];
+            self.lock_frame(f);
+            if m.key() != k || m.flags() & DIRTY != 0 {
+                m.unlock(self.me, false);
+                continue;
+            }
+            self.free_frame(f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::super::{SharedCache, SharedConfig};
+    use super::*;
+
+    fn cache() -> SharedCache {
+        SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap()
+    }
+
+    fn read(f: &SharedFile, at: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0; n];
+        let got = f.read_at(&mut buf, at).unwrap();
+        buf.truncate(got);
+        buf
+    }
+
+    /// A program without the cache writes in place, truncates and appends while the file is
+    /// open in two processes: a look (a lock taken) shows each change, and so does the open
+    /// of a third; the file's other pages stay cached.
+    #[test]
+    fn a_change_made_without_the_cache_is_seen_at_a_look_and_an_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![b'.'; 3 * PAGE]).unwrap();
+        let a = cache();
+        let other = SharedCache::attach(a.segment_fd().try_clone_to_owned().unwrap()).unwrap();
+        let f = a.open_path(&p, true).unwrap();
+        let g = other.open_path(&p, false).unwrap();
+        assert_eq!(read(&g, PAGE as u64, 3), b"...");
+        let outside = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        outside.write_all_at(b"OUT", PAGE as u64).unwrap();
+        // Within the tick, nothing has looked yet: the cached page (this is the window the
+        // README names). A look shows the change to every process.
+        f.look_outside().unwrap();
+        assert_eq!(read(&g, PAGE as u64, 3), b"OUT");
+        assert_eq!(read(&f, PAGE as u64, 3), b"OUT");
+        outside.set_len(5).unwrap();
+        let h = other.open_path(&p, false).unwrap();
+        assert_eq!((h.len(), f.len(), read(&g, 0, 10)), (5, 5, b".....".to_vec()));
+        outside.write_all_at(b"more", 5).unwrap();
+        g.look_outside().unwrap();
+        assert_eq!(read(&f, 0, 20), b".....more");
+    }
+
+    /// Without being asked, a read looks once a clock tick has passed since anyone looked.
+    #[test]
+    fn a_read_looks_once_per_clock_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"before").unwrap();
+        let c = cache();
+        let f = c.open_path(&p, false).unwrap();
+        assert_eq!(read(&f, 0, 6), b"before");
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(b"AFTER!", 0).unwrap();
+        // As if the last look were a tick ago (Relaxed: a time).
+        f.entry().looked.store(0, Ordering::Relaxed);
+        assert_eq!(read(&f, 0, 6), b"AFTER!");
+    }
+
+    /// The cache's own write-backs and truncates are not taken for another program's changes:
+    /// the file's pages stay cached across them.
+    #[test]
+    fn the_caches_own_changes_keep_its_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![1u8; 4 * PAGE]).unwrap();
+        let c = cache();
+        let f = c.open_path(&p, true).unwrap();
+        assert_eq!(read(&f, 0, 4 * PAGE), vec![1u8; 4 * PAGE]);
+        let loads = c.status().loads;
+        f.write_at(&[2u8; 10], 0).unwrap();
+        f.sync_data().unwrap();
+        f.set_len(3 * PAGE as u64 + 1).unwrap();
+        f.write_at(&[3u8; PAGE], 5 * PAGE as u64).unwrap();
+        f.sync_data().unwrap();
+        f.look_outside().unwrap();
+        read(&f, 0, 3 * PAGE);
+        assert_eq!(c.status().loads, loads, "a page was loaded again");
+        assert_eq!(f.entry().stale.load(Ordering::Relaxed), 0);
+    }
+
+    /// A page the cache has dirty when another program changes the file is written back
+    /// before the cache takes the change in: the other program's bytes in other pages stay,
+    /// and the cache's bytes are not lost.
+    #[test]
+    fn dirty_pages_are_written_back_before_an_outside_change_is_taken_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![b'.'; 2 * PAGE]).unwrap();
+        let c = cache();
+        let f = c.open_path(&p, true).unwrap();
+        f.write_at(b"CACHE", 0).unwrap();
+        assert_eq!(read(&f, PAGE as u64, 7), b".......");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .write_all_at(b"OUTSIDE", PAGE as u64)
+            .unwrap();
+        f.look_outside().unwrap();
+        assert_eq!(read(&f, 0, 5), b"CACHE");
+        assert_eq!(read(&f, PAGE as u64, 7), b"OUTSIDE");
+        drop(f);
+        let on_disk = std::fs::read(&p).unwrap();
+        assert_eq!((&on_disk[..5], &on_disk[PAGE..PAGE + 7]), (&b"CACHE"[..], &b"OUTSIDE"[..]));
+    }
+}
