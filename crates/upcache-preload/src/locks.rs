@@ -80,6 +80,22 @@ pub(crate) fn before_close(fd: c_int) {
     }
 }
 
+/// `before_close` for every descriptor open in `first..=last` (a close_range or closefrom).
+pub(crate) fn before_close_range(first: libc::c_uint, last: libc::c_uint) {
+    if !upcache::shared::locks_noted() {
+        return;
+    }
+    let Ok(open) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<c_int> = open
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<c_int>().ok())
+        .filter(|&fd| (first..=last).contains(&(fd as libc::c_uint)))
+        .collect();
+    for fd in fds {
+        before_close(fd);
+    }
+}
+
 /// lockf(3) locks with fcntl inside libc, which the shim does not see: noted here.
 fn before_lockf(fd: c_int, cmd: c_int) {
     if crate::shim::enabled_quick() && matches!(cmd, libc::F_LOCK | libc::F_TLOCK) {

@@ -236,12 +236,18 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old != new {
+        crate::locks::before_close(new); // closed by the dup, if open
+    }
     // SAFETY: no memory arguments.
     copied(old, unsafe { real::dup2()(old, new) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new {
+        crate::locks::before_close(new);
+    }
     // SAFETY: no memory arguments.
     copied(old, unsafe { real::dup3()(old, new, flags) })
 }
@@ -303,6 +309,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         // SAFETY: no memory arguments.
         return unsafe { real::close_range()(first, last, flags) };
     }
+    crate::locks::before_close_range(first, last);
     let taken = take_range(first, last);
     // SAFETY: no memory arguments.
     let closed = unsafe { real::close_range()(first, last, flags) };
@@ -312,6 +319,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(first: c_int) {
+    crate::locks::before_close_range(first.max(0) as c_uint, c_uint::MAX);
     let taken = take_range(first.max(0) as c_uint, c_uint::MAX);
     // SAFETY: no memory arguments.
     unsafe { real::closefrom()(first) };

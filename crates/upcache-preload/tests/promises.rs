@@ -286,6 +286,50 @@ fn a_lock_survives_another_process_demoting_the_file() {
     }
 }
 
+/// Locks FILE and says "locked"; at a line on stdin reads it (another process has mapped it
+/// meanwhile: the cache demotes it, and keeps its own descriptor of it parked, so as not to
+/// drop the lock), replaces its descriptor with another by `dup2`, `dup3` or `close_range`
+/// (argv[2]), which drops the lock, and prints how many of its descriptors still name FILE.
+const LOCK_THEN_CLOSE_OTHERWISE: &str = r#"
+import fcntl, os, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+os.pwrite(fd, b"x" * 4096, 0)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.readline()
+os.pread(fd, 6, 0)
+null = os.open("/dev/null", os.O_RDONLY)
+if how == "dup2":
+    os.dup2(null, fd)
+elif how == "dup3":
+    os.dup2(null, fd, inheritable=False)
+else:
+    os.closerange(fd, fd + 1)
+left = [n for n in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + n) == os.path.realpath(path)]
+print(len(left), flush=True)
+"#;
+
+/// Cause 1's parked descriptors go when the program's lock does, whichever call closes its
+/// descriptor (`dup2` and `dup3` onto it, `close_range`): none is left behind.
+#[test]
+fn parked_descriptors_go_with_the_programs_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    for side in Side::both(tmp.path(), "parked") {
+        for how in ["dup2", "dup3", "close_range"] {
+            let file = side.dir.join(format!("locked-{how}"));
+            std::fs::write(&file, b"").unwrap();
+            let path = file.to_str().unwrap();
+            let mut holder = Talker::start(side.python(LOCK_THEN_CLOSE_OTHERWISE, &[path, how]), "locked");
+            let mapped = side.python(MAPPER, &[path]).output().unwrap();
+            assert!(mapped.status.success(), "{}", String::from_utf8_lossy(&mapped.stderr));
+            holder.tell();
+            assert_eq!(holder.next(), "0", "{} {how}: descriptors of the file left", side.label());
+            holder.end(how);
+        }
+    }
+}
+
 /// Opens FILE read-only, reads it, says "open", and holds it until stdin closes.
 const READER_HOLDING: &str = r#"
 import os, sys
