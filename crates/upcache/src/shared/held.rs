@@ -64,15 +64,18 @@ fn close(fd: OwnedFd) {
     unsafe { libc::syscall(libc::SYS_close, raw) };
 }
 
-/// The registry's mutex, held by a thread that forks until the fork is over, so that no child
-/// starts with it held by a thread it does not have.
+/// The registry's mutex and the mapped segments' list, held by a thread that forks until the
+/// fork is over, so that no child starts with either held by a thread it does not have.
 pub struct ForkHold {
     _held: std::sync::MutexGuard<'static, Parked>,
+    _mapped: std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>>,
 }
 
-/// Takes the registry's mutex for a fork ([`ForkHold`]).
+/// Takes the registry's mutex for a fork ([`ForkHold`]), and the list of mapped segments'
+/// (`shm::hold_mapped_for_fork`), in that order.
 pub fn hold_for_fork() -> ForkHold {
-    ForkHold { _held: registry() }
+    let held = registry();
+    ForkHold { _held: held, _mapped: crate::shm::hold_mapped_for_fork() }
 }
 
 /// Whether any inode is noted: a close of a descriptor the shim does not track needs an fstat

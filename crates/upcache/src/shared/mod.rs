@@ -292,15 +292,17 @@ impl SharedCache {
                 }
             }
             match lent.get(&slot) {
-                // Listed under the lock, each written only while its frame still holds that
-                // page of that generation: no page goes to another file.
-                Some(fd) => work.push((slot, fd.clone(), inner.file_candidates(slot))),
+                // The generation taken under the lock, the pages listed after it and each
+                // written only while its frame still holds that page of that generation: no
+                // page goes to another file.
+                Some(fd) => work.push((slot, fd.clone(), inner.file_extent(slot))),
                 None => stranded += e.dirty.load(Ordering::Acquire),
             }
         }
         table.unlock(inner.me);
         let mut recount = Vec::new();
-        for (slot, fd, pages) in work {
+        for (slot, fd, (gen, end)) in work {
+            let pages = inner.candidates_of(slot, gen, 0, end);
             match inner.write_back_listed(&pages, &fd, false) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
@@ -334,10 +336,11 @@ impl SharedCache {
     /// The service's background write-back, as the kernel's flusher threads: through the
     /// descriptors writers lent it, the dirty pages of every file dirty for `expire` or longer,
     /// and of every dirty file while more than a quarter of the cache is dirty. Errors stay
-    /// on the files for their next sync. A file's pages are listed under the table's lock,
-    /// with its entry checked to still name the descriptor's file, and each is written only
-    /// if its frame still holds that page (of that generation), so no I/O waits under the
-    /// lock and no page goes to another file. The pages written.
+    /// on the files for their next sync. A file's generation is read under the table's lock,
+    /// with its entry checked to still name the descriptor's file, its pages listed after it,
+    /// and each written only if its frame still holds that page (of that generation), so
+    /// nothing waits under the lock (a partition lock a stopped process holds, an I/O) and no
+    /// page goes to another file. The pages written.
     pub(crate) fn write_back_due(
         &self,
         lent: &[(u32, Arc<std::fs::File>)],
@@ -361,8 +364,9 @@ impl SharedCache {
             let Ok(md) = fd.metadata() else { continue };
             let table = &header.files_lock;
             table.lock(inner.me, |h| inner.alive(h));
-            let pages = if same_file(e, &md) { inner.file_candidates(*slot) } else { Vec::new() };
+            let extent = same_file(e, &md).then(|| inner.file_extent(*slot));
             table.unlock(inner.me);
+            let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(*slot, gen, 0, end));
             let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
             if e.dirty.load(Ordering::Acquire) > 0 {
                 // Still dirty (written meanwhile): its age starts again, as the kernel's does.

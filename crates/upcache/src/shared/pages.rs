@@ -264,10 +264,19 @@ impl Inner {
     /// `candidates` of every page of file `slot` below its length, where all its dirty pages
     /// lie.
     pub(crate) fn file_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
-        // Acquire: pairs with the length's Release stores; a write extends it before it
-        // unlocks its frame, so every dirty page lies below it.
-        let end = self.view.files()[slot as usize].len.load(Ordering::Acquire).div_ceil(PAGE as u64);
-        self.candidates(slot, 0, end)
+        let (gen, end) = self.file_extent(slot);
+        self.candidates_of(slot, gen, 0, end)
+    }
+
+    /// File `slot`'s generation and the end of its pages below its length: read under the
+    /// table's lock, they let `candidates_of` list the file's pages after the lock is let go
+    /// (its partition locks may be held by a stopped process) without ever listing another
+    /// file's that took the entry meanwhile.
+    pub(crate) fn file_extent(&self, slot: u32) -> (u32, u64) {
+        let e = &self.view.files()[slot as usize];
+        // Relaxed (gen): see `key`. Acquire (len): pairs with the length's Release stores; a
+        // write extends it before it unlocks its frame, so every dirty page lies below it.
+        (e.gen.load(Ordering::Relaxed), e.len.load(Ordering::Acquire).div_ceil(PAGE as u64))
     }
 
     /// Writes back, through `fd`, each listed frame that still holds its page (`home` the key)
@@ -307,6 +316,12 @@ impl Inner {
     /// locked and checked by the caller: exact lookups in the index for a range small
     /// against the cache, else a pass over every frame.
     pub(crate) fn candidates(&self, slot: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
+        // Relaxed: see `key`.
+        self.candidates_of(slot, self.view.files()[slot as usize].gen.load(Ordering::Relaxed), from, to)
+    }
+
+    /// `candidates` of generation `gen` of file `slot`.
+    pub(crate) fn candidates_of(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
         if to.saturating_sub(from) > (self.view.n_frames / 8) as u64 {
             return self
                 .view
@@ -315,7 +330,7 @@ impl Inner {
                 .enumerate()
                 .filter_map(|(f, m)| {
                     let k = m.key();
-                    let ours = k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k));
+                    let ours = k != 0 && key_slot(k) == slot && k == key(slot, gen, key_page(k));
                     (ours && (from..to).contains(&key_page(k))).then_some((f as u32, k))
                 })
                 .collect();
@@ -323,7 +338,7 @@ impl Inner {
         let map = self.view.map();
         (from..to)
             .filter_map(|page| {
-                let k = self.key(slot, page);
+                let k = key(slot, gen, page);
                 map.lock(k, self.me, &|h| self.alive(h)).find(k).map(|f| (f, k))
             })
             .collect()

@@ -25,4 +25,4 @@ mod segment;
 
 pub use clients::Clients;
 pub use owner_lock::{Acquired, OwnerLock, LIVENESS_POLL, MAX_HOLDER};
-pub use segment::{forget_all, RegionSpec, Segment, MAX_REGIONS};
+pub use segment::{forget_all, hold_mapped_for_fork, RegionSpec, Segment, MAX_REGIONS};

@@ -322,6 +322,12 @@ fn mapped() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>> {
     MAPPED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The list of mapped segments, held by a thread that forks so that the child never inherits
+/// it locked by a thread it does not have (its `forget_all` would wait for ever).
+pub fn hold_mapped_for_fork() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>> {
+    mapped()
+}
+
 /// Gives up every segment this process image maps (`Segment::forget` each, those a forked
 /// child inherited from its parent included); false if one could not be.
 pub fn forget_all() -> bool {
