@@ -84,6 +84,13 @@ impl File {
             File::Shared(f) => f.look_outside(),
         }
     }
+    /// Runs `change`, an OS change of the file made for the program, as the cache's own.
+    pub fn changing_os<T>(&self, change: impl FnOnce() -> T) -> T {
+        match self {
+            File::Private(_) => change(),
+            File::Shared(f) => f.changing_os(change),
+        }
+    }
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
         both!(self, f => f.os_metadata())
     }

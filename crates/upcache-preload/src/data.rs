@@ -518,8 +518,9 @@ fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i
     // The OS file first: whether the file system supports the mode is its to say, and a
     // refusal changes nothing. (A write-back of an older dirty page racing it is undone by
     // the zeros written through the cache next, which reach the OS file in turn.)
+    // The cache's own change of the OS file, not another program's (`SharedFile::changing_os`).
     // SAFETY: no memory arguments.
-    if unsafe { real::fallocate64()(fd, mode, off, len) } != 0 {
+    if file.changing_os(|| unsafe { real::fallocate64()(fd, mode, off, len) }) != 0 {
         return -1;
     }
     if zeroes {

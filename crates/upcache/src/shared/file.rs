@@ -174,9 +174,17 @@ impl SharedFile {
     }
 
     /// Runs `change` with the file's lock held, as a change (the write sequence odd), so
-    /// readers in every process retry or wait.
-    pub(crate) fn with_change_lock<T>(&self, change: impl FnOnce() -> T) -> T {
-        let _locked = FileLock::take(self, true);
+    /// readers in every process retry or wait; None, without running it, if the lock's holder
+    /// is stopped.
+    pub(crate) fn with_change_lock_unless_stopped<T>(&self, change: impl FnOnce() -> T) -> Option<T> {
+        let _locked = FileLock::take_if(self, true, |h| self.inner.stopped(h))?;
+        Some(change())
+    }
+
+    /// Runs `change`, an OS change of the file that the program makes through the cache's
+    /// shim (a `fallocate`), so that it is not taken for another program's.
+    pub fn changing_os<T>(&self, change: impl FnOnce() -> T) -> T {
+        let _own = self.inner.own_change(self.slot, &self.fd);
         change()
     }
 

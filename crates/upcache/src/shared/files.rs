@@ -23,7 +23,7 @@ pub(crate) const FREE: u32 = 0;
 /// Entry names a file.
 pub(crate) const LIVE: u32 = 1;
 
-/// One file's shared state; 112 bytes, all zeros when free.
+/// One file's shared state; 176 bytes, all zeros when free.
 #[repr(C)]
 pub(crate) struct FileEntry {
     pub state: AtomicU32,
@@ -75,6 +75,14 @@ pub(crate) struct FileEntry {
     pub own: AtomicU32,
     /// 1 while a change made without the cache has been seen and not yet taken in.
     pub stale: AtomicU32,
+    /// Bumped as each change of the cache's own begins, so that the one recording the OS
+    /// file at the end knows whether another began while it read it.
+    pub own_epoch: AtomicU32,
+    /// Padding, named: the layout is every process's.
+    pub _pad: u32,
+    /// When a change of the cache's own last began or made a step (`outside::coarse_ms`): one
+    /// silent for long was left counted by a killed process.
+    pub own_at: AtomicU64,
     /// When a process last looked at the OS file for changes made without the cache
     /// (`outside::coarse_ms`): at most one look per clock tick, by any process.
     pub looked: AtomicU64,
@@ -88,6 +96,8 @@ pub(crate) struct FileEntry {
     /// it.
     pub cut: AtomicU64,
 }
+
+const _: () = assert!(std::mem::size_of::<FileEntry>() == 176);
 
 const ERROR_SEEN: u64 = 1 << 32;
 
@@ -199,7 +209,8 @@ impl OsFile {
 
     /// Records it in `e` as the OS file's state as the cache last left or saw it.
     pub fn record(&self, e: &FileEntry) {
-        // Relaxed (all): under the table's lock.
+        // Relaxed (all): fields read together only by a look, which a torn record (two
+        // recorders at once) only makes take in a change that was none: pages, not bytes.
         e.os_size.store(self.size, Ordering::Relaxed);
         e.os_mtime.store(self.mtime, Ordering::Relaxed);
         e.os_ctime.store(self.ctime, Ordering::Relaxed);
@@ -208,7 +219,7 @@ impl OsFile {
 
     /// Whether `e` recorded the OS file as it is now.
     pub fn recorded_in(&self, e: &FileEntry) -> bool {
-        // Relaxed (all): under the table's lock.
+        // Relaxed (all): see `record`.
         e.os_size.load(Ordering::Relaxed) == self.size
             && e.os_mtime.load(Ordering::Relaxed) == self.mtime
             && e.os_ctime.load(Ordering::Relaxed) == self.ctime
@@ -272,6 +283,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.bypass.store(0, Ordering::Relaxed);
     e.own.store(0, Ordering::Relaxed);
     e.stale.store(0, Ordering::Relaxed);
+    e.own_at.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.

@@ -40,6 +40,10 @@ pub(crate) fn coarse_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// How long a change of the cache's own may go without a step before a look takes it for
+/// one a killed process left counted: looks are blind to outside changes meanwhile.
+const OWN_LEAK_MS: u64 = 10_000;
+
 /// A change of the OS file that the cache makes itself, from its start to its end (drop):
 /// looks see nothing meanwhile, and the end records the OS file as it then is.
 pub(crate) struct OwnChange<'a> {
@@ -53,6 +57,11 @@ impl Inner {
     /// that change would otherwise pass for ours.
     pub(crate) fn own_change<'a>(&'a self, slot: u32, fd: &'a std::fs::File) -> OwnChange<'a> {
         let e = &self.view.files()[slot as usize];
+        // Before the count (AcqRel): a recorder that read the epoch before our change began
+        // sees it moved, and records again.
+        e.own_epoch.fetch_add(1, Ordering::AcqRel);
+        // Relaxed: a time, a hint for looks (`OWN_LEAK_MS`).
+        e.own_at.store(coarse_ms(), Ordering::Relaxed);
         // AcqRel: a look that reads 0 after our end sees the record we stored before it.
         if e.own.fetch_add(1, Ordering::AcqRel) == 0 {
             if let Ok(md) = fd.metadata() {
@@ -66,18 +75,31 @@ impl Inner {
     }
 }
 
+impl OwnChange<'_> {
+    /// A step of a long change (a page of a run written back): it is alive.
+    pub(crate) fn step(&self) {
+        // Relaxed: see `own_change`.
+        self.e.own_at.store(coarse_ms(), Ordering::Relaxed);
+    }
+}
+
 impl Drop for OwnChange<'_> {
     fn drop(&mut self) {
-        let own = &self.e.own;
+        let (own, epoch) = (&self.e.own, &self.e.own_epoch);
         loop {
             // Acquire: pairs with the AcqRel of the others' counts.
             let n = own.load(Ordering::Acquire);
             if n <= 1 {
                 // The last of ours in flight records the file as our changes left it, while
-                // still counted, so no look in between takes our change for another's.
-                if let Ok(md) = self.fd.metadata() {
-                    OsFile::of(&md).record(self.e);
+                // still counted, so no look in between takes our change for another's; a
+                // change of ours that began meanwhile (the epoch moved) may not be in the
+                // record, so it is read again.
+                let before = epoch.load(Ordering::Acquire);
+                let Ok(md) = self.fd.metadata() else { break };
+                if epoch.load(Ordering::Acquire) != before {
+                    continue;
                 }
+                OsFile::of(&md).record(self.e);
                 // AcqRel: the record before the count. Another change that started meanwhile
                 // records at its own end.
                 if n == 0 || own.compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
@@ -87,7 +109,27 @@ impl Drop for OwnChange<'_> {
                 return;
             }
         }
+        // No metadata to record: the count goes all the same (a look may then take our change
+        // for another's, which costs pages, not bytes).
+        let _ = own.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(1)));
     }
+}
+
+/// Whether `e` has a change of the cache's own in flight, by a live process: one that made
+/// no step for `OWN_LEAK_MS` was left by a killed process and is forgotten.
+fn own_in_flight(e: &FileEntry) -> bool {
+    // Acquire: pairs with `own_change`'s count.
+    let n = e.own.load(Ordering::Acquire);
+    if n == 0 {
+        return false;
+    }
+    // Relaxed: a time.
+    if coarse_ms().saturating_sub(e.own_at.load(Ordering::Relaxed)) < OWN_LEAK_MS {
+        return true;
+    }
+    // AcqRel: once. A live change that was only slow is then taken for another's at most once.
+    let _ = e.own.compare_exchange(n, 0, Ordering::AcqRel, Ordering::Acquire);
+    false
 }
 
 impl SharedFile {
@@ -123,30 +165,34 @@ impl SharedFile {
         }
         // Acquire (all): pairs with `own_change`'s stores.
         if e.stale.load(Ordering::Acquire) == 0 {
-            if e.own.load(Ordering::Acquire) > 0 || OsFile::of(md).recorded_in(e) {
+            if own_in_flight(e) || OsFile::of(md).recorded_in(e) {
                 return Ok(());
             }
             // Ours after all, if one of our changes began since the metadata was read.
-            if e.own.load(Ordering::Acquire) > 0 {
+            if own_in_flight(e) {
                 return Ok(());
             }
             e.stale.store(1, Ordering::Release);
         }
-        self.take_in_outside_change()
+        // Under the file's lock as a change of the cache's own, so readers in every process
+        // retry or wait; not behind a stopped holder (a later look takes it in).
+        self.with_change_lock_unless_stopped(|| self.take_in_locked()).unwrap_or(Ok(()))
     }
 
-    /// Takes in a change made without the cache (see the module's documentation), under the
-    /// file's lock as a change of the cache's own, so readers in every process retry or wait.
-    fn take_in_outside_change(&self) -> Result<()> {
-        self.with_change_lock(|| self.take_in_locked())
-    }
-
+    /// Takes in a change made without the cache (see the module's documentation), with the
+    /// file's lock held.
     fn take_in_locked(&self) -> Result<()> {
         let e = self.entry();
-        // Acquire: pairs with the Release stores of the flag.
-        if e.stale.load(Ordering::Acquire) == 0 || self.bypassed() {
+        // AcqRel: pairs with the Release stores of the flag. Cleared first, so a change seen
+        // while we take this one in (by an `own_change` in another process) stays flagged.
+        if e.stale.swap(0, Ordering::AcqRel) == 0 || self.bypassed() {
             return Ok(()); // another process took it in meanwhile
         }
+        let failed = |err: Error| {
+            // Release: the next look tries again.
+            e.stale.store(1, Ordering::Release);
+            err
+        };
         // The cache's unwritten bytes first: they were written to the cache, and must not be
         // lost with the pages dropped below. Without a descriptor to write through (a
         // read-only open of a file whose writer is gone, no write permission), they stay.
@@ -157,13 +203,21 @@ impl SharedFile {
                 None => Err(Error::new(ErrorKind::Io, "no descriptor to write them through")),
             };
             if let Err(err) = written {
+                // The clean pages go, the dirty ones and the length stay (a dirty last page
+                // holds zeros past the length, which a longer length would show and write
+                // back over the other program's bytes), and the change stays to take in: by a
+                // process that can write the pages back, or once this one can.
+                let end = e.page_end().max(self.cached_len().div_ceil(PAGE as u64));
+                self.inner.drop_clean_pages(self.slot(), 0, end);
                 log::warn!(
-                    "shared cache: {}: changed without the cache; its dirty pages stay ({err})",
+                    "shared cache: {}: changed without the cache; dirty pages wait to be written back ({err})",
                     self.name()
                 );
+                failed(err);
+                return Ok(()); // a write-back error is on the file for its next sync
             }
         }
-        let md = self.os_metadata()?;
+        let md = self.os_metadata().map_err(failed)?;
         let old = self.cached_len();
         let high = e.page_end();
         self.inner.drop_clean_pages(self.slot(), 0, high.max(old.div_ceil(PAGE as u64)));
@@ -171,19 +225,15 @@ impl SharedFile {
         // truncate not finished cuts.
         let cut = e.cut.load(Ordering::Acquire);
         let os = md.len().min(self.max_len()).min(cut.wrapping_sub(1));
-        // Pages still dirty (see above) keep their bytes within the length.
-        // Acquire: pairs with `mark_dirty`'s count.
-        let len = if e.dirty.load(Ordering::Acquire) > 0 { os.max(old) } else { os };
+        // Written back and dropped, nothing of the file is cached: the OS file's length is its.
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_clean_pages`.
-        e.len.store(len, Ordering::SeqCst);
-        e.high.fetch_max(len.div_ceil(PAGE as u64), Ordering::Release);
+        e.len.store(os, Ordering::SeqCst);
+        e.high.fetch_max(os.div_ceil(PAGE as u64), Ordering::Release);
         // Relaxed: changed only under the file's lock, which we hold. Space is reserved (for
         // write-backs that must not fail for room) from the OS file's size on, as at a first
         // open.
         e.reserved.store(os, Ordering::Relaxed);
         OsFile::of(&md).record(e);
-        // Release: after the record.
-        e.stale.store(0, Ordering::Release);
         Ok(())
     }
 }
@@ -313,5 +363,28 @@ mod tests {
         drop(f);
         let on_disk = std::fs::read(&p).unwrap();
         assert_eq!((&on_disk[..5], &on_disk[PAGE..PAGE + 7]), (&b"CACHE"[..], &b"OUTSIDE"[..]));
+    }
+
+    /// A change of the cache's own that a killed process left counted blinds the looks only
+    /// for a while: one silent for `OWN_LEAK_MS` is forgotten.
+    #[test]
+    fn a_change_of_its_own_left_by_a_killed_process_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"before").unwrap();
+        let c = cache();
+        let f = c.open_path(&p, false).unwrap();
+        assert_eq!(read(&f, 0, 6), b"before");
+        let e = f.entry();
+        // Relaxed (all): this thread's own view.
+        e.own.store(1, Ordering::Relaxed);
+        e.own_at.store(coarse_ms(), Ordering::Relaxed);
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(b"AFTER!", 0).unwrap();
+        f.look_outside().unwrap();
+        assert_eq!(read(&f, 0, 6), b"before", "a change of our own in flight: nothing to tell");
+        e.own_at.store(coarse_ms().saturating_sub(OWN_LEAK_MS), Ordering::Relaxed);
+        f.look_outside().unwrap();
+        assert_eq!(read(&f, 0, 6), b"AFTER!");
+        assert_eq!(e.own.load(Ordering::Relaxed), 0);
     }
 }

@@ -302,7 +302,7 @@ impl Inner {
             }
             if m.home() == k && m.flags() & DIRTY != 0 {
                 // One change of the cache's own for the whole run (`outside.rs`).
-                own.get_or_insert_with(|| self.own_change(key_slot(k), fd));
+                own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
                 if let Err(err) = self.write_back_locked(f, fd) {
                     first = first.and(Err(err));
                 }

@@ -106,17 +106,6 @@ impl Inner {
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }
-        if reaped > 0 {
-            // A change of its own a dead process left counted would blind every look at its
-            // file for good (`outside.rs`); uncounting a live one's only lets a look take its
-            // change for another program's, which costs the file's cached pages, not its bytes.
-            for e in self.view.files() {
-                // Relaxed: see above; a look re-reads it.
-                if e.own.load(Ordering::Relaxed) > 0 {
-                    e.own.store(0, Ordering::Relaxed);
-                }
-            }
-        }
         table.unlock(self.me);
         reaped
     }
@@ -139,20 +128,29 @@ impl Inner {
     /// Puts `slot`'s dirty count right where a writer killed between counting a page dirty and
     /// flagging it left it one too high (the count goes first so that it is never below the
     /// truth): without this the file would stay dirty for ever, and its service with it. Only
-    /// for a file that nobody has open, under the table's lock, with no write-back of the
-    /// service's in flight (the caller's to ensure): nothing then changes its frames, so the
-    /// frames' flags are the truth. The excess removed.
+    /// for a file that nobody has open (so no page of it is dirtied meanwhile), under the
+    /// table's lock, with no write-back of the service's in flight (the caller's to ensure).
+    /// Each frame is counted under its lock, under which every flag and count change pair
+    /// happens (a repairer's or a write-back's in another process included), and the count
+    /// read after: what is uncounted meanwhile was flagged when seen, so the count never falls
+    /// below the flags. Nothing is done if a frame of the file is locked (by a process that
+    /// may be stopped: the table's lock is held). The excess removed.
     pub(crate) fn recount_dirty(&self, slot: u32) -> u64 {
         let e = &self.view.files()[slot as usize];
-        let flagged = self
-            .view
-            .frames()
-            .iter()
-            .filter(|m| {
-                let k = m.key();
-                k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k)) && m.flags() & DIRTY != 0
-            })
-            .count() as u64;
+        let ours = |k: u64| k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k));
+        let mut flagged = 0u64;
+        for m in self.view.frames() {
+            if !ours(m.key()) {
+                continue;
+            }
+            if !m.try_lock(self.me) {
+                return 0; // another time
+            }
+            if ours(m.key()) && m.flags() & DIRTY != 0 {
+                flagged += 1;
+            }
+            m.unlock(self.me, false);
+        }
         // Acquire: pairs with `mark_dirty`'s count.
         let counted = e.dirty.load(Ordering::Acquire);
         let excess = counted.saturating_sub(flagged);
