@@ -681,7 +681,6 @@ fn missing_records(data: &[u8], acked: usize) -> Vec<usize> {
 /// last process has detached (the previous shim lost all of them when the service died
 /// within about half a second, although the other process still mapped the cache).
 #[test]
-#[ignore = "issue 33, open: about 1 run in 10 loses a round's records (see the closing note); run with --ignored"]
 fn writes_survive_a_killed_writer_and_a_killed_service() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
@@ -992,7 +991,6 @@ fn a_change_made_without_the_cache_is_seen_by_a_process_holding_the_file() {
 /// its place must write them back through the file's recorded path (a service forked from a
 /// shimmed process ran the shim too, and its open of that path waited for itself).
 #[test]
-#[ignore = "issue 33, open: failed once in CI under load, no service running when the last process left (see the closing note); run with --ignored"]
 fn a_service_that_takes_over_writes_back_what_a_dead_writer_left() {
     let tmp = tempfile::tempdir().unwrap();
     let [_, side] = Side::both(tmp.path(), "takeover");

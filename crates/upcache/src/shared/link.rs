@@ -102,15 +102,23 @@ fn watcher(weak: Weak<Inner>) {
     }
 }
 
-/// Before `inner` detaches (or its process exits): if the service is gone and pages are
-/// dirty, a service is put back first (it adopts the segment from us, so what dead writers
-/// left is written back and not lost with the last mapping). Gives up after a few seconds.
+/// Before `inner` detaches (or its process exits), with pages dirty: what dead writers left is
+/// written back by us, through the paths their opens recorded (the service may be dying too,
+/// unseen yet: a SIGKILL takes effect after `kill` returns, and ours may be the last mapping);
+/// and if the service is gone, a service is put back (it adopts the segment from us) for
+/// what we could not write. Gives up after a few seconds.
 pub(crate) fn before_leaving(inner: &Inner) {
     if inner.link.socket.is_none() || inner.forked() || inner.retired() {
         return;
     }
     // Relaxed: a count read as a hint; a page dirtied meanwhile is its writer's to write back.
     if inner.view.header().dirty.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    inner.repair_dead();
+    let stranded = inner.write_back_orphans(&mut std::collections::HashMap::new());
+    // Relaxed: as above.
+    if stranded == 0 && inner.view.header().dirty.load(Ordering::Relaxed) == 0 {
         return;
     }
     if inner.link.current().is_some_and(|s| !hung_up(&s, 0)) {

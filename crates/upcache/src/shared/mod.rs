@@ -88,9 +88,6 @@ pub(crate) struct Inner {
     /// `FORKS` when we attached: a forked child has another count, and must not act under
     /// its parent's client id (it attaches itself).
     forks: u64,
-    /// Held by a service's background write-back pass, and by its recount of a dead writer's
-    /// dirty count (`Inner::recount_dirty`), which must see no write-back of ours half done.
-    service_writes: Mutex<()>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -149,7 +146,6 @@ impl SharedCache {
             link,
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
-            service_writes: Mutex::new(()),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -230,107 +226,7 @@ impl SharedCache {
     /// is something to do, and no write waits under it: a service stopped (SIGSTOP) while
     /// holding it would stall every open in every process.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
-        let inner = &self.inner;
-        let files = inner.view.files();
-        // Relaxed (all counts and states): hints here, checked again under the table's lock.
-        let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
-        let spare = |e: &files::FileEntry, fd: &std::fs::File| match fd.metadata() {
-            Err(_) => true,
-            Ok(md) => {
-                !same_file(e, &md)
-                    || (std::os::unix::fs::MetadataExt::nlink(&md) == 0
-                        && e.opens.load(Ordering::Relaxed) == 0)
-                    || (idle(e) && e.dirty.load(Ordering::Acquire) == 0)
-            }
-        };
-        let orphaned = |e: &files::FileEntry| {
-            e.state.load(Ordering::Relaxed) == files::LIVE && idle(e) && e.dirty.load(Ordering::Acquire) > 0
-        };
-        for (slot, e) in files.iter().enumerate() {
-            if !lent.contains_key(&(slot as u32)) {
-                e.service_fd.store(0, Ordering::Relaxed);
-            }
-        }
-        let stale: Vec<u32> =
-            lent.iter().filter(|(s, fd)| spare(&files[**s as usize], fd)).map(|(s, _)| *s).collect();
-        let orphans: Vec<u32> = (0..files.len() as u32).filter(|&s| orphaned(&files[s as usize])).collect();
-        if stale.is_empty() && orphans.is_empty() {
-            return 0;
-        }
-        let table = &inner.view.header().files_lock;
-        table.lock(inner.me, |h| inner.alive(h));
-        for slot in stale {
-            let (e, fd) = (&files[slot as usize], &lent[&slot]);
-            let Ok(md) = fd.metadata() else {
-                lent.remove(&slot);
-                continue;
-            };
-            if !same_file(e, &md) {
-                lent.remove(&slot);
-            } else if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0
-            {
-                inner.drop_pages(slot, 0, e.page_end());
-                e.state.store(files::FREE, Ordering::Release);
-                lent.remove(&slot);
-            } else if idle(e) && e.dirty.load(Ordering::Acquire) == 0 {
-                lent.remove(&slot);
-            }
-        }
-        let mut stranded = 0;
-        let mut work = Vec::new();
-        for slot in orphans {
-            let e = &files[slot as usize];
-            if !orphaned(e) {
-                continue;
-            }
-            // No descriptor lent (the service that had one died, and this one took over): the
-            // file opened again where its last writer had it, if it is still there.
-            if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
-                if let Some(fd) = inner.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
-                    v.insert(fd);
-                    e.service_fd.store(1, Ordering::Relaxed);
-                }
-            }
-            match lent.get(&slot) {
-                // The generation taken under the lock, the pages listed after it and each
-                // written only while its frame still holds that page of that generation: no
-                // page goes to another file.
-                Some(fd) => work.push((slot, fd.clone(), inner.file_extent(slot))),
-                None => stranded += e.dirty.load(Ordering::Acquire),
-            }
-        }
-        table.unlock(inner.me);
-        let mut recount = Vec::new();
-        for (slot, fd, (gen, end)) in work {
-            let pages = inner.candidates_of(slot, gen, 0, end);
-            match inner.write_back_listed(&pages, &fd, false) {
-                Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
-                // Acquire: as above. Still dirty: a frame locked by someone else, a page
-                // written meanwhile by a new writer, or a count a killed writer left high.
-                Ok(()) if files[slot as usize].dirty.load(Ordering::Acquire) > 0 => recount.push(slot),
-                Ok(()) => {}
-            }
-        }
-        if !recount.is_empty() {
-            let _quiet = inner.service_writes.lock().unwrap_or_else(|p| p.into_inner());
-            table.lock(inner.me, |h| inner.alive(h));
-            for &slot in &recount {
-                let e = &files[slot as usize];
-                // Relaxed: under the table's lock. Nobody has it open: nothing but us changes
-                // its pages.
-                if e.state.load(Ordering::Relaxed) == files::LIVE && e.opens.load(Ordering::Relaxed) == 0 {
-                    inner.recount_dirty(slot);
-                }
-            }
-            table.unlock(inner.me);
-        }
-        for (slot, _) in files.iter().enumerate() {
-            if lent.contains_key(&(slot as u32)) && orphaned(&files[slot]) {
-                // Acquire: as above.
-                stranded += files[slot].dirty.load(Ordering::Acquire);
-            }
-        }
-        stranded
+        self.inner.write_back_orphans(lent)
     }
 
     /// The service's background write-back, as the kernel's flusher threads: through the
@@ -352,7 +248,6 @@ impl SharedCache {
         let crowded = header.dirty.load(Ordering::Relaxed) as usize > inner.view.n_frames / 4;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
-        let _writing = inner.service_writes.lock().unwrap_or_else(|p| p.into_inner());
         for (slot, fd) in lent {
             let Some(e) = files.get(*slot as usize) else { continue };
             // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
@@ -458,6 +353,118 @@ impl SharedCache {
     /// The bytes of page frames the cache has (its size, whatever this process asked for).
     pub fn memory(&self) -> u64 {
         self.inner.view.n_frames as u64 * frame::PAGE as u64
+    }
+}
+
+impl Inner {
+    /// [`SharedCache::write_back_orphans`]: also what a process about to leave does, as it may
+    /// hold the last mapping of the cache (`link::before_leaving`), with nothing lent.
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
+        let inner = self;
+        let files = inner.view.files();
+        // Relaxed (all counts and states): hints here, checked again under the table's lock.
+        let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
+        let spare = |e: &files::FileEntry, fd: &std::fs::File| match fd.metadata() {
+            Err(_) => true,
+            Ok(md) => {
+                !same_file(e, &md)
+                    || (std::os::unix::fs::MetadataExt::nlink(&md) == 0
+                        && e.opens.load(Ordering::Relaxed) == 0)
+                    || (idle(e) && e.dirty.load(Ordering::Acquire) == 0)
+            }
+        };
+        let orphaned = |e: &files::FileEntry| {
+            e.state.load(Ordering::Relaxed) == files::LIVE && idle(e) && e.dirty.load(Ordering::Acquire) > 0
+        };
+        // The service's descriptors are the lent ones (a leaving process lends nothing).
+        if serve::is_service() {
+            for (slot, e) in files.iter().enumerate() {
+                if !lent.contains_key(&(slot as u32)) {
+                    e.service_fd.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        let stale: Vec<u32> =
+            lent.iter().filter(|(s, fd)| spare(&files[**s as usize], fd)).map(|(s, _)| *s).collect();
+        let orphans: Vec<u32> = (0..files.len() as u32).filter(|&s| orphaned(&files[s as usize])).collect();
+        if stale.is_empty() && orphans.is_empty() {
+            return 0;
+        }
+        let table = &inner.view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        for slot in stale {
+            let (e, fd) = (&files[slot as usize], &lent[&slot]);
+            let Ok(md) = fd.metadata() else {
+                lent.remove(&slot);
+                continue;
+            };
+            if !same_file(e, &md) {
+                lent.remove(&slot);
+            } else if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0
+            {
+                inner.drop_pages(slot, 0, e.page_end());
+                e.state.store(files::FREE, Ordering::Release);
+                lent.remove(&slot);
+            } else if idle(e) && e.dirty.load(Ordering::Acquire) == 0 {
+                lent.remove(&slot);
+            }
+        }
+        let mut stranded = 0;
+        let mut work = Vec::new();
+        for slot in orphans {
+            let e = &files[slot as usize];
+            if !orphaned(e) {
+                continue;
+            }
+            // No descriptor lent (the service that had one died, and this one took over): the
+            // file opened again where its last writer had it, if it is still there.
+            if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
+                if let Some(fd) = inner.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
+                    v.insert(fd);
+                    if serve::is_service() {
+                        e.service_fd.store(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            match lent.get(&slot) {
+                // The generation taken under the lock, the pages listed after it and each
+                // written only while its frame still holds that page of that generation: no
+                // page goes to another file.
+                Some(fd) => work.push((slot, fd.clone(), inner.file_extent(slot))),
+                None => stranded += e.dirty.load(Ordering::Acquire),
+            }
+        }
+        table.unlock(inner.me);
+        let mut recount = Vec::new();
+        for (slot, fd, (gen, end)) in work {
+            let pages = inner.candidates_of(slot, gen, 0, end);
+            match inner.write_back_listed(&pages, &fd, false) {
+                Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
+                // Acquire: as above. Still dirty: a frame locked by someone else, a page
+                // written meanwhile by a new writer, or a count a killed writer left high.
+                Ok(()) if files[slot as usize].dirty.load(Ordering::Acquire) > 0 => recount.push(slot),
+                Ok(()) => {}
+            }
+        }
+        if !recount.is_empty() {
+            table.lock(inner.me, |h| inner.alive(h));
+            for &slot in &recount {
+                let e = &files[slot as usize];
+                // Relaxed: under the table's lock. Nobody has it open: nothing but us changes
+                // its pages.
+                if e.state.load(Ordering::Relaxed) == files::LIVE && e.opens.load(Ordering::Relaxed) == 0 {
+                    inner.recount_dirty(slot);
+                }
+            }
+            table.unlock(inner.me);
+        }
+        for (slot, _) in files.iter().enumerate() {
+            if lent.contains_key(&(slot as u32)) && orphaned(&files[slot]) {
+                // Acquire: as above.
+                stranded += files[slot].dirty.load(Ordering::Acquire);
+            }
+        }
+        stranded
     }
 }
 

@@ -129,9 +129,8 @@ impl Inner {
     /// flagging it left it one too high (the count goes first so that it is never below the
     /// truth): without this the file would stay dirty for ever, and its service with it. Only
     /// for a file that nobody has open (so no page of it is dirtied meanwhile), under the
-    /// table's lock, with no write-back of the service's in flight (the caller's to ensure).
-    /// Each frame is counted under its lock, under which every flag and count change pair
-    /// happens (a repairer's or a write-back's in another process included), and the count
+    /// table's lock. Each frame is counted under its lock, under which every flag and count
+    /// change pair happens (a repairer's or a write-back's, in any process), and the count
     /// read after: what is uncounted meanwhile was flagged when seen, so the count never falls
     /// below the flags. Nothing is done if a frame of the file is locked (by a process that
     /// may be stopped: the table's lock is held). The excess removed.
