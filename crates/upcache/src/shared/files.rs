@@ -23,27 +23,41 @@ pub(crate) const FREE: u32 = 0;
 /// Entry names a file.
 pub(crate) const LIVE: u32 = 1;
 
-/// One file's shared state; 176 bytes, all zeros when free.
-#[repr(C)]
+/// One file's shared state: 192 bytes, three cache lines, all zeros when free. The first line
+/// holds what every write changes (the lock, the length, the sequence); the other two are
+/// read by every call and written rarely, so that readers do not miss on them while two
+/// processes write the file.
+#[repr(C, align(64))]
 pub(crate) struct FileEntry {
     pub state: AtomicU32,
     /// Opens of the file, by every process.
     pub opens: AtomicU32,
     /// Held by a writer, a truncate, or a reader that gave up on optimism.
     pub lock: OwnerLock,
-    /// Write-back errors, as the kernel's errseq: the count (bits 33..), whether an open
-    /// has reported the latest (bit 32), and its errno (bits 0..32); see `record_error`.
-    pub errors: AtomicU64,
-    pub dev: AtomicU64,
-    pub ino: AtomicU64,
+    /// Opens for writing, by every process: the last of them writes the dirty pages back.
+    pub writers: AtomicU32,
     /// The file's length as the cache sees it.
     pub len: AtomicU64,
     /// The write sequence: odd while a change is in flight.
     pub seq: AtomicU64,
     /// Dirty pages (never below the truth).
     pub dirty: AtomicU64,
+    /// Pages the file may have cached: at least its largest length's pages since the entry
+    /// was filled, raised before the length, never lowered, so the pages a truncate killed
+    /// half-way left past the length are still below it.
+    pub high: AtomicU64,
     /// Where the OS file's space is reserved up to (`io/reserve.rs`), changed under `lock`.
     pub reserved: AtomicU64,
+    /// A truncate not finished: the length it cuts to, plus one; 0 when none. Set before the
+    /// length is lowered and cleared once the OS file is cut, so whoever takes the lock from
+    /// a truncate that died (or failed to cut) finishes it, and growth is never taken in past
+    /// it.
+    pub cut: AtomicU64,
+    /// Write-back errors, as the kernel's errseq: the count (bits 33..), whether an open
+    /// has reported the latest (bit 32), and its errno (bits 0..32); see `record_error`.
+    pub errors: AtomicU64,
+    pub dev: AtomicU64,
+    pub ino: AtomicU64,
     /// When the file last went from clean to dirty (`now_secs`), for the service's
     /// write-back of files dirty for long (as the kernel's `dirtied_when`).
     pub dirtied: AtomicU64,
@@ -58,8 +72,6 @@ pub(crate) struct FileEntry {
     /// has another birth time.
     pub os_ctime: AtomicU64,
     pub os_btime: AtomicU64,
-    /// Opens for writing, by every process: the last of them writes the dirty pages back.
-    pub writers: AtomicU32,
     /// The entry's generation, in every key of its pages: bumped when it is filled for
     /// another file (`frame::key`).
     pub gen: AtomicU32,
@@ -78,26 +90,17 @@ pub(crate) struct FileEntry {
     /// Bumped as each change of the cache's own begins, so that the one recording the OS
     /// file at the end knows whether another began while it read it.
     pub own_epoch: AtomicU32,
-    /// Padding, named: the layout is every process's.
-    pub _pad: u32,
     /// When a change of the cache's own last began or made a step (`outside::coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,
     /// When a process last looked at the OS file for changes made without the cache
     /// (`outside::coarse_ms`): at most one look per clock tick, by any process.
     pub looked: AtomicU64,
-    /// Pages the file may have cached: at least its largest length's pages since the entry
-    /// was filled, raised before the length, never lowered, so the pages a truncate killed
-    /// half-way left past the length are still below it.
-    pub high: AtomicU64,
-    /// A truncate not finished: the length it cuts to, plus one; 0 when none. Set before the
-    /// length is lowered and cleared once the OS file is cut, so whoever takes the lock from
-    /// a truncate that died (or failed to cut) finishes it, and growth is never taken in past
-    /// it.
-    pub cut: AtomicU64,
+    /// Padding to the third line's end, named: the layout is every process's.
+    pub _pad: [u32; 6],
 }
 
-const _: () = assert!(std::mem::size_of::<FileEntry>() == 176);
+const _: () = assert!(std::mem::size_of::<FileEntry>() == 192);
 
 const ERROR_SEEN: u64 = 1 << 32;
 
