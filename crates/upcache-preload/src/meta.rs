@@ -8,12 +8,13 @@ use crate::shim;
 use libc::{c_char, c_int, c_uint};
 
 /// The size to report for a cached file whose OS file is `os_size` bytes: its cached length,
-/// after taking in a change made without the cache (`File::refresh_len`), which another size
-/// may be (or only the cache's pages not yet written back, or the zeros of a write-back's last
-/// page).
+/// after taking in growth by another process (`File::refresh_len`), which a larger OS size
+/// may be (or only the zeros of a write-back's last page). A smaller one is most often the
+/// cache's pages not yet written back; another program's truncate is seen by the looks
+/// (`SharedFile::look_outside`).
 fn size_of(file: &crate::backend::File, os_size: i64) -> u64 {
     let len = file.len();
-    if os_size as u64 != len {
+    if os_size as u64 > len {
         return file.refresh_len().unwrap_or(len);
     }
     len
