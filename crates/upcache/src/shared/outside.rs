@@ -302,16 +302,26 @@ mod tests {
         assert_eq!(read(&f, 0, 20), b".....more");
     }
 
-    /// Without being asked, a read looks once a clock tick has passed since anyone looked.
-    #[test]
-    fn a_read_looks_once_per_clock_tick() {
+    /// A file holding "before", cached through a read-only open (its pages read), and a
+    /// function that writes "AFTER!" over it without the cache.
+    fn read_before() -> (tempfile::TempDir, SharedCache, SharedFile, impl Fn()) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"before").unwrap();
         let c = cache();
         let f = c.open_path(&p, false).unwrap();
         assert_eq!(read(&f, 0, 6), b"before");
-        std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(b"AFTER!", 0).unwrap();
+        let outside = move || {
+            std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(b"AFTER!", 0).unwrap()
+        };
+        (dir, c, f, outside)
+    }
+
+    /// Without being asked, a read looks once a clock tick has passed since anyone looked.
+    #[test]
+    fn a_read_looks_once_per_clock_tick() {
+        let (_dir, _c, f, outside) = read_before();
+        outside();
         // As if the last look were a tick ago (Relaxed: a time).
         f.entry().looked.store(0, Ordering::Relaxed);
         assert_eq!(read(&f, 0, 6), b"AFTER!");
@@ -369,17 +379,12 @@ mod tests {
     /// for a while: one silent for `OWN_LEAK_MS` is forgotten.
     #[test]
     fn a_change_of_its_own_left_by_a_killed_process_is_forgotten() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"before").unwrap();
-        let c = cache();
-        let f = c.open_path(&p, false).unwrap();
-        assert_eq!(read(&f, 0, 6), b"before");
+        let (_dir, _c, f, outside) = read_before();
         let e = f.entry();
         // Relaxed (all): this thread's own view.
         e.own.store(1, Ordering::Relaxed);
         e.own_at.store(coarse_ms(), Ordering::Relaxed);
-        std::fs::OpenOptions::new().write(true).open(&p).unwrap().write_all_at(b"AFTER!", 0).unwrap();
+        outside();
         f.look_outside().unwrap();
         assert_eq!(read(&f, 0, 6), b"before", "a change of our own in flight: nothing to tell");
         e.own_at.store(coarse_ms().saturating_sub(OWN_LEAK_MS), Ordering::Relaxed);
