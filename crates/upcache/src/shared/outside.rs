@@ -12,8 +12,10 @@
 //!
 //! What the cache changes itself (write-backs, truncates, reservations) it records as it goes
 //! ([`Inner::own_change`]); while such a change is in flight in any process a look cannot
-//! tell the two apart and sees nothing, and the change's end records the file as it then is.
-//! A change seen is taken in under the file's lock ([`SharedFile::take_in_outside_change`]):
+//! tell the two apart and sees nothing, and the change's end records the file as it then is
+//! (a change of another program made in that window passes for the cache's). One that a
+//! killed process left counted is forgotten after `OWN_LEAK_MS` without a step.
+//! A change seen is taken in under the file's lock ([`SharedFile::take_in_locked`]):
 //! the cache's dirty pages are written back first (a page the cache and the other program
 //! both changed keeps the cache's bytes, all of its page: the cache tracks dirt by page),
 //! every cached page is dropped, and the length becomes the OS file's. Every process then
