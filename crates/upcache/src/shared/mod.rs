@@ -327,6 +327,12 @@ impl SharedCache {
         self.inner.repair_dead()
     }
 
+    /// How many processes are attached (the service included), without the frame scans of a
+    /// status report.
+    pub(crate) fn client_count(&self) -> usize {
+        self.inner.view.clients().pids().len()
+    }
+
     /// This process's client id.
     pub fn client_id(&self) -> u32 {
         self.inner.me

@@ -266,8 +266,10 @@ fn serve_loop(
         if hung_up || cache.repair_dead() > 0 {
             cache.repair_dead();
         }
+        // At every wake-up: it also closes lent descriptors of files closed and unlinked (a
+        // journal per transaction), whose inodes and blocks wait for that close.
         let stranded = cache.write_back_orphans(&mut lent.lock().unwrap_or_else(|p| p.into_inner()));
-        if !attached.is_empty() || cache.status().clients.len() > 1 {
+        if !attached.is_empty() || cache.client_count() > 1 {
             idle_since = Instant::now();
         } else if idle_since.elapsed() >= opts.idle {
             if stranded == 0 {
