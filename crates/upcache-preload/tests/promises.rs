@@ -17,6 +17,19 @@ struct Side {
     shim: Option<(PathBuf, PathBuf)>,
 }
 
+/// The shim's side leaves no socket directory behind (its service, idle for a second, exits
+/// by itself), unless the test failed: the service's log is there.
+impl Drop for Side {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some(dir) = self.shim.as_ref().and_then(|(_, socket)| socket.parent()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 impl Side {
     /// The two sides under `tmp`: the kernel's first, then the shim's.
     fn both(tmp: &Path, name: &str) -> [Side; 2] {
