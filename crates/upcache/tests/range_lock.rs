@@ -117,16 +117,29 @@ proptest! {
     }
 }
 
+/// How long the waiter of `waiter_among` may take for its rounds (about a second normally).
+const STARVED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Runs `contenders` threads that take overlapping ranges (exclusive if `exclusive`) over and
 /// over until this thread has taken its own overlapping request `rounds` times, every holder
 /// checked against the table. If the lock let the contenders starve this thread, it would
-/// never return (the test hangs rather than fails).
+/// wait for ever: past `STARVED_AFTER` a watchdog stops the contenders, the waiter then gets
+/// its lock, and the test fails saying so.
 fn waiter_among(contenders: usize, exclusive: bool, waiter_exclusive: bool, rounds: u64) {
     let lock = RangeLock::default();
     let table = Table::new();
     let stop = AtomicBool::new(false);
+    let starved = AtomicBool::new(false);
     let taken = AtomicU64::new(0);
+    let (done, finished) = std::sync::mpsc::channel::<()>();
     thread::scope(|s| {
+        let (watched_stop, starved) = (&stop, &starved);
+        s.spawn(move || {
+            if finished.recv_timeout(STARVED_AFTER).is_err() {
+                starved.store(true, Ordering::SeqCst);
+                watched_stop.store(true, Ordering::SeqCst);
+            }
+        });
         for i in 0..contenders {
             let (lock, table, stop, taken) = (&lock, &table, &stop, &taken);
             s.spawn(move || {
@@ -145,10 +158,19 @@ fn waiter_among(contenders: usize, exclusive: bool, waiter_exclusive: bool, roun
         }
         let op = Op { start: 4, len: 16, exclusive: waiter_exclusive, try_only: false, hold: 0 };
         for _ in 0..rounds {
+            if starved.load(Ordering::SeqCst) {
+                break;
+            }
             run(&lock, &table, &op);
         }
+        let _ = done.send(());
         stop.store(true, Ordering::Relaxed);
     });
+    assert!(
+        !starved.load(Ordering::SeqCst),
+        "the waiter (exclusive: {waiter_exclusive}) did not finish {rounds} rounds among {contenders} contenders \
+         (exclusive: {exclusive}) within {STARVED_AFTER:?}: starved"
+    );
 }
 
 #[test]

@@ -384,13 +384,30 @@ mod tests {
     use std::sync::Arc;
     use std::thread;
 
+    /// Runs `body`, which takes locks that must not wait, in a thread, and fails the test with
+    /// a message if it has not finished within `DEADLINE` (a lock blocked): a regression then
+    /// names the test instead of stalling the run. The blocked thread is left behind.
+    fn without_waiting(what: &str, body: impl FnOnce() + Send + 'static) {
+        const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+        let (done, finished) = mpsc::channel();
+        thread::spawn(move || {
+            body();
+            let _ = done.send(());
+        });
+        if finished.recv_timeout(DEADLINE).is_err() {
+            panic!("{what}: not done within {DEADLINE:?}; a lock that should not wait blocked");
+        }
+    }
+
     #[test]
     fn shared_ranges_and_disjoint_exclusive_ranges_coexist() {
-        let l = RangeLock::default();
-        let _a = l.read(0, 100);
-        let _b = l.read(50, 150);
-        let _c = l.write(200, 300);
-        let _d = l.write(300, 400);
+        without_waiting("shared and disjoint exclusive ranges", || {
+            let l = RangeLock::default();
+            let _a = l.read(0, 100);
+            let _b = l.read(50, 150);
+            let _c = l.write(200, 300);
+            let _d = l.write(300, 400);
+        });
     }
 
     #[test]
@@ -544,10 +561,12 @@ mod tests {
     #[test]
     fn a_writer_never_waits_for_a_disjoint_fast_reader() {
         // One thread pins a page and writes the next one: it must not wait for itself.
-        let l = RangeLock::default();
-        let _r = l.read(0, G);
-        let _w = l.write(G, 2 * G);
-        let _w2 = l.write(2 * G, u64::MAX);
+        without_waiting("a writer beside its own thread's fast reader", || {
+            let l = RangeLock::default();
+            let _r = l.read(0, G);
+            let _w = l.write(G, 2 * G);
+            let _w2 = l.write(2 * G, u64::MAX);
+        });
     }
 
     #[test]
