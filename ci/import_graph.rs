@@ -3,9 +3,9 @@
 //!
 //! A file imports another when a `crate::`, `super::` or `self::` path in it (in a `use`,
 //! nested `{...}` lists included, or inline) names a module the other file is, or an item in
-//! it: a path resolves to the deepest module file it names. Comments and the tests at the end
-//! of a file (from its first `#[cfg(test)]` or `#[cfg(all(test`) are left out: tests may use
-//! anything.
+//! it: a path resolves to the deepest module file it names. Comments and test-only items
+//! (each item under `#[cfg(test)]` or `#[cfg(all(test, ...))]`, wherever it is in the file) are
+//! left out: tests may use anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -94,11 +94,55 @@ fn module_files(src: &Path) -> BTreeMap<Module, PathBuf> {
     out
 }
 
-/// The code of a file: without its tests at the end and without comments.
+/// The code of a file without comments and without its test-only items: each item under a
+/// `#[cfg(test)]` or `#[cfg(all(test, ...))]` attribute (a `mod tests` at the end, or a helper
+/// near the top), to the end of its block or statement. Everything else is kept, however far
+/// down the file.
 fn code_of(text: &str) -> String {
-    let end =
-        ["#[cfg(test)]", "#[cfg(all(test"].iter().filter_map(|t| text.find(t)).min().unwrap_or(text.len());
-    text[..end].lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+    let text: String =
+        text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = ["#[cfg(test)]", "#[cfg(all(test"].iter().filter_map(|t| rest.find(t)).min() {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let attribute_end = rest.find(']').map_or(rest.len(), |i| i + 1);
+        rest = &rest[item_end(&rest[attribute_end..]) + attribute_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the item at the start of `text` ends: after its outermost `{...}` block, or after the
+/// `;` that ends it first (a `use`, a `mod name;`, a unit struct); braces and semicolons in
+/// string and character literals do not count.
+fn item_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // Past the closing quote, escapes skipped (raw strings hold no `"` in this code).
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'\'' if bytes.get(i + 2) == Some(&b'\'') => i += 2, // a character literal such as '{'
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    text.len()
 }
 
 /// Every path starting `crate::`, `super::` or `self::`, with `{...}` lists expanded.

@@ -73,3 +73,28 @@ fn architecture_md_is_a_short_map_whose_paths_exist() {
     assert_eq!(named_paths("see `io/device.rs::open` and `frame/`"), ["io/device.rs", "frame/"]);
     assert!(!src.join("io/device.rs").exists());
 }
+
+/// The graph reads a whole file: an import below a test-only item near the top counts (the
+/// check once stopped at a file's first `#[cfg(test)]`), and the test-only items themselves
+/// do not, wherever they are, braces in their strings included.
+#[test]
+fn imports_below_a_test_only_item_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("low")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod low;\nmod high;\n").unwrap();
+    std::fs::write(src.join("low/mod.rs"), "pub fn f() {}\n").unwrap();
+    std::fs::write(
+        src.join("high.rs"),
+        "#[cfg(test)]\nfn helper() { let _ = \"}\"; crate::low::f(); }\n\
+         #[cfg(test)]\nuse crate::low::f;\n\
+         pub fn g() { crate::low::f() }\n\
+         #[cfg(all(test, not(loom)))]\nmod tests { fn t() { let _ = '{'; } }\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("test_only.rs"), "#[cfg(test)]\nmod tests { use crate::low::f; }\n").unwrap();
+    let graph = import_graph::graph(src);
+    let low = vec!["low".to_string()];
+    assert!(graph[&vec!["high".to_string()]].contains(&low), "{graph:?}");
+    assert!(graph[&vec!["test_only".to_string()]].is_empty(), "{graph:?}");
+}
