@@ -236,7 +236,8 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     let mut buf = [0u8; 5];
     f.read_at(&mut buf, 9000).unwrap();
     assert_eq!(&buf, b"world", "the child's write, before any sync");
-    assert!(serve::status(&socket).unwrap().contains("clients 2:"), "the service and us");
+    let status = serve::status(&socket).unwrap();
+    assert!(status.contains("clients 2:"), "the service and us:\n{status}");
     drop(f);
     drop(cache);
     assert!(service.join().unwrap(), "the service exits once idle");
