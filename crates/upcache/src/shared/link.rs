@@ -59,23 +59,23 @@ impl Link {
 
 /// Starts the watcher of `inner`'s link (a cache attached through a socket).
 pub(crate) fn watch(inner: &Arc<Inner>) -> Result<()> {
-    let weak = Arc::downgrade(inner);
+    let (link, weak) = (inner.link.clone(), Arc::downgrade(inner));
     std::thread::Builder::new()
         .name("upcache-service-watch".into())
-        .spawn(move || watcher(weak))
+        .spawn(move || watcher(&link, weak))
         .map(|_| ())
         .map_err(|e| Error::io("start the service watcher", e))
 }
 
 /// Waits for the service's hang-up, then puts a service back (or gives up, see the module's
-/// documentation); ends when the attachment goes.
-fn watcher(weak: Weak<Inner>) {
+/// documentation); ends when the attachment goes. It holds the attachment only while it
+/// reconnects: a strong reference held by the watcher when the program lets go of the cache
+/// would make the watcher run the detach, which the process's exit may then cut short (its
+/// client slot left taken until the service reaps it).
+fn watcher(link: &Link, weak: Weak<Inner>) {
     let mut pause = Duration::from_millis(10);
     loop {
-        let Some(inner) = weak.upgrade() else { return };
-        let stream = inner.link.current();
-        drop(inner);
-        if let Some(stream) = stream {
+        if let Some(stream) = link.current() {
             hung_up(&stream, -1);
             pause = Duration::from_millis(10);
         }

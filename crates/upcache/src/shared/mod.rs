@@ -84,7 +84,7 @@ pub(crate) struct Inner {
     retired: AtomicBool,
     /// Our link to the service, shut down when we detach so the watcher thread ends and the
     /// service sees us go.
-    link: link::Link,
+    link: Arc<link::Link>,
     /// `FORKS` when we attached: a forked child has another count, and must not act under
     /// its parent's client id (it attaches itself).
     forks: u64,
@@ -143,7 +143,7 @@ impl SharedCache {
             fds: Mutex::new(HashMap::new()),
             lost: AtomicBool::new(false),
             retired: AtomicBool::new(false),
-            link,
+            link: Arc::new(link),
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
         };
