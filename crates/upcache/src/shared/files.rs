@@ -75,9 +75,6 @@ pub(crate) struct FileEntry {
     /// The entry's generation, in every key of its pages: bumped when it is filled for
     /// another file (`frame::key`).
     pub gen: AtomicU32,
-    /// 1 once the service holds a descriptor of this file open for writing, to write back
-    /// dirty pages whose every writer died; 0 again when the entry names another file.
-    pub service_fd: AtomicU32,
     /// 1 once a process stopped caching the file for everyone (`SharedFile::bypass`): every
     /// open of it reads and writes the OS file directly while the entry names it.
     pub bypass: AtomicU32,
@@ -90,14 +87,14 @@ pub(crate) struct FileEntry {
     /// Bumped as each change of the cache's own begins, so that the one recording the OS
     /// file at the end knows whether another began while it read it.
     pub own_epoch: AtomicU32,
+    /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
+    pub _pad: [u32; 7],
     /// When a change of the cache's own last began or made a step (`outside::coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,
     /// When a process last looked at the OS file for changes made without the cache
     /// (`outside::coarse_ms`): at most one look per clock tick, by any process.
     pub looked: AtomicU64,
-    /// Padding to the third line's end, named: the layout is every process's.
-    pub _pad: [u32; 6],
 }
 
 const _: () = assert!(std::mem::size_of::<FileEntry>() == 192);
@@ -282,7 +279,6 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.dirty.store(0, Ordering::Relaxed);
     e.reserved.store(os.size, Ordering::Relaxed);
     e.dirtied.store(0, Ordering::Relaxed);
-    e.service_fd.store(0, Ordering::Relaxed);
     e.bypass.store(0, Ordering::Relaxed);
     e.own.store(0, Ordering::Relaxed);
     e.stale.store(0, Ordering::Relaxed);

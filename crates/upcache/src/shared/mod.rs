@@ -197,8 +197,8 @@ impl SharedCache {
         self.inner.view.header().written_back.load(Ordering::Relaxed) * frame::PAGE as u64
     }
 
-    /// The service's side of a lent descriptor: true (and the file marked as lent) if `fd` is
-    /// file `slot`'s, open for writing.
+    /// The service's side of a lent descriptor: true if `fd` is file `slot`'s, open for
+    /// writing.
     pub(crate) fn accept_lent_fd(&self, slot: u32, fd: &OwnedFd) -> bool {
         use std::os::fd::AsRawFd;
         let Some(e) = self.inner.view.files().get(slot as usize) else { return false };
@@ -209,12 +209,7 @@ impl SharedCache {
             return false;
         }
         let Ok(md) = fd.try_clone().map(std::fs::File::from).and_then(|f| f.metadata()) else { return false };
-        if !same_file(e, &md) {
-            return false;
-        }
-        // Relaxed: a hint for lenders.
-        e.service_fd.store(1, Ordering::Relaxed);
-        true
+        same_file(e, &md)
     }
 
     /// The service's write-back of dirty pages whose every writer is gone, through the
@@ -366,8 +361,7 @@ impl Inner {
     /// [`SharedCache::write_back_orphans`]: also what a process about to leave does, as it may
     /// hold the last mapping of the cache (`link::before_leaving`), with nothing lent.
     pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
-        let inner = self;
-        let files = inner.view.files();
+        let files = self.view.files();
         // Relaxed (all counts and states): hints here, checked again under the table's lock.
         let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
         let spare = |e: &files::FileEntry, fd: &std::fs::File| match fd.metadata() {
@@ -382,22 +376,14 @@ impl Inner {
         let orphaned = |e: &files::FileEntry| {
             e.state.load(Ordering::Relaxed) == files::LIVE && idle(e) && e.dirty.load(Ordering::Acquire) > 0
         };
-        // The service's descriptors are the lent ones (a leaving process lends nothing).
-        if serve::is_service() {
-            for (slot, e) in files.iter().enumerate() {
-                if !lent.contains_key(&(slot as u32)) {
-                    e.service_fd.store(0, Ordering::Relaxed);
-                }
-            }
-        }
         let stale: Vec<u32> =
             lent.iter().filter(|(s, fd)| spare(&files[**s as usize], fd)).map(|(s, _)| *s).collect();
         let orphans: Vec<u32> = (0..files.len() as u32).filter(|&s| orphaned(&files[s as usize])).collect();
         if stale.is_empty() && orphans.is_empty() {
             return 0;
         }
-        let table = &inner.view.header().files_lock;
-        table.lock(inner.me, |h| inner.alive(h));
+        let table = &self.view.header().files_lock;
+        table.lock(self.me, |h| self.alive(h));
         for slot in stale {
             let (e, fd) = (&files[slot as usize], &lent[&slot]);
             let Ok(md) = fd.metadata() else {
@@ -408,7 +394,7 @@ impl Inner {
                 lent.remove(&slot);
             } else if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0
             {
-                inner.drop_pages(slot, 0, e.page_end());
+                self.drop_pages(slot, 0, e.page_end());
                 e.state.store(files::FREE, Ordering::Release);
                 lent.remove(&slot);
             } else if idle(e) && e.dirty.load(Ordering::Acquire) == 0 {
@@ -425,26 +411,23 @@ impl Inner {
             // No descriptor lent (the service that had one died, and this one took over): the
             // file opened again where its last writer had it, if it is still there.
             if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
-                if let Some(fd) = inner.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
+                if let Some(fd) = self.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
                     v.insert(fd);
-                    if serve::is_service() {
-                        e.service_fd.store(1, Ordering::Relaxed);
-                    }
                 }
             }
             match lent.get(&slot) {
                 // The generation taken under the lock, the pages listed after it and each
                 // written only while its frame still holds that page of that generation: no
                 // page goes to another file.
-                Some(fd) => work.push((slot, fd.clone(), inner.file_extent(slot))),
+                Some(fd) => work.push((slot, fd.clone(), self.file_extent(slot))),
                 None => stranded += e.dirty.load(Ordering::Acquire),
             }
         }
-        table.unlock(inner.me);
+        table.unlock(self.me);
         let mut recount = Vec::new();
         for (slot, fd, (gen, end)) in work {
-            let pages = inner.candidates_of(slot, gen, 0, end);
-            match inner.write_back_listed(&pages, &fd, false) {
+            let pages = self.candidates_of(slot, gen, 0, end);
+            match self.write_back_listed(&pages, &fd, false) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
                 // written meanwhile by a new writer, or a count a killed writer left high.
@@ -453,24 +436,20 @@ impl Inner {
             }
         }
         if !recount.is_empty() {
-            table.lock(inner.me, |h| inner.alive(h));
+            table.lock(self.me, |h| self.alive(h));
             for &slot in &recount {
                 let e = &files[slot as usize];
                 // Relaxed: under the table's lock. Nobody has it open: nothing but us changes
                 // its pages.
                 if e.state.load(Ordering::Relaxed) == files::LIVE && e.opens.load(Ordering::Relaxed) == 0 {
-                    inner.recount_dirty(slot);
+                    self.recount_dirty(slot);
                 }
             }
-            table.unlock(inner.me);
+            table.unlock(self.me);
         }
-        for (slot, _) in files.iter().enumerate() {
-            if lent.contains_key(&(slot as u32)) && orphaned(&files[slot]) {
-                // Acquire: as above.
-                stranded += files[slot].dirty.load(Ordering::Acquire);
-            }
-        }
-        stranded
+        // Acquire: as above.
+        let left = lent.keys().map(|&s| &files[s as usize]).filter(|e| orphaned(e));
+        stranded + left.map(|e| e.dirty.load(Ordering::Acquire)).sum::<u64>()
     }
 }
 

@@ -136,16 +136,14 @@ impl Inner {
     /// may be stopped: the table's lock is held). The excess removed.
     pub(crate) fn recount_dirty(&self, slot: u32) -> u64 {
         let e = &self.view.files()[slot as usize];
-        let ours = |k: u64| k != 0 && key_slot(k) == slot && k == self.key(slot, key_page(k));
         let mut flagged = 0u64;
-        for m in self.view.frames() {
-            if !ours(m.key()) {
-                continue;
-            }
+        // Every page of the file, past the length too: a pass over every frame.
+        for (f, k) in self.candidates(slot, 0, u64::MAX) {
+            let m = &self.view.frames()[f as usize];
             if !m.try_lock(self.me) {
                 return 0; // another time
             }
-            if ours(m.key()) && m.flags() & DIRTY != 0 {
+            if m.key() == k && m.flags() & DIRTY != 0 {
                 flagged += 1;
             }
             m.unlock(self.me, false);
