@@ -4,35 +4,8 @@
 
 use serde_json::{json, Map, Value};
 
+use super::plan::{Plan, Stop};
 use super::workload::Rw;
-use super::{BenchArgs, Plan, Stop};
-use crate::trace::synth::Synth;
-
-/// The flags that chose the trace replayed, if any (`--trace`, `--synth`): the plan keeps
-/// only the prepared requests.
-pub(super) fn trace_flags(a: &BenchArgs) -> Map<String, Value> {
-    let mut m = Map::new();
-    match (&a.trace, a.synth) {
-        (Some(path), _) => {
-            m.insert("trace".into(), json!(path));
-            m.insert("trace-format".into(), json!(a.trace_format.name()));
-        }
-        (None, Some(kind)) => {
-            let name = match kind {
-                Synth::Zipf(t) => format!("zipf:{t}"),
-                Synth::Uniform => "uniform".into(),
-                Synth::Scan => "scan".into(),
-                Synth::Ycsb(c) => format!("ycsb-{c}"),
-            };
-            m.insert("synth".into(), json!(name));
-            m.insert("footprint".into(), json!(a.footprint.unwrap_or(1 << 30)));
-            // --ops made the trace; the run replays all of it.
-            m.insert("ops".into(), json!(a.ops.unwrap_or(1_000_000)));
-        }
-        (None, None) => {}
-    }
-    m
-}
 
 /// The run's configuration (see the module's doc).
 pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
