@@ -634,8 +634,9 @@ fn a_killed_service_is_replaced_without_errors() {
 
 /// Cause 9: the service is stopped (SIGSTOP) while a process holds unsynced writes: a new
 /// process starts at once and reads them through the same cache (the previous shim waited
-/// 61 s, then read the stale OS file). A watchdog ends the reader after 30 s, so that a
-/// stall fails the test instead of hanging it.
+/// 61 s, then read the stale OS file). A watchdog ends the reader after 8 s, so that a
+/// stall fails the test instead of hanging it (the reader took 10 s while its exit waited
+/// for the stopped service, 5 s twice, before `link::before_leaving` stopped waiting).
 #[test]
 fn a_stopped_service_stalls_no_new_process() {
     let tmp = tempfile::tempdir().unwrap();
@@ -650,7 +651,7 @@ fn a_stopped_service_stalls_no_new_process() {
             signal(pid, libc::SIGSTOP);
         }
         let mut reader = side.python(READ_AT, &[path, "0", "6"]).stdout(Stdio::piped()).spawn().unwrap();
-        let watchdog = Watchdog::arm(reader.id() as i32, std::time::Duration::from_secs(30));
+        let watchdog = Watchdog::arm(reader.id() as i32, std::time::Duration::from_secs(8));
         let mut out = String::new();
         std::io::Read::read_to_string(reader.stdout.as_mut().unwrap(), &mut out).unwrap();
         let status = reader.wait().unwrap();

@@ -106,7 +106,7 @@ fn watcher(link: &Link, weak: Weak<Inner>) {
 /// written back by us, through the paths their opens recorded (the service may be dying too,
 /// unseen yet: a SIGKILL takes effect after `kill` returns, and ours may be the last mapping);
 /// and if the service is gone, a service is put back (it adopts the segment from us) for
-/// what we could not write. Gives up after a few seconds.
+/// what we could not write. Gives up after a few seconds, and at once beside a stopped service.
 pub(crate) fn before_leaving(inner: &Inner) {
     if inner.link.socket.is_none() || inner.forked() || inner.retired() {
         return;
@@ -127,6 +127,11 @@ pub(crate) fn before_leaving(inner: &Inner) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut pause = Duration::from_millis(5);
     while std::time::Instant::now() < deadline {
+        // A stopped service still maps the segment, so nothing goes with ours; waiting for it
+        // stalled every exit beside it (5 s at the exit handler, 5 s more at the detach).
+        if inner.link.socket.as_deref().is_some_and(serve::service_stopped) {
+            return;
+        }
         match reconnect(inner) {
             Ok(true) | Err(_) => return,
             Ok(false) => std::thread::sleep(pause),

@@ -492,6 +492,11 @@ fn stopped_service(socket: &Path) -> Option<Record> {
     Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid))
 }
 
+/// Whether the service at `socket` is stopped (SIGSTOP, or traced).
+pub(crate) fn service_stopped(socket: &Path) -> bool {
+    stopped_service(socket).is_some()
+}
+
 /// Connects to `socket` and asks for the segment, waiting up to `timeout` for the answer but
 /// not for a stopped service.
 fn ask_for_segment(socket: &Path, timeout: Duration) -> Result<Answer> {
