@@ -437,16 +437,27 @@ fn a_forked_childs_writes_are_seen_and_kept() {
 }
 
 /// Cause 1 with SQLite: 2 to 4 writers and an `mmap_size` reader on one database, in WAL and
-/// in rollback-journal mode, 10 rounds each: no writer fails and every acknowledged row is
-/// there (the mapping demoted the database, and in WAL mode the -shm index, and the shim then
-/// closed its descriptors under SQLite's locks: "locking protocol", SIGBUS, lost commits).
+/// in rollback-journal mode, rounds of each (3 with the shim, 10 in the `long_` variant): no
+/// writer fails and every acknowledged row is there (the mapping demoted the database, and in
+/// WAL mode the -shm index, and the shim then closed its descriptors under SQLite's locks:
+/// "locking protocol", SIGBUS, lost commits).
 #[test]
 fn sqlite_writers_beside_an_mmap_reader_keep_every_row() {
+    sqlite_writers_beside_an_mmap_reader(3);
+}
+
+#[test]
+#[ignore = "long variant: .ci/run's long step runs it"]
+fn long_sqlite_writers_beside_an_mmap_reader_keep_every_row() {
+    sqlite_writers_beside_an_mmap_reader(10);
+}
+
+fn sqlite_writers_beside_an_mmap_reader(shim_rounds: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/sqlite_modes.py");
-    for side in Side::both(tmp.path(), "sqlite") {
+    for side in Side::both(tmp.path(), &format!("sqlite-{shim_rounds}")) {
         let db = side.dir.join("t.db");
-        let rounds = if side.shim.is_some() { 10 } else { 1 };
+        let rounds = if side.shim.is_some() { shim_rounds } else { 1 };
         for mode in ["wal", "delete"] {
             for round in 0..rounds {
                 let writers = (2 + round % 3).to_string();
@@ -690,22 +701,34 @@ fn missing_records(data: &[u8], acked: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Cause 6: a writer killed by SIGKILL, then the service killed 0 to 2 s later (20 delays),
-/// while another process stays attached: every write that returned is in the file once the
-/// last process has detached (the previous shim lost all of them when the service died
-/// within about half a second, although the other process still mapped the cache).
+/// Cause 6: a writer killed by SIGKILL, then the service killed 0 to 2 s later (round r: the
+/// writer killed after 300 + 200 r acknowledged records, the service 100 r ms after it; 4
+/// rounds spread over the range, all 20 in the `long_` variant), while another process stays
+/// attached: every write that returned is in the file once the last process has detached
+/// (the previous shim lost all of them when the service died within about half a second,
+/// although the other process still mapped the cache).
 #[test]
 fn writes_survive_a_killed_writer_and_a_killed_service() {
+    killed_writer_and_service(&[0, 6, 13, 19]);
+}
+
+#[test]
+#[ignore = "long variant: .ci/run's long step runs it"]
+fn long_writes_survive_a_killed_writer_and_a_killed_service() {
+    killed_writer_and_service(&(0..20).collect::<Vec<_>>());
+}
+
+fn killed_writer_and_service(shim_rounds: &[usize]) {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
-    for side in Side::both(tmp.path(), "double-kill") {
-        let rounds = if side.shim.is_some() { 20 } else { 1 };
+    for side in Side::both(tmp.path(), &format!("double-kill-{}", shim_rounds.len())) {
+        let rounds = if side.shim.is_some() { shim_rounds } else { &[0][..] };
         // Attached all along, with a file of its own open.
         std::fs::write(side.dir.join("held"), b"held").unwrap();
         let holder =
             Talker::start(side.python(READER_HOLDING, &[side.dir.join("held").to_str().unwrap()]), "open");
         let mut files = Vec::new();
-        for round in 0..rounds {
+        for &round in rounds {
             let file = side.dir.join(format!("records-{round}"));
             let mut writer = side
                 .python(RECORDS, &[file.to_str().unwrap(), "5000"])
@@ -777,15 +800,26 @@ fn within(mut cmd: Command, limit: std::time::Duration) -> Option<std::process::
     (!watchdog.disarm()).then_some(status)
 }
 
-/// Cause 7: a writer stopped (SIGSTOP) in the middle of a write, 10 times: each time a reader
-/// of the file finishes at once, and a second writer either finishes or ends when `timeout`
-/// sends it SIGTERM (the previous shim: the reader waited until the writer resumed, and the
-/// second writer ignored SIGTERM). Watchdogs of 20 s turn a stall into a failure.
+/// Cause 7: a writer stopped (SIGSTOP) in the middle of a write, 3 times (10 in the `long_`
+/// variant): each time a reader of the file finishes at once, and a second writer either
+/// finishes or ends when `timeout` sends it SIGTERM (the previous shim: the reader waited
+/// until the writer resumed, and the second writer ignored SIGTERM). Watchdogs of 20 s turn a
+/// stall into a failure.
 #[test]
 fn a_stopped_writer_stalls_no_reader_and_every_waiter_stays_killable() {
+    stopped_writer(3);
+}
+
+#[test]
+#[ignore = "long variant: .ci/run's long step runs it"]
+fn long_a_stopped_writer_stalls_no_reader_and_every_waiter_stays_killable() {
+    stopped_writer(10);
+}
+
+fn stopped_writer(rounds: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let limit = std::time::Duration::from_secs(20);
-    for side in Side::both(tmp.path(), "stopped-writer") {
+    for side in Side::both(tmp.path(), &format!("stopped-writer-{rounds}")) {
         let file = side.dir.join("f");
         std::fs::write(&file, vec![b'.'; 16 << 20]).unwrap();
         let path = file.to_str().unwrap();
@@ -793,7 +827,7 @@ fn a_stopped_writer_stalls_no_reader_and_every_waiter_stays_killable() {
         let mut said = std::io::BufReader::new(writer.stdout.take().unwrap());
         assert_eq!(line_of(&mut said), "writing");
         let pid = writer.id() as i32;
-        for round in 0..10 {
+        for round in 0..rounds {
             signal(pid, libc::SIGSTOP);
             let reader = within(side.python(READ_AT, &[path, "8388608", "4096"]), limit);
             assert!(

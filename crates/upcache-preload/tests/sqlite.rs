@@ -1,9 +1,10 @@
 //! SQLite shared by long-lived processes through the shim (issue 17): 2 and 4 Python
-//! processes each run 500 short transactions on one database, 10 rounds in a row, every row
+//! processes each run 500 short transactions on one database, rounds in a row, every row
 //! present and `integrity_check` ok each time (`tests/py/sqlite_multi.py`). With a private
 //! cache per process the same run reports "database disk image is malformed". And one
 //! process on the library API (SQLite over the C ABI, `tests/c/sqlite_lib.c`) beside one
-//! through the shim, 10 rounds of 500 transactions each.
+//! through the shim, rounds of 500 transactions each. Each runs 2 rounds in the test command
+//! and 10 in its `long_` variant (ignored; `.ci/run`'s long step).
 
 mod common;
 
@@ -18,6 +19,16 @@ fn python_has_sqlite() -> bool {
 
 #[test]
 fn processes_sharing_a_sqlite_database_through_the_shim_keep_it_whole() {
+    python_processes_share_a_database(2);
+}
+
+#[test]
+#[ignore = "long variant: .ci/run's long step runs it"]
+fn long_processes_sharing_a_sqlite_database_through_the_shim_keep_it_whole() {
+    python_processes_share_a_database(10);
+}
+
+fn python_processes_share_a_database(rounds: usize) {
     // CI installs python3 (.ci/run); a missing one fails here, not silently.
     assert!(python_has_sqlite(), "python3 with its sqlite3 module is needed");
     let tmp = tempfile::tempdir().unwrap();
@@ -27,7 +38,7 @@ fn processes_sharing_a_sqlite_database_through_the_shim_keep_it_whole() {
     std::fs::create_dir_all(&data).unwrap();
     let stats = tmp.path().join("stats");
     for procs in [2, 4] {
-        for round in 0..10 {
+        for round in 0..rounds {
             let _ = std::fs::remove_file(&stats);
             let mut cmd = Command::new("python3");
             cmd.arg(&script).arg(data.join("t.db")).arg(procs.to_string()).arg("500");
@@ -76,11 +87,21 @@ fn run_ok(cmd: &mut Command, what: &str) -> String {
 }
 
 /// One process on the library API (SQLite through a VFS over the C ABI) and one through the
-/// shim (Python's sqlite3) each run 500 transactions on one database at the same time, 10
-/// rounds: every row present and `integrity_check` ok, seen by either, and in the OS file
-/// once the cache has let go.
+/// shim (Python's sqlite3) each run 500 transactions on one database at the same time, round
+/// after round: every row present and `integrity_check` ok, seen by either, and in the OS
+/// file once the cache has let go.
 #[test]
 fn a_library_process_and_a_shim_process_share_a_sqlite_database() {
+    library_and_shim_share_a_database(2);
+}
+
+#[test]
+#[ignore = "long variant: .ci/run's long step runs it"]
+fn long_a_library_process_and_a_shim_process_share_a_sqlite_database() {
+    library_and_shim_share_a_database(10);
+}
+
+fn library_and_shim_share_a_database(rounds: usize) {
     assert!(python_has_sqlite(), "python3 with its sqlite3 module is needed");
     let tmp = tempfile::tempdir().unwrap();
     let shim = build_shim();
@@ -90,8 +111,8 @@ fn a_library_process_and_a_shim_process_share_a_sqlite_database() {
     std::fs::create_dir_all(&data).unwrap();
     let db = data.join("t.db");
     // Both kinds of process attach to one service, on a socket outside the prefix.
-    let socket =
-        std::env::temp_dir().join(format!("upcache-test-{}-sqlite-lib/cache.sock", std::process::id()));
+    let socket = std::env::temp_dir()
+        .join(format!("upcache-test-{}-sqlite-lib-{rounds}/cache.sock", std::process::id()));
     let python = |args: &[&str]| {
         let mut cmd = Command::new("python3");
         cmd.arg(&script).arg(&db).args(args);
@@ -115,7 +136,7 @@ fn a_library_process_and_a_shim_process_share_a_sqlite_database() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut ready)
         .unwrap();
     assert_eq!(ready.trim(), "ready");
-    for round in 0..10 {
+    for round in 0..rounds {
         for suffix in ["", "-journal"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }
