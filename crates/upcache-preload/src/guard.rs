@@ -31,6 +31,20 @@ pub(crate) fn defer_if_inside(sig: i32) -> bool {
     inside && DEFERRED.try_with(|d| d.set(sig)).is_ok()
 }
 
+/// Raises now the signal deferred while this thread was inside, if any: called as the thread
+/// begins to sleep for another process's lock (`upcache::shared::on_sleep_for_another_process`),
+/// where it holds none of the cache's locks and might sleep for as long as that process is
+/// stopped. The handler, seeing the thread asleep, lets the signal take its course.
+pub(crate) fn raise_deferred_now() {
+    let deferred = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
+    if deferred != 0 {
+        let errno = crate::errno::get();
+        // SAFETY: no memory arguments.
+        unsafe { libc::raise(deferred) };
+        crate::errno::set(errno);
+    }
+}
+
 /// Raises `sig` as this thread leaves the shim (now, if it is not inside): for a signal the
 /// shim itself sends (SIGXFSZ), whose handler must not run with the shim's locks held.
 pub(crate) fn raise_on_leaving(sig: i32) {
@@ -53,5 +67,35 @@ impl Drop for Inside {
             unsafe { libc::raise(deferred) };
             crate::errno::set(errno);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static GOT: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn record(sig: libc::c_int) {
+        GOT.store(sig, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_deferred_signal_is_raised_as_its_thread_begins_to_sleep_and_only_then() {
+        // SAFETY: sigaction is plain data; a handler that only stores to an atomic.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = record as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            crate::real::sigaction()(libc::SIGUSR2, &act, std::ptr::null_mut());
+        }
+        let inside = enter().expect("not inside yet");
+        assert!(defer_if_inside(libc::SIGUSR2));
+        assert_eq!(GOT.load(Ordering::SeqCst), 0, "deferred, not raised");
+        raise_deferred_now();
+        assert_eq!(GOT.load(Ordering::SeqCst), libc::SIGUSR2);
+        GOT.store(0, Ordering::SeqCst);
+        drop(inside);
+        assert_eq!(GOT.load(Ordering::SeqCst), 0, "raised once, not again on leaving");
     }
 }

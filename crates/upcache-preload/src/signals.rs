@@ -11,7 +11,8 @@
 //! it, giving up if the rescuer makes no progress for `STALL` (a rescuer stuck behind a lock
 //! that the interrupted thread holds). A thread inside the shim when an asynchronous signal
 //! arrives may hold the shim's locks: the signal is raised again as that thread leaves the
-//! shim (`guard.rs`), moments later.
+//! shim (`guard.rs`), moments later, or as it begins to sleep for another process's lock
+//! (holding none then), which it might not leave while that process is stopped.
 //!
 //! `sigaction`, `signal`, `bsd_signal` and `sysv_signal` are interposed so that the program
 //! sees "the default" where the shim's handler stands, and setting the default puts the
@@ -126,6 +127,7 @@ fn default_action() -> libc::sigaction {
 /// fatal signal left at its default.
 pub(crate) fn install(rescue: &'static Rescue) {
     RESCUE.store(rescue as *const Rescue as *mut Rescue, Ordering::Release); // Release: made
+    upcache::shared::on_sleep_for_another_process(crate::guard::raise_deferred_now);
     let act = ours();
     for sig in fatal_signals() {
         let mut cur = default_action();

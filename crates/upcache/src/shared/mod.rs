@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::Result;
 use crate::shm::Segment;
 
+pub use crate::shm::futex::on_sleep as on_sleep_for_another_process;
 pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
