@@ -12,11 +12,22 @@ if ! "$deny" --version 2>/dev/null | grep -qx "cargo-deny $version"; then
     cargo install --locked --quiet cargo-deny --version "$version" --root "$tools"
 fi
 
-snapshot="${UPCACHE_ADVISORY_DB:-$PWD/../shared/advisory-db}"
-if [ ! -d "$snapshot/crates" ]; then
-    echo "ci/deny.sh: no advisory database at $snapshot (set UPCACHE_ADVISORY_DB)" >&2
+# The snapshot sits beside the repository (../shared); from a git worktree elsewhere, beside
+# the main checkout.
+snapshot=""
+for candidate in "${UPCACHE_ADVISORY_DB:-}" "$PWD/../shared/advisory-db" \
+    "$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null)/../../shared/advisory-db" \
+    /work/shared/advisory-db; do
+    if [ -n "$candidate" ] && [ -d "$candidate/crates" ]; then
+        snapshot="$candidate"
+        break
+    fi
+done
+if [ -z "$snapshot" ]; then
+    echo "ci/deny.sh: no advisory database in ../shared/advisory-db (set UPCACHE_ADVISORY_DB)" >&2
     exit 1
 fi
+echo "ci/deny.sh: advisories from $snapshot ($(head -c 80 "$snapshot/SNAPSHOT" 2>/dev/null || true))"
 
 # cargo-deny reads its database as a git clone named after the database's URL (this name is
 # cargo-deny $version's for the default RustSec URL) and dates it by its HEAD commit, so the
