@@ -548,3 +548,29 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}, stderr:\n{stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The shared engine takes none of the in-process engine's technique flags yet (issue 34):
+/// alone it refuses them, naming each, rather than running without them; beside the upcache
+/// engine they set that engine, and a note says so; a shared run's config (every setting,
+/// the in-process engine's at their defaults) passed back runs again.
+#[test]
+fn the_shared_engine_refuses_flags_it_would_ignore() {
+    let out =
+        upcache(&["bench", "--engine", "shared", "--policy", "s3fifo", "--streams", "off", "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--policy, --streams"), "{err}");
+    let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", "s3fifo", "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("note: --policy set the upcache engine only"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let run =
+        ["bench", "--engine", "shared", "--size", "2m", "--ops", "500", "--cache", "8m", "--json", "--dir"];
+    let first = json(&ok(&[&run[..], &[dir]].concat()));
+    let config = &first["config"];
+    assert_eq!(config["policy"], "clock+clean-first", "{config}");
+    let mut again = vec!["bench".to_string(), "--json".into(), "--dir".into(), dir.into()];
+    again.extend(flags_of(config));
+    let second = json(&ok(&again.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(&second["config"], config);
+}

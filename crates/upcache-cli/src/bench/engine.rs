@@ -35,7 +35,8 @@ pub enum EngineKind {
     /// which drops the pages once the I/O is done.
     Dontcache,
     /// upcache's shared cache, of `--cache` bytes: a service started for the run, which this
-    /// process attaches to; the files are plain files (the shim's case).
+    /// process attaches to; the files are plain files (the shim's case). It takes none of the
+    /// in-process engine's technique flags yet (--policy, --streams, ...), and refuses them.
     Shared,
     /// The limit: each file in one anonymous huge-page mapping, each op one copy (or one
     /// byte per page with `--api pin`); nothing is durable. No cache's hits can beat it.
