@@ -77,6 +77,23 @@ typedef struct upcache_config upcache_config;
 // An opaque open file.
 typedef struct upcache_file upcache_file;
 
+// The shared cache's size and write-back settings, as `upcache serve`'s flags; they take
+// effect when `upcache_attach_with` starts the service (a running one keeps its own). Start
+// from `upcache_shared_settings_default()`.
+typedef struct upcache_shared_settings {
+  // Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
+  uint64_t memory;
+  // Past this fraction of the cache dirty, the service writes back every dirty file at each
+  // pass (0 < dirty_background <= dirty_foreground <= 1).
+  double dirty_background;
+  // Past this fraction, a writer writes back its own file before writing.
+  double dirty_foreground;
+  // Age at which dirty pages are written back, in milliseconds (at most an hour).
+  uint64_t dirty_expire_ms;
+  // Time between two passes of the service's flusher, in milliseconds (1 to an hour).
+  uint64_t flush_interval_ms;
+} upcache_shared_settings;
+
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
 // `upcache::Stats`, whose docs say what each counts.
 typedef struct upcache_stats {
@@ -133,6 +150,26 @@ extern "C" {
 // # Safety
 // `socket` is NULL or NUL-terminated; `out` is writable.
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
+
+// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second.
+struct upcache_shared_settings upcache_shared_settings_default(void);
+
+// As `upcache_attach`, starting the service with `settings` if none answers (NULL: the
+// defaults). `UPCACHE_ECONFIG` if a setting is out of its range.
+//
+// # Safety
+// `socket` is NULL or NUL-terminated; `settings` is NULL or readable; `out` is writable.
+int32_t upcache_attach_with(const char *socket,
+                            const struct upcache_shared_settings *settings,
+                            struct upcache_cache **out);
+
+// Stores in `*out` the settings the shared cache `cache` runs with (its service's).
+// `UPCACHE_EINVAL` for a cache of this process (`upcache_create`, `upcache_open`).
+//
+// # Safety
+// `cache` is from `upcache_attach` or `upcache_attach_with`; `out` is writable.
+int32_t upcache_shared_settings_of(const struct upcache_cache *cache,
+                                   struct upcache_shared_settings *out);
 
 // Creates a new array in the configuration's directories and opens it into `*out`.
 //

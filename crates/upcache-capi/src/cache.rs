@@ -102,12 +102,8 @@ pub unsafe extern "C" fn upcache_attach(
         if out.is_null() {
             return Err(Fail::invalid("out is null"));
         }
-        let socket = if socket.is_null() {
-            serve::default_socket()
-        } else {
-            // SAFETY: the function's contract.
-            std::path::PathBuf::from(unsafe { text(socket, "socket") }?)
-        };
+        // SAFETY: the function's contract.
+        let socket = unsafe { socket_or_default(socket) }?;
         let mut config = SharedConfig::default();
         if memory != 0 {
             config.memory = memory;
@@ -115,6 +111,114 @@ pub unsafe extern "C" fn upcache_attach(
         let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(60))?;
         // SAFETY: `out` is non-null and writable (checked, and the contract).
         unsafe { hand_out(Backend::Shared(cache), out) };
+        Ok(())
+    })
+}
+
+/// The socket argument of the attach calls: NULL for the default.
+///
+/// # Safety
+/// `socket` is NULL or NUL-terminated.
+unsafe fn socket_or_default(socket: *const c_char) -> Result<std::path::PathBuf, Fail> {
+    if socket.is_null() {
+        return Ok(serve::default_socket());
+    }
+    // SAFETY: the caller's contract.
+    Ok(std::path::PathBuf::from(unsafe { text(socket, "socket") }?))
+}
+
+/// The shared cache's size and write-back settings, as `upcache serve`'s flags; they take
+/// effect when `upcache_attach_with` starts the service (a running one keeps its own). Start
+/// from `upcache_shared_settings_default()`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct upcache_shared_settings {
+    /// Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
+    pub memory: u64,
+    /// Past this fraction of the cache dirty, the service writes back every dirty file at each
+    /// pass (0 < dirty_background <= dirty_foreground <= 1).
+    pub dirty_background: f64,
+    /// Past this fraction, a writer writes back its own file before writing.
+    pub dirty_foreground: f64,
+    /// Age at which dirty pages are written back, in milliseconds (at most an hour).
+    pub dirty_expire_ms: u64,
+    /// Time between two passes of the service's flusher, in milliseconds (1 to an hour).
+    pub flush_interval_ms: u64,
+}
+
+impl From<&SharedConfig> for upcache_shared_settings {
+    fn from(c: &SharedConfig) -> Self {
+        upcache_shared_settings {
+            memory: c.memory,
+            dirty_background: c.dirty_ratios.0,
+            dirty_foreground: c.dirty_ratios.1,
+            dirty_expire_ms: c.dirty_expire.as_millis() as u64,
+            flush_interval_ms: c.flush_interval.as_millis() as u64,
+        }
+    }
+}
+
+/// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second.
+#[no_mangle]
+pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
+    upcache_shared_settings::from(&SharedConfig::default())
+}
+
+/// As `upcache_attach`, starting the service with `settings` if none answers (NULL: the
+/// defaults). `UPCACHE_ECONFIG` if a setting is out of its range.
+///
+/// # Safety
+/// `socket` is NULL or NUL-terminated; `settings` is NULL or readable; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_attach_with(
+    socket: *const c_char,
+    settings: *const upcache_shared_settings,
+    out: *mut *mut upcache_cache,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract: NULL or readable.
+        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
+        let config = SharedConfig {
+            memory: s.memory,
+            dirty_ratios: (s.dirty_background, s.dirty_foreground),
+            dirty_expire: std::time::Duration::from_millis(s.dirty_expire_ms),
+            flush_interval: std::time::Duration::from_millis(s.flush_interval_ms),
+            ..SharedConfig::default()
+        };
+        config.check()?;
+        // SAFETY: the function's contract.
+        let socket = unsafe { socket_or_default(socket) }?;
+        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(60))?;
+        // SAFETY: `out` is non-null and writable (checked, and the contract).
+        unsafe { hand_out(Backend::Shared(cache), out) };
+        Ok(())
+    })
+}
+
+/// Stores in `*out` the settings the shared cache `cache` runs with (its service's).
+/// `UPCACHE_EINVAL` for a cache of this process (`upcache_create`, `upcache_open`).
+///
+/// # Safety
+/// `cache` is from `upcache_attach` or `upcache_attach_with`; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_shared_settings_of(
+    cache: *const upcache_cache,
+    out: *mut upcache_shared_settings,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract.
+        let handle = unsafe { cache_ref(cache) }?;
+        let Backend::Shared(shared) = &handle.cache else {
+            return Err(Fail::invalid("not an attachment to the shared cache"));
+        };
+        // SAFETY: `out` is non-null and writable (checked, and the contract).
+        unsafe { *out = upcache_shared_settings::from(&shared.config()) };
         Ok(())
     })
 }

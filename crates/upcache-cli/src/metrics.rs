@@ -231,9 +231,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("f");
         std::fs::write(&p, vec![3u8; 8192]).unwrap();
-        let cache =
-            SharedCache::create(&upcache::shared::SharedConfig { memory: 1 << 20, files: 4, clients: 4 })
-                .unwrap();
+        let cache = SharedCache::create(&upcache::shared::SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..upcache::shared::SharedConfig::default()
+        })
+        .unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let mut page = [0u8; 4096];
         for _ in 0..33 {

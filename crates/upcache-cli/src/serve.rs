@@ -21,6 +21,17 @@ pub struct ServeArgs {
     /// Files cached at once
     #[arg(long, default_value_t = 4096)]
     files: u32,
+    /// Dirty fractions of the cache BG,FG: past BG the service writes back every dirty file
+    /// at each pass, past FG a writer writes back its own file first (as the shim's
+    /// UPCACHE_DIRTY_RATIOS)
+    #[arg(long, value_name = "BG,FG", default_value = "0.25,0.5", value_parser = upcache::parse_ratios)]
+    dirty_ratios: (f64, f64),
+    /// Age at which dirty pages are written back (as UPCACHE_DIRTY_EXPIRE)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::size::parse_duration)]
+    dirty_expire: Duration,
+    /// Time between two passes of the service's flusher (as UPCACHE_FLUSH_INTERVAL)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::size::parse_duration)]
+    flush_interval: Duration,
     /// Seconds with nobody attached before the service exits (as the shim's UPCACHE_IDLE)
     #[arg(long, default_value_t = serve::DEFAULT_IDLE.as_secs())]
     idle: u64,
@@ -53,7 +64,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let opts = ServeOptions {
         socket: socket.clone(),
-        config: SharedConfig { memory: args.memory, files: args.files, ..SharedConfig::default() },
+        config: SharedConfig {
+            memory: args.memory,
+            files: args.files,
+            dirty_ratios: args.dirty_ratios,
+            dirty_expire: args.dirty_expire,
+            flush_interval: args.flush_interval,
+            ..SharedConfig::default()
+        },
         idle: Duration::from_secs(args.idle),
     };
     let metrics = match &args.metrics {

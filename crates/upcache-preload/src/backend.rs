@@ -142,17 +142,16 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// Attaches to the shared cache at the default socket, starting its service if none
-    /// answers (with `memory` for pages, exiting after `idle` with nobody attached).
-    pub fn shared(memory: u64, idle: Duration) -> Result<Backend> {
-        let config = SharedConfig { memory, ..SharedConfig::default() };
+    /// answers (with `config`, exiting after `idle` with nobody attached).
+    pub fn shared(config: SharedConfig, idle: Duration) -> Result<Backend> {
         serve::connect_or_start(&serve::default_socket(), &config, idle).map(Backend::Shared)
     }
 
-    /// The bytes of pages the shared cache has (its service's size); None for a private one.
-    pub fn shared_memory(&self) -> Option<u64> {
+    /// The shared cache's size and write-back settings (its service's); None for a private one.
+    pub fn shared_config(&self) -> Option<SharedConfig> {
         match self {
             Backend::Private(_) => None,
-            Backend::Shared(c) => Some(c.memory()),
+            Backend::Shared(c) => Some(c.config()),
         }
     }
 

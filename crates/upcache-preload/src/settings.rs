@@ -25,6 +25,72 @@ pub(crate) struct Settings {
     /// UPCACHE_IDLE: seconds a shared cache's service started by the shim stays with nobody
     /// attached (default `upcache::shared::serve::DEFAULT_IDLE`, as `upcache serve --idle`).
     pub idle: std::time::Duration,
+    /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
+    /// (durations): the write-back settings of a cache the shim makes, as `upcache serve`'s
+    /// flags (a shared cache's service the shim starts; a private cache takes the first two,
+    /// its flushers being woken by its dirty count); unset, the cache's defaults.
+    pub write_back: WriteBack,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct WriteBack {
+    pub dirty_ratios: Option<(f64, f64)>,
+    pub dirty_expire: Option<std::time::Duration>,
+    pub flush_interval: Option<std::time::Duration>,
+}
+
+impl WriteBack {
+    fn from_env() -> Result<WriteBack, String> {
+        fn var<T>(name: &str, parse: fn(&str) -> Result<T, String>) -> Result<Option<T>, String> {
+            match std::env::var(name) {
+                Ok(v) => parse(&v).map(Some).map_err(|e| format!("{name}={v}: {e}")),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(e) => Err(format!("{name}: {e}")),
+            }
+        }
+        Ok(WriteBack {
+            dirty_ratios: var("UPCACHE_DIRTY_RATIOS", upcache::parse_ratios)?,
+            dirty_expire: var("UPCACHE_DIRTY_EXPIRE", upcache::parse_duration)?,
+            flush_interval: var("UPCACHE_FLUSH_INTERVAL", upcache::parse_duration)?,
+        })
+    }
+
+    /// `config` with these settings.
+    pub fn shared(&self, config: upcache::shared::SharedConfig) -> upcache::shared::SharedConfig {
+        upcache::shared::SharedConfig {
+            dirty_ratios: self.dirty_ratios.unwrap_or(config.dirty_ratios),
+            dirty_expire: self.dirty_expire.unwrap_or(config.dirty_expire),
+            flush_interval: self.flush_interval.unwrap_or(config.flush_interval),
+            ..config
+        }
+    }
+
+    /// What of these settings a running shared cache's `config` does not have, said as the
+    /// variables that ask for it; None if it has them all.
+    pub fn differs(&self, config: &upcache::shared::SharedConfig) -> Option<String> {
+        let mut asked = Vec::new();
+        if let Some((bg, fg)) = self.dirty_ratios.filter(|r| *r != config.dirty_ratios) {
+            asked.push(format!("UPCACHE_DIRTY_RATIOS asks for {bg},{fg}"));
+        }
+        if let Some(e) = self.dirty_expire.filter(|e| *e != config.dirty_expire) {
+            asked.push(format!("UPCACHE_DIRTY_EXPIRE for {e:?}"));
+        }
+        if let Some(i) = self.flush_interval.filter(|i| *i != config.flush_interval) {
+            asked.push(format!("UPCACHE_FLUSH_INTERVAL for {i:?}"));
+        }
+        (!asked.is_empty()).then(|| asked.join(", "))
+    }
+
+    /// `config` with these settings (a private cache has no flush interval).
+    pub fn private(&self, mut config: upcache::Config) -> upcache::Config {
+        if let Some((bg, fg)) = self.dirty_ratios {
+            config = config.with_dirty_background_ratio(bg).with_dirty_foreground_ratio(fg);
+        }
+        if let Some(expire) = self.dirty_expire {
+            config = config.with_dirty_expire(expire);
+        }
+        config
+    }
 }
 
 impl Settings {
@@ -66,7 +132,18 @@ impl Settings {
         };
         let idle = std::time::Duration::from_secs(idle);
         let memory_asked = std::env::var_os("UPCACHE_MEMORY").is_some();
-        Ok(Some(Settings { prefix, memory, memory_asked, state_root, stats, direct, shared, idle }))
+        let write_back = WriteBack::from_env()?;
+        Ok(Some(Settings {
+            prefix,
+            memory,
+            memory_asked,
+            state_root,
+            stats,
+            direct,
+            shared,
+            idle,
+            write_back,
+        }))
     }
 }
 

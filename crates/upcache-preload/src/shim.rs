@@ -464,9 +464,23 @@ impl Shim {
         let pid = std::process::id();
         if settings.shared {
             let socket = upcache::shared::serve::default_socket();
-            let cache = Backend::shared(settings.memory, settings.idle)
+            let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
+            let asked = settings.write_back.shared(config);
+            let cache = Backend::shared(asked.clone(), settings.idle)
                 .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
-            let has = cache.shared_memory().unwrap_or(settings.memory);
+            let running = cache.shared_config().unwrap_or_else(|| asked.clone());
+            if let Some(differs) = settings.write_back.differs(&running) {
+                warn(&format!(
+                    "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?} and \
+                     flush interval {:?} (its service's, set when it started); this process follows them",
+                    socket.display(),
+                    running.dirty_ratios.0,
+                    running.dirty_ratios.1,
+                    running.dirty_expire,
+                    running.flush_interval
+                ));
+            }
+            let has = running.memory;
             // Its size is its service's, set when that started (frames of whole pages).
             if settings.memory_asked && has.abs_diff(settings.memory) >= upcache::shared::PAGE_SIZE as u64 {
                 warn(&format!(
@@ -485,6 +499,7 @@ impl Shim {
         let config = Config::new([&state_dir], settings.memory)
             .with_allow_buffered(true)
             .with_plain_direct(settings.direct);
+        let config = settings.write_back.private(config);
         let cache = match Cache::create(config) {
             Ok(c) => c,
             Err(e) => {

@@ -120,6 +120,11 @@ fn a_shim_that_cannot_start_passes_everything_through() {
         ("UPCACHE_SHARED", "maybe", "UPCACHE_SHARED=maybe"),
         ("UPCACHE_SOCKET", "/proc/upcache/cache.sock", "cannot start"),
         ("UPCACHE_DIRECT", "maybe", "UPCACHE_DIRECT=maybe"),
+        ("UPCACHE_DIRTY_RATIOS", "half", "UPCACHE_DIRTY_RATIOS=half"),
+        ("UPCACHE_DIRTY_EXPIRE", "soon", "UPCACHE_DIRTY_EXPIRE=soon"),
+        // Read, then refused by the service the shim starts.
+        ("UPCACHE_DIRTY_RATIOS", "0.6,0.5", "cannot start"),
+        ("UPCACHE_FLUSH_INTERVAL", "0s", "cannot start"),
     ] {
         // Only a private cache has a state directory.
         let private = if key == "UPCACHE_DEVICES" { &[("UPCACHE_SHARED", "0")][..] } else { &[] };
@@ -136,6 +141,64 @@ fn a_shim_that_cannot_start_passes_everything_through() {
     let r = run(tmp.path(), &bin, Some(&shim), &[("UPCACHE_PREFIX", "")]);
     assert!(r.out.status.success() && !r.text.contains("upcache-preload"), "{}", r.text);
     assert_eq!(r.stats, "");
+}
+
+/// UPCACHE_DIRTY_RATIOS, UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL set the service the
+/// shim starts, as `upcache serve`'s flags do (its status says so); a process attaching later
+/// with other values follows the running service's, and is told so.
+#[test]
+fn write_back_settings_reach_the_service_the_shim_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let so = build_shim();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), b"x").unwrap();
+    let socket =
+        std::env::temp_dir().join(format!("upcache-test-{}-write-back/cache.sock", std::process::id()));
+    let python = |ratios: &str| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", "import os, sys; os.pwrite(os.open(sys.argv[1], os.O_RDWR), b'y', 0); print('open', flush=True); sys.stdin.read()"])
+            .arg(data.join("f"))
+            .env("LD_PRELOAD", &so)
+            .env("UPCACHE_PREFIX", &data)
+            .env("UPCACHE_SOCKET", &socket)
+            .env("UPCACHE_IDLE", "1")
+            .env("UPCACHE_DIRTY_RATIOS", ratios)
+            .env("UPCACHE_DIRTY_EXPIRE", "5s")
+            .env("UPCACHE_FLUSH_INTERVAL", "250ms")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "open");
+        child
+    };
+    let first = python("0.1,0.2");
+    let second = python("0.3,0.4");
+    let status = upcache::shared::serve::status_json(&socket).unwrap();
+    for want in ["\"dirty_ratios\":[0.1,0.2]", "\"dirty_expire_ms\":5000", "\"flush_interval_ms\":250"] {
+        assert!(status.contains(want), "{want} in {status}");
+    }
+    let text = upcache::shared::serve::status(&socket).unwrap();
+    assert!(text.contains("dirty_ratios 0.1,0.2\n"), "{text}");
+    let mut said = Vec::new();
+    for mut child in [first, second] {
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        said.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    assert_eq!(said[0], "", "the first started the service with its settings");
+    assert!(
+        said[1].contains("UPCACHE_DIRTY_RATIOS asks for 0.3,0.4")
+            && said[1].contains("runs with dirty ratios 0.1,0.2"),
+        "{}",
+        said[1]
+    );
+    let _ = std::fs::remove_dir_all(socket.parent().unwrap());
 }
 
 /// The kernel as the oracle: random sequences of opens, closes, dups, reads and writes (plain,

@@ -61,6 +61,19 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     scale(num, 1u128 << shift, 1, "bytes")
 }
 
+/// Parses dirty ratios `BG,FG`, two fractions of the cache (checked against each other where
+/// a cache is made).
+///
+/// ```
+/// assert_eq!(upcache::parse_ratios("0.25,0.5"), Ok((0.25, 0.5)));
+/// assert!(upcache::parse_ratios("0.25").is_err());
+/// ```
+pub fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
+    let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.5,0.75; got {s:?}"))?;
+    let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
+    Ok((num(bg)?, num(fg)?))
+}
+
 /// Parses a duration: a number with a unit (ns, us, ms, s, m/min, h); a plain number is seconds.
 ///
 /// ```

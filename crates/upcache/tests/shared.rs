@@ -10,7 +10,7 @@ use upcache::shared::{SharedCache, SharedConfig};
 use upcache::ErrorKind;
 
 fn small() -> SharedConfig {
-    SharedConfig { memory: 1 << 20, files: 8, clients: 8 }
+    SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..SharedConfig::default() }
 }
 
 fn second(c: &SharedCache) -> SharedCache {
@@ -145,7 +145,13 @@ fn the_last_close_writes_back_and_a_later_open_finds_pages_warm_or_revalidates()
 #[test]
 fn a_slot_reused_for_another_file_never_shows_the_former_files_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let c = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 2, clients: 4 }).unwrap();
+    let c = SharedCache::create(&SharedConfig {
+        memory: 1 << 20,
+        files: 2,
+        clients: 4,
+        ..SharedConfig::default()
+    })
+    .unwrap();
     for i in 0..600u32 {
         let p = dir.path().join(format!("f{}", i % 3));
         let data: Vec<u8> = (0..9000u32).map(|b| (b.wrapping_mul(7) ^ i) as u8).collect();

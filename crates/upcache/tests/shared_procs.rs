@@ -15,7 +15,7 @@ const FD_ENV: &str = "UPCACHE_TEST_SHARED_FD";
 const ARGS_ENV: &str = "UPCACHE_TEST_ARGS";
 
 fn config() -> SharedConfig {
-    SharedConfig { memory: 1 << 20, files: 16, clients: 16 }
+    SharedConfig { memory: 1 << 20, files: 16, clients: 16, ..SharedConfig::default() }
 }
 
 /// This test binary running ignored test `entry` as a child, inheriting `cache`'s segment.
@@ -271,7 +271,13 @@ fn a_truncate_killed_half_way_is_finished_by_the_next_writer() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cut");
     std::fs::write(&file, b"").unwrap();
-    let cache = SharedCache::create(&SharedConfig { memory: 8 << 20, files: 4, clients: 8 }).unwrap();
+    let cache = SharedCache::create(&SharedConfig {
+        memory: 8 << 20,
+        files: 4,
+        clients: 8,
+        ..SharedConfig::default()
+    })
+    .unwrap();
     for round in 0..30u64 {
         let (mut cmd, fd) = child(&cache, "truncator_entry", &file.display().to_string());
         let mut c = cmd.stdout(Stdio::piped()).spawn().unwrap();

@@ -87,7 +87,13 @@ fn small_fs_child() {
     std::fs::remove_file(&p).unwrap();
 
     // The shared cache.
-    let shared = SharedCache::create(&SharedConfig { memory: 64 << 20, files: 8, clients: 4 }).unwrap();
+    let shared = SharedCache::create(&SharedConfig {
+        memory: 64 << 20,
+        files: 8,
+        clients: 4,
+        ..SharedConfig::default()
+    })
+    .unwrap();
     let p = dir.join("shared");
     std::fs::write(&p, b"").unwrap();
     let f = shared.open_path(&p, true).unwrap();

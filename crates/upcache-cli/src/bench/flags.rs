@@ -116,7 +116,7 @@ pub struct BenchArgs {
     /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
     /// start, and past which writers write back all they dirty twice over (in proportion from
     /// halfway between the two) [default: 0.5,0.75]
-    #[arg(long, value_name = "BG,FG", value_parser = parse_ratios)]
+    #[arg(long, value_name = "BG,FG", value_parser = upcache::parse_ratios)]
     pub(super) dirty_ratios: Option<(f64, f64)>,
     /// upcache page index: radix (ccXArray), locked (the same tree, updates under one lock per
     /// file) or sharded (hash shards) [default: radix]
@@ -252,13 +252,6 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
         }
         _ => Err(format!("{s:?}: give random or zipf:THETA (fio's other distributions are not offered)")),
     }
-}
-
-/// Parses `BG,FG` dirty ratios; the library checks their range when the cache is created.
-fn parse_ratios(s: &str) -> Result<(f64, f64), String> {
-    let (bg, fg) = s.split_once(',').ok_or_else(|| format!("expected BG,FG, e.g. 0.5,0.75; got {s:?}"))?;
-    let num = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("bad ratio {v:?}: {e}"));
-    Ok((num(bg)?, num(fg)?))
 }
 
 /// Parses any of the library's named choices (index kind, allocator, layout, set policy).

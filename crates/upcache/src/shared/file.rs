@@ -510,12 +510,13 @@ impl SharedFile {
         Ok(done)
     }
 
-    /// Past half the cache dirty, a writer first writes back its own file's dirty pages, so
-    /// clean frames remain for everyone's misses.
+    /// Past the foreground dirty ratio (half the cache by default), a writer first writes back
+    /// its own file's dirty pages, so clean frames remain for everyone's misses.
     fn throttle(&self) {
         let view = &self.inner.view;
+        let header = view.header();
         // Relaxed: a threshold.
-        if view.header().dirty.load(Ordering::Relaxed) as usize > view.n_frames / 2 {
+        if header.dirty.load(Ordering::Relaxed) as usize > header.dirty_limits(view.n_frames).1 {
             let _ = self.write_back();
         }
     }

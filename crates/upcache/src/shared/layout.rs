@@ -2,6 +2,7 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE};
@@ -10,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x05");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x06");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -28,8 +29,18 @@ mod kind {
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
 const PATH_WORDS: usize = 64;
 
-/// The size of a shared cache.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Default dirty ratios of the shared cache (background, foreground), as fractions of its
+/// frames: past a quarter dirty the service writes back every dirty file, not only the
+/// expired ones; past half, a writer first writes back its own file.
+pub const DEFAULT_SHARED_DIRTY_RATIOS: (f64, f64) = (0.25, 0.5);
+/// Default time between two passes of the service's flusher.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest flush interval and dirty expiry a shared cache takes (an hour).
+const MAX_WRITE_BACK_PERIOD: Duration = Duration::from_secs(3600);
+
+/// The size of a shared cache and its write-back settings. The process that creates the
+/// cache (its service) sets them; every process attached to it follows them.
+#[derive(Clone, Debug, PartialEq)]
 pub struct SharedConfig {
     /// Memory for pages, in bytes (a multiple of 4 KiB, at least 64 KiB).
     pub memory: u64,
@@ -37,11 +48,60 @@ pub struct SharedConfig {
     pub files: u32,
     /// Processes attached at once.
     pub clients: u32,
+    /// (background, foreground) dirty fractions of the frames, 0 < background <= foreground
+    /// <= 1: past the first the service writes back every dirty file at each pass; past the
+    /// second a writer writes back its own file before writing.
+    pub dirty_ratios: (f64, f64),
+    /// Age at which the service writes a file's dirty pages back (the kernel's 30 s); at most
+    /// an hour.
+    pub dirty_expire: Duration,
+    /// Time between two passes of the service's flusher, more than 0 and at most an hour.
+    pub flush_interval: Duration,
 }
 
 impl Default for SharedConfig {
     fn default() -> Self {
-        SharedConfig { memory: 256 << 20, files: 4096, clients: 256 }
+        SharedConfig {
+            memory: 256 << 20,
+            files: 4096,
+            clients: 256,
+            dirty_ratios: DEFAULT_SHARED_DIRTY_RATIOS,
+            dirty_expire: crate::config::DEFAULT_DIRTY_EXPIRE,
+            flush_interval: DEFAULT_FLUSH_INTERVAL,
+        }
+    }
+}
+
+impl SharedConfig {
+    /// An `InvalidConfig` error if a setting is out of its range.
+    pub fn check(&self) -> Result<()> {
+        let invalid = |m: String| Err(Error::new(ErrorKind::InvalidConfig, m));
+        if self.memory < 64 << 10 || !self.memory.is_multiple_of(PAGE as u64) {
+            return invalid("shared cache memory must be a multiple of 4 KiB and at least 64 KiB".into());
+        }
+        if self.memory / PAGE as u64 > u32::MAX as u64 / 2 {
+            return invalid("shared cache memory too large".into());
+        }
+        if self.files == 0 || self.files >= 1 << 20 || self.clients == 0 || self.clients > 1 << 16 {
+            return invalid("shared cache files 1 to 2^20 - 1, clients 1 to 2^16".into());
+        }
+        let (bg, fg) = self.dirty_ratios;
+        // (Written so that NaN fails too.)
+        if !(bg > 0.0 && bg <= fg && fg <= 1.0) {
+            return invalid(format!(
+                "dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"
+            ));
+        }
+        if self.dirty_expire > MAX_WRITE_BACK_PERIOD {
+            return invalid(format!("dirty expiry {:?} is more than an hour", self.dirty_expire));
+        }
+        if self.flush_interval.is_zero() || self.flush_interval > MAX_WRITE_BACK_PERIOD {
+            return invalid(format!(
+                "flush interval {:?} must be more than 0 and at most an hour",
+                self.flush_interval
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -67,6 +127,33 @@ pub(crate) struct Header {
     pub evictions: AtomicU64,
     /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
     pub files_lock: OwnerLock,
+    /// `SharedConfig::dirty_ratios`, as f64 bits (set before the magic number, then fixed).
+    pub dirty_ratios: [AtomicU64; 2],
+    /// `SharedConfig::dirty_expire` and `flush_interval`, in milliseconds (as above).
+    pub dirty_expire_ms: AtomicU64,
+    pub flush_interval_ms: AtomicU64,
+}
+
+impl Header {
+    /// The dirty frame counts past which the service writes back every dirty file
+    /// (background) and a writer writes back its own first (foreground), of `frames`.
+    pub fn dirty_limits(&self, frames: usize) -> (usize, usize) {
+        // Relaxed: fixed before the magic number was published.
+        let at = |i: usize| {
+            (f64::from_bits(self.dirty_ratios[i].load(Ordering::Relaxed)) * frames as f64) as usize
+        };
+        (at(0), at(1))
+    }
+
+    pub fn dirty_expire(&self) -> std::time::Duration {
+        // Relaxed: as above.
+        std::time::Duration::from_millis(self.dirty_expire_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn flush_interval(&self) -> std::time::Duration {
+        // Relaxed: as above.
+        std::time::Duration::from_millis(self.flush_interval_ms.load(Ordering::Relaxed))
+    }
 }
 
 /// A client slot's counters, on a cache line of their own: each process adds only to its
@@ -127,18 +214,8 @@ impl View {
     }
 
     pub fn create(config: &SharedConfig) -> Result<View> {
-        let invalid = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_string()));
-        if config.memory < 64 << 10 || !config.memory.is_multiple_of(PAGE as u64) {
-            return invalid("shared cache memory must be a multiple of 4 KiB and at least 64 KiB");
-        }
-        let frames = config.memory / PAGE as u64;
-        if frames > u32::MAX as u64 / 2 {
-            return invalid("shared cache memory too large");
-        }
-        if config.files == 0 || config.files >= 1 << 20 || config.clients == 0 || config.clients > 1 << 16 {
-            return invalid("shared cache files 1 to 2^20 - 1, clients 1 to 2^16");
-        }
-        let frames = frames as usize;
+        config.check()?;
+        let frames = (config.memory / PAGE as u64) as usize;
         let buckets = frames.next_power_of_two().max(PARTITIONS);
         let seg = Segment::create(
             "upcache-shared",
@@ -153,6 +230,10 @@ impl View {
         header.files.store(config.files, Ordering::Relaxed);
         header.clients.store(config.clients, Ordering::Relaxed);
         header.buckets.store(buckets as u32, Ordering::Relaxed);
+        header.dirty_ratios[0].store(config.dirty_ratios.0.to_bits(), Ordering::Relaxed);
+        header.dirty_ratios[1].store(config.dirty_ratios.1.to_bits(), Ordering::Relaxed);
+        header.dirty_expire_ms.store(config.dirty_expire.as_millis() as u64, Ordering::Relaxed);
+        header.flush_interval_ms.store(config.flush_interval.as_millis().max(1) as u64, Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
         View::attach(seg)
     }

@@ -57,8 +57,8 @@ pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
-pub use layout::SharedConfig;
 use layout::View;
+pub use layout::{SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS};
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
 /// table when the last clone and the last [`SharedFile`] are dropped.
@@ -226,22 +226,21 @@ impl SharedCache {
     }
 
     /// The service's background write-back, as the kernel's flusher threads: through the
-    /// descriptors writers lent it, the dirty pages of every file dirty for `expire` or longer,
-    /// and of every dirty file while more than a quarter of the cache is dirty. Errors stay
+    /// descriptors writers lent it, the dirty pages of every file dirty for the cache's dirty
+    /// expiry or longer, and of every dirty file while more of the cache than its background
+    /// dirty ratio is dirty. Errors stay
     /// on the files for their next sync. A file's generation is read under the table's lock,
     /// with its entry checked to still name the descriptor's file, its pages listed after it,
     /// and each written only if its frame still holds that page (of that generation), so
     /// nothing waits under the lock (a partition lock a stopped process holds, an I/O) and no
     /// page goes to another file. The pages written.
-    pub(crate) fn write_back_due(
-        &self,
-        lent: &[(u32, Arc<std::fs::File>)],
-        expire: std::time::Duration,
-    ) -> u64 {
+    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<std::fs::File>)]) -> u64 {
         let inner = &self.inner;
         let (files, header) = (inner.view.files(), inner.view.header());
+        let expire = header.dirty_expire();
         // Relaxed: thresholds.
-        let crowded = header.dirty.load(Ordering::Relaxed) as usize > inner.view.n_frames / 4;
+        let crowded =
+            header.dirty.load(Ordering::Relaxed) as usize > header.dirty_limits(inner.view.n_frames).0;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
         for (slot, fd) in lent {
@@ -355,6 +354,11 @@ impl SharedCache {
     /// The bytes of page frames the cache has (its size, whatever this process asked for).
     pub fn memory(&self) -> u64 {
         self.inner.view.n_frames as u64 * frame::PAGE as u64
+    }
+
+    /// The cache's size and write-back settings, as its creator (its service) set them.
+    pub fn config(&self) -> SharedConfig {
+        self.inner.config()
     }
 }
 
@@ -531,10 +535,16 @@ impl Inner {
     /// the segment itself, so this matters only if no process maps it any more).
     pub(crate) fn config(&self) -> SharedConfig {
         let v = &self.view;
+        let h = v.header();
+        // Relaxed: fixed before the segment's magic number was published.
+        let ratio = |i: usize| f64::from_bits(h.dirty_ratios[i].load(Ordering::Relaxed));
         SharedConfig {
             memory: (v.n_frames * frame::PAGE) as u64,
             files: v.n_files as u32,
             clients: v.n_clients() as u32,
+            dirty_ratios: (ratio(0), ratio(1)),
+            dirty_expire: h.dirty_expire(),
+            flush_interval: h.flush_interval(),
         }
     }
 
@@ -593,7 +603,13 @@ mod tests {
         let (p, q) = (dir.path().join("f"), dir.path().join("g"));
         std::fs::write(&p, b"x").unwrap();
         std::fs::write(&q, b"y").unwrap();
-        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let cache = SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..SharedConfig::default()
+        })
+        .unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let slot = f.slot();
         let open = |path: &Path, append: bool, write: bool| -> OwnedFd {
@@ -619,7 +635,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"x").unwrap();
-        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let cache = SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..SharedConfig::default()
+        })
+        .unwrap();
         let other = SharedCache::attach(cache.segment_fd().try_clone_to_owned().unwrap()).unwrap();
         let a = cache.open_path(&p, true).unwrap();
         let b = other.open_path(&p, true).unwrap();
@@ -651,35 +673,100 @@ mod tests {
         }
     }
 
-    /// The service's flusher writes a file back once it has been dirty for `expire`, and
-    /// every dirty file while over a quarter of the cache is dirty; through a descriptor lent
-    /// for another file, nothing.
+    /// The service's flusher writes a file back once it has been dirty for the cache's dirty
+    /// expiry, and every dirty file while more of the cache than its background ratio is
+    /// dirty; through a descriptor lent for another file, nothing.
     #[test]
     fn the_flusher_writes_back_files_dirty_for_long_or_a_crowded_cache() {
         let dir = tempfile::tempdir().unwrap();
         let (p, q) = (dir.path().join("f"), dir.path().join("g"));
         std::fs::write(&p, b"").unwrap();
         std::fs::write(&q, b"y").unwrap();
-        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let config = SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let cache = SharedCache::create(&config).unwrap();
         let frames = cache.inner.view.n_frames;
         let f = cache.open_path(&p, true).unwrap();
         let lent = |path: &Path| {
             vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(path).unwrap()))]
         };
-        let long = std::time::Duration::from_secs(3600);
+        // (A test may change the expiry, fixed otherwise: it is read at each pass.)
+        let expire =
+            |secs: u64| cache.inner.view.header().dirty_expire_ms.store(secs * 1000, Ordering::Relaxed);
+        expire(3600);
         f.write_at(&[7u8; 4096], 0).unwrap();
-        assert_eq!(cache.write_back_due(&lent(&p), long), 0, "one page, not dirty for long");
-        assert_eq!(cache.write_back_due(&lent(&p), std::time::Duration::ZERO), 1, "dirty for long enough");
+        assert_eq!(cache.write_back_due(&lent(&p)), 0, "one page, not dirty for long");
+        expire(0);
+        assert_eq!(cache.write_back_due(&lent(&p)), 1, "dirty for long enough");
         assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
         let crowd = frames * 3 / 10;
         f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
-        assert_eq!(
-            cache.write_back_due(&lent(&q), std::time::Duration::ZERO),
-            0,
-            "another file's descriptor"
-        );
-        assert_eq!(cache.write_back_due(&lent(&p), long), crowd as u64, "a crowded cache");
+        assert_eq!(cache.write_back_due(&lent(&q)), 0, "another file's descriptor");
+        expire(3600);
+        assert_eq!(cache.write_back_due(&lent(&p)), crowd as u64, "a crowded cache");
         assert_eq!(std::fs::read(&p).unwrap(), vec![9u8; crowd * 4096]);
+    }
+
+    /// The dirty ratios come from the config: the same 30% of the cache dirty is crowded at
+    /// the default background ratio (25%) and not at 50%; a writer past the foreground ratio
+    /// writes its file back before writing, so the dirty count stays near that ratio (10%),
+    /// and at the default (50%) it does not.
+    #[test]
+    fn the_dirty_ratios_are_the_configs() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let outcome = |ratios: (f64, f64)| {
+            std::fs::write(&p, b"").unwrap();
+            let config = SharedConfig {
+                memory: 1 << 20,
+                files: 4,
+                clients: 4,
+                dirty_ratios: ratios,
+                ..SharedConfig::default()
+            };
+            let cache = SharedCache::create(&config).unwrap();
+            let frames = cache.inner.view.n_frames;
+            let f = cache.open_path(&p, true).unwrap();
+            let lent = vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap()))];
+            let crowd = frames * 3 / 10;
+            for i in 0..crowd {
+                f.write_at(&[1u8; 4096], (i * 4096) as u64).unwrap();
+            }
+            // Relaxed: this thread's own writes.
+            let dirty = cache.inner.view.header().dirty.load(Ordering::Relaxed) as usize;
+            let written = cache.write_back_due(&lent) as usize;
+            (frames, crowd, dirty, written)
+        };
+        let (frames, crowd, dirty, written) = outcome(DEFAULT_SHARED_DIRTY_RATIOS);
+        assert_eq!((dirty, written), (crowd, crowd), "at the defaults, of {frames} frames");
+        let (_, crowd, dirty, written) = outcome((0.5, 0.5));
+        assert_eq!((dirty, written), (crowd, 0), "crowded only past half");
+        let (frames, _, dirty, _) = outcome((0.05, 0.1));
+        assert!(dirty <= frames / 10 + 1, "{dirty} dirty of {frames} frames past a 10% foreground ratio");
+    }
+
+    #[test]
+    fn bad_write_back_settings_are_refused() {
+        let ok = SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        for bad in [
+            SharedConfig { dirty_ratios: (0.0, 0.5), ..ok.clone() },
+            SharedConfig { dirty_ratios: (0.6, 0.5), ..ok.clone() },
+            SharedConfig { dirty_ratios: (0.5, 1.5), ..ok.clone() },
+            SharedConfig { dirty_ratios: (f64::NAN, 0.5), ..ok.clone() },
+            SharedConfig { flush_interval: std::time::Duration::ZERO, ..ok.clone() },
+            SharedConfig { flush_interval: std::time::Duration::from_secs(7200), ..ok.clone() },
+            SharedConfig { dirty_expire: std::time::Duration::from_secs(7200), ..ok.clone() },
+        ] {
+            let e = SharedCache::create(&bad).err().unwrap_or_else(|| panic!("{bad:?} was taken"));
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidConfig, "{bad:?}: {e}");
+        }
+        // What the creator set, every process attached follows.
+        let set = SharedConfig {
+            dirty_ratios: (0.1, 0.3),
+            dirty_expire: std::time::Duration::from_secs(5),
+            flush_interval: std::time::Duration::from_millis(250),
+            ..ok
+        };
+        assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set);
     }
 
     /// A dirty count a writer killed between counting a page and flagging it left one too
@@ -692,7 +779,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap();
+        let cache = SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..SharedConfig::default()
+        })
+        .unwrap();
         let f = cache.open_path(&p, true).unwrap();
         f.write_at(&[5u8; 3 * 4096], 0).unwrap();
         let e = &cache.inner.view.files()[f.slot() as usize];

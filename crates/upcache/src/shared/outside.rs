@@ -266,7 +266,13 @@ mod tests {
     use super::*;
 
     fn cache() -> SharedCache {
-        SharedCache::create(&SharedConfig { memory: 1 << 20, files: 4, clients: 4 }).unwrap()
+        SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..SharedConfig::default()
+        })
+        .unwrap()
     }
 
     fn read(f: &SharedFile, at: u64, n: usize) -> Vec<u8> {

@@ -13,7 +13,7 @@ use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a claim waits for the service's write-back to free a frame before it says
-/// `CacheFull`: many of the service's passes (`serve::FLUSH_EVERY`).
+/// `CacheFull`: at least this, and ten of the service's passes (its flush interval).
 const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a page's fresh frame is filled with before a write copies into it.
@@ -133,7 +133,8 @@ impl Inner {
         // dirty pages back in the background (`SharedCache::write_back_due`) through the
         // descriptors writers lent it, so the claim waits for that, as the kernel's
         // allocations wait for its flushers, before it gives up.
-        let deadline = std::time::Instant::now() + CLAIM_PATIENCE;
+        let passes = self.view.header().flush_interval() * 10;
+        let deadline = std::time::Instant::now() + CLAIM_PATIENCE.max(passes);
         let mut pause = std::time::Duration::from_millis(1);
         loop {
             if let Some(f) = self.try_claim() {

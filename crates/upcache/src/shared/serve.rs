@@ -33,12 +33,6 @@ use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{handoff, Segment};
 
-/// How often the service's flusher looks for dirty pages to write back (the kernel's
-/// `dirty_writeback_centisecs`), and how long a file may stay dirty before it does
-/// (`dirty_expire_centisecs`).
-pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
-const DIRTY_EXPIRE: Duration = Duration::from_secs(30);
-
 /// Set in a service process: one forked from a program under the LD_PRELOAD shim inherits the
 /// shim, which must pass all of the service's calls through (its opens of files under the
 /// prefix, to write back what dead writers left, would otherwise start a shim that attaches
@@ -203,15 +197,16 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     Ok(true)
 }
 
-/// The service's flusher: every `FLUSH_EVERY`, the write-back of files dirty for long or of
-/// a crowded cache (`SharedCache::write_back_due`), through the descriptors writers lent.
+/// The service's flusher: every flush interval of the cache's config (the kernel's
+/// `dirty_writeback_centisecs`), the write-back of files dirty for long or of a crowded cache
+/// (`SharedCache::write_back_due`), through the descriptors writers lent.
 fn flush(cache: &SharedCache, lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>, stop: &AtomicBool) {
     // Relaxed: set before the unpark that ends a park.
     while !stop.load(Ordering::Relaxed) {
-        std::thread::park_timeout(FLUSH_EVERY);
+        std::thread::park_timeout(cache.inner.view.header().flush_interval());
         let files: Vec<(u32, Arc<std::fs::File>)> =
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
-        cache.write_back_due(&files, DIRTY_EXPIRE);
+        cache.write_back_due(&files);
     }
 }
 
@@ -390,10 +385,10 @@ fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
 }
 
 fn status_text(cache: &SharedCache) -> String {
-    let s = cache.status();
+    let (s, c) = (cache.status(), cache.inner.config());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nclients {}: {:?}\n",
+        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nclients {}: {:?}\n",
         std::process::id(),
         cache.memory(),
         mb(s.frames),
@@ -410,6 +405,10 @@ fn status_text(cache: &SharedCache) -> String {
         s.loads,
         s.written_back,
         s.repairs,
+        c.dirty_ratios.0,
+        c.dirty_ratios.1,
+        c.dirty_expire.as_millis(),
+        c.flush_interval.as_millis(),
         s.clients.len(),
         s.clients,
     )
@@ -418,10 +417,10 @@ fn status_text(cache: &SharedCache) -> String {
 /// The status as one JSON object: the service's pid, the cache's size in bytes, and every
 /// count of [`super::SharedStatus`].
 fn json_of(cache: &SharedCache) -> String {
-    let s = cache.status();
+    let (s, c) = (cache.status(), cache.inner.config());
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
     format!(
-        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"clients\":[{}]}}\n",
+        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"clients\":[{}]}}\n",
         std::process::id(),
         cache.memory(),
         s.frames,
@@ -435,6 +434,10 @@ fn json_of(cache: &SharedCache) -> String {
         s.loads,
         s.written_back,
         s.repairs,
+        c.dirty_ratios.0,
+        c.dirty_ratios.1,
+        c.dirty_expire.as_millis(),
+        c.flush_interval.as_millis(),
         clients.join(","),
     )
 }
@@ -446,7 +449,8 @@ pub fn status(socket: &Path) -> Result<String> {
 
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
-/// `evictions`, `loads`, `written_back`, `repairs`, `clients`).
+/// `evictions`, `loads`, `written_back`, `repairs`, `dirty_ratios`, `dirty_expire_ms`,
+/// `flush_interval_ms`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }
