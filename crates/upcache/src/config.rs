@@ -75,6 +75,9 @@ pub struct Config {
     pub(crate) submit: SubmitKind,
     pub(crate) readahead: u64,
     pub(crate) prefault: bool,
+    pub(crate) hot_index: bool,
+    pub(crate) run_merging: bool,
+    pub(crate) bundling: bool,
     pub(crate) engine: Option<Arc<dyn IoEngine>>,
     /// Simulated devices, by device index (`with_sim_device`).
     pub(crate) sim_devices: Vec<(usize, Arc<SimDevice>)>,
@@ -107,6 +110,9 @@ impl std::fmt::Debug for Config {
             .field("submit", &self.submit)
             .field("readahead", &self.readahead)
             .field("prefault", &self.prefault)
+            .field("hot_index", &self.hot_index)
+            .field("run_merging", &self.run_merging)
+            .field("bundling", &self.bundling)
             .field("custom_engine", &self.engine.is_some())
             .finish()
     }
@@ -141,6 +147,9 @@ impl Config {
             submit: SubmitKind::default(),
             readahead: DEFAULT_READAHEAD,
             prefault: false,
+            hot_index: true,
+            run_merging: true,
+            bundling: true,
             engine: None,
             sim_devices: Vec::new(),
         }
@@ -274,6 +283,31 @@ impl Config {
     /// must name the same directory.
     pub fn with_meta_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.meta_dir = Some(dir.into());
+        self
+    }
+
+    /// Remember in each thread the frames of the pages it pinned last (ScalaCache §5.3's
+    /// per-thread hot index, the default), so that a repeat pin skips the shared page index.
+    /// Off: every pin looks the page up in the index.
+    pub fn with_hot_index(mut self, on: bool) -> Self {
+        self.hot_index = on;
+        self
+    }
+
+    /// Merge the pages that lie back to back on a device into one request (SAFS §4.2's
+    /// multi-page loads, merged write-back runs; the default), up to the device's request
+    /// size. Off: every load and write-back request moves one page.
+    pub fn with_run_merging(mut self, on: bool) -> Self {
+        self.run_merging = on;
+        self
+    }
+
+    /// Hand the I/O engine the requests of a load, a readahead or a write-back together, one
+    /// submission for all (ScalaCache's bundled submissions; io_uring submits them with one
+    /// system call; the default). Off: the engine gets one request at a time, each waited for
+    /// before the next.
+    pub fn with_bundling(mut self, on: bool) -> Self {
+        self.bundling = on;
         self
     }
 

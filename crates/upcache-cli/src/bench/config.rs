@@ -67,6 +67,10 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     put("flushers", json!(u.flushers));
     put("flush", json!(u.flush.name()));
     put("streams", json!(if u.streams { "on" } else { "off" }));
+    let on_off = |on: bool| json!(if on { "on" } else { "off" });
+    put("hot-index", on_off(u.hot_index));
+    put("run-merging", on_off(u.run_merging));
+    put("bundling", on_off(u.bundling));
     put("policy", json!(format!("{}+{}", u.policy.name(), u.clean_first.name())));
     put("dirty-ratios", json!(format!("{},{}", u.dirty_ratios.0, u.dirty_ratios.1)));
     put("allow-buffered", json!(u.allow_buffered));

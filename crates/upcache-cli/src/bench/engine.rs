@@ -119,6 +119,10 @@ pub struct UpcacheOpts {
     pub flush: upcache::FlushKind,
     /// Stream tracking of dirty pages.
     pub streams: bool,
+    /// The per-thread hot index, run merging and bundled submissions (off switches).
+    pub hot_index: bool,
+    pub run_merging: bool,
+    pub bundling: bool,
     /// Replacement policy.
     pub policy: upcache::PolicyKind,
     /// When the policy passes over dirty pages.
@@ -359,6 +363,9 @@ impl Engine for UpcacheEngine {
             .with_flusher_threads(o.flushers)
             .with_flush(o.flush)
             .with_streams(o.streams)
+            .with_hot_index(o.hot_index)
+            .with_run_merging(o.run_merging)
+            .with_bundling(o.bundling)
             .with_policy(o.policy)
             .with_clean_first(o.clean_first)
             .with_dirty_background_ratio(o.dirty_ratios.0)

@@ -113,6 +113,17 @@ pub struct BenchArgs {
     /// cached page of its file; flushers scan the frames, 64-page runs) [default: on]
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     pub(super) streams: Option<bool>,
+    /// upcache's per-thread hot index of pinned pages (ScalaCache): on or off [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub(super) hot_index: Option<bool>,
+    /// upcache merges pages back to back on a device into one load or write-back request
+    /// (SAFS): on, or off (a page per request) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub(super) run_merging: Option<bool>,
+    /// upcache hands the I/O engine a load's or a write-back's requests together (ScalaCache's
+    /// bundled submissions): on, or off (one at a time) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub(super) bundling: Option<bool>,
     /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
     /// start, and past which writers write back all they dirty twice over (in proportion from
     /// halfway between the two) [default: 0.5,0.75]

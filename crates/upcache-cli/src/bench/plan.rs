@@ -72,6 +72,9 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--policy", a.policy.is_some_and(|p| p != Default::default())),
         ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
+        ("--hot-index", a.hot_index == Some(false)),
+        ("--run-merging", a.run_merging == Some(false)),
+        ("--bundling", a.bundling == Some(false)),
         ("--dirty-ratios", a.dirty_ratios.is_some_and(|r| r != upcache::DEFAULT_DIRTY_RATIOS)),
         ("--index", a.index.is_some_and(|i| i != Default::default())),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
@@ -270,6 +273,9 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             policy: a.policy.unwrap_or_default().0,
             clean_first: a.policy.unwrap_or_default().1,
             streams: a.streams.unwrap_or(true),
+            hot_index: a.hot_index.unwrap_or(true),
+            run_merging: a.run_merging.unwrap_or(true),
+            bundling: a.bundling.unwrap_or(true),
             dirty_ratios: a.dirty_ratios.unwrap_or(upcache::DEFAULT_DIRTY_RATIOS),
             allow_buffered: a.allow_buffered,
             prefault: a.prefault,
@@ -415,6 +421,13 @@ pub(super) fn header(p: &Plan, base: &Path) -> String {
         );
         if u.prefault {
             h += " prefault";
+        }
+        for (off, what) in
+            [(!u.hot_index, "hot index"), (!u.run_merging, "run merging"), (!u.bundling, "bundling")]
+        {
+            if off {
+                h += &format!(" {what} off");
+            }
         }
     }
     h

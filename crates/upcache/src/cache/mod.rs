@@ -132,7 +132,13 @@ impl CacheInner {
         if !config.sim_devices.is_empty() {
             engine = std::sync::Arc::new(crate::io::engine::sim::SimRouted::new(engine));
         }
-        let limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
+        if !config.bundling {
+            engine = std::sync::Arc::new(crate::io::engine::unbundled::Unbundled::new(engine));
+        }
+        let mut limits = device::request_limits(&config.device_dirs, config.page_size, batch::MAX_RUN_PAGES);
+        if !config.run_merging {
+            limits.pages = 1;
+        }
         let writeback = Writeback::new(&config, frames.len(), limits.pages);
         // A resizable cache splits huge pages as it gives frames back: count no joins there.
         let contiguous = if placement.resizable() { config.page_size } else { frames.contiguous_bytes() };

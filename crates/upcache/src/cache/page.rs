@@ -299,6 +299,9 @@ impl CacheInner {
     /// `lookup_pinned`, trying first the frame this thread last pinned for the page (the
     /// per-thread hot index, `cache/hot.rs`) and remembering the frame it finds.
     fn lookup_pinned_hot(&self, file: &FileInner, page: u64) -> Option<FrameId> {
+        if !self.config.hot_index {
+            return self.lookup_pinned(file, page);
+        }
         let me = self as *const CacheInner as usize;
         if let Some(id) = super::hot::get(me, file.id, page) {
             if (id as usize) < self.frames.len()
@@ -328,7 +331,11 @@ impl CacheInner {
     pub(crate) fn pin_reader<'a>(&'a self, file: &FileInner, page: u64) -> Option<(ReaderPage<'a>, bool)> {
         let key = PageKey { file: file.id, page };
         let me = self as *const CacheInner as usize;
-        let from_hot = super::hot::get(me, file.id, page).filter(|&id| (id as usize) < self.frames.len());
+        let hot = self.config.hot_index;
+        let from_hot = hot
+            .then(|| super::hot::get(me, file.id, page))
+            .flatten()
+            .filter(|&id| (id as usize) < self.frames.len());
         let id = match from_hot {
             Some(id) => id,
             None => {
@@ -344,7 +351,7 @@ impl CacheInner {
         if self.frames.key(id) != key {
             return None;
         }
-        if from_hot.is_none() {
+        if hot && from_hot.is_none() {
             super::hot::put(me, file.id, page, id);
         }
         Some((reader, from_hot.is_some()))

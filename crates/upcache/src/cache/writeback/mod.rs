@@ -116,6 +116,7 @@ impl Writeback {
             true => (FindDirty::Streams, request_pages),
             false => (FindDirty::Scan, run::MAX_RUN),
         };
+        let run_pages = if config.run_merging { run_pages } else { 1 };
         Writeback {
             find,
             dirty: AtomicUsize::new(0),

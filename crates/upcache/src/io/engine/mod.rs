@@ -17,6 +17,7 @@
 pub mod psync;
 pub mod sim;
 pub mod threads;
+pub mod unbundled;
 pub mod uring;
 
 pub use psync::PsyncEngine;
