@@ -75,6 +75,7 @@ pub struct Config {
     pub(crate) submit: SubmitKind,
     pub(crate) readahead: u64,
     pub(crate) prefault: bool,
+    pub(crate) range_lock: bool,
     pub(crate) hot_index: bool,
     pub(crate) run_merging: bool,
     pub(crate) bundling: bool,
@@ -110,6 +111,7 @@ impl std::fmt::Debug for Config {
             .field("submit", &self.submit)
             .field("readahead", &self.readahead)
             .field("prefault", &self.prefault)
+            .field("range_lock", &self.range_lock)
             .field("hot_index", &self.hot_index)
             .field("run_merging", &self.run_merging)
             .field("bundling", &self.bundling)
@@ -147,6 +149,7 @@ impl Config {
             submit: SubmitKind::default(),
             readahead: DEFAULT_READAHEAD,
             prefault: false,
+            range_lock: true,
             hot_index: true,
             run_merging: true,
             bundling: true,
@@ -283,6 +286,15 @@ impl Config {
     /// must name the same directory.
     pub fn with_meta_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.meta_dir = Some(dir.into());
+        self
+    }
+
+    /// Writers of one file lock only the byte ranges they write (F2FS's range locks, the
+    /// default), so writers of disjoint ranges run at once. Off: `write_at` and `set_len` of a
+    /// file also take a lock of the whole file, one writer at a time, as the kernel's inode
+    /// lock has them (readers are not held up by it).
+    pub fn with_range_lock(mut self, on: bool) -> Self {
+        self.range_lock = on;
         self
     }
 

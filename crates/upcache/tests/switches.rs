@@ -108,3 +108,98 @@ fn hot_index_off_serves_no_pin() {
     assert!(hot_hits("on", true) >= 9);
     assert_eq!(hot_hits("off", false), 0);
 }
+
+/// Holds every device read while closed: a writer whose partial page must be loaded first
+/// stays inside its `write_at` until the gate opens.
+#[derive(Default)]
+struct Gate {
+    inner: PsyncEngine,
+    closed: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+    held: AtomicUsize,
+}
+
+impl Gate {
+    fn set(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.changed.notify_all();
+    }
+
+    /// Waits until a read is held at the gate.
+    fn until_held(&self) {
+        let mut closed = self.closed.lock().unwrap();
+        while self.held.load(Ordering::SeqCst) == 0 {
+            closed = self.changed.wait(closed).unwrap();
+        }
+    }
+}
+
+impl IoEngine for Gate {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+    fn read_vectored(&self, f: &BackingFile, off: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let mut closed = self.closed.lock().unwrap();
+        if *closed {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            self.changed.notify_all();
+            while *closed {
+                closed = self.changed.wait(closed).unwrap();
+            }
+        }
+        drop(closed);
+        self.inner.read_vectored(f, off, bufs)
+    }
+    fn write_vectored(&self, f: &BackingFile, off: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        self.inner.write_vectored(f, off, bufs)
+    }
+}
+
+/// Range lock on: while one writer of a file waits inside its `write_at` (its partial page
+/// being loaded), another writes a disjoint page of the file and returns. Off: the second
+/// waits for the first, as writers of one inode do in the kernel. (The negative check gives
+/// the second writer many chances to finish; it can only pass wrongly, never fail wrongly.)
+#[test]
+fn range_lock_off_lets_one_writer_in_a_file_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    for on in [true, false] {
+        let gate = Arc::new(Gate::default());
+        let config = common::config(&tmp.path().join(format!("{on}")), 1, 4096, 64)
+            .with_readahead(0)
+            .with_range_lock(on)
+            .with_io_engine(gate.clone());
+        {
+            let cache = Cache::create(config.clone()).unwrap();
+            let f = cache.create_file("f").unwrap();
+            f.write_all_at(&[7u8; 2 * 4096], 0).unwrap();
+            drop(f);
+            cache.close().unwrap();
+        }
+        let cache = Cache::open(config).unwrap();
+        let f = cache.open_file("f").unwrap();
+        gate.set(true);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| f.write_at(b"a", 10).unwrap());
+            gate.until_held();
+            let second = s.spawn(|| f.write_at(&[1u8; 4096], 5 * 4096).unwrap());
+            if on {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while !second.is_finished() {
+                    assert!(std::time::Instant::now() < deadline, "a disjoint writer waited for another");
+                    std::thread::yield_now();
+                }
+            } else {
+                for _ in 0..100_000 {
+                    assert!(!second.is_finished(), "two writers in one file at once with the range lock off");
+                    std::thread::yield_now();
+                }
+            }
+            gate.set(false);
+            assert_eq!(first.join().unwrap(), 1);
+            assert_eq!(second.join().unwrap(), 4096);
+        });
+        let mut page = vec![0u8; 4096];
+        f.read_exact_at(&mut page, 0).unwrap();
+        assert_eq!(&page[9..12], &[7, b'a', 7]);
+    }
+}

@@ -68,6 +68,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     put("flush", json!(u.flush.name()));
     put("streams", json!(if u.streams { "on" } else { "off" }));
     let on_off = |on: bool| json!(if on { "on" } else { "off" });
+    put("range-lock", on_off(u.range_lock));
     put("hot-index", on_off(u.hot_index));
     put("run-merging", on_off(u.run_merging));
     put("bundling", on_off(u.bundling));

@@ -119,7 +119,9 @@ pub struct UpcacheOpts {
     pub flush: upcache::FlushKind,
     /// Stream tracking of dirty pages.
     pub streams: bool,
-    /// The per-thread hot index, run merging and bundled submissions (off switches).
+    /// The range lock, the per-thread hot index, run merging and bundled submissions (off
+    /// switches).
+    pub range_lock: bool,
     pub hot_index: bool,
     pub run_merging: bool,
     pub bundling: bool,
@@ -363,6 +365,7 @@ impl Engine for UpcacheEngine {
             .with_flusher_threads(o.flushers)
             .with_flush(o.flush)
             .with_streams(o.streams)
+            .with_range_lock(o.range_lock)
             .with_hot_index(o.hot_index)
             .with_run_merging(o.run_merging)
             .with_bundling(o.bundling)

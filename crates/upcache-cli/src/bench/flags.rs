@@ -113,6 +113,10 @@ pub struct BenchArgs {
     /// cached page of its file; flushers scan the frames, 64-page runs) [default: on]
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     pub(super) streams: Option<bool>,
+    /// upcache's range lock (F2FS): on (writers of disjoint ranges of a file run at once) or
+    /// off (one writer per file, as the kernel's inode lock) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub(super) range_lock: Option<bool>,
     /// upcache's per-thread hot index of pinned pages (ScalaCache): on or off [default: on]
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     pub(super) hot_index: Option<bool>,

@@ -72,6 +72,7 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--policy", a.policy.is_some_and(|p| p != Default::default())),
         ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
+        ("--range-lock", a.range_lock == Some(false)),
         ("--hot-index", a.hot_index == Some(false)),
         ("--run-merging", a.run_merging == Some(false)),
         ("--bundling", a.bundling == Some(false)),
@@ -273,6 +274,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             policy: a.policy.unwrap_or_default().0,
             clean_first: a.policy.unwrap_or_default().1,
             streams: a.streams.unwrap_or(true),
+            range_lock: a.range_lock.unwrap_or(true),
             hot_index: a.hot_index.unwrap_or(true),
             run_merging: a.run_merging.unwrap_or(true),
             bundling: a.bundling.unwrap_or(true),
@@ -422,9 +424,12 @@ pub(super) fn header(p: &Plan, base: &Path) -> String {
         if u.prefault {
             h += " prefault";
         }
-        for (off, what) in
-            [(!u.hot_index, "hot index"), (!u.run_merging, "run merging"), (!u.bundling, "bundling")]
-        {
+        for (off, what) in [
+            (!u.range_lock, "range lock"),
+            (!u.hot_index, "hot index"),
+            (!u.run_merging, "run merging"),
+            (!u.bundling, "bundling"),
+        ] {
             if off {
                 h += &format!(" {what} off");
             }

@@ -359,6 +359,7 @@ impl File {
         // started here and after the range lock, so that they overlap the lock and the
         // reservation instead of following them (bench/RESULTS.md, issue 18).
         self.file.index.prefetch(first);
+        let _writer = self.file.lone_writer(self.cache.config.range_lock);
         let _range = self.file.range.write(offset, end);
         self.file.check_live()?;
         self.cache.prefetch_frame(&self.file, first);
@@ -475,6 +476,7 @@ impl File {
         // `from <= size` covers every byte a shrink drops, and any write that could extend the
         // file past `from` while we wait conflicts with this range.
         let from = size.min(self.len());
+        let _writer = self.file.lone_writer(self.cache.config.range_lock);
         let _range = self.file.range.write(from, u64::MAX);
         self.file.check_live()?;
         let _change = self.file.writes.begin();

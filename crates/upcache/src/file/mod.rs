@@ -54,6 +54,9 @@ pub(crate) struct FileInner {
     pub(crate) streams: Option<FileStreams>,
     pub(crate) index: Box<dyn PageIndex>,
     pub(crate) range: RangeLock,
+    /// With the range lock off (`Config::with_range_lock(false)`): held by each `write_at` and
+    /// `set_len` of the file, one writer at a time, as a kernel's inode lock has them.
+    writer: Mutex<()>,
     /// Content changes begun and finished, for lock-free readers.
     pub(crate) writes: WriteSeq,
     /// Free frames kept for this file's misses (two-layer allocator).
@@ -123,6 +126,7 @@ impl FileInner {
             streams: streams.then(FileStreams::default),
             index,
             range: RangeLock::default(),
+            writer: Mutex::new(()),
             writes: WriteSeq::default(),
             spare_frames: FileFrames::default(),
             backing,
@@ -169,6 +173,12 @@ impl FileInner {
         // `reserving` too (`lock_reservation`), so not meanwhile.
         self.reserved.store(r, Ordering::Release);
         Ok(fits)
+    }
+
+    /// The file's one writer, where the range lock is off (None where it is on: writers of
+    /// disjoint ranges run at once).
+    pub(crate) fn lone_writer(&self, range_lock: bool) -> Option<crate::sync::MutexGuard<'_, ()>> {
+        (!range_lock).then(|| sync::lock(&self.writer))
     }
 
     /// Held by a shrink across its truncates and the lowering of `reserved`, so that no
