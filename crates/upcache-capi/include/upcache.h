@@ -268,6 +268,14 @@ int32_t upcache_config_set_allow_buffered(struct upcache_config *config, bool al
 // `config` is from `upcache_config_new`.
 int32_t upcache_config_set_prefault(struct upcache_config *config, bool on);
 
+// Turns a technique on or off by the name of its `upcache bench` flag: "range-lock",
+// "hot-index", "run-merging", "bundling" or "streams" (all on by default), so that each
+// one's effect can be measured. `UPCACHE_EINVAL` for another name.
+//
+// # Safety
+// `config` is from `upcache_config_new`; `name` is a NUL-terminated string.
+int32_t upcache_config_set_switch(struct upcache_config *config, const char *name, bool on);
+
 // The calling thread's last error message (empty if none yet). The string stays valid until
 // the thread's next failing upcache call.
 const char *upcache_last_error(void);

@@ -181,3 +181,30 @@ pub unsafe extern "C" fn upcache_config_set_prefault(config: *mut upcache_config
     // SAFETY: the function's contract.
     unsafe { update(config, |c| Ok(c.with_prefault(on))) }
 }
+
+/// Turns a technique on or off by the name of its `upcache bench` flag: "range-lock",
+/// "hot-index", "run-merging", "bundling" or "streams" (all on by default), so that each
+/// one's effect can be measured. `UPCACHE_EINVAL` for another name.
+///
+/// # Safety
+/// `config` is from `upcache_config_new`; `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_config_set_switch(
+    config: *mut upcache_config,
+    name: *const c_char,
+    on: bool,
+) -> i32 {
+    // SAFETY: the function's contract (`name` is read inside the guard, as `config`).
+    unsafe {
+        update(config, |c| {
+            Ok(match text(name, "name")? {
+                "range-lock" => c.with_range_lock(on),
+                "hot-index" => c.with_hot_index(on),
+                "run-merging" => c.with_run_merging(on),
+                "bundling" => c.with_bundling(on),
+                "streams" => c.with_streams(on),
+                other => return Err(Fail::invalid(format!("no switch named {other:?}"))),
+            })
+        })
+    }
+}

@@ -53,6 +53,11 @@ static upcache_config *config(const char *root, char dirs[2][4096]) {
     CHECK(upcache_config_set_policy(c, "nonsense") == UPCACHE_ECONFIG); /* c is unchanged: */
     CHECK(upcache_config_set_allow_buffered(c, true) == UPCACHE_OK);
     CHECK(upcache_config_set_prefault(c, true) == UPCACHE_OK); /* 16 MiB resident at create */
+    /* The checks below pass with a page per request and one writer per file too. */
+    CHECK(upcache_config_set_switch(c, "run-merging", false) == UPCACHE_OK);
+    CHECK(upcache_config_set_switch(c, "range-lock", false) == UPCACHE_OK);
+    CHECK(upcache_config_set_switch(c, "bundling", true) == UPCACHE_OK);
+    CHECK(upcache_config_set_switch(c, "warp-drive", true) == UPCACHE_EINVAL);
     return c;
 }
 
