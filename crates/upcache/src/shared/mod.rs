@@ -769,6 +769,39 @@ mod tests {
         assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set);
     }
 
+    /// A writer killed while it copied into the page that holds the file's end (its write
+    /// had not raised the length yet) leaves bytes past the length in the frame: the repair
+    /// keeps what lies below the length and zeros the rest, so an extension reads zeros there
+    /// (it read the dead writer's bytes, 1 run in 10 of `a_truncate_killed_half_way_...`).
+    #[test]
+    fn a_dead_writers_bytes_past_the_length_are_zeroed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let cache = SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..SharedConfig::default()
+        })
+        .unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        f.write_at(&[7u8; 4199], 0).unwrap();
+        let inner = &cache.inner;
+        // The dead writer's copy into page 1, cut short before it raised the length.
+        let frame = inner.lock_cached(f.slot(), 1).unwrap();
+        // SAFETY: we hold the frame's lock.
+        unsafe { std::ptr::write_bytes(inner.view.page(frame), 0xAB, frame::PAGE) };
+        inner.repair_frame(frame, 99);
+        inner.view.frames()[frame as usize].unlock(inner.me, true);
+        f.set_len(3 * 4096).unwrap();
+        let mut buf = vec![1u8; 3 * 4096];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 3 * 4096);
+        assert!(buf[..4096].iter().all(|&b| b == 7));
+        assert!(buf[4096..4199].iter().all(|&b| b == 0xAB), "below the length: what the writer copied");
+        assert_eq!(buf[4199..].iter().position(|&b| b != 0), None, "past the length: zeros");
+    }
+
     /// A dirty count a writer killed between counting a page and flagging it left one too
     /// high is put right by the service once nobody has the file open: its orphans' pass
     /// writes back what is flagged, finds the count still above the flags, recounts, and has

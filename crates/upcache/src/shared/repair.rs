@@ -23,9 +23,10 @@ impl Inner {
         self.view.header().repairs.fetch_add(1, Ordering::Relaxed);
         let k = m.key();
         // Acquire: pairs with the length's Release stores.
-        let published = k != 0
-            && key_page(k) * (PAGE as u64)
-                < self.view.files()[key_slot(k) as usize].len.load(Ordering::Acquire);
+        let len =
+            if k != 0 { self.view.files()[key_slot(k) as usize].len.load(Ordering::Acquire) } else { 0 };
+        let start = key_page(k) * PAGE as u64;
+        let published = k != 0 && start < len;
         if m.flags() & VALID == 0 || m.home() == 0 || m.home() != k || !published {
             // A load or a whole-page write cut short (its bytes are not the page's), a claim
             // or a free cut short, or a write past the end that died before the length took in
@@ -34,8 +35,16 @@ impl Inner {
             // ever): empty it (the caller keeps the lock).
             self.empty_frame(f);
         } else {
-            // A write cut short keeps what it copied (it marked the frame dirty before
-            // copying); readers that began before it must not pass.
+            // A write cut short keeps what it copied below the length (it marked the frame
+            // dirty before copying); what it copied past the length never became the file's (a
+            // write raises the length after a page's copy, before its unlock, and nobody else
+            // writes in a page we hold), so it goes back to the zeros everything past the
+            // length reads as. Readers that began before it must not pass.
+            if len < start + PAGE as u64 {
+                let from = (len - start) as usize;
+                // SAFETY: we hold the frame's lock (taken from the dead); `from < PAGE`.
+                unsafe { std::ptr::write_bytes(self.view.page(f).add(from), 0, PAGE - from) };
+            }
             m.bump();
         }
     }
