@@ -595,6 +595,11 @@ impl Drop for Inner {
 mod tests {
     use super::*;
 
+    /// 256 frames, 4 files, 4 clients.
+    fn small() -> SharedConfig {
+        SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() }
+    }
+
     /// The service keeps a lent descriptor only if it can write the file's pages back where
     /// they belong: open for writing, not O_APPEND, and of the entry's file.
     #[test]
@@ -603,13 +608,7 @@ mod tests {
         let (p, q) = (dir.path().join("f"), dir.path().join("g"));
         std::fs::write(&p, b"x").unwrap();
         std::fs::write(&q, b"y").unwrap();
-        let cache = SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..SharedConfig::default()
-        })
-        .unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let slot = f.slot();
         let open = |path: &Path, append: bool, write: bool| -> OwnedFd {
@@ -635,13 +634,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"x").unwrap();
-        let cache = SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..SharedConfig::default()
-        })
-        .unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
         let other = SharedCache::attach(cache.segment_fd().try_clone_to_owned().unwrap()).unwrap();
         let a = cache.open_path(&p, true).unwrap();
         let b = other.open_path(&p, true).unwrap();
@@ -682,7 +675,7 @@ mod tests {
         let (p, q) = (dir.path().join("f"), dir.path().join("g"));
         std::fs::write(&p, b"").unwrap();
         std::fs::write(&q, b"y").unwrap();
-        let config = SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let config = small();
         let cache = SharedCache::create(&config).unwrap();
         let frames = cache.inner.view.n_frames;
         let f = cache.open_path(&p, true).unwrap();
@@ -716,13 +709,7 @@ mod tests {
         let p = dir.path().join("f");
         let outcome = |ratios: (f64, f64)| {
             std::fs::write(&p, b"").unwrap();
-            let config = SharedConfig {
-                memory: 1 << 20,
-                files: 4,
-                clients: 4,
-                dirty_ratios: ratios,
-                ..SharedConfig::default()
-            };
+            let config = SharedConfig { dirty_ratios: ratios, ..small() };
             let cache = SharedCache::create(&config).unwrap();
             let frames = cache.inner.view.n_frames;
             let f = cache.open_path(&p, true).unwrap();
@@ -746,7 +733,7 @@ mod tests {
 
     #[test]
     fn bad_write_back_settings_are_refused() {
-        let ok = SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let ok = small();
         for bad in [
             SharedConfig { dirty_ratios: (0.0, 0.5), ..ok.clone() },
             SharedConfig { dirty_ratios: (0.6, 0.5), ..ok.clone() },
@@ -778,13 +765,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let cache = SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..SharedConfig::default()
-        })
-        .unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         f.write_at(&[7u8; 4199], 0).unwrap();
         let inner = &cache.inner;
@@ -812,13 +793,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let cache = SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..SharedConfig::default()
-        })
-        .unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         f.write_at(&[5u8; 3 * 4096], 0).unwrap();
         let e = &cache.inner.view.files()[f.slot() as usize];
