@@ -136,7 +136,7 @@ pub struct upcache_shared_settings {
     /// Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
     pub memory: u64,
     /// Past this fraction of the cache dirty, the service writes back every dirty file at each
-    /// pass (0 < dirty_background <= dirty_foreground <= 1).
+    /// pass (0 < dirty_background <= dirty_foreground <= 1, dirty_background < 1).
     pub dirty_background: f64,
     /// Past this fraction, a writer writes back its own file before writing.
     pub dirty_foreground: f64,

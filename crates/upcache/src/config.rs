@@ -292,7 +292,9 @@ impl Config {
     /// Writers of one file lock only the byte ranges they write (F2FS's range locks, the
     /// default), so writers of disjoint ranges run at once. Off: `write_at` and `set_len` of a
     /// file also take a lock of the whole file, one writer at a time, as the kernel's inode
-    /// lock has them (readers are not held up by it).
+    /// lock has them (readers are not held up by it). The pin and queue APIs are then refused
+    /// (`Unsupported`): a pin held while its thread writes elsewhere in the file would wait
+    /// for ever for a writer that waits for the pin.
     pub fn with_range_lock(mut self, on: bool) -> Self {
         self.range_lock = on;
         self

@@ -296,6 +296,9 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             ),
         },
     };
+    if a.range_lock == Some(false) && a.api != engine::Api::Copy {
+        bail!("--range-lock off refuses the pin and queue APIs (a pin held while its thread writes could wait for ever): use --api copy");
+    }
     if a.iodepth > 1 && a.api != engine::Api::Async {
         bail!("--iodepth needs --api async");
     }

@@ -485,6 +485,7 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {
+        self.inner.check_range_lock("queue")?;
         IoQueue::new(self.inner.clone(), depth)
     }
 
@@ -492,6 +493,7 @@ impl Cache {
     /// and writes in flight (1 to 4096): see [`AsyncIo`]. One driver thread per `AsyncIo`
     /// (and one for its syncs), shared by its clones; make one and clone it.
     pub fn async_io(&self, depth: usize) -> Result<AsyncIo> {
+        self.inner.check_range_lock("async_io")?;
         AsyncIo::start(self.inner.clone(), IoQueue::new(self.inner.clone(), depth)?)
     }
 

@@ -233,6 +233,7 @@ impl File {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn pin(&self, offset: u64) -> Result<PageRef<'_>> {
+        self.cache.check_range_lock("pin")?;
         let ps = self.cache.config.page_size as u64;
         let start = offset - offset % ps;
         if let Some(hit) = self.pin_lock_free(offset, start, ps) {
@@ -290,6 +291,7 @@ impl File {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn pin_mut(&self, offset: u64) -> Result<PageMut<'_>> {
+        self.cache.check_range_lock("pin_mut")?;
         let ps = self.cache.config.page_size as u64;
         let start = offset - offset % ps;
         self.cache.balance_dirty(1);

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fs;
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::FrameTable;
 use crate::io::device::{self, BackingFile};
@@ -437,6 +437,22 @@ impl CacheInner {
             return Ok(());
         }
         b.zeros().extend(b.file(), data_end).map_err(|e| Error::io("zero-fill a backing file ahead", e))
+    }
+
+    /// `Unsupported` for the pin and queue APIs (`what`) with the range lock off: a pin held
+    /// while its thread writes elsewhere in the file would wait for ever for the file's one
+    /// writer, which waits for the pin (`Config::with_range_lock`).
+    pub(crate) fn check_range_lock(&self, what: &str) -> Result<()> {
+        if self.config.range_lock {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "{what} needs the range lock, which this cache has off (Config::with_range_lock): a pin \
+                 held while its thread writes the file could wait for ever for a writer waiting for it"
+            ),
+        ))
     }
 
     /// A checkpoint (module docs of `meta/metalog.rs`): a new log, the namespace as of the

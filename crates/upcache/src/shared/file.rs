@@ -464,7 +464,24 @@ impl SharedFile {
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let _changing = locked.changing();
+        if offset / PAGE as u64 > self.cached_len() / PAGE as u64 {
+            self.settle_end_page();
+        }
         self.write_pages(buf, offset).map(|n| (n, offset))
+    }
+
+    /// Before the length moves past the page that holds the end without a write into that
+    /// page (a write further on, an extension): the page is locked once, so that a writer
+    /// killed while it copied into it is repaired first (its bytes past the end zeroed,
+    /// `repair.rs`) instead of showing through. With the file's lock held, no frame's.
+    fn settle_end_page(&self) {
+        let old = self.cached_len();
+        if old.is_multiple_of(PAGE as u64) {
+            return;
+        }
+        if let Some(f) = self.inner.lock_cached(self.slot, old / PAGE as u64) {
+            self.inner.view.frames()[f as usize].unlock(self.inner.me, false);
+        }
     }
 
     /// Space on the file system for a write of `len` bytes at `offset` (`io/reserve.rs`), with
@@ -554,6 +571,9 @@ impl SharedFile {
         let e = self.entry();
         let old = self.cached_len();
         if new >= old {
+            if new > old {
+                self.settle_end_page();
+            }
             let own = self.inner.own_change(self.slot, &self.fd);
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
             drop(own);

@@ -49,7 +49,7 @@ pub struct SharedConfig {
     /// Processes attached at once.
     pub clients: u32,
     /// (background, foreground) dirty fractions of the frames, 0 < background <= foreground
-    /// <= 1: past the first the service writes back every dirty file at each pass; past the
+    /// <= 1 and background < 1: past the first the service writes back every dirty file at each pass; past the
     /// second a writer writes back its own file before writing.
     pub dirty_ratios: (f64, f64),
     /// Age at which the service writes a file's dirty pages back (the kernel's 30 s); at most
@@ -86,10 +86,12 @@ impl SharedConfig {
             return invalid("shared cache files 1 to 2^20 - 1, clients 1 to 2^16".into());
         }
         let (bg, fg) = self.dirty_ratios;
-        // (Written so that NaN fails too.)
-        if !(bg > 0.0 && bg <= fg && fg <= 1.0) {
+        // (Written so that NaN fails too.) A background ratio of 1 would never be passed, and a
+        // cache full of dirty pages would leave processes that cannot write them to wait for
+        // the expiry.
+        if !(bg > 0.0 && bg < 1.0 && bg <= fg && fg <= 1.0) {
             return invalid(format!(
-                "dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1"
+                "dirty ratios must satisfy 0 < background ({bg}) <= foreground ({fg}) <= 1, background < 1"
             ));
         }
         if self.dirty_expire > MAX_WRITE_BACK_PERIOD {

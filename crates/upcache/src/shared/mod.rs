@@ -738,6 +738,7 @@ mod tests {
             SharedConfig { dirty_ratios: (0.0, 0.5), ..ok.clone() },
             SharedConfig { dirty_ratios: (0.6, 0.5), ..ok.clone() },
             SharedConfig { dirty_ratios: (0.5, 1.5), ..ok.clone() },
+            SharedConfig { dirty_ratios: (1.0, 1.0), ..ok.clone() },
             SharedConfig { dirty_ratios: (f64::NAN, 0.5), ..ok.clone() },
             SharedConfig { flush_interval: std::time::Duration::ZERO, ..ok.clone() },
             SharedConfig { flush_interval: std::time::Duration::from_secs(7200), ..ok.clone() },
@@ -781,6 +782,40 @@ mod tests {
         assert!(buf[..4096].iter().all(|&b| b == 7));
         assert!(buf[4096..4199].iter().all(|&b| b == 0xAB), "below the length: what the writer copied");
         assert_eq!(buf[4199..].iter().position(|&b| b != 0), None, "past the length: zeros");
+    }
+
+    /// The same dead writer's frame, still locked by the dead when another process moves the
+    /// length past its page without touching it (an extension, a write further on): that
+    /// process repairs the page first, as the service's reaper would, and reads zeros past
+    /// the old end.
+    #[test]
+    fn a_dead_writers_page_is_repaired_before_the_length_moves_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let inner = &cache.inner;
+        for extend in [true, false] {
+            f.set_len(0).unwrap();
+            f.write_at(&[7u8; 4199], 0).unwrap();
+            let frame = inner.lock_cached(f.slot(), 1).unwrap();
+            // SAFETY: we hold the frame's lock.
+            unsafe { std::ptr::write_bytes(inner.view.page(frame), 0xCD, frame::PAGE) };
+            // Left locked by a client that died (a slot no process uses).
+            let m = &inner.view.frames()[frame as usize];
+            m.unlock(inner.me, true);
+            assert!(matches!(m.lock(3, |_| true), frame::Taken::Clean));
+            if extend {
+                f.set_len(3 * 4096).unwrap();
+            } else {
+                f.write_at(b"z", 2 * 4096 + 10).unwrap();
+            }
+            let mut buf = vec![1u8; 2 * 4096];
+            assert_eq!(f.read_at(&mut buf, 0).unwrap(), 2 * 4096);
+            assert!(buf[4096..4199].iter().all(|&b| b == 0xCD), "extend {extend}: below the old end");
+            assert_eq!(buf[4199..].iter().position(|&b| b != 0), None, "extend {extend}: past it");
+        }
     }
 
     /// A dirty count a writer killed between counting a page and flagging it left one too
