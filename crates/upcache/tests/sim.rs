@@ -145,50 +145,88 @@ fn injected_faults_are_clean_errors_and_lose_nothing() {
     assert!(page[..] == data[..4096]);
 }
 
+/// GC-aware eviction with the device's GC flag hidden from the policy (it infers collection
+/// from write-back latency, `io/device/gc_watch.rs`; the flag is only this test's oracle). A
+/// sync's write-back meets an episode of 2 s (the write before started it) and stays in
+/// flight: the cache takes the device to be collecting, and reads that miss meanwhile take
+/// clean victims, never writing back one of the other dirty pages, which would stall behind
+/// the episode too. With the plain rule they do (checked, so that the first half proves
+/// something).
 #[test]
 fn gc_aware_eviction_spares_dirty_pages_of_a_collecting_device() {
-    let tmp = tempfile::tempdir().unwrap();
-    // One device whose first write starts an episode of 2 s (writes wait for its end, so the
-    // cache's shutdown takes that long; the reads below take milliseconds).
-    let gc = SimDevice::new(SimConfig {
-        read_latency: Duration::ZERO,
-        write_latency: Duration::ZERO,
-        gc_every: 1,
-        gc_time: Duration::from_secs(2),
-        jitter_pct: 0,
-        ..SimConfig::default()
-    })
-    .unwrap();
-    let c = Config::new(common::dirs(tmp.path(), 1), 16 * 4096)
-        .with_policy(PolicyKind::Clock)
-        .with_clean_first(CleanFirst::WhileGc)
-        .with_flusher_threads(1)
-        .with_dirty_background_ratio(0.9)
-        .with_dirty_foreground_ratio(0.95)
-        .with_sim_device(0, gc.clone());
-    let cache = Cache::create(c).unwrap();
-    let f = cache.create_file("f").unwrap();
-    f.write_all_at(&[1u8; 4096], 0).unwrap();
-    f.sync_data().unwrap(); // the first write starts the episode
-    assert!(gc.collecting());
-    // Half the cache dirty, then reads of other pages: with the device collecting, misses
-    // take clean victims and never write a dirty page back.
-    for p in 1..8u64 {
-        f.write_all_at(&[p as u8; 4096], p * 4096).unwrap();
-    }
-    f.set_len(64 * 4096).unwrap();
-    let writes = gc.stats().writes;
-    let mut buf = vec![0u8; 4096];
-    for _ in 0..4 {
-        for p in 8..64u64 {
-            f.read_exact_at(&mut buf, p * 4096).unwrap();
+    for rule in [CleanFirst::WhileGc, CleanFirst::Never] {
+        let tmp = tempfile::tempdir().unwrap();
+        // One device whose writes start an episode of 2 s once 16 KiB were written since the
+        // last (writes wait for its end; reads do not).
+        let gc = SimDevice::new(SimConfig {
+            read_latency: Duration::ZERO,
+            write_latency: Duration::ZERO,
+            gc_every: 4 * 4096,
+            gc_time: Duration::from_secs(2),
+            jitter_pct: 0,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let c = Config::new(common::dirs(tmp.path(), 1), 16 * 4096)
+            .with_policy(PolicyKind::Clock)
+            .with_clean_first(rule)
+            .with_flusher_threads(1)
+            .with_readahead(0)
+            .with_dirty_background_ratio(0.9)
+            .with_dirty_foreground_ratio(0.95)
+            .with_sim_device(0, gc.clone());
+        let cache = Cache::create(c).unwrap();
+        let f = cache.create_file("f").unwrap();
+        f.set_len(64 * 4096).unwrap();
+        // Four ordinary write-backs, the device's baseline; the fourth starts an episode.
+        for p in 0..4u64 {
+            f.write_all_at(&[p as u8; 4096], p * 4096).unwrap();
+            f.sync_data().unwrap();
         }
-    }
-    assert!(gc.collecting(), "the reads outlasted the episode: the check below would prove nothing");
-    assert_eq!(gc.stats().writes, writes, "a dirty page was written back while the device collected");
-    for p in 1..8u64 {
-        f.read_exact_at(&mut buf, p * 4096).unwrap();
-        assert_eq!(buf, vec![p as u8; 4096]);
+        assert!(gc.collecting());
+        // Pages 4..7 dirty; the sync's write-back of them waits for the episode's end.
+        for p in 4..7u64 {
+            f.write_all_at(&[p as u8; 4096], p * 4096).unwrap();
+        }
+        std::thread::scope(|s| {
+            let sync = s.spawn(|| f.sync_data());
+            // The cache's view: wait (bounded) until it sees the write-back stalled.
+            while rule == CleanFirst::WhileGc && !cache.devices_collecting()[0] {
+                assert!(gc.collecting(), "the episode ended before the cache took it for one");
+                std::thread::yield_now();
+            }
+            // Other pages dirtied meanwhile, then misses on every other page, four times.
+            for p in 7..10u64 {
+                f.write_all_at(&[p as u8; 4096], p * 4096).unwrap();
+            }
+            let writes = gc.stats().writes;
+            let mut buf = vec![0u8; 4096];
+            let mut spared = true;
+            'reads: for _ in 0..4 {
+                for p in 10..64u64 {
+                    f.read_exact_at(&mut buf, p * 4096).unwrap();
+                    if gc.stats().writes != writes {
+                        spared = false;
+                        break 'reads;
+                    }
+                }
+            }
+            if rule == CleanFirst::WhileGc {
+                assert!(
+                    gc.collecting(),
+                    "the reads outlasted the episode: the check below would prove nothing"
+                );
+                assert!(spared, "a dirty page was written back while the device collected");
+            } else {
+                assert!(!spared, "the plain rule never met a dirty victim: the test proves nothing");
+            }
+            sync.join().unwrap().unwrap();
+        });
+        for p in 0..10u64 {
+            let mut buf = vec![0u8; 4096];
+            f.read_exact_at(&mut buf, p * 4096).unwrap();
+            assert_eq!(buf, vec![p as u8; 4096]);
+        }
     }
 }
 

@@ -414,6 +414,14 @@ impl Cache {
         self.inner.background.after(self.inner.sync_everything())
     }
 
+    /// Which devices, in device order, the cache takes to be collecting garbage now, as the
+    /// GC-aware eviction rule ([`crate::CleanFirst::WhileGc`]) sees them: inferred from each
+    /// device's write-back latency against its own baseline (a write-back in flight far past
+    /// its pages' usual time, or just ended so), since real devices do not say.
+    pub fn devices_collecting(&self) -> Vec<bool> {
+        (0..self.inner.config.device_dirs.len()).map(|d| self.inner.gc.collecting(d)).collect()
+    }
+
     /// Counters and gauges.
     ///
     /// ```

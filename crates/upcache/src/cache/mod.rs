@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::FrameTable;
+use crate::io::device::gc_watch::GcWatch;
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
@@ -59,6 +60,8 @@ pub(crate) struct CacheInner {
     /// `frames` so that it drops first: rings that registered the arena close before it is
     /// unmapped.
     pub(crate) engine: std::sync::Arc<dyn IoEngine>,
+    /// Each device's garbage collection, as its write-backs show it (the GC-aware rule's).
+    pub(crate) gc: std::sync::Arc<GcWatch>,
     pub(crate) frames: FrameTable,
     /// Where a missing page gets its frame, and where frames come back to.
     pub(crate) placement: Box<dyn Placement>,
@@ -121,7 +124,8 @@ impl CacheInner {
         }
         let layout =
             StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
-        let placement = placement::build(&config, frames.len(), gc_probe(&config, layout));
+        let gc = std::sync::Arc::new(GcWatch::new(config.device_dirs.len()));
+        let placement = placement::build(&config, frames.len(), gc_probe(&config, layout, &gc));
         // A resizable cache gives frame memory back with MADV_DONTNEED, which would detach
         // registered buffers from the arena: it does not register them.
         let registrable = (!placement.resizable()).then(|| frames.region());
@@ -150,6 +154,7 @@ impl CacheInner {
             placement,
             frames,
             engine,
+            gc,
             files: RwLock::new(HashMap::new()),
             namespace: Mutex::new(ns),
             metalog,
@@ -551,15 +556,21 @@ impl Drop for CacheInner {
     }
 }
 
-/// Whether the device holding a page is collecting garbage, for the GC-aware rule: the
-/// simulated devices' signal (file devices never report it). None without simulated devices.
-fn gc_probe(config: &Config, layout: StripeLayout) -> Option<crate::policy::GcProbe> {
-    if config.sim_devices.is_empty() {
+/// Whether the device holding a page is collecting garbage, for the GC-aware rule: inferred
+/// from the device's write-back latency (`io/device/gc_watch.rs`), for simulated devices as
+/// for real ones (a simulated device's own flag is the tests' oracle, never the policy's).
+/// None unless the rule asks.
+fn gc_probe(
+    config: &Config,
+    layout: StripeLayout,
+    gc: &std::sync::Arc<GcWatch>,
+) -> Option<crate::policy::GcProbe> {
+    if config.clean_first != crate::policy::CleanFirst::WhileGc {
         return None;
     }
-    let sims: Vec<_> = (0..config.device_dirs.len()).map(|i| config.sim_device(i)).collect();
+    let gc = gc.clone();
     Some(std::sync::Arc::new(move |key: crate::frame::PageKey| {
-        // Plain files (`Cache::open_path`) are on no simulated device.
-        key.file < plain::PLAIN_ID && sims[layout.locate(key.page).0].as_ref().is_some_and(|s| s.collecting())
+        // Plain files (`Cache::open_path`) are OS files on no device of the array.
+        key.file < plain::PLAIN_ID && gc.collecting(layout.locate(key.page).0)
     }))
 }

@@ -26,11 +26,12 @@
 //! `--policy KIND[+RULE]`.
 //!
 //! Each one takes dirty frames by a [`CleanFirst`] rule, the modifier: clean pages first
-//! always (SAFS §4.2, the default), only while the page's device reports garbage collection
+//! always (SAFS §4.2, the default), only while the page's device collects garbage
 //! (ScalaCache §5.4), or never (plain: the policy's order alone decides, and a dirty choice is
 //! written back in the miss path). The GC-aware rule asks a `GcProbe`, which the cache
-//! builds from the simulated devices' GC signal, mapping a page to its device through the
-//! layout (`cache/mod.rs::gc_probe`). The set-associative cache has its own in-set policies
+//! builds on each device's collection as its write-back latency shows it
+//! (`io/device/gc_watch.rs`: real devices do not say), mapping a page to its device through
+//! the layout (`cache/mod.rs::gc_probe`). The set-associative cache has its own in-set policies
 //! (`index/setassoc.rs`).
 
 pub mod clock;
@@ -92,8 +93,8 @@ choice! {
         /// Always: a clean page costs nothing to evict, a dirty one a device write (SAFS §4.2).
         #[default]
         Always = "clean-first",
-        /// Only while the dirty page's device reports garbage collection, which would stall its
-        /// write-back (ScalaCache §5.4, "GC-aware").
+        /// Only while the dirty page's device collects garbage, which would stall its write-back
+        /// (ScalaCache §5.4, "GC-aware"), as inferred from the device's write-back latency.
         WhileGc = "gc-aware",
         /// Never: the policy's own order decides ("plain").
         Never = "plain",

@@ -132,10 +132,24 @@ impl CacheInner {
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })
             .collect();
+        // Pages per device of the array (plain files are on none), for the GC watch.
+        let mut devices: Vec<(usize, usize)> = Vec::new();
+        for (file, run) in runs.iter().filter(|(f, _)| !f.plain) {
+            let dev = file.layout.locate(run[0].0).0;
+            match devices.iter_mut().find(|(d, _)| *d == dev) {
+                Some((_, pages)) => *pages += run.len(),
+                None => devices.push((dev, run.len())),
+            }
+        }
+        let tracked: Vec<_> = devices.iter().map(|&(dev, pages)| self.gc.begin(dev, pages)).collect();
         let span = tracing::debug_span!("upcache.write_back", runs = runs.len()).entered();
         let start = std::time::Instant::now();
         let results = self.engine.run_batch(&mut reqs);
         let took = start.elapsed();
+        let alone = tracked.len() == 1;
+        for t in tracked {
+            self.gc.end(t, took, alone);
+        }
         drop(span);
         drop(reqs);
         drop(slices);

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use super::layout::DeviceId;
 use crate::error::{Error, ErrorKind, Result};
 
+pub(crate) mod gc_watch;
 pub mod sim;
 
 /// One open backing file: a cache file's share of one device.

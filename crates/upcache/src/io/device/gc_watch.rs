@@ -1,0 +1,171 @@
+//! Garbage collection inferred from each device's own write latency (ScalaCache §5.4's
+//! GC-aware eviction, for devices that do not say when they collect: real SSDs). A device is
+//! taken to be collecting while a write-back to it has been in flight for much longer than
+//! its pages take at the device's baseline, and for a while after a write-back that took that
+//! long. The baseline is a moving average of the time per page of the device's write-backs
+//! that ran alone on it (a batch over several devices waits for the slowest, so its time
+//! says nothing of each), slow ones left out so that an episode does not raise it.
+//!
+//! Every value is a hint for the replacement policy: Relaxed atomics throughout, and a wrong
+//! answer costs one eviction choice (a dirty page written back during a collection, or a clean
+//! one taken where a dirty one would have done).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Write-backs in flight tracked per device; more run untracked.
+const SLOTS: usize = 8;
+/// A write-back in flight this long at least before it counts as stalled, whatever the
+/// baseline (a device's ordinary jitter stays under it).
+const FLOOR: Duration = Duration::from_micros(500);
+/// In flight past this many times its pages' time at the baseline: stalled.
+const STALLED: u64 = 8;
+
+#[derive(Default)]
+struct Device {
+    /// When each tracked write-back in flight counts as stalled, in ns since the epoch (0: free).
+    deadlines: [AtomicU64; SLOTS],
+    /// Ns per page of ordinary write-backs (0: none seen yet).
+    per_page_ns: AtomicU64,
+    /// Until when, in ns since the epoch, the device is taken to be collecting after a slow
+    /// write-back ended.
+    until_ns: AtomicU64,
+}
+
+/// The GC state of every device of a cache, as its write-backs show it.
+pub(crate) struct GcWatch {
+    devices: Box<[Device]>,
+    epoch: Instant,
+}
+
+/// A write-back's place in [`GcWatch`], from [`GcWatch::begin`] to [`GcWatch::end`].
+pub(crate) struct Tracked {
+    dev: usize,
+    slot: Option<usize>,
+    pages: u64,
+}
+
+impl GcWatch {
+    pub(crate) fn new(devices: usize) -> Self {
+        GcWatch { devices: (0..devices).map(|_| Device::default()).collect(), epoch: Instant::now() }
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// A write-back of `pages` pages to device `dev` begins.
+    pub(crate) fn begin(&self, dev: usize, pages: usize) -> Tracked {
+        let pages = pages.max(1) as u64;
+        self.begin_at(dev, pages, self.now())
+    }
+
+    fn begin_at(&self, dev: usize, pages: u64, now: u64) -> Tracked {
+        let d = &self.devices[dev];
+        // Relaxed (throughout): hints, see the module's doc.
+        let expect = d.per_page_ns.load(Ordering::Relaxed).saturating_mul(pages);
+        let deadline = now + expect.saturating_mul(STALLED).max(FLOOR.as_nanos() as u64);
+        let slot = d
+            .deadlines
+            .iter()
+            .position(|s| s.compare_exchange(0, deadline, Ordering::Relaxed, Ordering::Relaxed).is_ok());
+        Tracked { dev, slot, pages }
+    }
+
+    /// The write-back `t` ended after `took`; `alone`: it was the only device of its batch.
+    pub(crate) fn end(&self, t: Tracked, took: Duration, alone: bool) {
+        self.end_at(t, took.as_nanos() as u64, alone, self.now());
+    }
+
+    fn end_at(&self, t: Tracked, took: u64, alone: bool, now: u64) {
+        let d = &self.devices[t.dev];
+        if let Some(s) = t.slot {
+            d.deadlines[s].store(0, Ordering::Relaxed);
+        }
+        if !alone {
+            return;
+        }
+        let per_page = took / t.pages;
+        let base = d.per_page_ns.load(Ordering::Relaxed);
+        if base != 0 && took > FLOOR.as_nanos() as u64 && per_page > base.saturating_mul(STALLED) {
+            // A collection: taken to go on for half as long again, and kept out of the baseline.
+            d.until_ns.store(now + took / 2, Ordering::Relaxed);
+            return;
+        }
+        // An average over about the last 8 write-backs.
+        let next = if base == 0 { per_page } else { base - base / 8 + per_page / 8 };
+        d.per_page_ns.store(next.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether device `dev` is taken to be collecting now.
+    pub(crate) fn collecting(&self, dev: usize) -> bool {
+        self.collecting_at(dev, self.now())
+    }
+
+    fn collecting_at(&self, dev: usize, now: u64) -> bool {
+        let d = &self.devices[dev];
+        now < d.until_ns.load(Ordering::Relaxed)
+            || d.deadlines.iter().any(|s| {
+                let deadline = s.load(Ordering::Relaxed);
+                deadline != 0 && now > deadline
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1000;
+    const MS: u64 = 1_000_000;
+
+    /// Ordinary write-backs of 100 us a page make the baseline; one in flight past 8 times its
+    /// pages' time (and the floor) is a collection, until it ends and for half its time after;
+    /// a slow one left no mark on the baseline; batches over several devices teach nothing.
+    #[test]
+    fn a_write_back_far_slower_than_the_baseline_is_a_collection() {
+        let w = GcWatch::new(2);
+        let mut now = MS;
+        for _ in 0..20 {
+            let t = w.begin_at(0, 4, now);
+            now += 400 * US;
+            w.end_at(t, 400 * US, true, now);
+        }
+        assert!(!w.collecting_at(0, now));
+        let base = w.devices[0].per_page_ns.load(Ordering::Relaxed);
+        assert!((90 * US..=110 * US).contains(&base), "{base}");
+        // 4 pages expected to take 400 us: not stalled at 3 ms, stalled past 3.2 ms.
+        let t = w.begin_at(0, 4, now);
+        assert!(!w.collecting_at(0, now + 3 * MS));
+        assert!(w.collecting_at(0, now + 4 * MS));
+        assert!(!w.collecting_at(1, now + 4 * MS), "another device");
+        now += 100 * MS;
+        w.end_at(t, 100 * MS, true, now);
+        assert!(w.collecting_at(0, now + 49 * MS), "for half its time after");
+        assert!(!w.collecting_at(0, now + 51 * MS));
+        assert_eq!(w.devices[0].per_page_ns.load(Ordering::Relaxed), base, "kept out of the baseline");
+        // A batch over both devices: its time is the slowest's.
+        let t = w.begin_at(1, 1, now);
+        w.end_at(t, 100 * MS, false, now + 100 * MS);
+        assert_eq!(w.devices[1].per_page_ns.load(Ordering::Relaxed), 0);
+        assert!(!w.collecting_at(1, now + 101 * MS));
+    }
+
+    /// Before any baseline, a write-back in flight past the floor is a collection; more
+    /// write-backs in flight than slots are not tracked, and cost nothing.
+    #[test]
+    fn without_a_baseline_the_floor_decides() {
+        let w = GcWatch::new(1);
+        let t = w.begin_at(0, 1, 0);
+        assert!(!w.collecting_at(0, FLOOR.as_nanos() as u64));
+        assert!(w.collecting_at(0, FLOOR.as_nanos() as u64 + 1));
+        w.end_at(t, 10 * MS, true, 10 * MS);
+        assert!(!w.collecting_at(0, 10 * MS), "the first sample is the baseline, not a collection");
+        let all: Vec<_> = (0..SLOTS + 2).map(|_| w.begin_at(0, 1, 20 * MS)).collect();
+        assert_eq!(all.iter().filter(|t| t.slot.is_none()).count(), 2);
+        for t in all {
+            w.end_at(t, 10 * MS, true, 30 * MS);
+        }
+        assert!(!w.collecting_at(0, 30 * MS));
+    }
+}
