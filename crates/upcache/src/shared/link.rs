@@ -127,9 +127,9 @@ pub(crate) fn before_leaving(inner: &Inner) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut pause = Duration::from_millis(5);
     while std::time::Instant::now() < deadline {
-        // A stopped service still maps the segment, so nothing goes with ours; waiting for it
-        // stalled every exit beside it (5 s at the exit handler, 5 s more at the detach).
-        if inner.link.socket.as_deref().is_some_and(serve::service_stopped) {
+        // A stopped service of this segment still maps it, so nothing goes with ours; waiting
+        // for it stalled every exit beside it (5 s at the exit handler, 5 s more at the detach).
+        if inner.link.socket.as_deref().is_some_and(|s| serve::stopped_service_maps(s, &inner.view.seg)) {
             return;
         }
         match reconnect(inner) {

@@ -496,9 +496,11 @@ fn stopped_service(socket: &Path) -> Option<Record> {
     Record::read(&lock_path(socket)).filter(|r| holder::stopped(r.pid))
 }
 
-/// Whether the service at `socket` is stopped (SIGSTOP, or traced).
-pub(crate) fn service_stopped(socket: &Path) -> bool {
-    stopped_service(socket).is_some()
+/// Whether the service at `socket` is stopped (SIGSTOP, or traced) and serves `seg` (its
+/// record names the segment's identity): then it still maps `seg`.
+pub(crate) fn stopped_service_maps(socket: &Path, seg: &Segment) -> bool {
+    let ours = holder::identity(&seg.as_fd());
+    stopped_service(socket).is_some_and(|r| ours == Some((r.dev, r.ino)))
 }
 
 /// Connects to `socket` and asks for the segment, waiting up to `timeout` for the answer but
