@@ -102,29 +102,35 @@ pub unsafe extern "C" fn upcache_attach(
         if out.is_null() {
             return Err(Fail::invalid("out is null"));
         }
-        // SAFETY: the function's contract.
-        let socket = unsafe { socket_or_default(socket) }?;
         let mut config = SharedConfig::default();
         if memory != 0 {
             config.memory = memory;
         }
-        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(60))?;
-        // SAFETY: `out` is non-null and writable (checked, and the contract).
-        unsafe { hand_out(Backend::Shared(cache), out) };
-        Ok(())
+        // SAFETY: the function's contract; `out` is non-null (checked).
+        unsafe { attach(socket, &config, out) }
     })
 }
 
-/// The socket argument of the attach calls: NULL for the default.
+/// The attach calls' common part: attaches to the service at `socket` (NULL: the default),
+/// starting it with `config` if none answers, and hands the attachment out in `*out`.
 ///
 /// # Safety
-/// `socket` is NULL or NUL-terminated.
-unsafe fn socket_or_default(socket: *const c_char) -> Result<std::path::PathBuf, Fail> {
-    if socket.is_null() {
-        return Ok(serve::default_socket());
-    }
+/// `socket` is NULL or NUL-terminated; `out` is non-null and writable.
+unsafe fn attach(
+    socket: *const c_char,
+    config: &SharedConfig,
+    out: *mut *mut upcache_cache,
+) -> Result<(), Fail> {
+    let socket = if socket.is_null() {
+        serve::default_socket()
+    } else {
+        // SAFETY: the caller's contract.
+        std::path::PathBuf::from(unsafe { text(socket, "socket") }?)
+    };
+    let cache = serve::connect_or_start(&socket, config, std::time::Duration::from_secs(60))?;
     // SAFETY: the caller's contract.
-    Ok(std::path::PathBuf::from(unsafe { text(socket, "socket") }?))
+    unsafe { hand_out(Backend::Shared(cache), out) };
+    Ok(())
 }
 
 /// The shared cache's size and write-back settings, as `upcache serve`'s flags; they take
@@ -189,12 +195,8 @@ pub unsafe extern "C" fn upcache_attach_with(
             ..SharedConfig::default()
         };
         config.check()?;
-        // SAFETY: the function's contract.
-        let socket = unsafe { socket_or_default(socket) }?;
-        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(60))?;
-        // SAFETY: `out` is non-null and writable (checked, and the contract).
-        unsafe { hand_out(Backend::Shared(cache), out) };
-        Ok(())
+        // SAFETY: the function's contract; `out` is non-null (checked).
+        unsafe { attach(socket, &config, out) }
     })
 }
 

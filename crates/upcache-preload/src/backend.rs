@@ -143,8 +143,8 @@ pub(crate) enum Backend {
 impl Backend {
     /// Attaches to the shared cache at the default socket, starting its service if none
     /// answers (with `config`, exiting after `idle` with nobody attached).
-    pub fn shared(config: SharedConfig, idle: Duration) -> Result<Backend> {
-        serve::connect_or_start(&serve::default_socket(), &config, idle).map(Backend::Shared)
+    pub fn shared(config: &SharedConfig, idle: Duration) -> Result<Backend> {
+        serve::connect_or_start(&serve::default_socket(), config, idle).map(Backend::Shared)
     }
 
     /// The shared cache's size and write-back settings (its service's); None for a private one.

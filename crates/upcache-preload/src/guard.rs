@@ -31,10 +31,11 @@ pub(crate) fn defer_if_inside(sig: i32) -> bool {
     inside && DEFERRED.try_with(|d| d.set(sig)).is_ok()
 }
 
-/// Raises now the signal deferred while this thread was inside, if any: called as the thread
-/// begins to sleep for another process's lock (`upcache::shared::on_sleep_for_another_process`),
-/// where it holds none of the cache's locks and might sleep for as long as that process is
-/// stopped. The handler, seeing the thread asleep, lets the signal take its course.
+/// Raises now the signal deferred while this thread was inside, if any: as the thread leaves
+/// the shim, and as it begins to sleep for another process's lock
+/// (`upcache::shared::on_sleep_for_another_process`), where it holds none of the cache's locks
+/// and might sleep for as long as that process is stopped (the handler, seeing the thread
+/// asleep, lets the signal take its course).
 pub(crate) fn raise_deferred_now() {
     let deferred = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
     if deferred != 0 {
@@ -60,13 +61,8 @@ impl Drop for Inside {
         // A handler running between the two must see the flag cleared or leave its signal
         // where the load below finds it: the compiler may not swap them.
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-        let deferred = DEFERRED.try_with(|d| d.replace(0)).unwrap_or(0);
-        if deferred != 0 {
-            let errno = crate::errno::get();
-            // SAFETY: no memory arguments; the handler runs now, outside the shim.
-            unsafe { libc::raise(deferred) };
-            crate::errno::set(errno);
-        }
+        // The handler runs now, outside the shim.
+        raise_deferred_now();
     }
 }
 

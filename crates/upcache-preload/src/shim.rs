@@ -466,9 +466,9 @@ impl Shim {
             let socket = upcache::shared::serve::default_socket();
             let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
             let asked = settings.write_back.shared(config);
-            let cache = Backend::shared(asked.clone(), settings.idle)
+            let cache = Backend::shared(&asked, settings.idle)
                 .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
-            let running = cache.shared_config().unwrap_or_else(|| asked.clone());
+            let running = cache.shared_config().unwrap_or(asked);
             if let Some(differs) = settings.write_back.differs(&running) {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?} and \

@@ -464,8 +464,9 @@ impl SharedFile {
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let _changing = locked.changing();
-        if offset / PAGE as u64 > self.cached_len() / PAGE as u64 {
-            self.settle_end_page();
+        let len = self.cached_len();
+        if offset / PAGE as u64 > len / PAGE as u64 {
+            self.settle_end_page(len);
         }
         self.write_pages(buf, offset).map(|n| (n, offset))
     }
@@ -473,9 +474,9 @@ impl SharedFile {
     /// Before the length moves past the page that holds the end without a write into that
     /// page (a write further on, an extension): the page is locked once, so that a writer
     /// killed while it copied into it is repaired first (its bytes past the end zeroed,
-    /// `repair.rs`) instead of showing through. With the file's lock held, no frame's.
-    fn settle_end_page(&self) {
-        let old = self.cached_len();
+    /// `repair.rs`) instead of showing through. With the file's lock held (so `old`, the length,
+    /// is stable), no frame's.
+    fn settle_end_page(&self, old: u64) {
         if old.is_multiple_of(PAGE as u64) {
             return;
         }
@@ -572,7 +573,7 @@ impl SharedFile {
         let old = self.cached_len();
         if new >= old {
             if new > old {
-                self.settle_end_page();
+                self.settle_end_page(old);
             }
             let own = self.inner.own_change(self.slot, &self.fd);
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;

@@ -137,24 +137,28 @@ pub(crate) struct Header {
 }
 
 impl Header {
+    /// `SharedConfig::dirty_ratios`.
+    pub fn dirty_ratios(&self) -> (f64, f64) {
+        // Relaxed: fixed before the magic number was published.
+        let ratio = |i: usize| f64::from_bits(self.dirty_ratios[i].load(Ordering::Relaxed));
+        (ratio(0), ratio(1))
+    }
+
     /// The dirty frame counts past which the service writes back every dirty file
     /// (background) and a writer writes back its own first (foreground), of `frames`.
     pub fn dirty_limits(&self, frames: usize) -> (usize, usize) {
-        // Relaxed: fixed before the magic number was published.
-        let at = |i: usize| {
-            (f64::from_bits(self.dirty_ratios[i].load(Ordering::Relaxed)) * frames as f64) as usize
-        };
-        (at(0), at(1))
+        let (bg, fg) = self.dirty_ratios();
+        ((bg * frames as f64) as usize, (fg * frames as f64) as usize)
     }
 
-    pub fn dirty_expire(&self) -> std::time::Duration {
+    pub fn dirty_expire(&self) -> Duration {
         // Relaxed: as above.
-        std::time::Duration::from_millis(self.dirty_expire_ms.load(Ordering::Relaxed))
+        Duration::from_millis(self.dirty_expire_ms.load(Ordering::Relaxed))
     }
 
-    pub fn flush_interval(&self) -> std::time::Duration {
+    pub fn flush_interval(&self) -> Duration {
         // Relaxed: as above.
-        std::time::Duration::from_millis(self.flush_interval_ms.load(Ordering::Relaxed))
+        Duration::from_millis(self.flush_interval_ms.load(Ordering::Relaxed))
     }
 }
 

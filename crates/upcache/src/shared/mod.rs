@@ -536,13 +536,11 @@ impl Inner {
     pub(crate) fn config(&self) -> SharedConfig {
         let v = &self.view;
         let h = v.header();
-        // Relaxed: fixed before the segment's magic number was published.
-        let ratio = |i: usize| f64::from_bits(h.dirty_ratios[i].load(Ordering::Relaxed));
         SharedConfig {
             memory: (v.n_frames * frame::PAGE) as u64,
             files: v.n_files as u32,
             clients: v.n_clients() as u32,
-            dirty_ratios: (ratio(0), ratio(1)),
+            dirty_ratios: h.dirty_ratios(),
             dirty_expire: h.dirty_expire(),
             flush_interval: h.flush_interval(),
         }
@@ -595,8 +593,8 @@ impl Drop for Inner {
 mod tests {
     use super::*;
 
-    /// 256 frames, 4 files, 4 clients.
-    fn small() -> SharedConfig {
+    /// 256 frames, 4 files, 4 clients (the other modules' tests use it too).
+    pub(super) fn small() -> SharedConfig {
         SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() }
     }
 
@@ -675,8 +673,7 @@ mod tests {
         let (p, q) = (dir.path().join("f"), dir.path().join("g"));
         std::fs::write(&p, b"").unwrap();
         std::fs::write(&q, b"y").unwrap();
-        let config = small();
-        let cache = SharedCache::create(&config).unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
         let frames = cache.inner.view.n_frames;
         let f = cache.open_path(&p, true).unwrap();
         let lent = |path: &Path| {
@@ -757,6 +754,19 @@ mod tests {
         assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set);
     }
 
+    /// A file of 4199 bytes of 7, and its page 1 (which holds the end) locked by us and
+    /// filled with `fill` whole, as a writer that died copying into it leaves it (its write
+    /// had not raised the length).
+    fn end_page_of_a_dead_writer(cache: &SharedCache, f: &SharedFile, fill: u8) -> u32 {
+        f.set_len(0).unwrap();
+        f.write_at(&[7u8; 4199], 0).unwrap();
+        let inner = &cache.inner;
+        let frame = inner.lock_cached(f.slot(), 1).unwrap();
+        // SAFETY: we hold the frame's lock.
+        unsafe { std::ptr::write_bytes(inner.view.page(frame), fill, frame::PAGE) };
+        frame
+    }
+
     /// A writer killed while it copied into the page that holds the file's end (its write
     /// had not raised the length yet) leaves bytes past the length in the frame: the repair
     /// keeps what lies below the length and zeros the rest, so an extension reads zeros there
@@ -768,12 +778,8 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
-        f.write_at(&[7u8; 4199], 0).unwrap();
         let inner = &cache.inner;
-        // The dead writer's copy into page 1, cut short before it raised the length.
-        let frame = inner.lock_cached(f.slot(), 1).unwrap();
-        // SAFETY: we hold the frame's lock.
-        unsafe { std::ptr::write_bytes(inner.view.page(frame), 0xAB, frame::PAGE) };
+        let frame = end_page_of_a_dead_writer(&cache, &f, 0xAB);
         inner.repair_frame(frame, 99);
         inner.view.frames()[frame as usize].unlock(inner.me, true);
         f.set_len(3 * 4096).unwrap();
@@ -797,11 +803,7 @@ mod tests {
         let f = cache.open_path(&p, true).unwrap();
         let inner = &cache.inner;
         for extend in [true, false] {
-            f.set_len(0).unwrap();
-            f.write_at(&[7u8; 4199], 0).unwrap();
-            let frame = inner.lock_cached(f.slot(), 1).unwrap();
-            // SAFETY: we hold the frame's lock.
-            unsafe { std::ptr::write_bytes(inner.view.page(frame), 0xCD, frame::PAGE) };
+            let frame = end_page_of_a_dead_writer(&cache, &f, 0xCD);
             // Left locked by a client that died (a slot no process uses).
             let m = &inner.view.frames()[frame as usize];
             m.unlock(inner.me, true);

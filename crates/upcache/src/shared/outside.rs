@@ -262,17 +262,11 @@ impl Inner {
 mod tests {
     use std::os::unix::fs::FileExt;
 
-    use super::super::{SharedCache, SharedConfig};
+    use super::super::SharedCache;
     use super::*;
 
     fn cache() -> SharedCache {
-        SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..SharedConfig::default()
-        })
-        .unwrap()
+        SharedCache::create(&super::super::tests::small()).unwrap()
     }
 
     fn read(f: &SharedFile, at: u64, n: usize) -> Vec<u8> {

@@ -119,6 +119,8 @@ impl CacheInner {
                     .collect()
             })
             .collect();
+        // Pages per device of the array (plain files are on none), for the GC watch.
+        let mut devices: Vec<(usize, usize)> = Vec::new();
         let mut reqs: Vec<IoReq<'_, '_>> = runs
             .iter()
             .zip(&slices)
@@ -128,20 +130,16 @@ impl CacheInner {
                     // Before the write can grow the OS file: a size up to here is ours.
                     let end = offset + bufs.iter().map(|b| b.len() as u64).sum::<u64>();
                     file.os_size.fetch_max(end, Ordering::SeqCst);
+                } else {
+                    match devices.iter_mut().find(|(d, _)| *d == dev) {
+                        Some((_, pages)) => *pages += run.len(),
+                        None => devices.push((dev, run.len())),
+                    }
                 }
                 IoReq::Write { file: &file.backing[dev], offset, bufs }
             })
             .collect();
-        // Pages per device of the array (plain files are on none), for the GC watch.
-        let mut devices: Vec<(usize, usize)> = Vec::new();
-        for (file, run) in runs.iter().filter(|(f, _)| !f.plain) {
-            let dev = file.layout.locate(run[0].0).0;
-            match devices.iter_mut().find(|(d, _)| *d == dev) {
-                Some((_, pages)) => *pages += run.len(),
-                None => devices.push((dev, run.len())),
-            }
-        }
-        let tracked: Vec<_> = devices.iter().map(|&(dev, pages)| self.gc.begin(dev, pages)).collect();
+        let tracked: Vec<_> = devices.into_iter().map(|(dev, pages)| self.gc.begin(dev, pages)).collect();
         let span = tracing::debug_span!("upcache.write_back", runs = runs.len()).entered();
         let start = std::time::Instant::now();
         let results = self.engine.run_batch(&mut reqs);
