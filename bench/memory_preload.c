@@ -2,9 +2,12 @@
  * each file opened read-only under MEMORY_PREFIX, reads the whole file into one anonymous
  * (huge-page advised) mapping at open, and serves every pread of that descriptor with one
  * memcpy from it. No lookup, no lock, no system call: what a page cache that costs nothing
- * but the copy would give. Other calls, and files opened for writing, go to the kernel.
- * A benchmark tool only (bench/db_bench_limit.sh): it assumes the files do not change while
- * open. Build: cc -O2 -shared -fPIC -o memory_preload.so memory_preload.c -ldl */
+ * but the copy would give. Other calls go to the kernel; with MEMORY_WRITES=1, files opened
+ * for writing get an image too, and each pwrite within it is one memcpy into it (nothing
+ * reaches the file: the ceiling of a write, not a cache). A benchmark tool only
+ * (bench/db_bench_limit.py, bench/shim_fio.py): it assumes the files do not change while
+ * open, and each process has an image of its own.
+ * Build: cc -O2 -shared -fPIC -o memory_preload.so memory_preload.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -60,8 +63,13 @@ static void load(int fd) {
     atomic_store(&images[fd], img);
 }
 
+static int writes_too(void) {
+    const char *w = getenv("MEMORY_WRITES");
+    return w && strcmp(w, "1") == 0;
+}
+
 static int opened(int fd, const char *path, int flags) {
-    if (fd >= 0 && (flags & O_ACCMODE) == O_RDONLY && under_prefix(path))
+    if (fd >= 0 && ((flags & O_ACCMODE) == O_RDONLY || writes_too()) && under_prefix(path))
         load(fd);
     return fd;
 }
@@ -123,6 +131,29 @@ ssize_t pread64(int fd, void *buf, size_t count, off_t offset) {
     if (!real)
         real = dlsym(RTLD_NEXT, "pread64");
     return serve(fd, buf, count, offset, real);
+}
+
+static ssize_t take(int fd, const void *buf, size_t count, off_t offset,
+                    ssize_t (*real)(int, const void *, size_t, off_t)) {
+    struct image *img = fd >= 0 && fd < MAX_FDS ? atomic_load(&images[fd]) : NULL;
+    if (!img || offset < 0 || (size_t)offset + count > img->len)
+        return real(fd, buf, count, offset);
+    memcpy(img->data + offset, buf, count);
+    return (ssize_t)count;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "pwrite");
+    return take(fd, buf, count, offset, real);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "pwrite64");
+    return take(fd, buf, count, offset, real);
 }
 
 int close(int fd) {

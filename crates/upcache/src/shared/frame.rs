@@ -24,7 +24,7 @@
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crate::shm::futex;
-use crate::shm::LIVENESS_POLL;
+use crate::shm::{spin_while_held, LIVENESS_POLL};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the shared frame word's futex is its low half, first in memory on little-endian targets");
@@ -123,6 +123,9 @@ impl FrameMeta {
     /// from a dead one (`alive` answers for holders other than `me`: another thread of ours).
     pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Taken {
         let mut mark = 0;
+        // As `OwnerLock`'s: liveness is asked only after a whole poll without a wake.
+        let mut suspect = false;
+        let mut spun = false;
         loop {
             // Relaxed: a guess for the CASes, which order.
             let w = self.word.load(Ordering::Relaxed);
@@ -133,7 +136,14 @@ impl FrameMeta {
                 }
                 continue;
             }
-            if holder != me && !alive(holder) {
+            if !spun {
+                spun = true;
+                // Relaxed: a hint; the CAS above orders.
+                if !spin_while_held(|| self.word.load(Ordering::Relaxed) & HOLDER_MASK != 0) {
+                    continue;
+                }
+            }
+            if holder != me && suspect && !alive(holder) {
                 if self.cas_lock(w, (w & !HOLDER_MASK) | me as u64) {
                     return Taken::FromDead(holder);
                 }
@@ -145,7 +155,11 @@ impl FrameMeta {
             {
                 continue;
             }
-            futex::wait(self.word.as_ptr().cast::<u32>(), ((w & LOCK_MASK) | WAITERS) as u32, LIVENESS_POLL);
+            suspect = futex::wait(
+                self.word.as_ptr().cast::<u32>(),
+                ((w & LOCK_MASK) | WAITERS) as u32,
+                LIVENESS_POLL,
+            );
             mark = WAITERS;
         }
     }

@@ -39,6 +39,7 @@ mod outside;
 mod pages;
 mod repair;
 pub mod serve;
+mod writeback;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -4,7 +4,6 @@
 use std::cell::Cell;
 use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
@@ -228,40 +227,6 @@ impl Inner {
         fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }
 
-    /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
-    /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
-    pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
-        let m = &self.view.frames()[f as usize];
-        let k = m.key();
-        let e = &self.view.files()[key_slot(k) as usize];
-        let at = key_page(k) * PAGE as u64;
-        // Acquire: pairs with the length's Release stores.
-        let n = e.len.load(Ordering::Acquire).saturating_sub(at).min(PAGE as u64) as usize;
-        // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
-        let bytes = unsafe { std::slice::from_raw_parts(self.view.page(f), n) };
-        if let Err(err) = fd.write_all_at(bytes, at) {
-            let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
-            e.record_error(errno);
-            return Err(Error::io("write back a page of a shared file", err));
-        }
-        // Release: the clean flag goes after the write; counts after the flag (never below).
-        m.flags.fetch_and(!DIRTY, Ordering::Release);
-        e.dirty.fetch_sub(1, Ordering::Release);
-        self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
-        self.view.header().written_back.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
-    /// error.
-    pub(crate) fn write_back_slot(&self, slot: u32, fd: &std::fs::File) -> Result<()> {
-        // Acquire: pairs with `mark_dirty`'s count.
-        if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
-            return Ok(());
-        }
-        self.write_back_listed(&self.file_candidates(slot), fd, true)
-    }
-
     /// `candidates` of every page of file `slot` below its length, where all its dirty pages
     /// lie.
     pub(crate) fn file_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
@@ -278,39 +243,6 @@ impl Inner {
         // Relaxed (gen): see `key`. Acquire (len): pairs with the length's Release stores; a
         // write extends it before it unlocks its frame, so every dirty page lies below it.
         (e.gen.load(Ordering::Relaxed), e.len.load(Ordering::Acquire).div_ceil(PAGE as u64))
-    }
-
-    /// Writes back, through `fd`, each listed frame that still holds its page (`home` the key)
-    /// and is dirty; the first error. Without `wait`, a frame locked by someone else is
-    /// skipped (the service's flusher: a stopped process holding one must not stall it).
-    pub(crate) fn write_back_listed(
-        &self,
-        pages: &[(u32, u64)],
-        fd: &std::fs::File,
-        wait: bool,
-    ) -> Result<()> {
-        let mut first = Ok(());
-        let mut own = None;
-        for &(f, k) in pages {
-            let m = &self.view.frames()[f as usize];
-            if m.flags() & DIRTY == 0 {
-                continue;
-            }
-            if wait {
-                self.lock_frame(f);
-            } else if !m.try_lock(self.me) {
-                continue;
-            }
-            if m.home() == k && m.flags() & DIRTY != 0 {
-                // One change of the cache's own for the whole run (`outside.rs`).
-                own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
-                if let Err(err) = self.write_back_locked(f, fd) {
-                    first = first.and(Err(err));
-                }
-            }
-            m.unlock(self.me, false);
-        }
-        first
     }
 
     /// The frames that held pages `from..to` of file `slot`, with their keys, each to be
@@ -343,15 +275,6 @@ impl Inner {
                 map.lock(k, self.me, &|h| self.alive(h)).find(k).map(|f| (f, k))
             })
             .collect()
-    }
-
-    /// Writes back the dirty pages of every file this process has open for writing.
-    pub(crate) fn write_back_all_open(&self) {
-        for (slot, fd) in self.writable_fds() {
-            if let Err(e) = self.write_back_slot(slot, &fd) {
-                log::error!("upcache: writing back a shared file: {e}");
-            }
-        }
     }
 
     /// Marks frame `f` (locked by us) dirty, counting it first.

@@ -24,5 +24,6 @@ mod owner_lock;
 mod segment;
 
 pub use clients::Clients;
+pub(crate) use owner_lock::spin_while_held;
 pub use owner_lock::{Acquired, OwnerLock, LIVENESS_POLL, MAX_HOLDER};
 pub use segment::{forget_all, hold_mapped_for_fork, RegionSpec, Segment, MAX_REGIONS};

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""fio through the shim against the kernel, side by side, interleaved round by round: the
+workloads of issue 34's table and its done-when. Each shim run gets a fresh service (started
+here with `upcache serve`, stopped and waited for after the run, so its write-back at exit is
+timed in no other run). Each round runs every side of a workload in turn, rotating which goes
+first; prints per-round figures, medians and ratios.
+
+    bench/shim_fio.py [--rounds 3] [--only randwrite-one,randwrite-own,...] [--dir DIR]
+
+Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
+limit measured in the same round):
+- randwrite-one: random 4 KiB writes by 2 processes into one 256 MiB file, 10 s; limit: the
+  one-memcpy ceiling (bench/memory_preload.c with MEMORY_WRITES=1).
+- randwrite-own: the same into a 128 MiB file per process.
+- warm-randread: a first process reads a 512 MiB file, then 2 processes read it at random
+  (4 KiB); limit: the one-memcpy ceiling.
+- seqread: 1 MiB sequential reads of a file twice the shim's cache (1 GiB, cache 512 MiB),
+  kernel cache dropped first; limit: fio O_DIRECT io_uring at depth 16.
+- seqwrite: 1 MiB sequential writes of 4x the shim's cache (2 GiB) with a final fsync;
+  limit: fio O_DIRECT psync (the same calls, no cache).
+
+Needs fio, root (drop_caches), a C compiler and the release builds
+(cargo build --release -p upcache-cli -p upcache-preload).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIM = os.path.join(ROOT, "target/release/libupcache_preload.so")
+UPCACHE = os.path.join(ROOT, "target/release/upcache")
+
+
+def drop_page_cache():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def fio(args, env, cwd):
+    out = subprocess.run(["fio", *args, "--output-format=json"], env=env, cwd=cwd, check=True,
+                         capture_output=True, text=True).stdout
+    # fio may print notes before its JSON.
+    job = json.loads(out[out.index("{"):])["jobs"][0]
+    if job["error"] != 0:
+        sys.exit(f"FAILED: fio {args}: error {job['error']}")
+    return job
+
+
+class Service:
+    """A fresh `upcache serve` for one run, stopped (and waited for) after it."""
+
+    def __init__(self, memory):
+        self.dir = tempfile.mkdtemp(prefix="upcache-shimfio-service.")
+        self.socket = os.path.join(self.dir, "cache.sock")
+        self.proc = subprocess.Popen([UPCACHE, "serve", "--socket", self.socket, "--memory", memory,
+                                      "--idle", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(1000):
+            if os.path.exists(self.socket):
+                return
+            if self.proc.poll() is not None:
+                sys.exit(f"FAILED: upcache serve: {self.proc.stderr.read().decode()}")
+            time.sleep(0.01)
+        sys.exit("FAILED: upcache serve did not listen within 10 s")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=600)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def shim_env(base, prefix, service):
+    return dict(base, LD_PRELOAD=SHIM, UPCACHE_PREFIX=prefix, UPCACHE_SOCKET=service.socket)
+
+
+def ceiling_env(base, prefix, so, writes):
+    env = dict(base, LD_PRELOAD=so, MEMORY_PREFIX=prefix)
+    if writes:
+        env["MEMORY_WRITES"] = "1"
+    return env
+
+
+def fresh(d):
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    os.sync()
+
+
+def lay_out(path, size):
+    subprocess.run(["fio", "--name=layout", f"--filename={path}", f"--size={size}", "--ioengine=psync",
+                    "--direct=1", "--rw=write", "--bs=1m"], check=True, capture_output=True)
+
+
+RUNTIME = "10"
+
+
+def randwrite(data, sides, one_file):
+    """IOPS of 2 processes writing 4 KiB at random, one 256 MiB file or a 128 MiB one each."""
+    names = ["one.dat"] if one_file else ["w.0.0", "w.1.0"]
+    size = "256m" if one_file else "128m"
+    out = {}
+    for side, env in sides:
+        fresh(data)
+        for n in names:
+            lay_out(os.path.join(data, n), size)
+        drop_page_cache()
+        where = [f"--filename={os.path.join(data, 'one.dat')}"] if one_file else [f"--directory={data}"]
+        job = fio(["--name=w", *where, f"--size={size}", "--rw=randwrite", "--bs=4k", "--ioengine=psync",
+                   "--numjobs=2", "--time_based", f"--runtime={RUNTIME}", "--group_reporting"], env(), data)
+        out[side] = job["write"]["iops"]
+    return out
+
+
+def warm_randread(data, sides):
+    out = {}
+    for side, env in sides:
+        fresh(data)
+        path = os.path.join(data, "warm.dat")
+        lay_out(path, "512m")
+        drop_page_cache()
+        e = env()
+        common = ["--name=warm", f"--filename={path}", "--size=512m", "--ioengine=psync", "--invalidate=0"]
+        fio([*common, "--rw=read", "--bs=1m"], e, data)
+        job = fio([*common, "--rw=randread", "--bs=4k", "--numjobs=2", "--time_based", f"--runtime={RUNTIME}",
+                   "--group_reporting"], e, data)
+        out[side] = job["read"]["iops"]
+    return out
+
+
+def seqread(data, sides):
+    """MiB/s of 1 MiB sequential reads of a 1 GiB file (twice the shim's cache)."""
+    out = {}
+    path = os.path.join(data, "seq.dat")
+    fresh(data)
+    lay_out(path, "1g")
+    for side, env in sides:
+        drop_page_cache()
+        if side == "limit":
+            job = fio(["--name=r", f"--filename={path}", "--size=1g", "--rw=read", "--bs=1m", "--direct=1",
+                       "--ioengine=io_uring", "--iodepth=16"], dict(os.environ), data)
+        else:
+            job = fio(["--name=r", f"--filename={path}", "--size=1g", "--rw=read", "--bs=1m",
+                       "--ioengine=psync"], env(), data)
+        out[side] = job["read"]["bw"] / 1024.0
+    return out
+
+
+def seqwrite(data, sides):
+    """MiB/s of 1 MiB sequential writes of 2 GiB (4x the shim's cache), fsync at the end."""
+    out = {}
+    for side, env in sides:
+        fresh(data)
+        path = os.path.join(data, "seqw.dat")
+        drop_page_cache()
+        direct = ["--direct=1"] if side == "limit" else []
+        job = fio(["--name=sw", f"--filename={path}", "--size=2g", "--rw=write", "--bs=1m", "--ioengine=psync",
+                   "--end_fsync=1", *direct], env() if side != "limit" else dict(os.environ), data)
+        # fio's bandwidth leaves out the final fsync: bytes over the job's whole time instead.
+        out[side] = job["write"]["io_bytes"] / 1048576.0 / (job["job_runtime"] / 1000.0)
+    return out
+
+
+WORKLOADS = {
+    "randwrite-one": ("random 4 KiB writes, 2 processes, one 256 MiB file", "IOPS", "one-memcpy ceiling", "1G"),
+    "randwrite-own": ("random 4 KiB writes, a 128 MiB file per process", "IOPS", "one-memcpy ceiling", "1G"),
+    "warm-randread": ("warm 2nd process, random 4 KiB reads of 512 MiB", "IOPS", "one-memcpy ceiling", "1G"),
+    "seqread": ("sequential 1 MiB reads, file 2x the cache", "MiB/s", "O_DIRECT depth 16", "512M"),
+    "seqwrite": ("sequential 1 MiB writes, 4x the cache, fsync", "MiB/s", "O_DIRECT psync", "512M"),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default=",".join(WORKLOADS))
+    ap.add_argument("--dir", help="where the files go (default: a temporary directory under /var/tmp)")
+    args = ap.parse_args()
+    only = args.only.split(",")
+    for w in only:
+        if w not in WORKLOADS:
+            sys.exit(f"unknown workload {w}; known: {', '.join(WORKLOADS)}")
+    for f in (SHIM, UPCACHE):
+        if not os.path.exists(f):
+            sys.exit(f"{f} is missing: cargo build --release -p upcache-cli -p upcache-preload")
+    root = args.dir or tempfile.mkdtemp(prefix="upcache-shimfio.", dir="/var/tmp")
+    data = os.path.join(root, "data")
+    ceiling_so = os.path.join(root, "memory_preload.so")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", ceiling_so,
+                    os.path.join(ROOT, "bench/memory_preload.c"), "-ldl"], check=True)
+    base = dict(os.environ)
+    base.pop("LD_PRELOAD", None)
+    results = {}  # (workload, side) -> [values]
+    for rnd in range(args.rounds):
+        for w in only:
+            title, unit, limit, memory = WORKLOADS[w]
+            service = None
+
+            def shim():
+                nonlocal service
+                service = Service(memory)
+                return shim_env(base, root, service)
+
+            sides = [("kernel", lambda: base), ("shim", shim),
+                     ("limit", lambda: ceiling_env(base, root, ceiling_so, w.startswith("randwrite")))]
+            # Rotate which side goes first.
+            sides = sides[rnd % 3:] + sides[:rnd % 3]
+
+            def run_with(fn):
+                def stop_after(sides):
+                    out = {}
+                    for side, env in sides:
+                        try:
+                            out.update(fn(data, [(side, env)]))
+                        finally:
+                            if service is not None and side == "shim":
+                                service.stop()
+                    return out
+                return stop_after
+
+            if w == "randwrite-one":
+                got = run_with(lambda d, s: randwrite(d, s, True))(sides)
+            elif w == "randwrite-own":
+                got = run_with(lambda d, s: randwrite(d, s, False))(sides)
+            elif w == "warm-randread":
+                got = run_with(warm_randread)(sides)
+            elif w == "seqread":
+                got = run_with(seqread)(sides)
+            else:
+                got = run_with(seqwrite)(sides)
+            for side, v in got.items():
+                results.setdefault((w, side), []).append(v)
+            print(f"round {rnd + 1} {w}: " + ", ".join(f"{s} {got[s]:.0f}" for s in ("kernel", "shim", "limit")),
+                  flush=True)
+    print(f"\nmedians of {args.rounds} round(s), files in {root}")
+    print(f"{'workload':<50} {'unit':<6} {'kernel':>9} {'shim':>9} {'limit':>9} {'shim/kernel':>11} "
+          f"{'shim/limit':>10}  limit")
+    for w in only:
+        title, unit, limit, _ = WORKLOADS[w]
+        k, s, m = (statistics.median(results[(w, side)]) for side in ("kernel", "shim", "limit"))
+        print(f"{title:<50} {unit:<6} {k:>9.0f} {s:>9.0f} {m:>9.0f} {s / k:>10.2f}x {s / m:>9.2f}x  {limit}")
+    if not args.dir:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

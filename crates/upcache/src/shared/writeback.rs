@@ -1,0 +1,148 @@
+//! Writing dirty frames back to their files, in runs: the dirty pages of a file that follow
+//! each other are locked together and written with one `pwritev` of up to [`RUN_PAGES`]
+//! pages (the merged write-back runs of ScalaCache's batched I/O and the private engine's
+//! `io/`), instead of a system call per page.
+//!
+//! Only a run's first frame is waited for: a frame locked by someone else ends the run, so a
+//! writer-back never sleeps while it holds frames, and no lock order between frames is needed.
+
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+use super::frame::{key_page, key_slot, DIRTY, PAGE};
+use super::Inner;
+use crate::error::{Error, Result};
+
+/// Pages in a run at most: 1 MiB, one system call.
+pub(crate) const RUN_PAGES: usize = 256;
+
+impl Inner {
+    /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
+    /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
+    pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
+        self.write_back_run(&[f], fd)
+    }
+
+    /// Writes frames `run` (locked by us, `DIRTY`, holding pages that follow each other in one
+    /// file, the first page first) back through `fd` with one `pwritev`, up to the file's
+    /// length, and clears their `DIRTY`; on failure keeps them all dirty and records the error
+    /// on the file.
+    fn write_back_run(&self, run: &[u32], fd: &std::fs::File) -> Result<()> {
+        let frames = self.view.frames();
+        let k = frames[run[0] as usize].key();
+        let e = &self.view.files()[key_slot(k) as usize];
+        let at = key_page(k) * PAGE as u64;
+        // Acquire: pairs with the length's Release stores.
+        let len = e.len.load(Ordering::Acquire);
+        let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
+        for (i, &f) in run.iter().enumerate() {
+            let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
+            if n == 0 {
+                break; // past the length (cut meanwhile): nothing of it to write
+            }
+            // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
+            bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
+        }
+        if let Err(err) = crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs) {
+            let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
+            e.record_error(errno);
+            return Err(Error::io("write back pages of a shared file", err));
+        }
+        for &f in run {
+            // Release: the clean flag goes after the write; counts after the flag (never below).
+            frames[f as usize].flags.fetch_and(!DIRTY, Ordering::Release);
+        }
+        let n = run.len() as u64;
+        e.dirty.fetch_sub(n, Ordering::Release);
+        // Relaxed: counters.
+        self.view.header().dirty.fetch_sub(n, Ordering::Relaxed);
+        self.view.header().written_back.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
+    /// error.
+    pub(crate) fn write_back_slot(&self, slot: u32, fd: &std::fs::File) -> Result<()> {
+        // Acquire: pairs with `mark_dirty`'s count.
+        if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        self.write_back_listed(&self.file_candidates(slot), fd, true)
+    }
+
+    /// Writes back, through `fd`, each listed frame (of one file) that still holds its page
+    /// (`home` the key) and is dirty, in runs; the first error. Without `wait`, a frame locked
+    /// by someone else is skipped (the service's flusher: a stopped process holding one must
+    /// not stall it).
+    pub(crate) fn write_back_listed(
+        &self,
+        pages: &[(u32, u64)],
+        fd: &std::fs::File,
+        wait: bool,
+    ) -> Result<()> {
+        let frames = self.view.frames();
+        let mut pages: Vec<(u32, u64)> =
+            pages.iter().copied().filter(|&(f, _)| frames[f as usize].flags() & DIRTY != 0).collect();
+        pages.sort_unstable_by_key(|&(_, k)| k);
+        let mut first = Ok(());
+        let mut own = None;
+        let mut run = Vec::with_capacity(RUN_PAGES.min(pages.len()));
+        let mut i = 0;
+        while i < pages.len() {
+            let (f, k) = pages[i];
+            i += 1;
+            if !self.lock_dirty(f, k, wait) {
+                continue;
+            }
+            run.push(f);
+            // The pages right after it that no one else holds.
+            while run.len() < RUN_PAGES
+                && i < pages.len()
+                && pages[i].1 == k + run.len() as u64
+                && key_page(pages[i].1) != 0
+                && self.lock_dirty(pages[i].0, pages[i].1, false)
+            {
+                run.push(pages[i].0);
+                i += 1;
+            }
+            // One change of the cache's own for the whole pass (`outside.rs`).
+            own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
+            if let Err(err) = self.write_back_run(&run, fd) {
+                first = first.and(Err(err));
+            }
+            for f in run.drain(..) {
+                frames[f as usize].unlock(self.me, false);
+            }
+        }
+        first
+    }
+
+    /// Locks frame `f` (waiting if `wait`, else only if no one holds it) if it is dirty, and
+    /// keeps it locked if it still holds page `k` and is dirty; whether it does.
+    fn lock_dirty(&self, f: u32, k: u64, wait: bool) -> bool {
+        let m = &self.view.frames()[f as usize];
+        if m.flags() & DIRTY == 0 {
+            return false;
+        }
+        if wait {
+            self.lock_frame(f);
+        } else if !m.try_lock(self.me) {
+            return false;
+        }
+        if m.home() == k && m.flags() & DIRTY != 0 {
+            return true;
+        }
+        m.unlock(self.me, false);
+        false
+    }
+
+    /// Writes back the dirty pages of every file this process has open for writing.
+    pub(crate) fn write_back_all_open(&self) {
+        for (slot, fd) in self.writable_fds() {
+            if let Err(e) = self.write_back_slot(slot, &fd) {
+                log::error!("upcache: writing back a shared file: {e}");
+            }
+        }
+    }
+}
