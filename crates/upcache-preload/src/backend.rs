@@ -56,6 +56,14 @@ impl File {
     pub fn write_back(&self) -> Result<()> {
         both!(self, f => f.write_back())
     }
+    /// Starts the write-back without waiting for it (the shared cache's service does it); the
+    /// private cache writes back here.
+    pub fn start_write_back(&self) -> Result<()> {
+        match self {
+            File::Private(f) => f.write_back(),
+            File::Shared(f) => f.start_write_back(),
+        }
+    }
     /// As the process dies of a signal: on the shared cache, pages another process holds are
     /// passed over (it may be stopped; the cache keeps them).
     pub fn write_back_dying(&self) -> Result<()> {

@@ -559,14 +559,15 @@ fn posix_fallocate_cached(fd: c_int, desc: &Description, off: i64, len: i64) -> 
     }
 }
 
-/// POSIX_FADV_DONTNEED drops the range's clean pages (after writing dirty ones back), as the
-/// kernel does to its page cache: programs that empty caches before measuring (fio) get the
-/// same from the shim. Other advice is only advice (libc's, on the real descriptor).
+/// POSIX_FADV_DONTNEED starts the write-back of the file's dirty pages without waiting for it
+/// and drops the range's clean pages, as the kernel does to its page cache: programs that empty
+/// caches before measuring (fio) get the same from the shim, and dirty pages stay cached until
+/// written back. Other advice is only advice (libc's, on the real descriptor).
 fn fadvise_cached(fd: c_int, desc: &Description, off: i64, len: i64, advice: c_int) -> c_int {
     // (A negative range is the kernel's to judge.)
     if advice == libc::POSIX_FADV_DONTNEED && off >= 0 && len >= 0 {
         let file = desc.shared.file();
-        if let Err(e) = file.write_back().and_then(|()| file.evict(off as u64, len as u64)) {
+        if let Err(e) = file.start_write_back().and_then(|()| file.evict(off as u64, len as u64)) {
             return errno::of(&e);
         }
     }

@@ -648,6 +648,18 @@ impl SharedFile {
         self.inner.write_back_slot(self.slot, &self.fd)
     }
 
+    /// Starts the write-back of the file's dirty pages without waiting for it, as the kernel's
+    /// POSIX_FADV_DONTNEED does: the service writes them back at once through a descriptor a
+    /// writer lent it (in the background, as the kernel's flusher); with no service to ask,
+    /// this process writes them back itself (if it may write the file).
+    pub fn start_write_back(&self) -> Result<()> {
+        // Acquire: pairs with `mark_dirty`'s count.
+        if self.entry().dirty.load(Ordering::Acquire) == 0 || self.inner.ask_write_back(self.slot) {
+            return Ok(());
+        }
+        self.write_back_unwaiting()
+    }
+
     /// As [`Self::write_back`], passing over pages another process holds locked (as a process
     /// dies of a signal: one of them may be stopped, and the cache keeps those pages anyway).
     pub fn write_back_unwaiting(&self) -> Result<()> {

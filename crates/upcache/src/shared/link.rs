@@ -49,6 +49,13 @@ impl Link {
         }
     }
 
+    /// Sends one message (no descriptor) to the service; false if there is none to send it to
+    /// (or it could not be sent now).
+    pub fn tell(&self, msg: &[u8]) -> bool {
+        let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        s.as_ref().is_some_and(|stream| crate::shm::handoff::send_msg_now(stream, msg, None).is_ok())
+    }
+
     /// Shuts the connection down: the service sees us go, and our watcher wakes and ends.
     pub fn shut(&self) {
         if let Some(s) = self.stream.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {

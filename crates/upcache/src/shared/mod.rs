@@ -229,13 +229,13 @@ impl SharedCache {
     /// The service's background write-back, as the kernel's flusher threads: through the
     /// descriptors writers lent it, the dirty pages of every file dirty for the cache's dirty
     /// expiry or longer, and of every dirty file while more of the cache than its background
-    /// dirty ratio is dirty. Errors stay
-    /// on the files for their next sync. A file's generation is read under the table's lock,
+    /// dirty ratio is dirty, and of the files in `asked` (a process asked for them: its
+    /// `SharedFile::start_write_back`). Errors stay on the files for their next sync. A file's generation is read under the table's lock,
     /// with its entry checked to still name the descriptor's file, its pages listed after it,
     /// and each written only if its frame still holds that page (of that generation), so
     /// nothing waits under the lock (a partition lock a stopped process holds, an I/O) and no
     /// page goes to another file. The pages written.
-    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<std::fs::File>)]) -> u64 {
+    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<std::fs::File>)], asked: &[u32]) -> u64 {
         let inner = &self.inner;
         let (files, header) = (inner.view.files(), inner.view.header());
         let expire = header.dirty_expire();
@@ -248,7 +248,9 @@ impl SharedCache {
             let Some(e) = files.get(*slot as usize) else { continue };
             // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
             if e.dirty.load(Ordering::Acquire) == 0
-                || !(crowded || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
+                || !(crowded
+                    || asked.contains(slot)
+                    || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
             {
                 continue;
             }
@@ -522,6 +524,14 @@ impl std::fmt::Debug for SharedCache {
 impl Inner {
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
     /// it writes back the file's dirty pages if every writer dies first.
+    /// Asks the service to write file `slot`'s dirty pages back now, through the descriptor
+    /// lent to it; false if there is no service to ask.
+    pub(crate) fn ask_write_back(&self, slot: u32) -> bool {
+        let mut msg = [b'W', 0, 0, 0, 0];
+        msg[1..].copy_from_slice(&slot.to_le_bytes());
+        self.link.tell(&msg)
+    }
+
     pub(crate) fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
         // On every writable open: the service may be about to close the one it has.
         let mut msg = [b'F', 0, 0, 0, 0];
@@ -667,7 +677,8 @@ mod tests {
 
     /// The service's flusher writes a file back once it has been dirty for the cache's dirty
     /// expiry, and every dirty file while more of the cache than its background ratio is
-    /// dirty; through a descriptor lent for another file, nothing.
+    /// dirty, and a file a process asked for at once; through a descriptor lent for another
+    /// file, nothing.
     #[test]
     fn the_flusher_writes_back_files_dirty_for_long_or_a_crowded_cache() {
         let dir = tempfile::tempdir().unwrap();
@@ -685,15 +696,19 @@ mod tests {
             |secs: u64| cache.inner.view.header().dirty_expire_ms.store(secs * 1000, Ordering::Relaxed);
         expire(3600);
         f.write_at(&[7u8; 4096], 0).unwrap();
-        assert_eq!(cache.write_back_due(&lent(&p)), 0, "one page, not dirty for long");
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), 0, "one page, not dirty for long");
+        assert_eq!(cache.write_back_due(&lent(&p), &[f.slot() + 1]), 0, "another file asked for");
+        assert_eq!(cache.write_back_due(&lent(&p), &[f.slot()]), 1, "asked for");
+        assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
+        f.write_at(&[7u8; 4096], 0).unwrap();
         expire(0);
-        assert_eq!(cache.write_back_due(&lent(&p)), 1, "dirty for long enough");
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), 1, "dirty for long enough");
         assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
         let crowd = frames * 3 / 10;
         f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
-        assert_eq!(cache.write_back_due(&lent(&q)), 0, "another file's descriptor");
+        assert_eq!(cache.write_back_due(&lent(&q), &[]), 0, "another file's descriptor");
         expire(3600);
-        assert_eq!(cache.write_back_due(&lent(&p)), crowd as u64, "a crowded cache");
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), crowd as u64, "a crowded cache");
         assert_eq!(std::fs::read(&p).unwrap(), vec![9u8; crowd * 4096]);
     }
 
@@ -718,7 +733,7 @@ mod tests {
             }
             // Relaxed: this thread's own writes.
             let dirty = cache.inner.view.header().dirty.load(Ordering::Relaxed) as usize;
-            let written = cache.write_back_due(&lent) as usize;
+            let written = cache.write_back_due(&lent, &[]) as usize;
             (frames, crowd, dirty, written)
         };
         let (frames, crowd, dirty, written) = outcome(DEFAULT_SHARED_DIRTY_RATIOS);

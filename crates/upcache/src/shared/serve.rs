@@ -183,10 +183,17 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     );
     ready(&cache);
     let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
+    let asked: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let flusher = s.spawn(|| flush(&cache, &lent, &stop));
-        serve_loop(opts, &cache, &listener, &lent);
+        let flusher = s.spawn(|| flush(&cache, &lent, &asked, &stop));
+        serve_loop(opts, &cache, &listener, &lent, &|slot| {
+            let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
+            if !a.contains(&slot) {
+                a.push(slot);
+            }
+            flusher.thread().unpark();
+        });
         // Relaxed: the unpark that follows wakes the flusher to see it.
         stop.store(true, Ordering::Relaxed);
         flusher.thread().unpark();
@@ -199,24 +206,35 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
 
 /// The service's flusher: every flush interval of the cache's config (the kernel's
 /// `dirty_writeback_centisecs`), the write-back of files dirty for long or of a crowded cache
-/// (`SharedCache::write_back_due`), through the descriptors writers lent.
-fn flush(cache: &SharedCache, lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>, stop: &AtomicBool) {
+/// (`SharedCache::write_back_due`), through the descriptors writers lent; at once, for the
+/// files a process asked for (`asked`, emptied by each pass).
+fn flush(
+    cache: &SharedCache,
+    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
+    asked: &Mutex<Vec<u32>>,
+    stop: &AtomicBool,
+) {
     // Relaxed: set before the unpark that ends a park.
     while !stop.load(Ordering::Relaxed) {
-        std::thread::park_timeout(cache.inner.view.header().flush_interval());
+        if asked.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            std::thread::park_timeout(cache.inner.view.header().flush_interval());
+        }
+        let now = std::mem::take(&mut *asked.lock().unwrap_or_else(|p| p.into_inner()));
         let files: Vec<(u32, Arc<std::fs::File>)> =
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
-        cache.write_back_due(&files);
+        cache.write_back_due(&files, &now);
     }
 }
 
-/// Answers attaches, keeps lent descriptors, repairs after hang-ups and writes back orphans,
-/// until the service has been idle for `opts.idle`.
+/// Answers attaches, keeps lent descriptors, passes requests for write-back to the flusher
+/// (`ask`), repairs after hang-ups and writes back orphans, until the service has been idle
+/// for `opts.idle`.
 fn serve_loop(
     opts: &ServeOptions,
     cache: &SharedCache,
     listener: &UnixListener,
     lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
+    ask: &dyn Fn(u32),
 ) {
     let mut attached: Vec<UnixStream> = Vec::new();
     let mut idle_since = Instant::now();
@@ -244,6 +262,7 @@ fn serve_loop(
                             .insert(slot, Arc::new(std::fs::File::from(fd)));
                     }
                 }
+                Ok((5, None)) if msg[0] == b'W' => ask(u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]])),
                 // A hang-up, or what a peer should not send: it goes.
                 _ => {
                     attached.swap_remove(i - 1);
