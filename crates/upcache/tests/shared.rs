@@ -361,6 +361,50 @@ proptest! {
     }
 }
 
+/// A miss loads the read's missing pages in one run, and a read that continues where its
+/// open's last one ended loads a run's worth (256 pages) ahead; within the length, and never
+/// over a page already cached.
+#[test]
+fn misses_load_runs_and_sequential_reads_load_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let data: Vec<u8> = (0..(600 << 12) + 100).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&p, &data).unwrap();
+    let cache = SharedCache::create(&SharedConfig { memory: 4 << 20, ..small() }).unwrap();
+    let f = cache.open_path(&p, false).unwrap();
+    let loads = || cache.status().loads;
+    let mut buf = vec![0u8; 64 << 10];
+    // Not where the last read ended (0, for a new open): only the read's own 16 pages.
+    f.read_at(&mut buf, 40 << 12).unwrap();
+    assert_eq!(&buf[..], &data[40 << 12..][..64 << 10]);
+    assert_eq!(loads(), 16);
+    // Page 41 cached: the run of a read from 38 stops before it.
+    f.read_at(&mut buf[..3 << 12], 38 << 12).unwrap();
+    assert_eq!(&buf[..3 << 12], &data[38 << 12..][..3 << 12]);
+    assert_eq!(loads(), 16 + 2);
+    // From 100, 1000 bytes at a time: the first begins no stream (one page); the first miss
+    // after it, at page 101 by a read from page 100, loads to 256 pages from there (to 355);
+    // the reads after it hit.
+    let mut small_buf = [0u8; 1000];
+    for i in 0..400u64 {
+        let at = (100 << 12) + i * 1000;
+        f.read_at(&mut small_buf, at).unwrap();
+        assert_eq!(&small_buf[..], &data[at as usize..][..1000]);
+        if i == 0 {
+            assert_eq!(loads(), 18 + 1);
+        }
+    }
+    assert_eq!(loads(), 18 + 1 + 255, "pages 100 to 355: {:?}", cache.status());
+    // The end: a run stops at the length.
+    let mut tail = vec![0xEEu8; 8192];
+    let n = f.read_at(&mut tail, 599 << 12).unwrap();
+    assert_eq!(&tail[..n], &data[599 << 12..]);
+    assert_eq!(n, 4096 + 100);
+    let before = loads();
+    let n = f.read_at(&mut tail, (599 << 12) + 4196).unwrap();
+    assert_eq!((n, loads()), (0, before), "at the end: nothing read or loaded");
+}
+
 #[test]
 fn the_status_counts_hits_of_every_client_misses_and_evictions() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,24 +416,25 @@ fn the_status_counts_hits_of_every_client_misses_and_evictions() {
     let fa = a.open_path(&p, false).unwrap();
     let fb = b.open_path(&p, false).unwrap();
     let mut page = [0u8; 4096];
-    fa.read_at(&mut page, 0).unwrap();
+    // No read continues where the last one of its open ended, so none reads ahead.
+    fa.read_at(&mut page, 4096).unwrap();
     let first = a.status();
     assert_eq!((first.misses, first.loads, first.hits), (1, 1, 0), "{first:?}");
     // 64 hits from each client (threads add theirs 32 at a time), each on its own line.
     for f in [&fa, &fb] {
         for _ in 0..64 {
-            f.read_at(&mut page, 0).unwrap();
+            f.read_at(&mut page, 4096).unwrap();
         }
     }
     let hot = b.status();
     assert_eq!((hot.hits, hot.misses), (128, 1), "both clients' hits, in either's status: {hot:?}");
-    // Every page once: the cache fills, then each miss evicts one.
+    // Every page once, 5 pages apart: the cache fills, then each miss evicts one.
     for i in 0..512u64 {
-        fa.read_at(&mut page, i * 4096).unwrap();
+        fa.read_at(&mut page, (1 + i * 5) % 512 * 4096).unwrap();
         assert_eq!(page[4095], 7);
     }
     let s = a.status();
-    assert_eq!(s.misses, 1 + 511, "page 0 was cached: {s:?}");
+    assert_eq!(s.misses, 1 + 511, "page 1 was cached: {s:?}");
     assert!(s.evictions >= 511 - 256, "{} evictions for 511 new pages in 256 frames", s.evictions);
     assert!(s.evictions <= s.misses, "{s:?}");
 }

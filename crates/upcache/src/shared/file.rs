@@ -20,6 +20,7 @@ use super::frame::PAGE;
 use super::frame::{DIRTY, REFERENCED, VALID};
 use super::held::HeldFd;
 use super::pages::Fill;
+use super::writeback::RUN_PAGES;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
@@ -43,6 +44,9 @@ pub struct SharedFile {
     max_len: u64,
     /// The write-back errors this open has reported (`FileEntry::unseen_error`).
     seen: std::sync::atomic::AtomicU64,
+    /// Where this open's last read ended: a read that starts there continues a sequential
+    /// stream, which gets readahead (`read_pages`).
+    read_end: std::sync::atomic::AtomicU64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -156,7 +160,9 @@ impl SharedFile {
             inner.lend_fd(slot, &fd);
         }
         let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
-        let file = SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen };
+        let read_end = std::sync::atomic::AtomicU64::new(0);
+        let file =
+            SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen, read_end };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
         file.look_at(md)?;
@@ -309,7 +315,7 @@ impl SharedFile {
                     (m.home() == k).then_some((f, h))
                 });
                 let Some((f, h)) = held else {
-                    self.read_page(c.page, c.in_page, dst)?;
+                    self.read_page(c.page, c.in_page, dst, 1)?;
                     break;
                 };
                 let m = &view.frames()[f as usize];
@@ -342,19 +348,34 @@ impl SharedFile {
         Ok((end - offset) as usize)
     }
 
-    /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole.
+    /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
+    /// miss loads the read's missing pages from there on in one run (`load.rs`), and, if the
+    /// read continues where this open's last one ended, the pages after it up to a run's
+    /// length (readahead, as the kernel's for a sequential stream).
     fn read_pages(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let end = offset.saturating_add(buf.len() as u64).min(self.cached_len());
+        let len = self.cached_len();
+        let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
             return Ok(0);
         }
+        // Relaxed: a hint for readahead, this open's own.
+        let sequential = self.read_end.swap(end, Ordering::Relaxed) == offset;
+        let last = if sequential {
+            (offset / PAGE as u64 + RUN_PAGES as u64)
+                .min(len.div_ceil(PAGE as u64))
+                .max(end.div_ceil(PAGE as u64))
+        } else {
+            end.div_ceil(PAGE as u64)
+        };
         for c in chunks(offset, end, PAGE as u64) {
-            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len])?;
+            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], (last - c.page) as usize)?;
         }
         Ok((end - offset) as usize)
     }
 
-    fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8]) -> Result<()> {
+    /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
+    /// `want - 1` missing pages after it.
+    fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8], want: usize) -> Result<()> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
         if let Some(f) = view.map().find_hint(k) {
@@ -381,7 +402,7 @@ impl SharedFile {
             }
         }
         // Missing, in flight or changing: take the frame's lock (loading the page if need be).
-        let f = self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?;
+        let f = self.inner.lock_page_loading(self.slot, page, want, &self.fd)?;
         // SAFETY: we hold the frame's lock; in bounds as above.
         unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
         view.frames()[f as usize].unlock(self.inner.me, false);

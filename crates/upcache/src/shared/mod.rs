@@ -35,6 +35,7 @@ mod holder;
 mod index;
 mod layout;
 mod link;
+mod load;
 mod outside;
 mod pages;
 mod repair;

@@ -150,7 +150,8 @@ impl Inner {
         }
     }
 
-    fn try_claim(&self) -> Option<u32> {
+    /// As [`Self::claim`], but None at once if no frame can be taken now.
+    pub(crate) fn try_claim(&self) -> Option<u32> {
         let frames = self.view.frames();
         let n = frames.len() as u64;
         for round in 0..2 {

@@ -1,0 +1,106 @@
+//! Loading missing pages in runs: a read that misses claims frames for its page and for the
+//! pages after it that it (or its readahead) wants and that are missing too, puts them in the
+//! index, and fills them all with one `preadv` (ScalaCache's batched I/O, as the private
+//! engine's `cache/batch.rs`), instead of a system call per page.
+//!
+//! Only the run's first frame may wait to be claimed (`claim`); the others are taken only if
+//! one is free now (`try_claim`), so a loader never sleeps while it holds frames. A page found
+//! in the index, or put there by someone else meanwhile, ends the run.
+
+use std::fs::File;
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{fence, Ordering};
+
+use super::frame::{key_page, PAGE, VALID};
+use super::pages::Fill;
+use super::writeback::RUN_PAGES;
+use super::Inner;
+use crate::error::{Error, Result};
+
+impl Inner {
+    /// The frame holding page `first` of file `slot`, locked for us: as
+    /// `lock_page(.., Fill::Read)`, but a miss loads up to `want - 1` missing pages after it in
+    /// the same `preadv` (at most [`RUN_PAGES`] in all), left cached and unlocked.
+    pub(crate) fn lock_page_loading(&self, slot: u32, first: u64, want: usize, fd: &File) -> Result<u32> {
+        let want = want.clamp(1, RUN_PAGES);
+        let k = self.key(slot, first);
+        let map = self.view.map();
+        if want == 1 || map.find_hint(k).is_some() {
+            // Cached, or being loaded by someone: the single page's path, which waits for it.
+            return self.lock_page(slot, first, fd, Fill::Read);
+        }
+        let f = self.claim()?;
+        if !self.place(f, k) {
+            self.free_frame(f);
+            return self.lock_page(slot, first, fd, Fill::Read);
+        }
+        let mut run = Vec::with_capacity(want);
+        run.push(f);
+        while run.len() < want {
+            let k = self.key(slot, first + run.len() as u64);
+            if key_page(k) == 0 || map.find_hint(k).is_some() {
+                break;
+            }
+            let Some(f) = self.try_claim() else { break };
+            if !self.place(f, k) {
+                self.free_frame(f);
+                break;
+            }
+            run.push(f);
+        }
+        let n = run.len() as u64;
+        // Relaxed: statistics.
+        self.view.header().misses.fetch_add(n, Ordering::Relaxed);
+        self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
+        if let Err(e) = self.fill_run(&run, slot, first, fd) {
+            for &f in &run {
+                self.free_frame(f);
+            }
+            return Err(e);
+        }
+        let frames = self.view.frames();
+        for &f in &run {
+            // Release: published with the bytes by the unlock.
+            frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
+        }
+        self.view.header().loads.fetch_add(n, Ordering::Relaxed);
+        for &f in &run[1..] {
+            frames[f as usize].unlock(self.me, true);
+        }
+        Ok(run[0])
+    }
+
+    /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index; false if
+    /// the page was put in another frame meanwhile.
+    fn place(&self, f: u32, k: u64) -> bool {
+        // Release: a lock-free lookup that reaches the frame sees its key.
+        self.view.frames()[f as usize].key.store(k, Ordering::Release);
+        self.view.map().lock(k, self.me, &|h| self.alive(h)).insert(k, f).is_ok()
+    }
+
+    /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with
+    /// one `preadv`; zeros past the end of the OS file and past the cached length.
+    fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &File) -> Result<()> {
+        // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
+        // are distinct, so the slices do not overlap.
+        let mut pages: Vec<&mut [u8]> =
+            run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
+        let at = first * PAGE as u64;
+        let got = {
+            let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
+            crate::io::sys::preadv_all(fd.as_raw_fd(), at, &mut bufs)
+                .map_err(|e| Error::io("read pages of a shared file", e))?
+        };
+        // SeqCst: as in `fill`: a truncate stores the length and then looks for frames past
+        // it, so either it finds ours or we see its length here and zero past it.
+        fence(Ordering::SeqCst);
+        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
+        let valid = (got as u64).min(len.saturating_sub(at));
+        for (i, p) in pages.iter_mut().enumerate() {
+            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
+            p[from..].fill(0);
+        }
+        Ok(())
+    }
+}
