@@ -61,7 +61,6 @@ pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 pub const PAGE_SIZE: usize = frame::PAGE;
 use layout::View;
 pub use layout::{SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS};
-use writeback::LentFd;
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
 /// table when the last clone and the last [`SharedFile`] are dropped.
@@ -224,7 +223,7 @@ impl SharedCache {
     /// so its inode number can serve another file. The table's lock is taken only when there
     /// is something to do, and no write waits under it: a service stopped (SIGSTOP) while
     /// holding it would stall every open in every process.
-    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<LentFd>>) -> u64 {
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
         self.inner.write_back_orphans(lent)
     }
 
@@ -237,7 +236,7 @@ impl SharedCache {
     /// and each written only if its frame still holds that page (of that generation), so
     /// nothing waits under the lock (a partition lock a stopped process holds, an I/O) and no
     /// page goes to another file. The pages written.
-    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<LentFd>)], asked: &[u32]) -> u64 {
+    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<std::fs::File>)], asked: &[u32]) -> u64 {
         let inner = &self.inner;
         let (files, header) = (inner.view.files(), inner.view.header());
         let expire = header.dirty_expire();
@@ -262,7 +261,7 @@ impl SharedCache {
             let extent = same_file(e, &md).then(|| inner.file_extent(*slot));
             table.unlock(inner.me);
             let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(*slot, gen, 0, end));
-            let _ = inner.write_back_listed_via(&pages, fd, fd.direct(), false); // errors stay on the file
+            let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
             if e.dirty.load(Ordering::Acquire) > 0 {
                 // Still dirty (written meanwhile): its age starts again, as the kernel's does.
                 e.dirtied.store(now, Ordering::Relaxed);
@@ -370,7 +369,7 @@ impl SharedCache {
 impl Inner {
     /// [`SharedCache::write_back_orphans`]: also what a process about to leave does, as it may
     /// hold the last mapping of the cache (`link::before_leaving`), with nothing lent.
-    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<LentFd>>) -> u64 {
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
         let files = self.view.files();
         // Relaxed (all counts and states): hints here, checked again under the table's lock.
         let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
@@ -437,7 +436,7 @@ impl Inner {
         let mut recount = Vec::new();
         for (slot, fd, (gen, end)) in work {
             let pages = self.candidates_of(slot, gen, 0, end);
-            match self.write_back_listed_via(&pages, &fd, fd.direct(), false) {
+            match self.write_back_listed(&pages, &fd, false) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
                 // written meanwhile by a new writer, or a count a killed writer left high.
@@ -494,7 +493,7 @@ pub struct SharedStatus {
 }
 
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.
-fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<LentFd>> {
+fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::fs::File>> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
     // Not blocking, whatever is at the path now (a FIFO would hold the open, and with it the
@@ -505,7 +504,7 @@ fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<LentFd
         .open(std::ffi::OsStr::from_bytes(path))
         .ok()?;
     let md = fd.metadata().ok()?;
-    (md.is_file() && same_file(e, &md)).then(|| Arc::new(LentFd::new(fd, false)))
+    (md.is_file() && same_file(e, &md)).then(|| Arc::new(fd))
 }
 
 /// Whether entry `e` names the file `md` describes.
@@ -677,28 +676,24 @@ mod tests {
         }
     }
 
-    /// The service writes whole pages back through the O_DIRECT twin of a lent descriptor, in
-    /// runs, and the page that holds the end through the descriptor itself: the file reads back
-    /// whole, and its size is the length, not a page further.
+    /// Write-back goes in runs of adjacent dirty pages, the page that holds the end cut at the
+    /// length: the file reads back whole, and its size is the length, not a page further.
     #[test]
-    fn the_service_writes_whole_pages_direct_and_the_end_buffered() {
+    fn write_back_runs_stop_at_clean_pages_and_the_length() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
         let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
-        let fd = Arc::new(LentFd::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
-        if fd.direct().is_none() {
-            eprintln!("no O_DIRECT in {}: the buffered path only", dir.path().display());
-        }
+        let fd = Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
         let data: Vec<u8> = (0..5 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
         f.write_at(&data, 0).unwrap();
-        // Pages 1 and 3 only: two runs of one page, then the rest.
         f.write_at(&[1u8; 10], 4096).unwrap();
         assert_eq!(cache.write_back_due(&[(f.slot(), fd.clone())], &[f.slot()]), 6);
         let mut want = data.clone();
         want[4096..4106].fill(1);
         assert_eq!(std::fs::read(&p).unwrap(), want);
+        // Pages 1 and 3 only: two runs of one page.
         f.write_at(&[2u8; 4096], 4096).unwrap();
         f.write_at(&[3u8; 4096], 3 * 4096).unwrap();
         assert_eq!(cache.write_back_due(&[(f.slot(), fd.clone())], &[f.slot()]), 2);
@@ -721,10 +716,7 @@ mod tests {
         let frames = cache.inner.view.n_frames;
         let f = cache.open_path(&p, true).unwrap();
         let lent = |path: &Path| {
-            vec![(
-                f.slot(),
-                Arc::new(LentFd::new(std::fs::OpenOptions::new().write(true).open(path).unwrap(), true)),
-            )]
+            vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(path).unwrap()))]
         };
         // (A test may change the expiry, fixed otherwise: it is read at each pass.)
         let expire =
@@ -761,10 +753,7 @@ mod tests {
             let cache = SharedCache::create(&config).unwrap();
             let frames = cache.inner.view.n_frames;
             let f = cache.open_path(&p, true).unwrap();
-            let lent = vec![(
-                f.slot(),
-                Arc::new(LentFd::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true)),
-            )];
+            let lent = vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap()))];
             let crowd = frames * 3 / 10;
             for i in 0..crowd {
                 f.write_at(&[1u8; 4096], (i * 4096) as u64).unwrap();
@@ -891,7 +880,7 @@ mod tests {
         // As a killed writer leaves it: counted, never flagged (Relaxed: this thread's view).
         e.dirty.fetch_add(1, Ordering::Relaxed);
         let mut lent = HashMap::new();
-        let fd = Arc::new(LentFd::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
+        let fd = Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
         lent.insert(f.slot(), fd.clone());
         assert_eq!(cache.write_back_orphans(&mut lent), 0, "an open writer: not an orphan");
         assert_eq!(e.dirty.load(Ordering::Relaxed), 4);

@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::holder::{self, Record};
-use super::writeback::LentFd;
 use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{handoff, Segment};
@@ -183,7 +182,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         cache.memory() >> 20
     );
     ready(&cache);
-    let lent: Mutex<HashMap<u32, Arc<LentFd>>> = Mutex::new(HashMap::new());
+    let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
     let asked: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -211,7 +210,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
 /// files a process asked for (`asked`, emptied by each pass).
 fn flush(
     cache: &SharedCache,
-    lent: &Mutex<HashMap<u32, Arc<LentFd>>>,
+    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
     asked: &Mutex<Vec<u32>>,
     stop: &AtomicBool,
 ) {
@@ -221,7 +220,7 @@ fn flush(
             std::thread::park_timeout(cache.inner.view.header().flush_interval());
         }
         let now = std::mem::take(&mut *asked.lock().unwrap_or_else(|p| p.into_inner()));
-        let files: Vec<(u32, Arc<LentFd>)> =
+        let files: Vec<(u32, Arc<std::fs::File>)> =
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
         cache.write_back_due(&files, &now);
     }
@@ -234,7 +233,7 @@ fn serve_loop(
     opts: &ServeOptions,
     cache: &SharedCache,
     listener: &UnixListener,
-    lent: &Mutex<HashMap<u32, Arc<LentFd>>>,
+    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
     ask: &dyn Fn(u32),
 ) {
     let mut attached: Vec<UnixStream> = Vec::new();
@@ -260,7 +259,7 @@ fn serve_loop(
                     if let Some(fd) = fd.filter(|fd| cache.accept_lent_fd(slot, fd)) {
                         lent.lock()
                             .unwrap_or_else(|p| p.into_inner())
-                            .insert(slot, Arc::new(LentFd::new(std::fs::File::from(fd), true)));
+                            .insert(slot, Arc::new(std::fs::File::from(fd)));
                     }
                 }
                 Ok((5, None)) if msg[0] == b'W' => ask(u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]])),

@@ -3,16 +3,9 @@
 //! pages (the merged write-back runs of ScalaCache's batched I/O and the private engine's
 //! `io/`), instead of a system call per page.
 //!
-//! The service writes whole pages through an O_DIRECT twin of the descriptor lent to it
-//! ([`LentFd`]) where the file system allows: no writer waits for its write-back, so the copy
-//! into the kernel's page cache (and the kernel's own write-back of that copy after) would be
-//! pure cost. A writer's own write-back stays buffered: it waits for it, and a buffered write
-//! returns once copied.
-//!
 //! Only a run's first frame is waited for: a frame locked by someone else ends the run, so a
 //! writer-back never sleeps while it holds frames, and no lock order between frames is needed.
 
-use std::fs::File;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -20,7 +13,6 @@ use std::sync::atomic::Ordering;
 use super::frame::{key_page, key_slot, DIRTY, PAGE};
 use super::Inner;
 use crate::error::{Error, Result};
-use crate::io::sys::pwritev_all;
 
 /// Pages in a run at most: 1 MiB, one system call.
 pub(crate) const RUN_PAGES: usize = 256;
@@ -28,43 +20,31 @@ pub(crate) const RUN_PAGES: usize = 256;
 impl Inner {
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
     /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
-    pub(crate) fn write_back_locked(&self, f: u32, fd: &File) -> Result<()> {
-        self.write_back_run(&[f], fd, None)
+    pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
+        self.write_back_run(&[f], fd)
     }
 
     /// Writes frames `run` (locked by us, `DIRTY`, holding pages that follow each other in one
     /// file, the first page first) back through `fd` with one `pwritev`, up to the file's
     /// length, and clears their `DIRTY`; on failure keeps them all dirty and records the error
-    /// on the file. Whole pages go through `direct` if given (an O_DIRECT descriptor of the
-    /// file), unless it refuses them.
-    fn write_back_run(&self, run: &[u32], fd: &File, direct: Option<&File>) -> Result<()> {
+    /// on the file.
+    fn write_back_run(&self, run: &[u32], fd: &std::fs::File) -> Result<()> {
         let frames = self.view.frames();
         let k = frames[run[0] as usize].key();
         let e = &self.view.files()[key_slot(k) as usize];
         let at = key_page(k) * PAGE as u64;
         // Acquire: pairs with the length's Release stores.
         let len = e.len.load(Ordering::Acquire);
-        let bufs = || {
-            let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
-            for (i, &f) in run.iter().enumerate() {
-                let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
-                if n == 0 {
-                    break; // past the length (cut meanwhile): nothing of it to write
-                }
-                // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
-                bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
+        let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
+        for (i, &f) in run.iter().enumerate() {
+            let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
+            if n == 0 {
+                break; // past the length (cut meanwhile): nothing of it to write
             }
-            bufs
-        };
-        let written = match direct.map(|d| write_direct(d, fd, at, &mut bufs())) {
-            // The file system wants more alignment than a page's: buffered.
-            Some(Err(err)) if err.raw_os_error() == Some(libc::EINVAL) => {
-                pwritev_all(fd.as_raw_fd(), at, &mut bufs())
-            }
-            Some(r) => r,
-            None => pwritev_all(fd.as_raw_fd(), at, &mut bufs()),
-        };
-        if let Err(err) = written {
+            // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
+            bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
+        }
+        if let Err(err) = crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs) {
             let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
             e.record_error(errno);
             return Err(Error::io("write back pages of a shared file", err));
@@ -83,7 +63,7 @@ impl Inner {
 
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
     /// error.
-    pub(crate) fn write_back_slot(&self, slot: u32, fd: &File) -> Result<()> {
+    pub(crate) fn write_back_slot(&self, slot: u32, fd: &std::fs::File) -> Result<()> {
         // Acquire: pairs with `mark_dirty`'s count.
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
@@ -95,16 +75,10 @@ impl Inner {
     /// (`home` the key) and is dirty, in runs; the first error. Without `wait`, a frame locked
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
     /// not stall it).
-    pub(crate) fn write_back_listed(&self, pages: &[(u32, u64)], fd: &File, wait: bool) -> Result<()> {
-        self.write_back_listed_via(pages, fd, None, wait)
-    }
-
-    /// [`Self::write_back_listed`], whole pages through `direct` if given.
-    pub(crate) fn write_back_listed_via(
+    pub(crate) fn write_back_listed(
         &self,
         pages: &[(u32, u64)],
-        fd: &File,
-        direct: Option<&File>,
+        fd: &std::fs::File,
         wait: bool,
     ) -> Result<()> {
         let frames = self.view.frames();
@@ -134,7 +108,7 @@ impl Inner {
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
             own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
-            if let Err(err) = self.write_back_run(&run, fd, direct) {
+            if let Err(err) = self.write_back_run(&run, fd) {
                 first = first.and(Err(err));
             }
             for f in run.drain(..) {
@@ -171,55 +145,4 @@ impl Inner {
             }
         }
     }
-}
-
-/// Writes `bufs`, the pages of a run from byte `at`, whole but perhaps the last: the whole
-/// ones through `direct`, the rest through `fd`.
-fn write_direct(direct: &File, fd: &File, at: u64, bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-    let whole = bufs.iter().take_while(|b| b.len() == PAGE).count();
-    let (pages, tail) = bufs.split_at_mut(whole);
-    pwritev_all(direct.as_raw_fd(), at, pages)?;
-    pwritev_all(fd.as_raw_fd(), at + (whole * PAGE) as u64, tail)
-}
-
-/// A descriptor of a file that the service writes back through (lent by a writer, or opened by
-/// the service), with its O_DIRECT twin if the service made one (see the module's
-/// documentation). Only the service makes twins: closing one in a program's process would drop
-/// the program's record locks on the file (`held.rs`).
-pub(crate) struct LentFd {
-    file: File,
-    direct: Option<File>,
-}
-
-impl LentFd {
-    /// `file`, with an O_DIRECT twin if `twin` and the file system and our rights allow.
-    pub(crate) fn new(file: File, twin: bool) -> LentFd {
-        let direct = twin.then(|| open_direct(&file)).flatten();
-        LentFd { file, direct }
-    }
-
-    /// The O_DIRECT twin, if there is one.
-    pub(crate) fn direct(&self) -> Option<&File> {
-        self.direct.as_ref()
-    }
-}
-
-impl std::ops::Deref for LentFd {
-    type Target = File;
-    fn deref(&self) -> &File {
-        &self.file
-    }
-}
-
-/// An O_DIRECT descriptor for writing of the file open on `file` (the open file itself, not
-/// what its path names now); None if refused.
-fn open_direct(file: &File) -> Option<File> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let direct = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .ok()?;
-    let (a, b) = (file.metadata().ok()?, direct.metadata().ok()?);
-    ((a.dev(), a.ino()) == (b.dev(), b.ino())).then_some(direct)
 }
