@@ -2,11 +2,14 @@
 //! attached process at once.
 //!
 //! A read copies each page optimistically (`frame.rs`) and keeps the result only if the file's
-//! write sequence was even and unchanged across the whole copy, so a read never mixes two
-//! writes; after a few tries it takes the file's lock instead. A write holds the file's lock
-//! (one writer per file across processes, as ext4's inode lock), makes the sequence odd, and
-//! per page locks the frame, marks it dirty, copies, and publishes with a version bump; the
-//! length grows page by page as the bytes land.
+//! write sequence was even and unchanged across the whole copy and no range writer was at
+//! work, so a read never mixes two writes; after a few tries it takes the file's lock and waits
+//! for the range writers of its pages instead. A write within the length claims a range slot
+//! for its pages under the file's lock and writes holding only the slot, so writers of
+//! disjoint parts of a file, in any processes, run at once (F2FS's range lock); one that
+//! extends the file holds the file's lock with every slot drained (as ext4's inode lock) and
+//! makes the sequence odd. Per page a write locks the frame, marks it dirty, copies, and
+//! publishes with a version bump; the length grows page by page as the bytes land.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -264,6 +267,9 @@ impl SharedFile {
         self.inner.check_service()?;
         self.look_outside_if_due();
         let e = self.entry();
+        // Relaxed: a hint for readahead, this open's own.
+        let sequential =
+            self.read_end.swap(offset.saturating_add(buf.len() as u64), Ordering::Relaxed) == offset;
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
@@ -271,11 +277,16 @@ impl SharedFile {
                 std::thread::yield_now();
                 continue;
             }
+            // Acquire (in `ranges_held`): a range writer that ended is seen in the sequence.
+            if e.ranges_held() {
+                std::thread::yield_now();
+                continue;
+            }
             // After the sequence: a bypass that ended the change it read is seen.
             if self.bypassed() {
                 return bypass::read(&self.fd, buf, offset, &self.name);
             }
-            let n = self.read_pages(buf, offset)?;
+            let n = self.read_pages(buf, offset, sequential)?;
             // Acquire fence: our copies are ordered before the sequence's re-read.
             fence(Ordering::Acquire);
             // Relaxed: ordered by the fence.
@@ -283,7 +294,8 @@ impl SharedFile {
                 return Ok(n);
             }
         }
-        let Some(_locked) = FileLock::take_unless_stopped(self) else {
+        let Some(_locked) = FileLock::take_to_read(self, offset, offset.saturating_add(buf.len() as u64))
+        else {
             // The writer holding the file is stopped mid-write: the pages as they are now,
             // each whole where no one holds it, as the kernel's reads do (which no stopped
             // process can hold up: it stops only between system calls).
@@ -292,7 +304,7 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
-        self.read_pages(buf, offset)
+        self.read_pages(buf, offset, sequential)
     }
 
     /// `read_pages` while a stopped process holds the file's lock, and perhaps one page's.
@@ -350,16 +362,14 @@ impl SharedFile {
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
     /// miss loads the read's missing pages from there on in one run (`load.rs`), and, if the
-    /// read continues where this open's last one ended, the pages after it up to a run's
-    /// length (readahead, as the kernel's for a sequential stream).
-    fn read_pages(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    /// read is `sequential` (it continues where this open's last one ended), the pages after it
+    /// up to a run's length (readahead, as the kernel's for a sequential stream).
+    fn read_pages(&self, buf: &mut [u8], offset: u64, sequential: bool) -> Result<usize> {
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
             return Ok(0);
         }
-        // Relaxed: a hint for readahead, this open's own.
-        let sequential = self.read_end.swap(end, Ordering::Relaxed) == offset;
         let last = if sequential {
             (offset / PAGE as u64 + RUN_PAGES as u64)
                 .min(len.div_ceil(PAGE as u64))
@@ -445,7 +455,9 @@ impl SharedFile {
     }
 
     /// Writes at the offset `at` picks (with the lock held: the end, for appends), of at most
-    /// the bytes it allows.
+    /// the bytes it allows. A write within the length holds a range slot instead of the file's
+    /// lock while it copies (`FileLock::claim_range`); one that extends the file holds the
+    /// lock, all range writers done.
     fn write_locked(
         &self,
         buf: &[u8],
@@ -457,14 +469,15 @@ impl SharedFile {
         self.inner.check_service()?;
         self.look_outside_if_due();
         self.throttle();
-        let locked = FileLock::take(self, false);
+        let locked = FileLock::take_for_write(self);
         let (offset, allowed) = at(self, &locked)?;
         let buf = &buf[..allowed.min(buf.len())];
         if buf.is_empty() {
             return Ok((0, offset));
         }
         if self.bypassed() {
-            // Under the lock still: appends of processes using the cache stay atomic.
+            // Under the lock still: appends of processes using the cache stay atomic. (A
+            // bypass waits for every range writer before it sets the flag.)
             return bypass::write(&self.fd, buf, offset, &self.name).map(|n| (n, offset));
         }
         // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
@@ -484,8 +497,18 @@ impl SharedFile {
         // Up to the largest file, as the kernel writes.
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
         let buf = &buf[..self.reserve(offset, buf.len())?];
-        let _changing = locked.changing();
         let len = self.cached_len();
+        let end = offset + buf.len() as u64;
+        if end <= len {
+            // Within the length: the pages only, beside writers of other parts of the file.
+            if let Some(_range) = locked.claim_range(offset / PAGE as u64, end.div_ceil(PAGE as u64)) {
+                drop(locked);
+                return self.write_pages(buf, offset).map(|n| (n, offset));
+            }
+        }
+        // Past the length (or every slot taken): the length moves, so the whole file.
+        locked.quiesce(0, u64::MAX, &|_| false);
+        let _changing = locked.changing();
         if offset / PAGE as u64 > len / PAGE as u64 {
             self.settle_end_page(len);
         }
@@ -928,19 +951,39 @@ struct FileLock<'a> {
 }
 
 impl<'a> FileLock<'a> {
-    /// `file`'s lock; taken from a dead holder, its change is ended and a truncate it left
-    /// half-done is finished.
+    /// `file`'s lock, with every range writer done; taken from a dead holder, its change is
+    /// ended and a truncate it left half-done is finished.
     fn take(file: &'a SharedFile, changing: bool) -> Self {
         Self::take_if(file, changing, |_| false).expect("never given up")
     }
 
-    /// A reader's `take`: None if the holder is stopped (it would hold the reader up until
-    /// it resumes).
-    fn take_unless_stopped(file: &'a SharedFile) -> Option<Self> {
-        Self::take_if(file, false, |h| file.inner.stopped(h))
+    /// A reader's `take`, for bytes `offset..end`: with every range writer of their pages done;
+    /// None if the holder, or such a writer, is stopped (it would hold the reader up until it
+    /// resumes).
+    fn take_to_read(file: &'a SharedFile, offset: u64, end: u64) -> Option<Self> {
+        let give_up = |h| file.inner.stopped(h);
+        let l = Self::take_some(file, &give_up)?;
+        l.quiesce(offset / PAGE as u64, end.div_ceil(PAGE as u64), &give_up).then_some(l)
     }
 
     fn take_if(file: &'a SharedFile, changing: bool, give_up: impl Fn(u32) -> bool) -> Option<Self> {
+        let l = Self::take_some(file, &give_up)?;
+        if !l.quiesce(0, u64::MAX, &give_up) {
+            return None;
+        }
+        if changing {
+            l.changing();
+        }
+        Some(l)
+    }
+
+    /// `file`'s lock, range writers maybe still at work (a write that may become one: it
+    /// waits for those it overlaps, `claim_range`, or for all, `quiesce`).
+    fn take_for_write(file: &'a SharedFile) -> Self {
+        Self::take_some(file, &|_| false).expect("never given up")
+    }
+
+    fn take_some(file: &'a SharedFile, give_up: &impl Fn(u32) -> bool) -> Option<Self> {
         let (inner, e) = (&*file.inner, file.entry());
         let died =
             matches!(e.lock.lock_unless(inner.me, |h| inner.alive(h), give_up)?, Acquired::OwnerDied(_));
@@ -948,16 +991,56 @@ impl<'a> FileLock<'a> {
             e.repair_lock();
         }
         let l = FileLock { inner, e, changing: std::cell::Cell::new(false) };
-        if changing || died {
-            l.changing();
-        }
         // Acquire: pairs with the intent's Release store. A writer finishes a failed cut too,
-        // before its bytes could land past it.
+        // before its bytes could land past it; no range writer is at work past the length.
         if died || (file.writable && e.cut.load(Ordering::Acquire) != 0) {
+            l.quiesce(0, u64::MAX, &|_| false);
             l.changing();
             file.finish_cut();
         }
         Some(l)
+    }
+
+    /// Waits until no range writer covers a page of `first..end` (taking over a dead one's
+    /// slot); false, the lock let go, if `give_up` says so of one (it is stopped).
+    fn quiesce(&self, first: u64, end: u64, give_up: &impl Fn(u32) -> bool) -> bool {
+        let inner = self.inner;
+        for r in &self.e.ranges {
+            // Relaxed (all): the range changes only under the file's lock, which we hold; the
+            // wait below orders what its writer did before us.
+            if r.lock.holder().is_none()
+                || r.first.load(Ordering::Relaxed) >= end
+                || r.end.load(Ordering::Relaxed) <= first
+            {
+                continue;
+            }
+            if r.lock.lock_unless(inner.me, |h| inner.alive(h), give_up).is_none() {
+                return false; // `self` dropped: the lock let go
+            }
+            r.lock.unlock(inner.me);
+        }
+        true
+    }
+
+    /// A range slot for pages `first..end`, held by us, once no range writer overlaps them;
+    /// None if every slot is taken (the write then holds the file's lock instead).
+    fn claim_range(&self, first: u64, end: u64) -> Option<RangeHeld<'a>> {
+        self.quiesce(first, end, &|_| false);
+        let me = self.inner.me;
+        for r in &self.e.ranges {
+            if r.lock.holder().is_some() {
+                continue;
+            }
+            // Relaxed: published by the lock's release as we let it go; only holders of the
+            // file's lock claim slots, so a free one stays free until our try.
+            r.first.store(first, Ordering::Relaxed);
+            r.end.store(end, Ordering::Relaxed);
+            if r.lock.try_lock(me) {
+                self.e.begin_range_change();
+                return Some(RangeHeld { inner: self.inner, e: self.e, slot: r });
+            }
+        }
+        None
     }
 
     /// Begins a change (the write sequence odd) that ends when the lock is released.
@@ -966,6 +1049,20 @@ impl<'a> FileLock<'a> {
             self.e.begin_change();
         }
         self
+    }
+}
+
+/// A range slot held through a write; freed (and the change ended) on drop.
+struct RangeHeld<'a> {
+    inner: &'a Inner,
+    e: &'a files::FileEntry,
+    slot: &'a files::RangeSlot,
+}
+
+impl Drop for RangeHeld<'_> {
+    fn drop(&mut self) {
+        self.e.end_range_change();
+        self.slot.lock.unlock(self.inner.me);
     }
 }
 
@@ -989,5 +1086,78 @@ impl Drop for SharedFile {
         if let Err(e) = self.close_inner() {
             log::error!("shared cache: closing a file: {e}");
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::shared::{SharedCache, SharedConfig};
+
+    fn two_clients() -> (SharedCache, SharedCache) {
+        let config = SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..SharedConfig::default() };
+        let a = SharedCache::create(&config).unwrap();
+        let b = SharedCache::attach(a.segment_fd().try_clone_to_owned().unwrap()).unwrap();
+        (a, b)
+    }
+
+    /// A write within the length holds a range slot, not the file's lock: while one client
+    /// holds pages 0..4 mid-write, another writes and reads other pages of the file; a write of
+    /// one of those pages, and one that extends the file, wait for it, then land.
+    #[test]
+    fn a_range_writer_holds_only_its_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 16 * PAGE]).unwrap();
+        let (a, b) = two_clients();
+        let fa = a.open_path(&p, true).unwrap();
+        let fb = b.open_path(&p, true).unwrap();
+        let held = {
+            let locked = FileLock::take_for_write(&fa);
+            locked.claim_range(0, 4).expect("a free slot")
+        };
+        fb.write_at(&[1u8; PAGE], 8 * PAGE as u64).unwrap();
+        let mut page = vec![0u8; PAGE];
+        assert_eq!(fb.read_at(&mut page, 8 * PAGE as u64).unwrap(), PAGE);
+        assert_eq!(page, vec![1u8; PAGE], "another part of the file, read beside the range writer");
+        std::thread::scope(|s| {
+            let over = s.spawn(|| fb.write_at(&[2u8; 100], 3 * PAGE as u64 + 10).unwrap());
+            let past = s.spawn(|| fb.write_at(&[3u8; PAGE], 16 * PAGE as u64).unwrap());
+            // (Whether they have reached their waits yet or not, they must wait for this.)
+            drop(held);
+            assert_eq!(over.join().unwrap(), 100);
+            assert_eq!(past.join().unwrap(), PAGE);
+        });
+        let mut want = vec![0u8; 17 * PAGE];
+        want[8 * PAGE..9 * PAGE].fill(1);
+        want[3 * PAGE + 10..3 * PAGE + 110].fill(2);
+        want[16 * PAGE..].fill(3);
+        let mut all = vec![0u8; 17 * PAGE];
+        assert_eq!(fa.read_at(&mut all, 0).unwrap(), 17 * PAGE);
+        assert_eq!(all, want);
+        fa.sync_data().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), want);
+    }
+
+    /// A range slot's holder that dies is taken over: its pages are written again by others,
+    /// and the slot is free for the next writer.
+    #[test]
+    fn a_dead_range_writers_slot_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 4 * PAGE]).unwrap();
+        let (a, b) = two_clients();
+        let fb = b.open_path(&p, true).unwrap();
+        // A slot named for a client that does not exist (as one that died holding it).
+        let e = fb.entry();
+        let dead = a.inner.me + 5;
+        e.ranges[0].first.store(0, Ordering::Relaxed);
+        e.ranges[0].end.store(4, Ordering::Relaxed);
+        assert!(e.ranges[0].lock.try_lock(dead));
+        fb.write_at(&[9u8; PAGE], 0).unwrap();
+        assert!(!e.ranges_held(), "taken over, then freed");
+        let mut page = vec![0u8; PAGE];
+        fb.read_at(&mut page, 0).unwrap();
+        assert_eq!(page, vec![9u8; PAGE]);
     }
 }

@@ -7,8 +7,13 @@
 //! its pages is dirty; its cached pages are dropped first, so a key never names a former file.
 //!
 //! # Invariants
-//! - `seq` is odd exactly while a writer (holding `lock`) changes the file's bytes or length;
-//!   a reader that saw the same even value before and after its copy saw no change.
+//! - `seq` is odd exactly while a holder of `lock` changes the file's bytes or length; a
+//!   writer holding a range slot moves it by 2 as it starts (before its first byte) and as it
+//!   ends (before it frees the slot). A reader that saw the same even value before and after
+//!   its copy, and no slot held in between, saw no change.
+//! - A range slot's pages change only under `lock` while the slot is free; two held slots
+//!   never overlap, and no holder of `lock` changes pages a held slot covers (it waits for the
+//!   slot first, `SharedFile`'s `FileLock::quiesce`).
 //! - `dirty` is never below the number of the file's `DIRTY` frames: it grows before a flag is
 //!   set and shrinks after one is cleared, so a sync that finds 0 may skip its scan.
 //! - `opens` and `writers` are the sums over clients of their `holds` for the slot (a kill
@@ -23,10 +28,24 @@ pub(crate) const FREE: u32 = 0;
 /// Entry names a file.
 pub(crate) const LIVE: u32 = 1;
 
-/// One file's shared state: 192 bytes, three cache lines, all zeros when free. The first line
-/// holds what every write changes (the lock, the length, the sequence); the other two are
+/// Range slots per file: writers of disjoint parts of a file at once, in any processes.
+pub(crate) const RANGES: usize = 4;
+
+/// A writer's claim on pages `first..end` of a file (the range lock of F2FS's parallel writes,
+/// across processes): taken under the file's `lock`, which the writer then lets go, and held
+/// through the write. Its holder is named in `lock`, so a dead writer's slot is taken over.
+#[repr(C)]
+pub(crate) struct RangeSlot {
+    pub lock: OwnerLock,
+    pub _pad: u32,
+    pub first: AtomicU64,
+    pub end: AtomicU64,
+}
+
+/// One file's shared state: 320 bytes, five cache lines, all zeros when free. The first line
+/// holds what every write changes (the lock, the length, the sequence); the next two are
 /// read by every call and written rarely, so that readers do not miss on them while two
-/// processes write the file.
+/// processes write the file; the range slots follow.
 #[repr(C, align(64))]
 pub(crate) struct FileEntry {
     pub state: AtomicU32,
@@ -87,17 +106,22 @@ pub(crate) struct FileEntry {
     /// Bumped as each change of the cache's own begins, so that the one recording the OS
     /// file at the end knows whether another began while it read it.
     pub own_epoch: AtomicU32,
+    /// When (`coarse_ms`, low bits; 0: none) a process asked the service to write
+    /// the file back (`Inner::ask_write_back`); cleared by the service as it takes it.
+    pub asked: AtomicU32,
     /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
-    pub _pad: [u32; 7],
-    /// When a change of the cache's own last began or made a step (`outside::coarse_ms`): one
+    pub _pad: [u32; 6],
+    /// When a change of the cache's own last began or made a step (`coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,
     /// When a process last looked at the OS file for changes made without the cache
-    /// (`outside::coarse_ms`): at most one look per clock tick, by any process.
+    /// (`coarse_ms`): at most one look per clock tick, by any process.
     pub looked: AtomicU64,
+    /// Writers of parts of the file within its length (`RangeSlot`).
+    pub ranges: [RangeSlot; RANGES],
 }
 
-const _: () = assert!(std::mem::size_of::<FileEntry>() == 192);
+const _: () = assert!(std::mem::size_of::<FileEntry>() == 320);
 
 const ERROR_SEEN: u64 = 1 << 32;
 
@@ -145,6 +169,26 @@ impl FileEntry {
         // Relaxed + Release fence: a reader that sees any byte of the change sees the odd value.
         self.seq.fetch_add(1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
+    }
+
+    /// Marks the start of a range writer's change (the caller holds `lock` and a range slot):
+    /// the sequence moves on and keeps its parity.
+    pub fn begin_range_change(&self) {
+        // Release: a reader that reads the new value sees the slot held. Release fence: a
+        // reader that sees any byte of the change sees the new value.
+        self.seq.fetch_add(2, Ordering::Release);
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
+    /// Marks a range writer's end, before it frees its slot.
+    pub fn end_range_change(&self) {
+        // Release: the change is seen by whoever sees the value (or the slot freed after it).
+        self.seq.fetch_add(2, Ordering::Release);
+    }
+
+    /// Whether a writer holds a range slot.
+    pub fn ranges_held(&self) -> bool {
+        self.ranges.iter().any(|r| r.lock.held())
     }
 
     /// Marks its end.
@@ -288,6 +332,15 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
     e.state.store(LIVE, Ordering::Release);
+}
+
+/// The machine's coarse monotonic clock in milliseconds: the same in every process, read
+/// without a system call (the vDSO), and moving once per kernel tick.
+pub(crate) fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 /// Seconds of the machine's monotonic clock, the same in every process.

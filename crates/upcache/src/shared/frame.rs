@@ -123,8 +123,6 @@ impl FrameMeta {
     /// from a dead one (`alive` answers for holders other than `me`: another thread of ours).
     pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Taken {
         let mut mark = 0;
-        // As `OwnerLock`'s: liveness is asked only after a whole poll without a wake.
-        let mut suspect = false;
         let mut spun = false;
         loop {
             // Relaxed: a guess for the CASes, which order.
@@ -143,7 +141,7 @@ impl FrameMeta {
                     continue;
                 }
             }
-            if holder != me && suspect && !alive(holder) {
+            if holder != me && !alive(holder) {
                 if self.cas_lock(w, (w & !HOLDER_MASK) | me as u64) {
                     return Taken::FromDead(holder);
                 }
@@ -155,11 +153,7 @@ impl FrameMeta {
             {
                 continue;
             }
-            suspect = futex::wait(
-                self.word.as_ptr().cast::<u32>(),
-                ((w & LOCK_MASK) | WAITERS) as u32,
-                LIVENESS_POLL,
-            );
+            futex::wait(self.word.as_ptr().cast::<u32>(), ((w & LOCK_MASK) | WAITERS) as u32, LIVENESS_POLL);
             mark = WAITERS;
         }
     }

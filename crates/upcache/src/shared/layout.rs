@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x06");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x07");
 
 mod kind {
     pub const HEADER: u32 = 1;

@@ -49,6 +49,11 @@ impl Link {
         }
     }
 
+    /// Whether there is a service to talk to.
+    pub fn linked(&self) -> bool {
+        self.stream.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// Sends one message (no descriptor) to the service; false if there is none to send it to
     /// (or it could not be sent now).
     pub fn tell(&self, msg: &[u8]) -> bool {

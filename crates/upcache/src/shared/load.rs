@@ -4,8 +4,10 @@
 //! engine's `cache/batch.rs`), instead of a system call per page.
 //!
 //! Only the run's first frame may wait to be claimed (`claim`); the others are taken only if
-//! one is free now (`try_claim`), so a loader never sleeps while it holds frames. A page found
-//! in the index, or put there by someone else meanwhile, ends the run.
+//! one is free now (`try_claim_holding`: no repair of dead clients, which waits for locks), so
+//! a loader never waits for a lock while it holds frames. A page found in the index, or put
+//! there by someone else meanwhile, ends the run. An error reading the run is retried for the
+//! first page alone: pages read ahead fail no read (the kernel's readahead errors do not).
 
 use std::fs::File;
 use std::io::IoSliceMut;
@@ -42,7 +44,7 @@ impl Inner {
             if key_page(k) == 0 || map.find_hint(k).is_some() {
                 break;
             }
-            let Some(f) = self.try_claim() else { break };
+            let Some(f) = self.try_claim_holding() else { break };
             if !self.place(f, k) {
                 self.free_frame(f);
                 break;
@@ -57,7 +59,10 @@ impl Inner {
             for &f in &run {
                 self.free_frame(f);
             }
-            return Err(e);
+            if run.len() == 1 {
+                return Err(e);
+            }
+            return self.lock_page(slot, first, fd, Fill::Read);
         }
         let frames = self.view.frames();
         for &f in &run {

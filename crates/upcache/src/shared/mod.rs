@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
@@ -91,6 +91,10 @@ pub(crate) struct Inner {
     /// `FORKS` when we attached: a forked child has another count, and must not act under
     /// its parent's client id (it attaches itself).
     forks: u64,
+    /// Per client slot: the id last found alive and when (`files::coarse_ms`, low 32 bits),
+    /// so that a lock's waiters ask `/proc` about a holder at most once per
+    /// [`pages::ALIVE_FOR_MS`] (`Inner::alive`).
+    alive_seen: Box<[AtomicU64]>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -136,6 +140,7 @@ impl SharedCache {
     fn join(view: View, link: link::Link) -> Result<SharedCache> {
         count_forks();
         let me = view.clients().join()?;
+        let view_clients = view.clients().capacity();
         let c = view.counters_of(me);
         // Relaxed: statistics; the slot's counts of the clients that held it before.
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
@@ -149,6 +154,7 @@ impl SharedCache {
             link: Arc::new(link),
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
+            alive_seen: (0..view_clients).map(|_| AtomicU64::new(0)).collect(),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -523,16 +529,27 @@ impl std::fmt::Debug for SharedCache {
 }
 
 impl Inner {
-    /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
-    /// it writes back the file's dirty pages if every writer dies first.
     /// Asks the service to write file `slot`'s dirty pages back now, through the descriptor
-    /// lent to it; false if there is no service to ask.
+    /// lent to it; false if there is no service to ask. One request in flight per file: the
+    /// file's `asked` (when one was sent, cleared by the service as it takes it) keeps a
+    /// program that advises in a loop from filling the socket and crowding out lends; a
+    /// request older than a second (a service that died with it) is made again.
     pub(crate) fn ask_write_back(&self, slot: u32) -> bool {
+        let e = &self.view.files()[slot as usize];
+        let now = (files::coarse_ms() as u32).max(1);
+        // Relaxed (both): a hint; a request lost to a race is made by the next advice.
+        let sent_at = e.asked.load(Ordering::Relaxed);
+        if sent_at != 0 && now.wrapping_sub(sent_at) < 1000 && self.link.linked() {
+            return true;
+        }
+        e.asked.store(now, Ordering::Relaxed);
         let mut msg = [b'W', 0, 0, 0, 0];
         msg[1..].copy_from_slice(&slot.to_le_bytes());
         self.link.tell(&msg)
     }
 
+    /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
+    /// it writes back the file's dirty pages if every writer dies first.
     pub(crate) fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
         // On every writable open: the service may be about to close the one it has.
         let mut msg = [b'F', 0, 0, 0, 0];

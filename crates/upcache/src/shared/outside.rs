@@ -28,19 +28,11 @@
 use std::sync::atomic::Ordering;
 
 use super::file::SharedFile;
+use super::files::coarse_ms;
 use super::files::{FileEntry, OsFile};
 use super::frame::{DIRTY, PAGE};
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
-
-/// The machine's coarse monotonic clock in milliseconds: the same in every process, read
-/// without a system call (the vDSO), and moving once per kernel tick.
-pub(crate) fn coarse_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
 
 /// How long a change of the cache's own may go without a step before a look takes it for
 /// one a killed process left counted: looks are blind to outside changes meanwhile.

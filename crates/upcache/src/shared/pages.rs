@@ -15,6 +15,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// `CacheFull`: at least this, and ten of the service's passes (its flush interval).
 const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a client found alive is taken to be (ms): a dead lock holder is taken over at
+/// most this much later.
+pub(crate) const ALIVE_FOR_MS: u32 = 10;
+
 /// What a page's fresh frame is filled with before a write copies into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {
@@ -78,9 +82,22 @@ impl Inner {
         key(slot, self.view.files()[slot as usize].gen.load(Ordering::Relaxed), page)
     }
 
-    /// Whether client `id` may be alive.
+    /// Whether client `id` may be alive: `/proc` asked at most once per [`ALIVE_FOR_MS`] while
+    /// it is (each lock waiter asks at every wake, and the read costs more than most waits);
+    /// a client found dead is asked about again at every call.
     pub(crate) fn alive(&self, id: u32) -> bool {
-        self.view.clients().alive(id)
+        let Some(seen) = self.view.clients().index(id).and_then(|i| self.alive_seen.get(i)) else {
+            return self.view.clients().alive(id);
+        };
+        let now = super::files::coarse_ms() as u32;
+        // Relaxed: a cache of a hint; its worst is one more wait of a poll.
+        let w = seen.load(Ordering::Relaxed);
+        if (w >> 32) as u32 == id && now.wrapping_sub(w as u32) < ALIVE_FOR_MS {
+            return true;
+        }
+        let alive = self.view.clients().alive(id);
+        seen.store(if alive { (id as u64) << 32 | now as u64 } else { 0 }, Ordering::Relaxed);
+        alive
     }
 
     /// Whether client `id`'s process is stopped (SIGSTOP, a debugger, a frozen cgroup): what
@@ -151,10 +168,20 @@ impl Inner {
     }
 
     /// As [`Self::claim`], but None at once if no frame can be taken now.
-    pub(crate) fn try_claim(&self) -> Option<u32> {
+    fn try_claim(&self) -> Option<u32> {
+        self.try_claim_rounds(2)
+    }
+
+    /// A frame if one can be taken now without waiting for any lock (no repair of dead
+    /// clients' frames, which waits for locks): for a loader holding frames already.
+    pub(crate) fn try_claim_holding(&self) -> Option<u32> {
+        self.try_claim_rounds(1)
+    }
+
+    fn try_claim_rounds(&self, rounds: usize) -> Option<u32> {
         let frames = self.view.frames();
         let n = frames.len() as u64;
-        for round in 0..2 {
+        for round in 0..rounds {
             for step in 0..4 * n {
                 // Relaxed: the hand only spreads claims; each frame is taken by CAS.
                 let f = (self.view.header().clock.fetch_add(1, Ordering::Relaxed) % n) as u32;
@@ -190,7 +217,7 @@ impl Inner {
                 self.empty_frame(f);
                 return Some(f);
             }
-            if round == 0 {
+            if round == 0 && rounds > 1 {
                 self.repair_dead();
             }
         }

@@ -81,6 +81,13 @@ impl Inner {
                 }
                 e.lock.unlock(self.me);
             }
+            // A dead range writer's pages are repaired with their frames; its slot only goes.
+            for r in &e.ranges {
+                if r.lock.holder().is_some_and(is_dead) {
+                    r.lock.lock(self.me, |h| self.alive(h));
+                    r.lock.unlock(self.me);
+                }
+            }
         }
         let table = &self.view.header().files_lock;
         // A holder that died between the stores of an open or a close left counts that the

@@ -262,7 +262,14 @@ fn serve_loop(
                             .insert(slot, Arc::new(std::fs::File::from(fd)));
                     }
                 }
-                Ok((5, None)) if msg[0] == b'W' => ask(u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]])),
+                Ok((5, None)) if msg[0] == b'W' => {
+                    let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                    if let Some(e) = cache.inner.view.files().get(slot as usize) {
+                        // Relaxed: a hint (`Inner::ask_write_back`); the next request is sent.
+                        e.asked.store(0, Ordering::Relaxed);
+                        ask(slot);
+                    }
+                }
                 // A hang-up, or what a peer should not send: it goes.
                 _ => {
                     attached.swap_remove(i - 1);

@@ -115,6 +115,11 @@ impl<'a> Clients<'a> {
         })
     }
 
+    /// The index of client `id`'s slot, below [`Self::capacity`]; None for an id no slot has.
+    pub fn index(&self, id: u32) -> Option<usize> {
+        ((id & SLOT_MASK) as usize).checked_sub(1).filter(|&i| i < self.slots.len())
+    }
+
     /// The pid of client `id`'s process, if `id` is its slot's current tenure.
     pub fn pid(&self, id: u32) -> Option<u32> {
         let [who, reaps] = self.slot(id)?;

@@ -32,9 +32,8 @@ pub fn on_sleep(hook: fn()) {
 }
 
 /// Sleeps while the u32 at `word` holds `expected`, at most `timeout`. Returns at once if it
-/// does not; may return early for no reason: callers loop and re-check. True if the whole
-/// `timeout` passed without a wake.
-pub(crate) fn wait(word: *const u32, expected: u32, timeout: Duration) -> bool {
+/// does not; may return early for no reason: callers loop and re-check.
+pub(crate) fn wait(word: *const u32, expected: u32, timeout: Duration) {
     let ts =
         libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
     let _ = WAITING.try_with(|w| w.set(true));
@@ -47,12 +46,8 @@ pub(crate) fn wait(word: *const u32, expected: u32, timeout: Duration) -> bool {
     }
     // SAFETY: FUTEX_WAIT reads the aligned u32 at `word`, which the caller keeps mapped for the
     // call, and the timespec on our stack; it writes no memory of ours.
-    let r = unsafe {
-        libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec)
-    };
-    let timed_out = r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT);
+    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec) };
     let _ = WAITING.try_with(|w| w.set(false));
-    timed_out
 }
 
 /// Wakes up to `n` sleepers on `word`.

@@ -9,10 +9,9 @@
 //! id names a process, not a thread: a thread that finds its own id holding the lock waits, as
 //! for any live holder, since another thread of its process holds it. A waiter sleeps on the
 //! word's futex, shared between processes (not `FUTEX_PRIVATE`), for at most
-//! [`LIVENESS_POLL`] at a time, and asks whether the holder is alive only when a whole poll
-//! passed without a wake: asking reads `/proc`, which costs more than most waits, and a dead
-//! holder wakes no one. Before its first sleep a waiter spins briefly ([`spin_while_held`]):
-//! most holds are a page copy, shorter than a futex wait and wake.
+//! [`LIVENESS_POLL`] at a time, and asks whether the holder is alive whenever it wakes (the
+//! caller's `alive` keeps that cheap). Before its first sleep a waiter spins briefly
+//! ([`spin_while_held`]): most holds are a page copy, shorter than a futex wait and wake.
 //!
 //! # Invariants
 //! - Only a CAS from 0, or from a dead holder's word, makes a thread the holder, so two live
@@ -97,8 +96,6 @@ impl OwnerLock {
         check_id(me);
         // After a sleep, acquire with the waiters bit: others may still sleep.
         let mut mark = 0;
-        // Whether the last sleep lasted a whole poll: the holder may be dead, or stopped.
-        let mut suspect = false;
         let mut spun = false;
         loop {
             // Relaxed: only a hint for the CAS below, which orders.
@@ -118,7 +115,7 @@ impl OwnerLock {
                     continue;
                 }
             }
-            if holder != me && suspect && !alive(holder) {
+            if holder != me && !alive(holder) {
                 // Acquire: whatever the dead holder wrote before it died is seen by us.
                 match self.word.compare_exchange(w, me | (w & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                 {
@@ -126,7 +123,7 @@ impl OwnerLock {
                     Err(_) => continue,
                 }
             }
-            if suspect && holder != me && give_up(holder) {
+            if mark != 0 && holder != me && give_up(holder) {
                 return None;
             }
             // Relaxed: the bit carries no data; the futex re-checks the word atomically.
@@ -135,7 +132,7 @@ impl OwnerLock {
             {
                 continue;
             }
-            suspect = futex::wait(self.word.as_ptr(), w | WAITERS, LIVENESS_POLL);
+            futex::wait(self.word.as_ptr(), w | WAITERS, LIVENESS_POLL);
             mark = WAITERS;
         }
     }
@@ -160,6 +157,12 @@ impl OwnerLock {
             futex::wake(self.word.as_ptr(), 1);
         }
         true
+    }
+
+    /// Whether the lock is held. Acquire: a caller that finds it free sees what its last
+    /// holder did.
+    pub fn held(&self) -> bool {
+        self.word.load(Ordering::Acquire) & !WAITERS != 0
     }
 
     /// The holder's id, if the lock is held.
