@@ -186,7 +186,7 @@ impl SharedFile {
     /// readers in every process retry or wait; None, without running it, if the lock's holder
     /// is stopped.
     pub(crate) fn with_change_lock_unless_stopped<T>(&self, change: impl FnOnce() -> T) -> Option<T> {
-        let _locked = FileLock::take_if(self, true, |h| self.inner.stopped(h))?;
+        let _locked = FileLock::take_if(self, true, |h| self.stalled(h))?;
         Some(change())
     }
 
@@ -195,6 +195,14 @@ impl SharedFile {
     pub fn changing_os<T>(&self, change: impl FnOnce() -> T) -> T {
         let _own = self.inner.own_change(self.slot, &self.fd);
         change()
+    }
+
+    /// Whether lock holder `h` is stopped, or may wait for one: a range writer of the file is
+    /// stopped, and a holder of the file's lock may be waiting for it (a reader does not wait
+    /// behind that).
+    fn stalled(&self, h: u32) -> bool {
+        let stopped = |c: u32| c != self.inner.me && self.inner.stopped(c);
+        stopped(h) || self.entry().ranges.iter().any(|r| r.lock.holder().is_some_and(stopped))
     }
 
     pub(crate) fn entry(&self) -> &files::FileEntry {
@@ -277,8 +285,9 @@ impl SharedFile {
                 std::thread::yield_now();
                 continue;
             }
-            // Acquire (in `ranges_held`): a range writer that ended is seen in the sequence.
-            if e.ranges_held() {
+            // Acquire (in `ranges_overlap`): a range writer that ended is seen in the sequence.
+            let pages = (offset / PAGE as u64, offset.saturating_add(buf.len() as u64).div_ceil(PAGE as u64));
+            if e.ranges_overlap(pages.0, pages.1) {
                 std::thread::yield_now();
                 continue;
             }
@@ -872,6 +881,9 @@ impl SharedFile {
         if os <= old {
             return Ok(old);
         }
+        // Range writers are done first: the end page is written back and pages past the old
+        // length dropped below (an append takes the lock undrained, `take_for_write`).
+        locked.quiesce(0, u64::MAX, &|_| false);
         let _changing = locked.changing();
         let view = &self.inner.view;
         let tail = old / PAGE as u64;
@@ -961,7 +973,7 @@ impl<'a> FileLock<'a> {
     /// None if the holder, or such a writer, is stopped (it would hold the reader up until it
     /// resumes).
     fn take_to_read(file: &'a SharedFile, offset: u64, end: u64) -> Option<Self> {
-        let give_up = |h| file.inner.stopped(h);
+        let give_up = |h| file.stalled(h);
         let l = Self::take_some(file, &give_up)?;
         l.quiesce(offset / PAGE as u64, end.div_ceil(PAGE as u64), &give_up).then_some(l)
     }
@@ -994,7 +1006,9 @@ impl<'a> FileLock<'a> {
         // Acquire: pairs with the intent's Release store. A writer finishes a failed cut too,
         // before its bytes could land past it; no range writer is at work past the length.
         if died || (file.writable && e.cut.load(Ordering::Acquire) != 0) {
-            l.quiesce(0, u64::MAX, &|_| false);
+            if !l.quiesce(0, u64::MAX, give_up) {
+                return None; // the cut, if any, is finished by the next taker
+            }
             l.changing();
             file.finish_cut();
         }
@@ -1155,7 +1169,7 @@ mod tests {
         e.ranges[0].end.store(4, Ordering::Relaxed);
         assert!(e.ranges[0].lock.try_lock(dead));
         fb.write_at(&[9u8; PAGE], 0).unwrap();
-        assert!(!e.ranges_held(), "taken over, then freed");
+        assert!(!e.ranges_overlap(0, u64::MAX), "taken over, then freed");
         let mut page = vec![0u8; PAGE];
         fb.read_at(&mut page, 0).unwrap();
         assert_eq!(page, vec![9u8; PAGE]);

@@ -186,9 +186,15 @@ impl FileEntry {
         self.seq.fetch_add(2, Ordering::Release);
     }
 
-    /// Whether a writer holds a range slot.
-    pub fn ranges_held(&self) -> bool {
-        self.ranges.iter().any(|r| r.lock.held())
+    /// Whether a writer holds a range slot covering a page of `first..end`, for a reader that
+    /// read `seq` before: a slot claimed after that moved `seq` before its writer's first byte,
+    /// and one claimed before it shows its pages here (they were stored before the sequence
+    /// moved), so a writer passed over here changes none of the reader's pages unseen.
+    pub fn ranges_overlap(&self, first: u64, end: u64) -> bool {
+        self.ranges.iter().any(|r| {
+            // Relaxed (pages): see above; `held` is Acquire.
+            r.lock.held() && r.first.load(Ordering::Relaxed) < end && r.end.load(Ordering::Relaxed) > first
+        })
     }
 
     /// Marks its end.
@@ -328,6 +334,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.stale.store(0, Ordering::Relaxed);
     e.own_at.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
+    e.asked.store(0, Ordering::Relaxed);
     e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);

@@ -545,7 +545,11 @@ impl Inner {
         e.asked.store(now, Ordering::Relaxed);
         let mut msg = [b'W', 0, 0, 0, 0];
         msg[1..].copy_from_slice(&slot.to_le_bytes());
-        self.link.tell(&msg)
+        let sent = self.link.tell(&msg);
+        if !sent {
+            e.asked.store(0, Ordering::Relaxed); // Relaxed: as above; nothing in flight
+        }
+        sent
     }
 
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:

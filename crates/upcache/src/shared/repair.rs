@@ -74,17 +74,23 @@ impl Inner {
                 l.unlock(self.me);
             }
         }
+        // A file's lock or range slot is taken only from the dead: one a live process took
+        // over meanwhile is its own to repair, and waiting for it could wait for a range slot
+        // our own caller holds (a range writer that repairs while it claims a frame).
         for e in self.view.files() {
             if e.lock.holder().is_some_and(is_dead) {
-                if let Acquired::OwnerDied(_) = e.lock.lock(self.me, |h| self.alive(h)) {
-                    e.repair_lock();
+                if let Some(taken) = e.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)) {
+                    if let Acquired::OwnerDied(_) = taken {
+                        e.repair_lock();
+                    }
+                    e.lock.unlock(self.me);
                 }
-                e.lock.unlock(self.me);
             }
             // A dead range writer's pages are repaired with their frames; its slot only goes.
             for r in &e.ranges {
-                if r.lock.holder().is_some_and(is_dead) {
-                    r.lock.lock(self.me, |h| self.alive(h));
+                if r.lock.holder().is_some_and(is_dead)
+                    && r.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)).is_some()
+                {
                     r.lock.unlock(self.me);
                 }
             }
