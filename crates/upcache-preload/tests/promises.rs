@@ -857,6 +857,67 @@ fn stopped_writer(rounds: usize) {
     }
 }
 
+/// Writes the first 8 MiB of its file and syncs, again and again: its write-back holds up to
+/// 256 frames at a time (one run). It says so after its first pass.
+const SYNCING_WRITER: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+buf = b"s" * (8 << 20)
+os.pwrite(fd, buf, 0)
+os.fsync(fd)
+print("writing", flush=True)
+while True:
+    os.pwrite(fd, buf, 0)
+    os.fsync(fd)
+"#;
+
+/// Reads its file once, from start to end, in 1 MiB reads.
+const SEQUENTIAL_READER_ONCE: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+at = 0
+while os.pread(fd, 1 << 20, at):
+    at += 1 << 20
+"#;
+
+/// A writer stopped while it writes pages back (holding up to 256 of the file's frames) or
+/// while it writes: a reader of the whole file finishes at once, 5 times, as with the kernel
+/// (whose processes stop only between system calls). Watchdogs of 20 s turn a stall into a
+/// failure. (Not yet a reader stopped while it loads pages: one stopped holding an index
+/// partition's lock stalls every lookup of that partition until it resumes.)
+#[test]
+fn a_writer_stopped_in_a_run_of_pages_stalls_no_reader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let limit = std::time::Duration::from_secs(20);
+    for side in Side::both(tmp.path(), "stopped-runs") {
+        let file = side.dir.join("f");
+        // Within the cache (64 MiB): every page stays cached, so neither the writer nor the
+        // reader takes an index partition's lock (see above).
+        std::fs::write(&file, vec![b'.'; 32 << 20]).unwrap();
+        let path = file.to_str().unwrap();
+        let start = |code: &str, says: &str| {
+            let mut child = side.python(code, &[path]).stdout(Stdio::piped()).spawn().unwrap();
+            let mut said = std::io::BufReader::new(child.stdout.take().unwrap());
+            assert_eq!(line_of(&mut said), says);
+            child
+        };
+        let mut writer = start(SYNCING_WRITER, "writing");
+        for round in 0..5 {
+            signal(writer.id() as i32, libc::SIGSTOP);
+            // The whole file: whatever run each was stopped in.
+            let read = within(side.python(SEQUENTIAL_READER_ONCE, &[path]), limit);
+            assert!(
+                read.is_some_and(|s| s.success()),
+                "{}, round {round}: a read of the file beside a stopped writer: {read:?}",
+                side.label()
+            );
+            signal(writer.id() as i32, libc::SIGCONT);
+        }
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+    }
+}
+
 /// As root: writes a 0600 file and a 0644 one (unsynced), then drops to nobody and says what
 /// it can still reach: the 0600 file by a new open (no), the 0644 one through the descriptor
 /// it kept (yes), and whether a shared segment is still in its memory or descriptors.

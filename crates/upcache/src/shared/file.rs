@@ -316,57 +316,47 @@ impl SharedFile {
         self.read_pages(buf, offset, sequential)
     }
 
-    /// `read_pages` while a stopped process holds the file's lock, and perhaps one page's.
+    /// `read_pages` while a stopped process holds the file's lock (or a range writer's, or may
+    /// wait for one): the pages as they are now, each whole where no one holds it, as the
+    /// kernel's reads do (which no stopped process can hold up: it stops only between system
+    /// calls); a page a stopped process holds as it is (`read_page`).
     fn read_pages_beside_stopped(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
-        let end = offset.saturating_add(buf.len() as u64).min(self.cached_len());
-        if offset >= end {
-            return Ok(0);
-        }
+        self.read_pages(buf, offset, false)
+    }
+
+    /// Copies bytes `in_page..` of page `page` into `dst` from the frame a stopped process
+    /// holds, as the page is now; false, nothing copied for good, if no stopped process holds
+    /// its frame (any more).
+    fn read_page_beside_stopped(&self, page: u64, in_page: usize, dst: &mut [u8]) -> Result<bool> {
         let view = &self.inner.view;
-        for c in chunks(offset, end, PAGE as u64) {
-            let dst = &mut buf[c.at..][..c.len];
-            let k = self.inner.key(self.slot, c.page);
-            loop {
-                let held = view.map().find_hint(k).and_then(|f| {
-                    let m = &view.frames()[f as usize];
-                    let h = m.holder().filter(|&h| h != self.inner.me && self.inner.stopped(h))?;
-                    (m.home() == k).then_some((f, h))
-                });
-                let Some((f, h)) = held else {
-                    self.read_page(c.page, c.in_page, dst, 1)?;
-                    break;
-                };
-                let m = &view.frames()[f as usize];
-                if m.flags() & VALID != 0 {
-                    // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied
-                    // part of its write into the page: a torn page, as a read racing a write
-                    // may see in the kernel; the bytes are plain integers, land only in `dst`,
-                    // and are kept only if the frame was that page under that holder
-                    // throughout.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            view.page(f).add(c.in_page),
-                            dst.as_mut_ptr(),
-                            dst.len(),
-                        )
-                    };
-                } else {
-                    // Claimed for a write not yet copied in: the page is what the OS file holds.
-                    let at = c.page * PAGE as u64 + c.in_page as u64;
-                    let n = bypass::read(&self.fd, dst, at, &self.name)?;
-                    dst[n..].fill(0);
-                }
-                // Acquire fence: the copy's loads come before the re-checks.
-                fence(Ordering::Acquire);
-                if m.holder() == Some(h) && m.home() == k {
-                    break; // held by the stopped process throughout: the page all along
-                }
-            }
+        let k = self.inner.key(self.slot, page);
+        let held = view.map().find_hint(k).and_then(|f| {
+            let m = &view.frames()[f as usize];
+            let h = m.holder().filter(|&h| h != self.inner.me && self.inner.stopped(h))?;
+            (m.home() == k).then_some((f, h))
+        });
+        let Some((f, h)) = held else { return Ok(false) };
+        let m = &view.frames()[f as usize];
+        if m.flags() & VALID != 0 {
+            // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied part of
+            // its write into the page: a torn page, as a read racing a write may see in the
+            // kernel; the bytes are plain integers, land only in `dst`, and are kept only if
+            // the frame was that page under that holder throughout.
+            unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+        } else {
+            // Claimed for a write not yet copied in, or being loaded: the page is what the OS
+            // file holds.
+            let at = page * PAGE as u64 + in_page as u64;
+            let n = bypass::read(&self.fd, dst, at, &self.name)?;
+            dst[n..].fill(0);
         }
-        Ok((end - offset) as usize)
+        // Acquire fence: the copy's loads come before the re-checks.
+        fence(Ordering::Acquire);
+        // Held by the stopped process throughout: the page all along.
+        Ok(m.holder() == Some(h) && m.home() == k)
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
@@ -420,8 +410,16 @@ impl SharedFile {
                 }
             }
         }
-        // Missing, in flight or changing: take the frame's lock (loading the page if need be).
-        let f = self.inner.lock_page_loading(self.slot, page, want, &self.fd)?;
+        // Missing, in flight or changing: take the frame's lock (loading the page if need be),
+        // unless a stopped process holds it.
+        let stopped = |h: u32| h != self.inner.me && self.inner.stopped(h);
+        let f = loop {
+            match self.inner.lock_page_loading(self.slot, page, want, &self.fd, &stopped)? {
+                Some(f) => break f,
+                None if self.read_page_beside_stopped(page, in_page, dst)? => return Ok(()),
+                None => {}
+            }
+        };
         // SAFETY: we hold the frame's lock; in bounds as above.
         unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
         view.frames()[f as usize].unlock(self.inner.me, false);

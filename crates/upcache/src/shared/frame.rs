@@ -121,7 +121,19 @@ impl FrameMeta {
 
     /// Takes the lock for client `me`, sleeping while a live holder has it and taking it over
     /// from a dead one (`alive` answers for holders other than `me`: another thread of ours).
+    #[cfg(test)]
     pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Taken {
+        self.lock_unless(me, alive, |_| false).expect("never given up")
+    }
+
+    /// As [`Self::lock`], but gives up (None) once a wait is over and `give_up` says so of the
+    /// holder (it is stopped: a reader need not wait for it).
+    pub fn lock_unless(
+        &self,
+        me: u32,
+        alive: impl Fn(u32) -> bool,
+        give_up: impl Fn(u32) -> bool,
+    ) -> Option<Taken> {
         let mut mark = 0;
         let mut spun = false;
         loop {
@@ -130,7 +142,7 @@ impl FrameMeta {
             let holder = (w & HOLDER_MASK) as u32;
             if holder == 0 {
                 if self.cas_lock(w, w | me as u64 | mark) {
-                    return Taken::Clean;
+                    return Some(Taken::Clean);
                 }
                 continue;
             }
@@ -143,9 +155,12 @@ impl FrameMeta {
             }
             if holder != me && !alive(holder) {
                 if self.cas_lock(w, (w & !HOLDER_MASK) | me as u64) {
-                    return Taken::FromDead(holder);
+                    return Some(Taken::FromDead(holder));
                 }
                 continue;
+            }
+            if mark != 0 && holder != me && give_up(holder) {
+                return None;
             }
             if w & WAITERS == 0
                 // Relaxed: the bit carries no data; the futex re-checks the word.

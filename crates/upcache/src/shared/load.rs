@@ -22,20 +22,28 @@ use crate::error::{Error, Result};
 
 impl Inner {
     /// The frame holding page `first` of file `slot`, locked for us: as
-    /// `lock_page(.., Fill::Read)`, but a miss loads up to `want - 1` missing pages after it in
-    /// the same `preadv` (at most [`RUN_PAGES`] in all), left cached and unlocked.
-    pub(crate) fn lock_page_loading(&self, slot: u32, first: u64, want: usize, fd: &File) -> Result<u32> {
+    /// `lock_page_unless(.., Fill::Read, give_up)`, but a miss loads up to `want - 1` missing
+    /// pages after it in the same `preadv` (at most [`RUN_PAGES`] in all), left cached and
+    /// unlocked. None if the page's frame is held by one `give_up` says not to wait for.
+    pub(crate) fn lock_page_loading(
+        &self,
+        slot: u32,
+        first: u64,
+        want: usize,
+        fd: &File,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Result<Option<u32>> {
         let want = want.clamp(1, RUN_PAGES);
         let k = self.key(slot, first);
         let map = self.view.map();
         if want == 1 || map.find_hint(k).is_some() {
             // Cached, or being loaded by someone: the single page's path, which waits for it.
-            return self.lock_page(slot, first, fd, Fill::Read);
+            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
         let f = self.claim()?;
         if !self.place(f, k) {
             self.free_frame(f);
-            return self.lock_page(slot, first, fd, Fill::Read);
+            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
         let mut run = Vec::with_capacity(want);
         run.push(f);
@@ -62,7 +70,7 @@ impl Inner {
             if run.len() == 1 {
                 return Err(e);
             }
-            return self.lock_page(slot, first, fd, Fill::Read);
+            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
         let frames = self.view.frames();
         for &f in &run {
@@ -73,7 +81,7 @@ impl Inner {
         for &f in &run[1..] {
             frames[f as usize].unlock(self.me, true);
         }
-        Ok(run[0])
+        Ok(Some(run[0]))
     }
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index; false if

@@ -108,10 +108,19 @@ impl Inner {
 
     /// Locks frame `f` for us, repairing it first if its holder died.
     pub(crate) fn lock_frame(&self, f: u32) {
+        self.lock_frame_unless(f, &|_| false);
+    }
+
+    /// As [`Self::lock_frame`], but false (not locked) once a wait is over and `give_up` says
+    /// so of the holder.
+    pub(crate) fn lock_frame_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
         let m = &self.view.frames()[f as usize];
-        if let Taken::FromDead(dead) = m.lock(self.me, |h| self.alive(h)) {
-            self.repair_frame(f, dead);
+        match m.lock_unless(self.me, |h| self.alive(h), give_up) {
+            Some(Taken::FromDead(dead)) => self.repair_frame(f, dead),
+            Some(Taken::Clean) => {}
+            None => return false,
         }
+        true
     }
 
     /// Frees frame `f`, which we hold locked: out of the index, its dirty page (if any)
@@ -326,6 +335,19 @@ impl Inner {
     /// claimed and, for [`Fill::Read`], filled from `fd` and made `VALID`; for
     /// [`Fill::Overwrite`] left not `VALID` for the caller to fill.
     pub(crate) fn lock_page(&self, slot: u32, page: u64, fd: &std::fs::File, fill: Fill) -> Result<u32> {
+        Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false)?.expect("never given up"))
+    }
+
+    /// As [`Self::lock_page`], but None once a wait for the page's frame is over and
+    /// `give_up` says so of its holder (a reader beside a stopped process).
+    pub(crate) fn lock_page_unless(
+        &self,
+        slot: u32,
+        page: u64,
+        fd: &std::fs::File,
+        fill: Fill,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Result<Option<u32>> {
         let k = self.key(slot, page);
         let map = self.view.map();
         let frames = self.view.frames();
@@ -335,11 +357,13 @@ impl Inner {
                 None => map.lock(k, self.me, &|h| self.alive(h)).find(k),
             };
             if let Some(f) = found {
-                self.lock_frame(f);
+                if !self.lock_frame_unless(f, give_up) {
+                    return Ok(None);
+                }
                 let m = &frames[f as usize];
                 if m.home() == k && m.flags() & VALID != 0 {
                     self.count_hit();
-                    return Ok(f);
+                    return Ok(Some(f));
                 }
                 m.unlock(self.me, false);
                 continue;
@@ -364,7 +388,7 @@ impl Inner {
                 m.flags.fetch_or(VALID, Ordering::Release);
                 self.view.header().loads.fetch_add(1, Ordering::Relaxed);
             }
-            return Ok(f);
+            return Ok(Some(f));
         }
     }
 
