@@ -126,8 +126,8 @@ impl FrameMeta {
         self.lock_unless(me, alive, |_| false).expect("never given up")
     }
 
-    /// As [`Self::lock`], but gives up (None) once a wait is over and `give_up` says so of the
-    /// holder (it is stopped: a reader need not wait for it).
+    /// As `lock`, but gives up (None) once a wait is over and `give_up` says so of the holder
+    /// (it is stopped: a reader need not wait for it).
     pub fn lock_unless(
         &self,
         me: u32,
