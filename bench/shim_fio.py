@@ -5,7 +5,8 @@ here with `upcache serve`, stopped and waited for after the run, so its write-ba
 timed in no other run). Each round runs every side of a workload in turn, rotating which goes
 first; prints per-round figures, medians and ratios.
 
-    bench/shim_fio.py [--rounds 3] [--only randwrite-one,randwrite-own,...] [--dir DIR] [--shim SO]
+    bench/shim_fio.py [--rounds 3] [--only randwrite-one,randwrite-own,...] [--dir DIR]
+                      [--shim SO --upcache BIN]   # another build's shim and service
 
 Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
 limit measured in the same round):
@@ -178,14 +179,17 @@ WORKLOADS = {
 
 
 def main():
-    global SHIM
+    global SHIM, UPCACHE
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=",".join(WORKLOADS))
     ap.add_argument("--dir", help="where the files go (default: a temporary directory under /var/tmp)")
     ap.add_argument("--shim", default=SHIM, help="the shim to measure (default: the release build's)")
+    ap.add_argument("--upcache", default=UPCACHE,
+                    help="the `upcache` binary whose `serve` the shim attaches to (of the shim's build)")
     args = ap.parse_args()
     SHIM = os.path.abspath(args.shim)
+    UPCACHE = os.path.abspath(args.upcache)
     only = args.only.split(",")
     for w in only:
         if w not in WORKLOADS:
