@@ -201,8 +201,13 @@ impl SharedFile {
     /// stopped, and a holder of the file's lock may be waiting for it (a reader does not wait
     /// behind that).
     fn stalled(&self, h: u32) -> bool {
-        let stopped = |c: u32| c != self.inner.me && self.inner.stopped(c);
+        let stopped = |c| self.other_stopped(c);
         stopped(h) || self.entry().ranges.iter().any(|r| r.lock.holder().is_some_and(stopped))
+    }
+
+    /// Whether lock holder `h` is another process, stopped (this one is not: it is running).
+    fn other_stopped(&self, h: u32) -> bool {
+        h != self.inner.me && self.inner.stopped(h)
     }
 
     pub(crate) fn entry(&self) -> &files::FileEntry {
@@ -275,9 +280,10 @@ impl SharedFile {
         self.inner.check_service()?;
         self.look_outside_if_due();
         let e = self.entry();
+        let end = offset.saturating_add(buf.len() as u64);
+        let (first, last) = pages_of(offset, end);
         // Relaxed: a hint for readahead, this open's own.
-        let sequential =
-            self.read_end.swap(offset.saturating_add(buf.len() as u64), Ordering::Relaxed) == offset;
+        let sequential = self.read_end.swap(end, Ordering::Relaxed) == offset;
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
@@ -286,8 +292,7 @@ impl SharedFile {
                 continue;
             }
             // Acquire (in `ranges_overlap`): a range writer that ended is seen in the sequence.
-            let pages = (offset / PAGE as u64, offset.saturating_add(buf.len() as u64).div_ceil(PAGE as u64));
-            if e.ranges_overlap(pages.0, pages.1) {
+            if e.ranges_overlap(first, last) {
                 std::thread::yield_now();
                 continue;
             }
@@ -303,8 +308,7 @@ impl SharedFile {
                 return Ok(n);
             }
         }
-        let Some(_locked) = FileLock::take_to_read(self, offset, offset.saturating_add(buf.len() as u64))
-        else {
+        let Some(_locked) = FileLock::take_to_read(self, first, last) else {
             // The writer holding the file is stopped mid-write: the pages as they are now,
             // each whole where no one holds it, as the kernel's reads do (which no stopped
             // process can hold up: it stops only between system calls).
@@ -335,7 +339,7 @@ impl SharedFile {
         let k = self.inner.key(self.slot, page);
         let held = view.map().find_hint(k).and_then(|f| {
             let m = &view.frames()[f as usize];
-            let h = m.holder().filter(|&h| h != self.inner.me && self.inner.stopped(h))?;
+            let h = m.holder().filter(|&h| self.other_stopped(h))?;
             (m.home() == k).then_some((f, h))
         });
         let Some((f, h)) = held else { return Ok(false) };
@@ -412,9 +416,8 @@ impl SharedFile {
         }
         // Missing, in flight or changing: take the frame's lock (loading the page if need be),
         // unless a stopped process holds it.
-        let stopped = |h: u32| h != self.inner.me && self.inner.stopped(h);
         let f = loop {
-            match self.inner.lock_page_loading(self.slot, page, want, &self.fd, &stopped)? {
+            match self.inner.lock_page_loading(self.slot, page, want, &self.fd, &|h| self.other_stopped(h))? {
                 Some(f) => break f,
                 None if self.read_page_beside_stopped(page, in_page, dst)? => return Ok(()),
                 None => {}
@@ -508,7 +511,8 @@ impl SharedFile {
         let end = offset + buf.len() as u64;
         if end <= len {
             // Within the length: the pages only, beside writers of other parts of the file.
-            if let Some(_range) = locked.claim_range(offset / PAGE as u64, end.div_ceil(PAGE as u64)) {
+            let (first, last) = pages_of(offset, end);
+            if let Some(_range) = locked.claim_range(first, last) {
                 drop(locked);
                 return self.write_pages(buf, offset).map(|n| (n, offset));
             }
@@ -952,6 +956,11 @@ impl SharedFile {
     }
 }
 
+/// The pages bytes `offset..end` lie in: `first..last`, `last` excluded.
+fn pages_of(offset: u64, end: u64) -> (u64, u64) {
+    (offset / PAGE as u64, end.div_ceil(PAGE as u64))
+}
+
 /// A file's lock, held; released (and a change ended) on drop, a panic's unwinding included,
 /// since a live holder's lock is never taken over.
 struct FileLock<'a> {
@@ -967,13 +976,13 @@ impl<'a> FileLock<'a> {
         Self::take_if(file, changing, |_| false).expect("never given up")
     }
 
-    /// A reader's `take`, for bytes `offset..end`: with every range writer of their pages done;
-    /// None if the holder, or such a writer, is stopped (it would hold the reader up until it
+    /// A reader's `take`, for pages `first..end`: with every range writer of them done; None
+    /// if the holder, or such a writer, is stopped (it would hold the reader up until it
     /// resumes).
-    fn take_to_read(file: &'a SharedFile, offset: u64, end: u64) -> Option<Self> {
+    fn take_to_read(file: &'a SharedFile, first: u64, end: u64) -> Option<Self> {
         let give_up = |h| file.stalled(h);
         let l = Self::take_some(file, &give_up)?;
-        l.quiesce(offset / PAGE as u64, end.div_ceil(PAGE as u64), &give_up).then_some(l)
+        l.quiesce(first, end, &give_up).then_some(l)
     }
 
     fn take_if(file: &'a SharedFile, changing: bool, give_up: impl Fn(u32) -> bool) -> Option<Self> {
@@ -1018,12 +1027,9 @@ impl<'a> FileLock<'a> {
     fn quiesce(&self, first: u64, end: u64, give_up: &impl Fn(u32) -> bool) -> bool {
         let inner = self.inner;
         for r in &self.e.ranges {
-            // Relaxed (all): the range changes only under the file's lock, which we hold; the
-            // wait below orders what its writer did before us.
-            if r.lock.holder().is_none()
-                || r.first.load(Ordering::Relaxed) >= end
-                || r.end.load(Ordering::Relaxed) <= first
-            {
+            // The range changes only under the file's lock, which we hold; the wait below orders
+            // what its writer did before us.
+            if r.lock.holder().is_none() || !r.covers(first, end) {
                 continue;
             }
             if r.lock.lock_unless(inner.me, |h| inner.alive(h), give_up).is_none() {

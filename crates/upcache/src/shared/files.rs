@@ -42,6 +42,15 @@ pub(crate) struct RangeSlot {
     pub end: AtomicU64,
 }
 
+impl RangeSlot {
+    /// Whether the slot's pages, as last claimed, meet `first..end` (whether it is held is the
+    /// caller's to ask, and how the pages are ordered: see the callers).
+    pub fn covers(&self, first: u64, end: u64) -> bool {
+        // Relaxed: see the callers.
+        self.first.load(Ordering::Relaxed) < end && self.end.load(Ordering::Relaxed) > first
+    }
+}
+
 /// One file's shared state: 320 bytes, five cache lines, all zeros when free. The first line
 /// holds what every write changes (the lock, the length, the sequence); the next two are
 /// read by every call and written rarely, so that readers do not miss on them while two
@@ -191,10 +200,8 @@ impl FileEntry {
     /// and one claimed before it shows its pages here (they were stored before the sequence
     /// moved), so a writer passed over here changes none of the reader's pages unseen.
     pub fn ranges_overlap(&self, first: u64, end: u64) -> bool {
-        self.ranges.iter().any(|r| {
-            // Relaxed (pages): see above; `held` is Acquire.
-            r.lock.held() && r.first.load(Ordering::Relaxed) < end && r.end.load(Ordering::Relaxed) > first
-        })
+        // Pages read Relaxed: see above; `held` is Acquire.
+        self.ranges.iter().any(|r| r.lock.held() && r.covers(first, end))
     }
 
     /// Marks its end.

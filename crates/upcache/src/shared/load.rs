@@ -86,7 +86,7 @@ impl Inner {
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index; false if
     /// the page was put in another frame meanwhile.
-    fn place(&self, f: u32, k: u64) -> bool {
+    pub(crate) fn place(&self, f: u32, k: u64) -> bool {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
         self.view.map().lock(k, self.me, &|h| self.alive(h)).insert(k, f).is_ok()
@@ -94,7 +94,7 @@ impl Inner {
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with
     /// one `preadv`; zeros past the end of the OS file and past the cached length.
-    fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &File) -> Result<()> {
+    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &File) -> Result<()> {
         // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
         let mut pages: Vec<&mut [u8]> =
@@ -105,8 +105,9 @@ impl Inner {
             crate::io::sys::preadv_all(fd.as_raw_fd(), at, &mut bufs)
                 .map_err(|e| Error::io("read pages of a shared file", e))?
         };
-        // SeqCst: as in `fill`: a truncate stores the length and then looks for frames past
-        // it, so either it finds ours or we see its length here and zero past it.
+        // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
+        // length and then looks for frames past it (`drop_pages`), so either it finds ours or
+        // we see its length here and zero past it.
         fence(Ordering::SeqCst);
         let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
         let valid = (got as u64).min(len.saturating_sub(at));

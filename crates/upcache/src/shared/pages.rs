@@ -2,8 +2,6 @@
 //! holds a page, writing a dirty frame back, dropping a file's pages.
 
 use std::cell::Cell;
-use std::io::IoSliceMut;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
@@ -369,10 +367,7 @@ impl Inner {
                 continue;
             }
             let f = self.claim()?;
-            let m = &frames[f as usize];
-            // Release: a lock-free lookup that reaches the frame sees its key.
-            m.key.store(k, Ordering::Release);
-            if map.lock(k, self.me, &|h| self.alive(h)).insert(k, f).is_err() {
+            if !self.place(f, k) {
                 self.free_frame(f);
                 continue; // someone else put the page in a frame meanwhile
             }
@@ -380,12 +375,12 @@ impl Inner {
             self.view.header().misses.fetch_add(1, Ordering::Relaxed);
             self.view.counters_of(self.me).misses.fetch_add(1, Ordering::Relaxed);
             if fill == Fill::Read {
-                if let Err(e) = self.fill(f, slot, page, fd) {
+                if let Err(e) = self.fill_run(&[f], slot, page, fd) {
                     self.free_frame(f);
                     return Err(e);
                 }
                 // Release: published with the bytes by the unlock.
-                m.flags.fetch_or(VALID, Ordering::Release);
+                frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
                 self.view.header().loads.fetch_add(1, Ordering::Relaxed);
             }
             return Ok(Some(f));
@@ -403,26 +398,6 @@ impl Inner {
         }
         self.view.frames()[f as usize].unlock(self.me, false);
         None
-    }
-
-    /// Reads page `page` of `slot`'s file into frame `f` (locked, in the index), zeros past
-    /// the end of the OS file and past the cached length.
-    fn fill(&self, f: u32, slot: u32, page: u64, fd: &std::fs::File) -> Result<()> {
-        // SAFETY: we hold the frame's lock, so its PAGE bytes are ours to write.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) };
-        let at = page * PAGE as u64;
-        let got = crate::io::sys::preadv_all(fd.as_raw_fd(), at, &mut [IoSliceMut::new(bytes)])
-            .map_err(|e| Error::io("read a page of a shared file", e))?;
-        bytes[got..].fill(0);
-        // SeqCst: the frame is in the index (its key stored before); a truncate stores the
-        // length and then looks for frames past it (`drop_pages`), so either it finds ours or
-        // we see its length here and zero past it.
-        fence(Ordering::SeqCst);
-        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
-        if len < at + PAGE as u64 {
-            bytes[len.saturating_sub(at) as usize..].fill(0);
-        }
-        Ok(())
     }
 
     /// Moves entry `slot` (under the table's lock, nobody having it open, nothing dirty) to its
@@ -453,7 +428,7 @@ impl Inner {
     /// a new end, or the file is being forgotten); `to` is past every page the file may have
     /// cached (the end of its largest length since).
     pub(crate) fn drop_pages(&self, slot: u32, from: u64, to: u64) {
-        // SeqCst: see `fill`.
+        // SeqCst: see `fill_run`.
         fence(Ordering::SeqCst);
         for (f, k) in self.candidates(slot, from, to) {
             let m = &self.view.frames()[f as usize];
