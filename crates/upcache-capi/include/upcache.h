@@ -77,9 +77,9 @@ typedef struct upcache_config upcache_config;
 // An opaque open file.
 typedef struct upcache_file upcache_file;
 
-// The shared cache's size and write-back settings, as `upcache serve`'s flags; they take
-// effect when `upcache_attach_with` starts the service (a running one keeps its own). Start
-// from `upcache_shared_settings_default()`.
+// The shared cache's size, write-back settings and technique switches, as `upcache serve`'s
+// flags; they take effect when `upcache_attach_with` starts the service (a running one keeps
+// its own). Start from `upcache_shared_settings_default()`.
 typedef struct upcache_shared_settings {
   // Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
   uint64_t memory;
@@ -92,6 +92,16 @@ typedef struct upcache_shared_settings {
   uint64_t dirty_expire_ms;
   // Time between two passes of the service's flusher, in milliseconds (1 to an hour).
   uint64_t flush_interval_ms;
+  // The range lock: a write within a file's length holds only its pages (false: the whole
+  // file).
+  bool range_lock;
+  // Adjacent dirty pages written back with one request (false: a request per page).
+  bool run_merging;
+  // A read's missing pages and its readahead loaded with one request (false: a request per
+  // page).
+  bool bundling;
+  // Bytes a sequential stream's read loads ahead, at most 1 MiB (0: no readahead).
+  uint64_t readahead;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
@@ -151,7 +161,8 @@ extern "C" {
 // `socket` is NULL or NUL-terminated; `out` is writable.
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
 
-// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second.
+// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
+// every technique on, 1 MiB of readahead.
 struct upcache_shared_settings upcache_shared_settings_default(void);
 
 // As `upcache_attach`, starting the service with `settings` if none answers (NULL: the

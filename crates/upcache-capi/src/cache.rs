@@ -133,9 +133,9 @@ unsafe fn attach(
     Ok(())
 }
 
-/// The shared cache's size and write-back settings, as `upcache serve`'s flags; they take
-/// effect when `upcache_attach_with` starts the service (a running one keeps its own). Start
-/// from `upcache_shared_settings_default()`.
+/// The shared cache's size, write-back settings and technique switches, as `upcache serve`'s
+/// flags; they take effect when `upcache_attach_with` starts the service (a running one keeps
+/// its own). Start from `upcache_shared_settings_default()`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct upcache_shared_settings {
@@ -150,6 +150,16 @@ pub struct upcache_shared_settings {
     pub dirty_expire_ms: u64,
     /// Time between two passes of the service's flusher, in milliseconds (1 to an hour).
     pub flush_interval_ms: u64,
+    /// The range lock: a write within a file's length holds only its pages (false: the whole
+    /// file).
+    pub range_lock: bool,
+    /// Adjacent dirty pages written back with one request (false: a request per page).
+    pub run_merging: bool,
+    /// A read's missing pages and its readahead loaded with one request (false: a request per
+    /// page).
+    pub bundling: bool,
+    /// Bytes a sequential stream's read loads ahead, at most 1 MiB (0: no readahead).
+    pub readahead: u64,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -160,11 +170,16 @@ impl From<&SharedConfig> for upcache_shared_settings {
             dirty_foreground: c.dirty_ratios.1,
             dirty_expire_ms: c.dirty_expire.as_millis() as u64,
             flush_interval_ms: c.flush_interval.as_millis() as u64,
+            range_lock: c.range_lock,
+            run_merging: c.run_merging,
+            bundling: c.bundling,
+            readahead: c.readahead,
         }
     }
 }
 
-/// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second.
+/// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
+/// every technique on, 1 MiB of readahead.
 #[no_mangle]
 pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())
@@ -192,6 +207,10 @@ pub unsafe extern "C" fn upcache_attach_with(
             dirty_ratios: (s.dirty_background, s.dirty_foreground),
             dirty_expire: std::time::Duration::from_millis(s.dirty_expire_ms),
             flush_interval: std::time::Duration::from_millis(s.flush_interval_ms),
+            range_lock: s.range_lock,
+            run_merging: s.run_merging,
+            bundling: s.bundling,
+            readahead: s.readahead,
             ..SharedConfig::default()
         };
         config.check()?;

@@ -32,6 +32,22 @@ pub struct ServeArgs {
     /// Time between two passes of the service's flusher (as UPCACHE_FLUSH_INTERVAL)
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::size::parse_duration)]
     flush_interval: Duration,
+    /// The range lock (F2FS): a write within a file's length holds only its pages, beside
+    /// writers of other parts, or off, the whole file (as UPCACHE_RANGE_LOCK)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    range_lock: bool,
+    /// Write back a file's adjacent dirty pages with one request of up to 1 MiB, or off, a
+    /// request per page (as UPCACHE_RUN_MERGING)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    run_merging: bool,
+    /// Load a read's missing pages and its readahead with one request (ScalaCache's batched
+    /// I/O), or off, a request per page (as UPCACHE_BUNDLING)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    bundling: bool,
+    /// Bytes a sequential stream's read loads ahead, at most 1 MiB; 0 turns readahead off
+    /// (as UPCACHE_READAHEAD)
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = crate::size::parse_size)]
+    readahead: u64,
     /// Seconds with nobody attached before the service exits (as the shim's UPCACHE_IDLE)
     #[arg(long, default_value_t = serve::DEFAULT_IDLE.as_secs())]
     idle: u64,
@@ -70,6 +86,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             dirty_ratios: args.dirty_ratios,
             dirty_expire: args.dirty_expire,
             flush_interval: args.flush_interval,
+            range_lock: args.range_lock,
+            run_merging: args.run_merging,
+            bundling: args.bundling,
+            readahead: args.readahead,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

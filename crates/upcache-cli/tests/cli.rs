@@ -574,3 +574,38 @@ fn the_shared_engine_refuses_flags_it_would_ignore() {
     let second = json(&ok(&again.iter().map(String::as_str).collect::<Vec<_>>()));
     assert_eq!(&second["config"], config);
 }
+
+/// The shared engine takes the technique flags its cache has (`--range-lock`,
+/// `--run-merging`, `--bundling`, `--readahead`, `--dirty-ratios`), and each changes the run:
+/// a sequential read of 8 MiB loads in runs of 256 pages with bundling on, a page per request
+/// with it off; a readahead past the shared cache's largest is refused, naming it.
+#[test]
+fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let read = |flags: &[&str]| {
+        let run = [
+            "bench", "--engine", "shared", "--rw", "read", "--size", "8m", "--cache", "16m", "--ops", "2048",
+            "--json",
+        ];
+        json(&ok(&[&run[..], flags, &["--dir", dir]].concat()))
+    };
+    let on = read(&[]);
+    let off = read(&["--bundling", "off", "--range-lock", "off", "--run-merging", "off"]);
+    assert_eq!(
+        (&on["read_bytes"], &on["read_ios"]),
+        (&serde_json::json!(8 << 20), &serde_json::json!(8)),
+        "{on}"
+    );
+    assert_eq!(
+        (&off["read_bytes"], &off["read_ios"]),
+        (&serde_json::json!(8 << 20), &serde_json::json!(2048)),
+        "{off}"
+    );
+    for flag in ["bundling", "range-lock", "run-merging"] {
+        assert_eq!(off["config"][flag], "off", "{}", off["config"]);
+    }
+    let out = upcache(&["bench", "--engine", "shared", "--readahead", "2m", "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("readahead"), "{err}");
+}

@@ -26,21 +26,27 @@ pub(crate) struct Settings {
     /// attached (default `upcache::shared::serve::DEFAULT_IDLE`, as `upcache serve --idle`).
     pub idle: std::time::Duration,
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
-    /// (durations): the write-back settings of a cache the shim makes, as `upcache serve`'s
-    /// flags (a shared cache's service the shim starts; a private cache takes the first two,
-    /// its flushers being woken by its dirty count); unset, the cache's defaults.
-    pub write_back: WriteBack,
+    /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
+    /// UPCACHE_READAHEAD (a size): the settings of a cache the shim makes, as `upcache
+    /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
+    /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
+    /// defaults.
+    pub cache: CacheSettings,
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct WriteBack {
+pub(crate) struct CacheSettings {
     pub dirty_ratios: Option<(f64, f64)>,
     pub dirty_expire: Option<std::time::Duration>,
     pub flush_interval: Option<std::time::Duration>,
+    pub range_lock: Option<bool>,
+    pub run_merging: Option<bool>,
+    pub bundling: Option<bool>,
+    pub readahead: Option<u64>,
 }
 
-impl WriteBack {
-    fn from_env() -> Result<WriteBack, String> {
+impl CacheSettings {
+    fn from_env() -> Result<CacheSettings, String> {
         fn var<T>(name: &str, parse: fn(&str) -> Result<T, String>) -> Result<Option<T>, String> {
             match std::env::var(name) {
                 Ok(v) => parse(&v).map(Some).map_err(|e| format!("{name}={v}: {e}")),
@@ -48,10 +54,14 @@ impl WriteBack {
                 Err(e) => Err(format!("{name}: {e}")),
             }
         }
-        Ok(WriteBack {
+        Ok(CacheSettings {
             dirty_ratios: var("UPCACHE_DIRTY_RATIOS", upcache::parse_ratios)?,
             dirty_expire: var("UPCACHE_DIRTY_EXPIRE", upcache::parse_duration)?,
             flush_interval: var("UPCACHE_FLUSH_INTERVAL", upcache::parse_duration)?,
+            range_lock: var("UPCACHE_RANGE_LOCK", upcache::parse_on_off)?,
+            run_merging: var("UPCACHE_RUN_MERGING", upcache::parse_on_off)?,
+            bundling: var("UPCACHE_BUNDLING", upcache::parse_on_off)?,
+            readahead: var("UPCACHE_READAHEAD", upcache::parse_size)?,
         })
     }
 
@@ -61,6 +71,10 @@ impl WriteBack {
             dirty_ratios: self.dirty_ratios.unwrap_or(config.dirty_ratios),
             dirty_expire: self.dirty_expire.unwrap_or(config.dirty_expire),
             flush_interval: self.flush_interval.unwrap_or(config.flush_interval),
+            range_lock: self.range_lock.unwrap_or(config.range_lock),
+            run_merging: self.run_merging.unwrap_or(config.run_merging),
+            bundling: self.bundling.unwrap_or(config.bundling),
+            readahead: self.readahead.unwrap_or(config.readahead),
             ..config
         }
     }
@@ -78,16 +92,42 @@ impl WriteBack {
         if let Some(i) = self.flush_interval.filter(|i| *i != config.flush_interval) {
             asked.push(format!("UPCACHE_FLUSH_INTERVAL for {i:?}"));
         }
+        let on = |b: bool| if b { "on" } else { "off" };
+        for (name, asked_for, has) in [
+            ("UPCACHE_RANGE_LOCK", self.range_lock, config.range_lock),
+            ("UPCACHE_RUN_MERGING", self.run_merging, config.run_merging),
+            ("UPCACHE_BUNDLING", self.bundling, config.bundling),
+        ] {
+            if let Some(b) = asked_for.filter(|b| *b != has) {
+                asked.push(format!("{name} for {}", on(b)));
+            }
+        }
+        if let Some(r) = self.readahead.filter(|r| *r != config.readahead) {
+            asked.push(format!("UPCACHE_READAHEAD for {r} bytes"));
+        }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
 
-    /// `config` with these settings (a private cache has no flush interval).
+    /// `config` with these settings (a private cache has no flush interval; its readahead
+    /// may be larger than the shared cache's).
     pub fn private(&self, mut config: upcache::Config) -> upcache::Config {
         if let Some((bg, fg)) = self.dirty_ratios {
             config = config.with_dirty_background_ratio(bg).with_dirty_foreground_ratio(fg);
         }
         if let Some(expire) = self.dirty_expire {
             config = config.with_dirty_expire(expire);
+        }
+        if let Some(on) = self.range_lock {
+            config = config.with_range_lock(on);
+        }
+        if let Some(on) = self.run_merging {
+            config = config.with_run_merging(on);
+        }
+        if let Some(on) = self.bundling {
+            config = config.with_bundling(on);
+        }
+        if let Some(bytes) = self.readahead {
+            config = config.with_readahead(bytes);
         }
         config
     }
@@ -132,18 +172,8 @@ impl Settings {
         };
         let idle = std::time::Duration::from_secs(idle);
         let memory_asked = std::env::var_os("UPCACHE_MEMORY").is_some();
-        let write_back = WriteBack::from_env()?;
-        Ok(Some(Settings {
-            prefix,
-            memory,
-            memory_asked,
-            state_root,
-            stats,
-            direct,
-            shared,
-            idle,
-            write_back,
-        }))
+        let cache = CacheSettings::from_env()?;
+        Ok(Some(Settings { prefix, memory, memory_asked, state_root, stats, direct, shared, idle, cache }))
     }
 }
 

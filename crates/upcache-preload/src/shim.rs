@@ -459,25 +459,38 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
     }
 }
 
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
         if settings.shared {
             let socket = upcache::shared::serve::default_socket();
             let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
-            let asked = settings.write_back.shared(config);
+            let asked = settings.cache.shared(config);
             let cache = Backend::shared(&asked, settings.idle)
                 .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
             let running = cache.shared_config().unwrap_or(asked);
-            if let Some(differs) = settings.write_back.differs(&running) {
+            if let Some(differs) = settings.cache.differs(&running) {
                 warn(&format!(
-                    "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?} and \
-                     flush interval {:?} (its service's, set when it started); this process follows them",
+                    "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
+                     flush interval {:?}, range lock {}, run merging {}, bundling {} and readahead {} bytes \
+                     (its service's, set when it started); this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
                     running.dirty_ratios.1,
                     running.dirty_expire,
-                    running.flush_interval
+                    running.flush_interval,
+                    on_off(running.range_lock),
+                    on_off(running.run_merging),
+                    on_off(running.bundling),
+                    running.readahead,
                 ));
             }
             let has = running.memory;
@@ -499,7 +512,7 @@ impl Shim {
         let config = Config::new([&state_dir], settings.memory)
             .with_allow_buffered(true)
             .with_plain_direct(settings.direct);
-        let config = settings.write_back.private(config);
+        let config = settings.cache.private(config);
         let cache = match Cache::create(config) {
             Ok(c) => c,
             Err(e) => {

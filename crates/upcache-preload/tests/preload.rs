@@ -143,9 +143,10 @@ fn a_shim_that_cannot_start_passes_everything_through() {
     assert_eq!(r.stats, "");
 }
 
-/// UPCACHE_DIRTY_RATIOS, UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL set the service the
-/// shim starts, as `upcache serve`'s flags do (its status says so); a process attaching later
-/// with other values follows the running service's, and is told so.
+/// UPCACHE_DIRTY_RATIOS, UPCACHE_DIRTY_EXPIRE, UPCACHE_FLUSH_INTERVAL and the technique
+/// switches (UPCACHE_RANGE_LOCK, UPCACHE_BUNDLING, UPCACHE_READAHEAD) set the service the shim
+/// starts, as `upcache serve`'s flags do (its status says so); a process attaching later with
+/// other values follows the running service's, and is told so.
 #[test]
 fn write_back_settings_reach_the_service_the_shim_starts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -155,7 +156,7 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
     std::fs::write(data.join("f"), b"x").unwrap();
     let socket =
         std::env::temp_dir().join(format!("upcache-test-{}-write-back/cache.sock", std::process::id()));
-    let python = |ratios: &str| {
+    let python = |ratios: &str, range_lock: &str| {
         let mut cmd = Command::new("python3");
         cmd.args(["-c", "import os, sys; os.pwrite(os.open(sys.argv[1], os.O_RDWR), b'y', 0); print('open', flush=True); sys.stdin.read()"])
             .arg(data.join("f"))
@@ -166,6 +167,9 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
             .env("UPCACHE_DIRTY_RATIOS", ratios)
             .env("UPCACHE_DIRTY_EXPIRE", "5s")
             .env("UPCACHE_FLUSH_INTERVAL", "250ms")
+            .env("UPCACHE_RANGE_LOCK", range_lock)
+            .env("UPCACHE_BUNDLING", "off")
+            .env("UPCACHE_READAHEAD", "64k")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -176,10 +180,18 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
         assert_eq!(line.trim(), "open");
         child
     };
-    let first = python("0.1,0.2");
-    let second = python("0.3,0.4");
+    let first = python("0.1,0.2", "off");
+    let second = python("0.3,0.4", "on");
     let status = upcache::shared::serve::status_json(&socket).unwrap();
-    for want in ["\"dirty_ratios\":[0.1,0.2]", "\"dirty_expire_ms\":5000", "\"flush_interval_ms\":250"] {
+    for want in [
+        "\"dirty_ratios\":[0.1,0.2]",
+        "\"dirty_expire_ms\":5000",
+        "\"flush_interval_ms\":250",
+        "\"range_lock\":false",
+        "\"run_merging\":true",
+        "\"bundling\":false",
+        "\"readahead\":65536",
+    ] {
         assert!(status.contains(want), "{want} in {status}");
     }
     let text = upcache::shared::serve::status(&socket).unwrap();
@@ -194,7 +206,9 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
     assert_eq!(said[0], "", "the first started the service with its settings");
     assert!(
         said[1].contains("UPCACHE_DIRTY_RATIOS asks for 0.3,0.4")
-            && said[1].contains("runs with dirty ratios 0.1,0.2"),
+            && said[1].contains("UPCACHE_RANGE_LOCK for on")
+            && said[1].contains("runs with dirty ratios 0.1,0.2")
+            && said[1].contains("range lock off"),
         "{}",
         said[1]
     );

@@ -40,6 +40,15 @@ fn scale(num: &str, mult: u128, div: u128, what: &str) -> Result<u64, String> {
     u64::try_from(numer / denom).map_err(|_| format!("{num:?} is too large"))
 }
 
+/// Parses `on` or `off` (the switches of `upcache bench`, `upcache serve` and the shim).
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("expected on or off, got {other:?}")),
+    }
+}
+
 /// Parses a byte count: a number with an optional binary unit (b, k, kb, kib, m, g, t, ...;
 /// any case). `1.5k` is allowed when it comes to whole bytes.
 ///

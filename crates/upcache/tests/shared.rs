@@ -438,3 +438,42 @@ fn the_status_counts_hits_of_every_client_misses_and_evictions() {
     assert!(s.evictions >= 511 - 256, "{} evictions for 511 new pages in 256 frames", s.evictions);
     assert!(s.evictions <= s.misses, "{s:?}");
 }
+
+/// Each technique switch of `SharedConfig` changes what it should, and nothing a program
+/// sees: the same bytes are read and written with it on and off.
+#[test]
+fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..256 << 12).map(|i| (i % 253) as u8).collect();
+    let run = |config: SharedConfig| {
+        let p = dir.path().join("f");
+        std::fs::write(&p, &data).unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 4 << 20, ..config }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let mut buf = vec![0u8; 64 << 12];
+        // At 0, where a new open's stream starts: one page and its readahead, in one run.
+        f.read_at(&mut buf[..4096], 0).unwrap();
+        assert_eq!(&buf[..4096], &data[..4096]);
+        let ahead = cache.status();
+        // Not where the last read ended: no readahead, the 64 pages loaded as one run.
+        f.read_at(&mut buf, 100 << 12).unwrap();
+        assert_eq!(&buf[..], &data[100 << 12..][..64 << 12]);
+        let missed = cache.status();
+        // 64 adjacent dirty pages written back.
+        f.write_at(&vec![9u8; 64 << 12], 180 << 12).unwrap();
+        f.sync_data().unwrap();
+        let mut want = data.clone();
+        want[180 << 12..244 << 12].fill(9);
+        assert_eq!(os_bytes(&p), want);
+        let end = cache.status();
+        let requests = missed.load_requests - ahead.load_requests;
+        (requests, ahead.loads, end.write_back_requests, end.written_back)
+    };
+    let on = SharedConfig { readahead: 16 << 12, ..small() };
+    assert_eq!(run(on.clone()), (1, 16, 1, 64), "all on");
+    assert_eq!(run(SharedConfig { bundling: false, ..on.clone() }), (64, 16, 1, 64), "bundling off");
+    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, 1, 64), "readahead off");
+    assert_eq!(run(SharedConfig { run_merging: false, ..on.clone() }), (1, 16, 64, 64), "run merging off");
+    let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };
+    assert_eq!(SharedCache::create(&too_far).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
+}

@@ -1,5 +1,5 @@
 /* The shared cache through the C ABI: a process attaches (starting a service on a socket in
- * DIR, with write-back settings of its own, which every attached process then reads back;
+ * DIR, with write-back settings and technique switches of its own, which every attached process then reads back;
  * settings out of range refused), writes an OS file without syncing; a second process (forked, then attaching by itself)
  * reads those bytes and writes its own, which the first reads back; array calls on a shared
  * handle are refused; the shared cache's counters come through upcache_get_stats.
@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
     struct upcache_cache *cache;
     struct upcache_shared_settings set = upcache_shared_settings_default();
     CHECK(set.memory == 256 << 20 && set.dirty_background == 0.25 && set.flush_interval_ms == 1000);
+    CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
     set.memory = 4 << 20;
     set.dirty_background = 0.6;
     set.dirty_foreground = 0.5;
@@ -39,11 +40,17 @@ int main(int argc, char **argv) {
     set.dirty_foreground = 0.2;
     set.dirty_expire_ms = 5000;
     set.flush_interval_ms = 250;
+    set.readahead = 2 << 20;
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    set.readahead = 64 << 10;
+    set.range_lock = false;
+    set.bundling = false;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_OK);
     struct upcache_shared_settings got;
     CHECK(upcache_shared_settings_of(cache, &got) == UPCACHE_OK);
     CHECK(got.memory == 4 << 20 && got.dirty_background == 0.1 && got.dirty_foreground == 0.2 &&
-          got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250);
+          got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250 && !got.range_lock &&
+          got.run_merging && !got.bundling && got.readahead == 64 << 10);
     struct upcache_file *f;
     CHECK(upcache_file_open_path(cache, path, true, &f) == UPCACHE_OK);
     CHECK(upcache_pwrite(f, "from the parent", 15, 5000) == 15);
@@ -59,7 +66,8 @@ int main(int argc, char **argv) {
         /* The running service's settings, not the defaults this attach would have started with. */
         struct upcache_shared_settings its;
         CHECK(upcache_shared_settings_of(mine, &its) == UPCACHE_OK);
-        CHECK(its.dirty_background == 0.1 && its.flush_interval_ms == 250 && its.memory == 4 << 20);
+        CHECK(its.dirty_background == 0.1 && its.flush_interval_ms == 250 && its.memory == 4 << 20 &&
+              !its.range_lock && !its.bundling && its.readahead == 64 << 10);
         struct upcache_file *h;
         CHECK(upcache_file_open_path(mine, path, false, &h) == UPCACHE_OK);
         char buf[16] = {0};

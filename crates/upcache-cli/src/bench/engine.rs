@@ -150,6 +150,8 @@ pub struct UpcacheOpts {
     pub layout: upcache::LayoutKind,
     /// Ways per set and in-set policy for `--index setassoc`.
     pub sets: (usize, upcache::SetPolicy),
+    /// The shared engine's settings (`--cache` and the technique flags it takes).
+    pub shared: upcache::shared::SharedConfig,
 }
 
 /// How the upcache engine reads (`--api`).
@@ -670,11 +672,10 @@ pub struct SharedEngine {
 
 impl Engine for SharedEngine {
     fn setup(s: &Setup) -> Result<Self> {
-        use upcache::shared::{serve, SharedConfig};
+        use upcache::shared::serve;
         let plain = PlainFiles::create(s, false)?;
         let socket = s.root.join("service/cache.sock");
-        let config = SharedConfig { memory: s.upcache.cache, ..SharedConfig::default() };
-        let cache = serve::connect_or_start(&socket, &config, std::time::Duration::from_secs(1))
+        let cache = serve::connect_or_start(&socket, &s.upcache.shared, std::time::Duration::from_secs(1))
             .context("attach to a shared cache")?;
         let files = plain
             .paths
@@ -718,6 +719,22 @@ impl Engine for SharedEngine {
             f.sync_data()?;
         }
         Ok(())
+    }
+
+    /// The shared cache's counters, as the in-process engine's (every process's, since the
+    /// cache was made: the run's own, as its service starts with it).
+    fn stats(&self) -> Option<Stats> {
+        let s = self.cache.as_ref()?.status();
+        Some(Stats {
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            read_ios: s.load_requests,
+            read_bytes: s.loads * 4096,
+            writeback_ios: s.write_back_requests,
+            writeback_bytes: s.written_back * 4096,
+            ..Stats::default()
+        })
     }
 
     fn teardown(mut self, keep: bool) -> Result<()> {

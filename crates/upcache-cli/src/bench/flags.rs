@@ -111,22 +111,22 @@ pub struct BenchArgs {
     /// upcache stream tracking: on (a sync writes only its file's dirty streams; flushers
     /// write whole streams in requests of the device's size) or off (a sync looks at every
     /// cached page of its file; flushers scan the frames, 64-page runs) [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) streams: Option<bool>,
     /// upcache's range lock (F2FS): on (writers of disjoint ranges of a file run at once) or
     /// off (one writer per file, as the kernel's inode lock) [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) range_lock: Option<bool>,
     /// upcache's per-thread hot index of pinned pages (ScalaCache): on or off [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) hot_index: Option<bool>,
     /// upcache merges pages back to back on a device into one load or write-back request
     /// (SAFS): on, or off (a page per request) [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) run_merging: Option<bool>,
     /// upcache hands the I/O engine a load's or a write-back's requests together (ScalaCache's
     /// bundled submissions): on, or off (one at a time) [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) bundling: Option<bool>,
     /// upcache dirty ratios BACKGROUND,FOREGROUND: fractions of its frames past which flushers
     /// start, and past which writers write back all they dirty twice over (in proportion from
@@ -295,13 +295,4 @@ fn parse_devices(s: &str) -> Result<(u64, bool), String> {
 /// Parses `--sim` settings over the defaults.
 fn parse_sim(s: &str) -> Result<upcache::SimConfig, String> {
     upcache::SimConfig::default().parse_settings(s).map_err(|e| e.to_string())
-}
-
-/// Parses `on` or `off`.
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s.trim() {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("expected on or off, got {other:?}")),
-    }
 }

@@ -217,6 +217,8 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             evictions: d(|s| s.evictions),
             writeback_bytes: d(|s| s.writeback_bytes),
             read_bytes: d(|s| s.read_bytes),
+            read_ios: d(|s| s.read_ios),
+            writeback_ios: d(|s| s.writeback_ios),
             dflush_pages: d(|s| s.dflush_pages),
             writeback_errors: d(|s| s.writeback_errors),
             lock_free_hits: d(|s| s.lock_free_hits),

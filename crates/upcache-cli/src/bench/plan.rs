@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
+use upcache::shared::SharedConfig;
 
 use super::engine::{self, EngineKind, UpcacheOpts, ALIGN};
 use super::flags::{BenchArgs, Distribution, Timing};
@@ -58,7 +59,8 @@ pub(super) struct Plan {
 /// The flags given other than their defaults that set the in-process engine's techniques and
 /// layout, none of which the shared engine takes yet: with it alone they fail the run rather
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
-/// every setting, runs again.)
+/// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
+/// `--bundling`, `--readahead` and `--dirty-ratios` (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -72,17 +74,12 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--policy", a.policy.is_some_and(|p| p != Default::default())),
         ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
-        ("--range-lock", a.range_lock == Some(false)),
         ("--hot-index", a.hot_index == Some(false)),
-        ("--run-merging", a.run_merging == Some(false)),
-        ("--bundling", a.bundling == Some(false)),
-        ("--dirty-ratios", a.dirty_ratios.is_some_and(|r| r != upcache::DEFAULT_DIRTY_RATIOS)),
         ("--index", a.index.is_some_and(|i| i != Default::default())),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--layout", a.layout.is_some_and(|l| l != Default::default())),
         ("--api", a.api != engine::Api::Copy),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
-        ("--readahead", a.readahead.is_some_and(|r| r != upcache::DEFAULT_READAHEAD)),
         ("--io", a.io.is_some_and(|x| x != Default::default())),
         ("--set-ways", a.set_ways.is_some_and(|w| w as usize != DEFAULT_WAYS)),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
@@ -92,6 +89,20 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect()
+}
+
+/// The shared engine's settings from the flags it takes; the shared cache's own defaults for
+/// those not given (its readahead is at most 1 MiB, a run; its dirty ratios 0.25,0.5).
+fn shared_config(a: &BenchArgs) -> SharedConfig {
+    let d = SharedConfig::default();
+    SharedConfig {
+        range_lock: a.range_lock.unwrap_or(d.range_lock),
+        run_merging: a.run_merging.unwrap_or(d.run_merging),
+        bundling: a.bundling.unwrap_or(d.bundling),
+        readahead: a.readahead.unwrap_or(d.readahead),
+        dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
+        ..d
+    }
 }
 
 pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
@@ -113,10 +124,16 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
         ensure!(
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
-             (--engine upcache); the shared engine takes --cache"
+             (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
+             --bundling, --readahead and --dirty-ratios"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
+    let shared = shared_config(&a);
+    if engines.contains(&EngineKind::Shared) {
+        shared.check().context("the shared engine's settings")?;
+    }
+    let shared_only = engines == [EngineKind::Shared];
     let trace = load_trace(&a)?;
     let rw = a.rw.unwrap_or(Rw::Randread);
     let bs = trace.as_ref().map_or(a.bs.unwrap_or(4096), |t| t.max_len);
@@ -278,7 +295,12 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             hot_index: a.hot_index.unwrap_or(true),
             run_merging: a.run_merging.unwrap_or(true),
             bundling: a.bundling.unwrap_or(true),
-            dirty_ratios: a.dirty_ratios.unwrap_or(upcache::DEFAULT_DIRTY_RATIOS),
+            // A run of the shared engine alone reports its settings, so that it runs again.
+            dirty_ratios: if shared_only {
+                shared.dirty_ratios
+            } else {
+                a.dirty_ratios.unwrap_or(upcache::DEFAULT_DIRTY_RATIOS)
+            },
             allow_buffered: a.allow_buffered,
             prefault: a.prefault,
             index: a.index.unwrap_or_default(),
@@ -288,12 +310,17 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             iodepth: a.iodepth as usize,
             iodepth_batch: a.iodepth_batch as usize,
             io: a.io.unwrap_or_default(),
-            readahead: a.readahead.unwrap_or(upcache::DEFAULT_READAHEAD),
+            readahead: if shared_only {
+                shared.readahead
+            } else {
+                a.readahead.unwrap_or(upcache::DEFAULT_READAHEAD)
+            },
             io_threads: a.io_threads.unwrap_or_default(),
             sets: (
                 a.set_ways.map_or(upcache::internals::index::setassoc::DEFAULT_WAYS, |w| w as usize),
                 a.set_policy.unwrap_or_default(),
             ),
+            shared: SharedConfig { memory: cache, ..shared },
         },
     };
     if a.range_lock == Some(false) && a.api != engine::Api::Copy {

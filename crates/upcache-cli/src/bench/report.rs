@@ -124,6 +124,11 @@ pub struct Report {
     pub writeback_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_bytes: Option<u64>,
+    /// Requests that loaded `read_bytes`, and that wrote back `writeback_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_ios: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writeback_ios: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dflush_pages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

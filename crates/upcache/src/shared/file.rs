@@ -22,8 +22,8 @@ use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
 use super::frame::{DIRTY, REFERENCED, VALID};
 use super::held::HeldFd;
+use super::layout::technique;
 use super::pages::Fill;
-use super::writeback::RUN_PAGES;
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
@@ -366,17 +366,16 @@ impl SharedFile {
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
     /// miss loads the read's missing pages from there on in one run (`load.rs`), and, if the
     /// read is `sequential` (it continues where this open's last one ended), the pages after it
-    /// up to a run's length (readahead, as the kernel's for a sequential stream).
+    /// up to `SharedConfig::readahead` from its first (as the kernel's for a sequential stream).
     fn read_pages(&self, buf: &mut [u8], offset: u64, sequential: bool) -> Result<usize> {
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
             return Ok(0);
         }
-        let last = if sequential {
-            (offset / PAGE as u64 + RUN_PAGES as u64)
-                .min(len.div_ceil(PAGE as u64))
-                .max(end.div_ceil(PAGE as u64))
+        let ahead = self.inner.view.header().readahead_pages();
+        let last = if sequential && ahead > 0 {
+            (offset / PAGE as u64 + ahead).min(len.div_ceil(PAGE as u64)).max(end.div_ceil(PAGE as u64))
         } else {
             end.div_ceil(PAGE as u64)
         };
@@ -509,7 +508,7 @@ impl SharedFile {
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let len = self.cached_len();
         let end = offset + buf.len() as u64;
-        if end <= len {
+        if end <= len && self.inner.view.header().has(technique::RANGE_LOCK) {
             // Within the length: the pages only, beside writers of other parts of the file.
             let (first, last) = pages_of(offset, end);
             if let Some(_range) = locked.claim_range(first, last) {
@@ -1113,7 +1112,11 @@ mod tests {
     use crate::shared::{SharedCache, SharedConfig};
 
     fn two_clients() -> (SharedCache, SharedCache) {
-        let config = SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..SharedConfig::default() };
+        two_clients_of(SharedConfig::default())
+    }
+
+    fn two_clients_of(config: SharedConfig) -> (SharedCache, SharedCache) {
+        let config = SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..config };
         let a = SharedCache::create(&config).unwrap();
         let b = SharedCache::attach(a.segment_fd().try_clone_to_owned().unwrap()).unwrap();
         (a, b)
@@ -1177,5 +1180,23 @@ mod tests {
         let mut page = vec![0u8; PAGE];
         fb.read_at(&mut page, 0).unwrap();
         assert_eq!(page, vec![9u8; PAGE]);
+    }
+
+    /// With `SharedConfig::range_lock` off a write within the length holds the file's lock,
+    /// as an extending write does (the sequence moves by 2: one change), and with it on a
+    /// range slot (by 4: the slot's start and end), leaving the file's lock free meanwhile.
+    #[test]
+    fn the_range_lock_switch_decides_what_a_write_within_the_length_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 4 * PAGE]).unwrap();
+        for (range_lock, moved) in [(true, 4), (false, 2)] {
+            let (a, _b) = two_clients_of(SharedConfig { range_lock, ..SharedConfig::default() });
+            let f = a.open_path(&p, true).unwrap();
+            let seq = || f.entry().seq.load(Ordering::SeqCst);
+            let before = seq();
+            f.write_at(&[5u8; 100], PAGE as u64).unwrap();
+            assert_eq!(seq() - before, moved, "range lock {range_lock}");
+        }
     }
 }

@@ -31,6 +31,8 @@ compile_error!("the shared frame word's futex is its low half, first in memory o
 
 /// The shared cache's page size.
 pub(crate) const PAGE: usize = 4096;
+/// Pages in a load or write-back run at most: 1 MiB, one system call.
+pub(crate) const RUN_PAGES: usize = 256;
 
 /// The bytes hold the page's contents as cached (or being written).
 pub(crate) const VALID: u32 = 1;

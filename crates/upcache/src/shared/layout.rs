@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::files::FileEntry;
-use super::frame::{FrameMeta, PAGE};
+use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{PageMap, PARTITIONS};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x07");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x08");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -57,7 +57,22 @@ pub struct SharedConfig {
     pub dirty_expire: Duration,
     /// Time between two passes of the service's flusher, more than 0 and at most an hour.
     pub flush_interval: Duration,
+    /// F2FS's range lock: a write within the length holds only its pages, beside writers of
+    /// other parts of the file. Off, every write holds the whole file.
+    pub range_lock: bool,
+    /// Write back a file's adjacent dirty pages with one `pwritev` of up to 256. Off, one
+    /// `pwrite` per page.
+    pub run_merging: bool,
+    /// Load a read's missing pages, and its readahead, with one `preadv` (ScalaCache's
+    /// batched I/O). Off, one `pread` per page.
+    pub bundling: bool,
+    /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
+    /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
+    pub readahead: u64,
 }
+
+/// The largest readahead of the shared cache: one load run (1 MiB).
+pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * PAGE) as u64;
 
 impl Default for SharedConfig {
     fn default() -> Self {
@@ -68,6 +83,10 @@ impl Default for SharedConfig {
             dirty_ratios: DEFAULT_SHARED_DIRTY_RATIOS,
             dirty_expire: crate::config::DEFAULT_DIRTY_EXPIRE,
             flush_interval: DEFAULT_FLUSH_INTERVAL,
+            range_lock: true,
+            run_merging: true,
+            bundling: true,
+            readahead: MAX_SHARED_READAHEAD,
         }
     }
 }
@@ -103,6 +122,12 @@ impl SharedConfig {
                 self.flush_interval
             ));
         }
+        if self.readahead > MAX_SHARED_READAHEAD {
+            return invalid(format!(
+                "shared cache readahead {} bytes is more than {MAX_SHARED_READAHEAD}",
+                self.readahead
+            ));
+        }
         Ok(())
     }
 }
@@ -134,6 +159,21 @@ pub(crate) struct Header {
     /// `SharedConfig::dirty_expire` and `flush_interval`, in milliseconds (as above).
     pub dirty_expire_ms: AtomicU64,
     pub flush_interval_ms: AtomicU64,
+    /// `SharedConfig`'s technique switches ([`technique`] bits; as above).
+    techniques: AtomicU64,
+    /// `SharedConfig::readahead`, in pages (as above).
+    readahead_pages: AtomicU64,
+    /// `preadv`s and `pread`s that loaded pages (one per load run, or per page unbundled).
+    pub load_requests: AtomicU64,
+    /// `pwritev`s and `pwrite`s that wrote pages back (one per run, or per page unmerged).
+    pub write_back_requests: AtomicU64,
+}
+
+/// Bits of the header's `techniques`.
+pub(crate) mod technique {
+    pub const RANGE_LOCK: u64 = 1;
+    pub const RUN_MERGING: u64 = 2;
+    pub const BUNDLING: u64 = 4;
 }
 
 impl Header {
@@ -159,6 +199,18 @@ impl Header {
     pub fn flush_interval(&self) -> Duration {
         // Relaxed: as above.
         Duration::from_millis(self.flush_interval_ms.load(Ordering::Relaxed))
+    }
+
+    /// Whether technique `bit` ([`technique`]) is on.
+    pub fn has(&self, bit: u64) -> bool {
+        // Relaxed: as above.
+        self.techniques.load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// `SharedConfig::readahead`, in pages.
+    pub fn readahead_pages(&self) -> u64 {
+        // Relaxed: as above.
+        self.readahead_pages.load(Ordering::Relaxed)
     }
 }
 
@@ -240,6 +292,14 @@ impl View {
         header.dirty_ratios[1].store(config.dirty_ratios.1.to_bits(), Ordering::Relaxed);
         header.dirty_expire_ms.store(config.dirty_expire.as_millis() as u64, Ordering::Relaxed);
         header.flush_interval_ms.store(config.flush_interval.as_millis().max(1) as u64, Ordering::Relaxed);
+        let techniques = [
+            (config.range_lock, technique::RANGE_LOCK),
+            (config.run_merging, technique::RUN_MERGING),
+            (config.bundling, technique::BUNDLING),
+        ];
+        let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
+        header.techniques.store(bits, Ordering::Relaxed);
+        header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
         View::attach(seg)
     }

@@ -3,6 +3,8 @@
 //! index, and fills them all with one `preadv` (ScalaCache's batched I/O, as the private
 //! engine's `cache/batch.rs`), instead of a system call per page.
 //!
+//! With `SharedConfig::bundling` off, a run is read with a `pread` per page.
+//!
 //! Only the run's first frame may wait to be claimed (`claim`); the others are taken only if
 //! one is free now (`try_claim_holding`: no repair of dead clients, which waits for locks), so
 //! a loader never waits for a lock while it holds frames. A page found in the index, or put
@@ -14,9 +16,9 @@ use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
-use super::frame::{key_page, PAGE, VALID};
+use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
+use super::layout::technique;
 use super::pages::Fill;
-use super::writeback::RUN_PAGES;
 use super::Inner;
 use crate::error::{Error, Result};
 
@@ -100,10 +102,27 @@ impl Inner {
         let mut pages: Vec<&mut [u8]> =
             run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
         let at = first * PAGE as u64;
-        let got = {
+        let header = self.view.header();
+        let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
+            // Relaxed: a counter.
+            header.load_requests.fetch_add(1, Ordering::Relaxed);
+            crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs)
+                .map_err(|e| Error::io("read pages of a shared file", e))
+        };
+        let got = if header.has(technique::BUNDLING) {
             let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
-            crate::io::sys::preadv_all(fd.as_raw_fd(), at, &mut bufs)
-                .map_err(|e| Error::io("read pages of a shared file", e))?
+            read(at, &mut bufs)?
+        } else {
+            // A read per page, up to the end of the OS file.
+            let mut got = 0;
+            for p in pages.iter_mut() {
+                let n = read(at + got as u64, &mut [IoSliceMut::new(p)])?;
+                got += n;
+                if n < PAGE {
+                    break;
+                }
+            }
+            got
         };
         // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
         // length and then looks for frames past it (`drop_pages`), so either it finds ours or

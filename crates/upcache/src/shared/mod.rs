@@ -60,7 +60,7 @@ pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
 use layout::View;
-pub use layout::{SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS};
+pub use layout::{SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_READAHEAD};
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
 /// table when the last clone and the last [`SharedFile`] are dropped.
@@ -496,6 +496,12 @@ pub struct SharedStatus {
     pub misses: u64,
     /// Frames that held a page when the clock hand claimed them for another.
     pub evictions: u64,
+    /// Reads of the OS files that loaded pages: one per load run, or per page with
+    /// `SharedConfig::bundling` off.
+    pub load_requests: u64,
+    /// Writes to the OS files that wrote pages back: one per run, or per page with
+    /// `SharedConfig::run_merging` off.
+    pub write_back_requests: u64,
 }
 
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.
@@ -576,6 +582,10 @@ impl Inner {
             dirty_ratios: h.dirty_ratios(),
             dirty_expire: h.dirty_expire(),
             flush_interval: h.flush_interval(),
+            range_lock: h.has(layout::technique::RANGE_LOCK),
+            run_merging: h.has(layout::technique::RUN_MERGING),
+            bundling: h.has(layout::technique::BUNDLING),
+            readahead: h.readahead_pages() * frame::PAGE as u64,
         }
     }
 

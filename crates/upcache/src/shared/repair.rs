@@ -206,6 +206,8 @@ impl Inner {
             hits: self.view.counters().iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
             misses: h.misses.load(Ordering::Relaxed),
             evictions: h.evictions.load(Ordering::Relaxed),
+            load_requests: h.load_requests.load(Ordering::Relaxed),
+            write_back_requests: h.write_back_requests.load(Ordering::Relaxed),
         }
     }
 }

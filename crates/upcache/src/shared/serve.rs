@@ -410,11 +410,19 @@ fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
     }
 }
 
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 fn status_text(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nclients {}: {:?}\n",
+        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\nreadahead {}\nclients {}: {:?}\n",
         std::process::id(),
         cache.memory(),
         mb(s.frames),
@@ -431,10 +439,16 @@ fn status_text(cache: &SharedCache) -> String {
         s.loads,
         s.written_back,
         s.repairs,
+        s.load_requests,
+        s.write_back_requests,
         c.dirty_ratios.0,
         c.dirty_ratios.1,
         c.dirty_expire.as_millis(),
         c.flush_interval.as_millis(),
+        on(c.range_lock),
+        on(c.run_merging),
+        on(c.bundling),
+        c.readahead,
         s.clients.len(),
         s.clients,
     )
@@ -446,7 +460,7 @@ fn json_of(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
     format!(
-        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"clients\":[{}]}}\n",
+        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"readahead\":{},\"clients\":[{}]}}\n",
         std::process::id(),
         cache.memory(),
         s.frames,
@@ -460,10 +474,16 @@ fn json_of(cache: &SharedCache) -> String {
         s.loads,
         s.written_back,
         s.repairs,
+        s.load_requests,
+        s.write_back_requests,
         c.dirty_ratios.0,
         c.dirty_ratios.1,
         c.dirty_expire.as_millis(),
         c.flush_interval.as_millis(),
+        c.range_lock,
+        c.run_merging,
+        c.bundling,
+        c.readahead,
         clients.join(","),
     )
 }
@@ -475,8 +495,9 @@ pub fn status(socket: &Path) -> Result<String> {
 
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
-/// `evictions`, `loads`, `written_back`, `repairs`, `dirty_ratios`, `dirty_expire_ms`,
-/// `flush_interval_ms`, `clients`).
+/// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
+/// `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
+/// `bundling`, `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }

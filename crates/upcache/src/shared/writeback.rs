@@ -3,6 +3,8 @@
 //! pages (the merged write-back runs of ScalaCache's batched I/O and the private engine's
 //! `io/`), instead of a system call per page.
 //!
+//! With `SharedConfig::run_merging` off, each page is a run of its own.
+//!
 //! Only a run's first frame is waited for: a frame locked by someone else ends the run, so a
 //! writer-back never sleeps while it holds frames, and no lock order between frames is needed.
 
@@ -10,12 +12,10 @@ use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
-use super::frame::{key_page, key_slot, DIRTY, PAGE};
+use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
+use super::layout::technique;
 use super::Inner;
 use crate::error::{Error, Result};
-
-/// Pages in a run at most: 1 MiB, one system call.
-pub(crate) const RUN_PAGES: usize = 256;
 
 impl Inner {
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
@@ -43,6 +43,10 @@ impl Inner {
             }
             // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
             bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
+        }
+        if !bufs.is_empty() {
+            // Relaxed: a counter.
+            self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
         }
         if let Err(err) = crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs) {
             let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
@@ -87,7 +91,8 @@ impl Inner {
         pages.sort_unstable_by_key(|&(_, k)| k);
         let mut first = Ok(());
         let mut own = None;
-        let mut run = Vec::with_capacity(RUN_PAGES.min(pages.len()));
+        let most = if self.view.header().has(technique::RUN_MERGING) { RUN_PAGES } else { 1 };
+        let mut run = Vec::with_capacity(most.min(pages.len()));
         let mut i = 0;
         while i < pages.len() {
             let (f, k) = pages[i];
@@ -97,7 +102,7 @@ impl Inner {
             }
             run.push(f);
             // The pages right after it that no one else holds.
-            while run.len() < RUN_PAGES
+            while run.len() < most
                 && i < pages.len()
                 && pages[i].1 == k + run.len() as u64
                 && key_page(pages[i].1) != 0
