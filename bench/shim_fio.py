@@ -7,6 +7,7 @@ first; prints per-round figures, medians and ratios.
 
     bench/shim_fio.py [--rounds 3] [--only randwrite-one,randwrite-own,...] [--dir DIR]
                       [--shim SO --upcache BIN]   # another build's shim and service
+                      [--serve "--range-lock off"]   # a technique of the service switched off
 
 Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
 limit measured in the same round):
@@ -63,7 +64,8 @@ class Service:
         self.dir = tempfile.mkdtemp(prefix="upcache-shimfio-service.")
         self.socket = os.path.join(self.dir, "cache.sock")
         self.proc = subprocess.Popen([UPCACHE, "serve", "--socket", self.socket, "--memory", memory,
-                                      "--idle", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                      "--idle", "3600", *SERVE_FLAGS],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for _ in range(1000):
             if os.path.exists(self.socket):
                 return
@@ -101,6 +103,8 @@ def lay_out(path, size):
 
 
 RUNTIME = "10"
+# `--serve`: flags for every run's service.
+SERVE_FLAGS = []
 
 
 def randwrite(data, sides, one_file):
@@ -187,7 +191,11 @@ def main():
     ap.add_argument("--shim", default=SHIM, help="the shim to measure (default: the release build's)")
     ap.add_argument("--upcache", default=UPCACHE,
                     help="the `upcache` binary whose `serve` the shim attaches to (of the shim's build)")
+    ap.add_argument("--serve", default="",
+                    help="more flags for each run's `upcache serve`, e.g. \"--range-lock off\" (a "
+                         "technique switched off)")
     args = ap.parse_args()
+    SERVE_FLAGS.extend(args.serve.split())
     SHIM = os.path.abspath(args.shim)
     UPCACHE = os.path.abspath(args.upcache)
     only = args.only.split(",")

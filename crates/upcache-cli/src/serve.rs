@@ -34,15 +34,15 @@ pub struct ServeArgs {
     flush_interval: Duration,
     /// The range lock (F2FS): a write within a file's length holds only its pages, beside
     /// writers of other parts, or off, the whole file (as UPCACHE_RANGE_LOCK)
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     range_lock: bool,
     /// Write back a file's adjacent dirty pages with one request of up to 1 MiB, or off, a
     /// request per page (as UPCACHE_RUN_MERGING)
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     run_merging: bool,
     /// Load a read's missing pages and its readahead with one request (ScalaCache's batched
     /// I/O), or off, a request per page (as UPCACHE_BUNDLING)
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     bundling: bool,
     /// Bytes a sequential stream's read loads ahead, at most 1 MiB; 0 turns readahead off
     /// (as UPCACHE_READAHEAD)

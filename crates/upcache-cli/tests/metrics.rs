@@ -117,12 +117,23 @@ fn the_shared_cache_service_serves_its_metrics() {
     let mut serve = Command::new(env!("CARGO_BIN_EXE_upcache"))
         .args(["serve", "--memory", "4m", "--idle", "600", "--metrics", "127.0.0.1:0", "--socket"])
         .arg(&socket)
+        .args(["--range-lock", "off", "--bundling", "off", "--readahead", "64k"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let addr = metrics_address(&mut BufReader::new(serve.stderr.take().unwrap()));
     let text = scrape(&addr);
+    // The technique switches given to the service are the cache's.
+    let status = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args(["serve", "--status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    for want in ["range_lock off\n", "run_merging on\n", "bundling off\n", "readahead 65536\n"] {
+        assert!(status.contains(want), "{want:?} in:\n{status}");
+    }
     let _ = serve.kill();
     let _ = serve.wait();
     let samples = parse(&text);
