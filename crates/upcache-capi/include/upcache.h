@@ -218,9 +218,9 @@ int32_t upcache_remove(struct upcache_cache *cache, const char *name);
 
 // Stores the cache's counters in `*out`. For an attachment to the shared cache, the shared
 // cache's counts, of every process attached since it was made: hits (each thread adds its
-// own 32 at a time), misses, evictions, read_ios and read_bytes (pages loaded),
-// writeback_ios and writeback_bytes (pages written back), dirty_pages and frames; the
-// fields it does not keep are 0.
+// own 32 at a time), misses, evictions, read_ios and read_bytes (requests that loaded pages,
+// and their bytes), writeback_ios and writeback_bytes (requests that wrote pages back, and
+// their bytes), dirty_pages and frames; the fields it does not keep are 0.
 //
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`; `out` is writable.

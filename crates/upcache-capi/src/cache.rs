@@ -416,28 +416,11 @@ impl From<upcache::Stats> for upcache_stats {
     }
 }
 
-/// The shared cache's counts as the fields of `upcache_stats` (the others 0).
-fn shared_stats(s: &upcache::shared::SharedStatus) -> upcache_stats {
-    let bytes = |pages: u64| pages * upcache::shared::PAGE_SIZE as u64;
-    upcache_stats {
-        hits: s.hits,
-        misses: s.misses,
-        evictions: s.evictions,
-        read_ios: s.loads,
-        read_bytes: bytes(s.loads),
-        writeback_ios: s.written_back,
-        writeback_bytes: bytes(s.written_back),
-        dirty_pages: s.dirty,
-        frames: s.frames,
-        ..upcache_stats::default()
-    }
-}
-
 /// Stores the cache's counters in `*out`. For an attachment to the shared cache, the shared
 /// cache's counts, of every process attached since it was made: hits (each thread adds its
-/// own 32 at a time), misses, evictions, read_ios and read_bytes (pages loaded),
-/// writeback_ios and writeback_bytes (pages written back), dirty_pages and frames; the
-/// fields it does not keep are 0.
+/// own 32 at a time), misses, evictions, read_ios and read_bytes (requests that loaded pages,
+/// and their bytes), writeback_ios and writeback_bytes (requests that wrote pages back, and
+/// their bytes), dirty_pages and frames; the fields it does not keep are 0.
 ///
 /// # Safety
 /// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`; `out` is writable.
@@ -450,7 +433,7 @@ pub unsafe extern "C" fn upcache_get_stats(cache: *const upcache_cache, out: *mu
         // SAFETY: the function's contract.
         let stats = match unsafe { &cache_ref(cache)?.cache } {
             Backend::Private(c) => c.stats().into(),
-            Backend::Shared(c) => shared_stats(&c.status()),
+            Backend::Shared(c) => upcache_stats::from(c.status().stats()),
         };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { *out = stats };

@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use upcache::shared::{SharedCache, PAGE_SIZE};
+use upcache::shared::SharedCache;
 use upcache::{Latencies, LatencyHistogram, Stats};
 
 /// A cache a scrape reads.
@@ -98,23 +98,7 @@ impl Collector for CacheCollector {
             Some(Source::Private(reader)) => reader,
         };
         let (s, l): (Stats, Latencies) = (reader.stats(), reader.latencies());
-        counter(&mut e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
-        counter(&mut e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
-        counter(&mut e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
-        counter(
-            &mut e,
-            "upcache_readahead_pages",
-            "Pages loaded ahead of sequential readers",
-            s.readahead_pages,
-        )?;
-        counter(&mut e, "upcache_read_bytes", "Bytes read from the devices", s.read_bytes)?;
-        counter(&mut e, "upcache_writeback_bytes", "Bytes written back to the devices", s.writeback_bytes)?;
-        counter(&mut e, "upcache_writeback_ios", "Write-back requests", s.writeback_ios)?;
-        counter(&mut e, "upcache_writeback_errors", "Write-back requests that failed", s.writeback_errors)?;
-        counter(&mut e, "upcache_dflush_pages", "Pages written back by writers themselves", s.dflush_pages)?;
-        gauge(&mut e, "upcache_dirty_pages", "Pages dirty now", s.dirty_pages)?;
-        gauge(&mut e, "upcache_frames", "Page frames in the cache", s.frames)?;
-        gauge(&mut e, "upcache_index_bytes", "Bytes of the open files' page indexes", s.index_bytes)?;
+        counts(&mut e, &s)?;
         let sampled = format!("(one in {} per thread)", upcache::LATENCY_SAMPLE_EVERY);
         histogram(&mut e, "upcache_read_latency_seconds", &format!("read_at latency {sampled}"), &l.read)?;
         histogram(&mut e, "upcache_write_latency_seconds", &format!("write_at latency {sampled}"), &l.write)?;
@@ -134,19 +118,30 @@ impl Collector for CacheCollector {
     }
 }
 
-/// The shared cache's counts, of every process attached since it was made. It keeps no
-/// latency histograms (a process's own are in its `Cache::latencies`).
+/// The counters of `upcache::Stats`, which both kinds of cache report.
+fn counts(e: &mut DescriptorEncoder<'_>, s: &Stats) -> std::fmt::Result {
+    counter(e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
+    counter(e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
+    counter(e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
+    counter(e, "upcache_readahead_pages", "Pages loaded ahead of sequential readers", s.readahead_pages)?;
+    counter(e, "upcache_read_bytes", "Bytes read from the devices", s.read_bytes)?;
+    counter(e, "upcache_read_ios", "Read requests", s.read_ios)?;
+    counter(e, "upcache_writeback_bytes", "Bytes written back to the devices", s.writeback_bytes)?;
+    counter(e, "upcache_writeback_ios", "Write-back requests", s.writeback_ios)?;
+    counter(e, "upcache_writeback_errors", "Write-back requests that failed", s.writeback_errors)?;
+    counter(e, "upcache_dflush_pages", "Pages written back by writers themselves", s.dflush_pages)?;
+    gauge(e, "upcache_dirty_pages", "Pages dirty now", s.dirty_pages)?;
+    gauge(e, "upcache_frames", "Page frames in the cache", s.frames)?;
+    gauge(e, "upcache_index_bytes", "Bytes of the open files' page indexes", s.index_bytes)
+}
+
+/// The shared cache's counts, of every process attached since it was made (`upcache::Stats`,
+/// those it does not keep 0), and its own gauges. It keeps no latency histograms (a process's
+/// own are in its `Cache::latencies`).
 fn shared(e: &mut DescriptorEncoder<'_>, cache: &SharedCache) -> std::fmt::Result {
     let s = cache.status();
-    let bytes = |pages: u64| pages * PAGE_SIZE as u64;
-    counter(e, "upcache_hits", "Page lookups that found the page resident (every process)", s.hits)?;
-    counter(e, "upcache_misses", "Page lookups that claimed a frame for the page", s.misses)?;
-    counter(e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
-    counter(e, "upcache_read_bytes", "Bytes read from the files into the cache", bytes(s.loads))?;
-    counter(e, "upcache_writeback_bytes", "Bytes written back to the files", bytes(s.written_back))?;
+    counts(e, &s.stats())?;
     counter(e, "upcache_repairs", "Frames taken over from processes that died holding them", s.repairs)?;
-    gauge(e, "upcache_dirty_pages", "Pages dirty now", s.dirty)?;
-    gauge(e, "upcache_frames", "Page frames in the cache", s.frames)?;
     gauge(e, "upcache_cached_pages", "Frames holding a page", s.cached)?;
     gauge(e, "upcache_locked_frames", "Frames locked now (loads, writes, write-backs)", s.locked)?;
     gauge(e, "upcache_files", "Files in the file table", s.files)?;

@@ -724,17 +724,7 @@ impl Engine for SharedEngine {
     /// The shared cache's counters, as the in-process engine's (every process's, since the
     /// cache was made: the run's own, as its service starts with it).
     fn stats(&self) -> Option<Stats> {
-        let s = self.cache.as_ref()?.status();
-        Some(Stats {
-            hits: s.hits,
-            misses: s.misses,
-            evictions: s.evictions,
-            read_ios: s.load_requests,
-            read_bytes: s.loads * 4096,
-            writeback_ios: s.write_back_requests,
-            writeback_bytes: s.written_back * 4096,
-            ..Stats::default()
-        })
+        Some(self.cache.as_ref()?.status().stats())
     }
 
     fn teardown(mut self, keep: bool) -> Result<()> {

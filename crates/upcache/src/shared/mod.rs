@@ -504,6 +504,28 @@ pub struct SharedStatus {
     pub write_back_requests: u64,
 }
 
+impl SharedStatus {
+    /// These counts as the in-process engine's [`crate::Stats`], the one counter type that
+    /// `upcache bench`, the C ABI's `upcache_get_stats` and Prometheus read: hits, misses,
+    /// evictions, load requests and bytes (`read_ios`, `read_bytes`), write-back requests and
+    /// bytes, dirty pages and frames; the counts the shared cache does not keep are 0.
+    pub fn stats(&self) -> crate::metrics::Stats {
+        let bytes = |pages: u64| pages * frame::PAGE as u64;
+        crate::metrics::Stats {
+            hits: self.hits,
+            misses: self.misses,
+            evictions: self.evictions,
+            read_ios: self.load_requests,
+            read_bytes: bytes(self.loads),
+            writeback_ios: self.write_back_requests,
+            writeback_bytes: bytes(self.written_back),
+            dirty_pages: self.dirty,
+            frames: self.frames,
+            ..crate::metrics::Stats::default()
+        }
+    }
+}
+
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.
 fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::fs::File>> {
     use std::os::unix::ffi::OsStrExt;
