@@ -342,7 +342,7 @@ impl SharedFile {
             let h = m.holder().filter(|&h| self.other_stopped(h))?;
             (m.home() == k).then_some((f, h))
         });
-        let Some((f, h)) = held else { return Ok(false) };
+        let Some((f, h)) = held else { return self.read_missing_beside_stopped(k, page, in_page, dst) };
         let m = &view.frames()[f as usize];
         if m.flags() & VALID != 0 {
             // SAFETY: in bounds, as in `read_page`. The stopped holder may have copied part of
@@ -361,6 +361,23 @@ impl SharedFile {
         fence(Ordering::Acquire);
         // Held by the stopped process throughout: the page all along.
         Ok(m.holder() == Some(h) && m.home() == k)
+    }
+
+    /// As `read_page_beside_stopped`, for a page no frame holds whose index partition's lock
+    /// a stopped process holds: no one can put the page in a frame meanwhile, and while the
+    /// holder is stopped the partition's chains stand still (`index.rs`), so a miss there is
+    /// exact; the page is what the OS file holds, read without caching it.
+    fn read_missing_beside_stopped(&self, k: u64, page: u64, in_page: usize, dst: &mut [u8]) -> Result<bool> {
+        let map = self.inner.view.map();
+        let Some(h) = map.holder(k).filter(|&h| self.other_stopped(h)) else { return Ok(false) };
+        if map.find_hint(k).is_some() {
+            return Ok(false);
+        }
+        let n = bypass::read(&self.fd, dst, page * PAGE as u64 + in_page as u64, &self.name)?;
+        dst[n..].fill(0);
+        // Acquire fence: the read comes before the re-checks.
+        fence(Ordering::Acquire);
+        Ok(map.holder(k) == Some(h) && map.find_hint(k).is_none())
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
@@ -1198,5 +1215,60 @@ mod tests {
             f.write_at(&[5u8; 100], PAGE as u64).unwrap();
             assert_eq!(seq() - before, moved, "range lock {range_lock}");
         }
+    }
+
+    /// A process stopped (SIGSTOP) while it holds the index partition's lock of a page no frame
+    /// holds stalls no reader of that page: the reader gives up on the lock after one poll and
+    /// reads the page from the OS file, uncached. (Before, every miss in that partition waited
+    /// until the process resumed.) The holder is a forked child that joins the cache as a
+    /// client, takes the lock and stops itself.
+    #[test]
+    fn a_reader_reads_around_a_stopped_holder_of_its_pages_index_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..8 * PAGE).map(|i| (i % 241) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let (a, _b) = two_clients();
+        let f = a.open_path(&p, false).unwrap();
+        let k = a.inner.key(f.slot, 5);
+        // SAFETY: the child only touches atomics in the shared segment (which it maps, as we
+        // do) and then stops or exits; it allocates nothing and takes no lock of this process.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let view = &a.inner.view;
+            let code = match view.clients().join() {
+                Ok(id) => {
+                    std::mem::forget(view.map().lock(k, id, &|_| true));
+                    // SAFETY: raise has no memory arguments.
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    0
+                }
+                Err(_) => 1,
+            };
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is writable.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, libc::WUNTRACED) }, child);
+        assert!(libc::WIFSTOPPED(status), "the child stopped holding the lock: {status:#x}");
+        assert!(a.inner.view.map().holder(k).is_some());
+        let (done, got) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut page = vec![0u8; PAGE];
+                let n = f.read_at(&mut page, 5 * PAGE as u64).unwrap();
+                done.send((n, page)).unwrap();
+            });
+            let read = got.recv_timeout(std::time::Duration::from_secs(20));
+            // SAFETY: kill and waitpid on our own child.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, &mut status, 0);
+            }
+            let (n, page) = read.expect("the reader waited for the stopped holder");
+            assert_eq!((n, &page[..]), (PAGE, &data[5 * PAGE..6 * PAGE]));
+        });
     }
 }

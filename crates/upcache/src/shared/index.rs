@@ -14,6 +14,8 @@
 //! - At most one frame per key has it as `home`: an insert first looks under the lock.
 //! - A partition whose lock holder died is rebuilt from the frames' `home`s before use: one
 //!   load per frame, stable under the partition's lock.
+//! - While a partition's holder is stopped, no chain of it changes: a lock-free lookup there
+//!   is exact (`file.rs` reads a page it does not find from the OS file, uncached).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -62,12 +64,29 @@ impl PageMap<'_> {
 
     /// Takes `key`'s partition lock for `me`, rebuilding the partition if its holder died.
     pub fn lock(&self, key: u64, me: u32, alive: &dyn Fn(u32) -> bool) -> PartitionGuard<'_, '_> {
+        self.lock_unless(key, me, alive, &|_| false).expect("never given up")
+    }
+
+    /// As [`Self::lock`], but None once a wait is over and `give_up` says so of the holder (a
+    /// stopped process: a reader reads around it, a claimer passes over its victim).
+    pub fn lock_unless(
+        &self,
+        key: u64,
+        me: u32,
+        alive: &dyn Fn(u32) -> bool,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Option<PartitionGuard<'_, '_>> {
         let p = self.partition(key);
-        if let Acquired::OwnerDied(dead) = self.locks[p].lock(me, alive) {
+        if let Acquired::OwnerDied(dead) = self.locks[p].lock_unless(me, alive, give_up)? {
             log::warn!("shared cache: client {dead} died changing index partition {p}; rebuilding it");
             self.rebuild(p);
         }
-        PartitionGuard { map: self, p, me }
+        Some(PartitionGuard { map: self, p, me })
+    }
+
+    /// The client holding `key`'s partition lock, if any.
+    pub fn holder(&self, key: u64) -> Option<u32> {
+        self.locks[self.partition(key)].holder()
     }
 
     /// Relinks partition `p`'s chains from the frames' `home`s (its lock held).

@@ -43,9 +43,16 @@ impl Inner {
             return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
         let f = self.claim()?;
-        if !self.place(f, k) {
-            self.free_frame(f);
-            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
+        match self.place_unless(f, k, give_up) {
+            Some(true) => {}
+            Some(false) => {
+                self.free_frame(f);
+                return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
+            }
+            None => {
+                self.free_frame(f);
+                return Ok(None);
+            }
         }
         let mut run = Vec::with_capacity(want);
         run.push(f);
@@ -55,7 +62,8 @@ impl Inner {
                 break;
             }
             let Some(f) = self.try_claim_holding() else { break };
-            if !self.place(f, k) {
+            // Holding frames, never waiting for a stopped process: readers would wait for us.
+            if self.place_unless(f, k, &|h| self.stopped(h)) != Some(true) {
                 self.free_frame(f);
                 break;
             }
@@ -86,12 +94,15 @@ impl Inner {
         Ok(Some(run[0]))
     }
 
-    /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index; false if
-    /// the page was put in another frame meanwhile.
-    pub(crate) fn place(&self, f: u32, k: u64) -> bool {
+    /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index: false if
+    /// the page was put in another frame meanwhile; None (not placed) once a wait for the
+    /// index partition's lock is over and `give_up` says so of its holder.
+    pub(crate) fn place_unless(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Option<bool> {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
-        self.view.map().lock(k, self.me, &|h| self.alive(h)).insert(k, f).is_ok()
+        let map = self.view.map();
+        let g = map.lock_unless(k, self.me, &|h| self.alive(h), give_up)?;
+        Some(g.insert(k, f).is_ok())
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with

@@ -132,10 +132,7 @@ impl Inner {
     pub(crate) fn empty_frame(&self, f: u32) {
         let m = &self.view.frames()[f as usize];
         m.bump();
-        let home = m.home();
-        if home != 0 {
-            self.view.map().lock(home, self.me, &|h| self.alive(h)).remove(home, f);
-        }
+        self.unindex_unless(f, &|_| false);
         let k = m.key();
         if m.flags() & DIRTY != 0 && k != 0 {
             // Release: the flag goes before the counts shrink, so they never fall below it.
@@ -146,6 +143,19 @@ impl Inner {
         // Relaxed: published by the unlock's Release.
         m.key.store(0, Ordering::Relaxed);
         m.flags.store(0, Ordering::Relaxed);
+    }
+
+    /// Takes frame `f` (locked by us) out of the index; false, left in, once a wait for its
+    /// partition's lock is over and `give_up` says so of the holder.
+    fn unindex_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
+        let home = self.view.frames()[f as usize].home();
+        if home == 0 {
+            return true;
+        }
+        let map = self.view.map();
+        let Some(g) = map.lock_unless(home, self.me, &|h| self.alive(h), give_up) else { return false };
+        g.remove(home, f);
+        true
     }
 
     /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
@@ -216,6 +226,11 @@ impl Inner {
                     continue;
                 }
                 if m.home() != 0 {
+                    // A victim whose index partition a stopped process holds is passed over.
+                    if !self.unindex_unless(f, &|h| self.stopped(h)) {
+                        m.unlock(self.me, false);
+                        continue;
+                    }
                     // Relaxed: a statistic.
                     self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
                 }
@@ -336,8 +351,9 @@ impl Inner {
         Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false)?.expect("never given up"))
     }
 
-    /// As [`Self::lock_page`], but None once a wait for the page's frame is over and
-    /// `give_up` says so of its holder (a reader beside a stopped process).
+    /// As [`Self::lock_page`], but None once a wait for the page's frame, or for its index
+    /// partition's lock, is over and `give_up` says so of its holder (a reader beside a
+    /// stopped process).
     pub(crate) fn lock_page_unless(
         &self,
         slot: u32,
@@ -352,7 +368,10 @@ impl Inner {
         loop {
             let found = match map.find_hint(k) {
                 Some(f) => Some(f),
-                None => map.lock(k, self.me, &|h| self.alive(h)).find(k),
+                None => match map.lock_unless(k, self.me, &|h| self.alive(h), give_up) {
+                    Some(g) => g.find(k),
+                    None => return Ok(None),
+                },
             };
             if let Some(f) = found {
                 if !self.lock_frame_unless(f, give_up) {
@@ -367,9 +386,16 @@ impl Inner {
                 continue;
             }
             let f = self.claim()?;
-            if !self.place(f, k) {
-                self.free_frame(f);
-                continue; // someone else put the page in a frame meanwhile
+            match self.place_unless(f, k, give_up) {
+                Some(true) => {}
+                Some(false) => {
+                    self.free_frame(f);
+                    continue; // someone else put the page in a frame meanwhile
+                }
+                None => {
+                    self.free_frame(f);
+                    return Ok(None);
+                }
             }
             // Relaxed: statistics.
             self.view.header().misses.fetch_add(1, Ordering::Relaxed);
