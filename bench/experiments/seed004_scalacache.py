@@ -9,8 +9,10 @@
    cleans most victims first, which is also shown.
 2. Pin/unpin zero-copy access with the per-thread hot index (§5.1, §5.3): `--api pin` vs
    `--api copy` on 4 KiB random reads that all hit, 1 thread.
-3. Bundled I/O (§5.4): misses of one read go to the devices as one batch; there is no switch
-   to turn that off, so it is not measured on/off here.
+3. Bundled I/O (§5.4): the misses of one read (and its readahead) go out as one
+   submission (`--bundling on`) or one at a time (`off`): 1 MiB sequential reads of a cold
+   1 GiB file, on both engines (the shared cache's bundling is one `preadv` per run against a
+   `pread` per page).
 
     bench/experiments/seed004_scalacache.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
@@ -43,7 +45,16 @@ def main():
         "pin (zero-copy, hot index) vs copy: 4 KiB random reads that all hit, 1 thread",
         [("pin", base + ["--api", "pin"], None), ("copy", base + ["--api", "copy"], None)],
         a.rounds, ["iops", "p99us", "cpu_us/op"], [("pin", "copy", "iops")])
-    common.not_switchable("bundled I/O", "misses are always bundled into one batch per read (cache/batch.rs)")
+    base = ["--rw", "read", "--bs", "1m", "--size", "1g", "--cache", "256m", "--threads", "1",
+            "--runtime", "4s", "--devices", "1", "--dir", d]
+    common.compare(
+        "bundled I/O on vs off: 1 MiB sequential reads of a cold 1 GiB file, 1 thread",
+        [("upcache-on", ["--engine", "upcache"] + base, None),
+         ("upcache-off", ["--engine", "upcache", "--bundling", "off"] + base, None),
+         ("shared-on", ["--engine", "shared"] + base, None),
+         ("shared-off", ["--engine", "shared", "--bundling", "off"] + base, None)],
+        a.rounds, ["MiB/s", "p99us", "cpu_us/op"],
+        [("upcache-on", "upcache-off", "MiB/s"), ("shared-on", "shared-off", "MiB/s")])
     return common.finish()
 
 
