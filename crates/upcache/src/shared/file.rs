@@ -390,7 +390,7 @@ impl SharedFile {
         if offset >= end {
             return Ok(0);
         }
-        let ahead = self.inner.view.header().readahead_pages();
+        let ahead = self.inner.readahead_pages;
         let last = if sequential && ahead > 0 {
             (offset / PAGE as u64 + ahead).min(len.div_ceil(PAGE as u64)).max(end.div_ceil(PAGE as u64))
         } else {
@@ -525,7 +525,7 @@ impl SharedFile {
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let len = self.cached_len();
         let end = offset + buf.len() as u64;
-        if end <= len && self.inner.view.header().has(technique::RANGE_LOCK) {
+        if end <= len && self.inner.techniques & technique::RANGE_LOCK != 0 {
             // Within the length: the pages only, beside writers of other parts of the file.
             let (first, last) = pages_of(offset, end);
             if let Some(_range) = locked.claim_range(first, last) {

@@ -201,10 +201,15 @@ impl Header {
         Duration::from_millis(self.flush_interval_ms.load(Ordering::Relaxed))
     }
 
+    /// `SharedConfig`'s technique switches, [`technique`] bits.
+    pub fn techniques(&self) -> u64 {
+        // Relaxed: as above.
+        self.techniques.load(Ordering::Relaxed)
+    }
+
     /// Whether technique `bit` ([`technique`]) is on.
     pub fn has(&self, bit: u64) -> bool {
-        // Relaxed: as above.
-        self.techniques.load(Ordering::Relaxed) & bit != 0
+        self.techniques() & bit != 0
     }
 
     /// `SharedConfig::readahead`, in pages.

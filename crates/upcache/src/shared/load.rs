@@ -120,7 +120,7 @@ impl Inner {
             crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs)
                 .map_err(|e| Error::io("read pages of a shared file", e))
         };
-        let got = if header.has(technique::BUNDLING) {
+        let got = if self.techniques & technique::BUNDLING != 0 {
             let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
             read(at, &mut bufs)?
         } else {

@@ -95,6 +95,11 @@ pub(crate) struct Inner {
     /// so that a lock's waiters ask `/proc` about a holder at most once per
     /// [`pages::ALIVE_FOR_MS`] (`Inner::alive`).
     alive_seen: Box<[AtomicU64]>,
+    /// The header's technique switches and readahead (fixed when the cache was made), copied
+    /// here so that the read and write paths load no line of the header, which every
+    /// process's claims and loads write.
+    techniques: u64,
+    readahead_pages: u64,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -144,6 +149,7 @@ impl SharedCache {
         let c = view.counters_of(me);
         // Relaxed: statistics; the slot's counts of the clients that held it before.
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
+        let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
         let inner = Inner {
             before,
             view,
@@ -155,6 +161,8 @@ impl SharedCache {
             // Relaxed: see `count_fork_in_child`.
             forks: FORKS.load(Ordering::Relaxed),
             alive_seen: (0..view_clients).map(|_| AtomicU64::new(0)).collect(),
+            techniques,
+            readahead_pages,
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();

@@ -91,7 +91,7 @@ impl Inner {
         pages.sort_unstable_by_key(|&(_, k)| k);
         let mut first = Ok(());
         let mut own = None;
-        let most = if self.view.header().has(technique::RUN_MERGING) { RUN_PAGES } else { 1 };
+        let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
         let mut run = Vec::with_capacity(most.min(pages.len()));
         let mut i = 0;
         while i < pages.len() {
