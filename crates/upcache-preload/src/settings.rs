@@ -92,14 +92,13 @@ impl CacheSettings {
         if let Some(i) = self.flush_interval.filter(|i| *i != config.flush_interval) {
             asked.push(format!("UPCACHE_FLUSH_INTERVAL for {i:?}"));
         }
-        let on = |b: bool| if b { "on" } else { "off" };
         for (name, asked_for, has) in [
             ("UPCACHE_RANGE_LOCK", self.range_lock, config.range_lock),
             ("UPCACHE_RUN_MERGING", self.run_merging, config.run_merging),
             ("UPCACHE_BUNDLING", self.bundling, config.bundling),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
-                asked.push(format!("{name} for {}", on(b)));
+                asked.push(format!("{name} for {}", upcache::on_off(b)));
             }
         }
         if let Some(r) = self.readahead.filter(|r| *r != config.readahead) {

@@ -459,14 +459,6 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
     }
 }
 
-fn on_off(on: bool) -> &'static str {
-    if on {
-        "on"
-    } else {
-        "off"
-    }
-}
-
 impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
@@ -487,9 +479,9 @@ impl Shim {
                     running.dirty_ratios.1,
                     running.dirty_expire,
                     running.flush_interval,
-                    on_off(running.range_lock),
-                    on_off(running.run_merging),
-                    on_off(running.bundling),
+                    upcache::on_off(running.range_lock),
+                    upcache::on_off(running.run_merging),
+                    upcache::on_off(running.bundling),
                     running.readahead,
                 ));
             }

@@ -101,7 +101,7 @@ pub use metrics::latency::{
 };
 pub use metrics::Stats;
 pub use policy::{CleanFirst, PolicyKind};
-pub use units::{parse_duration, parse_on_off, parse_ratios, parse_size};
+pub use units::{on_off, parse_duration, parse_on_off, parse_ratios, parse_size};
 
 /// The README's Rust examples, compiled (not run: they name real device paths) with the
 /// doctests.

@@ -49,6 +49,15 @@ pub fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
+/// `on` or `off`, as [`parse_on_off`] reads them.
+pub fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 /// Parses a byte count: a number with an optional binary unit (b, k, kb, kib, m, g, t, ...;
 /// any case). `1.5k` is allowed when it comes to whole bytes.
 ///

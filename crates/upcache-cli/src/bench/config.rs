@@ -66,7 +66,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     put("stripe-unit", json!(u.stripe_unit));
     put("flushers", json!(u.flushers));
     put("flush", json!(u.flush.name()));
-    let on_off = |on: bool| json!(if on { "on" } else { "off" });
+    let on_off = |on: bool| json!(upcache::on_off(on));
     put("streams", on_off(u.streams));
     put("range-lock", on_off(u.range_lock));
     put("hot-index", on_off(u.hot_index));

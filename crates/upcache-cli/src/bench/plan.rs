@@ -431,7 +431,7 @@ pub(super) fn header(p: &Plan, base: &Path) -> String {
             fmt_size(u.stripe_unit),
             u.flushers,
             u.flush.name(),
-            if u.streams { "on" } else { "off" },
+            upcache::on_off(u.streams),
             u.policy.name(),
             u.clean_first.name(),
             u.dirty_ratios.0,

@@ -410,14 +410,6 @@ fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
     }
 }
 
-fn on(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
 fn status_text(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
@@ -445,9 +437,9 @@ fn status_text(cache: &SharedCache) -> String {
         c.dirty_ratios.1,
         c.dirty_expire.as_millis(),
         c.flush_interval.as_millis(),
-        on(c.range_lock),
-        on(c.run_merging),
-        on(c.bundling),
+        crate::units::on_off(c.range_lock),
+        crate::units::on_off(c.run_merging),
+        crate::units::on_off(c.bundling),
         c.readahead,
         s.clients.len(),
         s.clients,
