@@ -158,6 +158,9 @@ fn writers_killed(name: &str, kills: usize) {
         }
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
         let mut service_kills = 0;
+        // Set at every 5th kill, cleared once a service was running to be killed (the one
+        // killed last may not have been replaced yet).
+        let mut service_due = false;
         for k in 0..kills {
             let victim = crew.pick(next(&mut x));
             let after = 1 + next(&mut x) % 6;
@@ -166,11 +169,11 @@ fn writers_killed(name: &str, kills: usize) {
                 said.syncs.get(&victim).copied().unwrap_or(0) >= after || said.done.contains(&victim)
             });
             if let Some((_, socket)) = &side.shim {
-                if k % 5 == 4 {
-                    if let Some(pid) = running_service(socket) {
-                        signal(pid, libc::SIGKILL);
-                        service_kills += 1;
-                    }
+                service_due |= k % 5 == 4;
+                if let Some(pid) = running_service(socket).filter(|_| service_due) {
+                    signal(pid, libc::SIGKILL);
+                    service_kills += 1;
+                    service_due = false;
                 }
             }
             crew.kill(victim, what, |id, line| said.said(id, line, what));
