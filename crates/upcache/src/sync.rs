@@ -68,3 +68,13 @@ pub(crate) fn yield_now() {
     #[cfg(not(loom))]
     std::thread::yield_now();
 }
+
+/// Says that we spin on a word another thread will change (under loom, a yield: a spinning
+/// thread lets the others run, and the model stays finite).
+#[inline]
+pub(crate) fn spin_loop() {
+    #[cfg(loom)]
+    loom::hint::spin_loop();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}

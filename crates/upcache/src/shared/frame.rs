@@ -3,8 +3,9 @@
 //! # The word
 //! `word` holds a version in its high 32 bits and a lock in its low 32 bits, as an
 //! [`OwnerLock`](crate::shm::OwnerLock): 0 is free, otherwise the holder's client id with bit 31
-//! set while someone may sleep on it (on the low half's futex, shared between processes). The
-//! version grows at every unlock that changed the frame's bytes or its page, so a reader
+//! set while someone may sleep on it (on the low half's futex, shared between processes),
+//! taken and released by the same loop (`shm/lock_word.rs`), with the version carried along.
+//! The version grows at every unlock that changed the frame's bytes or its page, so a reader
 //! copies without a lock or a pin (vmcache's optimistic read): load the word (unlocked), check
 //! the key and `VALID`, copy, Acquire fence, load the word again; the copy stands if the word
 //! is unchanged. A frame has no pin count: the copy API needs none, and a count cannot say
@@ -21,10 +22,9 @@
 //!   if its `home` is the key looked for: a frame that left the index (a claim killed half-way
 //!   leaves one with its old key and bytes) is never used.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-
-use crate::shm::futex;
-use crate::shm::{spin_while_held, LIVENESS_POLL};
+use crate::shm::lock_word::{self, LockWord, HOLDER, LOCK_HALF};
+use crate::shm::Acquired;
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the shared frame word's futex is its low half, first in memory on little-endian targets");
@@ -40,11 +40,6 @@ pub(crate) const VALID: u32 = 1;
 pub(crate) const DIRTY: u32 = 2;
 /// Read since the clock hand last passed.
 pub(crate) const REFERENCED: u32 = 4;
-
-/// Bit 31 of the lock half: someone may be sleeping on it.
-const WAITERS: u64 = 1 << 31;
-const LOCK_MASK: u64 = 0xffff_ffff;
-const HOLDER_MASK: u64 = LOCK_MASK & !WAITERS;
 
 /// Bits of a key that number the page.
 const PAGE_BITS: u32 = 36;
@@ -72,13 +67,22 @@ pub(crate) fn key_page(key: u64) -> u64 {
     key & (MAX_PAGES - 1)
 }
 
-/// How a lock was taken.
+/// How a lock was taken ([`Acquired`] under the names the shared cache uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Taken {
     /// From nobody, or a holder that released it.
     Clean,
     /// From this client, which died holding it: repair the frame.
     FromDead(u32),
+}
+
+impl From<Acquired> for Taken {
+    fn from(a: Acquired) -> Self {
+        match a {
+            Acquired::Clean => Taken::Clean,
+            Acquired::OwnerDied(dead) => Taken::FromDead(dead),
+        }
+    }
 }
 
 /// A frame's metadata, 32 bytes, all zeros for a free frame.
@@ -101,7 +105,7 @@ impl FrameMeta {
     pub fn stable(&self) -> Option<u64> {
         // Acquire: what the last holder wrote before its unlock is seen by our copy.
         let w = self.word.load(Ordering::Acquire);
-        (w & LOCK_MASK == 0).then_some(w)
+        (w & LOCK_HALF == 0).then_some(w)
     }
 
     /// Whether nothing locked the frame since [`Self::stable`] returned `w`: an optimistic
@@ -115,10 +119,10 @@ impl FrameMeta {
     }
 
     /// Takes the lock for client `me` if it is free.
+    #[inline]
     pub fn try_lock(&self, me: u32) -> bool {
-        // Relaxed: a guess for the CAS, which orders.
-        let w = self.word.load(Ordering::Relaxed);
-        w & LOCK_MASK == 0 && self.cas_lock(w, w | me as u64)
+        let w = LockWord::load(self);
+        w & LOCK_HALF == 0 && self.cas_lock(w, w | me as u64)
     }
 
     /// Takes the lock for client `me`, sleeping while a live holder has it and taking it over
@@ -136,83 +140,28 @@ impl FrameMeta {
         alive: impl Fn(u32) -> bool,
         give_up: impl Fn(u32) -> bool,
     ) -> Option<Taken> {
-        let mut mark = 0;
-        let mut spun = false;
-        loop {
-            // Relaxed: a guess for the CASes, which order.
-            let w = self.word.load(Ordering::Relaxed);
-            let holder = (w & HOLDER_MASK) as u32;
-            if holder == 0 {
-                if self.cas_lock(w, w | me as u64 | mark) {
-                    return Some(Taken::Clean);
-                }
-                continue;
-            }
-            if !spun {
-                spun = true;
-                // Relaxed: a hint; the CAS above orders.
-                if !spin_while_held(|| self.word.load(Ordering::Relaxed) & HOLDER_MASK != 0) {
-                    continue;
-                }
-            }
-            if holder != me && !alive(holder) {
-                if self.cas_lock(w, (w & !HOLDER_MASK) | me as u64) {
-                    return Some(Taken::FromDead(holder));
-                }
-                continue;
-            }
-            if mark != 0 && holder != me && give_up(holder) {
-                return None;
-            }
-            if w & WAITERS == 0
-                // Relaxed: the bit carries no data; the futex re-checks the word.
-                && self.word.compare_exchange(w, w | WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err()
-            {
-                continue;
-            }
-            futex::wait(self.word.as_ptr().cast::<u32>(), ((w & LOCK_MASK) | WAITERS) as u32, LIVENESS_POLL);
-            mark = WAITERS;
-        }
-    }
-
-    fn cas_lock(&self, from: u64, to: u64) -> bool {
-        // Acquire: what the last holder did is seen by us.
-        let ok = self.word.compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed).is_ok();
-        if ok {
-            // Release fence: an optimistic reader whose copy sees any byte we write next also
-            // sees the lock in its re-read of the word (the seqlock writer's side).
-            fence(Ordering::Release);
-        }
-        ok
+        lock_word::lock_unless(self, me, alive, give_up).map(Taken::from)
     }
 
     /// Releases the lock `me` holds; `changed` bumps the version (the bytes, the key or `VALID`
     /// changed). False, and nothing done, if `me` no longer holds it (taken over: judged dead).
     pub fn unlock(&self, me: u32, changed: bool) -> bool {
-        // Relaxed: a guess for the CAS, which orders.
-        let mut w = self.word.load(Ordering::Relaxed);
-        loop {
-            if (w & HOLDER_MASK) as u32 != me {
-                log::error!("shared frame: client {me} unlocks a frame held by {}", w & HOLDER_MASK);
-                return false;
-            }
-            let version = (w >> 32).wrapping_add(changed as u64);
-            // Release: what we did under the lock is seen by the next holder and reader.
-            match self.word.compare_exchange(w, version << 32, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(now) => w = now,
+        // The lock half clears; the Release CAS publishes what we did to the next holder and
+        // to readers of the new version. Wakes every sleeper (readers that may give up too).
+        let next = |w: u64| ((w >> 32).wrapping_add(changed as u64)) << 32;
+        match lock_word::unlock(self, me, next, i32::MAX) {
+            Ok(()) => true,
+            Err(now) => {
+                log::error!("shared frame: client {me} unlocks a frame held by {now}");
+                false
             }
         }
-        if w & WAITERS != 0 {
-            futex::wake(self.word.as_ptr().cast::<u32>(), i32::MAX);
-        }
-        true
     }
 
     /// The lock's holder, if any.
     pub fn holder(&self) -> Option<u32> {
         // Relaxed: a report, stale as soon as read.
-        match (self.word.load(Ordering::Relaxed) & HOLDER_MASK) as u32 {
+        match (self.word.load(Ordering::Relaxed) & HOLDER) as u32 {
             0 => None,
             h => Some(h),
         }
@@ -241,6 +190,38 @@ impl FrameMeta {
     pub fn key(&self) -> u64 {
         // Acquire: pairs with the Release store of whoever claimed the frame.
         self.key.load(Ordering::Acquire)
+    }
+}
+
+/// The low half is the lock; the version above it rides along.
+impl LockWord for FrameMeta {
+    #[inline]
+    fn load(&self) -> u64 {
+        // Relaxed: a guess for a CAS, which orders.
+        self.word.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn cas_lock(&self, from: u64, to: u64) -> bool {
+        // Acquire: what the last holder did is seen by us.
+        let ok = self.word.compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed).is_ok();
+        if ok {
+            // Release fence: an optimistic reader whose copy sees any byte we write next also
+            // sees the lock in its re-read of the word (the seqlock writer's side; pairs with
+            // the Acquire fence in `unchanged`).
+            fence(Ordering::Release);
+        }
+        ok
+    }
+
+    fn cas(&self, from: u64, to: u64, success: Ordering) -> Result<(), u64> {
+        // Relaxed on failure: the caller only retries from the value returned.
+        self.word.compare_exchange(from, to, success, Ordering::Relaxed).map(drop)
+    }
+
+    #[cfg(not(loom))]
+    fn futex(&self) -> *const u32 {
+        self.word.as_ptr().cast::<u32>()
     }
 }
 
@@ -299,5 +280,59 @@ mod tests {
             assert_eq!(other.join().unwrap(), Taken::Clean);
         });
         assert_eq!(m.holder(), None);
+    }
+}
+
+/// loom model of the version as a seqlock (`ci/loom.sh`); the lock itself is modelled in
+/// `shm/owner_lock.rs`, through the same loop.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::shm::futex::model as futex;
+    use crate::sync::Arc;
+
+    fn meta() -> FrameMeta {
+        FrameMeta {
+            word: AtomicU64::new(0),
+            key: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
+            next: AtomicU32::new(0),
+            home: AtomicU64::new(0),
+        }
+    }
+
+    /// A writer changes a two-word page under the lock; an optimistic reader's copy that
+    /// `unchanged` accepts is the page of the version `stable` gave: both words old, or both
+    /// new. Needs the Release fence after the lock's CAS and the Acquire fence in `unchanged`
+    /// (without either, a copy that saw one new word can pass the re-read), and the Release
+    /// unlock with the Acquire in `stable` (without either, an old copy passes as the new
+    /// version). The reader is the spawned thread: loom (0.7) explores a spawned thread that
+    /// begins with a load running ahead of the model's own thread only if that load is the
+    /// first access the two share.
+    #[test]
+    fn a_validated_copy_is_one_versions_page() {
+        loom::model(|| {
+            futex::start(false);
+            let m = Arc::new(meta());
+            let page = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let reader = {
+                let (m, page) = (m.clone(), page.clone());
+                loom::thread::spawn(move || {
+                    let w = m.stable()?;
+                    // Relaxed: validated by `unchanged`.
+                    let copy = [page[0].load(Ordering::Relaxed), page[1].load(Ordering::Relaxed)];
+                    m.unchanged(w).then_some((w >> 32, copy))
+                })
+            };
+            assert_eq!(m.lock(1, |_| true), Taken::Clean);
+            // Relaxed: the lock's fence and the unlock order these (what the model checks).
+            page[0].store(1, Ordering::Relaxed);
+            page[1].store(1, Ordering::Relaxed);
+            assert!(m.unlock(1, true));
+            if let Some((version, copy)) = reader.join().unwrap() {
+                assert_eq!(copy, [version, version], "a validated copy is not its version's page");
+            }
+            assert_eq!(m.stable(), Some(1 << 32), "unlocked at version 1");
+        });
     }
 }

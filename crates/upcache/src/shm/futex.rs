@@ -56,6 +56,82 @@ pub(crate) fn wake(word: *const u32, n: i32) {
     unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, n) };
 }
 
+/// The two calls as loom models them (`--cfg loom`: no futex, no clock). One queue stands for
+/// every word, so a model sleeps on one word only. A sleep lasts until a wake, stricter than
+/// a futex, whose sleeps end at the poll: a lost wake-up leaves the model deadlocked, which
+/// loom reports. A model whose holder dies while others sleep ends their sleeps with
+/// [`model::time_out`]; one whose holder is stopped asks that every sleep time out at once
+/// (not with two such sleepers, which loom may alternate for ever).
+#[cfg(loom)]
+pub(crate) mod model {
+    use std::cell::Cell;
+    // std, not loom: the model's own switch, not part of what loom explores.
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::sync::{self, Condvar, Mutex};
+
+    struct Queue {
+        /// Stands for the kernel's hash-bucket lock, taken by both calls.
+        lock: Mutex<()>,
+        sleepers: Condvar,
+        time_out: AtomicBool,
+    }
+
+    loom::lazy_static! {
+        static ref QUEUE: Queue =
+            Queue { lock: Mutex::new(()), sleepers: Condvar::new(), time_out: AtomicBool::new(false) };
+    }
+
+    loom::thread_local! {
+        static WAITS: Cell<u32> = Cell::new(0);
+    }
+
+    /// Starts one execution of a model; call it first, on the model's own thread. (Touched
+    /// first by a spawned thread, loom's lazy static would order that thread's earlier writes
+    /// before every later touch, and hide a race.) `time_out`: every sleep returns at once.
+    pub(crate) fn start(time_out: bool) {
+        // Relaxed: read by the same execution's threads, which start after this.
+        QUEUE.time_out.store(time_out, Ordering::Relaxed);
+    }
+
+    /// The calling thread's waits so far (those that returned at once included, as a futex
+    /// wait may).
+    pub(crate) fn waits() -> u32 {
+        WAITS.with(Cell::get)
+    }
+
+    /// Sleeps while `still()` (the word is as expected), checked under the queue's lock.
+    pub(crate) fn wait(still: impl Fn() -> bool) {
+        WAITS.with(|w| w.set(w.get() + 1));
+        // Relaxed: see `start`.
+        if QUEUE.time_out.load(Ordering::Relaxed) {
+            loom::thread::yield_now();
+            return;
+        }
+        let g = sync::lock(&QUEUE.lock);
+        if still() {
+            drop(sync::wait(&QUEUE.sleepers, g));
+        }
+    }
+
+    /// Ends every sleep, as each sleeper's poll would: for a holder that dies while others
+    /// sleep, whom no unlock will wake.
+    pub(crate) fn time_out() {
+        wake(i32::MAX);
+    }
+
+    /// Wakes one sleeper, or all if `n` is not 1. Taking the lock first: a sleeper that
+    /// found the word unchanged before our caller changed it is asleep by now.
+    pub(crate) fn wake(n: i32) {
+        drop(sync::lock(&QUEUE.lock));
+        if n == 1 {
+            QUEUE.sleepers.notify_one();
+        } else {
+            QUEUE.sleepers.notify_all();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,16 +14,18 @@
 //!
 //! Locks in a segment are [`OwnerLock`]s: a word that names its holder, so that the lock of a
 //! process killed while holding it is taken over, and the taker told to repair what it guards;
-//! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives.
+//! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives. The
+//! wait loop they share with the shared cache's frame locks is in `lock_word.rs`.
 
 mod clients;
 pub(crate) mod futex;
 pub mod handoff;
 pub mod high_fd;
+pub(crate) mod lock_word;
 mod owner_lock;
 mod segment;
 
 pub use clients::Clients;
-pub(crate) use owner_lock::spin_while_held;
-pub use owner_lock::{Acquired, OwnerLock, LIVENESS_POLL, MAX_HOLDER};
+pub use lock_word::{Acquired, LIVENESS_POLL, MAX_HOLDER};
+pub use owner_lock::OwnerLock;
 pub use segment::{forget_all, hold_mapped_for_fork, RegionSpec, Segment, MAX_REGIONS};

@@ -1,62 +1,8 @@
-//! A lock word for shared memory that names its holder, so that a lock held by a process that
-//! was killed is taken over instead of blocking every other process for ever (the idea of
-//! Linux's robust futexes and PostgreSQL's cleanup after a dead backend, with the holder's
-//! liveness decided by the caller's table of attached processes).
-//!
-//! # The word
-//! 0 is free; otherwise bits 0-30 hold the holder's id (1 to 2^31 - 1: a client's id from
-//! [`super::Clients`], or a pid) and bit 31 says that someone may be sleeping on the word. An
-//! id names a process, not a thread: a thread that finds its own id holding the lock waits, as
-//! for any live holder, since another thread of its process holds it. A waiter sleeps on the
-//! word's futex, shared between processes (not `FUTEX_PRIVATE`), for at most
-//! [`LIVENESS_POLL`] at a time, and asks whether the holder is alive whenever it wakes (the
-//! caller's `alive` keeps that cheap). Before its first sleep a waiter spins briefly
-//! ([`spin_while_held`]): most holds are a page copy, shorter than a futex wait and wake.
-//!
-//! # Invariants
-//! - Only a CAS from 0, or from a dead holder's word, makes a thread the holder, so two live
-//!   holders never coexist.
-//! - A sleeper sets the waiters bit before it sleeps and sleeps only while the word still
-//!   has it; `unlock` clears the word with a swap and wakes one sleeper if the bit was set, so
-//!   no sleeper misses an unlock. A thread that acquires after it slept sets the bit again, as
-//!   other sleepers may remain.
-//! - A take-over reports [`Acquired::OwnerDied`]: what the lock protects may be half-changed,
-//!   and the new holder repairs it before it relies on it.
+//! A lock word for shared memory that names its holder: the bare lock half of
+//! [`super::lock_word`], which has the layout, the wait loop and its invariants.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
-
-use super::futex;
-
-/// Bit 31: someone may be sleeping on the word.
-const WAITERS: u32 = 1 << 31;
-/// The largest holder id.
-pub const MAX_HOLDER: u32 = WAITERS - 1;
-/// How long a waiter sleeps before it checks again whether the holder is alive.
-pub const LIVENESS_POLL: Duration = Duration::from_millis(10);
-
-/// Spins before a waiter's first sleep: about a microsecond or two, a page copy's time.
-const SPINS: u32 = 128;
-
-/// Spins while `held()` says the lock is held, at most [`SPINS`] times; whether it still is.
-pub(crate) fn spin_while_held(held: impl Fn() -> bool) -> bool {
-    for _ in 0..SPINS {
-        if !held() {
-            return false;
-        }
-        std::hint::spin_loop();
-    }
-    held()
-}
-
-/// How a lock was acquired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquired {
-    /// From a holder that released it (or nobody).
-    Clean,
-    /// Taken over from this holder, which had died holding it: repair what it protects.
-    OwnerDied(u32),
-}
+use super::lock_word::{self, Acquired, LockWord, MAX_HOLDER};
+use crate::sync::{AtomicU32, Ordering};
 
 /// The lock word. `#[repr(transparent)]`, so it can be placed in a segment's region; all
 /// zeros is a free lock.
@@ -68,15 +14,21 @@ pub struct OwnerLock {
 
 impl OwnerLock {
     /// A free lock.
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
+        OwnerLock { word: AtomicU32::new(0) }
+    }
+
+    /// A free lock (not `const` under loom, whose atomics are not).
+    #[cfg(loom)]
+    pub fn new() -> Self {
         OwnerLock { word: AtomicU32::new(0) }
     }
 
     /// Takes the lock for `me` if it is free.
     pub fn try_lock(&self, me: u32) -> bool {
         check_id(me);
-        // Acquire: what the last holder did before unlocking is seen by us.
-        self.word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.cas_lock(0, me as u64)
     }
 
     /// Takes the lock for `me`, waiting while a holder that `alive` says is alive has it, and
@@ -94,84 +46,61 @@ impl OwnerLock {
         give_up: impl Fn(u32) -> bool,
     ) -> Option<Acquired> {
         check_id(me);
-        // After a sleep, acquire with the waiters bit: others may still sleep.
-        let mut mark = 0;
-        let mut spun = false;
-        loop {
-            // Relaxed: only a hint for the CAS below, which orders.
-            let w = self.word.load(Ordering::Relaxed);
-            if w == 0 {
-                // Acquire: as in `try_lock`.
-                match self.word.compare_exchange(0, me | mark, Ordering::Acquire, Ordering::Relaxed) {
-                    Ok(_) => return Some(Acquired::Clean),
-                    Err(_) => continue,
-                }
-            }
-            let holder = w & !WAITERS;
-            if !spun {
-                spun = true;
-                // Relaxed: a hint; the CAS above orders.
-                if !spin_while_held(|| self.word.load(Ordering::Relaxed) & !WAITERS != 0) {
-                    continue;
-                }
-            }
-            if holder != me && !alive(holder) {
-                // Acquire: whatever the dead holder wrote before it died is seen by us.
-                match self.word.compare_exchange(w, me | (w & WAITERS), Ordering::Acquire, Ordering::Relaxed)
-                {
-                    Ok(_) => return Some(Acquired::OwnerDied(holder)),
-                    Err(_) => continue,
-                }
-            }
-            if mark != 0 && holder != me && give_up(holder) {
-                return None;
-            }
-            // Relaxed: the bit carries no data; the futex re-checks the word atomically.
-            if w & WAITERS == 0
-                && self.word.compare_exchange(w, w | WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err()
-            {
-                continue;
-            }
-            futex::wait(self.word.as_ptr(), w | WAITERS, LIVENESS_POLL);
-            mark = WAITERS;
-        }
+        lock_word::lock_unless(self, me, alive, give_up)
     }
 
     /// Releases the lock, which `me` holds. False, and the lock left as it is, if `me` does
     /// not hold it: it was taken over from `me`, judged dead, and belongs to its taker now.
     pub fn unlock(&self, me: u32) -> bool {
-        // Relaxed: a first guess for the CAS, which orders.
-        let mut w = self.word.load(Ordering::Relaxed);
-        loop {
-            if w & !WAITERS != me {
-                log::error!("OwnerLock: holder {me} unlocks a lock now held by {}", w & !WAITERS);
-                return false;
-            }
-            // Release: what we did under the lock is seen by the next holder.
-            match self.word.compare_exchange(w, 0, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(now) => w = now,
+        // Wakes one sleeper: one that acquires sets the waiters bit again for the others.
+        match lock_word::unlock(self, me, |_| 0, 1) {
+            Ok(()) => true,
+            Err(now) => {
+                log::error!("OwnerLock: holder {me} unlocks a lock now held by {now}");
+                false
             }
         }
-        if w & WAITERS != 0 {
-            futex::wake(self.word.as_ptr(), 1);
-        }
-        true
     }
 
     /// Whether the lock is held. Acquire: a caller that finds it free sees what its last
     /// holder did.
     pub fn held(&self) -> bool {
-        self.word.load(Ordering::Acquire) & !WAITERS != 0
+        self.word.load(Ordering::Acquire) & MAX_HOLDER != 0
     }
 
     /// The holder's id, if the lock is held.
     pub fn holder(&self) -> Option<u32> {
         // Relaxed: a report; it may be stale as soon as it is read.
-        match self.word.load(Ordering::Relaxed) & !WAITERS {
+        match self.word.load(Ordering::Relaxed) & MAX_HOLDER {
             0 => None,
             h => Some(h),
         }
+    }
+}
+
+/// The whole word is the lock half: words passed to and from the loop fit in 32 bits.
+impl LockWord for OwnerLock {
+    fn load(&self) -> u64 {
+        // Relaxed: a guess for a CAS, which orders.
+        self.word.load(Ordering::Relaxed) as u64
+    }
+
+    fn cas_lock(&self, from: u64, to: u64) -> bool {
+        // Acquire: what the last holder did before unlocking is seen by us.
+        self.word.compare_exchange(from as u32, to as u32, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    fn cas(&self, from: u64, to: u64, success: Ordering) -> Result<(), u64> {
+        // Relaxed on failure: the caller only retries from the value returned.
+        match self.word.compare_exchange(from as u32, to as u32, success, Ordering::Relaxed) {
+            Ok(_) => Ok(()),
+            Err(now) => Err(now as u64),
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn futex(&self) -> *const u32 {
+        self.word.as_ptr()
     }
 }
 
@@ -240,5 +169,187 @@ mod tests {
     #[should_panic(expected = "holder ids are 1 to")]
     fn id_zero_is_refused() {
         OwnerLock::new().try_lock(0);
+    }
+}
+
+/// loom models of the wait loop through [`OwnerLock`] (`ci/loom.sh`). A sleep lasts until a
+/// wake (`futex::model`), so a lost wake-up deadlocks a model; the model with a stopped holder
+/// has sleeps time out at once instead.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::shm::futex::model as futex;
+    use crate::sync::{Arc, AtomicBool, AtomicU32};
+    use loom::cell::UnsafeCell;
+    use loom::thread;
+
+    struct Guarded {
+        lock: OwnerLock,
+        data: UnsafeCell<u32>,
+        start: AtomicU32,
+    }
+    // SAFETY: `data` is only touched under `lock` (loom checks that it is, by causality).
+    unsafe impl Sync for Guarded {}
+
+    fn guarded() -> Arc<Guarded> {
+        Arc::new(Guarded { lock: OwnerLock::new(), data: UnsafeCell::new(0), start: AtomicU32::new(0) })
+    }
+
+    impl Guarded {
+        /// Every thread of a model does this first: a write that they all share, so that loom
+        /// explores which of them goes first. (loom 0.7 never runs a thread whose first access
+        /// is a load ahead of the others: tokio-rs/loom#392.) Relaxed: it orders nothing.
+        fn begin(&self) {
+            self.start.fetch_add(1, Ordering::Relaxed);
+        }
+
+        /// One locked increment by `me`; how it was acquired.
+        fn increment(&self, me: u32, alive: impl Fn(u32) -> bool) -> Acquired {
+            let a = self.lock.lock(me, alive);
+            // SAFETY: we hold the lock; loom reports an access that the unlock before our lock
+            // does not order.
+            self.data.with_mut(|d| unsafe { *d += 1 });
+            assert!(self.lock.unlock(me));
+            a
+        }
+    }
+
+    /// Three holders: each increment is seen by the next holder (Acquire lock, Release
+    /// unlock) and none is lost; a sleeper missing its wake-up would deadlock the model (two
+    /// may sleep at once, and an unlock wakes one).
+    #[test]
+    fn holders_exclude_each_other_and_no_sleeper_misses_an_unlock() {
+        loom::model(|| {
+            futex::start(false);
+            let g = guarded();
+            let others: Vec<_> = (1..=2)
+                .map(|me| {
+                    let g = g.clone();
+                    thread::spawn(move || {
+                        g.begin();
+                        g.increment(me, |_| true)
+                    })
+                })
+                .collect();
+            g.begin();
+            let mut acquired = vec![g.increment(3, |_| true)];
+            acquired.extend(others.into_iter().map(|t| t.join().unwrap()));
+            assert!(acquired.iter().all(|&a| a == Acquired::Clean));
+            // SAFETY: every thread has finished.
+            assert_eq!(g.data.with(|d| unsafe { *d }), 3);
+            assert_eq!(g.lock.holder(), None);
+        });
+    }
+
+    const DEAD: u32 = 9;
+
+    /// A holder dies holding the lock while two live threads want it. Exactly one takes it
+    /// over (and repairs), the other then acquires it clean and sees the repair; one that
+    /// slept on the holder's word before the death is woken by the taker's unlock (the
+    /// take-over keeps the waiters bit), since no unlock of the dead holder will come.
+    #[test]
+    fn one_of_two_takes_over_a_dead_holders_lock() {
+        loom::model(|| {
+            futex::start(false);
+            let g = guarded();
+            let died = Arc::new(AtomicBool::new(false));
+            assert!(g.lock.try_lock(DEAD));
+            let take = |g: &Guarded, died: &AtomicBool, me: u32| {
+                // Acquire: the news of a death comes with what the dead holder did.
+                let a = g.lock.lock(me, |h| h != DEAD || !died.load(Ordering::Acquire));
+                g.data.with_mut(|d| {
+                    // SAFETY: we hold the lock; loom reports an access it does not order.
+                    let d = unsafe { &mut *d };
+                    match a {
+                        Acquired::OwnerDied(DEAD) => *d = 1,
+                        Acquired::Clean => assert_eq!(*d, 1, "the repair is not seen"),
+                        Acquired::OwnerDied(h) => panic!("taken over from {h}"),
+                    }
+                });
+                assert!(g.lock.unlock(me));
+                a
+            };
+            let other = {
+                let (g, died) = (g.clone(), died.clone());
+                thread::spawn(move || {
+                    g.begin();
+                    take(&g, &died, 2)
+                })
+            };
+            g.begin();
+            // Release: see `take`.
+            died.store(true, Ordering::Release);
+            let mut got = [take(&g, &died, 1), other.join().unwrap()];
+            got.sort_by_key(|a| *a != Acquired::Clean);
+            assert_eq!(got, [Acquired::Clean, Acquired::OwnerDied(DEAD)]);
+        });
+    }
+
+    /// What the take-over's Acquire orders: the writes of holders that unlocked before the
+    /// dead one took the lock. (The dead one never releases: its own writes come with the
+    /// news of its death. Here it is dead from the moment it holds the lock, the earliest a
+    /// death can be seen, and the news is a constant that orders nothing, so that only the
+    /// word does.)
+    #[test]
+    fn a_take_over_sees_what_was_released_before_the_dead_holder_took_the_lock() {
+        loom::model(|| {
+            futex::start(false);
+            let g = guarded();
+            let others: Vec<_> = (1..=2)
+                .map(|me| {
+                    let g = g.clone();
+                    thread::spawn(move || {
+                        g.begin();
+                        g.increment(me, |h| h != DEAD)
+                    })
+                })
+                .collect();
+            g.begin();
+            // The dead holder: takes the lock and dies with it. Whoever still sleeps, which no
+            // unlock will wake now, looks again at its poll.
+            g.lock.lock(DEAD, |_| true);
+            futex::time_out();
+            let got: Vec<_> = others.into_iter().map(|t| t.join().unwrap()).collect();
+            let taken = got.iter().filter(|&&a| a == Acquired::OwnerDied(DEAD)).count();
+            assert!(taken <= 1, "{got:?}");
+            let held = g.lock.holder();
+            assert_eq!(held == Some(DEAD), taken == 0, "the lock is the dead holder's until taken over");
+        });
+    }
+
+    const STOPPED: u32 = 5;
+
+    /// A stopped holder, which may resume and unlock: a waiter that gives up on it does so
+    /// only after a sleep, and is only asked about a holder it found. Sleeps time out at once
+    /// (the holder may never unlock).
+    #[test]
+    fn a_stopped_holder_is_given_up_on_only_after_a_sleep() {
+        loom::model(|| {
+            futex::start(true);
+            let g = guarded();
+            assert!(g.lock.try_lock(STOPPED));
+            let resumed = {
+                let g = g.clone();
+                thread::spawn(move || {
+                    g.begin();
+                    assert!(g.lock.unlock(STOPPED));
+                })
+            };
+            g.begin();
+            let give_up = |h| {
+                assert_eq!(h, STOPPED, "asked about a holder that is not there");
+                true
+            };
+            match g.lock.lock_unless(1, |_| true, give_up) {
+                None => assert!(futex::waits() >= 1, "gave up before a sleep"),
+                Some(a) => {
+                    assert_eq!(a, Acquired::Clean);
+                    assert!(g.lock.unlock(1));
+                }
+            }
+            resumed.join().unwrap();
+            // A free lock is taken, whatever `give_up` says.
+            assert_eq!(g.lock.lock_unless(2, |_| true, |_| true), Some(Acquired::Clean));
+        });
     }
 }
