@@ -585,9 +585,9 @@ impl SharedFile {
             };
             self.inner.mark_dirty(f);
             let src = &buf[c.at..][..c.len];
-            // SAFETY: we hold the frame's lock; `in_page + len <= PAGE`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), view.page(f).add(c.in_page), c.len) };
             let m = &view.frames()[f as usize];
+            // SAFETY: we hold the frame's lock; `in_page + len <= PAGE`.
+            unsafe { m.copy_in(src, view.page(f).add(c.in_page)) };
             // Release: published with the bytes by the unlock.
             m.flags.fetch_or(VALID, Ordering::Release);
             done = c.at + c.len;
@@ -599,14 +599,19 @@ impl SharedFile {
         Ok(done)
     }
 
-    /// Past the foreground dirty ratio (half the cache by default), a writer first writes back
-    /// its own file's dirty pages, so clean frames remain for everyone's misses.
+    /// Past the background dirty ratio (a quarter of the cache by default) a writer asks the
+    /// service to write its file back, at once, as the kernel's writers wake its flusher, so
+    /// that the disk works while the writer copies; past the foreground ratio (half) it first
+    /// writes back its own file's dirty pages, so clean frames remain for everyone's misses.
     fn throttle(&self) {
-        let view = &self.inner.view;
-        let header = view.header();
         // Relaxed: a threshold.
-        if header.dirty.load(Ordering::Relaxed) as usize > header.dirty_limits(view.n_frames).1 {
+        let dirty = self.inner.view.header().dirty.load(Ordering::Relaxed);
+        let (background, foreground) = self.inner.dirty_limits;
+        if dirty > foreground {
             let _ = self.write_back();
+        } else if dirty > background && self.writable {
+            // At most one request in flight per file (`ask_write_back`), so this is a load.
+            self.inner.ask_write_back(self.slot);
         }
     }
 

@@ -116,7 +116,7 @@ pub(crate) struct FileEntry {
     /// file at the end knows whether another began while it read it.
     pub own_epoch: AtomicU32,
     /// When (`coarse_ms`, low bits; 0: none) a process asked the service to write
-    /// the file back (`Inner::ask_write_back`); cleared by the service as it takes it.
+    /// the file back (`Inner::ask_write_back`); cleared by the service's pass that took it.
     pub asked: AtomicU32,
     /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
     pub _pad: [u32; 6],
@@ -212,6 +212,11 @@ impl FileEntry {
 
     /// Raises the length to at least `len` (`high` first).
     pub fn raise_len(&self, len: u64) {
+        // Relaxed: only a test; a write within the length (most writes) then changes no line
+        // that every writer of the file shares.
+        if self.len.load(Ordering::Relaxed) >= len {
+            return;
+        }
         // Release (both): a reader that sees the length sees the bytes written before.
         self.high.fetch_max(len.div_ceil(super::frame::PAGE as u64), Ordering::Release);
         self.len.fetch_max(len, Ordering::Release);

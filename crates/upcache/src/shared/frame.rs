@@ -22,6 +22,7 @@
 //!   if its `home` is the key looked for: a frame that left the index (a claim killed half-way
 //!   leaves one with its old key and bytes) is never used.
 
+use crate::frame::copy;
 use crate::shm::lock_word::{self, LockWord, HOLDER, LOCK_HALF};
 use crate::shm::Acquired;
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
@@ -40,6 +41,17 @@ pub(crate) const VALID: u32 = 1;
 pub(crate) const DIRTY: u32 = 2;
 /// Read since the clock hand last passed.
 pub(crate) const REFERENCED: u32 = 4;
+/// The flags' bits; those above hold when the bytes were last written, in units of
+/// 2^`STAMP_TICKS` time-stamp counter ticks (`copy::now`), wrapping.
+const FLAG_BITS: u32 = 7;
+const STAMP_TICKS: u32 = 20;
+/// `copy::COLD_AFTER` in stamp units.
+const COLD_STAMPS: u32 = (copy::COLD_AFTER >> STAMP_TICKS) as u32;
+
+/// The stamp of now, in the flags' upper bits.
+fn stamp() -> u32 {
+    ((copy::now() >> STAMP_TICKS) as u32) << FLAG_BITS.count_ones()
+}
 
 /// Bits of a key that number the page.
 const PAGE_BITS: u32 = 36;
@@ -92,13 +104,18 @@ pub(crate) struct FrameMeta {
     pub word: AtomicU64,
     /// The page this frame holds ([`key`]), or 0.
     pub key: AtomicU64,
-    /// `VALID`, `DIRTY`, `REFERENCED`.
+    /// `VALID`, `DIRTY`, `REFERENCED`, and above them when the bytes were last written (a
+    /// hint, set under the lock: whether a write may find the frame's lines in the CPU's
+    /// caches; every reader of a flag masks it).
     pub flags: AtomicU32,
     /// The next frame + 1 in its hash chain, 0 at the end.
     pub next: AtomicU32,
     /// The key the frame is linked under in the index, 0 if none.
     pub home: AtomicU64,
 }
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<FrameMeta>() == 32);
 
 impl FrameMeta {
     /// The word, if the frame is unlocked: the version to validate an optimistic read with.
@@ -186,6 +203,40 @@ impl FrameMeta {
         self.word.fetch_add(1 << 32, Ordering::Relaxed);
     }
 
+    /// Copies `src` into the frame's bytes at `dst` (which the caller has locked), streaming
+    /// past the CPU's caches if the frame was last written long ago (`copy::into_frame`).
+    ///
+    /// # Safety
+    /// `dst` is this frame's bytes at some offset, valid for `src.len()` bytes, and the
+    /// caller holds the lock.
+    pub unsafe fn copy_in(&self, src: &[u8], dst: *mut u8) {
+        let now = stamp();
+        let cold = self.cold_at(now);
+        self.set_written(now);
+        // SAFETY: as the caller promises; nobody else touches the bytes while we hold the lock.
+        unsafe { copy::into_frame(src, dst, cold) };
+    }
+
+    /// Marks the bytes as just written by a load (through the CPU's caches).
+    pub fn loaded(&self) {
+        self.set_written(stamp());
+    }
+
+    /// Whether the bytes were last written long before `now` (a [`stamp`]).
+    fn cold_at(&self, now: u32) -> bool {
+        // Relaxed: a hint, changed only under the lock, which we hold.
+        let then = self.flags.load(Ordering::Relaxed) & !FLAG_BITS;
+        now.wrapping_sub(then) >> FLAG_BITS.count_ones() > COLD_STAMPS
+    }
+
+    fn set_written(&self, stamp: u32) {
+        // Relaxed: a hint; the flags' bits stay as they are (a reader may set `REFERENCED`
+        // meanwhile: a CAS loop, not a store), and a read-modify-write continues the release
+        // sequence of the store that set them.
+        let _ =
+            self.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f & FLAG_BITS | stamp));
+    }
+
     /// The key.
     pub fn key(&self) -> u64 {
         // Acquire: pairs with the Release store of whoever claimed the frame.
@@ -237,6 +288,20 @@ mod tests {
             next: AtomicU32::new(0),
             home: AtomicU64::new(0),
         }
+    }
+
+    #[test]
+    fn a_frame_is_cold_until_written_and_its_stamp_leaves_the_flags_alone() {
+        let m = meta();
+        m.flags.store(VALID | DIRTY, Ordering::Relaxed);
+        let now = stamp();
+        assert!(m.cold_at(now), "never written");
+        m.set_written(now);
+        assert_eq!(m.flags() & FLAG_BITS, VALID | DIRTY);
+        assert!(!m.cold_at(now));
+        let later = now.wrapping_add((COLD_STAMPS + 1) << FLAG_BITS.count_ones());
+        assert!(m.cold_at(later), "long after");
+        assert!(!m.cold_at(now.wrapping_add(COLD_STAMPS << FLAG_BITS.count_ones())));
     }
 
     #[test]

@@ -40,7 +40,10 @@ fn hash(key: u64) -> u64 {
 
 impl PageMap<'_> {
     fn bucket(&self, key: u64) -> usize {
-        (hash(key) >> 20) as usize & (self.heads.len() - 1)
+        // The product's top bits, which every bit of the key moves (Fibonacci hashing): its
+        // low bits move only with the key's low bits, and would put page p of every file in
+        // one chain. `heads.len()` is a power of two of at least `PARTITIONS`.
+        (hash(key) >> (64 - self.heads.len().trailing_zeros())) as usize
     }
 
     fn partition(&self, key: u64) -> usize {
@@ -180,5 +183,27 @@ impl PartitionGuard<'_, '_> {
 impl Drop for PartitionGuard<'_, '_> {
     fn drop(&mut self) {
         self.map.locks[self.p].unlock(self.me);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::shared::frame::key;
+
+    #[test]
+    fn every_bit_of_a_key_moves_its_bucket() {
+        let heads: Vec<AtomicU32> = (0..1 << 16).map(|_| AtomicU32::new(0)).collect();
+        let map = PageMap { heads: &heads, locks: &[], frames: &[] };
+        // Page p of two files, or of two generations of one entry, shares a chain rarely.
+        let pages = 4096;
+        let same = |a: (u32, u32), b: (u32, u32)| {
+            (0..pages).filter(|&p| map.bucket(key(a.0, a.1, p)) == map.bucket(key(b.0, b.1, p))).count()
+        };
+        assert!(same((0, 0), (1, 0)) < 16, "files 0 and 1: {}", same((0, 0), (1, 0)));
+        assert!(same((5, 1), (5, 2)) < 16, "generations 1 and 2: {}", same((5, 1), (5, 2)));
+        // A file's consecutive pages spread over the buckets.
+        let used: std::collections::HashSet<usize> = (0..pages).map(|p| map.bucket(key(3, 0, p))).collect();
+        assert!(used.len() > pages as usize * 9 / 10, "{} buckets for {pages} pages", used.len());
     }
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{PageMap, PARTITIONS};
+use super::mapped::Mapped;
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x08");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x09");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -247,6 +248,8 @@ pub(crate) struct View {
     pub n_files: usize,
     n_clients: usize,
     n_buckets: usize,
+    /// The chunks of `pages` this process has mapped.
+    mapped: Mapped,
 }
 
 // SAFETY: the view holds pointers into the segment, which is shared memory used only through
@@ -279,6 +282,8 @@ impl View {
     pub fn create(config: &SharedConfig) -> Result<View> {
         config.check()?;
         let frames = (config.memory / PAGE as u64) as usize;
+        // As many as frames: twice as many shortened the chains of random writes, but the
+        // larger array cost warm random reads 4% (bench/RESULTS.md, issue 34).
         let buckets = frames.next_power_of_two().max(PARTITIONS);
         let seg = Segment::create(
             "upcache-shared",
@@ -351,6 +356,7 @@ impl View {
             n_files: files,
             n_clients: clients,
             n_buckets: buckets,
+            mapped: Mapped::new(frames),
             seg,
         })
     }
@@ -452,6 +458,7 @@ impl View {
     /// The bytes of frame `f`.
     pub fn page(&self, f: u32) -> *mut u8 {
         assert!((f as usize) < self.n_frames);
+        self.mapped.ensure(self.pages.as_ptr(), self.n_frames, f as usize);
         // SAFETY: in bounds of the pages region (`n_frames * PAGE` bytes, checked at attach).
         unsafe { self.pages.as_ptr().add(f as usize * PAGE) }
     }

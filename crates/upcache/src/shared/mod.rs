@@ -36,6 +36,7 @@ mod index;
 mod layout;
 mod link;
 mod load;
+mod mapped;
 mod outside;
 mod pages;
 mod repair;
@@ -100,6 +101,9 @@ pub(crate) struct Inner {
     /// process's claims and loads write.
     techniques: u64,
     readahead_pages: u64,
+    /// The dirty frames past which a writer asks the service to write its file back, and
+    /// past which it writes it back itself first (the header's ratios, fixed too).
+    dirty_limits: (u64, u64),
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -150,6 +154,7 @@ impl SharedCache {
         // Relaxed: statistics; the slot's counts of the clients that held it before.
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
+        let (background, foreground) = view.header().dirty_limits(view.n_frames);
         let inner = Inner {
             before,
             view,
@@ -163,6 +168,7 @@ impl SharedCache {
             alive_seen: (0..view_clients).map(|_| AtomicU64::new(0)).collect(),
             techniques,
             readahead_pages,
+            dirty_limits: (background as u64, foreground as u64),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -280,6 +286,12 @@ impl SharedCache {
                 // Still dirty (written meanwhile): its age starts again, as the kernel's does.
                 e.dirtied.store(now, Ordering::Relaxed);
             }
+        }
+        for e in asked.iter().filter_map(|&slot| files.get(slot as usize)) {
+            // Relaxed: a hint (`Inner::ask_write_back`). Only now may the file be asked for
+            // again: a writer past the background ratio asks at every write, and would send a
+            // message each time if a request were done once received.
+            e.asked.store(0, Ordering::Relaxed);
         }
         header.written_back.load(Ordering::Relaxed) - before
     }
@@ -567,7 +579,7 @@ impl std::fmt::Debug for SharedCache {
 impl Inner {
     /// Asks the service to write file `slot`'s dirty pages back now, through the descriptor
     /// lent to it; false if there is no service to ask. One request in flight per file: the
-    /// file's `asked` (when one was sent, cleared by the service as it takes it) keeps a
+    /// file's `asked` (when one was sent, cleared by the service's pass that took it) keeps a
     /// program that advises in a loop from filling the socket and crowding out lends; a
     /// request older than a second (a service that died with it) is made again.
     pub(crate) fn ask_write_back(&self, slot: u32) -> bool {

@@ -305,7 +305,7 @@ impl Inner {
 
     /// `candidates` of generation `gen` of file `slot`.
     pub(crate) fn candidates_of(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
-        if to.saturating_sub(from) > (self.view.n_frames / 8) as u64 {
+        if to.saturating_sub(from) > (self.view.n_frames / 64) as u64 {
             return self
                 .view
                 .frames()
@@ -405,6 +405,7 @@ impl Inner {
                     self.free_frame(f);
                     return Err(e);
                 }
+                frames[f as usize].loaded();
                 // Release: published with the bytes by the unlock.
                 frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
                 self.view.header().loads.fetch_add(1, Ordering::Relaxed);

@@ -264,9 +264,8 @@ fn serve_loop(
                 }
                 Ok((5, None)) if msg[0] == b'W' => {
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
-                    if let Some(e) = cache.inner.view.files().get(slot as usize) {
-                        // Relaxed: a hint (`Inner::ask_write_back`); the next request is sent.
-                        e.asked.store(0, Ordering::Relaxed);
+                    // `asked` is cleared by the pass that writes the file back.
+                    if cache.inner.view.files().get(slot as usize).is_some() {
                         ask(slot);
                     }
                 }

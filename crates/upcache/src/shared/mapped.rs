@@ -1,0 +1,107 @@
+//! Which 2 MiB chunks of the frames' bytes this process has mapped, so that each is mapped
+//! with one call instead of a page fault per frame.
+//!
+//! The segment is a memfd mapped shared: every process that touches a frame's bytes for the
+//! first time takes a page fault to map it, about a microsecond each. The clock hand hands out
+//! frames all over the cache, so a writer touches every frame in time: random 4 KiB writes
+//! through the shim spent a tenth of their time in those faults (bench/RESULTS.md, issue 34).
+//! `MADV_POPULATE_WRITE` (Linux 5.14) maps a whole chunk at once, as writable, allocating what
+//! no process has touched yet, at a small part of the faults' cost. Elsewhere (an older
+//! kernel, a mapping it refuses) the chunk is marked anyway and pages fault in as before.
+//!
+//! A forked child inherits the bits but not the mappings (the kernel does not copy a shared
+//! mapping's page tables): it faults its pages in one by one, as before.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::frame::PAGE;
+
+/// Frames in a chunk: 2 MiB, a huge page (the region's alignment).
+const CHUNK_FRAMES: usize = 512;
+/// `MADV_POPULATE_WRITE`, not in every libc crate's list yet.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// A bit per chunk of the frames' bytes: set once this process asked for the chunk's mapping.
+pub(crate) struct Mapped {
+    bits: Box<[AtomicU64]>,
+}
+
+impl Mapped {
+    pub fn new(n_frames: usize) -> Self {
+        let chunks = n_frames.div_ceil(CHUNK_FRAMES);
+        Mapped { bits: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if this
+    /// process has not yet.
+    #[inline]
+    pub fn ensure(&self, pages: *mut u8, n_frames: usize, f: usize) {
+        let c = f / CHUNK_FRAMES;
+        let (word, bit) = (&self.bits[c / 64], 1u64 << (c % 64));
+        // Relaxed: a hint; two threads that both map a chunk only repeat each other's work.
+        if word.load(Ordering::Relaxed) & bit != 0 {
+            return;
+        }
+        Self::populate(pages, n_frames, c);
+        // Relaxed: as above.
+        word.fetch_or(bit, Ordering::Relaxed);
+    }
+
+    #[cold]
+    fn populate(pages: *mut u8, n_frames: usize, c: usize) {
+        let first = c * CHUNK_FRAMES;
+        let len = (n_frames - first).min(CHUNK_FRAMES) * PAGE;
+        // SAFETY: the chunk lies inside the frames' bytes, mapped for as long as the view
+        // lives; the advice maps its pages (as a write to each would) and changes no byte.
+        // A failure only leaves the pages to fault in one by one.
+        unsafe { libc::madvise(pages.add(first * PAGE).cast(), len, MADV_POPULATE_WRITE) };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Resident pages of `len` bytes at `p`, as this process maps them.
+    fn resident(p: *mut u8, len: usize) -> usize {
+        let mut v = vec![0u8; len / PAGE];
+        // SAFETY: `p` is a page-aligned mapping of `len` bytes; mincore writes `len / PAGE` bytes.
+        assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
+        v.iter().filter(|b| **b & 1 != 0).count()
+    }
+
+    #[test]
+    fn a_frame_maps_its_whole_chunk_once() {
+        let n = CHUNK_FRAMES * 2 + 10;
+        let len = n * PAGE;
+        // SAFETY: a fresh shared anonymous mapping (shmem, as a memfd's), unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let p = p.cast::<u8>();
+        let m = Mapped::new(n);
+        assert_eq!(resident(p, len), 0);
+        m.ensure(p, n, CHUNK_FRAMES + 3);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let supported =
+            kernel.split(['.', '-']).take(2).map(|x| x.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>()
+                >= vec![5, 14];
+        if supported {
+            assert_eq!(resident(p, len), CHUNK_FRAMES, "the second chunk, whole");
+        }
+        m.ensure(p, n, 2 * CHUNK_FRAMES + 9);
+        if supported {
+            assert_eq!(resident(p, len), CHUNK_FRAMES + 10, "the last chunk is short");
+        }
+        // SAFETY: mapped above, no reference into it remains.
+        unsafe { libc::munmap(p.cast(), len) };
+    }
+}
