@@ -247,6 +247,53 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     assert_eq!(&disk[9000..9005], b"world", "the last close wrote back");
 }
 
+/// A writer past the background dirty ratio has the service write its file back at once, as
+/// the kernel's writers wake its flusher: with the service's own pass an hour away and the
+/// foreground ratio far off, nothing else writes the pages back while the writer keeps going.
+#[test]
+fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/cache.sock");
+    let hour = Duration::from_secs(3600);
+    // 1024 frames: past 102 dirty the service is asked, past 921 the writer writes back.
+    let config = SharedConfig {
+        memory: 4 << 20,
+        dirty_ratios: (0.1, 0.9),
+        flush_interval: hour,
+        dirty_expire: hour,
+        ..config()
+    };
+    let opts = ServeOptions { socket: socket.clone(), config, idle: Duration::from_millis(200) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let service = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
+    rx.recv().unwrap();
+    let file = dir.path().join("data");
+    std::fs::write(&file, b"").unwrap();
+    let cache = serve::connect(&socket).unwrap();
+    let f = cache.open_path(&file, true).unwrap();
+    let page = vec![7u8; 4096];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut written = 0;
+    // Each write past the ratio asks (one request in flight); the service takes its time.
+    while cache.written_back_bytes() == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing written back after 60 s");
+        if written < 300 {
+            f.write_at(&page, written * 4096).unwrap();
+            written += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    assert!(written > 102, "written back after {written} pages, before the ratio");
+    for at in written..300 {
+        f.write_at(&page, at * 4096).unwrap();
+    }
+    drop(f);
+    drop(cache);
+    assert!(service.join().unwrap());
+    assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 300 * 4096]);
+}
+
 /// Fills the first MiB of the file with 0xAB, then truncates it to a page and a bit, over and
 /// over, saying each round, until it is killed.
 #[test]
