@@ -38,13 +38,14 @@ impl Mapped {
     pub fn ensure(&self, pages: *mut u8, n_frames: usize, f: usize) {
         let c = f / CHUNK_FRAMES;
         let (word, bit) = (&self.bits[c / 64], 1u64 << (c % 64));
-        // Relaxed: a hint; two threads that both map a chunk only repeat each other's work.
-        if word.load(Ordering::Relaxed) & bit != 0 {
+        // Relaxed (both): a hint. The first thread to mark the chunk maps it; the others go on
+        // (a page they touch first faults in, as without this): threads that start together
+        // and take frames of one chunk would otherwise all map it at once, each page of it
+        // contended by all.
+        if word.load(Ordering::Relaxed) & bit != 0 || word.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
             return;
         }
         Self::populate(pages, n_frames, c);
-        // Relaxed: as above.
-        word.fetch_or(bit, Ordering::Relaxed);
     }
 
     #[cold]
