@@ -276,11 +276,10 @@ impl LockWord for FrameMeta {
     }
 }
 
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    fn meta() -> FrameMeta {
+#[cfg(test)]
+impl FrameMeta {
+    /// A free frame's metadata (in a segment, zeroed memory), for the tests and loom models.
+    fn free() -> Self {
         FrameMeta {
             word: AtomicU64::new(0),
             key: AtomicU64::new(0),
@@ -288,6 +287,15 @@ mod tests {
             next: AtomicU32::new(0),
             home: AtomicU64::new(0),
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn meta() -> FrameMeta {
+        FrameMeta::free()
     }
 
     #[test]
@@ -357,13 +365,7 @@ mod loom_models {
     use crate::sync::Arc;
 
     fn meta() -> FrameMeta {
-        FrameMeta {
-            word: AtomicU64::new(0),
-            key: AtomicU64::new(0),
-            flags: AtomicU32::new(0),
-            next: AtomicU32::new(0),
-            home: AtomicU64::new(0),
-        }
+        FrameMeta::free()
     }
 
     /// A writer changes a two-word page under the lock; an optimistic reader's copy that
