@@ -2,6 +2,9 @@
 //! (two attachments are two clients with their own ids and descriptors) against an in-memory
 //! oracle and under threads; `shared_procs.rs` runs it across processes and kills them.
 
+// Builds the shared cache, which `--cfg loom` leaves out.
+#![cfg(not(loom))]
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 

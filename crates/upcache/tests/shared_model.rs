@@ -8,6 +8,9 @@
 //! `UPCACHE_SHARED_MODEL_SEED` repeats it; the soak (ignored, run by `.ci/run` in release)
 //! runs at least 1,000,000 operations in all.
 
+// Builds the shared cache, which `--cfg loom` leaves out.
+#![cfg(not(loom))]
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;

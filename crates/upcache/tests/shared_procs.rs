@@ -2,6 +2,9 @@
 //! each other's unsynced writes; processes killed with SIGKILL at random points never wedge
 //! the others nor lose what they synced; another user cannot attach.
 
+// Builds the shared cache, which `--cfg loom` leaves out.
+#![cfg(not(loom))]
+
 use std::io::BufRead;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};

@@ -5,6 +5,9 @@
 //! sync after it succeeds, and every byte acknowledged reads back from the OS files (the
 //! array's, through its cache with the pages dropped). Before the cache reserved space, the writes all succeeded and the sync failed.
 
+// Builds the shared cache, which `--cfg loom` leaves out.
+#![cfg(not(loom))]
+
 mod common;
 
 use std::path::{Path, PathBuf};
