@@ -79,24 +79,6 @@ pub(crate) fn key_page(key: u64) -> u64 {
     key & (MAX_PAGES - 1)
 }
 
-/// How a lock was taken ([`Acquired`] under the names the shared cache uses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Taken {
-    /// From nobody, or a holder that released it.
-    Clean,
-    /// From this client, which died holding it: repair the frame.
-    FromDead(u32),
-}
-
-impl From<Acquired> for Taken {
-    fn from(a: Acquired) -> Self {
-        match a {
-            Acquired::Clean => Taken::Clean,
-            Acquired::OwnerDied(dead) => Taken::FromDead(dead),
-        }
-    }
-}
-
 /// A frame's metadata, 32 bytes, all zeros for a free frame.
 #[repr(C)]
 pub(crate) struct FrameMeta {
@@ -145,7 +127,7 @@ impl FrameMeta {
     /// Takes the lock for client `me`, sleeping while a live holder has it and taking it over
     /// from a dead one (`alive` answers for holders other than `me`: another thread of ours).
     #[cfg(test)]
-    pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Taken {
+    pub fn lock(&self, me: u32, alive: impl Fn(u32) -> bool) -> Acquired {
         self.lock_unless(me, alive, |_| false).expect("never given up")
     }
 
@@ -156,8 +138,8 @@ impl FrameMeta {
         me: u32,
         alive: impl Fn(u32) -> bool,
         give_up: impl Fn(u32) -> bool,
-    ) -> Option<Taken> {
-        lock_word::lock_unless(self, me, alive, give_up).map(Taken::from)
+    ) -> Option<Acquired> {
+        lock_word::lock_unless(self, me, alive, give_up)
     }
 
     /// Releases the lock `me` holds; `changed` bumps the version (the bytes, the key or `VALID`
@@ -340,7 +322,7 @@ mod tests {
     fn a_dead_holders_frame_is_taken_over_and_threads_of_one_client_wait_for_each_other() {
         let m = meta();
         assert!(m.try_lock(7));
-        assert_eq!(m.lock(8, |h| h != 7), Taken::FromDead(7));
+        assert_eq!(m.lock(8, |h| h != 7), Acquired::OwnerDied(7));
         assert_eq!(m.holder(), Some(8));
         std::thread::scope(|s| {
             let other = s.spawn(|| {
@@ -350,7 +332,7 @@ mod tests {
             });
             // Our other thread waits for us (same client) until we unlock.
             assert!(m.unlock(8, false));
-            assert_eq!(other.join().unwrap(), Taken::Clean);
+            assert_eq!(other.join().unwrap(), Acquired::Clean);
         });
         assert_eq!(m.holder(), None);
     }
@@ -391,7 +373,7 @@ mod loom_models {
                     m.unchanged(w).then_some((w >> 32, copy))
                 })
             };
-            assert_eq!(m.lock(1, |_| true), Taken::Clean);
+            assert_eq!(m.lock(1, |_| true), Acquired::Clean);
             // Relaxed: the lock's fence and the unlock order these (what the model checks).
             page[0].store(1, Ordering::Relaxed);
             page[1].store(1, Ordering::Relaxed);

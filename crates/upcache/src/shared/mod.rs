@@ -923,7 +923,7 @@ mod tests {
             // Left locked by a client that died (a slot no process uses).
             let m = &inner.view.frames()[frame as usize];
             m.unlock(inner.me, true);
-            assert!(matches!(m.lock(3, |_| true), frame::Taken::Clean));
+            assert!(matches!(m.lock(3, |_| true), crate::shm::Acquired::Clean));
             if extend {
                 f.set_len(3 * 4096).unwrap();
             } else {

@@ -5,9 +5,10 @@ use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
-use super::frame::{key, key_page, key_slot, Taken, DIRTY, REFERENCED, VALID};
+use super::frame::{key, key_page, key_slot, DIRTY, REFERENCED, VALID};
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
+use crate::shm::Acquired;
 
 /// How long a claim waits for the service's write-back to free a frame before it says
 /// `CacheFull`: at least this, and ten of the service's passes (its flush interval).
@@ -114,8 +115,8 @@ impl Inner {
     pub(crate) fn lock_frame_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
         let m = &self.view.frames()[f as usize];
         match m.lock_unless(self.me, |h| self.alive(h), give_up) {
-            Some(Taken::FromDead(dead)) => self.repair_frame(f, dead),
-            Some(Taken::Clean) => {}
+            Some(Acquired::OwnerDied(dead)) => self.repair_frame(f, dead),
+            Some(Acquired::Clean) => {}
             None => return false,
         }
         true
