@@ -44,13 +44,15 @@ pub(crate) const REFERENCED: u32 = 4;
 /// The flags' bits; those above hold when the bytes were last written, in units of
 /// 2^`STAMP_TICKS` time-stamp counter ticks (`copy::now`), wrapping.
 const FLAG_BITS: u32 = 7;
+/// Where the stamp starts in the flags.
+const STAMP_SHIFT: u32 = FLAG_BITS.count_ones();
 const STAMP_TICKS: u32 = 20;
 /// `copy::COLD_AFTER` in stamp units.
 const COLD_STAMPS: u32 = (copy::COLD_AFTER >> STAMP_TICKS) as u32;
 
 /// The stamp of now, in the flags' upper bits.
 fn stamp() -> u32 {
-    ((copy::now() >> STAMP_TICKS) as u32) << FLAG_BITS.count_ones()
+    ((copy::now() >> STAMP_TICKS) as u32) << STAMP_SHIFT
 }
 
 /// Bits of a key that number the page.
@@ -208,7 +210,7 @@ impl FrameMeta {
     fn cold_at(&self, now: u32) -> bool {
         // Relaxed: a hint, changed only under the lock, which we hold.
         let then = self.flags.load(Ordering::Relaxed) & !FLAG_BITS;
-        now.wrapping_sub(then) >> FLAG_BITS.count_ones() > COLD_STAMPS
+        now.wrapping_sub(then) >> STAMP_SHIFT > COLD_STAMPS
     }
 
     fn set_written(&self, stamp: u32) {
@@ -289,9 +291,9 @@ mod tests {
         m.set_written(now);
         assert_eq!(m.flags() & FLAG_BITS, VALID | DIRTY);
         assert!(!m.cold_at(now));
-        let later = now.wrapping_add((COLD_STAMPS + 1) << FLAG_BITS.count_ones());
+        let later = now.wrapping_add((COLD_STAMPS + 1) << STAMP_SHIFT);
         assert!(m.cold_at(later), "long after");
-        assert!(!m.cold_at(now.wrapping_add(COLD_STAMPS << FLAG_BITS.count_ones())));
+        assert!(!m.cold_at(now.wrapping_add(COLD_STAMPS << STAMP_SHIFT)));
     }
 
     #[test]

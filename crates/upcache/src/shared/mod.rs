@@ -101,8 +101,9 @@ pub(crate) struct Inner {
     /// process's claims and loads write.
     techniques: u64,
     readahead_pages: u64,
-    /// The dirty frames past which a writer asks the service to write its file back, and
-    /// past which it writes it back itself first (the header's ratios, fixed too).
+    /// The dirty frames past which a writer asks the service to write its file back (and the
+    /// service's pass writes back every dirty file), and past which a writer writes its own
+    /// back first (the header's ratios, fixed too).
     dirty_limits: (u64, u64),
 }
 
@@ -261,8 +262,7 @@ impl SharedCache {
         let (files, header) = (inner.view.files(), inner.view.header());
         let expire = header.dirty_expire();
         // Relaxed: thresholds.
-        let crowded =
-            header.dirty.load(Ordering::Relaxed) as usize > header.dirty_limits(inner.view.n_frames).0;
+        let crowded = header.dirty.load(Ordering::Relaxed) > inner.dirty_limits.0;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
         for (slot, fd) in lent {
