@@ -214,6 +214,19 @@ mod loom_models {
         }
     }
 
+    /// Threads 1 and 2, each making one locked increment (`Guarded::increment`) with `alive`.
+    fn incrementers(g: &Arc<Guarded>, alive: fn(u32) -> bool) -> Vec<thread::JoinHandle<Acquired>> {
+        (1..=2)
+            .map(|me| {
+                let g = g.clone();
+                thread::spawn(move || {
+                    g.begin();
+                    g.increment(me, alive)
+                })
+            })
+            .collect()
+    }
+
     /// Three holders: each increment is seen by the next holder (Acquire lock, Release
     /// unlock) and none is lost; a sleeper missing its wake-up would deadlock the model (two
     /// may sleep at once, and an unlock wakes one).
@@ -222,15 +235,7 @@ mod loom_models {
         loom::model(|| {
             futex::start(false);
             let g = guarded();
-            let others: Vec<_> = (1..=2)
-                .map(|me| {
-                    let g = g.clone();
-                    thread::spawn(move || {
-                        g.begin();
-                        g.increment(me, |_| true)
-                    })
-                })
-                .collect();
+            let others = incrementers(&g, |_| true);
             g.begin();
             let mut acquired = vec![g.increment(3, |_| true)];
             acquired.extend(others.into_iter().map(|t| t.join().unwrap()));
@@ -295,15 +300,7 @@ mod loom_models {
         loom::model(|| {
             futex::start(false);
             let g = guarded();
-            let others: Vec<_> = (1..=2)
-                .map(|me| {
-                    let g = g.clone();
-                    thread::spawn(move || {
-                        g.begin();
-                        g.increment(me, |h| h != DEAD)
-                    })
-                })
-                .collect();
+            let others = incrementers(&g, |h| h != DEAD);
             g.begin();
             // The dead holder: takes the lock and dies with it. Whoever still sleeps, which no
             // unlock will wake now, looks again at its poll.
