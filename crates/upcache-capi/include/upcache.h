@@ -102,6 +102,9 @@ typedef struct upcache_shared_settings {
   bool bundling;
   // Bytes a sequential stream's read loads ahead, at most 1 MiB (0: no readahead).
   uint64_t readahead;
+  // The page index as ScaleCache's ccXArray, a lock-free tree per file (false: hash chains
+  // under partition locks).
+  bool lock_free_index;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -160,6 +160,9 @@ pub struct upcache_shared_settings {
     pub bundling: bool,
     /// Bytes a sequential stream's read loads ahead, at most 1 MiB (0: no readahead).
     pub readahead: u64,
+    /// The page index as ScaleCache's ccXArray, a lock-free tree per file (false: hash chains
+    /// under partition locks).
+    pub lock_free_index: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -174,6 +177,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             run_merging: c.run_merging,
             bundling: c.bundling,
             readahead: c.readahead,
+            lock_free_index: c.index == upcache::IndexKind::Radix,
         }
     }
 }
@@ -211,6 +215,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             run_merging: s.run_merging,
             bundling: s.bundling,
             readahead: s.readahead,
+            index: if s.lock_free_index { upcache::IndexKind::Radix } else { upcache::IndexKind::Sharded },
             ..SharedConfig::default()
         };
         config.check()?;

@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// I/O), or off, a request per page (as UPCACHE_BUNDLING)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     bundling: bool,
+    /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file, or sharded,
+    /// hash chains under 1024 partition locks (as UPCACHE_INDEX)
+    #[arg(long, value_name = "radix|sharded", default_value = "radix")]
+    index: upcache::IndexKind,
     /// Bytes a sequential stream's read loads ahead, at most 1 MiB; 0 turns readahead off
     /// (as UPCACHE_READAHEAD)
     #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = crate::size::parse_size)]
@@ -90,6 +94,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             run_merging: args.run_merging,
             bundling: args.bundling,
             readahead: args.readahead,
+            index: args.index,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

@@ -27,7 +27,7 @@ pub(crate) struct Settings {
     pub idle: std::time::Duration,
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
-    /// UPCACHE_READAHEAD (a size): the settings of a cache the shim makes, as `upcache
+    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded): the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
     /// defaults.
@@ -43,6 +43,7 @@ pub(crate) struct CacheSettings {
     pub run_merging: Option<bool>,
     pub bundling: Option<bool>,
     pub readahead: Option<u64>,
+    pub index: Option<upcache::IndexKind>,
 }
 
 impl CacheSettings {
@@ -62,6 +63,7 @@ impl CacheSettings {
             run_merging: var("UPCACHE_RUN_MERGING", upcache::parse_on_off)?,
             bundling: var("UPCACHE_BUNDLING", upcache::parse_on_off)?,
             readahead: var("UPCACHE_READAHEAD", upcache::parse_size)?,
+            index: var("UPCACHE_INDEX", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
         })
     }
 
@@ -75,6 +77,7 @@ impl CacheSettings {
             run_merging: self.run_merging.unwrap_or(config.run_merging),
             bundling: self.bundling.unwrap_or(config.bundling),
             readahead: self.readahead.unwrap_or(config.readahead),
+            index: self.index.unwrap_or(config.index),
             ..config
         }
     }
@@ -104,6 +107,9 @@ impl CacheSettings {
         if let Some(r) = self.readahead.filter(|r| *r != config.readahead) {
             asked.push(format!("UPCACHE_READAHEAD for {r} bytes"));
         }
+        if let Some(i) = self.index.filter(|i| *i != config.index) {
+            asked.push(format!("UPCACHE_INDEX for {}", i.name()));
+        }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
 
@@ -127,6 +133,9 @@ impl CacheSettings {
         }
         if let Some(bytes) = self.readahead {
             config = config.with_readahead(bytes);
+        }
+        if let Some(index) = self.index {
+            config = config.with_index(index);
         }
         config
     }

@@ -472,8 +472,8 @@ impl Shim {
             if let Some(differs) = settings.cache.differs(&running) {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
-                     flush interval {:?}, range lock {}, run merging {}, bundling {} and readahead {} bytes \
-                     (its service's, set when it started); this process follows them",
+                     flush interval {:?}, range lock {}, run merging {}, bundling {}, readahead {} bytes \
+                     and the {} index (its service's, set when it started); this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
                     running.dirty_ratios.1,
@@ -483,6 +483,7 @@ impl Shim {
                     upcache::on_off(running.run_merging),
                     upcache::on_off(running.bundling),
                     running.readahead,
+                    running.index.name(),
                 ));
             }
             let has = running.memory;

@@ -470,13 +470,24 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
         assert_eq!(os_bytes(&p), want);
         let end = cache.status();
         let requests = missed.load_requests - ahead.load_requests;
-        (requests, ahead.loads, end.write_back_requests, end.written_back)
+        // The tree index holds the file's 144 cached pages in leaves of 64 and a root above.
+        let tree = end.index_nodes.0 >= 3 && end.index_nodes.1 >= 1;
+        assert!(tree || end.index_nodes == (0, 0), "{:?}", end.index_nodes);
+        (requests, ahead.loads, end.write_back_requests, end.written_back, tree)
     };
     let on = SharedConfig { readahead: 16 << 12, ..small() };
-    assert_eq!(run(on.clone()), (1, 16, 1, 64), "all on");
-    assert_eq!(run(SharedConfig { bundling: false, ..on.clone() }), (64, 16, 1, 64), "bundling off");
-    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, 1, 64), "readahead off");
-    assert_eq!(run(SharedConfig { run_merging: false, ..on.clone() }), (1, 16, 64, 64), "run merging off");
+    assert_eq!(run(on.clone()), (1, 16, 1, 64, true), "all on");
+    assert_eq!(run(SharedConfig { bundling: false, ..on.clone() }), (64, 16, 1, 64, true), "bundling off");
+    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, 1, 64, true), "readahead off");
+    assert_eq!(
+        run(SharedConfig { run_merging: false, ..on.clone() }),
+        (1, 16, 64, 64, true),
+        "run merging off"
+    );
+    let hash = SharedConfig { index: upcache::IndexKind::Sharded, ..on.clone() };
+    assert_eq!(run(hash), (1, 16, 1, 64, false), "the hash index");
+    let set_assoc = SharedConfig { index: upcache::IndexKind::SetAssoc, ..small() };
+    assert_eq!(SharedCache::create(&set_assoc).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
     let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };
     assert_eq!(SharedCache::create(&too_far).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
 }

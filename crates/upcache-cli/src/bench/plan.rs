@@ -60,7 +60,8 @@ pub(super) struct Plan {
 /// layout, none of which the shared engine takes yet: with it alone they fail the run rather
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
-/// `--bundling`, `--readahead` and `--dirty-ratios` (`shared_config`).
+/// `--bundling`, `--readahead`, `--dirty-ratios` and `--index` (radix or sharded;
+/// `shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -75,7 +76,6 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
         ("--hot-index", a.hot_index == Some(false)),
-        ("--index", a.index.is_some_and(|i| i != Default::default())),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--layout", a.layout.is_some_and(|l| l != Default::default())),
         ("--api", a.api != engine::Api::Copy),
@@ -101,6 +101,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         bundling: a.bundling.unwrap_or(d.bundling),
         readahead: a.readahead.unwrap_or(d.readahead),
         dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
+        index: a.index.unwrap_or(d.index),
         ..d
     }
 }
@@ -125,7 +126,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead and --dirty-ratios"
+             --bundling, --readahead, --dirty-ratios and --index"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

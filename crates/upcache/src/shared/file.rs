@@ -337,7 +337,7 @@ impl SharedFile {
     fn read_page_beside_stopped(&self, page: u64, in_page: usize, dst: &mut [u8]) -> Result<bool> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
-        let held = view.map().find_hint(k).and_then(|f| {
+        let held = self.inner.index().hint(k).and_then(|f| {
             let m = &view.frames()[f as usize];
             let h = m.holder().filter(|&h| self.other_stopped(h))?;
             (m.home() == k).then_some((f, h))
@@ -363,21 +363,22 @@ impl SharedFile {
         Ok(m.holder() == Some(h) && m.home() == k)
     }
 
-    /// As `read_page_beside_stopped`, for a page no frame holds whose index partition's lock
-    /// a stopped process holds: no one can put the page in a frame meanwhile, and while the
-    /// holder is stopped the partition's chains stand still (`index.rs`), so a miss there is
-    /// exact; the page is what the OS file holds, read without caching it.
+    /// As `read_page_beside_stopped`, for a page no frame holds whose hash index partition's
+    /// lock a stopped process holds: no one can put the page in a frame meanwhile, and while
+    /// the holder is stopped the partition's chains stand still (`index.rs`), so a miss there
+    /// is exact; the page is what the OS file holds, read without caching it. (The tree index
+    /// has no lock to be held.)
     fn read_missing_beside_stopped(&self, k: u64, page: u64, in_page: usize, dst: &mut [u8]) -> Result<bool> {
-        let map = self.inner.view.map();
-        let Some(h) = map.holder(k).filter(|&h| self.other_stopped(h)) else { return Ok(false) };
-        if map.find_hint(k).is_some() {
+        let index = self.inner.index();
+        let Some(h) = index.holder(k).filter(|&h| self.other_stopped(h)) else { return Ok(false) };
+        if index.hint(k).is_some() {
             return Ok(false);
         }
         let n = bypass::read(&self.fd, dst, page * PAGE as u64 + in_page as u64, &self.name)?;
         dst[n..].fill(0);
         // Acquire fence: the read comes before the re-checks.
         fence(Ordering::Acquire);
-        Ok(map.holder(k) == Some(h) && map.find_hint(k).is_none())
+        Ok(index.holder(k) == Some(h) && index.hint(k).is_none())
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
@@ -407,7 +408,7 @@ impl SharedFile {
     fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8], want: usize) -> Result<()> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
-        if let Some(f) = view.map().find_hint(k) {
+        if let Some(f) = self.inner.index().hint(k) {
             let m = &view.frames()[f as usize];
             if let Some(w) = m.stable() {
                 let flags = m.flags();
@@ -1233,7 +1234,11 @@ mod tests {
         let p = dir.path().join("f");
         let data: Vec<u8> = (0..8 * PAGE).map(|i| (i % 241) as u8).collect();
         std::fs::write(&p, &data).unwrap();
-        let (a, _b) = two_clients();
+        // The hash index's partition locks (the tree index has none to hold).
+        let (a, _b) = two_clients_of(SharedConfig {
+            index: crate::index::IndexKind::Sharded,
+            ..SharedConfig::default()
+        });
         let f = a.open_path(&p, false).unwrap();
         let k = a.inner.key(f.slot, 5);
         // SAFETY: the child only touches atomics in the shared segment (which it maps, as we

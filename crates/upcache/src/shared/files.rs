@@ -118,8 +118,10 @@ pub(crate) struct FileEntry {
     /// When (`coarse_ms`, low bits; 0: none) a process asked the service to write
     /// the file back (`Inner::ask_write_back`); cleared by the service's pass that took it.
     pub asked: AtomicU32,
+    /// The root of the file's page tree (`tree.rs`): its generation, height and node.
+    pub root: AtomicU64,
     /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
-    pub _pad: [u32; 6],
+    pub _pad: [u32; 4],
     /// When a change of the cache's own last began or made a step (`coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,

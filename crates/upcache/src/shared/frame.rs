@@ -76,6 +76,11 @@ pub(crate) fn key_slot(key: u64) -> u32 {
     ((key >> (PAGE_BITS + GEN_BITS)) - 1) as u32
 }
 
+/// The entry generation of a key that is not 0.
+pub(crate) fn key_gen(key: u64) -> u32 {
+    (key >> PAGE_BITS) as u32 & 0xff
+}
+
 /// The page number of a key.
 pub(crate) fn key_page(key: u64) -> u64 {
     key & (MAX_PAGES - 1)

@@ -1,5 +1,8 @@
-//! The shared page index: (file slot, page) → frame, as PostgreSQL's buffer mapping table.
+//! The shared page index: (file slot, page) → frame. [`Index`] is what the cache uses: the
+//! ccXArray trees of `tree.rs` (`SharedConfig::index` radix, the default), or the hash below.
 //!
+//! # The hash index
+//! As PostgreSQL's buffer mapping table.
 //! A power-of-two array of bucket heads, each the first frame + 1 of a chain linked through
 //! the frames' `next` words. Chains change only under their partition's lock (bucket modulo
 //! [`PARTITIONS`], an [`OwnerLock`]), so lookups by the chain's writers are exact. Readers
@@ -19,8 +22,170 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::frame::FrameMeta;
+use super::frame::{key_gen, key_page, key_slot, FrameMeta};
+use super::tree::{Forest, Insert};
 use crate::shm::{Acquired, OwnerLock};
+
+/// The page index of one shared cache, as one process sees it.
+pub(crate) enum Index<'a> {
+    /// Per-file lock-free trees, and the frames whose `home`s they hold.
+    Radix(Forest<'a>, &'a [FrameMeta]),
+    /// Hash chains under partition locks.
+    Hash(PageMap<'a>),
+}
+
+/// What putting a frame in the index did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placed {
+    /// The frame is the page's.
+    Yes,
+    /// Another frame is the page's (or was as we looked).
+    Taken,
+    /// Not placed: a wait for a partition's holder was given up, or the tree had no node free.
+    No,
+    /// Not placed: the tree's node pools are used up; freeing frames frees nodes.
+    Full,
+}
+
+impl Index<'_> {
+    /// A frame that held `key` as we looked, with no lock: a hint to confirm by the frame's
+    /// `home`.
+    pub fn hint(&self, key: u64) -> Option<u32> {
+        match self {
+            Index::Radix(t, _) => t.get(key_slot(key), key_gen(key), key_page(key)),
+            Index::Hash(m) => m.find_hint(key),
+        }
+    }
+
+    /// The frame that holds `key`, exactly as of some moment of the call (the hash takes the
+    /// partition's lock for it; a tree's lookup is exact as it is: nodes in use are not freed
+    /// under a process that has the file open).
+    pub fn find(&self, key: u64, me: u32, alive: &dyn Fn(u32) -> bool) -> Option<u32> {
+        match self {
+            Index::Radix(..) => self.hint(key),
+            Index::Hash(m) => m.lock(key, me, alive).find(key),
+        }
+    }
+
+    /// As [`Self::find`], but None once a wait for the hash's partition lock is over and
+    /// `give_up` says so of its holder.
+    pub fn find_unless(
+        &self,
+        key: u64,
+        me: u32,
+        alive: &dyn Fn(u32) -> bool,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Option<Option<u32>> {
+        match self {
+            Index::Radix(..) => Some(self.hint(key)),
+            Index::Hash(m) => m.lock_unless(key, me, alive, give_up).map(|g| g.find(key)),
+        }
+    }
+
+    /// Puts frame `f`, which the caller holds locked and gave key `key`, in the index with
+    /// `key` as its `home`, unless another frame has `key`.
+    pub fn place(
+        &self,
+        key: u64,
+        f: u32,
+        me: u32,
+        alive: &dyn Fn(u32) -> bool,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Placed {
+        match self {
+            Index::Radix(t, frames) => {
+                let m = &frames[f as usize];
+                // Release: `home` goes before the slot, so a frame in the tree always has it
+                // (a process killed between leaves a `home` the frame's repair clears).
+                m.home.store(key, Ordering::Release);
+                match t.insert(key_slot(key), key_gen(key), key_page(key), f) {
+                    Insert::Placed => Placed::Yes,
+                    other => {
+                        // Release: as in `remove` below.
+                        m.home.store(0, Ordering::Release);
+                        if other == Insert::Full {
+                            Placed::Full
+                        } else {
+                            Placed::Taken
+                        }
+                    }
+                }
+            }
+            Index::Hash(m) => match m.lock_unless(key, me, alive, give_up) {
+                Some(g) if g.insert(key, f).is_ok() => Placed::Yes,
+                Some(_) => Placed::Taken,
+                None => Placed::No,
+            },
+        }
+    }
+
+    /// Takes frame `f`, which the caller holds locked, out of the index; false, left in, once
+    /// a wait for its partition's holder is over and `give_up` says so of the holder.
+    pub fn unplace(
+        &self,
+        f: u32,
+        me: u32,
+        alive: &dyn Fn(u32) -> bool,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> bool {
+        match self {
+            Index::Radix(t, frames) => {
+                let m = &frames[f as usize];
+                let home = m.home();
+                if home != 0 {
+                    t.remove(key_slot(home), key_gen(home), key_page(home), f);
+                    // Release: after the slot no longer leads to the frame.
+                    m.home.store(0, Ordering::Release);
+                }
+                true
+            }
+            Index::Hash(map) => {
+                let home = map.frames[f as usize].home();
+                if home == 0 {
+                    return true;
+                }
+                let Some(g) = map.lock_unless(home, me, alive, give_up) else { return false };
+                g.remove(home, f);
+                true
+            }
+        }
+    }
+
+    /// Whether frame `f` is in the index under its `home` (for the repair of a frame whose
+    /// holder died between storing `home` and placing it, or taking it out and clearing it).
+    pub fn holds_home(&self, f: u32) -> bool {
+        match self {
+            Index::Radix(_, frames) => {
+                let home = frames[f as usize].home();
+                home != 0 && self.hint(home) == Some(f)
+            }
+            // The partitions are rebuilt from the `home`s: they agree.
+            Index::Hash(m) => m.frames[f as usize].home() != 0,
+        }
+    }
+
+    /// The client holding `key`'s partition lock (the hash's; a tree has none).
+    pub fn holder(&self, key: u64) -> Option<u32> {
+        match self {
+            Index::Radix(..) => None,
+            Index::Hash(m) => m.holder(key),
+        }
+    }
+
+    /// The frames the tree has for pages `from..to` of generation `gen` of file `slot`, with
+    /// their keys; None for the hash, which cannot list a file's pages.
+    pub fn pages(&self, slot: u32, gen: u32, from: u64, to: u64) -> Option<Vec<(u32, u64)>> {
+        match self {
+            Index::Radix(t, _) => Some(
+                t.range(slot, gen, from, to)
+                    .into_iter()
+                    .map(|(f, page)| (f, super::frame::key(slot, gen, page)))
+                    .collect(),
+            ),
+            Index::Hash(_) => None,
+        }
+    }
+}
 
 /// Partition locks: enough that two processes rarely meet on one.
 pub(crate) const PARTITIONS: usize = 1024;

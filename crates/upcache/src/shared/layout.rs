@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
-use super::index::{PageMap, PARTITIONS};
+use super::index::{Index, PageMap, PARTITIONS};
 use super::mapped::Mapped;
+use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::IndexKind;
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x09");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0a");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -25,6 +27,10 @@ mod kind {
     pub const PAGES: u32 = 8;
     pub const COUNTERS: u32 = 9;
     pub const PATHS: u32 = 10;
+    pub const LEAVES: u32 = 11;
+    pub const LEAF_META: u32 = 12;
+    pub const INNERS: u32 = 13;
+    pub const INNER_META: u32 = 14;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -70,6 +76,10 @@ pub struct SharedConfig {
     /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
     /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
     pub readahead: u64,
+    /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
+    /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
+    /// partition locks (`index.rs`). The other kinds are the private engine's alone.
+    pub index: IndexKind,
 }
 
 /// The largest readahead of the shared cache: one load run (1 MiB).
@@ -88,6 +98,7 @@ impl Default for SharedConfig {
             run_merging: true,
             bundling: true,
             readahead: MAX_SHARED_READAHEAD,
+            index: IndexKind::Radix,
         }
     }
 }
@@ -121,6 +132,12 @@ impl SharedConfig {
             return invalid(format!(
                 "flush interval {:?} must be more than 0 and at most an hour",
                 self.flush_interval
+            ));
+        }
+        if !matches!(self.index, IndexKind::Radix | IndexKind::Sharded) {
+            return invalid(format!(
+                "the shared cache's index is radix or sharded, not {} (the private engine's alone)",
+                self.index.name()
             ));
         }
         if self.readahead > MAX_SHARED_READAHEAD {
@@ -168,6 +185,13 @@ pub(crate) struct Header {
     pub load_requests: AtomicU64,
     /// `pwritev`s and `pwrite`s that wrote pages back (one per run, or per page unmerged).
     pub write_back_requests: AtomicU64,
+    /// Nodes in the tree index's pools (leaves, inner nodes), and their free stacks' heads.
+    pub leaves: AtomicU32,
+    pub inners: AtomicU32,
+    pub leaf_free: AtomicU64,
+    pub inner_free: AtomicU64,
+    /// Places the tree index refused for want of a free node (each then freed a frame).
+    pub index_full: AtomicU64,
 }
 
 /// Bits of the header's `techniques`.
@@ -175,6 +199,8 @@ pub(crate) mod technique {
     pub const RANGE_LOCK: u64 = 1;
     pub const RUN_MERGING: u64 = 2;
     pub const BUNDLING: u64 = 4;
+    /// The ccXArray index (`SharedConfig::index` radix); off, the hash chains.
+    pub const RADIX_INDEX: u64 = 8;
 }
 
 impl Header {
@@ -243,11 +269,17 @@ pub(crate) struct View {
     frames: NonNull<FrameMeta>,
     counters: NonNull<ClientCounters>,
     paths: NonNull<AtomicU64>,
+    leaves: NonNull<Leaf>,
+    leaf_meta: NonNull<NodeMeta>,
+    inners: NonNull<Inner>,
+    inner_meta: NonNull<NodeMeta>,
     pub pages: NonNull<u8>,
     pub n_frames: usize,
     pub n_files: usize,
     n_clients: usize,
     n_buckets: usize,
+    n_leaves: usize,
+    n_inners: usize,
     /// The chunks of `pages` this process has mapped.
     mapped: Mapped,
 }
@@ -263,8 +295,17 @@ fn bad(what: impl Into<String>) -> Error {
 }
 
 impl View {
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 10] {
+    /// The tree index's pools for `frames` frames and `files` entries (leaves, inner nodes):
+    /// a leaf per frame, as if no two cached pages of a file were within 64 of each other, and
+    /// an inner node per two; each entry's root, its expansion and slack on top. Their memory
+    /// is touched only as nodes are used (the free stacks hand out the lowest-used first).
+    fn pools(frames: usize, files: usize) -> (usize, usize) {
+        (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
+    }
+
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 14] {
         use std::mem::size_of;
+        let (leaves, inners) = Self::pools(frames, files);
         [
             RegionSpec { kind: kind::HEADER, len: size_of::<Header>() },
             RegionSpec { kind: kind::CLIENTS, len: clients * 16 },
@@ -276,6 +317,10 @@ impl View {
             RegionSpec { kind: kind::PAGES, len: frames * PAGE },
             RegionSpec { kind: kind::COUNTERS, len: clients * size_of::<ClientCounters>() },
             RegionSpec { kind: kind::PATHS, len: files * PATH_WORDS * 8 },
+            RegionSpec { kind: kind::LEAVES, len: leaves * size_of::<Leaf>() },
+            RegionSpec { kind: kind::LEAF_META, len: leaves * size_of::<NodeMeta>() },
+            RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
+            RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
         ]
     }
 
@@ -306,12 +351,22 @@ impl View {
             (config.range_lock, technique::RANGE_LOCK),
             (config.run_merging, technique::RUN_MERGING),
             (config.bundling, technique::BUNDLING),
+            (config.index == IndexKind::Radix, technique::RADIX_INDEX),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
         header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
-        header.magic.store(MAGIC, Ordering::Release);
-        View::attach(seg)
+        let (leaves, inners) = Self::pools(frames, config.files as usize);
+        header.leaves.store(leaves as u32, Ordering::Relaxed);
+        header.inners.store(inners as u32, Ordering::Relaxed);
+        // The free stacks are linked before the magic number publishes the segment: through a
+        // view of a segment no other process has yet.
+        let view = View::attach_unchecked(seg)?;
+        let forest = view.forest();
+        forest.leaves.init();
+        forest.inners.init();
+        view.header().magic.store(MAGIC, Ordering::Release);
+        Ok(view)
     }
 
     pub fn attach(seg: Segment) -> Result<View> {
@@ -325,6 +380,14 @@ impl View {
         if header.magic.load(Ordering::Acquire) != MAGIC {
             return Err(bad("wrong magic number or format"));
         }
+        View::attach_unchecked(seg)
+    }
+
+    /// `attach` past the magic number: the sizes in the header, and the regions they need.
+    fn attach_unchecked(seg: Segment) -> Result<View> {
+        let (h, _) = seg.region(kind::HEADER).ok_or_else(|| bad("no header"))?;
+        // SAFETY: as in `attach` (the creator's region is large enough by construction).
+        let header = unsafe { &*h.as_ptr().cast::<Header>() };
         // Relaxed: written before the magic number.
         let n = |a: &AtomicU32| a.load(Ordering::Relaxed) as usize;
         let (frames, files, clients, buckets) =
@@ -333,7 +396,11 @@ impl View {
             return Err(bad("bad sizes in the header"));
         }
         let specs = Self::sizes(frames, files, clients, buckets);
-        let mut regions = [(NonNull::dangling(), 0usize); 10];
+        if (n(&header.leaves), n(&header.inners)) != Self::pools(frames, files) {
+            return Err(bad("bad index pool sizes in the header"));
+        }
+        let (n_leaves, n_inners) = Self::pools(frames, files);
+        let mut regions = [(NonNull::dangling(), 0usize); 14];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -352,6 +419,12 @@ impl View {
             pages: regions[7].0,
             counters: regions[8].0.cast(),
             paths: regions[9].0.cast(),
+            leaves: regions[10].0.cast(),
+            leaf_meta: regions[11].0.cast(),
+            inners: regions[12].0.cast(),
+            inner_meta: regions[13].0.cast(),
+            n_leaves,
+            n_inners,
             n_frames: frames,
             n_files: files,
             n_clients: clients,
@@ -452,6 +525,37 @@ impl View {
             // SAFETY: as above.
             locks: unsafe { std::slice::from_raw_parts(self.partitions.as_ptr(), PARTITIONS) },
             frames: self.frames(),
+        }
+    }
+
+    /// The tree index's pools and roots.
+    pub fn forest(&self) -> Forest<'_> {
+        let header = self.header();
+        Forest {
+            leaves: Pool {
+                // SAFETY: `n_leaves` nodes and metas (checked at attach), atomics only.
+                nodes: unsafe { std::slice::from_raw_parts(self.leaves.as_ptr(), self.n_leaves) },
+                // SAFETY: as above.
+                meta: unsafe { std::slice::from_raw_parts(self.leaf_meta.as_ptr(), self.n_leaves) },
+                free: &header.leaf_free,
+            },
+            inners: Pool {
+                // SAFETY: `n_inners` nodes and metas (checked at attach), atomics only.
+                nodes: unsafe { std::slice::from_raw_parts(self.inners.as_ptr(), self.n_inners) },
+                // SAFETY: as above.
+                meta: unsafe { std::slice::from_raw_parts(self.inner_meta.as_ptr(), self.n_inners) },
+                free: &header.inner_free,
+            },
+            files: self.files(),
+        }
+    }
+
+    /// The page index, the tree's if `radix` (the header's `technique::RADIX_INDEX`).
+    pub fn index(&self, radix: bool) -> Index<'_> {
+        if radix {
+            Index::Radix(self.forest(), self.frames())
+        } else {
+            Index::Hash(self.map())
         }
     }
 

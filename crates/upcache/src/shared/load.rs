@@ -17,6 +17,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
 use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
+use super::index::Placed;
 use super::layout::technique;
 use super::pages::Fill;
 use super::Inner;
@@ -37,13 +38,13 @@ impl Inner {
     ) -> Result<Option<u32>> {
         let want = want.clamp(1, RUN_PAGES);
         let k = self.key(slot, first);
-        let map = self.view.map();
-        if want == 1 || map.find_hint(k).is_some() {
+        let index = self.index();
+        if want == 1 || index.hint(k).is_some() {
             // Cached, or being loaded by someone: the single page's path, which waits for it.
             return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
         let f = self.claim()?;
-        match self.place_unless(f, k, give_up) {
+        match self.place_unless(f, k, give_up)? {
             Some(true) => {}
             Some(false) => {
                 self.free_frame(f);
@@ -58,12 +59,15 @@ impl Inner {
         run.push(f);
         while run.len() < want {
             let k = self.key(slot, first + run.len() as u64);
-            if key_page(k) == 0 || map.find_hint(k).is_some() {
+            if key_page(k) == 0 || index.hint(k).is_some() {
                 break;
             }
             let Some(f) = self.try_claim_holding() else { break };
-            // Holding frames, never waiting for a stopped process: readers would wait for us.
-            if self.place_unless(f, k, &|h| self.stopped(h)) != Some(true) {
+            // Holding frames, never waiting for a stopped process (readers would wait for us),
+            // nor freeing frames for index nodes.
+            // Release: as in `place_unless`.
+            self.view.frames()[f as usize].key.store(k, Ordering::Release);
+            if self.index().place(k, f, self.me, &|h| self.alive(h), &|h| self.stopped(h)) != Placed::Yes {
                 self.free_frame(f);
                 break;
             }
@@ -96,13 +100,25 @@ impl Inner {
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index: false if
     /// the page was put in another frame meanwhile; None (not placed) once a wait for the
-    /// index partition's lock is over and `give_up` says so of its holder.
-    pub(crate) fn place_unless(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Option<bool> {
+    /// index partition's lock is over and `give_up` says so of its holder. If the tree index
+    /// has no node free, frames are taken from the clock hand and freed (which frees their
+    /// nodes) until one is: an error only if no frame can be freed (`claim`).
+    pub(crate) fn place_unless(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Result<Option<bool>> {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
-        let map = self.view.map();
-        let g = map.lock_unless(k, self.me, &|h| self.alive(h), give_up)?;
-        Some(g.insert(k, f).is_ok())
+        loop {
+            match self.index().place(k, f, self.me, &|h| self.alive(h), give_up) {
+                Placed::Yes => return Ok(Some(true)),
+                Placed::Taken => return Ok(Some(false)),
+                Placed::No => return Ok(None),
+                Placed::Full => {
+                    // Relaxed: a statistic.
+                    self.view.header().index_full.fetch_add(1, Ordering::Relaxed);
+                    let victim = self.claim()?;
+                    self.free_frame(victim);
+                }
+            }
+        }
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with

@@ -6,8 +6,8 @@
 //! # The segment
 //! Regions (`layout.rs`): a header (sizes, the clock hand, the dirty count, the file table's
 //! lock), the client table ([`crate::shm::Clients`]), the file table (`files.rs`), each
-//! client's open counts per file (for repair), the page index's bucket heads and partition
-//! locks (`index.rs`), the frames' metadata (`frame.rs`) and their bytes. Everything is
+//! client's open counts per file (for repair), the page index (the tree index's node pools,
+//! `tree.rs`, or the hash index's bucket heads and partition locks, `index.rs`), the frames' metadata (`frame.rs`) and their bytes. Everything is
 //! addressed by index, never by pointer.
 //!
 //! # A process's part
@@ -41,6 +41,7 @@ mod outside;
 mod pages;
 mod repair;
 pub mod serve;
+mod tree;
 mod writeback;
 
 use std::collections::HashMap;
@@ -522,6 +523,10 @@ pub struct SharedStatus {
     /// Writes to the OS files that wrote pages back: one per run, or per page with
     /// `SharedConfig::run_merging` off.
     pub write_back_requests: u64,
+    /// The tree index's nodes in use: leaves, inner nodes (0 with the hash index).
+    pub index_nodes: (u64, u64),
+    /// Pages the tree index had no node for at first: each freed a frame (and its nodes).
+    pub index_full: u64,
 }
 
 impl SharedStatus {
@@ -628,6 +633,11 @@ impl Inner {
             run_merging: h.has(layout::technique::RUN_MERGING),
             bundling: h.has(layout::technique::BUNDLING),
             readahead: h.readahead_pages() * frame::PAGE as u64,
+            index: if h.has(layout::technique::RADIX_INDEX) {
+                crate::index::IndexKind::Radix
+            } else {
+                crate::index::IndexKind::Sharded
+            },
         }
     }
 

@@ -69,6 +69,11 @@ pub(crate) fn flush_pending_hits() {
 }
 
 impl Inner {
+    /// The page index, as the cache was made with (`SharedConfig::index`).
+    pub(crate) fn index(&self) -> super::index::Index<'_> {
+        self.view.index(self.techniques & super::layout::technique::RADIX_INDEX != 0)
+    }
+
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
         count_hit(&self.view.counters_of(self.me).hits);
@@ -149,14 +154,7 @@ impl Inner {
     /// Takes frame `f` (locked by us) out of the index; false, left in, once a wait for its
     /// partition's lock is over and `give_up` says so of the holder.
     fn unindex_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
-        let home = self.view.frames()[f as usize].home();
-        if home == 0 {
-            return true;
-        }
-        let map = self.view.map();
-        let Some(g) = map.lock_unless(home, self.me, &|h| self.alive(h), give_up) else { return false };
-        g.remove(home, f);
-        true
+        self.index().unplace(f, self.me, &|h| self.alive(h), give_up)
     }
 
     /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
@@ -297,8 +295,8 @@ impl Inner {
     }
 
     /// The frames that held pages `from..to` of file `slot`, with their keys, each to be
-    /// locked and checked by the caller: exact lookups in the index for a range small
-    /// against the cache, else a pass over every frame.
+    /// locked and checked by the caller: the tree's pages in the range, or, with the hash,
+    /// exact lookups for a range small against the cache, else a pass over every frame.
     pub(crate) fn candidates(&self, slot: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
         // Relaxed: see `key`.
         self.candidates_of(slot, self.view.files()[slot as usize].gen.load(Ordering::Relaxed), from, to)
@@ -306,6 +304,10 @@ impl Inner {
 
     /// `candidates` of generation `gen` of file `slot`.
     pub(crate) fn candidates_of(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
+        let index = self.index();
+        if let Some(pages) = index.pages(slot, gen, from, to) {
+            return pages;
+        }
         if to.saturating_sub(from) > (self.view.n_frames / 64) as u64 {
             return self
                 .view
@@ -319,11 +321,10 @@ impl Inner {
                 })
                 .collect();
         }
-        let map = self.view.map();
         (from..to)
             .filter_map(|page| {
                 let k = key(slot, gen, page);
-                map.lock(k, self.me, &|h| self.alive(h)).find(k).map(|f| (f, k))
+                index.find(k, self.me, &|h| self.alive(h)).map(|f| (f, k))
             })
             .collect()
     }
@@ -364,13 +365,13 @@ impl Inner {
         give_up: &dyn Fn(u32) -> bool,
     ) -> Result<Option<u32>> {
         let k = self.key(slot, page);
-        let map = self.view.map();
+        let index = self.index();
         let frames = self.view.frames();
         loop {
-            let found = match map.find_hint(k) {
+            let found = match index.hint(k) {
                 Some(f) => Some(f),
-                None => match map.lock_unless(k, self.me, &|h| self.alive(h), give_up) {
-                    Some(g) => g.find(k),
+                None => match index.find_unless(k, self.me, &|h| self.alive(h), give_up) {
+                    Some(found) => found,
                     None => return Ok(None),
                 },
             };
@@ -387,7 +388,7 @@ impl Inner {
                 continue;
             }
             let f = self.claim()?;
-            match self.place_unless(f, k, give_up) {
+            match self.place_unless(f, k, give_up)? {
                 Some(true) => {}
                 Some(false) => {
                     self.free_frame(f);
@@ -419,7 +420,7 @@ impl Inner {
     /// exact lookup; nothing is loaded).
     pub(crate) fn lock_cached(&self, slot: u32, page: u64) -> Option<u32> {
         let k = self.key(slot, page);
-        let f = self.view.map().lock(k, self.me, &|h| self.alive(h)).find(k)?;
+        let f = self.index().find(k, self.me, &|h| self.alive(h))?;
         self.lock_frame(f);
         if self.view.frames()[f as usize].home() == k {
             return Some(f);
@@ -435,6 +436,8 @@ impl Inner {
         let e = &self.view.files()[slot as usize];
         // Relaxed: under the table's lock.
         let gen = (e.gen.load(Ordering::Relaxed) + 1) & 0xff;
+        // The old generation's tree goes whole (its frames are the clock's to reclaim).
+        self.view.forest().clear(slot, gen);
         if gen == 0 {
             for (f, m) in self.view.frames().iter().enumerate() {
                 let k = m.key();

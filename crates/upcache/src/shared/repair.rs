@@ -21,6 +21,12 @@ impl Inner {
         log::warn!("shared cache: client {dead} died holding frame {f}; repairing it");
         // Relaxed: a count for reports.
         self.view.header().repairs.fetch_add(1, Ordering::Relaxed);
+        if !self.index().holds_home(f) {
+            // Killed between naming the page and placing the frame in the tree, or between
+            // taking it out and clearing the name: the frame is not the page's.
+            // Release: as the index's own stores of `home`.
+            m.home.store(0, Ordering::Release);
+        }
         let k = m.key();
         // Acquire: pairs with the length's Release stores.
         let len =
@@ -128,6 +134,12 @@ impl Inner {
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }
+        // Tree nodes a dead process had taken from a pool and not yet linked: given back once
+        // their entry has moved on (a sweep frees only nodes of a generation gone by).
+        let swept = self.view.forest().sweep();
+        if swept > 0 {
+            log::info!("shared cache: {swept} index nodes of files gone by given back");
+        }
         table.unlock(self.me);
         reaped
     }
@@ -208,6 +220,11 @@ impl Inner {
             evictions: h.evictions.load(Ordering::Relaxed),
             load_requests: h.load_requests.load(Ordering::Relaxed),
             write_back_requests: h.write_back_requests.load(Ordering::Relaxed),
+            index_nodes: {
+                let forest = self.view.forest();
+                (forest.leaves.live() as u64, forest.inners.live() as u64)
+            },
+            index_full: h.index_full.load(Ordering::Relaxed),
         }
     }
 }
