@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use upcache::shared::{SharedCache, SharedConfig, SharedFile};
+use upcache::IndexKind;
 
 const PROCS: usize = 3;
 /// A block of the file every process writes; block b is process b % PROCS's.
@@ -29,8 +30,8 @@ const ARGS_ENV: &str = "UPCACHE_TEST_ARGS";
 
 /// 128 frames for about 900 KB of data: eviction, write-back of dirty victims and reloads
 /// all the time.
-fn config() -> SharedConfig {
-    SharedConfig { memory: 512 << 10, files: 16, clients: 16, ..SharedConfig::default() }
+fn config(index: IndexKind) -> SharedConfig {
+    SharedConfig { memory: 512 << 10, files: 16, clients: 16, index, ..SharedConfig::default() }
 }
 
 /// SplitMix64: the sequences must be the same in the child that runs them and the parent that
@@ -234,15 +235,20 @@ fn model_child_entry() {
     println!("done");
 }
 
-/// `PROCS` processes of `n` operations each from `seed`, then every file checked.
-fn run(seed: u64, n: usize) {
-    println!("shared model: seed {seed}, {PROCS} processes of {n} operations (UPCACHE_SHARED_MODEL_SEED={seed} repeats them)");
+/// `PROCS` processes of `n` operations each from `seed` on a cache with `index`, then every
+/// file checked.
+fn run(seed: u64, n: usize, index: IndexKind) {
+    println!(
+        "shared model: seed {seed}, {PROCS} processes of {n} operations, index {} \
+         (UPCACHE_SHARED_MODEL_SEED={seed} repeats them)",
+        index.name()
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("shared"), vec![0u8; (BLOCKS * BLOCK) as usize]).unwrap();
     for proc in 0..PROCS {
         std::fs::write(own_path(dir.path(), proc), b"").unwrap();
     }
-    let cache = SharedCache::create(&config()).unwrap();
+    let cache = SharedCache::create(&config(index)).unwrap();
     let children: Vec<_> = (0..PROCS)
         .map(|proc| {
             let inherited = cache.segment_fd().try_clone_to_owned().unwrap();
@@ -310,7 +316,13 @@ fn seed() -> u64 {
 
 #[test]
 fn processes_sharing_the_cache_match_the_oracle() {
-    run(seed(), 3000);
+    run(seed(), 3000, IndexKind::Radix);
+}
+
+/// The same with the hash index, the tree's off switch.
+#[test]
+fn processes_sharing_a_cache_with_the_hash_index_match_the_oracle() {
+    run(seed(), 3000, IndexKind::Sharded);
 }
 
 /// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all.
@@ -319,5 +331,5 @@ fn processes_sharing_the_cache_match_the_oracle() {
 fn soak_processes_sharing_the_cache_match_the_oracle() {
     let total: usize =
         std::env::var("UPCACHE_SOAK_OPS").map_or(1_000_000, |v| v.parse().expect("UPCACHE_SOAK_OPS"));
-    run(seed(), total.div_ceil(PROCS));
+    run(seed(), total.div_ceil(PROCS), IndexKind::Radix);
 }
