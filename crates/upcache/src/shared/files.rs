@@ -120,8 +120,11 @@ pub(crate) struct FileEntry {
     pub asked: AtomicU32,
     /// The root of the file's page tree (`tree.rs`): its generation, height and node.
     pub root: AtomicU64,
+    /// 1 when the file's tree may have nodes no walk reaches (a process that had it open
+    /// died, or a tree was replaced): its next generation sweeps them (`tree.rs`).
+    pub leaky: AtomicU32,
     /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
-    pub _pad: [u32; 4],
+    pub _pad: [u32; 3],
     /// When a change of the cache's own last began or made a step (`coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,

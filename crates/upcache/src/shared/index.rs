@@ -151,6 +151,17 @@ impl Index<'_> {
         }
     }
 
+    /// Takes frame `f`, which the caller holds locked, out of `key`'s place if the tree has it
+    /// there although its `home` is not `key` (only a tree left broken could): else every
+    /// lookup of `key` would find `f`, fail to confirm it, and look again.
+    pub fn drop_stale(&self, key: u64, f: u32) {
+        if let Index::Radix(t, frames) = self {
+            if frames[f as usize].home() != key && t.remove(key_slot(key), key_gen(key), key_page(key), f) {
+                log::warn!("shared cache: frame {f} was in the page tree under a page it is not; taken out");
+            }
+        }
+    }
+
     /// Whether frame `f` is in the index under its `home` (for the repair of a frame whose
     /// holder died between storing `home` and placing it, or taking it out and clearing it).
     pub fn holds_home(&self, f: u32) -> bool {

@@ -106,7 +106,9 @@ impl Inner {
     pub(crate) fn place_unless(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Result<Option<bool>> {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
-        loop {
+        // Every frame freed once and still no node: the pools are used up by what no frame
+        // frees (a tree left broken, or nodes lost to kills), and the caller gets an error.
+        for _ in 0..=self.view.n_frames {
             match self.index().place(k, f, self.me, &|h| self.alive(h), give_up) {
                 Placed::Yes => return Ok(Some(true)),
                 Placed::Taken => return Ok(Some(false)),
@@ -114,11 +116,21 @@ impl Inner {
                 Placed::Full => {
                     // Relaxed: a statistic.
                     self.view.header().index_full.fetch_add(1, Ordering::Relaxed);
-                    let victim = self.claim()?;
-                    self.free_frame(victim);
+                    match self.claim() {
+                        Ok(victim) => self.free_frame(victim),
+                        Err(e) => {
+                            self.free_frame(f);
+                            return Err(e);
+                        }
+                    }
                 }
             }
         }
+        self.free_frame(f);
+        Err(Error::new(
+            crate::error::ErrorKind::CacheFull,
+            "the shared cache's page index has no node free, and freeing frames frees none",
+        ))
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with

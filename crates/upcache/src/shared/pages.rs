@@ -384,6 +384,7 @@ impl Inner {
                     self.count_hit();
                     return Ok(Some(f));
                 }
+                index.drop_stale(k, f);
                 m.unlock(self.me, false);
                 continue;
             }
@@ -436,8 +437,19 @@ impl Inner {
         let e = &self.view.files()[slot as usize];
         // Relaxed: under the table's lock.
         let gen = (e.gen.load(Ordering::Relaxed) + 1) & 0xff;
-        // The old generation's tree goes whole (its frames are the clock's to reclaim).
-        self.view.forest().clear(slot, gen);
+        // The old generation's tree goes whole (its frames are the clock's to reclaim), and
+        // with it what a dead process may have left of it.
+        let forest = self.view.forest();
+        forest.clear(slot, gen);
+        // Relaxed: under the table's lock.
+        if e.leaky.swap(0, Ordering::Relaxed) != 0 {
+            let n = forest.sweep_slot(slot);
+            if n > 0 {
+                log::info!(
+                    "shared cache: {n} index nodes a dead process left of file entry {slot} given back"
+                );
+            }
+        }
         if gen == 0 {
             for (f, m) in self.view.frames().iter().enumerate() {
                 let k = m.key();

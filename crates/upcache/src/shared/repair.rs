@@ -131,14 +131,14 @@ impl Inner {
         // Relaxed: under the table's lock.
         let counted =
             self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
+        for &slot in &touched {
+            // Tree nodes the dead may have taken and not linked, or counted too high, go at
+            // the entry's next generation (`next_generation`).
+            // Relaxed: read under the table's lock.
+            self.view.files()[slot].leaky.store(1, Ordering::Relaxed);
+        }
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
-        }
-        // Tree nodes a dead process had taken from a pool and not yet linked: given back once
-        // their entry has moved on (a sweep frees only nodes of a generation gone by).
-        let swept = self.view.forest().sweep();
-        if swept > 0 {
-            log::info!("shared cache: {swept} index nodes of files gone by given back");
         }
         table.unlock(self.me);
         reaped

@@ -23,7 +23,10 @@
 //! writes into it, and a child pointer carries the incarnation it was made in. A pointer read
 //! from a node that was freed and reused names an old incarnation, so reserving through it
 //! fails; a reservation that lands checks the node's `whose` (file, generation, level, pages)
-//! before use. Lookups, which write nothing, need no protection (see above).
+//! before use. The root word carries its node's incarnation (16 bits) too, and whoever goes
+//! down from the root reads the word again after learning the root's incarnation: a root is
+//! given back only after the word moved on (a new root above it, or a clear). Lookups, which
+//! write nothing, need no protection (see above).
 //!
 //! # Invariants
 //! - A node's `count` is its entries (a leaf) or linked children (an inner node), plus one per
@@ -32,14 +35,18 @@
 //! - A child pointer is stored once, when its node is made, and taken out once (to 0 by the
 //!   node's deleter, or to a new node by an insert that met it dead): whoever takes it out
 //!   gives the node back, and the deleter then releases the parent's count.
-//! - A node is in its pool's free stack iff its `state` is not `LIVE`: only the winner of the
-//!   CAS that clears `LIVE` pushes it, so a node is never pushed twice.
+//! - A node is in its pool's free stack iff its `state` is not `LIVE` (but for a kill between
+//!   the two): only the winner of the CAS that clears `LIVE` pushes it, so a node is never
+//!   pushed twice; a node's slots are zeroed before it goes `LIVE`.
 //! - A root is never deleted while it is the root; the whole tree is given back when its
 //!   entry takes its next generation (`clear`), which happens only while nobody has the file
-//!   open, so no insert runs in a tree being cleared.
+//!   open, so no insert runs in a tree being cleared. A tree of another generation than its
+//!   open entry's (a process killed between the two stores of a new generation) is replaced
+//!   by an empty one by the next insert, and its nodes go at the entry's next generation.
 //! - A process killed inside an operation leaves at worst a count too high (the node then
-//!   stays until its entry's next generation) or a node popped and not yet live (lost until
-//!   `sweep`); never an entry in a node that is free, nor a node in the stack twice.
+//!   stays until its entry's next generation: `sweep_slot`, for the entries a dead process
+//!   had open) or a node between its free stack and `LIVE` (lost for the segment's life);
+//!   never an entry in a node that is free, nor a node in the stack twice.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -51,6 +58,9 @@ const FANOUT: usize = 1 << BITS;
 const MASK: u64 = FANOUT as u64 - 1;
 /// Levels enough for every page a key holds (`frame::MAX_PAGES`, 2^36).
 const MAX_HEIGHT: u32 = 6;
+/// Restarts of one insert or remove before it gives up (each follows a change by another
+/// process; so many means a tree left broken, which must not hang the caller).
+const MAX_RESTARTS: u32 = 100_000;
 
 /// Node state: incarnation (high 32 bits), `LIVE`, `DEAD`, count (low 30 bits).
 const LIVE: u64 = 1 << 31;
@@ -70,6 +80,25 @@ pub(crate) struct Inner {
 }
 
 const _: () = assert!(std::mem::size_of::<Leaf>() == 256 && std::mem::size_of::<Inner>() == 512);
+
+/// What a pool's nodes are: slots to zero before a node goes live.
+pub(crate) trait Slots {
+    fn zero(&self);
+}
+
+impl Slots for Leaf {
+    fn zero(&self) {
+        // Relaxed: published by the Release store that makes the node live.
+        self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+    }
+}
+
+impl Slots for Inner {
+    fn zero(&self) {
+        // Relaxed: as above.
+        self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+    }
+}
 
 /// A node's bookkeeping, beside the pool's nodes.
 #[repr(C)]
@@ -100,6 +129,11 @@ fn span(level: u32) -> u32 {
     BITS * (level + 1)
 }
 
+/// The height of the smallest tree that holds `page`.
+fn height_for(page: u64) -> u32 {
+    (1..MAX_HEIGHT).find(|&h| page >> span(h - 1) == 0).unwrap_or(MAX_HEIGHT)
+}
+
 fn slot_of(level: u32, page: u64) -> usize {
     ((page >> (BITS * level)) & MASK) as usize
 }
@@ -113,14 +147,18 @@ fn unptr(p: u64) -> (u32, u32) {
     ((p as u32).wrapping_sub(1), (p >> 32) as u32)
 }
 
-/// The root word: generation (bits 56..64), height (48..56), root node + 1 (low 32); 0 nodes
-/// is an empty tree.
-fn root_word(gen: u32, height: u32, idx: Option<u32>) -> u64 {
-    ((gen & 0xff) as u64) << 56 | (height as u64) << 48 | idx.map_or(0, |i| i as u64 + 1)
+/// The root word: generation (bits 56..64), height (48..56), the root's incarnation's low 16
+/// bits (32..48), root node + 1 (low 32); no node is an empty tree.
+fn root_word(gen: u32, height: u32, top: Option<(u32, u32)>) -> u64 {
+    ((gen & 0xff) as u64) << 56
+        | (height as u64) << 48
+        | top.map_or(0, |(idx, inc)| ((inc & 0xffff) as u64) << 32 | (idx as u64 + 1))
 }
 
-fn root_parts(r: u64) -> (u32, u32, Option<u32>) {
-    ((r >> 56) as u32, (r >> 48) as u32 & 0xff, (r as u32).checked_sub(1))
+/// A root word's generation, height and (root node, incarnation's low 16 bits).
+fn root_parts(r: u64) -> (u32, u32, Option<(u32, u32)>) {
+    let top = (r as u32).checked_sub(1).map(|idx| (idx, (r >> 32) as u32 & 0xffff));
+    ((r >> 56) as u32, (r >> 48) as u32 & 0xff, top)
 }
 
 /// What an insert did.
@@ -130,7 +168,8 @@ pub(crate) enum Insert {
     Placed,
     /// Another frame is the page's.
     Taken(u32),
-    /// No node was free to hold the page (the caller frees frames, which frees nodes).
+    /// No node was free to hold the page (the caller frees frames, which frees nodes), or the
+    /// tree kept changing under it past all reason.
     Full,
 }
 
@@ -141,7 +180,7 @@ pub(crate) struct Pool<'a, N> {
     pub free: &'a StackHead,
 }
 
-impl<N> Pool<'_, N> {
+impl<N: Slots> Pool<'_, N> {
     /// Links every node into the free stack: at creation, before any process attaches.
     pub fn init(&self) {
         for (i, m) in self.meta.iter().enumerate() {
@@ -151,8 +190,8 @@ impl<N> Pool<'_, N> {
         self.free.store(if self.meta.is_empty() { 0 } else { 1 }, Ordering::Relaxed);
     }
 
-    /// A free node, live for `whose` with a count of 1 (the caller's reservation) and a new
-    /// incarnation, its slots still to be zeroed by the caller; None if the pool is empty.
+    /// A free node, zeroed and live for `whose` with a count of 1 (the caller's reservation)
+    /// and a new incarnation; None if the pool is empty.
     fn pop(&self, whose: u64) -> Option<(u32, u32)> {
         // Acquire: the pusher's `next` store comes with the head.
         let mut head = self.free.load(Ordering::Acquire);
@@ -168,10 +207,14 @@ impl<N> Pool<'_, N> {
             }
         };
         let m = &self.meta[idx as usize];
-        // Relaxed: only we touch a popped node until it goes live (Release below).
+        // Only we touch a popped node until it goes live. Its old slots are zeroed first: a
+        // process still holding an old incarnation of it may CAS an old value out of them,
+        // never into a live node of ours.
+        self.nodes[idx as usize].zero();
+        // Relaxed: published by the Release store below.
         let inc = ((m.state.load(Ordering::Relaxed) >> 32) as u32).wrapping_add(1);
         m.whose.store(whose, Ordering::Relaxed);
-        // Release: whoever reserves it through its new pointer sees `whose`.
+        // Release: whoever reserves it through its new pointer sees `whose` and the zeros.
         m.state.store((inc as u64) << 32 | LIVE | 1, Ordering::Release);
         Some((idx, inc))
     }
@@ -212,7 +255,13 @@ impl<N> Pool<'_, N> {
                 return Reserved::Gone;
             }
             if s & DEAD != 0 {
-                return Reserved::Dead;
+                // Relaxed: fixed while live, which our Acquire load saw. A dead node of
+                // another tree is not ours to replace.
+                return if m.whose.load(Ordering::Relaxed) == whose {
+                    Reserved::Dead
+                } else {
+                    Reserved::Gone
+                };
             }
             // Acquire: the node's slots as its maker and past holders left them.
             match m.state.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Acquire) {
@@ -269,17 +318,11 @@ impl Forest<'_> {
     }
 
     fn pop(&self, level: u32, whose: u64) -> Option<(u32, u32)> {
-        let got = if level == 0 { self.leaves.pop(whose) } else { self.inners.pop(whose) };
-        if let Some((idx, _)) = got {
-            // Relaxed (all): the node is not yet reachable; its pointer's Release CAS (or the
-            // root word's) publishes the zeros.
-            if level == 0 {
-                self.leaves.nodes[idx as usize].slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
-            } else {
-                self.inners.nodes[idx as usize].slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
-            }
+        if level == 0 {
+            self.leaves.pop(whose)
+        } else {
+            self.inners.pop(whose)
         }
-        got
     }
 
     fn free_node(&self, level: u32, idx: u32, inc: u32) {
@@ -298,12 +341,31 @@ impl Forest<'_> {
         }
     }
 
+    fn live_inc(&self, level: u32, idx: u32) -> Option<u32> {
+        if level == 0 {
+            self.leaves.live_inc(idx)
+        } else {
+            self.inners.live_inc(idx)
+        }
+    }
+
+    /// The root node of root word `r` (read from `root`) and its whole incarnation, if it was
+    /// the root as we learned it: its incarnation agrees with the word's, and the word had not
+    /// moved on (a root is given back only after its word moves on).
+    fn root_of(&self, root: &AtomicU64, r: u64) -> Option<(u32, u32)> {
+        let (_, height, top) = root_parts(r);
+        let (idx, inc16) = top?;
+        let inc = self.live_inc(height.checked_sub(1)?, idx).filter(|i| i & 0xffff == inc16)?;
+        // Acquire: pairs with the Release CAS or swap that moved the word on before a free.
+        (root.load(Ordering::Acquire) == r).then_some((idx, inc))
+    }
+
     /// The frame file `slot`'s tree of generation `gen` has for `page`, with no lock: a hint.
     pub fn get(&self, slot: u32, gen: u32, page: u64) -> Option<u32> {
         // Acquire (root and slots): a node reached comes with what its maker stored.
-        let (g, height, root) = root_parts(self.root(slot).load(Ordering::Acquire));
-        let mut idx = root?;
-        if g != gen & 0xff || page >> span(height - 1) != 0 {
+        let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
+        let (mut idx, _) = top?;
+        if g != gen & 0xff || page >> span(height.checked_sub(1)?) != 0 {
             return None;
         }
         for level in (1..height).rev() {
@@ -318,159 +380,197 @@ impl Forest<'_> {
     /// open, so that is its current one), unless another frame is.
     pub fn insert(&self, slot: u32, gen: u32, page: u64, f: u32) -> Insert {
         let root = self.root(slot);
-        'restart: loop {
+        for _ in 0..MAX_RESTARTS {
             let r = root.load(Ordering::Acquire);
             let (g, height, top) = root_parts(r);
             if g != gen & 0xff {
-                debug_assert!(false, "insert into generation {gen} of a tree of {g}");
-                return Insert::Full;
+                // A tree of another generation than the open entry's: left by a process
+                // killed between the two stores of a new generation (`pages.rs`,
+                // `next_generation`). The entry's is the file's; its old nodes go at the
+                // entry's next generation (`sweep_slot`).
+                // Relaxed: the generation of an open file is fixed.
+                let e = &self.files[slot as usize];
+                if e.gen.load(Ordering::Relaxed) & 0xff != gen & 0xff {
+                    debug_assert!(false, "insert of generation {gen} into entry {slot} of another");
+                    return Insert::Full;
+                }
+                // Relaxed: a hint for the next generation's sweep.
+                e.leaky.store(1, Ordering::Relaxed);
+                let _ =
+                    root.compare_exchange(r, root_word(gen, 0, None), Ordering::AcqRel, Ordering::Acquire);
+                continue;
             }
-            let Some(top) = top else {
-                // The first page: a root leaf, counted by nobody.
-                let Some((idx, inc)) = self.pop(0, whose(slot, gen, 0, 0)) else { return Insert::Full };
-                self.leaves.meta[idx as usize].state.store((inc as u64) << 32 | LIVE, Ordering::Release);
-                // Release: the zeroed leaf comes with the root word.
-                if root
-                    .compare_exchange(r, root_word(gen, 1, Some(idx)), Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    self.leaves.free_node(idx, inc);
+            let Some((top, _)) = top else {
+                // The first page: a root of the height it needs, counted by nobody.
+                let h = height_for(page);
+                let Some((idx, inc)) = self.pop(h - 1, whose(slot, gen, h - 1, 0)) else {
+                    return Insert::Full;
+                };
+                let m = self.meta(h - 1, idx);
+                let (one, zero) = ((inc as u64) << 32 | LIVE | 1, (inc as u64) << 32 | LIVE);
+                // Relaxed: nobody else can reach the node yet; the root CAS publishes it.
+                let _ = m.state.compare_exchange(one, zero, Ordering::Relaxed, Ordering::Relaxed);
+                // Release: the zeroed node comes with the root word.
+                let new = root_word(gen, h, Some((idx, inc)));
+                if root.compare_exchange(r, new, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    self.free_node(h - 1, idx, inc);
                 }
                 continue;
             };
+            let Some((_, inc)) = self.root_of(root, r) else { continue };
             if height < MAX_HEIGHT && page >> span(height - 1) != 0 {
-                // Expansion: a root above the old one, whose count is its one child.
-                let Some(inc) = self.live_inc(height - 1, top) else { continue };
-                let Some((idx, new_inc)) = self.pop(height, whose(slot, gen, height, 0)) else {
-                    return Insert::Full;
-                };
-                // Relaxed: published by the root word's Release CAS.
-                self.inners.nodes[idx as usize].slots[0].store(ptr(top, inc), Ordering::Relaxed);
-                let up = root_word(gen, height + 1, Some(idx));
-                if root.compare_exchange(r, up, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                    self.inners.free_node(idx, new_inc);
-                }
+                self.expand(root, r, slot, gen, top, inc);
                 continue;
             }
-            // Descend, holding a reservation on the node we are in.
-            let mut level = height - 1;
-            let mut idx = top;
-            let Some(mut inc) = self.live_inc(level, top) else { continue };
-            match self.reserve(level, idx, inc, whose(slot, gen, level, page)) {
+            let level = height - 1;
+            match self.reserve(level, top, inc, whose(slot, gen, level, 0)) {
                 Reserved::Held => {}
                 Reserved::Stranger => {
-                    self.release(level, idx, inc);
+                    self.release(level, top, inc);
                     continue;
                 }
                 Reserved::Dead | Reserved::Gone => continue,
             }
-            while level > 0 {
-                let s = &self.inners.nodes[idx as usize].slots[slot_of(level, page)];
-                let child_whose = whose(slot, gen, level - 1, page);
-                // Acquire: a child reached comes with its maker's stores.
-                let c = s.load(Ordering::Acquire);
-                if c == 0 {
-                    let Some((cidx, cinc)) = self.pop(level - 1, child_whose) else {
-                        self.release(level, idx, inc);
-                        return Insert::Full;
-                    };
-                    // Release: the child's zeros and `whose` come with its pointer.
-                    if s.compare_exchange(0, ptr(cidx, cinc), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                        // Our reservation on the parent is now its count of the child.
-                        (idx, inc, level) = (cidx, cinc, level - 1);
-                    } else {
-                        self.free_node(level - 1, cidx, cinc);
-                    }
-                    continue;
+            if let Some(done) = self.insert_below(slot, gen, page, f, level, top, inc) {
+                return done;
+            }
+        }
+        log::error!("shared cache: the page tree of file entry {slot} kept changing; page {page} not placed");
+        Insert::Full
+    }
+
+    /// Puts a new root above root `top` (incarnation `inc`) of root word `r`.
+    fn expand(&self, root: &AtomicU64, r: u64, slot: u32, gen: u32, top: u32, inc: u32) {
+        let (_, height, _) = root_parts(r);
+        // Its count is its one child.
+        let Some((idx, new_inc)) = self.pop(height, whose(slot, gen, height, 0)) else { return };
+        // Relaxed: published by the root word's Release CAS.
+        self.inners.nodes[idx as usize].slots[0].store(ptr(top, inc), Ordering::Relaxed);
+        let up = root_word(gen, height + 1, Some((idx, new_inc)));
+        if root.compare_exchange(r, up, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            self.free_node(height, idx, new_inc);
+            return;
+        }
+        // The old root, no longer one, dies now if it is empty.
+        if let Reserved::Held = self.reserve(height - 1, top, inc, whose(slot, gen, height - 1, 0)) {
+            self.release(height - 1, top, inc);
+        }
+    }
+
+    /// The rest of an insert from node `idx` (incarnation `inc`) at `level`, which we hold
+    /// reserved; None to start again from the root (our reservation given back).
+    #[allow(clippy::too_many_arguments)]
+    fn insert_below(
+        &self,
+        slot: u32,
+        gen: u32,
+        page: u64,
+        f: u32,
+        mut level: u32,
+        mut idx: u32,
+        mut inc: u32,
+    ) -> Option<Insert> {
+        while level > 0 {
+            let s = &self.inners.nodes[idx as usize].slots[slot_of(level, page)];
+            let child_whose = whose(slot, gen, level - 1, page);
+            // Acquire: a child reached comes with its maker's stores.
+            let c = s.load(Ordering::Acquire);
+            if c == 0 {
+                let Some((cidx, cinc)) = self.pop(level - 1, child_whose) else {
+                    self.release(level, idx, inc);
+                    return Some(Insert::Full);
+                };
+                // Release: the child's zeros and `whose` come with its pointer.
+                if s.compare_exchange(0, ptr(cidx, cinc), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    // Our reservation on the parent is now its count of the child.
+                    (idx, inc, level) = (cidx, cinc, level - 1);
+                } else {
+                    self.free_node(level - 1, cidx, cinc);
                 }
-                let (cidx, cinc) = unptr(c);
-                match self.reserve(level - 1, cidx, cinc, child_whose) {
-                    Reserved::Held => {
+                continue;
+            }
+            let (cidx, cinc) = unptr(c);
+            match self.reserve(level - 1, cidx, cinc, child_whose) {
+                Reserved::Held => {
+                    self.release(level, idx, inc);
+                    (idx, inc, level) = (cidx, cinc, level - 1);
+                }
+                Reserved::Stranger => {
+                    // Reused since we read its pointer, so the slot has moved on: again.
+                    self.release(level - 1, cidx, cinc);
+                    self.release(level, idx, inc);
+                    return None;
+                }
+                Reserved::Gone => {
+                    // Given back, so taken out of the slot first (an unlinker frees only
+                    // what it took out): again.
+                    self.release(level, idx, inc);
+                    return None;
+                }
+                Reserved::Dead => {
+                    // Its deleter may have died before unlinking it: replace it.
+                    let Some((nidx, ninc)) = self.pop(level - 1, child_whose) else {
                         self.release(level, idx, inc);
-                        (idx, inc, level) = (cidx, cinc, level - 1);
-                    }
-                    Reserved::Stranger => {
-                        // A pointer of a node reused by now; the slot has moved on.
-                        self.release(level - 1, cidx, cinc);
-                    }
-                    Reserved::Dead => {
-                        // Its deleter may have died before unlinking it: replace it.
-                        let Some((nidx, ninc)) = self.pop(level - 1, child_whose) else {
-                            self.release(level, idx, inc);
-                            return Insert::Full;
-                        };
-                        if s.compare_exchange(c, ptr(nidx, ninc), Ordering::AcqRel, Ordering::Acquire).is_ok()
-                        {
-                            // The parent counts the new child instead of the dead one.
-                            self.free_node(level - 1, cidx, cinc);
-                            self.release(level, idx, inc);
-                            (idx, inc, level) = (nidx, ninc, level - 1);
-                        } else {
-                            self.free_node(level - 1, nidx, ninc);
-                        }
-                    }
-                    Reserved::Gone => {
-                        // Freed since we read the slot, so the slot changed: read it again.
-                        if s.load(Ordering::Acquire) == c {
-                            // Only if its unlinker died between the two: drop our node and
-                            // start again rather than spin.
-                            self.release(level, idx, inc);
-                            continue 'restart;
-                        }
+                        return Some(Insert::Full);
+                    };
+                    if s.compare_exchange(c, ptr(nidx, ninc), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                        // The parent counts the new child instead of the dead one.
+                        self.free_node(level - 1, cidx, cinc);
+                        self.release(level, idx, inc);
+                        (idx, inc, level) = (nidx, ninc, level - 1);
+                    } else {
+                        self.free_node(level - 1, nidx, ninc);
                     }
                 }
             }
-            let s = &self.leaves.nodes[idx as usize].slots[slot_of(0, page)];
-            // AcqRel: the frame's key and `home` (stored before) go with the entry; a loser
-            // sees the winner's.
-            return match s.compare_exchange(0, f + 1, Ordering::AcqRel, Ordering::Acquire) {
-                // Our reservation on the leaf is now its count of the entry.
-                Ok(_) => Insert::Placed,
-                Err(g) => {
-                    self.release(0, idx, inc);
-                    Insert::Taken(g - 1)
-                }
-            };
         }
+        let s = &self.leaves.nodes[idx as usize].slots[slot_of(0, page)];
+        // AcqRel: the frame's key and `home` (stored before) go with the entry; a loser sees
+        // the winner's.
+        Some(match s.compare_exchange(0, f + 1, Ordering::AcqRel, Ordering::Acquire) {
+            // Our reservation on the leaf is now its count of the entry.
+            Ok(_) => Insert::Placed,
+            Err(g) => {
+                self.release(0, idx, inc);
+                Insert::Taken(g - 1)
+            }
+        })
     }
-
-    fn live_inc(&self, level: u32, idx: u32) -> Option<u32> {
-        if level == 0 {
-            self.leaves.live_inc(idx)
-        } else {
-            self.inners.live_inc(idx)
-        }
-    }
-
     /// Takes frame `f` out of page `page`'s slot in file `slot`'s tree, if it is there and the
     /// tree is of generation `gen`. The caller holds `f`'s lock, so `f` is in no other slot.
     pub fn remove(&self, slot: u32, gen: u32, page: u64, f: u32) -> bool {
-        let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
-        let Some(mut idx) = top else { return false };
-        if g != gen & 0xff || page >> span(height - 1) != 0 {
-            return false;
-        }
-        let Some(mut inc) = self.live_inc(height - 1, idx) else { return false };
-        for level in (1..height).rev() {
-            let Some(node) = self.inners.nodes.get(idx as usize) else { return false };
-            // Acquire: as in `get`.
-            let c = node.slots[slot_of(level, page)].load(Ordering::Acquire);
-            if c == 0 {
+        let root = self.root(slot);
+        for _ in 0..MAX_RESTARTS {
+            let r = root.load(Ordering::Acquire);
+            let (g, height, top) = root_parts(r);
+            if top.is_none() || g != gen & 0xff || page >> span(height - 1) != 0 {
                 return false;
             }
-            (idx, inc) = unptr(c);
+            // The root's incarnation as of a word that had not moved on (else again).
+            let Some((mut idx, mut inc)) = self.root_of(root, r) else { continue };
+            for level in (1..height).rev() {
+                let Some(node) = self.inners.nodes.get(idx as usize) else { return false };
+                // Acquire: as in `get`.
+                let c = node.slots[slot_of(level, page)].load(Ordering::Acquire);
+                if c == 0 {
+                    return false;
+                }
+                (idx, inc) = unptr(c);
+            }
+            let Some(leaf) = self.leaves.nodes.get(idx as usize) else { return false };
+            // AcqRel: whoever next places the page sees our frame gone. A node given back and
+            // reused since we read its pointer was zeroed before it went live, and only we can
+            // put `f` anywhere; one given back and not yet reused may still hold `f` from
+            // before, and then the release below does nothing (its incarnation is not `inc`).
+            let taken =
+                leaf.slots[slot_of(0, page)].compare_exchange(f + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+            if taken.is_ok() {
+                self.release(0, idx, inc);
+            }
+            return taken.is_ok();
         }
-        let Some(leaf) = self.leaves.nodes.get(idx as usize) else { return false };
-        // AcqRel: whoever next places the page sees our frame gone. Only our frame's number
-        // can be there: a node reused since we read its pointer holds f only if we put it.
-        if leaf.slots[slot_of(0, page)]
-            .compare_exchange(f + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        self.release(0, idx, inc);
-        true
+        log::error!("shared cache: the page tree of file entry {slot} kept changing; frame {f} left in it");
+        false
     }
 
     /// Lowers node `idx`'s count (incarnation `inc`, at `level`); the node whose count goes to
@@ -479,8 +579,12 @@ impl Forest<'_> {
         let m = self.meta(level, idx);
         let mut s = m.state.load(Ordering::Acquire);
         loop {
-            if s & LIVE == 0 || (s >> 32) as u32 != inc || s & COUNT == 0 {
+            if s & LIVE == 0 || (s >> 32) as u32 != inc {
                 // Given back by a clear or a sweep meanwhile.
+                return;
+            }
+            if s & COUNT == 0 {
+                debug_assert!(false, "release of node {idx} at level {level} with a count of 0");
                 return;
             }
             let n = s - 1;
@@ -506,9 +610,9 @@ impl Forest<'_> {
         let slot = ((w >> 44) as u32).wrapping_sub(1);
         let Some(e) = self.files.get(slot as usize) else { return true };
         let (_, height, top) = root_parts(e.root.load(Ordering::Acquire));
-        // A root that gets a new root above it after this answer stays, empty, until its
-        // pages are used again or its entry's next generation.
-        top == Some(idx) && height == level + 1
+        // A root that gets a new root above it after this answer is released again by the
+        // expansion (`expand`), which lets it die then if it is empty.
+        top.is_some_and(|(t, _)| t == idx) && height == level + 1
     }
 
     /// Takes dead node `idx` out of its parent and gives both back as their counts say.
@@ -518,28 +622,32 @@ impl Forest<'_> {
         let (slot, gen) = (((w >> 44) as u32).wrapping_sub(1), (w >> 36) as u32 & 0xff);
         let page = (w & u32::MAX as u64) << span(level);
         let Some(e) = self.files.get(slot as usize) else { return };
-        let (g, height, top) = root_parts(e.root.load(Ordering::Acquire));
-        let Some(mut p) = top else { return };
-        if g != gen || level + 1 >= height {
-            return; // the tree was cleared: the clear gives the nodes back
-        }
-        let Some(mut pinc) = self.inners.live_inc(p) else { return };
-        for l in (level + 2..height).rev() {
-            let Some(node) = self.inners.nodes.get(p as usize) else { return };
-            // Acquire: as in `get`.
-            let c = node.slots[slot_of(l, page)].load(Ordering::Acquire);
-            if c == 0 {
-                return;
+        for _ in 0..MAX_RESTARTS {
+            let r = e.root.load(Ordering::Acquire);
+            let (g, height, top) = root_parts(r);
+            if top.is_none() || g != gen || level + 1 >= height {
+                return; // the tree was cleared: the clear gives the nodes back
             }
-            (p, pinc) = unptr(c);
-        }
-        let Some(parent) = self.inners.nodes.get(p as usize) else { return };
-        let s = &parent.slots[slot_of(level + 1, page)];
-        // AcqRel: a reader that sees the slot empty sees no entry below it; only the node's
-        // one pointer has this value, so winning it makes the node ours to give back.
-        if s.compare_exchange(ptr(idx, inc), 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            self.free_node(level, idx, inc);
-            self.release(level + 1, p, pinc);
+            let Some((mut p, mut pinc)) = self.root_of(&e.root, r) else { continue };
+            for l in (level + 2..height).rev() {
+                let Some(node) = self.inners.nodes.get(p as usize) else { return };
+                // Acquire: as in `get`.
+                let c = node.slots[slot_of(l, page)].load(Ordering::Acquire);
+                if c == 0 {
+                    return;
+                }
+                (p, pinc) = unptr(c);
+            }
+            let Some(parent) = self.inners.nodes.get(p as usize) else { return };
+            let s = &parent.slots[slot_of(level + 1, page)];
+            // AcqRel: a reader that sees the slot empty sees no entry below it; only the
+            // node's one pointer has this value, so winning it makes the node ours to give
+            // back (an insert that replaced the dead node won it instead).
+            if s.compare_exchange(ptr(idx, inc), 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.free_node(level, idx, inc);
+                self.release(level + 1, p, pinc);
+            }
+            return;
         }
     }
 
@@ -548,7 +656,7 @@ impl Forest<'_> {
     pub fn range(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
-        if let Some(top) = top.filter(|_| g == gen & 0xff && from < to) {
+        if let Some((top, _)) = top.filter(|_| g == gen & 0xff && from < to) {
             self.walk(height - 1, top, 0, from, to, &mut out);
         }
         out
@@ -586,7 +694,7 @@ impl Forest<'_> {
         let root = self.root(slot);
         // Acquire: the nodes' stores come with the root word.
         let (old, height, top) = root_parts(root.swap(root_word(gen, 0, None), Ordering::AcqRel));
-        if let Some(top) = top {
+        if let Some((top, _)) = top {
             if let Some(inc) = self.live_inc(height - 1, top) {
                 self.clear_node(slot, old, height - 1, top, inc);
             }
@@ -594,21 +702,23 @@ impl Forest<'_> {
     }
 
     fn clear_node(&self, slot: u32, gen: u32, level: u32, idx: u32, inc: u32) {
-        let m = self.meta(level, idx);
-        // Relaxed: `whose` is fixed while the node is live, which `live_inc` (Acquire) saw.
-        let w = m.whose.load(Ordering::Relaxed);
-        if self.live_inc(level, idx) != Some(inc) || w >> 36 != (slot as u64 + 1) << 8 | gen as u64 {
+        // The incarnation first (Acquire), then `whose`, fixed while it lasts.
+        if self.live_inc(level, idx) != Some(inc) {
+            return;
+        }
+        // Relaxed: see above.
+        let w = self.meta(level, idx).whose.load(Ordering::Relaxed);
+        if w >> 36 != (slot as u64 + 1) << 8 | gen as u64 {
             return;
         }
         if level > 0 {
+            let below = if level == 1 { self.leaves.meta.len() } else { self.inners.meta.len() };
             for s in &self.inners.nodes[idx as usize].slots {
                 // Acquire: as in `get`.
                 let c = s.load(Ordering::Acquire);
                 if c != 0 {
                     let (cidx, cinc) = unptr(c);
-                    if (cidx as usize)
-                        < if level == 1 { self.leaves.meta.len() } else { self.inners.meta.len() }
-                    {
+                    if (cidx as usize) < below {
                         self.clear_node(slot, gen, level - 1, cidx, cinc);
                     }
                 }
@@ -617,10 +727,12 @@ impl Forest<'_> {
         self.free_node(level, idx, inc);
     }
 
-    /// Gives back the live nodes of no tree: those of a generation their entry has left (the
-    /// nodes a killed process had popped and not linked go back at the entry's next
-    /// generation). Under the table's lock, which every generation change takes.
-    pub fn sweep(&self) -> usize {
+    /// Gives back the live nodes of file `slot` of other generations than its tree's: those
+    /// a dead process had taken and not linked, or counted too high, and those of a tree an
+    /// insert replaced (see the invariants). After `clear`, under the table's lock; a pass
+    /// over every node, so only for entries marked `leaky`.
+    pub fn sweep_slot(&self, slot: u32) -> usize {
+        let (gen, _, _) = root_parts(self.root(slot).load(Ordering::Acquire));
         let mut freed = 0;
         for level in [0, 1] {
             let metas = if level == 0 { self.leaves.meta } else { self.inners.meta };
@@ -631,10 +743,7 @@ impl Forest<'_> {
                 }
                 // Relaxed: fixed while live; a node going live sets it first (Release above).
                 let w = m.whose.load(Ordering::Relaxed);
-                let slot = ((w >> 44) as u32).wrapping_sub(1);
-                let Some(e) = self.files.get(slot as usize) else { continue };
-                let (g, _, _) = root_parts(e.root.load(Ordering::Acquire));
-                if g != (w >> 36) as u32 & 0xff {
+                if w >> 44 == slot as u64 + 1 && (w >> 36) as u32 & 0xff != gen {
                     self.free_node(level, i as u32, (s >> 32) as u32);
                     freed += 1;
                 }

@@ -49,12 +49,6 @@ impl Arena {
         (f.leaves.live(), f.inners.live())
     }
 
-    /// File `slot`'s tree's height: an emptied tree keeps at most its root and the old roots
-    /// below it (a root that was empty when a new one went above it stays until reused).
-    fn height(&self, slot: usize) -> usize {
-        root_parts(self.files[slot].root.load(Ordering::Relaxed)).1 as usize
-    }
-
     /// Nodes in each free stack, following it (and that it has no cycle).
     fn stacked(&self) -> (usize, usize) {
         let count = |metas: &[NodeMeta], head: &StackHead| {
@@ -73,6 +67,60 @@ impl Arena {
             n
         };
         (count(&self.leaf_meta, &self.heads[0]), count(&self.inner_meta, &self.heads[1]))
+    }
+
+    /// File `slot`'s tree, quiet: every node reached is live, not dead, the tree's at its
+    /// place, and counts exactly its entries or children (no reservation is left); only the
+    /// root may be empty. The entries, in page order.
+    fn check_tree(&self, slot: usize) -> Vec<(u64, u32)> {
+        let (gen, height, top) = root_parts(self.files[slot].root.load(Ordering::Relaxed));
+        let mut entries = Vec::new();
+        if let Some((top, inc16)) = top {
+            let m = if height == 1 { &self.leaf_meta[top as usize] } else { &self.inner_meta[top as usize] };
+            let inc = (m.state.load(Ordering::Relaxed) >> 32) as u32;
+            assert_eq!(inc & 0xffff, inc16, "the root word names the root's incarnation");
+            self.check_node(slot as u32, gen, height - 1, top, inc, 0, true, &mut entries);
+        }
+        entries
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_node(
+        &self,
+        slot: u32,
+        gen: u32,
+        level: u32,
+        idx: u32,
+        inc: u32,
+        base: u64,
+        root: bool,
+        out: &mut Vec<(u64, u32)>,
+    ) {
+        let m = if level == 0 { &self.leaf_meta[idx as usize] } else { &self.inner_meta[idx as usize] };
+        let s = m.state.load(Ordering::Relaxed);
+        assert_eq!((s & LIVE, s & DEAD, (s >> 32) as u32), (LIVE, 0, inc), "node {idx} at level {level}");
+        assert_eq!(m.whose.load(Ordering::Relaxed), whose(slot, gen, level, base), "node {idx}'s identity");
+        let mut n = 0;
+        for i in 0..FANOUT as u64 {
+            let page = base + (i << (BITS * level));
+            if level == 0 {
+                if let Some(f) =
+                    self.leaves[idx as usize].slots[i as usize].load(Ordering::Relaxed).checked_sub(1)
+                {
+                    out.push((page, f));
+                    n += 1;
+                }
+            } else {
+                let c = self.inners[idx as usize].slots[i as usize].load(Ordering::Relaxed);
+                if c != 0 {
+                    let (cidx, cinc) = unptr(c);
+                    self.check_node(slot, gen, level - 1, cidx, cinc, page, false, out);
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(s & COUNT, n, "node {idx} at level {level} counts its entries or children");
+        assert!(root || n > 0, "an empty node {idx} at level {level} below the root");
     }
 
     /// Every node is live or in its free stack, never both.
@@ -148,7 +196,7 @@ fn an_insert_replaces_a_dead_node_its_deleter_left_linked() {
     assert_eq!(t.insert(0, 0, 64, 2), Insert::Placed);
     // The leaf of page 64, emptied by hand as its deleter would up to its death.
     let (_, _, top) = root_parts(a.files[0].root.load(Ordering::Relaxed));
-    let (leaf, inc) = unptr(a.inners[top.unwrap() as usize].slots[1].load(Ordering::Relaxed));
+    let (leaf, inc) = unptr(a.inners[top.unwrap().0 as usize].slots[1].load(Ordering::Relaxed));
     a.leaves[leaf as usize].slots[0].store(0, Ordering::Relaxed);
     a.leaf_meta[leaf as usize].state.store((inc as u64) << 32 | LIVE | DEAD, Ordering::Relaxed);
     assert_eq!(t.get(0, 0, 64), None);
@@ -158,8 +206,8 @@ fn an_insert_replaces_a_dead_node_its_deleter_left_linked() {
     a.check_pools();
 }
 
-/// Nodes a killed process popped and never linked (here: popped by hand) go back at a sweep
-/// once their entry has a new generation; nodes of trees in use stay.
+/// Nodes a killed process popped and never linked (here: popped by hand) go back at the
+/// sweep of their entry's next generation; nodes of trees in use stay.
 #[test]
 fn a_sweep_gives_back_nodes_of_generations_gone_by_only() {
     let a = Arena::new(8, 8, 2);
@@ -167,11 +215,29 @@ fn a_sweep_gives_back_nodes_of_generations_gone_by_only() {
     assert_eq!(t.insert(0, 0, 3, 1), Insert::Placed);
     assert!(t.leaves.pop(whose(1, 0, 0, 0)).is_some());
     assert!(t.inners.pop(whose(1, 0, 1, 0)).is_some());
-    assert_eq!(t.sweep(), 0, "file 1 is still in generation 0");
+    assert_eq!(t.sweep_slot(1), 0, "file 1 is still in generation 0");
     t.clear(1, 1);
-    assert_eq!(t.sweep(), 2);
+    assert_eq!(t.sweep_slot(0), 0, "file 0's tree is in use");
+    assert_eq!(t.sweep_slot(1), 2);
     assert_eq!(t.get(0, 0, 3), Some(1));
     assert_eq!(a.live(), (1, 0));
+    a.check_pools();
+}
+
+/// A process killed between clearing a tree for the entry's next generation and storing that
+/// generation leaves the tree a generation ahead of the entry: the entry's is the file's, and
+/// the next insert starts a tree of it (the other's nodes go at the next generation's sweep).
+#[test]
+fn an_insert_takes_the_entry_s_generation_over_a_tree_left_ahead_of_it() {
+    let a = Arena::new(8, 8, 1);
+    let t = a.forest();
+    assert_eq!(t.insert(0, 0, 3, 1), Insert::Placed);
+    t.clear(0, 1); // and killed: the entry stays in generation 0
+    assert_eq!(t.get(0, 0, 3), None);
+    assert_eq!(t.insert(0, 0, 3, 2), Insert::Placed);
+    assert_eq!(t.get(0, 0, 3), Some(2));
+    assert_eq!(a.files[0].leaky.load(Ordering::Relaxed), 1, "marked for the next generation's sweep");
+    assert_eq!(a.check_tree(0), vec![(3, 2)]);
     a.check_pools();
 }
 
@@ -186,12 +252,12 @@ fn a_clear_frees_nothing_of_another_tree() {
     // Point file 0's root at file 1's inner node, as a reused node would look.
     let (_, _, top1) = root_parts(a.files[1].root.load(Ordering::Relaxed));
     let (_, h0, top0) = root_parts(a.files[0].root.load(Ordering::Relaxed));
-    let inc1 = t.inners.live_inc(top1.unwrap()).unwrap();
-    a.inners[top0.unwrap() as usize].slots[5].store(ptr(top1.unwrap(), inc1), Ordering::Relaxed);
+    let inc1 = t.inners.live_inc(top1.unwrap().0).unwrap();
+    a.inners[top0.unwrap().0 as usize].slots[5].store(ptr(top1.unwrap().0, inc1), Ordering::Relaxed);
     assert_eq!(h0, 3);
     t.clear(0, 1);
     assert_eq!(t.get(1, 0, 1 << 13), Some(2));
-    assert_eq!(a.live(), (2, 3), "file 1's tree, whole");
+    assert_eq!(a.live(), (1, 2), "file 1's tree, whole");
     a.check_pools();
 }
 
@@ -230,12 +296,14 @@ proptest! {
         }
         let listed: Vec<(u32, u64)> = map.iter().map(|(&p, &f)| (f, p)).collect();
         prop_assert_eq!(t.range(0, gen, 0, 1 << 36), listed);
+        prop_assert_eq!(a.check_tree(0), map.iter().map(|(&p, &f)| (p, f)).collect::<Vec<_>>());
         a.check_pools();
         for (&page, &f) in &map {
             prop_assert!(t.remove(0, gen, page, f));
         }
+        prop_assert_eq!(a.check_tree(0), vec![]);
         let (l, i) = a.live();
-        prop_assert!(l + i <= a.height(0), "an emptied tree keeps its root and old roots: {:?}", (l, i));
+        prop_assert!(l + i <= 1, "an emptied tree keeps its root only: {:?}", (l, i));
         a.check_pools();
     }
 }
@@ -282,7 +350,74 @@ fn threads_placing_and_removing_pages_at_once_keep_one_frame_per_page() {
             });
         }
     });
+    assert_eq!(a.check_tree(0), vec![]);
     let (l, i) = a.live();
-    assert!(l + i <= a.height(0), "an emptied tree keeps its root and old roots: {:?}", (l, i));
+    assert!(l + i <= 1, "an emptied tree keeps its root only: {:?}", (l, i));
+    a.check_pools();
+}
+
+/// One thread churns file 0's tree while another fills file 1's, clears it for its next
+/// generation and fills it again, and a third removes file 1's frames of generations gone by,
+/// as the clock hand does for frames of a reused entry: nodes given back under those removes
+/// and reused by either tree never mix the trees.
+#[test]
+fn removes_of_a_cleared_generation_leave_the_trees_that_reuse_its_nodes_whole() {
+    let a = Arena::new(1024, 512, 2);
+    let t = a.forest();
+    let (send, stale) = std::sync::mpsc::channel::<Vec<(u32, u64, u32)>>();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut mine: Vec<(u64, u32)> = Vec::new();
+            for i in 0..100_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if mine.is_empty() || (mine.len() < 32 && x.is_multiple_of(2)) {
+                    let page = x % (1 << 20);
+                    if t.insert(0, 0, page, i) == Insert::Placed {
+                        mine.push((page, i));
+                    }
+                } else {
+                    let (page, f) = mine.swap_remove((x >> 32) as usize % mine.len());
+                    assert_eq!(t.get(0, 0, page), Some(f));
+                    assert!(t.remove(0, 0, page, f));
+                }
+            }
+            for (page, f) in mine {
+                assert!(t.remove(0, 0, page, f));
+            }
+        });
+        s.spawn(|| {
+            for round in 0..2000u32 {
+                let gen = round & 0xff;
+                let frames: Vec<(u32, u64, u32)> = (0..16u32)
+                    .map(|j| (gen, (round as u64 * 7919 + j as u64 * 104_729) % (1 << 22), 1_000_000 + j))
+                    .filter(|&(g, page, f)| t.insert(1, g, page, f) == Insert::Placed)
+                    .collect();
+                for &(g, page, f) in &frames {
+                    assert_eq!(t.get(1, g, page), Some(f));
+                }
+                send.send(frames).unwrap();
+                // The entry's next generation, as `next_generation` does it.
+                t.clear(1, (gen + 1) & 0xff);
+                a.files[1].gen.store((gen + 1) & 0xff, Ordering::Relaxed);
+            }
+            drop(send);
+        });
+        s.spawn(|| {
+            for frames in stale {
+                for (g, page, f) in frames {
+                    t.remove(1, g, page, f);
+                }
+            }
+        });
+    });
+    assert_eq!(a.check_tree(0), vec![]);
+    assert_eq!(a.check_tree(1), vec![]);
+    t.clear(1, 0);
+    assert_eq!(t.sweep_slot(1), 0, "a clear reaches every node of its tree");
+    let (l, i) = a.live();
+    assert!(l + i <= 1, "file 0's emptied tree keeps its root only: {:?}", (l, i));
     a.check_pools();
 }
