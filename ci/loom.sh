@@ -2,10 +2,13 @@
 # loom models of the frame state word (pin vs eviction, wake-ups, release, write-back lock,
 # borrowed readers vs content writers), of
 # the ccXArray radix tree (tests/loom.rs), of the file write sequence that validates
-# lock-free reads (file/write_seq.rs), and of the cross-process lock words: the one wait loop
+# lock-free reads (file/write_seq.rs), of the cross-process lock words: the one wait loop
 # (shm/lock_word.rs) through OwnerLock (exclusion and wake-ups, take-over from a dead holder,
 # giving up on a stopped one: shm/owner_lock.rs) and the shared frame's version as a seqlock
-# (shared/frame.rs). Exhaustive up to the preemption bound; seconds on 2 cores once built.
+# (shared/frame.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
+# creation, a leaf's death against an insert into it, expansion against the old root's
+# emptying, a stale remove against a clear and the reuse of its nodes). Exhaustive up to the
+# preemption bound; seconds on 2 cores once built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"

@@ -243,6 +243,21 @@ impl FileEntry {
     }
 }
 
+/// The file table holds the roots of the page trees (`tree.rs`), one per entry.
+impl super::tree::Entries for [FileEntry] {
+    fn root(&self, slot: u32) -> Option<&AtomicU64> {
+        self.get(slot as usize).map(|e| &e.root)
+    }
+
+    fn gen(&self, slot: u32) -> &AtomicU32 {
+        &self[slot as usize].gen
+    }
+
+    fn leaky(&self, slot: u32) -> &AtomicU32 {
+        &self[slot as usize].leaky
+    }
+}
+
 /// The identity and state of an OS file at open.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OsFile {

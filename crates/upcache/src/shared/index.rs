@@ -22,6 +22,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::files::FileEntry;
 use super::frame::{key_gen, key_page, key_slot, FrameMeta};
 use super::tree::{Forest, Insert};
 use crate::shm::{Acquired, OwnerLock};
@@ -29,7 +30,7 @@ use crate::shm::{Acquired, OwnerLock};
 /// The page index of one shared cache, as one process sees it.
 pub(crate) enum Index<'a> {
     /// Per-file lock-free trees, and the frames whose `home`s they hold.
-    Radix(Forest<'a>, &'a [FrameMeta]),
+    Radix(Forest<'a, [FileEntry]>, &'a [FrameMeta]),
     /// Hash chains under partition locks.
     Hash(PageMap<'a>),
 }

@@ -529,7 +529,7 @@ impl View {
     }
 
     /// The tree index's pools and roots.
-    pub fn forest(&self) -> Forest<'_> {
+    pub fn forest(&self) -> Forest<'_, [FileEntry]> {
         let header = self.header();
         Forest {
             leaves: Pool {

@@ -30,8 +30,10 @@
 //!
 //! # Invariants
 //! - A node's `count` is its entries (a leaf) or linked children (an inner node), plus one per
-//!   reservation; a non-root node is marked `DEAD` only by the CAS that takes it to 0, and a
-//!   `DEAD` node is never reserved. So an entry or child is never put in a node about to go.
+//!   reservation; a non-root node is marked `DEAD` only by the CAS that takes it to 0 (or, a
+//!   root its releaser took to 0 as an expansion put a root above it, by a CAS from exactly
+//!   that state: `release`), and a `DEAD` node is never reserved. So an entry or child is
+//!   never put in a node about to go.
 //! - A child pointer is stored once, when its node is made, and taken out once (to 0 by the
 //!   node's deleter, or to a new node by an insert that met it dead): whoever takes it out
 //!   gives the node back, and the deleter then releases the parent's count.
@@ -48,15 +50,18 @@
 //!   had open) or a node between its free stack and `LIVE` (lost for the segment's life);
 //!   never an entry in a node that is free, nor a node in the stack twice.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
-use super::files::FileEntry;
-
-/// Page bits per level: 64 slots a node.
+/// Page bits per level: 64 slots a node; 4 under loom, so that a model reaches expansion and
+/// multi-level deletion with a handful of pages (the protocol does not depend on it).
+#[cfg(not(loom))]
 const BITS: u32 = 6;
+#[cfg(loom)]
+const BITS: u32 = 2;
 const FANOUT: usize = 1 << BITS;
 const MASK: u64 = FANOUT as u64 - 1;
-/// Levels enough for every page a key holds (`frame::MAX_PAGES`, 2^36).
+/// Levels enough for every page a key holds (`frame::MAX_PAGES`, 2^36); under loom, 2^12
+/// pages, more than any model uses.
 const MAX_HEIGHT: u32 = 6;
 /// Restarts of one insert or remove before it gives up (each follows a change by another
 /// process; so many means a tree left broken, which must not hang the caller).
@@ -79,9 +84,16 @@ pub(crate) struct Inner {
     slots: [AtomicU64; FANOUT],
 }
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Leaf>() == 256 && std::mem::size_of::<Inner>() == 512);
 
 /// What a pool's nodes are: slots to zero before a node goes live.
+///
+/// Under loom each slot is zeroed by a swap, not a store: loom 0.7 lets a plain store fall
+/// between the read and the write of another thread's RMW that does not happen before it
+/// (tokio-rs/loom#254, fixed by loom#391, unmerged), and a stale remove's CAS on a slot of a
+/// leaf given back is such an RMW, so a model would see the new incarnation's entry undone,
+/// which no real execution can do.
 pub(crate) trait Slots {
     fn zero(&self);
 }
@@ -89,14 +101,26 @@ pub(crate) trait Slots {
 impl Slots for Leaf {
     fn zero(&self) {
         // Relaxed: published by the Release store that makes the node live.
+        #[cfg(not(loom))]
         self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+        // Relaxed: as above.
+        #[cfg(loom)]
+        self.slots.iter().for_each(|s| {
+            s.swap(0, Ordering::Relaxed);
+        });
     }
 }
 
 impl Slots for Inner {
     fn zero(&self) {
         // Relaxed: as above.
+        #[cfg(not(loom))]
         self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+        // Relaxed: as above.
+        #[cfg(loom)]
+        self.slots.iter().for_each(|s| {
+            s.swap(0, Ordering::Relaxed);
+        });
     }
 }
 
@@ -112,6 +136,7 @@ pub(crate) struct NodeMeta {
     _pad: u32,
 }
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<NodeMeta>() == 24);
 
 /// A pool's free stack head: a tag (high 32 bits, bumped at every change, against ABA) and
@@ -297,16 +322,27 @@ enum Reserved {
     Gone,
 }
 
-/// The trees of every file entry.
-pub(crate) struct Forest<'a> {
-    pub leaves: Pool<'a, Leaf>,
-    pub inners: Pool<'a, Inner>,
-    pub files: &'a [FileEntry],
+/// The file entries whose trees a forest holds, by slot: the segment's file table
+/// (`[FileEntry]`, `files.rs`), or a stand-in in the loom models.
+pub(crate) trait Entries {
+    /// Entry `slot`'s root word (`FileEntry::root`), None past the last entry.
+    fn root(&self, slot: u32) -> Option<&AtomicU64>;
+    /// Entry `slot`'s generation (`FileEntry::gen`).
+    fn gen(&self, slot: u32) -> &AtomicU32;
+    /// Entry `slot`'s mark for its next generation's sweep (`FileEntry::leaky`).
+    fn leaky(&self, slot: u32) -> &AtomicU32;
 }
 
-impl Forest<'_> {
+/// The trees of every file entry.
+pub(crate) struct Forest<'a, E: ?Sized> {
+    pub leaves: Pool<'a, Leaf>,
+    pub inners: Pool<'a, Inner>,
+    pub files: &'a E,
+}
+
+impl<E: Entries + ?Sized> Forest<'_, E> {
     fn root(&self, slot: u32) -> &AtomicU64 {
-        &self.files[slot as usize].root
+        self.files.root(slot).expect("a file entry's slot")
     }
 
     fn meta(&self, level: u32, idx: u32) -> &NodeMeta {
@@ -389,13 +425,12 @@ impl Forest<'_> {
                 // `next_generation`). The entry's is the file's; its old nodes go at the
                 // entry's next generation (`sweep_slot`).
                 // Relaxed: the generation of an open file is fixed.
-                let e = &self.files[slot as usize];
-                if e.gen.load(Ordering::Relaxed) & 0xff != gen & 0xff {
+                if self.files.gen(slot).load(Ordering::Relaxed) & 0xff != gen & 0xff {
                     debug_assert!(false, "insert of generation {gen} into entry {slot} of another");
                     return Insert::Full;
                 }
                 // Relaxed: a hint for the next generation's sweep.
-                e.leaky.store(1, Ordering::Relaxed);
+                self.files.leaky(slot).store(1, Ordering::Relaxed);
                 let _ =
                     root.compare_exchange(r, root_word(gen, 0, None), Ordering::AcqRel, Ordering::Acquire);
                 continue;
@@ -578,6 +613,7 @@ impl Forest<'_> {
     fn release(&self, level: u32, idx: u32, inc: u32) {
         let m = self.meta(level, idx);
         let mut s = m.state.load(Ordering::Acquire);
+        let mut n;
         loop {
             if s & LIVE == 0 || (s >> 32) as u32 != inc {
                 // Given back by a clear or a sweep meanwhile.
@@ -587,7 +623,7 @@ impl Forest<'_> {
                 debug_assert!(false, "release of node {idx} at level {level} with a count of 0");
                 return;
             }
-            let n = s - 1;
+            n = s - 1;
             let dies = n & COUNT == 0 && !self.is_root(level, idx, m);
             // AcqRel: our writes into the node come before its deletion; its last entry's
             // removal comes before ours.
@@ -598,9 +634,22 @@ impl Forest<'_> {
                 Ordering::Acquire,
             ) {
                 Ok(_) if dies => return self.unlink(level, idx, inc, m),
+                Ok(_) if n & COUNT == 0 => break,
                 Ok(_) => return,
                 Err(now) => s = now,
             }
+        }
+        // We took it to 0 and left it live: a root, as we read the word. If it is no longer
+        // one, an expansion's reserve and release of it fell between our load and our CAS
+        // (leaving the same state, so the CAS held) and saw it counted, so it dies now, by a
+        // CAS from exactly this state (a reserve or another death since makes it fail). Our
+        // CAS read that release (AcqRel) or a later RMW, so the word we read now is the
+        // expansion's or later; an expansion after our CAS sees it empty and kills it itself.
+        if !self.is_root(level, idx, m)
+            // AcqRel: as above.
+            && m.state.compare_exchange(n, n | DEAD, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            self.unlink(level, idx, inc, m);
         }
     }
 
@@ -608,10 +657,11 @@ impl Forest<'_> {
         // Relaxed: fixed while the node is live.
         let w = m.whose.load(Ordering::Relaxed);
         let slot = ((w >> 44) as u32).wrapping_sub(1);
-        let Some(e) = self.files.get(slot as usize) else { return true };
-        let (_, height, top) = root_parts(e.root.load(Ordering::Acquire));
+        let Some(root) = self.files.root(slot) else { return true };
+        let (_, height, top) = root_parts(root.load(Ordering::Acquire));
         // A root that gets a new root above it after this answer is released again by the
-        // expansion (`expand`), which lets it die then if it is empty.
+        // expansion (`expand`), which lets it die then if it is empty, or, if the expansion's
+        // reserve and release both fell before our CAS, looked at again by us (`release`).
         top.is_some_and(|(t, _)| t == idx) && height == level + 1
     }
 
@@ -621,14 +671,14 @@ impl Forest<'_> {
         let w = m.whose.load(Ordering::Relaxed);
         let (slot, gen) = (((w >> 44) as u32).wrapping_sub(1), (w >> 36) as u32 & 0xff);
         let page = (w & u32::MAX as u64) << span(level);
-        let Some(e) = self.files.get(slot as usize) else { return };
+        let Some(root) = self.files.root(slot) else { return };
         for _ in 0..MAX_RESTARTS {
-            let r = e.root.load(Ordering::Acquire);
+            let r = root.load(Ordering::Acquire);
             let (g, height, top) = root_parts(r);
             if top.is_none() || g != gen || level + 1 >= height {
                 return; // the tree was cleared: the clear gives the nodes back
             }
-            let Some((mut p, mut pinc)) = self.root_of(&e.root, r) else { continue };
+            let Some((mut p, mut pinc)) = self.root_of(root, r) else { continue };
             for l in (level + 2..height).rev() {
                 let Some(node) = self.inners.nodes.get(p as usize) else { return };
                 // Acquire: as in `get`.
@@ -755,3 +805,6 @@ impl Forest<'_> {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_models;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::shared::files::FileEntry;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -36,7 +37,7 @@ impl Arena {
         a
     }
 
-    fn forest(&self) -> Forest<'_> {
+    fn forest(&self) -> Forest<'_, [FileEntry]> {
         Forest {
             leaves: Pool { nodes: &self.leaves, meta: &self.leaf_meta, free: &self.heads[0] },
             inners: Pool { nodes: &self.inners, meta: &self.inner_meta, free: &self.heads[1] },
