@@ -105,6 +105,8 @@ typedef struct upcache_shared_settings {
   // The page index as ScaleCache's ccXArray, a lock-free tree per file (false: hash chains
   // under partition locks).
   bool lock_free_index;
+  // The service's flushers, 1 to 8: files due for write-back written back at once.
+  uint32_t flushers;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

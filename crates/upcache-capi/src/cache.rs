@@ -163,6 +163,8 @@ pub struct upcache_shared_settings {
     /// The page index as ScaleCache's ccXArray, a lock-free tree per file (false: hash chains
     /// under partition locks).
     pub lock_free_index: bool,
+    /// The service's flushers, 1 to 8: files due for write-back written back at once.
+    pub flushers: u32,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -178,6 +180,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             bundling: c.bundling,
             readahead: c.readahead,
             lock_free_index: c.index == upcache::IndexKind::Radix,
+            flushers: c.flushers,
         }
     }
 }
@@ -216,6 +219,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             bundling: s.bundling,
             readahead: s.readahead,
             index: if s.lock_free_index { upcache::IndexKind::Radix } else { upcache::IndexKind::Sharded },
+            flushers: s.flushers,
             ..SharedConfig::default()
         };
         config.check()?;

@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// I/O), or off, a request per page (as UPCACHE_BUNDLING)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     bundling: bool,
+    /// Flushers of the service, 1 to 8: files due for write-back are written back by as many
+    /// threads at once (as UPCACHE_FLUSHERS)
+    #[arg(long, default_value_t = 2)]
+    flushers: u32,
     /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file, or sharded,
     /// hash chains under 1024 partition locks (as UPCACHE_INDEX)
     #[arg(long, value_name = "radix|sharded", default_value = "radix")]
@@ -95,6 +99,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             bundling: args.bundling,
             readahead: args.readahead,
             index: args.index,
+            flushers: args.flushers,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

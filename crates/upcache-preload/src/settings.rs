@@ -27,7 +27,8 @@ pub(crate) struct Settings {
     pub idle: std::time::Duration,
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
-    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded): the settings of a cache the shim makes, as `upcache
+    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count):
+    /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
     /// defaults.
@@ -44,6 +45,7 @@ pub(crate) struct CacheSettings {
     pub bundling: Option<bool>,
     pub readahead: Option<u64>,
     pub index: Option<upcache::IndexKind>,
+    pub flushers: Option<u32>,
 }
 
 impl CacheSettings {
@@ -64,6 +66,9 @@ impl CacheSettings {
             bundling: var("UPCACHE_BUNDLING", upcache::parse_on_off)?,
             readahead: var("UPCACHE_READAHEAD", upcache::parse_size)?,
             index: var("UPCACHE_INDEX", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
+            flushers: var("UPCACHE_FLUSHERS", |s| {
+                s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
+            })?,
         })
     }
 
@@ -78,6 +83,7 @@ impl CacheSettings {
             bundling: self.bundling.unwrap_or(config.bundling),
             readahead: self.readahead.unwrap_or(config.readahead),
             index: self.index.unwrap_or(config.index),
+            flushers: self.flushers.unwrap_or(config.flushers),
             ..config
         }
     }
@@ -110,6 +116,9 @@ impl CacheSettings {
         if let Some(i) = self.index.filter(|i| *i != config.index) {
             asked.push(format!("UPCACHE_INDEX for {}", i.name()));
         }
+        if let Some(n) = self.flushers.filter(|n| *n != config.flushers) {
+            asked.push(format!("UPCACHE_FLUSHERS for {n}"));
+        }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
 
@@ -136,6 +145,9 @@ impl CacheSettings {
         }
         if let Some(index) = self.index {
             config = config.with_index(index);
+        }
+        if let Some(n) = self.flushers {
+            config = config.with_flusher_threads(n as usize);
         }
         config
     }

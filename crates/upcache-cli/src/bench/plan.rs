@@ -60,8 +60,8 @@ pub(super) struct Plan {
 /// layout, none of which the shared engine takes yet: with it alone they fail the run rather
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
-/// `--bundling`, `--readahead`, `--dirty-ratios` and `--index` (radix or sharded;
-/// `shared_config`).
+/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded) and
+/// `--flushers` (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -71,7 +71,6 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--stripe-unit", a.stripe_unit.is_some_and(|s| s != 128 << 10)),
-        ("--flushers", a.flushers.is_some_and(|f| f != 2)),
         ("--policy", a.policy.is_some_and(|p| p != Default::default())),
         ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
@@ -102,6 +101,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         readahead: a.readahead.unwrap_or(d.readahead),
         dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
         index: a.index.unwrap_or(d.index),
+        flushers: a.flushers.map_or(d.flushers, |f| f.min(u32::MAX as u64) as u32),
         ..d
     }
 }
@@ -126,7 +126,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios and --index"
+             --bundling, --readahead, --dirty-ratios, --index and --flushers"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

@@ -76,11 +76,18 @@ pub struct SharedConfig {
     /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
     /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
     pub readahead: u64,
+    /// The service's flushers, 1 to [`MAX_SHARED_FLUSHERS`]: the files due for write-back at
+    /// a pass are written back by as many threads at once (ScaleCache's parallel write-back,
+    /// seed 000 §3.3; the writers past the foreground ratio write back their own files too).
+    pub flushers: u32,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
     /// partition locks (`index.rs`). The other kinds are the private engine's alone.
     pub index: IndexKind,
 }
+
+/// The most flushers a shared cache's service runs.
+pub const MAX_SHARED_FLUSHERS: u32 = 8;
 
 /// The largest readahead of the shared cache: one load run (1 MiB).
 pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * PAGE) as u64;
@@ -98,6 +105,7 @@ impl Default for SharedConfig {
             run_merging: true,
             bundling: true,
             readahead: MAX_SHARED_READAHEAD,
+            flushers: 2,
             index: IndexKind::Radix,
         }
     }
@@ -132,6 +140,12 @@ impl SharedConfig {
             return invalid(format!(
                 "flush interval {:?} must be more than 0 and at most an hour",
                 self.flush_interval
+            ));
+        }
+        if !(1..=MAX_SHARED_FLUSHERS).contains(&self.flushers) {
+            return invalid(format!(
+                "shared cache flushers {} must be 1 to {MAX_SHARED_FLUSHERS}",
+                self.flushers
             ));
         }
         if !matches!(self.index, IndexKind::Radix | IndexKind::Sharded) {
@@ -192,6 +206,10 @@ pub(crate) struct Header {
     pub inner_free: AtomicU64,
     /// Places the tree index refused for want of a free node (each then freed a frame).
     pub index_full: AtomicU64,
+    /// `SharedConfig::flushers` (set before the magic number, then fixed).
+    flushers: AtomicU32,
+    /// Files each of the service's flushers wrote back.
+    pub flusher_files: [AtomicU64; MAX_SHARED_FLUSHERS as usize],
 }
 
 /// Bits of the header's `techniques`.
@@ -237,6 +255,12 @@ impl Header {
     /// Whether technique `bit` ([`technique`]) is on.
     pub fn has(&self, bit: u64) -> bool {
         self.techniques() & bit != 0
+    }
+
+    /// `SharedConfig::flushers`.
+    pub fn flushers(&self) -> u32 {
+        // Relaxed: fixed before the magic number was published.
+        self.flushers.load(Ordering::Relaxed).clamp(1, MAX_SHARED_FLUSHERS)
     }
 
     /// `SharedConfig::readahead`, in pages.
@@ -356,6 +380,7 @@ impl View {
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
         header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
+        header.flushers.store(config.flushers, Ordering::Relaxed);
         let (leaves, inners) = Self::pools(frames, config.files as usize);
         header.leaves.store(leaves as u32, Ordering::Relaxed);
         header.inners.store(inners as u32, Ordering::Relaxed);

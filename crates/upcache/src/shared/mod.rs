@@ -62,7 +62,10 @@ pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
 use layout::View;
-pub use layout::{SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_READAHEAD};
+pub use layout::{
+    SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_FLUSHERS,
+    MAX_SHARED_READAHEAD,
+};
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
 /// table when the last clone and the last [`SharedFile`] are dropped.
@@ -266,28 +269,34 @@ impl SharedCache {
         let crowded = header.dirty.load(Ordering::Relaxed) > inner.dirty_limits.0;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
-        for (slot, fd) in lent {
-            let Some(e) = files.get(*slot as usize) else { continue };
-            // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
-            if e.dirty.load(Ordering::Acquire) == 0
-                || !(crowded
-                    || asked.contains(slot)
-                    || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
-            {
-                continue;
+        let due: Vec<&(u32, Arc<std::fs::File>)> = lent
+            .iter()
+            .filter(|(slot, _)| {
+                files.get(*slot as usize).is_some_and(|e| {
+                    // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
+                    e.dirty.load(Ordering::Acquire) > 0
+                        && (crowded
+                            || asked.contains(slot)
+                            || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
+                })
+            })
+            .collect();
+        // Several flushers (ScaleCache's parallel write-back, `SharedConfig::flushers`): file
+        // i of the pass goes to flusher i modulo their number, each on a thread of its own.
+        let flushers = (header.flushers() as usize).clamp(1, due.len().max(1));
+        let flush = |which: usize| {
+            for (slot, fd) in due.iter().skip(which).step_by(flushers).copied() {
+                self.write_back_file(*slot, fd, now);
+                // Relaxed: a statistic.
+                header.flusher_files[which].fetch_add(1, Ordering::Relaxed);
             }
-            let Ok(md) = fd.metadata() else { continue };
-            let table = &header.files_lock;
-            table.lock(inner.me, |h| inner.alive(h));
-            let extent = same_file(e, &md).then(|| inner.file_extent(*slot));
-            table.unlock(inner.me);
-            let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(*slot, gen, 0, end));
-            let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
-            if e.dirty.load(Ordering::Acquire) > 0 {
-                // Still dirty (written meanwhile): its age starts again, as the kernel's does.
-                e.dirtied.store(now, Ordering::Relaxed);
+        };
+        std::thread::scope(|s| {
+            for which in 1..flushers {
+                s.spawn(move || flush(which));
             }
-        }
+            flush(0);
+        });
         for e in asked.iter().filter_map(|&slot| files.get(slot as usize)) {
             // Relaxed: a hint (`Inner::ask_write_back`). Only now may the file be asked for
             // again: a writer past the background ratio asks at every write, and would send a
@@ -295,6 +304,25 @@ impl SharedCache {
             e.asked.store(0, Ordering::Relaxed);
         }
         header.written_back.load(Ordering::Relaxed) - before
+    }
+
+    /// The service's write-back of file `slot` through `fd`, lent by a writer.
+    fn write_back_file(&self, slot: u32, fd: &std::fs::File, now: u64) {
+        let inner = &self.inner;
+        let (e, header) = (&inner.view.files()[slot as usize], inner.view.header());
+        let Ok(md) = fd.metadata() else { return };
+        let table = &header.files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        let extent = same_file(e, &md).then(|| inner.file_extent(slot));
+        table.unlock(inner.me);
+        let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(slot, gen, 0, end));
+        let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
+                                                            // Acquire: pairs with `mark_dirty`'s count.
+        if e.dirty.load(Ordering::Acquire) > 0 {
+            // Still dirty (written meanwhile): its age starts again, as the kernel's does.
+            // Relaxed: a hint.
+            e.dirtied.store(now, Ordering::Relaxed);
+        }
     }
 
     /// Writes back and flushes (fsync) every file this process has open for writing; the
@@ -527,6 +555,8 @@ pub struct SharedStatus {
     pub index_nodes: (u64, u64),
     /// Pages the tree index had no node for at first: each freed a frame (and its nodes).
     pub index_full: u64,
+    /// Files the service's flushers wrote back in its passes, by flusher.
+    pub flusher_files: Vec<u64>,
 }
 
 impl SharedStatus {
@@ -633,6 +663,7 @@ impl Inner {
             run_merging: h.has(layout::technique::RUN_MERGING),
             bundling: h.has(layout::technique::BUNDLING),
             readahead: h.readahead_pages() * frame::PAGE as u64,
+            flushers: h.flushers(),
             index: if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else {
@@ -783,6 +814,42 @@ mod tests {
         want[4096..2 * 4096].fill(2);
         want[3 * 4096..4 * 4096].fill(3);
         assert_eq!(std::fs::read(&p).unwrap(), want);
+    }
+
+    /// With several flushers a pass's files are written back by as many threads, file i by
+    /// flusher i modulo their number; with one, all by it. Each file reads back whole.
+    #[test]
+    fn a_pass_s_files_are_split_among_the_configured_flushers() {
+        let dir = tempfile::tempdir().unwrap();
+        for flushers in [1, 2, 3] {
+            let cache = SharedCache::create(&SharedConfig { flushers, ..small() }).unwrap();
+            let mut lent = Vec::new();
+            let mut open = Vec::new();
+            for i in 0..4u8 {
+                let p = dir.path().join(format!("f{flushers}-{i}"));
+                std::fs::write(&p, b"").unwrap();
+                let f = cache.open_path(&p, true).unwrap();
+                f.write_at(&[i; 3 * 4096], 0).unwrap();
+                lent.push((f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap())));
+                open.push((p, f));
+            }
+            let asked: Vec<u32> = lent.iter().map(|(s, _)| *s).collect();
+            assert_eq!(cache.write_back_due(&lent, &asked), 12, "{flushers} flushers");
+            let want: Vec<u64> = match flushers {
+                1 => vec![4],
+                2 => vec![2, 2],
+                _ => vec![2, 1, 1],
+            };
+            assert_eq!(cache.status().flusher_files, want, "{flushers} flushers");
+            for (i, (p, _)) in open.iter().enumerate() {
+                assert_eq!(std::fs::read(p).unwrap(), vec![i as u8; 3 * 4096]);
+            }
+        }
+        let none = SharedConfig { flushers: 0, ..small() };
+        assert_eq!(
+            SharedCache::create(&none).err().map(|e| e.kind()),
+            Some(crate::error::ErrorKind::InvalidConfig)
+        );
     }
 
     /// The service's flusher writes a file back once it has been dirty for the cache's dirty

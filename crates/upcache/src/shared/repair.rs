@@ -225,6 +225,10 @@ impl Inner {
                 (forest.leaves.live() as u64, forest.inners.live() as u64)
             },
             index_full: h.index_full.load(Ordering::Relaxed),
+            flusher_files: h.flusher_files[..h.flushers() as usize]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 }

@@ -420,7 +420,7 @@ fn status_text(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\nindex {}\nindex_nodes {},{}\nindex_full {}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\nreadahead {}\nclients {}: {:?}\n",
+        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\nindex {}\nindex_nodes {},{}\nindex_full {}\nflushers {}\nflusher_files {:?}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\nreadahead {}\nclients {}: {:?}\n",
         std::process::id(),
         cache.memory(),
         mb(s.frames),
@@ -443,6 +443,8 @@ fn status_text(cache: &SharedCache) -> String {
         s.index_nodes.0,
         s.index_nodes.1,
         s.index_full,
+        c.flushers,
+        s.flusher_files,
         c.dirty_ratios.0,
         c.dirty_ratios.1,
         c.dirty_expire.as_millis(),
@@ -462,7 +464,7 @@ fn json_of(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
     format!(
-        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"index\":\"{}\",\"index_nodes\":[{},{}],\"index_full\":{},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"readahead\":{},\"clients\":[{}]}}\n",
+        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"index\":\"{}\",\"index_nodes\":[{},{}],\"index_full\":{},\"flushers\":{},\"flusher_files\":{:?},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"readahead\":{},\"clients\":[{}]}}\n",
         std::process::id(),
         cache.memory(),
         s.frames,
@@ -482,6 +484,8 @@ fn json_of(cache: &SharedCache) -> String {
         s.index_nodes.0,
         s.index_nodes.1,
         s.index_full,
+        c.flushers,
+        s.flusher_files,
         c.dirty_ratios.0,
         c.dirty_ratios.1,
         c.dirty_expire.as_millis(),
@@ -502,7 +506,7 @@ pub fn status(socket: &Path) -> Result<String> {
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
-/// `index`, `index_nodes`, `index_full`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
+/// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
 /// `bundling`, `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
