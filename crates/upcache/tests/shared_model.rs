@@ -268,6 +268,7 @@ fn run(seed: u64, n: usize, index: IndexKind) {
         .collect();
     for (proc, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
+
         let text =
             format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(
@@ -276,6 +277,8 @@ fn run(seed: u64, n: usize, index: IndexKind) {
             out.status
         );
     }
+    // Every process is gone: the page index is sound and agrees with the frames.
+    cache.check_index().unwrap_or_else(|e| panic!("the page index after the run (seed {seed}): {e}"));
     // What every process wrote: its own file, and its blocks of the shared one.
     let oracles: Vec<Oracle> = (0..PROCS)
         .map(|proc| {

@@ -325,6 +325,46 @@ impl SharedCache {
         }
     }
 
+    /// Checks the page index against the frames while nobody changes the cache (for tests):
+    /// every file's tree is sound and each of its entries is a frame whose `home` is that
+    /// page, and every frame with a `home` of its entry's generation is found under it.
+    #[doc(hidden)]
+    pub fn check_index(&self) -> std::result::Result<(), String> {
+        let (inner, frames) = (&self.inner, self.inner.view.frames());
+        let index = inner.index();
+        // Relaxed (all): nobody changes the cache (the caller's word).
+        let mut gens: Vec<u32> =
+            inner.view.files().iter().map(|e| e.gen.load(Ordering::Relaxed) & 0xff).collect();
+        if let index::Index::Radix(forest, _) = &index {
+            for slot in 0..inner.view.n_files as u32 {
+                let (gen, entries) = forest.check(slot)?;
+                if gen != gens[slot as usize] {
+                    // A tree left a generation off by a kill: the next insert replaces it.
+                    gens[slot as usize] = u32::MAX;
+                }
+                for (page, f) in entries {
+                    let home =
+                        frames.get(f as usize).ok_or(format!("file {slot}'s tree names frame {f}"))?.home();
+                    if home != frame::key(slot, gen, page) {
+                        return Err(format!(
+                            "frame {f} is in file {slot}'s tree at page {page}; its home is {home:#x}"
+                        ));
+                    }
+                }
+            }
+        }
+        for (f, m) in frames.iter().enumerate() {
+            let home = m.home();
+            if home == 0 || gens.get(frame::key_slot(home) as usize) != Some(&frame::key_gen(home)) {
+                continue; // a frame of a generation gone by is the clock's to reclaim
+            }
+            if index.find(home, inner.me, &|h| inner.alive(h)) != Some(f as u32) {
+                return Err(format!("frame {f}'s home {home:#x} does not find it"));
+            }
+        }
+        Ok(())
+    }
+
     /// Writes back and flushes (fsync) every file this process has open for writing; the
     /// first error.
     pub fn sync_open_files(&self) -> Result<()> {
@@ -814,6 +854,31 @@ mod tests {
         want[4096..2 * 4096].fill(2);
         want[3 * 4096..4 * 4096].fill(3);
         assert_eq!(std::fs::read(&p).unwrap(), want);
+    }
+
+    /// `check_index` finds a tree entry whose frame is not at home there, and a frame at home
+    /// that its index does not find, with either index.
+    #[test]
+    fn the_index_check_finds_an_index_and_frames_that_disagree() {
+        let dir = tempfile::tempdir().unwrap();
+        for index in [crate::index::IndexKind::Radix, crate::index::IndexKind::Sharded] {
+            let p = dir.path().join(format!("f-{}", index.name()));
+            std::fs::write(&p, vec![5u8; 3 * 4096]).unwrap();
+            let cache = SharedCache::create(&SharedConfig { index, ..small() }).unwrap();
+            let f = cache.open_path(&p, true).unwrap();
+            f.read_at(&mut [0u8; 3 * 4096], 0).unwrap();
+            cache.check_index().unwrap();
+            let k = cache.inner.key(f.slot(), 1);
+            let frame = cache.inner.index().hint(k).unwrap() as usize;
+            let m = &cache.inner.view.frames()[frame];
+            m.home.store(cache.inner.key(f.slot(), 7), Ordering::Relaxed);
+            assert!(cache.check_index().is_err(), "{}: a frame away from its place", index.name());
+            m.home.store(k, Ordering::Relaxed);
+            cache.check_index().unwrap();
+            cache.inner.index().unplace(frame as u32, cache.inner.me, &|_| true, &|_| false);
+            m.home.store(k, Ordering::Relaxed);
+            assert!(cache.check_index().is_err(), "{}: a frame at home out of its index", index.name());
+        }
     }
 
     /// With several flushers a pass's files are written back by as many threads, file i by

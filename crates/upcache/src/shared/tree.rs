@@ -777,6 +777,75 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         self.free_node(level, idx, inc);
     }
 
+    /// File `slot`'s tree checked while nobody changes it: every node reached is live, not
+    /// dead, of the pointer's incarnation, the tree's at its place, and counts at least its
+    /// entries or children (a process killed holding a reservation leaves one more). Its
+    /// generation and entries (page, frame), in page order, or what is wrong.
+    pub fn check(&self, slot: u32) -> Result<(u32, Vec<(u64, u32)>), String> {
+        let (gen, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
+        let mut entries = Vec::new();
+        if let Some((top, inc16)) = top {
+            let level = height.checked_sub(1).ok_or("a root of height 0")?;
+            let inc = self.live_inc(level, top).ok_or(format!("root {top} is not live"))?;
+            if inc & 0xffff != inc16 {
+                return Err(format!("root {top} is incarnation {inc}, its word says {inc16}"));
+            }
+            self.check_node(slot, gen, level, top, inc, 0, &mut entries)?;
+        }
+        Ok((gen, entries))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_node(
+        &self,
+        slot: u32,
+        gen: u32,
+        level: u32,
+        idx: u32,
+        inc: u32,
+        base: u64,
+        out: &mut Vec<(u64, u32)>,
+    ) -> Result<(), String> {
+        let at = format!("node {idx} at level {level} of file entry {slot}");
+        let len = if level == 0 { self.leaves.meta.len() } else { self.inners.meta.len() };
+        if idx as usize >= len {
+            return Err(format!("{at}: past its pool"));
+        }
+        let m = self.meta(level, idx);
+        let s = m.state.load(Ordering::Acquire);
+        if s & LIVE == 0 || s & DEAD != 0 || (s >> 32) as u32 != inc {
+            return Err(format!("{at}: state {s:#x}, incarnation {inc} expected live"));
+        }
+        // Relaxed: fixed while live, which the Acquire load above saw.
+        if m.whose.load(Ordering::Relaxed) != whose(slot, gen, level, base) {
+            return Err(format!("{at}: another's node"));
+        }
+        let mut n = 0;
+        for i in 0..FANOUT as u64 {
+            let page = base + (i << (BITS * level));
+            if level == 0 {
+                // Acquire: as in `get`.
+                if let Some(f) =
+                    self.leaves.nodes[idx as usize].slots[i as usize].load(Ordering::Acquire).checked_sub(1)
+                {
+                    out.push((page, f));
+                    n += 1;
+                }
+            } else {
+                let c = self.inners.nodes[idx as usize].slots[i as usize].load(Ordering::Acquire);
+                if c != 0 {
+                    let (cidx, cinc) = unptr(c);
+                    self.check_node(slot, gen, level - 1, cidx, cinc, page, out)?;
+                    n += 1;
+                }
+            }
+        }
+        if s & COUNT < n {
+            return Err(format!("{at}: counts {} of its {n} entries or children", s & COUNT));
+        }
+        Ok(())
+    }
+
     /// Gives back the live nodes of file `slot` of other generations than its tree's: those
     /// a dead process had taken and not linked, or counted too high, and those of a tree an
     /// insert replaced (see the invariants). After `clear`, under the table's lock; a pass
