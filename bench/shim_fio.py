@@ -8,6 +8,10 @@ first; prints per-round figures, medians and ratios.
     bench/shim_fio.py [--rounds 3] [--only randwrite-one,randwrite-own,...] [--dir DIR]
                       [--shim SO --upcache BIN]   # another build's shim and service
                       [--serve "--range-lock off"]   # a technique of the service switched off
+                      [--off "--index sharded"]      # and a fourth side: the shim with it off
+
+With `--off FLAGS`, each round also runs the shim on a service started with FLAGS added (a
+technique switched off), in turn with the others; the table adds that side and on/off.
 
 Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
 limit measured in the same round):
@@ -60,11 +64,11 @@ def fio(args, env, cwd):
 class Service:
     """A fresh `upcache serve` for one run, stopped (and waited for) after it."""
 
-    def __init__(self, memory):
+    def __init__(self, memory, extra=()):
         self.dir = tempfile.mkdtemp(prefix="upcache-shimfio-service.")
         self.socket = os.path.join(self.dir, "cache.sock")
         self.proc = subprocess.Popen([UPCACHE, "serve", "--socket", self.socket, "--memory", memory,
-                                      "--idle", "3600", *SERVE_FLAGS],
+                                      "--idle", "3600", *SERVE_FLAGS, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for _ in range(1000):
             if os.path.exists(self.socket):
@@ -103,8 +107,9 @@ def lay_out(path, size):
 
 
 RUNTIME = "10"
-# `--serve`: flags for every run's service.
+# `--serve`: flags for every run's service; `--off`: those of the "shim-off" side's.
 SERVE_FLAGS = []
+OFF_FLAGS = []
 
 
 def randwrite(data, sides, one_file):
@@ -194,8 +199,12 @@ def main():
     ap.add_argument("--serve", default="",
                     help="more flags for each run's `upcache serve`, e.g. \"--range-lock off\" (a "
                          "technique switched off)")
+    ap.add_argument("--off", default="",
+                    help="flags of a fourth side's service, e.g. \"--index sharded\": the shim with a "
+                         "technique off, measured in the same rounds")
     args = ap.parse_args()
     SERVE_FLAGS.extend(args.serve.split())
+    OFF_FLAGS.extend(args.off.split())
     SHIM = os.path.abspath(args.shim)
     UPCACHE = os.path.abspath(args.upcache)
     only = args.only.split(",")
@@ -216,17 +225,21 @@ def main():
     for rnd in range(args.rounds):
         for w in only:
             title, unit, limit, memory = WORKLOADS[w]
-            service = None
+            services = {}
 
-            def shim():
-                nonlocal service
-                service = Service(memory)
-                return shim_env(base, root, service)
+            def shim_with(side, extra):
+                def start():
+                    services[side] = Service(memory, extra)
+                    return shim_env(base, root, services[side])
+                return start
 
-            sides = [("kernel", lambda: base), ("shim", shim),
+            sides = [("kernel", lambda: base), ("shim", shim_with("shim", ())),
                      ("limit", lambda: ceiling_env(base, root, ceiling_so, w.startswith("randwrite")))]
+            if OFF_FLAGS:
+                sides.append(("shim-off", shim_with("shim-off", OFF_FLAGS)))
             # Rotate which side goes first.
-            sides = sides[rnd % 3:] + sides[:rnd % 3]
+            turn = rnd % len(sides)
+            sides = sides[turn:] + sides[:turn]
 
             def run_with(fn):
                 def stop_after(sides):
@@ -235,8 +248,8 @@ def main():
                         try:
                             out.update(fn(data, [(side, env)]))
                         finally:
-                            if service is not None and side == "shim":
-                                service.stop()
+                            if side in services:
+                                services.pop(side).stop()
                     return out
                 return stop_after
 
@@ -252,15 +265,21 @@ def main():
                 got = run_with(seqwrite)(sides)
             for side, v in got.items():
                 results.setdefault((w, side), []).append(v)
-            print(f"round {rnd + 1} {w}: " + ", ".join(f"{s} {got[s]:.0f}" for s in ("kernel", "shim", "limit")),
-                  flush=True)
-    print(f"\nmedians of {args.rounds} round(s), files in {root}")
+            shown = ("kernel", "shim", "limit", "shim-off") if OFF_FLAGS else ("kernel", "shim", "limit")
+            print(f"round {rnd + 1} {w}: " + ", ".join(f"{s} {got[s]:.0f}" for s in shown), flush=True)
+    print(f"\nmedians of {args.rounds} round(s), files in {root}"
+          + (f"; shim-off: the service with {' '.join(OFF_FLAGS)}" if OFF_FLAGS else ""))
+    off_head = f" {'shim-off':>9} {'on/off':>7}" if OFF_FLAGS else ""
     print(f"{'workload':<50} {'unit':<6} {'kernel':>9} {'shim':>9} {'limit':>9} {'shim/kernel':>11} "
-          f"{'shim/limit':>10}  limit")
+          f"{'shim/limit':>10}{off_head}  limit")
     for w in only:
         title, unit, limit, _ = WORKLOADS[w]
         k, s, m = (statistics.median(results[(w, side)]) for side in ("kernel", "shim", "limit"))
-        print(f"{title:<50} {unit:<6} {k:>9.0f} {s:>9.0f} {m:>9.0f} {s / k:>10.2f}x {s / m:>9.2f}x  {limit}")
+        off = ""
+        if OFF_FLAGS:
+            o = statistics.median(results[(w, "shim-off")])
+            off = f" {o:>9.0f} {s / o:>6.2f}x"
+        print(f"{title:<50} {unit:<6} {k:>9.0f} {s:>9.0f} {m:>9.0f} {s / k:>10.2f}x {s / m:>9.2f}x{off}  {limit}")
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -46,6 +46,8 @@ pub(crate) enum Placed {
     No,
     /// Not placed: the tree's node pools are used up; freeing frames frees nodes.
     Full,
+    /// Not placed: the file's tree is broken (`tree::Insert::Broken`).
+    Broken,
 }
 
 impl Index<'_> {
@@ -104,10 +106,10 @@ impl Index<'_> {
                     other => {
                         // Release: as in `remove` below.
                         m.home.store(0, Ordering::Release);
-                        if other == Insert::Full {
-                            Placed::Full
-                        } else {
-                            Placed::Taken
+                        match other {
+                            Insert::Full => Placed::Full,
+                            Insert::Broken => Placed::Broken,
+                            _ => Placed::Taken,
                         }
                     }
                 }

@@ -113,6 +113,13 @@ impl Inner {
                 Placed::Yes => return Ok(Some(true)),
                 Placed::Taken => return Ok(Some(false)),
                 Placed::No => return Ok(None),
+                Placed::Broken => {
+                    self.free_frame(f);
+                    return Err(Error::new(
+                        crate::error::ErrorKind::Internal,
+                        "the shared cache's page index of this file is broken (see the log)",
+                    ));
+                }
                 Placed::Full => {
                     // Relaxed: a statistic.
                     self.view.header().index_full.fetch_add(1, Ordering::Relaxed);

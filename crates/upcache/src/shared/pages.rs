@@ -438,11 +438,14 @@ impl Inner {
         // Relaxed: under the table's lock.
         let gen = (e.gen.load(Ordering::Relaxed) + 1) & 0xff;
         // The old generation's tree goes whole (its frames are the clock's to reclaim), and
-        // with it what a dead process may have left of it.
+        // with it what a dead process may have left of it. `leaky` stays set until the new
+        // generation is stored, so a process killed in here leaves the next try (of the same
+        // generation) to sweep what it had not given back yet.
         let forest = self.view.forest();
+        // Relaxed (leaky, all): under the table's lock.
+        let leaky = e.leaky.swap(1, Ordering::Relaxed) != 0;
         forest.clear(slot, gen);
-        // Relaxed: under the table's lock.
-        if e.leaky.swap(0, Ordering::Relaxed) != 0 {
+        if leaky {
             let n = forest.sweep_slot(slot);
             if n > 0 {
                 log::info!(
@@ -465,6 +468,7 @@ impl Inner {
             }
         }
         e.gen.store(gen, Ordering::Relaxed);
+        e.leaky.store(0, Ordering::Relaxed);
     }
 
     /// Drops every cached page of `slot` in `from..to` (dirty ones too: their bytes are past

@@ -193,9 +193,11 @@ pub(crate) enum Insert {
     Placed,
     /// Another frame is the page's.
     Taken(u32),
-    /// No node was free to hold the page (the caller frees frames, which frees nodes), or the
-    /// tree kept changing under it past all reason.
+    /// No node was free to hold the page (the caller frees frames, which frees nodes).
     Full,
+    /// The tree kept changing under the insert past all reason, or is of a generation the
+    /// file cannot be in: only a tree left broken does that, and freeing frames will not help.
+    Broken,
 }
 
 /// One pool of nodes and its free stack.
@@ -245,13 +247,13 @@ impl<N: Slots> Pool<'_, N> {
     }
 
     /// Gives node `idx` of incarnation `inc` back, unless it is free or another incarnation
-    /// already (a clear or a sweep gave it back first).
-    fn free_node(&self, idx: u32, inc: u32) {
+    /// already (a clear or a sweep gave it back first); whether we did.
+    fn free_node(&self, idx: u32, inc: u32) -> bool {
         let m = &self.meta[idx as usize];
         let mut s = m.state.load(Ordering::Acquire);
         loop {
             if s & LIVE == 0 || (s >> 32) as u32 != inc {
-                return;
+                return false;
             }
             // AcqRel: the winner alone pushes; what was written into the node comes before.
             match m.state.compare_exchange_weak(s, (inc as u64) << 32, Ordering::AcqRel, Ordering::Acquire) {
@@ -265,7 +267,7 @@ impl<N: Slots> Pool<'_, N> {
             m.next.store(head as u32, Ordering::Relaxed);
             let new = ((head >> 32) + 1) << 32 | (idx as u64 + 1);
             match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Acquire) {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(h) => head = h,
             }
         }
@@ -361,7 +363,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         }
     }
 
-    fn free_node(&self, level: u32, idx: u32, inc: u32) {
+    fn free_node(&self, level: u32, idx: u32, inc: u32) -> bool {
         if level == 0 {
             self.leaves.free_node(idx, inc)
         } else {
@@ -427,7 +429,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
                 // Relaxed: the generation of an open file is fixed.
                 if self.files.gen(slot).load(Ordering::Relaxed) & 0xff != gen & 0xff {
                     debug_assert!(false, "insert of generation {gen} into entry {slot} of another");
-                    return Insert::Full;
+                    return Insert::Broken;
                 }
                 // Relaxed: a hint for the next generation's sweep.
                 self.files.leaky(slot).store(1, Ordering::Relaxed);
@@ -454,7 +456,9 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             };
             let Some((_, inc)) = self.root_of(root, r) else { continue };
             if height < MAX_HEIGHT && page >> span(height - 1) != 0 {
-                self.expand(root, r, slot, gen, top, inc);
+                if !self.expand(root, r, slot, gen, top, inc) {
+                    return Insert::Full;
+                }
                 continue;
             }
             let level = height - 1;
@@ -471,25 +475,29 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             }
         }
         log::error!("shared cache: the page tree of file entry {slot} kept changing; page {page} not placed");
-        Insert::Full
+        Insert::Broken
     }
 
     /// Puts a new root above root `top` (incarnation `inc`) of root word `r`.
-    fn expand(&self, root: &AtomicU64, r: u64, slot: u32, gen: u32, top: u32, inc: u32) {
+    /// False if no node was free for it.
+    fn expand(&self, root: &AtomicU64, r: u64, slot: u32, gen: u32, top: u32, inc: u32) -> bool {
         let (_, height, _) = root_parts(r);
         // Its count is its one child.
-        let Some((idx, new_inc)) = self.pop(height, whose(slot, gen, height, 0)) else { return };
+        let Some((idx, new_inc)) = self.pop(height, whose(slot, gen, height, 0)) else { return false };
         // Relaxed: published by the root word's Release CAS.
         self.inners.nodes[idx as usize].slots[0].store(ptr(top, inc), Ordering::Relaxed);
         let up = root_word(gen, height + 1, Some((idx, new_inc)));
         if root.compare_exchange(r, up, Ordering::AcqRel, Ordering::Acquire).is_err() {
             self.free_node(height, idx, new_inc);
-            return;
+            return true;
         }
         // The old root, no longer one, dies now if it is empty.
-        if let Reserved::Held = self.reserve(height - 1, top, inc, whose(slot, gen, height - 1, 0)) {
+        if let Reserved::Held | Reserved::Stranger =
+            self.reserve(height - 1, top, inc, whose(slot, gen, height - 1, 0))
+        {
             self.release(height - 1, top, inc);
         }
+        true
     }
 
     /// The rest of an insert from node `idx` (incarnation `inc`) at `level`, which we hold
@@ -863,8 +871,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
                 // Relaxed: fixed while live; a node going live sets it first (Release above).
                 let w = m.whose.load(Ordering::Relaxed);
                 if w >> 44 == slot as u64 + 1 && (w >> 36) as u32 & 0xff != gen {
-                    self.free_node(level, i as u32, (s >> 32) as u32);
-                    freed += 1;
+                    freed += self.free_node(level, i as u32, (s >> 32) as u32) as usize;
                 }
             }
         }
