@@ -337,7 +337,7 @@ impl SharedCache {
             inner.view.files().iter().map(|e| e.gen.load(Ordering::Relaxed) & 0xff).collect();
         if let index::Index::Radix(forest, _) = &index {
             for slot in 0..inner.view.n_files as u32 {
-                let (gen, entries) = forest.check(slot)?;
+                let (gen, entries) = forest.check(slot, false)?;
                 if gen != gens[slot as usize] {
                     // A tree left a generation off by a kill: the next insert replaces it.
                     gens[slot as usize] = u32::MAX;

@@ -787,9 +787,11 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
 
     /// File `slot`'s tree checked while nobody changes it: every node reached is live, not
     /// dead, of the pointer's incarnation, the tree's at its place, and counts at least its
-    /// entries or children (a process killed holding a reservation leaves one more). Its
-    /// generation and entries (page, frame), in page order, or what is wrong.
-    pub fn check(&self, slot: u32) -> Result<(u32, Vec<(u64, u32)>), String> {
+    /// entries or children (a process killed holding a reservation leaves one more); if
+    /// `strict` (no process was killed, none holds a reservation), exactly them, and only
+    /// the root is empty. Its generation and entries (page, frame), in page order, or what
+    /// is wrong.
+    pub fn check(&self, slot: u32, strict: bool) -> Result<(u32, Vec<(u64, u32)>), String> {
         let (gen, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
         let mut entries = Vec::new();
         if let Some((top, inc16)) = top {
@@ -798,7 +800,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             if inc & 0xffff != inc16 {
                 return Err(format!("root {top} is incarnation {inc}, its word says {inc16}"));
             }
-            self.check_node(slot, gen, level, top, inc, 0, &mut entries)?;
+            self.check_node(slot, gen, level, top, inc, 0, strict.then_some(true), &mut entries)?;
         }
         Ok((gen, entries))
     }
@@ -812,6 +814,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         idx: u32,
         inc: u32,
         base: u64,
+        strict_root: Option<bool>,
         out: &mut Vec<(u64, u32)>,
     ) -> Result<(), String> {
         let at = format!("node {idx} at level {level} of file entry {slot}");
@@ -843,13 +846,16 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
                 let c = self.inners.nodes[idx as usize].slots[i as usize].load(Ordering::Acquire);
                 if c != 0 {
                     let (cidx, cinc) = unptr(c);
-                    self.check_node(slot, gen, level - 1, cidx, cinc, page, out)?;
+                    self.check_node(slot, gen, level - 1, cidx, cinc, page, strict_root.map(|_| false), out)?;
                     n += 1;
                 }
             }
         }
-        if s & COUNT < n {
+        if s & COUNT < n || (strict_root.is_some() && s & COUNT != n) {
             return Err(format!("{at}: counts {} of its {n} entries or children", s & COUNT));
+        }
+        if strict_root == Some(false) && n == 0 {
+            return Err(format!("{at}: empty below the root"));
         }
         Ok(())
     }
@@ -879,6 +885,8 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
     }
 }
 
+#[cfg(test)]
+mod arena;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
