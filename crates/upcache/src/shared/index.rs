@@ -42,7 +42,7 @@ pub(crate) enum Placed {
     Yes,
     /// Another frame is the page's (or was as we looked).
     Taken,
-    /// Not placed: a wait for a partition's holder was given up, or the tree had no node free.
+    /// Not placed: a wait for a partition's holder was given up.
     No,
     /// Not placed: the tree's node pools are used up; freeing frames frees nodes.
     Full,

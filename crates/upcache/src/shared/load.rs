@@ -65,9 +65,7 @@ impl Inner {
             let Some(f) = self.try_claim_holding() else { break };
             // Holding frames, never waiting for a stopped process (readers would wait for us),
             // nor freeing frames for index nodes.
-            // Release: as in `place_unless`.
-            self.view.frames()[f as usize].key.store(k, Ordering::Release);
-            if self.index().place(k, f, self.me, &|h| self.alive(h), &|h| self.stopped(h)) != Placed::Yes {
+            if self.place_once(f, k, &|h| self.stopped(h)) != Placed::Yes {
                 self.free_frame(f);
                 break;
             }
@@ -104,12 +102,10 @@ impl Inner {
     /// has no node free, frames are taken from the clock hand and freed (which frees their
     /// nodes) until one is: an error only if no frame can be freed (`claim`).
     pub(crate) fn place_unless(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Result<Option<bool>> {
-        // Release: a lock-free lookup that reaches the frame sees its key.
-        self.view.frames()[f as usize].key.store(k, Ordering::Release);
         // Every frame freed once and still no node: the pools are used up by what no frame
         // frees (a tree left broken, or nodes lost to kills), and the caller gets an error.
         for _ in 0..=self.view.n_frames {
-            match self.index().place(k, f, self.me, &|h| self.alive(h), give_up) {
+            match self.place_once(f, k, give_up) {
                 Placed::Yes => return Ok(Some(true)),
                 Placed::Taken => return Ok(Some(false)),
                 Placed::No => return Ok(None),
@@ -138,6 +134,14 @@ impl Inner {
             crate::error::ErrorKind::CacheFull,
             "the shared cache's page index has no node free, and freeing frames frees none",
         ))
+    }
+
+    /// Gives frame `f` (claimed, locked by us) page key `k` and tries once to put it in the
+    /// index.
+    fn place_once(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Placed {
+        // Release: a lock-free lookup that reaches the frame sees its key.
+        self.view.frames()[f as usize].key.store(k, Ordering::Release);
+        self.index().place(k, f, self.me, &|h| self.alive(h), give_up)
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with

@@ -7,8 +7,8 @@
 //! Regions (`layout.rs`): a header (sizes, the clock hand, the dirty count, the file table's
 //! lock), the client table ([`crate::shm::Clients`]), the file table (`files.rs`), each
 //! client's open counts per file (for repair), the page index (the tree index's node pools,
-//! `tree.rs`, or the hash index's bucket heads and partition locks, `index.rs`), the frames' metadata (`frame.rs`) and their bytes. Everything is
-//! addressed by index, never by pointer.
+//! `tree.rs`, or the hash index's bucket heads and partition locks, `index.rs`), the frames'
+//! metadata (`frame.rs`) and their bytes. Everything is addressed by index, never by pointer.
 //!
 //! # A process's part
 //! Each attached process joins the client table; its id is the holder id of every lock it
@@ -316,8 +316,9 @@ impl SharedCache {
         let extent = same_file(e, &md).then(|| inner.file_extent(slot));
         table.unlock(inner.me);
         let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(slot, gen, 0, end));
-        let _ = inner.write_back_listed(&pages, fd, false); // errors stay on the file
-                                                            // Acquire: pairs with `mark_dirty`'s count.
+        // Errors stay on the file, for its next sync.
+        let _ = inner.write_back_listed(&pages, fd, false);
+        // Acquire: pairs with `mark_dirty`'s count.
         if e.dirty.load(Ordering::Acquire) > 0 {
             // Still dirty (written meanwhile): its age starts again, as the kernel's does.
             // Relaxed: a hint.

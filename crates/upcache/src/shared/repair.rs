@@ -133,15 +133,8 @@ impl Inner {
             self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
         if reaped > 0 {
             // Tree nodes the dead may have taken and not linked, counted too high, or
-            // unlinked and not given back (an evicting process removes from trees of files it
-            // does not have open): every tree's next generation sweeps them
-            // (`next_generation`).
-            for e in self.view.files() {
-                if e.root.load(Ordering::Relaxed) as u32 != 0 {
-                    // Relaxed: read under the table's lock.
-                    e.leaky.store(1, Ordering::Relaxed);
-                }
-            }
+            // unlinked and not given back: every tree's next generation sweeps them.
+            self.view.forest().mark_trees_leaky();
         }
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);

@@ -98,31 +98,26 @@ pub(crate) trait Slots {
     fn zero(&self);
 }
 
-impl Slots for Leaf {
-    fn zero(&self) {
-        // Relaxed: published by the Release store that makes the node live.
-        #[cfg(not(loom))]
-        self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
-        // Relaxed: as above.
-        #[cfg(loom)]
-        self.slots.iter().for_each(|s| {
-            s.swap(0, Ordering::Relaxed);
-        });
-    }
+/// `Slots` for a node type with a `slots` array of atomics: leaves and inner nodes alike.
+macro_rules! zeroed_slots {
+    ($node:ty) => {
+        impl Slots for $node {
+            fn zero(&self) {
+                // Relaxed: published by the Release store that makes the node live.
+                #[cfg(not(loom))]
+                self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
+                // Relaxed: as above.
+                #[cfg(loom)]
+                self.slots.iter().for_each(|s| {
+                    s.swap(0, Ordering::Relaxed);
+                });
+            }
+        }
+    };
 }
 
-impl Slots for Inner {
-    fn zero(&self) {
-        // Relaxed: as above.
-        #[cfg(not(loom))]
-        self.slots.iter().for_each(|s| s.store(0, Ordering::Relaxed));
-        // Relaxed: as above.
-        #[cfg(loom)]
-        self.slots.iter().for_each(|s| {
-            s.swap(0, Ordering::Relaxed);
-        });
-    }
-}
+zeroed_slots!(Leaf);
+zeroed_slots!(Inner);
 
 /// A node's bookkeeping, beside the pool's nodes.
 #[repr(C)]
@@ -858,6 +853,20 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             return Err(format!("{at}: empty below the root"));
         }
         Ok(())
+    }
+
+    /// Marks every entry that has a tree for a sweep at its next generation (`sweep_slot`):
+    /// after a process died, which may have left nodes of any tree (an evicting process
+    /// removes from trees of files it does not have open). Under the table's lock.
+    pub fn mark_trees_leaky(&self) {
+        let mut slot = 0;
+        while let Some(root) = self.files.root(slot) {
+            // Relaxed (both): under the table's lock, which `next_generation` holds too.
+            if root_parts(root.load(Ordering::Relaxed)).2.is_some() {
+                self.files.leaky(slot).store(1, Ordering::Relaxed);
+            }
+            slot += 1;
+        }
     }
 
     /// Gives back the live nodes of file `slot` of other generations than its tree's: those
