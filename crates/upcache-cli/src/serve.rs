@@ -108,6 +108,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(addr) => Some(crate::metrics::serve(addr)?),
         None => None,
     };
+    // Ctrl-C or SIGTERM: stop as an idle service stops (its cache's file goes if nothing in it
+    // is dirty).
+    serve::stop_on_signals();
     let served = serve::serve(&opts, |cache| {
         if let Some(bound) = metrics {
             crate::metrics::publish_shared(cache.clone());

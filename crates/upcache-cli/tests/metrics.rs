@@ -134,8 +134,14 @@ fn the_shared_cache_service_serves_its_metrics() {
     for want in ["range_lock off\n", "run_merging on\n", "bundling off\n", "readahead 65536\n"] {
         assert!(status.contains(want), "{want:?} in:\n{status}");
     }
-    let _ = serve.kill();
-    let _ = serve.wait();
+    // SIGTERM stops it as idleness does: it exits, and its cache's file goes with it (nothing
+    // in it was dirty, nobody else attached).
+    let file = upcache::shared::serve::segment_file(&socket);
+    assert!(file.as_ref().is_none_or(|f| f.exists()), "{file:?}: the cache's file");
+    // SAFETY: no memory arguments.
+    assert_eq!(unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) }, 0);
+    assert!(serve.wait().unwrap().success());
+    assert!(file.as_ref().is_none_or(|f| !f.exists()), "{file:?} left behind");
     let samples = parse(&text);
     for (name, want) in
         [("upcache_frames", Some(1024.0)), ("upcache_clients", Some(1.0)), ("upcache_hits_total", None)]

@@ -583,10 +583,13 @@ fn other_user_child_entry() {
     let err = serve::connect(Path::new(&a[0])).expect_err("another user's service");
     assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{err}");
     let own = tempfile::tempdir().unwrap();
-    let (socket, _service) = serve_in_thread(own.path());
+    let (socket, service) = serve_in_thread(own.path());
     let cache = serve::connect(&socket).unwrap();
     let err = cache.open_path(Path::new(&a[1]), false).expect_err("root's private file");
     assert_eq!(err.kind(), upcache::ErrorKind::PermissionDenied, "{err}");
+    // Its end, which takes its cache's file in /dev/shm with it.
+    drop(cache);
+    assert!(service.join().unwrap());
 }
 
 #[test]
@@ -598,7 +601,7 @@ fn another_user_cannot_attach_nor_open_files_it_may_not() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let (socket, _service) = serve_in_thread(dir.path());
+    let (socket, service) = serve_in_thread(dir.path());
     let private = dir.path().join("private");
     std::fs::write(&private, b"secret").unwrap();
     std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -609,6 +612,9 @@ fn another_user_cannot_attach_nor_open_files_it_may_not() {
         .status()
         .unwrap();
     assert!(status.success());
+    assert!(service.join().unwrap());
+    let file = serve::segment_file(&socket);
+    assert!(file.as_ref().is_none_or(|f| !f.exists()), "{file:?} left behind");
 }
 
 /// The socket's directory must be a private directory of the user itself: one others may

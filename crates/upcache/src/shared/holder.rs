@@ -1,4 +1,5 @@
-//! Finding a shared cache's segment without its service: the service writes a record of
+//! Finding a shared cache's segment without its service (and, for a service started after
+//! every process died, in its file: `named.rs`). The service writes a record of
 //! itself (pid, the segment's descriptor number there, the segment's device and inode) into
 //! its lock file, `<socket>.lock`. A process that finds the service stopped opens the segment
 //! through `/proc/<pid>/fd/<n>` (it lives while any process maps it), and a service started

@@ -1,5 +1,6 @@
 //! The shared cache's regions and one process's view of them.
 
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -348,16 +349,19 @@ impl View {
         ]
     }
 
-    pub fn create(config: &SharedConfig) -> Result<View> {
+    /// A new segment as `config` says: a memfd, or a tmpfs file named `named` once it is
+    /// whole (`Segment::create_in_tmpfs`).
+    pub fn create(config: &SharedConfig, named: Option<&Path>) -> Result<View> {
         config.check()?;
         let frames = (config.memory / PAGE as u64) as usize;
         // As many as frames: twice as many shortened the chains of random writes, but the
         // larger array cost warm random reads 4% (bench/RESULTS.md, issue 34).
         let buckets = frames.next_power_of_two().max(PARTITIONS);
-        let seg = Segment::create(
-            "upcache-shared",
-            &Self::sizes(frames, config.files as usize, config.clients as usize, buckets),
-        )?;
+        let sizes = Self::sizes(frames, config.files as usize, config.clients as usize, buckets);
+        let seg = match named {
+            Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes)?,
+            None => Segment::create("upcache-shared", &sizes)?,
+        };
         let (h, _) = seg.region(kind::HEADER).expect("made above");
         // SAFETY: the header region is ours alone (no other process has the descriptor), zeroed,
         // aligned and large enough; its fields are atomics.
@@ -391,6 +395,9 @@ impl View {
         forest.leaves.init();
         forest.inners.init();
         view.header().magic.store(MAGIC, Ordering::Release);
+        if let Some(path) = named {
+            view.seg.link(path)?;
+        }
         Ok(view)
     }
 

@@ -37,6 +37,7 @@ mod layout;
 mod link;
 mod load;
 mod mapped;
+mod named;
 mod outside;
 mod pages;
 mod repair;
@@ -139,7 +140,13 @@ pub(crate) struct OpenFd {
 impl SharedCache {
     /// Makes a new shared cache as `config` says and attaches this process to it.
     pub fn create(config: &SharedConfig) -> Result<SharedCache> {
-        SharedCache::join(View::create(config)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
+        SharedCache::join(View::create(config, None)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
+    }
+
+    /// As [`Self::create`], the segment a new file at `path` on a tmpfs, which outlives every
+    /// process (`Segment::create_named`): the service's.
+    pub(crate) fn create_named(config: &SharedConfig, path: &Path) -> Result<SharedCache> {
+        SharedCache::join(View::create(config, Some(path))?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
 
     /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
@@ -149,6 +156,11 @@ impl SharedCache {
             View::attach(Segment::attach(fd)?)?,
             link::Link::new(None, serve::DEFAULT_IDLE, None),
         )
+    }
+
+    /// Attaches to `seg`, checked already (a service taking over a dead one's cache).
+    pub(crate) fn adopt(seg: Segment) -> Result<SharedCache> {
+        SharedCache::join(View::attach(seg)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
 
     fn join(view: View, link: link::Link) -> Result<SharedCache> {

@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::holder::{self, Record};
+use super::named;
+pub use super::named::segment_file;
 use super::{SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{handoff, Segment};
@@ -144,19 +146,13 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         .map_err(|e| Error::io(format!("listen on {}", opts.socket.display()), e))?;
     std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("chmod the socket", e))?;
-    let adopted = before.and_then(|r| holder::find(&r)).and_then(|fd| match SharedCache::attach(fd) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            log::warn!("upcache serve: the dead service's cache could not be taken over: {e}");
-            None
-        }
-    });
-    let made = match adopted {
+    let named = named::segment_file(&opts.socket);
+    let made = match adopt(before, named.as_deref()) {
         Some(c) => {
             log::info!("upcache serve: took over the cache of a service that died");
             Ok(c)
         }
-        None => SharedCache::create(&opts.config),
+        None => create(&opts.config, named.as_deref()),
     };
     let cache = match made {
         Ok(c) => c,
@@ -181,11 +177,19 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         opts.socket.display(),
         cache.memory() >> 20
     );
-    if crate::shm::huge_pages_allowed() == Some(false) {
+    let in_file = named.as_deref().is_some_and(|p| named::is_named(p, &cache.segment_fd()));
+    if !in_file && crate::shm::huge_pages_allowed() == Some(false) {
         log::info!(
             "upcache serve: the system gives shared memory no huge pages, so random hits pay for \
              4 KiB page translations (about 10% of warm reads here); `echo advise > \
              /sys/kernel/mm/transparent_hugepage/shmem_enabled` as root lets the cache have them"
+        );
+    }
+    if in_file && named::shm_huge_pages() == Some(false) {
+        log::info!(
+            "upcache serve: /dev/shm gives its files no huge pages, so random hits pay for 4 KiB \
+             page translations (about 10% of warm reads here); `mount -o remount,huge=within_size \
+             /dev/shm` as root lets the cache have them"
         );
     }
     ready(&cache);
@@ -206,9 +210,116 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         flusher.thread().unpark();
     });
     let _ = std::fs::remove_file(&opts.socket);
+    // Nothing dirty is left and no other process maps it: the file goes with us (while the
+    // lock is ours, so no service after us finds it). Else it stays for the next service.
+    // Relaxed: a count; every other process has gone.
+    let clean = cache.inner.view.header().dirty.load(Ordering::Relaxed) == 0;
+    if let Some(path) = named.as_deref().filter(|_| clean && cache.client_count() <= 1) {
+        named::remove_named(path, &cache.segment_fd());
+    }
     log::info!("upcache serve: idle for {:?}, exiting", opts.idle);
     drop(lock);
     Ok(true)
+}
+
+/// The segment of a service that died, if one is left: the one its record names, from a
+/// process that maps it, else the file `named` (which outlives every process). Not one that
+/// a live service keeps (`Segment::keep`: one whose socket was removed and made again, as a
+/// benchmark does between runs): that file's name is taken from it, and None. A file this
+/// build cannot read is moved aside (its pages are another format's), and None.
+fn adopt(before: Option<Record>, named: Option<&Path>) -> Option<SharedCache> {
+    let kept_alive = |seg: &mut Segment| matches!(seg.keep(), Ok(false));
+    if let Some(fd) = before.and_then(|r| holder::find(&r)) {
+        let named_here = named.is_some_and(|p| named::is_named(p, &fd));
+        let taken = Segment::attach(fd).and_then(|mut seg| {
+            if named_here && kept_alive(&mut seg) {
+                return Ok(None); // a live service's: not ours to take
+            }
+            SharedCache::adopt(seg).map(Some)
+        });
+        match taken {
+            Ok(Some(c)) => return Some(c),
+            Ok(None) => {}
+            Err(e) => log::warn!("upcache serve: the dead service's cache could not be taken over: {e}"),
+        }
+    }
+    let path = named?;
+    let fd = named::open_named(path)?;
+    let unreadable = |e: Error| {
+        let aside = path.with_extension("unreadable");
+        let moved = std::fs::rename(path, &aside);
+        log::error!(
+            "upcache serve: {} was left by a service before, and cannot be read ({e}); {}",
+            path.display(),
+            match moved {
+                Ok(()) => format!("moved to {}, a new cache made", aside.display()),
+                Err(e) => format!("it could not be moved aside ({e})"),
+            }
+        );
+        None
+    };
+    // Its size or header is not a segment's (a file of another build, or damaged).
+    let mut seg = match Segment::attach(fd) {
+        Ok(seg) => seg,
+        Err(e) => return unreadable(e),
+    };
+    if kept_alive(&mut seg) {
+        log::info!(
+            "upcache serve: {} is the cache of a live service (whose socket was removed); it keeps it, \
+             and a new one is made",
+            path.display()
+        );
+        let _ = std::fs::remove_file(path);
+        return None;
+    }
+    match SharedCache::adopt(seg) {
+        Ok(c) => Some(c),
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Unsupported) => unreadable(e),
+        Err(e) => {
+            log::warn!("upcache serve: the cache in {} could not be taken over: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// A new cache for the service: its segment the file `named` if it can be made (or if
+/// `named` is None, or it cannot: a memfd, which dies with the last process that maps it).
+fn create(config: &SharedConfig, named: Option<&Path>) -> Result<SharedCache> {
+    if let Some(path) = named {
+        match SharedCache::create_named(config, path) {
+            Ok(c) => return Ok(c),
+            Err(e) => log::warn!(
+                "upcache serve: no cache file in /dev/shm ({e}); the cache is a memfd, and its dirty \
+                 pages die with the last of its processes (the service included) if all are killed"
+            ),
+        }
+    }
+    SharedCache::create(config)
+}
+
+/// Set by SIGTERM or SIGINT once [`stop_on_signals`] is called: the service stops as if idle.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    // Relaxed: a flag the service's loop reads at each wake-up; a store is async-signal-safe.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGTERM and SIGINT stop the service in this process as an idle one stops: its
+/// loop ends (within its poll's second), and its cache's file in `/dev/shm` goes with it if
+/// nothing is dirty and no other process is attached (`named.rs`); else it stays for the
+/// service that takes over. Once, in a service's own process (the daemon, `upcache serve`).
+pub fn stop_on_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: a zeroed sigaction with a handler that only stores to an atomic; no
+        // SA_RESTART, so the signal ends the loop's poll at once.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
 }
 
 /// The service's flusher: every flush interval of the cache's config (the kernel's
@@ -246,7 +357,8 @@ fn serve_loop(
     let mut attached: Vec<UnixStream> = Vec::new();
     let mut idle_since = Instant::now();
     let mut said_stuck = false;
-    loop {
+    // Relaxed: see `on_stop`.
+    while !STOP.load(Ordering::Relaxed) {
         let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
             .chain(attached.iter().map(|s| s.as_raw_fd()))
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
@@ -620,7 +732,8 @@ fn connect_for(socket: &Path, timeout: Duration, idle: Duration) -> Result<Share
             format!("the cache service at {} did not answer in {timeout:?}", socket.display()),
         )),
         Answer::Stopped(rec) => {
-            let fd = holder::find(&rec).ok_or_else(|| {
+            let named = || named::segment_file(socket).and_then(|p| named::open_named(&p));
+            let fd = holder::find(&rec).or_else(named).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Io,
                     format!(
@@ -750,6 +863,11 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
         // But for a broken pipe: a process that stopped waiting for an answer (a status asked
         // of a service that was stopped) must not end the service by hanging up.
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    // And SIGTERM ends it as idleness does, so its cache's file does not outlive it for nothing.
+    stop_on_signals();
+    // SAFETY: as above.
+    unsafe {
         // Nor its working directory (a mount kept busy), and room for a descriptor per
         // file written: the hard limit.
         libc::chdir(c"/".as_ptr());

@@ -1,4 +1,5 @@
-//! The segment: a sealed memfd, mapped shared, with a header that lists its regions.
+//! The segment: a sealed memfd (or a private tmpfs file, to outlive its processes), mapped
+//! shared, with a header that lists its regions.
 //!
 //! # Layout
 //! Offset 0 holds the [`Header`]: a magic number, the format version, the segment's length, and
@@ -58,6 +59,8 @@ pub struct RegionSpec {
 /// process maps it or holds its descriptor.
 pub struct Segment {
     fd: OwnedFd,
+    /// The keeper's lock, if this process keeps the segment ([`Segment::keep`]).
+    keeper: Option<OwnedFd>,
     base: NonNull<u8>,
     len: usize,
     /// The regions as checked when this mapping was made: the header in shared memory is
@@ -100,33 +103,59 @@ fn invalid(what: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidInput, what)
 }
 
+/// The regions' table and the segment's length: the header's huge page, then each region
+/// at the next multiple of [`REGION_ALIGN`].
+fn lay_out(regions: &[RegionSpec]) -> Result<([Region; MAX_REGIONS], u64)> {
+    if regions.is_empty() || regions.len() > MAX_REGIONS {
+        return Err(invalid(format!("a segment holds 1 to {MAX_REGIONS} regions, not {}", regions.len())));
+    }
+    let mut table = [Region::default(); MAX_REGIONS];
+    let mut end = REGION_ALIGN; // the header's huge page
+    for (i, r) in regions.iter().enumerate() {
+        if r.len == 0 || regions[..i].iter().any(|o| o.kind == r.kind) {
+            return Err(invalid(format!("region {i} (kind {}) is empty or a second of its kind", r.kind)));
+        }
+        let len = r.len as u64;
+        table[i] = Region { kind: r.kind, _pad: 0, offset: end, len };
+        end = len
+            .checked_next_multiple_of(REGION_ALIGN)
+            .and_then(|l| end.checked_add(l))
+            .filter(|&e| e <= isize::MAX as u64)
+            .ok_or_else(|| invalid("segment too large"))?;
+    }
+    Ok((table, end))
+}
+
+/// Whether `fd` is on a tmpfs (or is a memfd).
+fn on_tmpfs(fd: &OwnedFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs writes one statfs into `st`, read only on success.
+    unsafe {
+        libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) == 0 && st.assume_init().f_type == libc::TMPFS_MAGIC
+    }
+}
+
+/// Whether `fd` is a regular tmpfs file that only this user may open (`create_named`'s): one
+/// that others could shrink under our mapping would not be.
+fn private_tmpfs_file(fd: &OwnedFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one stat into `st`, read only on success; geteuid cannot fail.
+    let private = unsafe {
+        libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) == 0 && {
+            let st = st.assume_init();
+            st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_mode & 0o077 == 0
+                && st.st_uid == libc::geteuid()
+        }
+    };
+    private && on_tmpfs(fd)
+}
+
 impl Segment {
     /// Makes a segment holding `regions` (zero-filled), named `name` in `/proc/<pid>/fd` for
     /// whoever looks. The descriptor is close-on-exec: pass it on deliberately.
     pub fn create(name: &str, regions: &[RegionSpec]) -> Result<Segment> {
-        if regions.is_empty() || regions.len() > MAX_REGIONS {
-            return Err(invalid(format!(
-                "a segment holds 1 to {MAX_REGIONS} regions, not {}",
-                regions.len()
-            )));
-        }
-        let mut table = [Region::default(); MAX_REGIONS];
-        let mut end = REGION_ALIGN; // the header's huge page
-        for (i, r) in regions.iter().enumerate() {
-            if r.len == 0 || regions[..i].iter().any(|o| o.kind == r.kind) {
-                return Err(invalid(format!(
-                    "region {i} (kind {}) is empty or a second of its kind",
-                    r.kind
-                )));
-            }
-            let len = r.len as u64;
-            table[i] = Region { kind: r.kind, _pad: 0, offset: end, len };
-            end = len
-                .checked_next_multiple_of(REGION_ALIGN)
-                .and_then(|l| end.checked_add(l))
-                .filter(|&e| e <= isize::MAX as u64)
-                .ok_or_else(|| invalid("segment too large"))?;
-        }
+        let (table, end) = lay_out(regions)?;
         let cname = std::ffi::CString::new(name).map_err(|_| invalid("a segment name has no NUL"))?;
         // SAFETY: a C string we own; memfd_create reads it and returns a new descriptor.
         let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
@@ -143,17 +172,95 @@ impl Segment {
         if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } != 0 {
             return Err(os_error(ErrorKind::Unsupported, "seal a shared segment"));
         }
+        Segment::publish(fd, &table[..regions.len()], end)
+    }
+
+    /// Makes a segment holding `regions` as a file of this user only (0600) on the tmpfs
+    /// `dir` (`/dev/shm`), with no name until [`Self::link`] gives it one: unlike a memfd, a
+    /// named one outlives every process that maps it, so what is in it (a cache's dirty
+    /// pages) survives the death of all of them until it is adopted or removed. Its memory is
+    /// allocated whole now, since a full tmpfs would turn a later first touch into a SIGBUS.
+    pub fn create_in_tmpfs(dir: &std::path::Path, regions: &[RegionSpec]) -> Result<Segment> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (table, end) = lay_out(regions)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| Error::io(format!("make a file in {}", dir.display()), e))?;
+        let fd = OwnedFd::from(file);
+        if !on_tmpfs(&fd) {
+            return Err(invalid(format!("{} is not a tmpfs", dir.display())));
+        }
+        // SAFETY: ftruncate and fallocate on our own descriptor; no memory is involved.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), end as libc::off_t) } != 0 {
+            return Err(os_error(ErrorKind::NoSpace, "size a shared segment"));
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, end as libc::off_t) } != 0 {
+            return Err(os_error(ErrorKind::NoSpace, &format!("allocate {end} bytes in {}", dir.display())));
+        }
+        let mut seg = Segment::publish(fd, &table[..regions.len()], end)?;
+        seg.keep()?;
+        Ok(seg)
+    }
+
+    /// Takes the segment's keeper lock: an exclusive `flock` on a description of its file of
+    /// its own, which dies with this process (the segment's descriptor, passed to every
+    /// attacher, outlives it). A service holds it on its segment for its life, so that one
+    /// started later tells a live service's file from a dead one's. False if another process
+    /// holds it.
+    pub fn keep(&mut self) -> Result<bool> {
+        if self.keeper.is_some() {
+            return Ok(true);
+        }
+        let own = std::fs::OpenOptions::new()
+            .read(true)
+            .open(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+            .map_err(|e| Error::io("open a shared segment's file again", e))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(false);
+        }
+        self.keeper = Some(OwnedFd::from(own));
+        Ok(true)
+    }
+
+    /// Names a segment of [`Self::create_in_tmpfs`] `path` (in its directory), once whoever
+    /// opens it there may use it: a segment never named dies with its maker.
+    pub fn link(&self, path: &std::path::Path) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let from = std::ffi::CString::new(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).expect("no NUL");
+        let to =
+            std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| invalid("a path has no NUL"))?;
+        // SAFETY: two C strings we own; linkat reads them.
+        let rc = unsafe {
+            libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+        };
+        if rc != 0 {
+            return Err(os_error(ErrorKind::Io, &format!("name a shared segment {}", path.display())));
+        }
+        Ok(())
+    }
+
+    /// Maps `fd`, sized `end`, and writes the header of `table` into it.
+    fn publish(fd: OwnedFd, table: &[Region], end: u64) -> Result<Segment> {
         let mut seg = Segment::map(fd, end as usize)?;
-        seg.table = table[..regions.len()].to_vec();
+        seg.table = table.to_vec();
+        let mut region = [Region::default(); MAX_REGIONS];
+        region[..table.len()].copy_from_slice(table);
         let header = seg.header_ptr();
         // SAFETY: the header lies in the first huge page of our fresh, zeroed mapping, which no
-        // other process has yet (only we hold the descriptor), so plain writes race with nothing.
+        // other process has yet (only we hold the descriptor, or know the new file's name), so
+        // plain writes race with nothing.
         unsafe {
             (*header).magic = MAGIC;
             (*header).version = VERSION;
-            (*header).regions = regions.len() as u32;
+            (*header).regions = table.len() as u32;
             (*header).len = end;
-            (*header).region = table;
+            (*header).region = region;
             // Release: an attacher that sees `ready` sees every field above.
             (*header).ready.store(1, Ordering::Release);
         }
@@ -161,12 +268,15 @@ impl Segment {
     }
 
     /// Maps the segment behind `fd` (received from its creator) after checking that its size
-    /// is sealed and its header is whole and in bounds.
+    /// is sealed (or that it is a tmpfs file only this user may open, `create_named`'s) and
+    /// its header is whole and in bounds.
     pub fn attach(fd: OwnedFd) -> Result<Segment> {
         // SAFETY: fcntl on a descriptor we own; it reads no memory of ours.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
-            return Err(invalid("not a shared segment: its size is not sealed"));
+        if (seals < 0 || seals & SIZE_SEALS != SIZE_SEALS) && !private_tmpfs_file(&fd) {
+            return Err(invalid(
+                "not a shared segment: its size is not sealed, nor is it a tmpfs file of this user only",
+            ));
         }
         let len = std::fs::File::from(fd.try_clone().map_err(|e| Error::io("dup a segment descriptor", e))?)
             .metadata()
@@ -249,7 +359,7 @@ impl Segment {
         let start = (reserved as usize).next_multiple_of(align);
         // SAFETY: `[start, start + len)` lies inside our reservation (`room` is `len` plus one
         // alignment), which MAP_FIXED replaces with a shared mapping of our descriptor; the
-        // size is sealed, so the file stays as long as the mapping. The slack on both sides,
+        // size is sealed (or the file is this user's alone), so it stays as long as the mapping. The slack on both sides,
         // ours too, is unmapped.
         let raw = unsafe {
             let raw = libc::mmap(
@@ -280,7 +390,7 @@ impl Segment {
         unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
         mapped().push((base.as_ptr() as usize, len, fd.as_raw_fd()));
-        Ok(Segment { fd, base, len, table: Vec::new() })
+        Ok(Segment { fd, keeper: None, base, len, table: Vec::new() })
     }
 
     fn header_ptr(&self) -> *mut Header {

@@ -1,0 +1,76 @@
+//! The service's segment as a file: `/dev/shm/upcache-<uid>-<hash of the socket's path>`
+//! (`Segment::create_in_tmpfs`, named once whole). A memfd dies with the last process that
+//! maps it, dirty pages and all; this file outlives the death of every process (as the
+//! kernel's page cache does), and the next service started on the socket adopts it. The
+//! service keeps it (`Segment::keep`, a lock that dies with it), so a service started while
+//! another lives (whose socket was removed and made again) takes the name for a new file
+//! instead of sharing the live one's. The file goes when its service exits with nothing
+//! dirty and no process attached; one whose service was killed with nothing in it stays
+//! until a service of that socket starts again.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::holder::identity;
+
+/// Where the tmpfs whose files outlive every process is mounted.
+const SHM_DIR: &str = "/dev/shm";
+
+/// The file of the segment of the service at `socket`, the same for every service started
+/// there; None if `/dev/shm` is not a tmpfs. A stable hash (FNV-1a), as builds must agree.
+pub fn segment_file(socket: &Path) -> Option<PathBuf> {
+    let md = std::fs::metadata(SHM_DIR).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a C string literal; statfs writes one statfs into `st`, read only on success.
+    let tmpfs = unsafe {
+        libc::statfs(c"/dev/shm".as_ptr(), st.as_mut_ptr()) == 0
+            && st.assume_init().f_type == libc::TMPFS_MAGIC
+    };
+    if !md.is_dir() || !tmpfs {
+        return None;
+    }
+    let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let full = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(socket.file_name()?);
+    let hash = full
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    Some(Path::new(SHM_DIR).join(format!("upcache-{uid}-{hash:016x}")))
+}
+
+/// The segment file at `path`, opened (not through a symbolic link), if there is one.
+pub(crate) fn open_named(path: &Path) -> Option<OwnedFd> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()
+        .map(OwnedFd::from)
+}
+
+/// Whether the segment file at `path` is `seg`.
+pub(crate) fn is_named(path: &Path, seg: &impl AsRawFd) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|md| identity(seg) == Some((md.dev(), md.ino())))
+}
+
+/// Removes the segment file at `path` if it is `seg` (and not one made since); whether it did.
+pub(crate) fn remove_named(path: &Path, seg: &impl AsRawFd) -> bool {
+    is_named(path, seg) && std::fs::remove_file(path).is_ok()
+}
+
+/// Whether `/dev/shm`'s files may sit on huge pages (its `huge=` mount option); None if it
+/// cannot tell.
+pub(crate) fn shm_huge_pages() -> Option<bool> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let options = mounts.lines().rev().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, at, _, options) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        (at == SHM_DIR).then_some(options)
+    })?;
+    Some(options.split(',').any(|o| matches!(o, "huge=always" | "huge=within_size" | "huge=advise")))
+}
