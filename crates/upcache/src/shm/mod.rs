@@ -10,7 +10,7 @@
 //! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
 //!
 //! A memfd dies with the last process that maps it, and a cache's dirty pages with it. The
-//! service's segment is therefore a file of its own in `/dev/shm` ([`Segment::create_named`],
+//! service's segment is therefore a file of its own in `/dev/shm` ([`Segment::create_in_tmpfs`],
 //! mode 0600): it outlives the death of every process, as the kernel's page cache does, and a
 //! service started afterwards adopts it. Such a file cannot be sealed; only its user (who can
 //! signal all of the cache's processes anyway) can open it, which is what attach checks.

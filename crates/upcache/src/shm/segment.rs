@@ -135,7 +135,7 @@ fn on_tmpfs(fd: &OwnedFd) -> bool {
     }
 }
 
-/// Whether `fd` is a regular tmpfs file that only this user may open (`create_named`'s): one
+/// Whether `fd` is a regular tmpfs file that only this user may open (`create_in_tmpfs`'s): one
 /// that others could shrink under our mapping would not be.
 fn private_tmpfs_file(fd: &OwnedFd) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -268,7 +268,7 @@ impl Segment {
     }
 
     /// Maps the segment behind `fd` (received from its creator) after checking that its size
-    /// is sealed (or that it is a tmpfs file only this user may open, `create_named`'s) and
+    /// is sealed (or that it is a tmpfs file only this user may open, `create_in_tmpfs`'s) and
     /// its header is whole and in bounds.
     pub fn attach(fd: OwnedFd) -> Result<Segment> {
         // SAFETY: fcntl on a descriptor we own; it reads no memory of ours.
