@@ -611,8 +611,8 @@ impl SharedFile {
         if dirty > foreground {
             let _ = self.write_back();
         } else if dirty > background && self.writable {
-            // At most one request in flight per file (`ask_write_back`), so this is a load.
-            self.inner.ask_write_back(self.slot);
+            // At most one message per process per few milliseconds, so this is mostly a load.
+            self.inner.kick_write_back();
         }
     }
 
@@ -743,7 +743,7 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, false)
+        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, false, None)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.

@@ -76,6 +76,16 @@ pub struct SharedCache {
 }
 
 /// The attachment: the mapping, views of its regions, and this process's descriptors.
+/// The least time between two kicks of the service's write-back by one process
+/// (`Inner::kick_write_back`), in milliseconds.
+const KICK_EVERY_MS: u64 = 10;
+
+/// Where the service's background write-back stops: the background limit less a sixteenth,
+/// so that a writer past it does not wake the service at every page it dirties.
+fn background_low_water(background: u64) -> u64 {
+    background - background / 16
+}
+
 pub(crate) struct Inner {
     /// Our client slot's (hits, misses) when we took it: the slot's counters run on.
     before: (u64, u64),
@@ -106,6 +116,9 @@ pub(crate) struct Inner {
     /// process's claims and loads write.
     techniques: u64,
     readahead_pages: u64,
+    /// When this process last kicked the service's background write-back
+    /// (`Inner::kick_write_back`, `files::coarse_ms`).
+    kicked: AtomicU64,
     /// The dirty frames past which a writer asks the service to write its file back (and the
     /// service's pass writes back every dirty file), and past which a writer writes its own
     /// back first (the header's ratios, fixed too).
@@ -144,7 +157,7 @@ impl SharedCache {
     }
 
     /// As [`Self::create`], the segment a new file at `path` on a tmpfs, which outlives every
-    /// process (`Segment::create_named`): the service's.
+    /// process (`Segment::create_in_tmpfs`): the service's.
     pub(crate) fn create_named(config: &SharedConfig, path: &Path) -> Result<SharedCache> {
         SharedCache::join(View::create(config, Some(path))?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
@@ -186,6 +199,7 @@ impl SharedCache {
             techniques,
             readahead_pages,
             dirty_limits: (background as u64, foreground as u64),
+            kicked: AtomicU64::new(0),
         };
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
@@ -281,24 +295,35 @@ impl SharedCache {
         let crowded = header.dirty.load(Ordering::Relaxed) > inner.dirty_limits.0;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
-        let due: Vec<&(u32, Arc<std::fs::File>)> = lent
+        // Relaxed (age): a hint.
+        let expired =
+            |e: &files::FileEntry| now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs();
+        let mut due: Vec<(u32, &Arc<std::fs::File>, Option<u64>)> = lent
             .iter()
-            .filter(|(slot, _)| {
-                files.get(*slot as usize).is_some_and(|e| {
-                    // Acquire: pairs with `mark_dirty`'s count. Relaxed (age): a hint.
-                    e.dirty.load(Ordering::Acquire) > 0
-                        && (crowded
-                            || asked.contains(slot)
-                            || now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs())
-                })
+            .filter_map(|(slot, fd)| {
+                let e = files.get(*slot as usize)?;
+                // Acquire: pairs with `mark_dirty`'s count.
+                if e.dirty.load(Ordering::Acquire) == 0 {
+                    return None;
+                }
+                // Asked for (DONTNEED) or dirty for long: all of it; due for the crowd only:
+                // until the cache is below the background ratio by a margin.
+                if asked.contains(slot) || expired(e) {
+                    Some((*slot, fd, None))
+                } else {
+                    crowded.then_some((*slot, fd, Some(background_low_water(inner.dirty_limits.0))))
+                }
             })
             .collect();
+        // The files dirty the longest first, as the kernel's flusher takes its inodes.
+        // Relaxed: a hint.
+        due.sort_by_key(|(slot, _, _)| files[*slot as usize].dirtied.load(Ordering::Relaxed));
         // Several flushers (ScaleCache's parallel write-back, `SharedConfig::flushers`): file
         // i of the pass goes to flusher i modulo their number, each on a thread of its own.
         let flushers = (header.flushers() as usize).clamp(1, due.len().max(1));
         let flush = |which: usize| {
-            for (slot, fd) in due.iter().skip(which).step_by(flushers).copied() {
-                self.write_back_file(*slot, fd, now);
+            for &(slot, fd, stop_at) in due.iter().skip(which).step_by(flushers) {
+                self.write_back_file(slot, fd, now, stop_at);
                 // Relaxed: a statistic.
                 header.flusher_files[which].fetch_add(1, Ordering::Relaxed);
             }
@@ -318,8 +343,9 @@ impl SharedCache {
         header.written_back.load(Ordering::Relaxed) - before
     }
 
-    /// The service's write-back of file `slot` through `fd`, lent by a writer.
-    fn write_back_file(&self, slot: u32, fd: &std::fs::File, now: u64) {
+    /// The service's write-back of file `slot` through `fd`, lent by a writer: all of its
+    /// dirty pages, or with `stop_at` until the cache has no more dirty pages than that.
+    fn write_back_file(&self, slot: u32, fd: &std::fs::File, now: u64, stop_at: Option<u64>) {
         let inner = &self.inner;
         let (e, header) = (&inner.view.files()[slot as usize], inner.view.header());
         let Ok(md) = fd.metadata() else { return };
@@ -329,9 +355,10 @@ impl SharedCache {
         table.unlock(inner.me);
         let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(slot, gen, 0, end));
         // Errors stay on the file, for its next sync.
-        let _ = inner.write_back_listed(&pages, fd, false);
-        // Acquire: pairs with `mark_dirty`'s count.
-        if e.dirty.load(Ordering::Acquire) > 0 {
+        let _ = inner.write_back_listed(&pages, fd, false, stop_at);
+        // Acquire: pairs with `mark_dirty`'s count. Written in part (`stop_at`), it keeps its
+        // age, so its older pages are written once they expire.
+        if stop_at.is_none() && e.dirty.load(Ordering::Acquire) > 0 {
             // Still dirty (written meanwhile): its age starts again, as the kernel's does.
             // Relaxed: a hint.
             e.dirtied.store(now, Ordering::Relaxed);
@@ -544,7 +571,7 @@ impl Inner {
         let mut recount = Vec::new();
         for (slot, fd, (gen, end)) in work {
             let pages = self.candidates_of(slot, gen, 0, end);
-            match self.write_back_listed(&pages, &fd, false) {
+            match self.write_back_listed(&pages, &fd, false, None) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
                 // written meanwhile by a new writer, or a count a killed writer left high.
@@ -686,6 +713,20 @@ impl Inner {
             e.asked.store(0, Ordering::Relaxed); // Relaxed: as above; nothing in flight
         }
         sent
+    }
+
+    /// Wakes the service's background write-back, for a writer past the background ratio (the
+    /// kernel's writers wake its flusher so): it writes back files until the cache is below
+    /// the ratio by a margin ([`background_low_water`]). At most one message per process per
+    /// [`KICK_EVERY_MS`]: a writer past the ratio kicks at every write.
+    pub(crate) fn kick_write_back(&self) {
+        let now = files::coarse_ms();
+        // Relaxed: a hint; two threads may both send, which is harmless.
+        if now.wrapping_sub(self.kicked.load(Ordering::Relaxed)) < KICK_EVERY_MS {
+            return;
+        }
+        self.kicked.store(now, Ordering::Relaxed);
+        self.link.tell(&[b'B', 0, 0, 0, 0]);
     }
 
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
@@ -931,9 +972,9 @@ mod tests {
     }
 
     /// The service's flusher writes a file back once it has been dirty for the cache's dirty
-    /// expiry, and every dirty file while more of the cache than its background ratio is
-    /// dirty, and a file a process asked for at once; through a descriptor lent for another
-    /// file, nothing.
+    /// expiry, and dirty files while more of the cache than its background ratio is dirty,
+    /// until it is below by a sixteenth of it (the rest stays dirty, keeping its age), and a
+    /// file a process asked for at once; through a descriptor lent for another file, nothing.
     #[test]
     fn the_flusher_writes_back_files_dirty_for_long_or_a_crowded_cache() {
         let dir = tempfile::tempdir().unwrap();
@@ -963,12 +1004,19 @@ mod tests {
         f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
         assert_eq!(cache.write_back_due(&lent(&q), &[]), 0, "another file's descriptor");
         expire(3600);
-        assert_eq!(cache.write_back_due(&lent(&p), &[]), crowd as u64, "a crowded cache");
+        let low_water = background_low_water(cache.inner.dirty_limits.0);
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), crowd as u64 - low_water, "a crowded cache");
+        // Relaxed: this thread's own writes.
+        assert_eq!(cache.inner.view.header().dirty.load(Ordering::Relaxed), low_water);
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), 0, "below the ratio");
+        assert_eq!(std::fs::read(&p).unwrap()[..4096], [9u8; 4096], "the first pages");
+        expire(0);
+        assert_eq!(cache.write_back_due(&lent(&p), &[]), low_water, "the rest, once old");
         assert_eq!(std::fs::read(&p).unwrap(), vec![9u8; crowd * 4096]);
     }
 
     /// The dirty ratios come from the config: the same 30% of the cache dirty is crowded at
-    /// the default background ratio (25%) and not at 50%; a writer past the foreground ratio
+    /// the default background ratio (25%: written back to just below it) and not at 50%; a writer past the foreground ratio
     /// writes its file back before writing, so the dirty count stays near that ratio (10%),
     /// and at the default (50%) it does not.
     #[test]
@@ -989,13 +1037,15 @@ mod tests {
             // Relaxed: this thread's own writes.
             let dirty = cache.inner.view.header().dirty.load(Ordering::Relaxed) as usize;
             let written = cache.write_back_due(&lent, &[]) as usize;
-            (frames, crowd, dirty, written)
+            let low_water = background_low_water(cache.inner.dirty_limits.0) as usize;
+            (frames, crowd, dirty, written, low_water)
         };
-        let (frames, crowd, dirty, written) = outcome(DEFAULT_SHARED_DIRTY_RATIOS);
-        assert_eq!((dirty, written), (crowd, crowd), "at the defaults, of {frames} frames");
-        let (_, crowd, dirty, written) = outcome((0.5, 0.5));
+        let (frames, crowd, dirty, written, low_water) = outcome(DEFAULT_SHARED_DIRTY_RATIOS);
+        assert_eq!(low_water, frames / 4 - frames / 64, "of {frames} frames");
+        assert_eq!((dirty, written), (crowd, crowd - low_water), "at the defaults, of {frames} frames");
+        let (_, crowd, dirty, written, _) = outcome((0.5, 0.5));
         assert_eq!((dirty, written), (crowd, 0), "crowded only past half");
-        let (frames, _, dirty, _) = outcome((0.05, 0.1));
+        let (frames, _, dirty, _, _) = outcome((0.05, 0.1));
         assert!(dirty <= frames / 10 + 1, "{dirty} dirty of {frames} frames past a 10% foreground ratio");
     }
 

@@ -15,7 +15,9 @@
 //! open; when it closes, whatever the process died holding is repaired at once. Over it, a process lends the service
 //! a descriptor of each file it opens for writing (`F` and the file's slot, the descriptor
 //! attached), so that dirty pages whose every writer died are written back all the same; the
-//! service does not exit while dirty pages remain.
+//! service does not exit while dirty pages remain. It asks for a file's write-back (`W` and
+//! the slot: POSIX_FADV_DONTNEED) or, past the background dirty ratio, for a pass that writes
+//! back until the cache is below it (`B`).
 
 use std::collections::HashMap;
 
@@ -199,9 +201,11 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     std::thread::scope(|s| {
         let flusher = s.spawn(|| flush(&cache, &lent, &asked, &stop));
         serve_loop(opts, &cache, &listener, &lent, &|slot| {
-            let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
-            if !a.contains(&slot) {
-                a.push(slot);
+            if let Some(slot) = slot {
+                let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
+                if !a.contains(&slot) {
+                    a.push(slot);
+                }
             }
             flusher.thread().unpark();
         });
@@ -345,14 +349,14 @@ fn flush(
 }
 
 /// Answers attaches, keeps lent descriptors, passes requests for write-back to the flusher
-/// (`ask`), repairs after hang-ups and writes back orphans, until the service has been idle
+/// (`ask`: a file's slot, or None for a pass over the crowd), repairs after hang-ups and writes back orphans, until the service has been idle
 /// for `opts.idle`.
 fn serve_loop(
     opts: &ServeOptions,
     cache: &SharedCache,
     listener: &UnixListener,
     lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
-    ask: &dyn Fn(u32),
+    ask: &dyn Fn(Option<u32>),
 ) {
     let mut attached: Vec<UnixStream> = Vec::new();
     let mut idle_since = Instant::now();
@@ -385,9 +389,11 @@ fn serve_loop(
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
                     // `asked` is cleared by the pass that writes the file back.
                     if cache.inner.view.files().get(slot as usize).is_some() {
-                        ask(slot);
+                        ask(Some(slot));
                     }
                 }
+                // A writer past the background ratio: a pass now (`Inner::kick_write_back`).
+                Ok((5, None)) if msg[0] == b'B' => ask(None),
                 // A hang-up, or what a peer should not send: it goes.
                 _ => {
                     attached.swap_remove(i - 1);

@@ -72,18 +72,20 @@ impl Inner {
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), fd, true)
+        self.write_back_listed(&self.file_candidates(slot), fd, true, None)
     }
 
     /// Writes back, through `fd`, each listed frame (of one file) that still holds its page
     /// (`home` the key) and is dirty, in runs; the first error. Without `wait`, a frame locked
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
-    /// not stall it).
+    /// not stall it). With `stop_at`, it stops before a run once the cache has no more dirty
+    /// pages than that (background write-back, as the kernel's stops below its threshold).
     pub(crate) fn write_back_listed(
         &self,
         pages: &[(u32, u64)],
         fd: &std::fs::File,
         wait: bool,
+        stop_at: Option<u64>,
     ) -> Result<()> {
         let frames = self.view.frames();
         let mut pages: Vec<(u32, u64)> =
@@ -94,7 +96,14 @@ impl Inner {
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
         let mut run = Vec::with_capacity(most.min(pages.len()));
         let mut i = 0;
+        let header = self.view.header();
         while i < pages.len() {
+            // Relaxed: a threshold.
+            let over = stop_at.map(|at| header.dirty.load(Ordering::Relaxed).saturating_sub(at) as usize);
+            if over == Some(0) {
+                break;
+            }
+            let most = over.map_or(most, |over| over.min(most));
             let (f, k) = pages[i];
             i += 1;
             if !self.lock_dirty(f, k, wait) {
