@@ -664,6 +664,62 @@ fn writes_survive_the_death_of_every_process_of_the_cache() {
     assert_eq!(shim, kernel);
 }
 
+/// Writes 4 KiB records 0..COUNT of FILE, says "written", and at a line on stdin the next
+/// COUNT, says "written", and waits for the end of stdin.
+const RECORDS_TWICE: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+n = int(sys.argv[2])
+for batch in range(2):
+    for i in range(batch * n, (batch + 1) * n):
+        os.pwrite(fd, (b"%08d" % i).ljust(4096, b"r"), i * 4096)
+    print("written", flush=True)
+    sys.stdin.readline()
+sys.stdin.read()
+"#;
+
+/// Cause 12: the cache's file in /dev/shm removed (as a cleaner, or systemd-logind's
+/// `RemoveIPC` at logout, may) and then the service killed while a writer is attached: the
+/// service put back finds the cache through the writer's descriptor and takes it over, so
+/// the writer goes on without an error and the next process reads all it wrote, before and
+/// after (the first file-backed cache looked for memfds only: the writer's writes failed).
+#[test]
+fn a_cache_whose_file_was_removed_is_taken_over_from_its_processes() {
+    const COUNT: usize = 200;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for side in Side::both(tmp.path(), "file-removed") {
+        let file = side.dir.join("records");
+        let path = file.to_str().unwrap();
+        let mut writer = Talker::start(side.python(RECORDS_TWICE, &[path, &COUNT.to_string()]), "written");
+        if let Some((_, socket)) = &side.shim {
+            let named = upcache::shared::serve::segment_file(socket).expect("/dev/shm is a tmpfs here");
+            std::fs::remove_file(&named).unwrap();
+            signal(running_service(socket).expect("a service"), libc::SIGKILL);
+        }
+        let mut missing = |count: usize| {
+            let read = side.python(RECORDS_MISSING, &[path, &count.to_string()]).output().unwrap();
+            assert!(read.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&read.stderr));
+            seen.push(format!("{} missing as read", String::from_utf8_lossy(&read.stdout).trim()));
+        };
+        // A new process first (on the service put back), then the writer again.
+        missing(COUNT);
+        writer.tell();
+        assert_eq!(writer.next(), "written", "{}: the writer's second batch", side.label());
+        missing(2 * COUNT);
+        writer.end("the writer");
+        if let Some((_, socket)) = &side.shim {
+            assert_ne!(wait_for_service_exit(socket), Some(true), "the service did not exit");
+        }
+        seen.push(format!(
+            "{} missing in the file",
+            missing_records(&std::fs::read(&file).unwrap(), 2 * COUNT).len()
+        ));
+    }
+    assert_eq!(seen[..3], ["0 missing as read", "0 missing as read", "0 missing in the file"]);
+    assert_eq!(seen[3..], seen[..3]);
+}
+
 /// Writes 16 MiB at offset 0 of FILE, over and over, saying "writing" once it has begun.
 const BIG_WRITER: &str = r#"
 import os, sys

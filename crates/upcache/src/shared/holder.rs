@@ -90,8 +90,12 @@ pub(crate) fn find(rec: &Record) -> Option<OwnedFd> {
         }
         let Ok(fds) = std::fs::read_dir(proc_dir.path().join("fd")) else { continue };
         for fd in fds.flatten() {
-            let is_segment = std::fs::read_link(fd.path())
-                .is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(b"/memfd:upcache-shared"));
+            // A memfd, or a file in /dev/shm (an O_TMPFILE shows as `/dev/shm/#<inode>`
+            // whatever its name): `open_if` checks which.
+            let is_segment = std::fs::read_link(fd.path()).is_ok_and(|t| {
+                let t = t.as_os_str().as_encoded_bytes();
+                t.starts_with(b"/memfd:upcache-shared") || t.starts_with(b"/dev/shm/")
+            });
             if is_segment {
                 if let Some(found) = open_if(&fd.path().display().to_string(), rec) {
                     return Some(found);
@@ -103,7 +107,7 @@ pub(crate) fn find(rec: &Record) -> Option<OwnedFd> {
 }
 
 /// `path` (a `/proc/<pid>/fd/<n>`) opened, if it is the segment `rec` names.
-fn open_if(path: &str, rec: &Record) -> Option<OwnedFd> {
+pub(crate) fn open_if(path: &str, rec: &Record) -> Option<OwnedFd> {
     let f = std::fs::OpenOptions::new().read(true).write(true).custom_flags_cloexec().open(path).ok()?;
     let fd = OwnedFd::from(f);
     (identity(&fd) == Some((rec.dev, rec.ino))).then_some(fd)

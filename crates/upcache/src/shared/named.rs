@@ -32,11 +32,14 @@ pub fn segment_file(socket: &Path) -> Option<PathBuf> {
     }
     let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let full = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(socket.file_name()?);
-    let hash = full
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    // The directory's identity too: one path in two mount namespaces that share /dev/shm
+    // (a unit's private /tmp, a container) is two sockets.
+    let id = std::fs::metadata(dir).map_or((0, 0), |m| (m.dev(), m.ino()));
+    let bytes = full.as_os_str().as_encoded_bytes().iter().copied();
+    let hash = bytes
+        .chain(id.0.to_le_bytes())
+        .chain(id.1.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     // SAFETY: geteuid has no arguments and cannot fail.
     let uid = unsafe { libc::geteuid() };
     Some(Path::new(SHM_DIR).join(format!("upcache-{uid}-{hash:016x}")))
@@ -51,6 +54,14 @@ pub(crate) fn open_named(path: &Path) -> Option<OwnedFd> {
         .open(path)
         .ok()
         .map(OwnedFd::from)
+}
+
+/// Whether `fd` is a file of this user's that no one else may open (a cache file of ours,
+/// not one another user put at our name).
+pub(crate) fn private_to_me(fd: &OwnedFd) -> bool {
+    let Ok(md) = fd.try_clone().map(std::fs::File::from).and_then(|f| f.metadata()) else { return false };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    md.is_file() && md.uid() == unsafe { libc::geteuid() } && md.mode() & 0o077 == 0
 }
 
 /// Whether the segment file at `path` is `seg`.

@@ -125,6 +125,7 @@ fn lock_path(socket: &Path) -> PathBuf {
 /// reader: a clone does not count as an attached process).
 pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bool> {
     SERVICE.store(true, Ordering::Relaxed); // Relaxed: see `is_service`
+    STOP.store(false, Ordering::Relaxed); // Relaxed: see `on_stop`
     private_dir(&opts.socket)?;
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -150,11 +151,12 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         .map_err(|e| Error::io("chmod the socket", e))?;
     let named = named::segment_file(&opts.socket);
     let made = match adopt(before, named.as_deref()) {
-        Some(c) => {
+        Ok(Some(c)) => {
             log::info!("upcache serve: took over the cache of a service that died");
             Ok(c)
         }
-        None => create(&opts.config, named.as_deref()),
+        Ok(None) => create(&opts.config, named.as_deref()),
+        Err(e) => Err(e),
     };
     let cache = match made {
         Ok(c) => c,
@@ -198,9 +200,9 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
     let asked: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
+    let alone = std::thread::scope(|s| {
         let flusher = s.spawn(|| flush(&cache, &lent, &asked, &stop));
-        serve_loop(opts, &cache, &listener, &lent, &|slot| {
+        let alone = serve_loop(opts, &cache, &listener, &lent, &|slot| {
             if let Some(slot) = slot {
                 let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
                 if !a.contains(&slot) {
@@ -212,44 +214,90 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         // Relaxed: the unpark that follows wakes the flusher to see it.
         stop.store(true, Ordering::Relaxed);
         flusher.thread().unpark();
+        alone
     });
     let _ = std::fs::remove_file(&opts.socket);
-    // Nothing dirty is left and no other process maps it: the file goes with us (while the
-    // lock is ours, so no service after us finds it). Else it stays for the next service.
+    // Nothing dirty is left and no other process maps it or is about to (one accepted is in
+    // `alone`'s count): the file goes with us. Else it stays for the next service, which
+    // finds it kept by none: the keeper goes before the socket's lock, whatever else holds
+    // the cache (a metrics reader's clone).
     // Relaxed: a count; every other process has gone.
     let clean = cache.inner.view.header().dirty.load(Ordering::Relaxed) == 0;
-    if let Some(path) = named.as_deref().filter(|_| clean && cache.client_count() <= 1) {
+    if let Some(path) = named.as_deref().filter(|_| alone && clean && cache.client_count() <= 1) {
         named::remove_named(path, &cache.segment_fd());
     }
-    log::info!("upcache serve: idle for {:?}, exiting", opts.idle);
+    cache.inner.view.seg.release_keeper();
+    // Relaxed: see `on_stop`.
+    let why = if STOP.load(Ordering::Relaxed) {
+        "stopped by a signal".to_string()
+    } else {
+        format!("idle for {:?}", opts.idle)
+    };
+    log::info!("upcache serve: {why}, exiting");
     drop(lock);
     Ok(true)
 }
 
+/// How long a service waits for a segment file's keeper lock before it takes the file for a
+/// live service's: the service before it lets the lock go just before its socket's lock, and
+/// a killed one in the same exit, but not at the same instant.
+const KEEPER_WAIT: Duration = Duration::from_millis(200);
+
+/// The keeper lock of the segment file behind `fd` (`shm::take_keeper`), waiting up to
+/// [`KEEPER_WAIT`] for a service that is going; None if a live one keeps it.
+fn wait_for_keeper(fd: &OwnedFd) -> Result<Option<OwnedFd>> {
+    let deadline = Instant::now() + KEEPER_WAIT;
+    loop {
+        if let Some(k) = crate::shm::take_keeper(fd)? {
+            return Ok(Some(k));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The segment of a service that died, if one is left: the one its record names, from a
 /// process that maps it, else the file `named` (which outlives every process). Not one that
-/// a live service keeps (`Segment::keep`: one whose socket was removed and made again, as a
-/// benchmark does between runs): that file's name is taken from it, and None. A file this
-/// build cannot read is moved aside (its pages are another format's), and None.
-fn adopt(before: Option<Record>, named: Option<&Path>) -> Option<SharedCache> {
-    let kept_alive = |seg: &mut Segment| matches!(seg.keep(), Ok(false));
+/// a live service keeps (`shm::take_keeper`: one whose socket was removed and made again, as
+/// a benchmark does between runs): that file's name is taken from it, and None. A file this
+/// build cannot read is moved aside (its pages are another format's), and None. An error if
+/// the file is this user's cache but cannot be adopted now (no memory, no descriptor): a
+/// service beside it would be a second cache of the same files.
+fn adopt(before: Option<Record>, named: Option<&Path>) -> Result<Option<SharedCache>> {
     if let Some(fd) = before.and_then(|r| holder::find(&r)) {
         let named_here = named.is_some_and(|p| named::is_named(p, &fd));
-        let taken = Segment::attach(fd).and_then(|mut seg| {
-            if named_here && kept_alive(&mut seg) {
-                return Ok(None); // a live service's: not ours to take
+        let keeper = if named_here { wait_for_keeper(&fd)? } else { None };
+        if !named_here || keeper.is_some() {
+            let seg = Segment::attach(fd)?;
+            if let Some(k) = keeper {
+                seg.keep_with(k);
+            } else {
+                log::warn!(
+                    "upcache serve: the dead service's cache has no file in /dev/shm (a memfd, or its \
+                     file removed): taken over, its dirty pages die with the last of its processes"
+                );
             }
-            SharedCache::adopt(seg).map(Some)
-        });
-        match taken {
-            Ok(Some(c)) => return Some(c),
-            Ok(None) => {}
-            Err(e) => log::warn!("upcache serve: the dead service's cache could not be taken over: {e}"),
+            return SharedCache::adopt(seg).map(Some);
         }
     }
-    let path = named?;
-    let fd = named::open_named(path)?;
-    let unreadable = |e: Error| {
+    let Some(path) = named else { return Ok(None) };
+    let Some(fd) = named::open_named(path) else { return Ok(None) };
+    if !named::private_to_me(&fd) {
+        log::warn!("upcache serve: {} is not this user's cache file; it is left alone", path.display());
+        return Ok(None);
+    }
+    let Some(keeper) = wait_for_keeper(&fd)? else {
+        log::info!(
+            "upcache serve: {} is the cache of a live service (whose socket was removed); it keeps \
+             it, and a new one is made",
+            path.display()
+        );
+        let _ = std::fs::remove_file(path);
+        return Ok(None);
+    };
+    let unreadable = |e: &Error| {
         let aside = path.with_extension("unreadable");
         let moved = std::fs::rename(path, &aside);
         log::error!(
@@ -260,36 +308,40 @@ fn adopt(before: Option<Record>, named: Option<&Path>) -> Option<SharedCache> {
                 Err(e) => format!("it could not be moved aside ({e})"),
             }
         );
-        None
     };
-    // Its size or header is not a segment's (a file of another build, or damaged).
-    let mut seg = match Segment::attach(fd) {
+    // A size or header that is not a segment's, or a cache of another format (another build).
+    let format = |e: &Error| matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Unsupported);
+    let seg = match Segment::attach(fd) {
         Ok(seg) => seg,
-        Err(e) => return unreadable(e),
-    };
-    if kept_alive(&mut seg) {
-        log::info!(
-            "upcache serve: {} is the cache of a live service (whose socket was removed); it keeps it, \
-             and a new one is made",
-            path.display()
-        );
-        let _ = std::fs::remove_file(path);
-        return None;
-    }
-    match SharedCache::adopt(seg) {
-        Ok(c) => Some(c),
-        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Unsupported) => unreadable(e),
-        Err(e) => {
-            log::warn!("upcache serve: the cache in {} could not be taken over: {e}", path.display());
-            None
+        Err(e) if format(&e) => {
+            unreadable(&e);
+            return Ok(None);
         }
+        Err(e) => return Err(e),
+    };
+    seg.keep_with(keeper);
+    match SharedCache::adopt(seg) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if format(&e) => {
+            unreadable(&e);
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
 /// A new cache for the service: its segment the file `named` if it can be made (or if
 /// `named` is None, or it cannot: a memfd, which dies with the last process that maps it).
+/// Not beside a cache file of this user's that `adopt` left (one made meanwhile): an error.
 fn create(config: &SharedConfig, named: Option<&Path>) -> Result<SharedCache> {
     if let Some(path) = named {
+        if let Some(fd) = named::open_named(path).filter(named::private_to_me) {
+            drop(fd);
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("{} is a cache file of this user's that no service took over", path.display()),
+            ));
+        }
         match SharedCache::create_named(config, path) {
             Ok(c) => return Ok(c),
             Err(e) => log::warn!(
@@ -309,17 +361,20 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Makes SIGTERM and SIGINT stop the service in this process as an idle one stops: its
-/// loop ends (within its poll's second), and its cache's file in `/dev/shm` goes with it if
-/// nothing is dirty and no other process is attached (`named.rs`); else it stays for the
-/// service that takes over. Once, in a service's own process (the daemon, `upcache serve`).
+/// Makes SIGTERM and SIGINT end the service in this process in order: its loop ends (within
+/// its poll's second), and its cache's file in `/dev/shm` goes with it if nothing is dirty
+/// and no other process is attached (`named.rs`). Processes still attached put a service
+/// back (`link.rs`), which takes the cache over, as after its death. Once, in a service's own
+/// process (the daemon, `upcache serve`); a second signal kills it.
 pub fn stop_on_signals() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an atomic; no
-        // SA_RESTART, so the signal ends the loop's poll at once.
+        // SA_RESTART, so the signal ends the loop's poll at once; SA_RESETHAND, so a second
+        // one kills a service whose exit hangs.
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            act.sa_flags = libc::SA_RESETHAND;
             libc::sigemptyset(&mut act.sa_mask);
             libc::sigaction(sig, &act, std::ptr::null_mut());
         }
@@ -349,15 +404,16 @@ fn flush(
 }
 
 /// Answers attaches, keeps lent descriptors, passes requests for write-back to the flusher
-/// (`ask`: a file's slot, or None for a pass over the crowd), repairs after hang-ups and writes back orphans, until the service has been idle
-/// for `opts.idle`.
+/// (`ask`: a file's slot, or None for a pass over the crowd), repairs after hang-ups and
+/// writes back orphans, until the service has been idle for `opts.idle` or a signal stops it
+/// ([`stop_on_signals`]); whether no process was attached through it at the end.
 fn serve_loop(
     opts: &ServeOptions,
     cache: &SharedCache,
     listener: &UnixListener,
     lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
     ask: &dyn Fn(Option<u32>),
-) {
+) -> bool {
     let mut attached: Vec<UnixStream> = Vec::new();
     let mut idle_since = Instant::now();
     let mut said_stuck = false;
@@ -427,6 +483,7 @@ fn serve_loop(
             }
         }
     }
+    attached.is_empty()
 }
 
 /// The forked service's log: one line per record, appended to a file.
@@ -738,7 +795,9 @@ fn connect_for(socket: &Path, timeout: Duration, idle: Duration) -> Result<Share
             format!("the cache service at {} did not answer in {timeout:?}", socket.display()),
         )),
         Answer::Stopped(rec) => {
-            let named = || named::segment_file(socket).and_then(|p| named::open_named(&p));
+            // Or its file, if that is the segment the record names.
+            let named =
+                || named::segment_file(socket).and_then(|p| holder::open_if(&p.display().to_string(), &rec));
             let fd = holder::find(&rec).or_else(named).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Io,

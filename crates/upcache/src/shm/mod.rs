@@ -1,19 +1,21 @@
 //! Shared memory for the cache that every process attaches to (issue 17; ARCHITECTURE.md, "The
-//! shared cache"). A [`Segment`] is one memfd that each attached process maps wherever its
-//! kernel chooses, so nothing in it may hold an address: its header names its regions by
-//! offset, and each process turns an offset into a pointer against its own mapping.
+//! shared cache"). A [`Segment`] is one memfd (or tmpfs file, below) that each attached
+//! process maps wherever its kernel chooses, so nothing in it may hold an address: its header
+//! names its regions by offset, and each process turns an offset into a pointer against its
+//! own mapping.
 //!
 //! A memfd has no name in any file system: a process gets one only as a descriptor, inherited
 //! across fork or passed over a socket whose peer was checked, which is what makes one segment
 //! one trust domain. Its size is sealed before any other process sees it, so no peer can
 //! shrink it under another's mapping (which would turn that process's next access into a
-//! SIGBUS) and [`Segment::attach`] refuses a descriptor whose size is not sealed.
+//! SIGBUS).
 //!
 //! A memfd dies with the last process that maps it, and a cache's dirty pages with it. The
 //! service's segment is therefore a file of its own in `/dev/shm` ([`Segment::create_in_tmpfs`],
 //! mode 0600): it outlives the death of every process, as the kernel's page cache does, and a
-//! service started afterwards adopts it. Such a file cannot be sealed; only its user (who can
-//! signal all of the cache's processes anyway) can open it, which is what attach checks.
+//! service started afterwards adopts it. Such a file cannot be sealed; [`Segment::attach`]
+//! takes an unsealed descriptor only if it is such a file, which only its user (who can
+//! signal every process of the cache anyway) may open or truncate.
 //!
 //! [`handoff`] passes a segment's descriptor over a Unix socket, to processes of the same user
 //! only.
@@ -34,4 +36,6 @@ mod segment;
 pub use clients::Clients;
 pub use lock_word::{Acquired, LIVENESS_POLL, MAX_HOLDER};
 pub use owner_lock::OwnerLock;
-pub use segment::{forget_all, hold_mapped_for_fork, huge_pages_allowed, RegionSpec, Segment, MAX_REGIONS};
+pub use segment::{
+    forget_all, hold_mapped_for_fork, huge_pages_allowed, take_keeper, RegionSpec, Segment, MAX_REGIONS,
+};

@@ -59,8 +59,8 @@ pub struct RegionSpec {
 /// process maps it or holds its descriptor.
 pub struct Segment {
     fd: OwnedFd,
-    /// The keeper's lock, if this process keeps the segment ([`Segment::keep`]).
-    keeper: Option<OwnedFd>,
+    /// The keeper's lock, if this process keeps the segment ([`take_keeper`]).
+    keeper: std::sync::Mutex<Option<OwnedFd>>,
     base: NonNull<u8>,
     len: usize,
     /// The regions as checked when this mapping was made: the header in shared memory is
@@ -124,6 +124,27 @@ fn lay_out(regions: &[RegionSpec]) -> Result<([Region; MAX_REGIONS], u64)> {
             .ok_or_else(|| invalid("segment too large"))?;
     }
     Ok((table, end))
+}
+
+/// Takes the keeper lock of the segment file behind `fd`: an exclusive `flock` on a
+/// description of the file of its own, which dies with this process (the segment's
+/// descriptor, passed to every attacher, outlives it). A service holds it on its segment for
+/// its life ([`Segment::keep_with`]), so that one started later tells a live service's file
+/// from a dead one's. None if another process holds it.
+pub fn take_keeper(fd: &impl AsRawFd) -> Result<Option<OwnedFd>> {
+    let own = std::fs::OpenOptions::new()
+        .read(true)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| Error::io("open a shared segment's file again", e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Ok(None),
+            _ => Err(Error::io("lock a shared segment's file", err)),
+        };
+    }
+    Ok(Some(OwnedFd::from(own)))
 }
 
 /// Whether `fd` is on a tmpfs (or is a memfd).
@@ -202,30 +223,22 @@ impl Segment {
         if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, end as libc::off_t) } != 0 {
             return Err(os_error(ErrorKind::NoSpace, &format!("allocate {end} bytes in {}", dir.display())));
         }
-        let mut seg = Segment::publish(fd, &table[..regions.len()], end)?;
-        seg.keep()?;
+        let keeper = take_keeper(&fd)?.ok_or_else(|| invalid("a new file kept by another process"))?;
+        let seg = Segment::publish(fd, &table[..regions.len()], end)?;
+        seg.keep_with(keeper);
         Ok(seg)
     }
 
-    /// Takes the segment's keeper lock: an exclusive `flock` on a description of its file of
-    /// its own, which dies with this process (the segment's descriptor, passed to every
-    /// attacher, outlives it). A service holds it on its segment for its life, so that one
-    /// started later tells a live service's file from a dead one's. False if another process
-    /// holds it.
-    pub fn keep(&mut self) -> Result<bool> {
-        if self.keeper.is_some() {
-            return Ok(true);
-        }
-        let own = std::fs::OpenOptions::new()
-            .read(true)
-            .open(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
-            .map_err(|e| Error::io("open a shared segment's file again", e))?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Ok(false);
-        }
-        self.keeper = Some(OwnedFd::from(own));
-        Ok(true)
+    /// Holds `keeper` ([`take_keeper`]'s) for as long as this mapping lives, or until
+    /// [`Self::release_keeper`].
+    pub fn keep_with(&self, keeper: OwnedFd) {
+        *self.keeper.lock().unwrap_or_else(|p| p.into_inner()) = Some(keeper);
+    }
+
+    /// Lets the keeper lock go (a service about to let its socket go, so that the service
+    /// after it finds the segment kept by none: other references to the cache may outlive it).
+    pub fn release_keeper(&self) {
+        drop(self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     /// Names a segment of [`Self::create_in_tmpfs`] `path` (in its directory), once whoever
@@ -253,8 +266,8 @@ impl Segment {
         region[..table.len()].copy_from_slice(table);
         let header = seg.header_ptr();
         // SAFETY: the header lies in the first huge page of our fresh, zeroed mapping, which no
-        // other process has yet (only we hold the descriptor, or know the new file's name), so
-        // plain writes race with nothing.
+        // other process has yet (only we hold the descriptor: a file is named only once
+        // whole), so plain writes race with nothing.
         unsafe {
             (*header).magic = MAGIC;
             (*header).version = VERSION;
@@ -358,8 +371,9 @@ impl Segment {
         let align = REGION_ALIGN as usize;
         let start = (reserved as usize).next_multiple_of(align);
         // SAFETY: `[start, start + len)` lies inside our reservation (`room` is `len` plus one
-        // alignment), which MAP_FIXED replaces with a shared mapping of our descriptor; the
-        // size is sealed (or the file is this user's alone), so it stays as long as the mapping. The slack on both sides,
+        // alignment), which MAP_FIXED replaces with a shared mapping of our descriptor. The
+        // size is sealed, or the file is this user's alone, whose processes we trust not to
+        // truncate it (one that did would turn our next access past its end into a SIGBUS). The slack on both sides,
         // ours too, is unmapped.
         let raw = unsafe {
             let raw = libc::mmap(
@@ -390,7 +404,7 @@ impl Segment {
         unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
         mapped().push((base.as_ptr() as usize, len, fd.as_raw_fd()));
-        Ok(Segment { fd, keeper: None, base, len, table: Vec::new() })
+        Ok(Segment { fd, keeper: std::sync::Mutex::new(None), base, len, table: Vec::new() })
     }
 
     fn header_ptr(&self) -> *mut Header {
