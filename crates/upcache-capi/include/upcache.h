@@ -107,6 +107,9 @@ typedef struct upcache_shared_settings {
   bool lock_free_index;
   // The service's flushers, 1 to 8: files due for write-back written back at once.
   uint32_t flushers;
+  // Whole pages written back through the file opened with O_DIRECT, past the kernel's page
+  // cache (false: through a writer's descriptor).
+  bool direct_write_back;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

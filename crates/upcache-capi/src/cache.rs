@@ -165,6 +165,9 @@ pub struct upcache_shared_settings {
     pub lock_free_index: bool,
     /// The service's flushers, 1 to 8: files due for write-back written back at once.
     pub flushers: u32,
+    /// Whole pages written back through the file opened with O_DIRECT, past the kernel's page
+    /// cache (false: through a writer's descriptor).
+    pub direct_write_back: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -181,6 +184,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             readahead: c.readahead,
             lock_free_index: c.index == upcache::IndexKind::Radix,
             flushers: c.flushers,
+            direct_write_back: c.direct_write_back,
         }
     }
 }
@@ -220,6 +224,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             readahead: s.readahead,
             index: if s.lock_free_index { upcache::IndexKind::Radix } else { upcache::IndexKind::Sharded },
             flushers: s.flushers,
+            direct_write_back: s.direct_write_back,
             ..SharedConfig::default()
         };
         config.check()?;

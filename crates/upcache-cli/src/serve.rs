@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// I/O), or off, a request per page (as UPCACHE_BUNDLING)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     bundling: bool,
+    /// Write whole pages back through the file opened with O_DIRECT, past the kernel's page
+    /// cache (no second copy of each page), or off, through the writer's descriptor (as
+    /// UPCACHE_DIRECT_WRITE_BACK)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    direct_write_back: bool,
     /// Flushers of the service, 1 to 8: files due for write-back are written back by as many
     /// threads at once (as UPCACHE_FLUSHERS)
     #[arg(long, default_value_t = 2)]
@@ -100,6 +105,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             readahead: args.readahead,
             index: args.index,
             flushers: args.flushers,
+            direct_write_back: args.direct_write_back,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

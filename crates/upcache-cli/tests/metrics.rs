@@ -117,7 +117,16 @@ fn the_shared_cache_service_serves_its_metrics() {
     let mut serve = Command::new(env!("CARGO_BIN_EXE_upcache"))
         .args(["serve", "--memory", "4m", "--idle", "600", "--metrics", "127.0.0.1:0", "--socket"])
         .arg(&socket)
-        .args(["--range-lock", "off", "--bundling", "off", "--readahead", "64k"])
+        .args([
+            "--range-lock",
+            "off",
+            "--bundling",
+            "off",
+            "--readahead",
+            "64k",
+            "--direct-write-back",
+            "off",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,7 +140,13 @@ fn the_shared_cache_service_serves_its_metrics() {
         .output()
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
-    for want in ["range_lock off\n", "run_merging on\n", "bundling off\n", "readahead 65536\n"] {
+    for want in [
+        "range_lock off\n",
+        "run_merging on\n",
+        "bundling off\n",
+        "direct_write_back off\n",
+        "readahead 65536\n",
+    ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");
     }
     // SIGTERM stops it as idleness does: it exits, and its cache's file goes with it (nothing

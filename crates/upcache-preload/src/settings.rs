@@ -27,7 +27,8 @@ pub(crate) struct Settings {
     pub idle: std::time::Duration,
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
-    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count):
+    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
+    /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -46,6 +47,7 @@ pub(crate) struct CacheSettings {
     pub readahead: Option<u64>,
     pub index: Option<upcache::IndexKind>,
     pub flushers: Option<u32>,
+    pub direct_write_back: Option<bool>,
 }
 
 impl CacheSettings {
@@ -69,6 +71,7 @@ impl CacheSettings {
             flushers: var("UPCACHE_FLUSHERS", |s| {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
+            direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?,
         })
     }
 
@@ -84,6 +87,7 @@ impl CacheSettings {
             readahead: self.readahead.unwrap_or(config.readahead),
             index: self.index.unwrap_or(config.index),
             flushers: self.flushers.unwrap_or(config.flushers),
+            direct_write_back: self.direct_write_back.unwrap_or(config.direct_write_back),
             ..config
         }
     }
@@ -105,6 +109,7 @@ impl CacheSettings {
             ("UPCACHE_RANGE_LOCK", self.range_lock, config.range_lock),
             ("UPCACHE_RUN_MERGING", self.run_merging, config.run_merging),
             ("UPCACHE_BUNDLING", self.bundling, config.bundling),
+            ("UPCACHE_DIRECT_WRITE_BACK", self.direct_write_back, config.direct_write_back),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
                 asked.push(format!("{name} for {}", upcache::on_off(b)));

@@ -472,7 +472,7 @@ impl Shim {
             if let Some(differs) = settings.cache.differs(&running) {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
-                     flush interval {:?}, range lock {}, run merging {}, bundling {}, readahead {} bytes \
+                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, readahead {} bytes \
                      and the {} index (its service's, set when it started); this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
@@ -482,6 +482,7 @@ impl Shim {
                     upcache::on_off(running.range_lock),
                     upcache::on_off(running.run_merging),
                     upcache::on_off(running.bundling),
+                    upcache::on_off(running.direct_write_back),
                     running.readahead,
                     running.index.name(),
                 ));

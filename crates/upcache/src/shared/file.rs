@@ -743,7 +743,7 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, false, None)
+        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, None, false, None)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.

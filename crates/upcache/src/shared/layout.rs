@@ -81,6 +81,11 @@ pub struct SharedConfig {
     /// a pass are written back by as many threads at once (ScaleCache's parallel write-back,
     /// seed 000 §3.3; the writers past the foreground ratio write back their own files too).
     pub flushers: u32,
+    /// The service writes whole pages back through the file opened again with `O_DIRECT`
+    /// (past the kernel's page cache: no second copy of each page, the private engine's
+    /// plain files' way); the last page of a file, cut by its length, and file systems
+    /// without `O_DIRECT` go through the descriptor a writer lent. Off, all of it does.
+    pub direct_write_back: bool,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
     /// partition locks (`index.rs`). The other kinds are the private engine's alone.
@@ -107,6 +112,7 @@ impl Default for SharedConfig {
             bundling: true,
             readahead: MAX_SHARED_READAHEAD,
             flushers: 2,
+            direct_write_back: true,
             index: IndexKind::Radix,
         }
     }
@@ -220,6 +226,7 @@ pub(crate) mod technique {
     pub const BUNDLING: u64 = 4;
     /// The ccXArray index (`SharedConfig::index` radix); off, the hash chains.
     pub const RADIX_INDEX: u64 = 8;
+    pub const DIRECT_WRITE_BACK: u64 = 16;
 }
 
 impl Header {
@@ -380,6 +387,7 @@ impl View {
             (config.run_merging, technique::RUN_MERGING),
             (config.bundling, technique::BUNDLING),
             (config.index == IndexKind::Radix, technique::RADIX_INDEX),
+            (config.direct_write_back, technique::DIRECT_WRITE_BACK),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);

@@ -67,6 +67,7 @@ pub use layout::{
     SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_FLUSHERS,
     MAX_SHARED_READAHEAD,
 };
+pub(crate) use writeback::Lent;
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
 /// table when the last clone and the last [`SharedFile`] are dropped.
@@ -274,7 +275,7 @@ impl SharedCache {
     /// so its inode number can serve another file. The table's lock is taken only when there
     /// is something to do, and no write waits under it: a service stopped (SIGSTOP) while
     /// holding it would stall every open in every process.
-    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<Lent>>) -> u64 {
         self.inner.write_back_orphans(lent)
     }
 
@@ -287,7 +288,7 @@ impl SharedCache {
     /// and each written only if its frame still holds that page (of that generation), so
     /// nothing waits under the lock (a partition lock a stopped process holds, an I/O) and no
     /// page goes to another file. The pages written.
-    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<std::fs::File>)], asked: &[u32]) -> u64 {
+    pub(crate) fn write_back_due(&self, lent: &[(u32, Arc<Lent>)], asked: &[u32]) -> u64 {
         let inner = &self.inner;
         let (files, header) = (inner.view.files(), inner.view.header());
         let expire = header.dirty_expire();
@@ -298,7 +299,7 @@ impl SharedCache {
         // Relaxed (age): a hint.
         let expired =
             |e: &files::FileEntry| now.saturating_sub(e.dirtied.load(Ordering::Relaxed)) >= expire.as_secs();
-        let mut due: Vec<(u32, &Arc<std::fs::File>, Option<u64>)> = lent
+        let mut due: Vec<(u32, &Arc<Lent>, Option<u64>)> = lent
             .iter()
             .filter_map(|(slot, fd)| {
                 let e = files.get(*slot as usize)?;
@@ -345,17 +346,17 @@ impl SharedCache {
 
     /// The service's write-back of file `slot` through `fd`, lent by a writer: all of its
     /// dirty pages, or with `stop_at` until the cache has no more dirty pages than that.
-    fn write_back_file(&self, slot: u32, fd: &std::fs::File, now: u64, stop_at: Option<u64>) {
+    fn write_back_file(&self, slot: u32, fd: &Lent, now: u64, stop_at: Option<u64>) {
         let inner = &self.inner;
         let (e, header) = (&inner.view.files()[slot as usize], inner.view.header());
-        let Ok(md) = fd.metadata() else { return };
+        let Ok(md) = fd.fd.metadata() else { return };
         let table = &header.files_lock;
         table.lock(inner.me, |h| inner.alive(h));
         let extent = same_file(e, &md).then(|| inner.file_extent(slot));
         table.unlock(inner.me);
         let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(slot, gen, 0, end));
         // Errors stay on the file, for its next sync.
-        let _ = inner.write_back_listed(&pages, fd, false, stop_at);
+        let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
         // Acquire: pairs with `mark_dirty`'s count. Written in part (`stop_at`), it keeps its
         // age, so its older pages are written once they expire.
         if stop_at.is_none() && e.dirty.load(Ordering::Acquire) > 0 {
@@ -504,11 +505,11 @@ impl SharedCache {
 impl Inner {
     /// [`SharedCache::write_back_orphans`]: also what a process about to leave does, as it may
     /// hold the last mapping of the cache (`link::before_leaving`), with nothing lent.
-    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<std::fs::File>>) -> u64 {
+    pub(crate) fn write_back_orphans(&self, lent: &mut HashMap<u32, Arc<Lent>>) -> u64 {
         let files = self.view.files();
         // Relaxed (all counts and states): hints here, checked again under the table's lock.
         let idle = |e: &files::FileEntry| e.writers.load(Ordering::Relaxed) == 0;
-        let spare = |e: &files::FileEntry, fd: &std::fs::File| match fd.metadata() {
+        let spare = |e: &files::FileEntry, fd: &Lent| match fd.fd.metadata() {
             Err(_) => true,
             Ok(md) => {
                 !same_file(e, &md)
@@ -530,7 +531,7 @@ impl Inner {
         table.lock(self.me, |h| self.alive(h));
         for slot in stale {
             let (e, fd) = (&files[slot as usize], &lent[&slot]);
-            let Ok(md) = fd.metadata() else {
+            let Ok(md) = fd.fd.metadata() else {
                 lent.remove(&slot);
                 continue;
             };
@@ -555,7 +556,10 @@ impl Inner {
             // No descriptor lent (the service that had one died, and this one took over): the
             // file opened again where its last writer had it, if it is still there.
             if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
-                if let Some(fd) = self.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p)) {
+                let direct = self.techniques & layout::technique::DIRECT_WRITE_BACK != 0;
+                if let Some(fd) =
+                    self.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p, direct))
+                {
                     v.insert(fd);
                 }
             }
@@ -571,7 +575,7 @@ impl Inner {
         let mut recount = Vec::new();
         for (slot, fd, (gen, end)) in work {
             let pages = self.candidates_of(slot, gen, 0, end);
-            match self.write_back_listed(&pages, &fd, false, None) {
+            match self.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, None) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
                 // written meanwhile by a new writer, or a count a killed writer left high.
@@ -662,7 +666,7 @@ impl SharedStatus {
 }
 
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.
-fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::fs::File>> {
+fn reopen_for_write_back(e: &files::FileEntry, path: &[u8], direct: bool) -> Option<Arc<Lent>> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
     // Not blocking, whatever is at the path now (a FIFO would hold the open, and with it the
@@ -673,7 +677,7 @@ fn reopen_for_write_back(e: &files::FileEntry, path: &[u8]) -> Option<Arc<std::f
         .open(std::ffi::OsStr::from_bytes(path))
         .ok()?;
     let md = fd.metadata().ok()?;
-    (md.is_file() && same_file(e, &md)).then(|| Arc::new(fd))
+    (md.is_file() && same_file(e, &md)).then(|| Arc::new(Lent::new(fd, direct)))
 }
 
 /// Whether entry `e` names the file `md` describes.
@@ -758,6 +762,7 @@ impl Inner {
             bundling: h.has(layout::technique::BUNDLING),
             readahead: h.readahead_pages() * frame::PAGE as u64,
             flushers: h.flushers(),
+            direct_write_back: h.has(layout::technique::DIRECT_WRITE_BACK),
             index: if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else {
@@ -893,7 +898,7 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
-        let fd = Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
+        let fd = Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
         let data: Vec<u8> = (0..5 * 4096 + 100).map(|i| (i * 7 % 251) as u8).collect();
         f.write_at(&data, 0).unwrap();
         f.write_at(&[1u8; 10], 4096).unwrap();
@@ -908,6 +913,53 @@ mod tests {
         want[4096..2 * 4096].fill(2);
         want[3 * 4096..4 * 4096].fill(3);
         assert_eq!(std::fs::read(&p).unwrap(), want);
+    }
+
+    /// Direct write-back (`SharedConfig::direct_write_back`): runs of whole pages go through
+    /// the file opened with O_DIRECT, the last page (cut by the length) the buffered way, and
+    /// a reader through the kernel's page cache that had read the file before sees the new
+    /// bytes (the kernel drops its copy of what an O_DIRECT write covers).
+    #[test]
+    fn direct_write_back_writes_whole_pages_past_the_kernel_s_cache_coherently() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![b'.'; 3 * 4096 + 10]).unwrap();
+        let lent = Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
+        if lent.direct.is_none() {
+            eprintln!("skipped: {} has no O_DIRECT", dir.path().display());
+            return;
+        }
+        assert!(Lent::new(std::fs::File::open(&p).unwrap(), false).direct.is_none(), "off");
+        // The kernel's page cache holds the old bytes.
+        assert_eq!(std::fs::read(&p).unwrap(), vec![b'.'; 3 * 4096 + 10]);
+        let cache = SharedCache::create(&small()).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let data: Vec<u8> = (0..3 * 4096 + 10).map(|i| (i * 13 % 251) as u8).collect();
+        f.write_at(&data, 0).unwrap();
+        assert_eq!(cache.write_back_due(&[(f.slot(), lent.clone())], &[f.slot()]), 4);
+        // The kernel's cache: the O_DIRECT write dropped its copy of the whole pages, the
+        // buffered one of the last page put that in.
+        assert_eq!(resident(&p), [false, false, false, true]);
+        assert_eq!(std::fs::read(&p).unwrap(), data, "read through the kernel's cache");
+    }
+
+    /// Which pages of the file at `p` the kernel's page cache holds (mincore of a mapping).
+    fn resident(p: &Path) -> Vec<bool> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(p).unwrap();
+        let len = file.metadata().unwrap().len() as usize;
+        let pages = len.div_ceil(4096);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: a fresh read-only shared mapping of our file, never touched, unmapped below;
+        // mincore writes one byte per page into `vec`, which has that many.
+        unsafe {
+            let at =
+                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+            assert_ne!(at, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(at, len, vec.as_mut_ptr()), 0);
+            libc::munmap(at, len);
+        }
+        vec.iter().map(|b| b & 1 == 1).collect()
     }
 
     /// `check_index` finds a tree entry whose frame is not at home there, and a frame at home
@@ -949,7 +1001,10 @@ mod tests {
                 std::fs::write(&p, b"").unwrap();
                 let f = cache.open_path(&p, true).unwrap();
                 f.write_at(&[i; 3 * 4096], 0).unwrap();
-                lent.push((f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap())));
+                lent.push((
+                    f.slot(),
+                    Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true)),
+                ));
                 open.push((p, f));
             }
             let asked: Vec<u32> = lent.iter().map(|(s, _)| *s).collect();
@@ -985,7 +1040,10 @@ mod tests {
         let frames = cache.inner.view.n_frames;
         let f = cache.open_path(&p, true).unwrap();
         let lent = |path: &Path| {
-            vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(path).unwrap()))]
+            vec![(
+                f.slot(),
+                Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(path).unwrap(), true)),
+            )]
         };
         // (A test may change the expiry, fixed otherwise: it is read at each pass.)
         let expire =
@@ -1029,7 +1087,10 @@ mod tests {
             let cache = SharedCache::create(&config).unwrap();
             let frames = cache.inner.view.n_frames;
             let f = cache.open_path(&p, true).unwrap();
-            let lent = vec![(f.slot(), Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap()))];
+            let lent = vec![(
+                f.slot(),
+                Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true)),
+            )];
             let crowd = frames * 3 / 10;
             for i in 0..crowd {
                 f.write_at(&[1u8; 4096], (i * 4096) as u64).unwrap();
@@ -1158,7 +1219,7 @@ mod tests {
         // As a killed writer leaves it: counted, never flagged (Relaxed: this thread's view).
         e.dirty.fetch_add(1, Ordering::Relaxed);
         let mut lent = HashMap::new();
-        let fd = Arc::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
+        let fd = Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
         lent.insert(f.slot(), fd.clone());
         assert_eq!(cache.write_back_orphans(&mut lent), 0, "an open writer: not an orphan");
         assert_eq!(e.dirty.load(Ordering::Relaxed), 4);

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use super::holder::{self, Record};
 use super::named;
 pub use super::named::segment_file;
-use super::{SharedCache, SharedConfig};
+use super::{Lent, SharedCache, SharedConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::{handoff, Segment};
 
@@ -197,7 +197,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         );
     }
     ready(&cache);
-    let lent: Mutex<HashMap<u32, Arc<std::fs::File>>> = Mutex::new(HashMap::new());
+    let lent: Mutex<HashMap<u32, Arc<Lent>>> = Mutex::new(HashMap::new());
     let asked: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let alone = std::thread::scope(|s| {
@@ -387,7 +387,7 @@ pub fn stop_on_signals() {
 /// files a process asked for (`asked`, emptied by each pass).
 fn flush(
     cache: &SharedCache,
-    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
+    lent: &Mutex<HashMap<u32, Arc<Lent>>>,
     asked: &Mutex<Vec<u32>>,
     stop: &AtomicBool,
 ) {
@@ -397,7 +397,7 @@ fn flush(
             std::thread::park_timeout(cache.inner.view.header().flush_interval());
         }
         let now = std::mem::take(&mut *asked.lock().unwrap_or_else(|p| p.into_inner()));
-        let files: Vec<(u32, Arc<std::fs::File>)> =
+        let files: Vec<(u32, Arc<Lent>)> =
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
         cache.write_back_due(&files, &now);
     }
@@ -411,7 +411,7 @@ fn serve_loop(
     opts: &ServeOptions,
     cache: &SharedCache,
     listener: &UnixListener,
-    lent: &Mutex<HashMap<u32, Arc<std::fs::File>>>,
+    lent: &Mutex<HashMap<u32, Arc<Lent>>>,
     ask: &dyn Fn(Option<u32>),
 ) -> bool {
     let mut attached: Vec<UnixStream> = Vec::new();
@@ -436,9 +436,10 @@ fn serve_loop(
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
                     // Without its descriptor (we were out of them): nothing to keep.
                     if let Some(fd) = fd.filter(|fd| cache.accept_lent_fd(slot, fd)) {
+                        let direct = cache.config().direct_write_back;
                         lent.lock()
                             .unwrap_or_else(|p| p.into_inner())
-                            .insert(slot, Arc::new(std::fs::File::from(fd)));
+                            .insert(slot, Arc::new(Lent::new(std::fs::File::from(fd), direct)));
                     }
                 }
                 Ok((5, None)) if msg[0] == b'W' => {
@@ -595,7 +596,7 @@ fn status_text(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     format!(
-        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\nindex {}\nindex_nodes {},{}\nindex_full {}\nflushers {}\nflusher_files {:?}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\nreadahead {}\nclients {}: {:?}\n",
+        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\nindex {}\nindex_nodes {},{}\nindex_full {}\nflushers {}\nflusher_files {:?}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\ndirect_write_back {}\nreadahead {}\nclients {}: {:?}\n",
         std::process::id(),
         cache.memory(),
         mb(s.frames),
@@ -627,6 +628,7 @@ fn status_text(cache: &SharedCache) -> String {
         crate::units::on_off(c.range_lock),
         crate::units::on_off(c.run_merging),
         crate::units::on_off(c.bundling),
+        crate::units::on_off(c.direct_write_back),
         c.readahead,
         s.clients.len(),
         s.clients,
@@ -639,7 +641,7 @@ fn json_of(cache: &SharedCache) -> String {
     let (s, c) = (cache.status(), cache.inner.config());
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
     format!(
-        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"index\":\"{}\",\"index_nodes\":[{},{}],\"index_full\":{},\"flushers\":{},\"flusher_files\":{:?},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"readahead\":{},\"clients\":[{}]}}\n",
+        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"index\":\"{}\",\"index_nodes\":[{},{}],\"index_full\":{},\"flushers\":{},\"flusher_files\":{:?},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"direct_write_back\":{},\"readahead\":{},\"clients\":[{}]}}\n",
         std::process::id(),
         cache.memory(),
         s.frames,
@@ -668,6 +670,7 @@ fn json_of(cache: &SharedCache) -> String {
         c.range_lock,
         c.run_merging,
         c.bundling,
+        c.direct_write_back,
         c.readahead,
         clients.join(","),
     )

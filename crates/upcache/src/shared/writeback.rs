@@ -17,18 +17,45 @@ use super::layout::technique;
 use super::Inner;
 use crate::error::{Error, Result};
 
+/// What the service writes a file back through: the descriptor a writer lent it, and with
+/// `SharedConfig::direct_write_back` the file opened again with `O_DIRECT` (a description of
+/// its own: the lent one's flags are its writer's), for runs of whole pages. None where the
+/// file system has no `O_DIRECT` (tmpfs) or the file can no longer be opened for writing.
+pub(crate) struct Lent {
+    pub fd: std::fs::File,
+    pub direct: Option<std::fs::File>,
+}
+
+impl Lent {
+    pub fn new(fd: std::fs::File, direct: bool) -> Lent {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = direct
+            .then(|| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                    .ok()
+            })
+            .flatten();
+        Lent { fd, direct }
+    }
+}
+
 impl Inner {
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
     /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
     pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
-        self.write_back_run(&[f], fd)
+        self.write_back_run(&[f], fd, None)
     }
 
     /// Writes frames `run` (locked by us, `DIRTY`, holding pages that follow each other in one
     /// file, the first page first) back through `fd` with one `pwritev`, up to the file's
     /// length, and clears their `DIRTY`; on failure keeps them all dirty and records the error
     /// on the file.
-    fn write_back_run(&self, run: &[u32], fd: &std::fs::File) -> Result<()> {
+    /// With `direct` (`Lent::direct`), a run of whole pages goes through it, past the kernel's
+    /// page cache (one that it refuses, through `fd`).
+    fn write_back_run(&self, run: &[u32], fd: &std::fs::File, direct: Option<&std::fs::File>) -> Result<()> {
         let frames = self.view.frames();
         let k = frames[run[0] as usize].key();
         let e = &self.view.files()[key_slot(k) as usize];
@@ -48,7 +75,27 @@ impl Inner {
             // Relaxed: a counter.
             self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(err) = crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs) {
+        let written = match direct {
+            // The whole pages through `direct`: frames are page-aligned in memory and runs start
+            // at a page of the file, aligned as O_DIRECT wants on block sizes up to a page. The
+            // last page, cut by the length, and a run O_DIRECT refuses anyway (EINVAL), the
+            // buffered way.
+            Some(d) => {
+                let whole = bufs.iter().take_while(|b| b.len() == PAGE).count();
+                let (head, tail) = bufs.split_at_mut(whole);
+                let direct = match crate::io::sys::pwritev_all(d.as_raw_fd(), at, &mut head.to_vec()) {
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        crate::io::sys::pwritev_all(fd.as_raw_fd(), at, head)
+                    }
+                    r => r,
+                };
+                direct.and_then(|()| {
+                    crate::io::sys::pwritev_all(fd.as_raw_fd(), at + (whole * PAGE) as u64, tail)
+                })
+            }
+            None => crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs),
+        };
+        if let Err(err) = written {
             let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
             e.record_error(errno);
             return Err(Error::io("write back pages of a shared file", err));
@@ -72,11 +119,12 @@ impl Inner {
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), fd, true, None)
+        self.write_back_listed(&self.file_candidates(slot), fd, None, true, None)
     }
 
-    /// Writes back, through `fd`, each listed frame (of one file) that still holds its page
-    /// (`home` the key) and is dirty, in runs; the first error. Without `wait`, a frame locked
+    /// Writes back, through `fd` (whole pages through `direct` if given), each listed frame (of
+    /// one file) that still holds its page (`home` the key) and is dirty, in runs; the first
+    /// error. Without `wait`, a frame locked
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
     /// not stall it). With `stop_at`, it stops before a run once the cache has no more dirty
     /// pages than that (background write-back, as the kernel's stops below its threshold).
@@ -84,6 +132,7 @@ impl Inner {
         &self,
         pages: &[(u32, u64)],
         fd: &std::fs::File,
+        direct: Option<&std::fs::File>,
         wait: bool,
         stop_at: Option<u64>,
     ) -> Result<()> {
@@ -122,7 +171,7 @@ impl Inner {
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
             own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
-            if let Err(err) = self.write_back_run(&run, fd) {
+            if let Err(err) = self.write_back_run(&run, fd, direct) {
                 first = first.and(Err(err));
             }
             for f in run.drain(..) {
