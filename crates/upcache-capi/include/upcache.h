@@ -83,8 +83,9 @@ typedef struct upcache_file upcache_file;
 typedef struct upcache_shared_settings {
   // Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
   uint64_t memory;
-  // Past this fraction of the cache dirty, the service writes back every dirty file at each
-  // pass (0 < dirty_background <= dirty_foreground <= 1, dirty_background < 1).
+  // Past this fraction of the cache dirty, the service writes dirty files back until the
+  // cache is a sixteenth below it (0 < dirty_background <= dirty_foreground <= 1,
+  // dirty_background < 1).
   double dirty_background;
   // Past this fraction, a writer writes back its own file before writing.
   double dirty_foreground;

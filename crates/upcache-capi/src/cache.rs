@@ -141,8 +141,9 @@ unsafe fn attach(
 pub struct upcache_shared_settings {
     /// Bytes of memory for pages (a multiple of 4096, at least 64 KiB).
     pub memory: u64,
-    /// Past this fraction of the cache dirty, the service writes back every dirty file at each
-    /// pass (0 < dirty_background <= dirty_foreground <= 1, dirty_background < 1).
+    /// Past this fraction of the cache dirty, the service writes dirty files back until the
+    /// cache is a sixteenth below it (0 < dirty_background <= dirty_foreground <= 1,
+    /// dirty_background < 1).
     pub dirty_background: f64,
     /// Past this fraction, a writer writes back its own file before writing.
     pub dirty_foreground: f64,

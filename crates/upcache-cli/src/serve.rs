@@ -21,8 +21,8 @@ pub struct ServeArgs {
     /// Files cached at once
     #[arg(long, default_value_t = 4096)]
     files: u32,
-    /// Dirty fractions of the cache BG,FG: past BG the service writes back every dirty file
-    /// at each pass, past FG a writer writes back its own file first (as the shim's
+    /// Dirty fractions of the cache BG,FG: past BG the service writes dirty files back until
+    /// the cache is a sixteenth below it, past FG a writer writes back its own file first (as the shim's
     /// UPCACHE_DIRTY_RATIOS)
     #[arg(long, value_name = "BG,FG", default_value = "0.25,0.5", value_parser = upcache::parse_ratios)]
     dirty_ratios: (f64, f64),

@@ -255,7 +255,7 @@ fn processes_attached_through_the_service_see_each_others_writes() {
     assert_eq!(&disk[9000..9005], b"world", "the last close wrote back");
 }
 
-/// A writer past the background dirty ratio has the service write its file back at once, as
+/// A writer past the background dirty ratio has the service write back at once, as
 /// the kernel's writers wake its flusher: with the service's own pass an hour away and the
 /// foreground ratio far off, nothing else writes the pages back while the writer keeps going.
 #[test]
@@ -282,7 +282,7 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
     let page = vec![7u8; 4096];
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut written = 0;
-    // Each write past the ratio asks (one request in flight); the service takes its time.
+    // Each write past the ratio kicks the service (once per 10 ms); it takes its time.
     while cache.written_back_bytes() == 0 {
         assert!(std::time::Instant::now() < deadline, "nothing written back after 60 s");
         if written < 300 {

@@ -600,8 +600,8 @@ impl SharedFile {
         Ok(done)
     }
 
-    /// Past the background dirty ratio (a quarter of the cache by default) a writer asks the
-    /// service to write its file back, at once, as the kernel's writers wake its flusher, so
+    /// Past the background dirty ratio (a quarter of the cache by default) a writer wakes the
+    /// service's write-back at once, as the kernel's writers wake its flusher, so
     /// that the disk works while the writer copies; past the foreground ratio (half) it first
     /// writes back its own file's dirty pages, so clean frames remain for everyone's misses.
     fn throttle(&self) {

@@ -15,7 +15,7 @@ use crate::index::IndexKind;
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0a");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0b");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -38,8 +38,9 @@ mod kind {
 const PATH_WORDS: usize = 64;
 
 /// Default dirty ratios of the shared cache (background, foreground), as fractions of its
-/// frames: past a quarter dirty the service writes back every dirty file, not only the
-/// expired ones; past half, a writer first writes back its own file.
+/// frames: past a quarter dirty the service writes dirty files back (not only the expired
+/// ones) until the cache is a sixteenth below it; past half, a writer first writes back its
+/// own file.
 pub const DEFAULT_SHARED_DIRTY_RATIOS: (f64, f64) = (0.25, 0.5);
 /// Default time between two passes of the service's flusher.
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -57,8 +58,9 @@ pub struct SharedConfig {
     /// Processes attached at once.
     pub clients: u32,
     /// (background, foreground) dirty fractions of the frames, 0 < background <= foreground
-    /// <= 1 and background < 1: past the first the service writes back every dirty file at each pass; past the
-    /// second a writer writes back its own file before writing.
+    /// <= 1 and background < 1: past the first a writer wakes the service, which writes dirty
+    /// files back until the cache is a sixteenth below it; past the second a writer writes
+    /// back its own file before writing.
     pub dirty_ratios: (f64, f64),
     /// Age at which the service writes a file's dirty pages back (the kernel's 30 s); at most
     /// an hour.
@@ -237,8 +239,8 @@ impl Header {
         (ratio(0), ratio(1))
     }
 
-    /// The dirty frame counts past which the service writes back every dirty file
-    /// (background) and a writer writes back its own first (foreground), of `frames`.
+    /// The dirty frame counts past which the service writes dirty files back (background)
+    /// and a writer writes back its own first (foreground), of `frames`.
     pub fn dirty_limits(&self, frames: usize) -> (usize, usize) {
         let (bg, fg) = self.dirty_ratios();
         ((bg * frames as f64) as usize, (fg * frames as f64) as usize)

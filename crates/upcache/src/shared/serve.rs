@@ -936,7 +936,7 @@ fn daemon_main(opts: &ServeOptions, tx: OwnedFd) -> ! {
     stop_on_signals();
     // SAFETY: as above.
     unsafe {
-        // Nor its working directory (a mount kept busy), and room for a descriptor per
+        // Nor its working directory (a mount kept busy), and room for two descriptors per
         // file written: the hard limit.
         libc::chdir(c"/".as_ptr());
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -20,7 +20,9 @@ use crate::error::{Error, Result};
 /// What the service writes a file back through: the descriptor a writer lent it, and with
 /// `SharedConfig::direct_write_back` the file opened again with `O_DIRECT` (a description of
 /// its own: the lent one's flags are its writer's), for runs of whole pages. None where the
-/// file system has no `O_DIRECT` (tmpfs) or the file can no longer be opened for writing.
+/// file system has no `O_DIRECT` or the file can no longer be opened for writing; opened
+/// without blocking, so a lease another program holds refuses it instead of stalling the
+/// service's loop for the lease's break time.
 pub(crate) struct Lent {
     pub fd: std::fs::File,
     pub direct: Option<std::fs::File>,
@@ -33,7 +35,7 @@ impl Lent {
             .then(|| {
                 std::fs::OpenOptions::new()
                     .write(true)
-                    .custom_flags(libc::O_DIRECT)
+                    .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK)
                     .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
                     .ok()
             })
