@@ -611,6 +611,14 @@ n = int(sys.argv[2])
 print(sum(os.pread(fd, 8, i * 4096) != b"%08d" % i for i in range(n)), flush=True)
 "#;
 
+/// "N missing as read": how many of the first `count` records of the file at `path` a new
+/// process on `side` reads wrong (`RECORDS_MISSING`).
+fn missing_as_read(side: &Side, path: &str, count: usize) -> String {
+    let read = side.python(RECORDS_MISSING, &[path, &count.to_string()]).output().unwrap();
+    assert!(read.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&read.stderr));
+    format!("{} missing as read", String::from_utf8_lossy(&read.stdout).trim())
+}
+
 /// Cause 11: a writer and the service killed by SIGKILL, no other process attached, so that
 /// no process maps the cache any more (the writer stopped first, so it cannot start a
 /// service in place of the one killed): every write that returned is read by the next
@@ -640,9 +648,7 @@ fn writes_survive_the_death_of_every_process_of_the_cache() {
             }
             writer.kill().unwrap();
             writer.wait().unwrap();
-            let read = side.python(RECORDS_MISSING, &[path, &COUNT.to_string()]).output().unwrap();
-            assert!(read.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&read.stderr));
-            seen.push(format!("{} missing as read", String::from_utf8_lossy(&read.stdout).trim()));
+            seen.push(missing_as_read(&side, path, COUNT));
         }
         let fired = side.shim.as_ref().and_then(|(_, socket)| wait_for_service_exit(socket));
         assert_ne!(
@@ -697,16 +703,11 @@ fn a_cache_whose_file_was_removed_is_taken_over_from_its_processes() {
             std::fs::remove_file(&named).unwrap();
             signal(running_service(socket).expect("a service"), libc::SIGKILL);
         }
-        let mut missing = |count: usize| {
-            let read = side.python(RECORDS_MISSING, &[path, &count.to_string()]).output().unwrap();
-            assert!(read.status.success(), "{}: {}", side.label(), String::from_utf8_lossy(&read.stderr));
-            seen.push(format!("{} missing as read", String::from_utf8_lossy(&read.stdout).trim()));
-        };
         // A new process first (on the service put back), then the writer again.
-        missing(COUNT);
+        seen.push(missing_as_read(&side, path, COUNT));
         writer.tell();
         assert_eq!(writer.next(), "written", "{}: the writer's second batch", side.label());
-        missing(2 * COUNT);
+        seen.push(missing_as_read(&side, path, 2 * COUNT));
         writer.end("the writer");
         if let Some((_, socket)) = &side.shim {
             assert_ne!(wait_for_service_exit(socket), Some(true), "the service did not exit");

@@ -77,7 +77,7 @@ fn frozen(pid: u32) -> bool {
 /// The segment `rec` names, opened from a live process that has it open: the recorded
 /// service first, then any process of this user with a memfd of the same identity.
 pub(crate) fn find(rec: &Record) -> Option<OwnedFd> {
-    if let Some(fd) = open_if(&format!("/proc/{}/fd/{}", rec.pid, rec.fd), rec) {
+    if let Some(fd) = open_if(Path::new(&format!("/proc/{}/fd/{}", rec.pid, rec.fd)), rec) {
         return Some(fd);
     }
     // SAFETY: geteuid has no arguments and cannot fail.
@@ -97,7 +97,7 @@ pub(crate) fn find(rec: &Record) -> Option<OwnedFd> {
                 t.starts_with(b"/memfd:upcache-shared") || t.starts_with(b"/dev/shm/")
             });
             if is_segment {
-                if let Some(found) = open_if(&fd.path().display().to_string(), rec) {
+                if let Some(found) = open_if(&fd.path(), rec) {
                     return Some(found);
                 }
             }
@@ -106,8 +106,9 @@ pub(crate) fn find(rec: &Record) -> Option<OwnedFd> {
     None
 }
 
-/// `path` (a `/proc/<pid>/fd/<n>`) opened, if it is the segment `rec` names.
-pub(crate) fn open_if(path: &str, rec: &Record) -> Option<OwnedFd> {
+/// `path` (a `/proc/<pid>/fd/<n>`, or the segment's file) opened, if it is the segment `rec`
+/// names.
+pub(crate) fn open_if(path: &Path, rec: &Record) -> Option<OwnedFd> {
     let f = std::fs::OpenOptions::new().read(true).write(true).custom_flags_cloexec().open(path).ok()?;
     let fd = OwnedFd::from(f);
     (identity(&fd) == Some((rec.dev, rec.ino))).then_some(fd)

@@ -154,25 +154,23 @@ pub(crate) struct OpenFd {
 impl SharedCache {
     /// Makes a new shared cache as `config` says and attaches this process to it.
     pub fn create(config: &SharedConfig) -> Result<SharedCache> {
-        SharedCache::join(View::create(config, None)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
+        SharedCache::create_in(config, None)
     }
 
-    /// As [`Self::create`], the segment a new file at `path` on a tmpfs, which outlives every
-    /// process (`Segment::create_in_tmpfs`): the service's.
-    pub(crate) fn create_named(config: &SharedConfig, path: &Path) -> Result<SharedCache> {
-        SharedCache::join(View::create(config, Some(path))?, link::Link::new(None, serve::DEFAULT_IDLE, None))
+    /// As [`Self::create`], with `named` the segment a new file at that path on a tmpfs, which
+    /// outlives every process (`Segment::create_in_tmpfs`): the service's.
+    pub(crate) fn create_in(config: &SharedConfig, named: Option<&Path>) -> Result<SharedCache> {
+        SharedCache::join(View::create(config, named)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
 
     /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
     /// by [`crate::shm::handoff`] or by inheritance), after checking the segment.
     pub fn attach(fd: OwnedFd) -> Result<SharedCache> {
-        SharedCache::join(
-            View::attach(Segment::attach(fd)?)?,
-            link::Link::new(None, serve::DEFAULT_IDLE, None),
-        )
+        SharedCache::adopt(Segment::attach(fd)?)
     }
 
-    /// Attaches to `seg`, checked already (a service taking over a dead one's cache).
+    /// Attaches to `seg`, mapped and checked (`Segment::attach`; a service taking over a dead
+    /// one's cache holds its keeper lock first).
     pub(crate) fn adopt(seg: Segment) -> Result<SharedCache> {
         SharedCache::join(View::attach(seg)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
     }
@@ -556,7 +554,7 @@ impl Inner {
             // No descriptor lent (the service that had one died, and this one took over): the
             // file opened again where its last writer had it, if it is still there.
             if let std::collections::hash_map::Entry::Vacant(v) = lent.entry(slot) {
-                let direct = self.techniques & layout::technique::DIRECT_WRITE_BACK != 0;
+                let direct = self.direct_write_back();
                 if let Some(fd) =
                     self.view.path(slot as usize).and_then(|p| reopen_for_write_back(e, &p, direct))
                 {
@@ -771,6 +769,11 @@ impl Inner {
         }
     }
 
+    /// Whether the service writes whole pages back with O_DIRECT (`Lent`).
+    pub(crate) fn direct_write_back(&self) -> bool {
+        self.techniques & layout::technique::DIRECT_WRITE_BACK != 0
+    }
+
     /// Whether the attachment was given up for good ([`SharedCache::retire`]).
     pub(crate) fn retired(&self) -> bool {
         // Acquire: pairs with `retire`'s swap.
@@ -926,7 +929,7 @@ mod tests {
         std::fs::write(&p, vec![b'.'; 3 * 4096 + 10]).unwrap();
         let lent = Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true));
         // tmpfs takes O_DIRECT since Linux 6.6, but keeps its pages, being the page cache.
-        if lent.direct.is_none() || on_tmpfs(dir.path()) {
+        if lent.direct.is_none() || named::on_tmpfs(dir.path()) {
             eprintln!("skipped: {} has no O_DIRECT past a page cache", dir.path().display());
             return;
         }
@@ -942,17 +945,6 @@ mod tests {
         // buffered one of the last page put that in.
         assert_eq!(resident(&p), [false, false, false, true]);
         assert_eq!(std::fs::read(&p).unwrap(), data, "read through the kernel's cache");
-    }
-
-    /// Whether `dir` is on a tmpfs.
-    fn on_tmpfs(dir: &Path) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-        let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-        // SAFETY: a C string we own; statfs writes one statfs, read only on success.
-        unsafe {
-            libc::statfs(c.as_ptr(), st.as_mut_ptr()) == 0 && st.assume_init().f_type == libc::TMPFS_MAGIC
-        }
     }
 
     /// Which pages of the file at `p` the kernel's page cache holds (mincore of a mapping).

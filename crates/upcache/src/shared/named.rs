@@ -2,7 +2,7 @@
 //! (`Segment::create_in_tmpfs`, named once whole). A memfd dies with the last process that
 //! maps it, dirty pages and all; this file outlives the death of every process (as the
 //! kernel's page cache does), and the next service started on the socket adopts it. The
-//! service keeps it (`Segment::keep`, a lock that dies with it), so a service started while
+//! service keeps it (`shm::take_keeper`, a lock that dies with it), so a service started while
 //! another lives (whose socket was removed and made again) takes the name for a new file
 //! instead of sharing the live one's. The file goes when its service exits with nothing
 //! dirty and no process attached; one whose service was killed with nothing in it stays
@@ -20,14 +20,7 @@ const SHM_DIR: &str = "/dev/shm";
 /// The file of the segment of the service at `socket`, the same for every service started
 /// there; None if `/dev/shm` is not a tmpfs. A stable hash (FNV-1a), as builds must agree.
 pub fn segment_file(socket: &Path) -> Option<PathBuf> {
-    let md = std::fs::metadata(SHM_DIR).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: a C string literal; statfs writes one statfs into `st`, read only on success.
-    let tmpfs = unsafe {
-        libc::statfs(c"/dev/shm".as_ptr(), st.as_mut_ptr()) == 0
-            && st.assume_init().f_type == libc::TMPFS_MAGIC
-    };
-    if !md.is_dir() || !tmpfs {
+    if !std::fs::metadata(SHM_DIR).is_ok_and(|md| md.is_dir()) || !on_tmpfs(Path::new(SHM_DIR)) {
         return None;
     }
     let dir = socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -43,6 +36,15 @@ pub fn segment_file(socket: &Path) -> Option<PathBuf> {
     // SAFETY: geteuid has no arguments and cannot fail.
     let uid = unsafe { libc::geteuid() };
     Some(Path::new(SHM_DIR).join(format!("upcache-{uid}-{hash:016x}")))
+}
+
+/// Whether `path` is on a tmpfs.
+pub(crate) fn on_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a C string we own; statfs writes one statfs into `st`, read only on success.
+    unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) == 0 && st.assume_init().f_type == libc::TMPFS_MAGIC }
 }
 
 /// The segment file at `path`, opened (not through a symbolic link), if there is one.

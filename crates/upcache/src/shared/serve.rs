@@ -342,7 +342,7 @@ fn create(config: &SharedConfig, named: Option<&Path>) -> Result<SharedCache> {
                 format!("{} is a cache file of this user's that no service took over", path.display()),
             ));
         }
-        match SharedCache::create_named(config, path) {
+        match SharedCache::create_in(config, Some(path)) {
             Ok(c) => return Ok(c),
             Err(e) => log::warn!(
                 "upcache serve: no cache file in /dev/shm ({e}); the cache is a memfd, and its dirty \
@@ -436,7 +436,7 @@ fn serve_loop(
                     let slot = u32::from_le_bytes([msg[1], msg[2], msg[3], msg[4]]);
                     // Without its descriptor (we were out of them): nothing to keep.
                     if let Some(fd) = fd.filter(|fd| cache.accept_lent_fd(slot, fd)) {
-                        let direct = cache.config().direct_write_back;
+                        let direct = cache.inner.direct_write_back();
                         lent.lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(slot, Arc::new(Lent::new(std::fs::File::from(fd), direct)));
@@ -799,8 +799,7 @@ fn connect_for(socket: &Path, timeout: Duration, idle: Duration) -> Result<Share
         )),
         Answer::Stopped(rec) => {
             // Or its file, if that is the segment the record names.
-            let named =
-                || named::segment_file(socket).and_then(|p| holder::open_if(&p.display().to_string(), &rec));
+            let named = || named::segment_file(socket).and_then(|p| holder::open_if(&p, &rec));
             let fd = holder::find(&rec).or_else(named).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Io,
