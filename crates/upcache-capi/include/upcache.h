@@ -111,6 +111,15 @@ typedef struct upcache_shared_settings {
   // Whole pages written back through the file opened with O_DIRECT, past the kernel's page
   // cache (false: through a writer's descriptor).
   bool direct_write_back;
+  // GClock (SAFS): the clock hand passes a page over once per read, up to 4 (false:
+  // CLOCK, once).
+  bool gclock;
+  // Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
+  // the first it finds, written back).
+  bool clean_first;
+  // dflush: a writer past the foreground fraction writes back its own file (false: it
+  // pauses until the service's write-back brings the cache under it).
+  bool dflush;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
@@ -171,7 +180,7 @@ extern "C" {
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
 
 // The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-// every technique on, 1 MiB of readahead.
+// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 struct upcache_shared_settings upcache_shared_settings_default(void);
 
 // As `upcache_attach`, starting the service with `settings` if none answers (NULL: the

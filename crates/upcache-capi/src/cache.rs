@@ -169,6 +169,15 @@ pub struct upcache_shared_settings {
     /// Whole pages written back through the file opened with O_DIRECT, past the kernel's page
     /// cache (false: through a writer's descriptor).
     pub direct_write_back: bool,
+    /// GClock (SAFS): the clock hand passes a page over once per read, up to 4 (false:
+    /// CLOCK, once).
+    pub gclock: bool,
+    /// Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
+    /// the first it finds, written back).
+    pub clean_first: bool,
+    /// dflush: a writer past the foreground fraction writes back its own file (false: it
+    /// pauses until the service's write-back brings the cache under it).
+    pub dflush: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -186,12 +195,15 @@ impl From<&SharedConfig> for upcache_shared_settings {
             lock_free_index: c.index == upcache::IndexKind::Radix,
             flushers: c.flushers,
             direct_write_back: c.direct_write_back,
+            gclock: c.policy == upcache::PolicyKind::GClock,
+            clean_first: c.clean_first == upcache::CleanFirst::Always,
+            dflush: c.flush == upcache::FlushKind::Direct,
         }
     }
 }
 
 /// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-/// every technique on, 1 MiB of readahead.
+/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 #[no_mangle]
 pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())
@@ -226,6 +238,9 @@ pub unsafe extern "C" fn upcache_attach_with(
             index: if s.lock_free_index { upcache::IndexKind::Radix } else { upcache::IndexKind::Sharded },
             flushers: s.flushers,
             direct_write_back: s.direct_write_back,
+            policy: if s.gclock { upcache::PolicyKind::GClock } else { upcache::PolicyKind::Clock },
+            clean_first: if s.clean_first { upcache::CleanFirst::Always } else { upcache::CleanFirst::Never },
+            flush: if s.dflush { upcache::FlushKind::Direct } else { upcache::FlushKind::Background },
             ..SharedConfig::default()
         };
         config.check()?;

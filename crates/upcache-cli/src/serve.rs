@@ -57,6 +57,19 @@ pub struct ServeArgs {
     /// hash chains under 1024 partition locks (as UPCACHE_INDEX)
     #[arg(long, value_name = "radix|sharded", default_value = "radix")]
     index: upcache::IndexKind,
+    /// The clock hand's rule: clock (a page read since the hand passed stays a lap) or gclock
+    /// (SAFS: a lap per read, up to 4) (as UPCACHE_POLICY)
+    #[arg(long, value_name = "clock|gclock", default_value = "clock")]
+    policy: upcache::PolicyKind,
+    /// clean-first: the hand passes dirty pages over for a lap in search of a clean one; plain:
+    /// it takes the first it finds, writing it back (as UPCACHE_CLEAN_FIRST)
+    #[arg(long, value_name = "clean-first|plain", default_value = "clean-first")]
+    clean_first: upcache::CleanFirst,
+    /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
+    /// background, pauses until the service's write-back brings the cache under it (the
+    /// kernel's way) (as UPCACHE_FLUSH)
+    #[arg(long, value_name = "dflush|background", default_value = "dflush")]
+    flush: upcache::FlushKind,
     /// Bytes a sequential stream's read loads ahead, at most 1 MiB; 0 turns readahead off
     /// (as UPCACHE_READAHEAD)
     #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = crate::size::parse_size)]
@@ -106,6 +119,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             index: args.index,
             flushers: args.flushers,
             direct_write_back: args.direct_write_back,
+            policy: args.policy,
+            clean_first: args.clean_first,
+            flush: args.flush,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

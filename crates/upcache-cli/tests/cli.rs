@@ -549,19 +549,24 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The shared engine takes none of the in-process engine's technique flags yet (issue 34):
-/// alone it refuses them, naming each, rather than running without them; beside the upcache
-/// engine they set that engine, and a note says so; a shared run's config (every setting,
-/// the in-process engine's at their defaults) passed back runs again.
+/// The shared engine takes only some of the in-process engine's technique flags (issue 34):
+/// alone it refuses the others, naming each, rather than running without them, and a policy
+/// its cache has not (s3fifo, gc-aware) even beside the upcache engine; beside the upcache
+/// engine the others set that engine, and a note says so; a shared run's config (every
+/// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out =
-        upcache(&["bench", "--engine", "shared", "--policy", "s3fifo", "--streams", "off", "--dry-run"]);
+    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--streams", "off", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--policy, --streams"), "{err}");
-    let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", "s3fifo", "--dry-run"]);
+    assert!(!out.status.success() && err.contains("--streams, --alloc"), "{err}");
+    let out = upcache(&["bench", "--compare", "upcache,shared", "--streams", "off", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("note: --policy set the upcache engine only"), "{err}");
+    assert!(out.status.success() && err.contains("note: --streams set the upcache engine only"), "{err}");
+    for policy in ["s3fifo", "clock+gc-aware"] {
+        let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", policy, "--dry-run"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("the shared cache's"), "{policy}: {err}");
+    }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_str().unwrap();
     let run =
@@ -605,6 +610,13 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
     for flag in ["bundling", "range-lock", "run-merging"] {
         assert_eq!(off["config"][flag], "off", "{}", off["config"]);
     }
+    // The policy and flush flags reach the shared cache (its own tests show what each does).
+    let other = read(&["--policy", "gclock+plain", "--flush", "background"]);
+    assert_eq!(
+        (&other["config"]["policy"], &other["config"]["flush"]),
+        (&serde_json::json!("gclock+plain"), &serde_json::json!("background")),
+        "{other}"
+    );
     let out = upcache(&["bench", "--engine", "shared", "--readahead", "2m", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("readahead"), "{err}");

@@ -126,6 +126,12 @@ fn the_shared_cache_service_serves_its_metrics() {
             "64k",
             "--direct-write-back",
             "off",
+            "--policy",
+            "gclock",
+            "--clean-first",
+            "plain",
+            "--flush",
+            "background",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -145,9 +151,30 @@ fn the_shared_cache_service_serves_its_metrics() {
         "run_merging on\n",
         "bundling off\n",
         "direct_write_back off\n",
+        "policy gclock\n",
+        "clean_first plain\n",
+        "flush background\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");
+    }
+    // The JSON status has the same fields, as JSON.
+    let json = Command::new(env!("CARGO_BIN_EXE_upcache"))
+        .args(["serve", "--status", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    for (field, want) in [
+        ("range_lock", serde_json::json!(false)),
+        ("policy", serde_json::json!("gclock")),
+        ("clean_first", serde_json::json!("plain")),
+        ("flush", serde_json::json!("background")),
+        ("readahead", serde_json::json!(65536)),
+        ("dirty_ratios", serde_json::json!([0.25, 0.5])),
+        ("memory_bytes", serde_json::json!(4 << 20)),
+    ] {
+        assert_eq!(json[field], want, "{field} in {json}");
     }
     // SIGTERM stops it as idleness does: it exits, and its cache's file goes with it (nothing
     // in it was dirty, nobody else attached).

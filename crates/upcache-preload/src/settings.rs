@@ -28,7 +28,9 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
-    /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only):
+    /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only), UPCACHE_POLICY
+    /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain), UPCACHE_FLUSH
+    /// (dflush|background):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -48,6 +50,9 @@ pub(crate) struct CacheSettings {
     pub index: Option<upcache::IndexKind>,
     pub flushers: Option<u32>,
     pub direct_write_back: Option<bool>,
+    pub policy: Option<upcache::PolicyKind>,
+    pub clean_first: Option<upcache::CleanFirst>,
+    pub flush: Option<upcache::FlushKind>,
 }
 
 impl CacheSettings {
@@ -72,6 +77,11 @@ impl CacheSettings {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
             direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?,
+            policy: var("UPCACHE_POLICY", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
+            clean_first: var("UPCACHE_CLEAN_FIRST", |s| {
+                s.parse().map_err(|e: upcache::Error| e.to_string())
+            })?,
+            flush: var("UPCACHE_FLUSH", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
         })
     }
 
@@ -88,6 +98,9 @@ impl CacheSettings {
             index: self.index.unwrap_or(config.index),
             flushers: self.flushers.unwrap_or(config.flushers),
             direct_write_back: self.direct_write_back.unwrap_or(config.direct_write_back),
+            policy: self.policy.unwrap_or(config.policy),
+            clean_first: self.clean_first.unwrap_or(config.clean_first),
+            flush: self.flush.unwrap_or(config.flush),
             ..config
         }
     }
@@ -124,6 +137,15 @@ impl CacheSettings {
         if let Some(n) = self.flushers.filter(|n| *n != config.flushers) {
             asked.push(format!("UPCACHE_FLUSHERS for {n}"));
         }
+        if let Some(p) = self.policy.filter(|p| *p != config.policy) {
+            asked.push(format!("UPCACHE_POLICY for {}", p.name()));
+        }
+        if let Some(c) = self.clean_first.filter(|c| *c != config.clean_first) {
+            asked.push(format!("UPCACHE_CLEAN_FIRST for {}", c.name()));
+        }
+        if let Some(f) = self.flush.filter(|f| *f != config.flush) {
+            asked.push(format!("UPCACHE_FLUSH for {}", f.name()));
+        }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
 
@@ -153,6 +175,15 @@ impl CacheSettings {
         }
         if let Some(n) = self.flushers {
             config = config.with_flusher_threads(n as usize);
+        }
+        if let Some(p) = self.policy {
+            config = config.with_policy(p);
+        }
+        if let Some(c) = self.clean_first {
+            config = config.with_clean_first(c);
+        }
+        if let Some(f) = self.flush {
+            config = config.with_flush(f);
         }
         config
     }

@@ -472,8 +472,9 @@ impl Shim {
             if let Some(differs) = settings.cache.differs(&running) {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
-                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, readahead {} bytes \
-                     and the {} index (its service's, set when it started); this process follows them",
+                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, readahead {} bytes, \
+                     the {} index, the {} policy, {} eviction and {} (its service's, set when it started); \
+                     this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
                     running.dirty_ratios.1,
@@ -485,6 +486,9 @@ impl Shim {
                     upcache::on_off(running.direct_write_back),
                     running.readahead,
                     running.index.name(),
+                    running.policy.name(),
+                    running.clean_first.name(),
+                    running.flush.name(),
                 ));
             }
             let has = running.memory;

@@ -302,6 +302,56 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
     assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 300 * 4096]);
 }
 
+/// Past the foreground ratio a dflush writer writes its own file back and never pauses; a
+/// writer with `FlushKind::Background` pauses for the service's write-back instead and never
+/// writes back itself (the kernel's way), with the service's pass an hour away. Either way
+/// every byte reaches the file.
+#[test]
+fn past_the_foreground_ratio_dflush_writes_back_and_background_pauses_for_the_service() {
+    let hour = Duration::from_secs(3600);
+    for flush in [upcache::FlushKind::Direct, upcache::FlushKind::Background] {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("run/cache.sock");
+        // 1024 frames: the service is asked past 102 dirty, the writer acts past 204.
+        let config = SharedConfig {
+            memory: 4 << 20,
+            dirty_ratios: (0.1, 0.2),
+            flush_interval: hour,
+            dirty_expire: hour,
+            flush,
+            ..config()
+        };
+        let opts = ServeOptions { socket: socket.clone(), config, idle: Duration::from_millis(200) };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let service = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
+        rx.recv().unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, b"").unwrap();
+        let cache = serve::connect(&socket).unwrap();
+        let f = cache.open_path(&file, true).unwrap();
+        for at in 0..800u64 {
+            f.write_at(&[at as u8; 4096], at * 4096).unwrap();
+        }
+        let s = cache.status();
+        match flush {
+            upcache::FlushKind::Direct => {
+                assert!(s.writer_write_backs > 0 && s.writer_pauses == 0, "dflush: {s:?}")
+            }
+            upcache::FlushKind::Background => {
+                assert!(s.writer_pauses > 0 && s.writer_write_backs == 0, "background: {s:?}")
+            }
+        }
+        drop(f);
+        drop(cache);
+        assert!(service.join().unwrap());
+        let disk = std::fs::read(&file).unwrap();
+        assert_eq!(disk.len(), 800 * 4096);
+        for (at, page) in disk.chunks(4096).enumerate() {
+            assert_eq!(page, &[at as u8; 4096][..], "page {at} with {}", flush.name());
+        }
+    }
+}
+
 /// Fills the first MiB of the file with 0xAB, then truncates it to a page and a bit, over and
 /// over, saying each round, until it is killed.
 #[test]

@@ -60,8 +60,9 @@ pub(super) struct Plan {
 /// layout, none of which the shared engine takes yet: with it alone they fail the run rather
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
-/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded) and
-/// `--flushers` (`shared_config`).
+/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
+/// `--flushers`, `--policy` (clock or gclock, clean-first or plain) and `--flush`
+/// (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -71,8 +72,6 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--stripe-unit", a.stripe_unit.is_some_and(|s| s != 128 << 10)),
-        ("--policy", a.policy.is_some_and(|p| p != Default::default())),
-        ("--flush", a.flush.is_some_and(|f| f != Default::default())),
         ("--streams", a.streams == Some(false)),
         ("--hot-index", a.hot_index == Some(false)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
@@ -102,6 +101,9 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
         index: a.index.unwrap_or(d.index),
         flushers: a.flushers.map_or(d.flushers, |f| f.min(u32::MAX as u64) as u32),
+        policy: a.policy.map_or(d.policy, |p| p.0),
+        clean_first: a.policy.map_or(d.clean_first, |p| p.1),
+        flush: a.flush.unwrap_or(d.flush),
         ..d
     }
 }
@@ -126,7 +128,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index and --flushers"
+             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy and --flush"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
-use super::frame::{DIRTY, REFERENCED, VALID};
+use super::frame::{DIRTY, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::pages::Fill;
@@ -421,10 +421,7 @@ impl SharedFile {
                         std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len())
                     };
                     if m.unchanged(w) {
-                        if flags & REFERENCED == 0 {
-                            // Relaxed: a hint for the clock hand.
-                            m.flags.fetch_or(REFERENCED, Ordering::Relaxed);
-                        }
+                        m.note_read(flags, self.inner.gclock());
                         self.inner.count_hit();
                         return Ok(());
                     }
@@ -603,13 +600,18 @@ impl SharedFile {
     /// Past the background dirty ratio (a quarter of the cache by default) a writer wakes the
     /// service's write-back at once, as the kernel's writers wake its flusher, so
     /// that the disk works while the writer copies; past the foreground ratio (half) it first
-    /// writes back its own file's dirty pages, so clean frames remain for everyone's misses.
+    /// writes back its own file's dirty pages (dflush), so clean frames remain for everyone's
+    /// misses, or with `FlushKind::Background` pauses for the service's write-back.
     fn throttle(&self) {
         // Relaxed: a threshold.
         let dirty = self.inner.view.header().dirty.load(Ordering::Relaxed);
         let (background, foreground) = self.inner.dirty_limits;
         if dirty > foreground {
-            let _ = self.write_back();
+            if self.inner.dflush() || !self.inner.pause_for_write_back() {
+                // Relaxed: a statistic.
+                self.inner.view.header().writer_write_backs.fetch_add(1, Ordering::Relaxed);
+                let _ = self.write_back();
+            }
         } else if dirty > background && self.writable {
             // At most one message per process per few milliseconds, so this is mostly a load.
             self.inner.kick_write_back();

@@ -41,9 +41,14 @@ pub(crate) const VALID: u32 = 1;
 pub(crate) const DIRTY: u32 = 2;
 /// Read since the clock hand last passed.
 pub(crate) const REFERENCED: u32 = 4;
+/// One more read than `REFERENCED` says, under GClock (`SharedConfig::policy`): the hand
+/// passes the frame over once per hit counted in `HITS`.
+pub(crate) const HIT: u32 = 8;
+/// The hit count's bits (0 to 3 of `HIT`).
+pub(crate) const HITS: u32 = 3 * HIT;
 /// The flags' bits; those above hold when the bytes were last written, in units of
 /// 2^`STAMP_TICKS` time-stamp counter ticks (`copy::now`), wrapping.
-const FLAG_BITS: u32 = 7;
+const FLAG_BITS: u32 = VALID | DIRTY | REFERENCED | HITS;
 /// Where the stamp starts in the flags.
 const STAMP_SHIFT: u32 = FLAG_BITS.count_ones();
 const STAMP_TICKS: u32 = 20;
@@ -177,6 +182,40 @@ impl FrameMeta {
     pub fn flags(&self) -> u32 {
         // Acquire: flags set under the lock come with the state they describe.
         self.flags.load(Ordering::Acquire)
+    }
+
+    /// Notes a read of the page, whose `flags` were read before it: `REFERENCED` for CLOCK;
+    /// under GClock (`gclock`), a hit counted too if it was set already, up to 3. Stores
+    /// only while something changes, so a hot page's line is not written at every read.
+    pub fn note_read(&self, flags: u32, gclock: bool) {
+        if flags & REFERENCED == 0 {
+            // Relaxed: a hint for the clock hand.
+            self.flags.fetch_or(REFERENCED, Ordering::Relaxed);
+        } else if gclock && flags & HITS != HITS {
+            // Relaxed: as above. A CAS, not an add: two readers adding at once would carry
+            // into the stamp.
+            let _ = self.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                (f & HITS != HITS).then_some(f + HIT)
+            });
+        }
+    }
+
+    /// The clock hand's pass over the frame, whose `flags` were read before it: takes one
+    /// counted hit off, else `REFERENCED`; true if either was there (the page stays a lap).
+    pub fn age(&self, flags: u32) -> bool {
+        if flags & HITS != 0 {
+            // Relaxed: a hint, as in `note_read`; a CAS so as not to borrow from the flags.
+            let _ = self
+                .flags
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| (f & HITS != 0).then_some(f - HIT));
+            return true;
+        }
+        if flags & REFERENCED != 0 {
+            // Relaxed: a hint for the hand; a reader sets it again.
+            self.flags.fetch_and(!REFERENCED, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// The key the frame is linked under, 0 if none.

@@ -10,12 +10,14 @@ use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{Index, PageMap, PARTITIONS};
 use super::mapped::Mapped;
 use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
+use crate::config::FlushKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::IndexKind;
+use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0b");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0c");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -92,6 +94,22 @@ pub struct SharedConfig {
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
     /// partition locks (`index.rs`). The other kinds are the private engine's alone.
     pub index: IndexKind,
+    /// The clock hand's rule: [`PolicyKind::Clock`] (a page read since the hand last passed
+    /// is passed over once; the default) or [`PolicyKind::GClock`] (SAFS §4.2: each read
+    /// adds to a count of up to 3, and the hand passes a page over once per hit, so a page
+    /// read often outlives a scan). The other kinds are the private engine's alone.
+    pub policy: PolicyKind,
+    /// Whether the hand passes dirty pages over for a lap in search of a clean one
+    /// ([`CleanFirst::Always`], SAFS §4.2 and ScalaCache's clean-first eviction; the
+    /// default) or takes a dirty one where it finds it, writing it back first if this process
+    /// has its file open for writing ([`CleanFirst::Never`], "plain"). `gc-aware` is the
+    /// private engine's alone (the shared cache's files are on no device it watches).
+    pub clean_first: CleanFirst,
+    /// What a writer past the foreground ratio does: [`FlushKind::Direct`] (ScaleCache's
+    /// dflush, seed 000 §3.3: it writes its file's dirty pages back itself and goes on; the
+    /// default) or [`FlushKind::Background`] (the kernel's way: it asks the service for
+    /// write-back and pauses until the cache is back under the ratio).
+    pub flush: FlushKind,
 }
 
 /// The most flushers a shared cache's service runs.
@@ -116,6 +134,9 @@ impl Default for SharedConfig {
             flushers: 2,
             direct_write_back: true,
             index: IndexKind::Radix,
+            policy: PolicyKind::Clock,
+            clean_first: CleanFirst::Always,
+            flush: FlushKind::Direct,
         }
     }
 }
@@ -162,6 +183,19 @@ impl SharedConfig {
                 "the shared cache's index is radix or sharded, not {} (the private engine's alone)",
                 self.index.name()
             ));
+        }
+        if !matches!(self.policy, PolicyKind::Clock | PolicyKind::GClock) {
+            return invalid(format!(
+                "the shared cache's policy is clock or gclock, not {} (the private engine's alone)",
+                self.policy.name()
+            ));
+        }
+        if self.clean_first == CleanFirst::WhileGc {
+            return invalid(
+                "the shared cache's eviction is clean-first or plain: gc-aware is the private engine's \
+                 alone (it watches the write latency of its own devices)"
+                    .into(),
+            );
         }
         if self.readahead > MAX_SHARED_READAHEAD {
             return invalid(format!(
@@ -219,6 +253,10 @@ pub(crate) struct Header {
     flushers: AtomicU32,
     /// Files each of the service's flushers wrote back.
     pub flusher_files: [AtomicU64; MAX_SHARED_FLUSHERS as usize],
+    /// Times a writer past the foreground ratio wrote its own file back (dflush).
+    pub writer_write_backs: AtomicU64,
+    /// Times a writer past the foreground ratio paused for the service (`FlushKind::Background`).
+    pub writer_pauses: AtomicU64,
 }
 
 /// Bits of the header's `techniques`.
@@ -229,6 +267,12 @@ pub(crate) mod technique {
     /// The ccXArray index (`SharedConfig::index` radix); off, the hash chains.
     pub const RADIX_INDEX: u64 = 8;
     pub const DIRECT_WRITE_BACK: u64 = 16;
+    /// `SharedConfig::policy` GClock; off, CLOCK.
+    pub const GCLOCK: u64 = 32;
+    /// `SharedConfig::clean_first` Always; off, plain.
+    pub const CLEAN_FIRST: u64 = 64;
+    /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
+    pub const DFLUSH: u64 = 128;
 }
 
 impl Header {
@@ -390,6 +434,9 @@ impl View {
             (config.bundling, technique::BUNDLING),
             (config.index == IndexKind::Radix, technique::RADIX_INDEX),
             (config.direct_write_back, technique::DIRECT_WRITE_BACK),
+            (config.policy == PolicyKind::GClock, technique::GCLOCK),
+            (config.clean_first == CleanFirst::Always, technique::CLEAN_FIRST),
+            (config.flush == FlushKind::Direct, technique::DFLUSH),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);

@@ -76,6 +76,11 @@ pub struct SharedCache {
     inner: Arc<Inner>,
 }
 
+/// How long a writer paused for the service's write-back (`FlushKind::Background`) waits
+/// without the dirty count falling before it writes back itself: write-back that fails or a
+/// service that is gone slows writers down but cannot hang them.
+const THROTTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The least time between two kicks of the service's write-back by one process
 /// (`Inner::kick_write_back`), in milliseconds.
 const KICK_EVERY_MS: u64 = 10;
@@ -639,6 +644,11 @@ pub struct SharedStatus {
     pub index_full: u64,
     /// Files the service's flushers wrote back in its passes, by flusher.
     pub flusher_files: Vec<u64>,
+    /// Times a writer past the foreground dirty ratio wrote its own file back (dflush).
+    pub writer_write_backs: u64,
+    /// Times a writer past the foreground dirty ratio paused for the service's write-back
+    /// (`FlushKind::Background`).
+    pub writer_pauses: u64,
 }
 
 impl SharedStatus {
@@ -731,6 +741,32 @@ impl Inner {
         self.link.tell(&[b'B', 0, 0, 0, 0]);
     }
 
+    /// `FlushKind::Background`: asks the service for write-back and pauses, as the kernel's
+    /// `balance_dirty_pages` does, until the cache is at most the foreground ratio dirty;
+    /// false if it has not fallen for [`THROTTLE_PATIENCE`] (the service is gone, stopped or
+    /// failing), so that the writer writes back itself rather than hang.
+    pub(crate) fn pause_for_write_back(&self) -> bool {
+        let foreground = self.dirty_limits.1;
+        // Relaxed: a statistic.
+        self.view.header().writer_pauses.fetch_add(1, Ordering::Relaxed);
+        let (mut best, mut since) = (u64::MAX, std::time::Instant::now());
+        loop {
+            // Relaxed: a threshold, read again after each pause.
+            let dirty = self.view.header().dirty.load(Ordering::Relaxed);
+            if dirty <= foreground {
+                return true;
+            }
+            if dirty < best {
+                (best, since) = (dirty, std::time::Instant::now());
+            } else if since.elapsed() >= THROTTLE_PATIENCE {
+                return false;
+            }
+            self.kick_write_back();
+            // Pauses, not a wake-up: write-back lowers the count in every process.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Lends the service a descriptor of file `slot`, open for writing, unless it has one:
     /// it writes back the file's dirty pages if every writer dies first.
     pub(crate) fn lend_fd(&self, slot: u32, fd: &std::fs::File) {
@@ -766,12 +802,42 @@ impl Inner {
             } else {
                 crate::index::IndexKind::Sharded
             },
+            policy: if h.has(layout::technique::GCLOCK) {
+                crate::policy::PolicyKind::GClock
+            } else {
+                crate::policy::PolicyKind::Clock
+            },
+            clean_first: if h.has(layout::technique::CLEAN_FIRST) {
+                crate::policy::CleanFirst::Always
+            } else {
+                crate::policy::CleanFirst::Never
+            },
+            flush: if h.has(layout::technique::DFLUSH) {
+                crate::config::FlushKind::Direct
+            } else {
+                crate::config::FlushKind::Background
+            },
         }
     }
 
     /// Whether the service writes whole pages back with O_DIRECT (`Lent`).
     pub(crate) fn direct_write_back(&self) -> bool {
         self.techniques & layout::technique::DIRECT_WRITE_BACK != 0
+    }
+
+    /// Whether the clock hand is GClock's (`SharedConfig::policy`).
+    pub(crate) fn gclock(&self) -> bool {
+        self.techniques & layout::technique::GCLOCK != 0
+    }
+
+    /// Whether the clock hand passes dirty frames over for a lap (`SharedConfig::clean_first`).
+    pub(crate) fn clean_first(&self) -> bool {
+        self.techniques & layout::technique::CLEAN_FIRST != 0
+    }
+
+    /// Whether a writer past the foreground ratio writes back itself (`SharedConfig::flush`).
+    pub(crate) fn dflush(&self) -> bool {
+        self.techniques & layout::technique::DFLUSH != 0
     }
 
     /// Whether the attachment was given up for good ([`SharedCache::retire`]).
@@ -1126,6 +1192,8 @@ mod tests {
             SharedConfig { flush_interval: std::time::Duration::ZERO, ..ok.clone() },
             SharedConfig { flush_interval: std::time::Duration::from_secs(7200), ..ok.clone() },
             SharedConfig { dirty_expire: std::time::Duration::from_secs(7200), ..ok.clone() },
+            SharedConfig { policy: crate::policy::PolicyKind::S3Fifo, ..ok.clone() },
+            SharedConfig { clean_first: crate::policy::CleanFirst::WhileGc, ..ok.clone() },
         ] {
             let e = SharedCache::create(&bad).err().unwrap_or_else(|| panic!("{bad:?} was taken"));
             assert_eq!(e.kind(), crate::error::ErrorKind::InvalidConfig, "{bad:?}: {e}");
@@ -1135,6 +1203,9 @@ mod tests {
             dirty_ratios: (0.1, 0.3),
             dirty_expire: std::time::Duration::from_secs(5),
             flush_interval: std::time::Duration::from_millis(250),
+            policy: crate::policy::PolicyKind::GClock,
+            clean_first: crate::policy::CleanFirst::Never,
+            flush: crate::config::FlushKind::Background,
             ..ok
         };
         assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set);

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
-use super::frame::{key, key_page, key_slot, DIRTY, REFERENCED, VALID};
+use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, VALID};
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::shm::Acquired;
@@ -197,8 +197,11 @@ impl Inner {
     fn try_claim_rounds(&self, rounds: usize) -> Option<u32> {
         let frames = self.view.frames();
         let n = frames.len() as u64;
+        let clean_first = self.clean_first();
+        let laps = if self.gclock() { 8 } else { 4 };
         for round in 0..rounds {
-            for step in 0..4 * n {
+            // A GClock frame read often stays up to four laps (`FrameMeta::age`).
+            for step in 0..laps * n {
                 // Relaxed: the hand only spreads claims; each frame is taken by CAS.
                 let f = (self.view.header().clock.fetch_add(1, Ordering::Relaxed) % n) as u32;
                 let m = &frames[f as usize];
@@ -206,21 +209,23 @@ impl Inner {
                     continue;
                 }
                 let flags = m.flags();
-                if flags & REFERENCED != 0 {
-                    // Relaxed: a hint for the hand; a reader sets it again.
-                    m.flags.fetch_and(!REFERENCED, Ordering::Relaxed);
+                if m.age(flags) {
                     continue;
                 }
                 if flags & DIRTY != 0 {
-                    if step >= n {
+                    // Clean-first passes dirty frames over for a lap; plain takes this one if
+                    // it can write it back.
+                    if !clean_first || step >= n {
                         self.write_back_victim(f);
                     }
-                    continue;
+                    if clean_first || m.flags() & DIRTY != 0 {
+                        continue;
+                    }
                 }
                 if !m.try_lock(self.me) {
                     continue;
                 }
-                if m.flags() & (DIRTY | REFERENCED) != 0 {
+                if m.flags() & (DIRTY | REFERENCED | HITS) != 0 {
                     m.unlock(self.me, false);
                     continue;
                 }
@@ -486,5 +491,83 @@ impl Inner {
             }
             self.free_frame(f);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{tests::small, SharedCache, SharedConfig};
+    use crate::policy::{CleanFirst, PolicyKind};
+
+    /// 16 frames; no readahead, no write-back before the cache is full of dirty pages.
+    fn sixteen(policy: PolicyKind, clean_first: CleanFirst) -> SharedConfig {
+        SharedConfig {
+            memory: 16 * 4096,
+            readahead: 0,
+            dirty_ratios: (0.99, 1.0),
+            policy,
+            clean_first,
+            ..small()
+        }
+    }
+
+    /// GClock keeps a page read often through a scan of two and a half times the cache, where
+    /// CLOCK (one lap per read since the hand last passed) lets it go.
+    #[test]
+    fn gclock_keeps_a_page_read_often_through_a_scan_that_clock_evicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (hot, scan) = (dir.path().join("hot"), dir.path().join("scan"));
+        std::fs::write(&hot, vec![1u8; 4096]).unwrap();
+        std::fs::write(&scan, vec![2u8; 40 * 4096]).unwrap();
+        let kept = |policy| {
+            let cache = SharedCache::create(&sixteen(policy, CleanFirst::Always)).unwrap();
+            let (h, s) = (cache.open_path(&hot, false).unwrap(), cache.open_path(&scan, false).unwrap());
+            let mut page = vec![0u8; 4096];
+            for _ in 0..5 {
+                h.read_at(&mut page, 0).unwrap();
+            }
+            for i in 0..40 {
+                s.read_at(&mut page, i * 4096).unwrap();
+                assert_eq!(page, vec![2u8; 4096]);
+            }
+            let misses = cache.status().misses;
+            h.read_at(&mut page, 0).unwrap();
+            assert_eq!(page, vec![1u8; 4096]);
+            cache.status().misses == misses
+        };
+        assert!(kept(PolicyKind::GClock), "gclock evicted the page read five times");
+        assert!(!kept(PolicyKind::Clock), "clock kept the page read five times through the scan");
+    }
+
+    /// Clean-first passes over the dirty pages the hand meets first and evicts a clean one;
+    /// plain takes the first dirty one, written back first, so the miss costs a write.
+    #[test]
+    fn clean_first_evicts_a_clean_page_where_plain_writes_a_dirty_one_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dirty, clean, miss) =
+            (dir.path().join("dirty"), dir.path().join("clean"), dir.path().join("miss"));
+        std::fs::write(&dirty, b"").unwrap();
+        std::fs::write(&clean, vec![2u8; 8 * 4096]).unwrap();
+        std::fs::write(&miss, vec![3u8; 4096]).unwrap();
+        let after_a_miss = |rule| {
+            let cache = SharedCache::create(&sixteen(PolicyKind::Clock, rule)).unwrap();
+            let d = cache.open_path(&dirty, true).unwrap();
+            // The hand's first eight frames dirty, the next eight clean; then a miss.
+            d.write_at(&[9u8; 8 * 4096], 0).unwrap();
+            let mut page = vec![0u8; 8 * 4096];
+            cache.open_path(&clean, false).unwrap().read_at(&mut page, 0).unwrap();
+            cache.open_path(&miss, false).unwrap().read_at(&mut page[..4096], 0).unwrap();
+            assert_eq!(page[..4096], [3u8; 4096]);
+            let s = cache.status();
+            d.sync_data().unwrap();
+            assert_eq!(std::fs::read(&dirty).unwrap(), vec![9u8; 8 * 4096]);
+            (s.dirty, s.written_back, s.evictions)
+        };
+        assert_eq!(after_a_miss(CleanFirst::Always), (8, 0, 1), "clean-first");
+        let (still_dirty, written, evictions) = after_a_miss(CleanFirst::Never);
+        assert!(
+            still_dirty < 8 && written > 0 && evictions == 1,
+            "plain: {still_dirty} dirty, {written} written"
+        );
     }
 }

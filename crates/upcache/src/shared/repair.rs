@@ -224,6 +224,8 @@ impl Inner {
                 (forest.leaves.live() as u64, forest.inners.live() as u64)
             },
             index_full: h.index_full.load(Ordering::Relaxed),
+            writer_write_backs: h.writer_write_backs.load(Ordering::Relaxed),
+            writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -593,87 +593,77 @@ fn answer(cache: &SharedCache, mut sock: UnixStream) -> Option<UnixStream> {
 }
 
 fn status_text(cache: &SharedCache) -> String {
-    let (s, c) = (cache.status(), cache.inner.config());
-    let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
-    format!(
-        "service_pid {}\nmemory_bytes {} ({:.0} MiB)\nframes {}\ncached {} ({:.1}%)\ndirty {}\nlocked {}\nfiles {}\nhits {}\nmisses {}\nhit_ratio {:.1}%\nevictions {}\nloads {}\nwritten_back {}\nrepairs {}\nload_requests {}\nwrite_back_requests {}\nindex {}\nindex_nodes {},{}\nindex_full {}\nflushers {}\nflusher_files {:?}\ndirty_ratios {},{}\ndirty_expire_ms {}\nflush_interval_ms {}\nrange_lock {}\nrun_merging {}\nbundling {}\ndirect_write_back {}\nreadahead {}\nclients {}: {:?}\n",
-        std::process::id(),
-        cache.memory(),
-        mb(s.frames),
-        s.frames,
-        s.cached,
-        100.0 * s.cached as f64 / s.frames.max(1) as f64,
-        s.dirty,
-        s.locked,
-        s.files,
-        s.hits,
-        s.misses,
-        100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64,
-        s.evictions,
-        s.loads,
-        s.written_back,
-        s.repairs,
-        s.load_requests,
-        s.write_back_requests,
-        c.index.name(),
-        s.index_nodes.0,
-        s.index_nodes.1,
-        s.index_full,
-        c.flushers,
-        s.flusher_files,
-        c.dirty_ratios.0,
-        c.dirty_ratios.1,
-        c.dirty_expire.as_millis(),
-        c.flush_interval.as_millis(),
-        crate::units::on_off(c.range_lock),
-        crate::units::on_off(c.run_merging),
-        crate::units::on_off(c.bundling),
-        crate::units::on_off(c.direct_write_back),
-        c.readahead,
-        s.clients.len(),
-        s.clients,
-    )
+    status_fields(cache).iter().map(|(name, text, _)| format!("{name} {text}\n")).collect()
 }
 
 /// The status as one JSON object: the service's pid, the cache's size in bytes, and every
 /// count of [`super::SharedStatus`].
 fn json_of(cache: &SharedCache) -> String {
+    let fields: Vec<String> = status_fields(cache)
+        .into_iter()
+        .filter(|(name, _, _)| *name != "hit_ratio")
+        .map(|(name, _, json)| format!("\"{name}\":{json}"))
+        .collect();
+    format!("{{{}}}\n", fields.join(","))
+}
+
+/// The status's fields, in order: name, value as text, value as JSON.
+fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
     let (s, c) = (cache.status(), cache.inner.config());
+    let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
+    let same = |v: String| (v.clone(), v);
+    let count = |v: u64| same(v.to_string());
+    let name = |v: &str| (v.to_string(), format!("\"{v}\""));
+    let switch = |on: bool| (crate::units::on_off(on).to_string(), on.to_string());
+    let pair = |a: String, b: String| (format!("{a},{b}"), format!("[{a},{b}]"));
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
-    format!(
-        "{{\"service_pid\":{},\"memory_bytes\":{},\"frames\":{},\"cached\":{},\"dirty\":{},\"locked\":{},\"files\":{},\"hits\":{},\"misses\":{},\"evictions\":{},\"loads\":{},\"written_back\":{},\"repairs\":{},\"load_requests\":{},\"write_back_requests\":{},\"index\":\"{}\",\"index_nodes\":[{},{}],\"index_full\":{},\"flushers\":{},\"flusher_files\":{:?},\"dirty_ratios\":[{},{}],\"dirty_expire_ms\":{},\"flush_interval_ms\":{},\"range_lock\":{},\"run_merging\":{},\"bundling\":{},\"direct_write_back\":{},\"readahead\":{},\"clients\":[{}]}}\n",
-        std::process::id(),
-        cache.memory(),
-        s.frames,
-        s.cached,
-        s.dirty,
-        s.locked,
-        s.files,
-        s.hits,
-        s.misses,
-        s.evictions,
-        s.loads,
-        s.written_back,
-        s.repairs,
-        s.load_requests,
-        s.write_back_requests,
-        c.index.name(),
-        s.index_nodes.0,
-        s.index_nodes.1,
-        s.index_full,
-        c.flushers,
-        s.flusher_files,
-        c.dirty_ratios.0,
-        c.dirty_ratios.1,
-        c.dirty_expire.as_millis(),
-        c.flush_interval.as_millis(),
-        c.range_lock,
-        c.run_merging,
-        c.bundling,
-        c.direct_write_back,
-        c.readahead,
-        clients.join(","),
-    )
+    let fields = [
+        ("service_pid", count(std::process::id() as u64)),
+        (
+            "memory_bytes",
+            (format!("{} ({:.0} MiB)", cache.memory(), mb(s.frames)), cache.memory().to_string()),
+        ),
+        ("frames", count(s.frames)),
+        (
+            "cached",
+            (
+                format!("{} ({:.1}%)", s.cached, 100.0 * s.cached as f64 / s.frames.max(1) as f64),
+                s.cached.to_string(),
+            ),
+        ),
+        ("dirty", count(s.dirty)),
+        ("locked", count(s.locked)),
+        ("files", count(s.files)),
+        ("hits", count(s.hits)),
+        ("misses", count(s.misses)),
+        ("hit_ratio", same(format!("{:.1}%", 100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64))),
+        ("evictions", count(s.evictions)),
+        ("loads", count(s.loads)),
+        ("written_back", count(s.written_back)),
+        ("repairs", count(s.repairs)),
+        ("load_requests", count(s.load_requests)),
+        ("write_back_requests", count(s.write_back_requests)),
+        ("index", name(c.index.name())),
+        ("index_nodes", pair(s.index_nodes.0.to_string(), s.index_nodes.1.to_string())),
+        ("index_full", count(s.index_full)),
+        ("flushers", count(c.flushers as u64)),
+        ("flusher_files", same(format!("{:?}", s.flusher_files))),
+        ("writer_write_backs", count(s.writer_write_backs)),
+        ("writer_pauses", count(s.writer_pauses)),
+        ("dirty_ratios", pair(c.dirty_ratios.0.to_string(), c.dirty_ratios.1.to_string())),
+        ("dirty_expire_ms", count(c.dirty_expire.as_millis() as u64)),
+        ("flush_interval_ms", count(c.flush_interval.as_millis() as u64)),
+        ("range_lock", switch(c.range_lock)),
+        ("run_merging", switch(c.run_merging)),
+        ("bundling", switch(c.bundling)),
+        ("direct_write_back", switch(c.direct_write_back)),
+        ("policy", name(c.policy.name())),
+        ("clean_first", name(c.clean_first.name())),
+        ("flush", name(c.flush.name())),
+        ("readahead", count(c.readahead)),
+        ("clients", (format!("{}: {:?}", s.clients.len(), s.clients), format!("[{}]", clients.join(",")))),
+    ];
+    fields.into_iter().map(|(n, (text, json))| (n, text, json)).collect()
 }
 
 /// The status report of the service at `socket`.
@@ -684,8 +674,9 @@ pub fn status(socket: &Path) -> Result<String> {
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
-/// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `readahead`, `clients`).
+/// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
+/// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
+/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }
