@@ -302,6 +302,34 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
     assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 300 * 4096]);
 }
 
+/// A service leaving takes its own socket file, never a newer service's at the same path:
+/// a benchmark removes its directory between runs and starts the next run's service there
+/// while the last one's is still waiting out its idle time. (Before, the old service removed
+/// the path at exit, and the next process to connect found no socket.)
+#[test]
+fn a_service_leaving_leaves_a_newer_service_s_socket_at_the_same_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/cache.sock");
+    let start = |idle: Duration| {
+        let opts = ServeOptions { socket: socket.clone(), config: config(), idle };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
+        rx.recv().unwrap();
+        t
+    };
+    let old = start(Duration::from_secs(1));
+    std::fs::remove_dir_all(socket.parent().unwrap()).unwrap();
+    let new = start(Duration::from_millis(200));
+    let cache = serve::connect(&socket).unwrap();
+    assert!(old.join().unwrap(), "the old service exits once idle");
+    assert!(socket.exists(), "the old service removed the new one's socket");
+    let again = serve::connect(&socket).unwrap();
+    assert_ne!(again.client_id(), cache.client_id());
+    drop((again, cache));
+    assert!(new.join().unwrap());
+    assert!(!socket.exists(), "the new service's own socket goes with it");
+}
+
 /// Past the foreground ratio a dflush writer writes its own file back and never pauses; a
 /// writer with `FlushKind::Background` pauses for the service's write-back instead and never
 /// writes back itself (the kernel's way), with the service's pass an hour away. Either way

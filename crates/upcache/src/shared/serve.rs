@@ -120,6 +120,33 @@ fn lock_path(socket: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// The socket file this service bound, by identity: at exit it goes only if the path still
+/// names it. A program that removed the socket's directory and made it again (a benchmark
+/// between runs) may have started another service there meanwhile, whose socket the path
+/// names now.
+struct OwnSocket {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl OwnSocket {
+    fn of(path: &Path) -> OwnSocket {
+        OwnSocket { path: path.to_path_buf(), id: file_id(path) }
+    }
+
+    fn remove(&self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The device and inode of what `path` names (not following a last symbolic link).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Runs the service until it is idle; false (at once) if another service has the socket.
 /// `ready` is called once the socket listens, with the cache (for a status or metrics
 /// reader: a clone does not count as an attached process).
@@ -149,6 +176,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         .map_err(|e| Error::io(format!("listen on {}", opts.socket.display()), e))?;
     std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io("chmod the socket", e))?;
+    let socket = OwnSocket::of(&opts.socket);
     let named = named::segment_file(&opts.socket);
     let made = match adopt(before, named.as_deref()) {
         Ok(Some(c)) => {
@@ -161,7 +189,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     let cache = match made {
         Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_file(&opts.socket);
+            socket.remove();
             return Err(e);
         }
     };
@@ -216,7 +244,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         flusher.thread().unpark();
         alone
     });
-    let _ = std::fs::remove_file(&opts.socket);
+    socket.remove();
     // Nothing dirty is left and no other process maps it or is about to (one accepted is in
     // `alone`'s count): the file goes with us. Else it stays for the next service, which
     // finds it kept by none: the keeper goes before the socket's lock, whatever else holds
