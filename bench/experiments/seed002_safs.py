@@ -13,7 +13,8 @@
    cache writes back runs with one `pwritev` against a `pwrite` per page).
 4. Clean-first eviction (§4.2): CLOCK passing over dirty pages against CLOCK taking them in
    order (writing them back in the miss path); 70% reads / 30% writes on simulated devices
-   without GC, dirty ratios 0.6/0.9 so that many victims are dirty.
+   without GC, dirty ratios 0.6/0.9 so that many victims are dirty; and on the shared cache,
+   over plain files. GClock against CLOCK on the shared cache (its clock hand's two rules).
 
     bench/experiments/seed002_safs.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
@@ -44,6 +45,15 @@ def main():
         [("setassoc", base + ["--index", "setassoc"], None), ("global-clock", base, None)],
         a.rounds, ["iops", "p99us", "cpu_us/op", "hit%"], [("setassoc", "global-clock", "iops")])
 
+    # The shared cache has GClock as its clock hand's other rule (no page sets): the same reads
+    # of plain files (which the kernel holds in its own cache).
+    base = ["--engine", "shared", "--rw", "randread", "--bs", "4k", "--size", "640m", "--cache", "64m",
+            "--zipf", "0.99", "--threads", "2", "--runtime", "4s", "--dir", d]
+    common.compare(
+        "shared cache, GClock vs CLOCK: zipf 0.99, cache 10% of the data",
+        [("shared-gclock", base + ["--policy", "gclock"], None), ("shared-clock", base, None)],
+        a.rounds, ["iops", "p99us", "cpu_us/op", "hit%"], [("shared-gclock", "shared-clock", "iops")])
+
     base = ["--rw", "write", "--bs", "1m", "--size", "1g", "--cache", "256m", "--threads", "1",
             "--runtime", "4s", "--devices", "1", "--dir", d]
     common.compare(
@@ -64,6 +74,15 @@ def main():
         [("clean-first", base + ["--policy", "clock+clean-first"], None),
          ("plain", base + ["--policy", "clock+plain"], None)],
         a.rounds, ["iops", "read_p99us", "read_p999us", "cpu_us/op"], [("clean-first", "plain", "iops")])
+
+    base = ["--engine", "shared", "--rw", "randrw", "--rwmixread", "70", "--bs", "4k", "--size", "512m",
+            "--cache", "64m", "--threads", "16", "--runtime", "5s", "--dirty-ratios", "0.6,0.9", "--dir", d]
+    common.compare(
+        "shared cache, clean-first vs plain CLOCK: 70/30 random reads/writes of plain files",
+        [("shared-clean-first", base + ["--policy", "clock+clean-first"], None),
+         ("shared-plain", base + ["--policy", "clock+plain"], None)],
+        a.rounds, ["iops", "read_p99us", "read_p999us", "cpu_us/op"],
+        [("shared-clean-first", "shared-plain", "iops")])
     return common.finish()
 
 

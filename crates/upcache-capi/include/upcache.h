@@ -117,6 +117,9 @@ typedef struct upcache_shared_settings {
   // Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
   // the first it finds, written back).
   bool clean_first;
+  // With `clean_first`, GC-aware: only while the page's device is taken to be collecting
+  // garbage, as the latency of the write-backs that reach it shows.
+  bool gc_aware;
   // dflush: a writer past the foreground fraction writes back its own file (false: it
   // pauses until the service's write-back brings the cache under it).
   bool dflush;

@@ -175,6 +175,9 @@ pub struct upcache_shared_settings {
     /// Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
     /// the first it finds, written back).
     pub clean_first: bool,
+    /// With `clean_first`, GC-aware: only while the page's device is taken to be collecting
+    /// garbage, as the latency of the write-backs that reach it shows.
+    pub gc_aware: bool,
     /// dflush: a writer past the foreground fraction writes back its own file (false: it
     /// pauses until the service's write-back brings the cache under it).
     pub dflush: bool,
@@ -196,7 +199,8 @@ impl From<&SharedConfig> for upcache_shared_settings {
             flushers: c.flushers,
             direct_write_back: c.direct_write_back,
             gclock: c.policy == upcache::PolicyKind::GClock,
-            clean_first: c.clean_first == upcache::CleanFirst::Always,
+            clean_first: c.clean_first != upcache::CleanFirst::Never,
+            gc_aware: c.clean_first == upcache::CleanFirst::WhileGc,
             dflush: c.flush == upcache::FlushKind::Direct,
         }
     }
@@ -239,7 +243,11 @@ pub unsafe extern "C" fn upcache_attach_with(
             flushers: s.flushers,
             direct_write_back: s.direct_write_back,
             policy: if s.gclock { upcache::PolicyKind::GClock } else { upcache::PolicyKind::Clock },
-            clean_first: if s.clean_first { upcache::CleanFirst::Always } else { upcache::CleanFirst::Never },
+            clean_first: match (s.clean_first, s.gc_aware) {
+                (false, _) => upcache::CleanFirst::Never,
+                (true, false) => upcache::CleanFirst::Always,
+                (true, true) => upcache::CleanFirst::WhileGc,
+            },
             flush: if s.dflush { upcache::FlushKind::Direct } else { upcache::FlushKind::Background },
             ..SharedConfig::default()
         };

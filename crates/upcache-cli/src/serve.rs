@@ -62,8 +62,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "clock|gclock", default_value = "clock")]
     policy: upcache::PolicyKind,
     /// clean-first: the hand passes dirty pages over for a lap in search of a clean one; plain:
-    /// it takes the first it finds, writing it back (as UPCACHE_CLEAN_FIRST)
-    #[arg(long, value_name = "clean-first|plain", default_value = "clean-first")]
+    /// it takes the first it finds, writing it back; gc-aware: it passes them over only while
+    /// their device is taken to be collecting garbage, as the latency of its O_DIRECT
+    /// write-backs shows (ScalaCache) (as UPCACHE_CLEAN_FIRST)
+    #[arg(long, value_name = "clean-first|plain|gc-aware", default_value = "clean-first")]
     clean_first: upcache::CleanFirst,
     /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
     /// background, pauses until the service's write-back brings the cache under it (the

@@ -551,7 +551,7 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
 
 /// The shared engine takes only some of the in-process engine's technique flags (issue 34):
 /// alone it refuses the others, naming each, rather than running without them, and a policy
-/// its cache has not (s3fifo, gc-aware) even beside the upcache engine; beside the upcache
+/// its cache has not (s3fifo, lru) even beside the upcache engine; beside the upcache
 /// engine the others set that engine, and a note says so; a shared run's config (every
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
@@ -562,7 +562,7 @@ fn the_shared_engine_refuses_flags_it_would_ignore() {
     let out = upcache(&["bench", "--compare", "upcache,shared", "--streams", "off", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.contains("note: --streams set the upcache engine only"), "{err}");
-    for policy in ["s3fifo", "clock+gc-aware"] {
+    for policy in ["s3fifo", "lru+plain"] {
         let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", policy, "--dry-run"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains("the shared cache's"), "{policy}: {err}");

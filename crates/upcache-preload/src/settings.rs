@@ -29,7 +29,7 @@ pub(crate) struct Settings {
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only), UPCACHE_POLICY
-    /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain), UPCACHE_FLUSH
+    /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but

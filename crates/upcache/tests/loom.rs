@@ -57,7 +57,7 @@ fn a_waiter_is_always_woken_by_unlock() {
             s2.unpin();
         });
         let old = s.unlock(VALID, 0);
-        waits.wake_if_waiters(7, &s, old);
+        waits.wake_if_waiters(7, old);
         waiter.join().unwrap();
         s.unpin();
         assert_eq!(state::pins(s.load()), 0);
@@ -155,7 +155,7 @@ fn write_under_content_lock(s: &FrameState, waits: &WaitTable, bytes: &Bytes) {
     waits.lock_content(7, s);
     bytes.write(2);
     let old = s.unlock(state::DIRTY, state::WRITING);
-    waits.wake_if_waiters(7, s, old);
+    waits.wake_if_waiters(7, old);
     s.unpin();
 }
 
@@ -216,7 +216,7 @@ fn a_writer_waits_out_readers_across_a_write_back_and_a_late_reader_waits_for_it
             if s3.try_lock() {
                 let _ = b3.read(); // write-back reads beside readers
                 let old = s3.unlock(0, 0);
-                w3.wake_if_waiters(7, &s3, old);
+                w3.wake_if_waiters(7, old);
             }
             w3.unpin_reader(7, &s3); // the early reader goes
         });

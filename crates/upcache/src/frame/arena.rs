@@ -8,15 +8,11 @@
 //! not miss the TLB on every access (the kernel's own page cache is read through its
 //! huge-page direct map). It is never resized, so a frame's address is stable for the life
 //! of the cache and can later be registered with io_uring.
-//!
-//! An arena may instead be a region of a shared segment (`shm/`, [`Arena::in_region`]): the
-//! same frames then appear in every process that maps the segment, each at its own address.
 
 use std::ptr::NonNull;
 
 use super::huge::HUGE_PAGE;
 use crate::error::{Error, ErrorKind, Result};
-use crate::shm::Segment;
 
 /// Index of a frame in the arena.
 pub type FrameId = u32;
@@ -30,8 +26,6 @@ pub struct Arena {
     /// Bytes of the arena known to be physically contiguous from any multiple of this size
     /// (a huge page when the kernel backs the arena with them, else a page).
     contiguous: usize,
-    /// The segment whose region this is; None for a private mapping of our own.
-    shared: Option<std::sync::Arc<Segment>>,
 }
 
 // SAFETY: the arena is plain memory; who may read or write which frame is governed by the
@@ -92,28 +86,7 @@ impl Arena {
         }
         let contiguous = if advised && thp_enabled() { HUGE_PAGE } else { page_size };
         let base = NonNull::new(ptr as *mut u8).expect("mmap returned null without MAP_FIXED");
-        Ok(Arena { base, size, page_size, count, contiguous, shared: None })
-    }
-
-    /// `count` frames of `page_size` bytes in region `kind` of `seg` (2 MiB-aligned, as every
-    /// region is). Their bytes are whatever the segment holds: zeros in a new one.
-    pub fn in_region(
-        seg: std::sync::Arc<Segment>,
-        kind: u32,
-        count: usize,
-        page_size: usize,
-    ) -> Result<Self> {
-        let (start, len) = seg
-            .region(kind)
-            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the segment has no frame arena"))?;
-        let size = count.checked_mul(page_size).filter(|&s| s > 0 && s <= len);
-        let size = size
-            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the frame arena does not fit its region"))?;
-        // SAFETY: advice on a part of the segment's mapping; a refusal only loses the
-        // optimization (shared memory takes huge pages only if shmem_enabled allows).
-        let advised = unsafe { libc::madvise(start.as_ptr().cast(), size, libc::MADV_HUGEPAGE) } == 0;
-        let contiguous = if advised && shmem_thp_enabled() { HUGE_PAGE } else { page_size };
-        Ok(Arena { base: start, size, page_size, count, contiguous, shared: Some(seg) })
+        Ok(Arena { base, size, page_size, count, contiguous })
     }
 
     /// Makes every frame resident now (`Config::with_prefault`): MADV_POPULATE_WRITE, or a
@@ -159,13 +132,6 @@ impl Arena {
     /// meanwhile.
     pub fn discard(&self, id: FrameId) {
         let p = self.frame_ptr(id);
-        if let Some(seg) = &self.shared {
-            // Shared memory keeps its bytes under MADV_DONTNEED: punch them out of the memfd.
-            if let Err(e) = seg.punch(p, self.page_size) {
-                log::debug!("cannot give a shared frame back: {e}");
-            }
-            return;
-        }
         // SAFETY: the range is exactly one frame inside our mapping; MADV_DONTNEED on private
         // anonymous memory only drops its contents, which the caller says nobody uses.
         let rc = unsafe { libc::madvise(p as *mut libc::c_void, self.page_size, libc::MADV_DONTNEED) };
@@ -183,12 +149,6 @@ impl Arena {
     }
 }
 
-/// Whether transparent huge pages may back shared memory advised `MADV_HUGEPAGE`.
-fn shmem_thp_enabled() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-        .is_ok_and(|s| s.contains("[always]") || s.contains("[advise]") || s.contains("[within_size]"))
-}
-
 /// Whether transparent huge pages may back memory advised `MADV_HUGEPAGE`.
 fn thp_enabled() -> bool {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -197,9 +157,6 @@ fn thp_enabled() -> bool {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        if self.shared.is_some() {
-            return; // the segment's mapping, unmapped with the segment
-        }
         // SAFETY: base and size describe exactly the mapping made in `new`, unmapped once; no
         // frame pointer outlives the arena (the frame table owns it and every user borrows
         // the table).

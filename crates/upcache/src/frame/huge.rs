@@ -10,7 +10,6 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::shm::Segment;
 
 /// Bytes per transparent huge page (x86-64, arm64 with 4 KiB base pages).
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
@@ -20,8 +19,6 @@ pub struct HugeArray<T> {
     ptr: NonNull<T>,
     len: usize,
     layout: Layout,
-    /// The segment whose region holds the elements; None when we allocated them.
-    shared: Option<std::sync::Arc<Segment>>,
 }
 
 // SAFETY: HugeArray owns its elements like a Box<[T]>.
@@ -53,42 +50,7 @@ impl<T> HugeArray<T> {
             // SAFETY: i < len, inside the allocation, and each slot is written once.
             unsafe { raw.add(i).write(init(i)) };
         }
-        Ok(HugeArray { ptr, len, layout, shared: None })
-    }
-
-    /// `len` elements in region `kind` of `seg`: written as `init(i)` when `init` is given
-    /// (the segment's creator), else taken as they are (a process attaching to it).
-    ///
-    /// # Safety
-    /// Without `init`, the region must hold `len` valid `T`s, written by the creator; and
-    /// every process must use the region only as this array. `T` must be valid to share
-    /// between processes (atomics and plain data, no pointers).
-    pub unsafe fn in_region(
-        seg: std::sync::Arc<Segment>,
-        kind: u32,
-        len: usize,
-        init: Option<&dyn Fn(usize) -> T>,
-    ) -> Result<Self> {
-        let (start, bytes) = seg
-            .region(kind)
-            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the segment lacks a region"))?;
-        let size = std::mem::size_of::<T>().checked_mul(len).filter(|&s| s > 0 && s <= bytes);
-        let layout = size
-            .and_then(|s| Layout::from_size_align(s, std::mem::align_of::<T>()).ok())
-            .filter(|_| (start.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()))
-            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the array does not fit its region"))?;
-        let raw = start.as_ptr().cast::<T>();
-        // SAFETY: advice on part of the segment's mapping; a refusal only loses the optimization.
-        unsafe { libc::madvise(raw.cast(), layout.size() / HUGE_PAGE * HUGE_PAGE, libc::MADV_HUGEPAGE) };
-        if let Some(init) = init {
-            for i in 0..len {
-                // SAFETY: i < len, inside the region (checked above); each slot written once,
-                // before any other process can see the segment (the caller creates it).
-                unsafe { raw.add(i).write(init(i)) };
-            }
-        }
-        let ptr = NonNull::new(raw).expect("a region is never at address 0");
-        Ok(HugeArray { ptr, len, layout, shared: Some(seg) })
+        Ok(HugeArray { ptr, len, layout })
     }
 }
 
@@ -102,9 +64,6 @@ impl<T> Deref for HugeArray<T> {
 
 impl<T> Drop for HugeArray<T> {
     fn drop(&mut self) {
-        if self.shared.is_some() {
-            return; // other processes may still use the elements; the segment owns the memory
-        }
         // SAFETY: the elements are initialized and dropped once; the memory was allocated with
         // exactly this layout.
         unsafe {

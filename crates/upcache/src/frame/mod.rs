@@ -24,12 +24,7 @@ pub use arena::{Arena, FrameId};
 pub use state::FrameState;
 
 use crate::error::Result;
-use crate::shm::RegionSpec;
-#[cfg(not(loom))]
-use crate::shm::Segment;
 use crate::sync::{AtomicU64, Ordering};
-#[cfg(not(loom))]
-use std::sync::Arc;
 use wait::WaitTable;
 
 /// Which page a frame holds.
@@ -58,7 +53,7 @@ pub fn prefetch<T>(at: *const T) {
 /// straddles two cache lines: a hit reads the state word and the key together, and a 24-byte
 /// stride would put a quarter of them across a line boundary (two misses instead of one).
 #[derive(Debug)]
-#[repr(C, align(32))] // C: one field order for every build that maps a shared table
+#[repr(C, align(32))]
 pub struct FrameMeta {
     /// The packed state word.
     pub state: FrameState,
@@ -70,16 +65,6 @@ pub struct FrameMeta {
 }
 
 const _: () = assert!(std::mem::size_of::<FrameMeta>() == 32);
-
-/// The regions of a shared segment that hold a frame table (`FrameTable::segment_regions`).
-pub mod region {
-    /// The frames' bytes.
-    pub const ARENA: u32 = 1;
-    /// The per-frame state words and keys.
-    pub const METAS: u32 = 2;
-    /// The touched bitmap.
-    pub const TOUCHED: u32 = 3;
-}
 
 /// All frames of a cache.
 pub struct FrameTable {
@@ -104,63 +89,6 @@ impl FrameTable {
         })?;
         let touched = huge::HugeArray::new(count.div_ceil(64), |_| AtomicU64::new(0))?;
         Ok(FrameTable { arena, metas, touched, waits: WaitTable::default() })
-    }
-
-    /// The segment regions a table of `count` frames of `page_size` bytes needs, for the
-    /// segment's creator to include.
-    pub fn segment_regions(count: usize, page_size: usize) -> [RegionSpec; 3] {
-        [
-            RegionSpec { kind: region::ARENA, len: count * page_size },
-            RegionSpec { kind: region::METAS, len: count * std::mem::size_of::<FrameMeta>() },
-            RegionSpec { kind: region::TOUCHED, len: count.div_ceil(64) * 8 },
-        ]
-    }
-
-    /// A table of `count` unowned frames of `page_size` bytes in `seg`, which was just created
-    /// with [`Self::segment_regions`] and which no other process maps yet. State words, keys,
-    /// touched bits and bytes are then shared with every table attached to the segment, and
-    /// sleepers wait on the state words' futexes, so an unlock in any process wakes them.
-    #[cfg(not(loom))]
-    pub fn create_in(seg: &Arc<Segment>, count: usize, page_size: usize) -> Result<Self> {
-        let init = |_: usize| FrameMeta {
-            state: FrameState::new_unowned(),
-            file: AtomicU64::new(u64::MAX),
-            page: AtomicU64::new(u64::MAX),
-            written: AtomicU64::new(0),
-        };
-        // SAFETY: a fresh segment, used only as this table; FrameMeta and AtomicU64 are atomics
-        // (and `repr(C)`), valid in any process.
-        unsafe { Self::in_segment(seg, count, page_size, Some(&init)) }
-    }
-
-    /// The table another process created in `seg` with [`Self::create_in`].
-    ///
-    /// # Safety
-    /// `seg`'s frame regions hold a table made by `create_in` for `count` frames of
-    /// `page_size` bytes, used by every process only as that table.
-    #[cfg(not(loom))]
-    pub unsafe fn attach_in(seg: &Arc<Segment>, count: usize, page_size: usize) -> Result<Self> {
-        // SAFETY: as the caller promises.
-        unsafe { Self::in_segment(seg, count, page_size, None) }
-    }
-
-    /// # Safety
-    /// As `HugeArray::in_region`, for the metadata and touched regions.
-    #[cfg(not(loom))]
-    unsafe fn in_segment(
-        seg: &Arc<Segment>,
-        count: usize,
-        page_size: usize,
-        init: Option<&dyn Fn(usize) -> FrameMeta>,
-    ) -> Result<Self> {
-        let arena = Arena::in_region(seg.clone(), region::ARENA, count, page_size)?;
-        // SAFETY: as the caller promises.
-        let metas = unsafe { huge::HugeArray::in_region(seg.clone(), region::METAS, count, init)? };
-        // A new segment is zeroed, which is an empty bitmap: nothing to write.
-        // SAFETY: zeros are valid AtomicU64s; used only as the bitmap.
-        let touched =
-            unsafe { huge::HugeArray::in_region(seg.clone(), region::TOUCHED, count.div_ceil(64), None)? };
-        Ok(FrameTable { arena, metas, touched, waits: WaitTable::shared() })
     }
 
     /// Number of frames.
@@ -305,7 +233,7 @@ impl FrameTable {
     /// wakes anyone waiting on it.
     pub fn unlock(&self, id: FrameId, set: u64, clear: u64) {
         let old = self.state(id).unlock(set, clear);
-        self.waits.wake_if_waiters(id, self.state(id), old);
+        self.waits.wake_if_waiters(id, old);
     }
 
     /// Takes `LOCKED` and `WRITING` on a frame the caller has pinned, to change its bytes or
@@ -321,14 +249,14 @@ impl FrameTable {
     /// that wait for `WRITING` to clear. Returns the word it replaced.
     pub fn unlock_content(&self, id: FrameId, set: u64, clear: u64) -> u64 {
         let old = self.state(id).unlock(set, clear | state::WRITING);
-        self.waits.wake_if_waiters(id, self.state(id), old);
+        self.waits.wake_if_waiters(id, old);
         old
     }
 
     /// [`Self::unlock_content`] and the caller's pin in one step (`FrameState::unlock_unpin`).
     pub fn unlock_content_unpin(&self, id: FrameId, set: u64, clear: u64) {
         let old = self.state(id).unlock_unpin(set, clear | state::WRITING);
-        self.waits.wake_if_waiters(id, self.state(id), old);
+        self.waits.wake_if_waiters(id, old);
     }
 
     /// Drops a reader taken by [`FrameState::try_pin_reader`] or `try_add_reader`, with its
@@ -348,59 +276,5 @@ impl FrameTable {
             }
             self.waits.wait_until(id, self.state(id), |w| w & state::LOCKED == 0);
         }
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use std::os::fd::AsFd;
-
-    #[test]
-    fn two_tables_on_one_segment_share_states_keys_bytes_and_touches() {
-        let specs = FrameTable::segment_regions(8, 4096);
-        let seg = Arc::new(Segment::create("frames-test", &specs).unwrap());
-        let a = FrameTable::create_in(&seg, 8, 4096).unwrap();
-        let other = Arc::new(Segment::attach(seg.as_fd().try_clone_to_owned().unwrap()).unwrap());
-        // SAFETY: `seg` holds the table `a` was made as, used only as that table.
-        let b = unsafe { FrameTable::attach_in(&other, 8, 4096) }.unwrap();
-        assert_eq!((b.len(), b.page_size()), (8, 4096));
-        assert_ne!(a.ptr(3), b.ptr(3), "two mappings");
-        assert_eq!(b.state(3).load(), state::UNOWNED, "the creator's initial state");
-        let key = PageKey { file: 5, page: 77 };
-        a.set_key(3, key);
-        a.state(3).assign_locked();
-        // SAFETY: frame 3 is LOCKED by us; 4096 bytes inside the arena.
-        unsafe { a.ptr(3).write_bytes(0xAB, 4096) };
-        a.unlock(3, state::VALID, 0);
-        assert!(b.pin_if_holds(3, key), "b sees a's key and state");
-        // SAFETY: pinned and VALID: readable.
-        assert!(unsafe { std::slice::from_raw_parts(b.ptr(3), 4096) }.iter().all(|&x| x == 0xAB));
-        assert_eq!(state::pins(a.state(3).load()), 2, "b's pin is in a's word");
-        b.touch(6);
-        assert!(a.take_touched(6));
-        // A discarded shared frame reads as zeros everywhere.
-        // SAFETY: frame 1 is unowned and unused; 4096 bytes inside the arena.
-        unsafe { a.ptr(1).write_bytes(1, 4096) };
-        a.discard(1);
-        // SAFETY: as above, read through the other mapping.
-        assert!(unsafe { std::slice::from_raw_parts(b.ptr(1), 4096) }.iter().all(|&x| x == 0));
-        // A sleeper on one mapping is woken by an unlock through the other.
-        a.state(3).unpin();
-        assert!(a.state(3).try_lock());
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                b.lock_pinned(3); // sleeps on the futex until a unlocks
-                b.unlock(3, 0, 0);
-            });
-            // Whether the waiter is asleep yet or not, it gets the lock after this unlock.
-            a.unlock(3, 0, 0);
-            waiter.join().unwrap();
-        });
-        b.state(3).unpin();
-        // A segment without the regions is refused.
-        let bare = Arc::new(Segment::create("bare", &[RegionSpec { kind: 9, len: 1 }]).unwrap());
-        assert!(FrameTable::create_in(&bare, 8, 4096).is_err());
-        assert!(FrameTable::create_in(&seg, 9, 4096).is_err(), "more frames than the region holds");
     }
 }

@@ -102,14 +102,6 @@ impl FrameState {
         FrameState(AtomicU64::new(UNOWNED))
     }
 
-    /// The address of the word's low 32 bits (every flag and the pin count), the futex that
-    /// waiters on a shared frame sleep on (`wait.rs`).
-    #[cfg(not(loom))]
-    pub fn low_half(&self) -> *const u32 {
-        // Little-endian (checked in `wait.rs`): the low half comes first.
-        self.0.as_ptr().cast::<u32>().cast_const()
-    }
-
     /// The current word. Acquire: a caller that sees `VALID` must also see the bytes the
     /// loader wrote before its Release store.
     pub fn load(&self) -> u64 {

@@ -10,12 +10,6 @@
 //! waiter holds a pin on the frame it waits for, so the frame cannot be re-assigned to another
 //! page while it sleeps.
 //!
-//! A table whose frames other processes share ([`WaitTable::shared`]) sleeps instead on the
-//! futex of the state word's low half, which holds every flag and the pin count: a waiter sets
-//! `WAITERS` and sleeps only while the word is still what it saw, and an unlock that replaced a
-//! word with `WAITERS` wakes every sleeper on it, in any process. Sleeps are bounded (a waker
-//! that died is repaired by the shared cache's service, whose unlock wakes them anyway).
-//!
 //! # Locking
 //! A bucket mutex is a leaf: nothing else is taken while it is held.
 
@@ -25,26 +19,12 @@ use crate::sync::{self, Condvar, Mutex};
 
 const BUCKETS: usize = 256;
 
-/// The shared wait table.
+/// The wait table of a cache's frames.
 pub struct WaitTable {
-    /// Empty when the table sleeps on futexes.
     buckets: Vec<(Mutex<()>, Condvar)>,
 }
 
-/// The longest futex sleep before a waiter looks at the word again.
-#[cfg(not(loom))]
-const FUTEX_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-#[cfg(target_endian = "big")]
-compile_error!("futex waits use the low half of a state word, first in memory on little-endian targets");
-
 impl WaitTable {
-    /// A table for frames shared with other processes: sleeps on the state words' futexes.
-    #[cfg(not(loom))]
-    pub fn shared() -> Self {
-        WaitTable { buckets: Vec::new() }
-    }
-
     /// Bytes the table uses.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<(Mutex<()>, Condvar)>()
@@ -68,18 +48,6 @@ impl WaitTable {
         let w = state.load();
         if done(w) {
             return w;
-        }
-        #[cfg(not(loom))]
-        if self.buckets.is_empty() {
-            loop {
-                // Set WAITERS, then sleep only while the word is unchanged: an unlock after this
-                // point changes it (LOCKED and WAITERS go) and wakes the futex.
-                let w = state.mark_waiter();
-                if done(w) {
-                    return w;
-                }
-                crate::shm::futex::wait(state.low_half(), w as u32, FUTEX_POLL);
-            }
         }
         let (m, cv) = self.bucket(id);
         let mut g = sync::lock(m);
@@ -107,16 +75,6 @@ impl WaitTable {
         if done(w) {
             return w;
         }
-        #[cfg(not(loom))]
-        if self.buckets.is_empty() {
-            let w = state.mark_waiter();
-            if !done(w) {
-                crate::shm::futex::wait(state.low_half(), w as u32, timeout);
-            }
-            return state.load();
-        }
-        #[cfg(loom)]
-        let _ = timeout;
         let (m, cv) = self.bucket(id);
         let g = sync::lock(m);
         // As in `wait_until`: WAITERS set under the bucket mutex, which the waker takes.
@@ -137,20 +95,14 @@ impl WaitTable {
     /// [`FrameState::unpin_reader`], waking whoever waits for the last reader to go.
     pub fn unpin_reader(&self, id: FrameId, state: &FrameState) {
         if let Some(old) = state.unpin_reader() {
-            self.wake_if_waiters(id, state, old);
+            self.wake_if_waiters(id, old);
         }
     }
 
-    /// Wakes the sleepers of frame `id`, whose state word is `state`, if `old_word` (the word
-    /// an unlock replaced) had `WAITERS`.
-    pub fn wake_if_waiters(&self, id: FrameId, state: &FrameState, old_word: u64) {
+    /// Wakes the sleepers of frame `id` if `old_word` (the word an unlock replaced) had
+    /// `WAITERS`.
+    pub fn wake_if_waiters(&self, id: FrameId, old_word: u64) {
         if old_word & WAITERS != 0 {
-            #[cfg(not(loom))]
-            if self.buckets.is_empty() {
-                return crate::shm::futex::wake(state.low_half(), i32::MAX);
-            }
-            #[cfg(loom)]
-            let _ = state;
             let (m, cv) = self.bucket(id);
             drop(sync::lock(m));
             cv.notify_all();

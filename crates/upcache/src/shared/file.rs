@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
-use super::frame::{DIRTY, VALID};
+use super::frame::{DIRTY, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::pages::Fill;
@@ -32,6 +32,9 @@ use crate::shm::Acquired;
 
 /// Optimistic whole reads tried before a reader takes the file's lock.
 const OPTIMISTIC_TRIES: usize = 4;
+
+/// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
+const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
 
 /// A file open through a [`super::SharedCache`]. Closing it (drop, or [`Self::close`] to see
 /// errors) writes its dirty pages back if it is the file's last open in any process.
@@ -50,6 +53,9 @@ pub struct SharedFile {
     /// Where this open's last read ended: a read that starts there continues a sequential
     /// stream, which gets readahead (`read_pages`).
     read_end: std::sync::atomic::AtomicU64,
+    /// The page where this open's last dflush stopped, where the next begins (the kernel's
+    /// `writeback_index`).
+    dflush_from: std::sync::atomic::AtomicU64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -164,8 +170,18 @@ impl SharedFile {
         }
         let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
         let read_end = std::sync::atomic::AtomicU64::new(0);
-        let file =
-            SharedFile { inner, slot, fd, writable: write, closed: false, name, max_len, seen, read_end };
+        let file = SharedFile {
+            inner,
+            slot,
+            fd,
+            writable: write,
+            closed: false,
+            name,
+            max_len,
+            seen,
+            read_end,
+            dflush_from: std::sync::atomic::AtomicU64::new(0),
+        };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
         file.look_at(md)?;
@@ -492,7 +508,7 @@ impl SharedFile {
         }
         self.inner.check_service()?;
         self.look_outside_if_due();
-        self.throttle();
+        self.throttle(buf.len());
         let locked = FileLock::take_for_write(self);
         let (offset, allowed) = at(self, &locked)?;
         let buf = &buf[..allowed.min(buf.len())];
@@ -602,7 +618,7 @@ impl SharedFile {
     /// that the disk works while the writer copies; past the foreground ratio (half) it first
     /// writes back its own file's dirty pages (dflush), so clean frames remain for everyone's
     /// misses, or with `FlushKind::Background` pauses for the service's write-back.
-    fn throttle(&self) {
+    fn throttle(&self, bytes: usize) {
         // Relaxed: a threshold.
         let dirty = self.inner.view.header().dirty.load(Ordering::Relaxed);
         let (background, foreground) = self.inner.dirty_limits;
@@ -610,12 +626,44 @@ impl SharedFile {
             if self.inner.dflush() || !self.inner.pause_for_write_back() {
                 // Relaxed: a statistic.
                 self.inner.view.header().writer_write_backs.fetch_add(1, Ordering::Relaxed);
-                let _ = self.write_back();
+                self.dflush(dirty, bytes.div_ceil(PAGE) as u64);
             }
         } else if dirty > background && self.writable {
             // At most one message per process per few milliseconds, so this is mostly a load.
             self.inner.kick_write_back();
         }
+    }
+
+    /// dflush in proportion (ScaleCache §3.3; the private engine's `balance_dirty`): writes
+    /// back about twice the pages this write dirties, a run at least, of this file's dirty
+    /// pages from where this open's last dflush stopped, and goes on. Writing the whole file
+    /// back made the one write that did it wait for every dirty page of the file (the writers'
+    /// p99 was 3x that of writers pausing for the service, bench/RESULTS.md). Errors stay on
+    /// the file for its next sync.
+    fn dflush(&self, dirty: u64, pages: u64) {
+        let inner = &self.inner;
+        let target = dirty.saturating_sub((2 * pages).max(RUN_PAGES as u64));
+        let (gen, end) = inner.file_extent(self.slot);
+        // Relaxed: this open's hint.
+        let mut from = self.dflush_from.load(Ordering::Relaxed);
+        let mut looked = 0;
+        let e = self.entry();
+        // Acquire (the file's count): pairs with `mark_dirty`'s count.
+        while looked < end && e.dirty.load(Ordering::Acquire) > 0 {
+            if from >= end {
+                from = 0;
+            }
+            let to = end.min(from + DFLUSH_WINDOW);
+            let pages = inner.candidates_of(self.slot, gen, from, to);
+            let _ = inner.write_back_listed(&pages, &self.fd, inner.direct_of(&self.fd), true, Some(target));
+            looked += to - from;
+            from = to;
+            // Relaxed: a threshold.
+            if inner.view.header().dirty.load(Ordering::Relaxed) <= target {
+                break;
+            }
+        }
+        self.dflush_from.store(from, Ordering::Relaxed);
     }
 
     /// Sets the length: a shrink drops the pages past it and zeros the rest of the last one;
@@ -745,7 +793,8 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, None, false, None)
+        let direct = self.inner.direct_of(&self.fd);
+        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, direct, false, None)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.

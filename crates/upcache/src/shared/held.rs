@@ -95,15 +95,43 @@ pub(crate) fn release(key: (u64, u64), fd: OwnedFd) {
     }
 }
 
-/// A descriptor the cache opened of a program's file (see the module's documentation).
+/// A descriptor the cache opened of a program's file (see the module's documentation), and
+/// the file opened again with `O_DIRECT` for writing whole pages back, if asked for once.
 pub(crate) struct HeldFd {
     file: ManuallyDrop<std::fs::File>,
     key: (u64, u64),
+    direct: std::sync::OnceLock<Option<std::fs::File>>,
 }
 
 impl HeldFd {
     pub(crate) fn new(file: std::fs::File, key: (u64, u64)) -> HeldFd {
-        HeldFd { file: ManuallyDrop::new(file), key }
+        HeldFd { file: ManuallyDrop::new(file), key, direct: std::sync::OnceLock::new() }
+    }
+
+    /// The file opened again for writing with `O_DIRECT` (a description of its own), at a
+    /// number out of the program's way, opened at the first call: a writer writes whole pages
+    /// back through it past the kernel's page cache, as the service does (`Lent`), so that
+    /// its write-back neither copies each page a second time nor is throttled as the kernel's
+    /// dirty pages are. None if the file system refuses (or the descriptor is not writable).
+    /// Closed as the descriptor is, so never while the program may hold a record lock.
+    pub(crate) fn direct(&self) -> Option<&std::fs::File> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                let low = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                    .open(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&*self.file)))
+                    .ok()?;
+                match crate::shm::high_fd::copy_out_of_the_way(&low) {
+                    Some(high) => {
+                        release(self.key, OwnedFd::from(low));
+                        Some(std::fs::File::from(high))
+                    }
+                    None => Some(low),
+                }
+            })
+            .as_ref()
     }
 
     /// The inode (device, inode) it is a descriptor of.
@@ -124,6 +152,9 @@ impl Drop for HeldFd {
         // SAFETY: taken once, here; the field is not used after.
         let file = unsafe { ManuallyDrop::take(&mut self.file) };
         release(self.key, OwnedFd::from(file));
+        if let Some(Some(direct)) = self.direct.take() {
+            release(self.key, OwnedFd::from(direct));
+        }
     }
 }
 

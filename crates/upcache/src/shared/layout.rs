@@ -101,9 +101,11 @@ pub struct SharedConfig {
     pub policy: PolicyKind,
     /// Whether the hand passes dirty pages over for a lap in search of a clean one
     /// ([`CleanFirst::Always`], SAFS §4.2 and ScalaCache's clean-first eviction; the
-    /// default) or takes a dirty one where it finds it, writing it back first if this process
-    /// has its file open for writing ([`CleanFirst::Never`], "plain"). `gc-aware` is the
-    /// private engine's alone (the shared cache's files are on no device it watches).
+    /// default), takes a dirty one where it finds it, writing it back first if this process
+    /// has its file open for writing ([`CleanFirst::Never`], "plain"), or passes it over only
+    /// while its file's device is taken to be collecting garbage, as inferred from the
+    /// latency of the `O_DIRECT` write-backs that reach it ([`CleanFirst::WhileGc`],
+    /// ScalaCache §5.4; `gc.rs`).
     pub clean_first: CleanFirst,
     /// What a writer past the foreground ratio does: [`FlushKind::Direct`] (ScaleCache's
     /// dflush, seed 000 §3.3: it writes its file's dirty pages back itself and goes on; the
@@ -190,13 +192,6 @@ impl SharedConfig {
                 self.policy.name()
             ));
         }
-        if self.clean_first == CleanFirst::WhileGc {
-            return invalid(
-                "the shared cache's eviction is clean-first or plain: gc-aware is the private engine's \
-                 alone (it watches the write latency of its own devices)"
-                    .into(),
-            );
-        }
         if self.readahead > MAX_SHARED_READAHEAD {
             return invalid(format!(
                 "shared cache readahead {} bytes is more than {MAX_SHARED_READAHEAD}",
@@ -257,6 +252,8 @@ pub(crate) struct Header {
     pub writer_write_backs: AtomicU64,
     /// Times a writer past the foreground ratio paused for the service (`FlushKind::Background`).
     pub writer_pauses: AtomicU64,
+    /// The devices' GC states, for `CleanFirst::WhileGc` (`gc.rs`).
+    pub gc: super::gc::GcTable,
 }
 
 /// Bits of the header's `techniques`.
@@ -269,8 +266,9 @@ pub(crate) mod technique {
     pub const DIRECT_WRITE_BACK: u64 = 16;
     /// `SharedConfig::policy` GClock; off, CLOCK.
     pub const GCLOCK: u64 = 32;
-    /// `SharedConfig::clean_first` Always; off, plain.
+    /// `SharedConfig::clean_first` Always; with `GC_AWARE`, WhileGc; neither, plain.
     pub const CLEAN_FIRST: u64 = 64;
+    pub const GC_AWARE: u64 = 256;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -436,6 +434,7 @@ impl View {
             (config.direct_write_back, technique::DIRECT_WRITE_BACK),
             (config.policy == PolicyKind::GClock, technique::GCLOCK),
             (config.clean_first == CleanFirst::Always, technique::CLEAN_FIRST),
+            (config.clean_first == CleanFirst::WhileGc, technique::GC_AWARE),
             (config.flush == FlushKind::Direct, technique::DFLUSH),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
@@ -526,6 +525,11 @@ impl View {
     pub fn header(&self) -> &Header {
         // SAFETY: checked at attach; lives as long as the segment, which `self` owns.
         unsafe { self.header.as_ref() }
+    }
+
+    /// The devices' GC states.
+    pub fn gc(&self) -> &super::gc::GcTable {
+        &self.header().gc
     }
 
     pub fn clients(&self) -> Clients<'_> {

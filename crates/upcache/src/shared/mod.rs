@@ -30,6 +30,7 @@ mod bypass;
 mod file;
 mod files;
 mod frame;
+mod gc;
 mod held;
 mod holder;
 mod index;
@@ -807,11 +808,7 @@ impl Inner {
             } else {
                 crate::policy::PolicyKind::Clock
             },
-            clean_first: if h.has(layout::technique::CLEAN_FIRST) {
-                crate::policy::CleanFirst::Always
-            } else {
-                crate::policy::CleanFirst::Never
-            },
+            clean_first: self.dirty_rule(),
             flush: if h.has(layout::technique::DFLUSH) {
                 crate::config::FlushKind::Direct
             } else {
@@ -830,9 +827,15 @@ impl Inner {
         self.techniques & layout::technique::GCLOCK != 0
     }
 
-    /// Whether the clock hand passes dirty frames over for a lap (`SharedConfig::clean_first`).
-    pub(crate) fn clean_first(&self) -> bool {
-        self.techniques & layout::technique::CLEAN_FIRST != 0
+    /// When the clock hand passes dirty frames over for a lap (`SharedConfig::clean_first`).
+    pub(crate) fn dirty_rule(&self) -> crate::policy::CleanFirst {
+        if self.techniques & layout::technique::CLEAN_FIRST != 0 {
+            crate::policy::CleanFirst::Always
+        } else if self.techniques & layout::technique::GC_AWARE != 0 {
+            crate::policy::CleanFirst::WhileGc
+        } else {
+            crate::policy::CleanFirst::Never
+        }
     }
 
     /// Whether a writer past the foreground ratio writes back itself (`SharedConfig::flush`).
@@ -1193,7 +1196,6 @@ mod tests {
             SharedConfig { flush_interval: std::time::Duration::from_secs(7200), ..ok.clone() },
             SharedConfig { dirty_expire: std::time::Duration::from_secs(7200), ..ok.clone() },
             SharedConfig { policy: crate::policy::PolicyKind::S3Fifo, ..ok.clone() },
-            SharedConfig { clean_first: crate::policy::CleanFirst::WhileGc, ..ok.clone() },
         ] {
             let e = SharedCache::create(&bad).err().unwrap_or_else(|| panic!("{bad:?} was taken"));
             assert_eq!(e.kind(), crate::error::ErrorKind::InvalidConfig, "{bad:?}: {e}");

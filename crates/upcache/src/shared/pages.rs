@@ -8,6 +8,7 @@ use super::frame::PAGE;
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, VALID};
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
+use crate::policy::CleanFirst;
 use crate::shm::Acquired;
 
 /// How long a claim waits for the service's write-back to free a frame before it says
@@ -197,7 +198,7 @@ impl Inner {
     fn try_claim_rounds(&self, rounds: usize) -> Option<u32> {
         let frames = self.view.frames();
         let n = frames.len() as u64;
-        let clean_first = self.clean_first();
+        let rule = self.dirty_rule();
         let laps = if self.gclock() { 8 } else { 4 };
         for round in 0..rounds {
             // A GClock frame read often stays up to four laps (`FrameMeta::age`).
@@ -213,12 +214,20 @@ impl Inner {
                     continue;
                 }
                 if flags & DIRTY != 0 {
-                    // Clean-first passes dirty frames over for a lap; plain takes this one if
-                    // it can write it back.
-                    if !clean_first || step >= n {
+                    // Clean-first passes dirty frames over for a lap (gc-aware only while their
+                    // device collects); plain takes this one if it can write it back.
+                    let defer = match rule {
+                        CleanFirst::Always => true,
+                        CleanFirst::Never => false,
+                        CleanFirst::WhileGc => {
+                            let k = m.key();
+                            k != 0 && self.collecting(key_slot(k))
+                        }
+                    };
+                    if !defer || step >= n {
                         self.write_back_victim(f);
                     }
-                    if clean_first || m.flags() & DIRTY != 0 {
+                    if defer || m.flags() & DIRTY != 0 {
                         continue;
                     }
                 }
@@ -540,7 +549,10 @@ mod tests {
     }
 
     /// Clean-first passes over the dirty pages the hand meets first and evicts a clean one;
-    /// plain takes the first dirty one, written back first, so the miss costs a write.
+    /// plain takes the first dirty one, written back first, so the miss costs a write;
+    /// gc-aware does as clean-first while the dirty pages' device is taken to be collecting
+    /// garbage (a write-back far slower than its baseline just ended: what the policy sees of
+    /// a device's GC, never the device's own word), and as plain otherwise.
     #[test]
     fn clean_first_evicts_a_clean_page_where_plain_writes_a_dirty_one_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -549,13 +561,20 @@ mod tests {
         std::fs::write(&dirty, b"").unwrap();
         std::fs::write(&clean, vec![2u8; 8 * 4096]).unwrap();
         std::fs::write(&miss, vec![3u8; 4096]).unwrap();
-        let after_a_miss = |rule| {
+        let after_a_miss = |rule, collecting: bool| {
             let cache = SharedCache::create(&sixteen(PolicyKind::Clock, rule)).unwrap();
             let d = cache.open_path(&dirty, true).unwrap();
             // The hand's first eight frames dirty, the next eight clean; then a miss.
             d.write_at(&[9u8; 8 * 4096], 0).unwrap();
             let mut page = vec![0u8; 8 * 4096];
             cache.open_path(&clean, false).unwrap().read_at(&mut page, 0).unwrap();
+            let device = cache.inner.gc_device(d.slot()).unwrap();
+            let now = super::super::gc::now_ns();
+            device.end_at(None, 1, 20_000, true, now); // the baseline: 20 us a page
+            if collecting {
+                device.end_at(None, 1, 1_000_000_000, true, now); // 1 s: until now + 0.5 s
+            }
+            assert_eq!(cache.inner.collecting(d.slot()), collecting);
             cache.open_path(&miss, false).unwrap().read_at(&mut page[..4096], 0).unwrap();
             assert_eq!(page[..4096], [3u8; 4096]);
             let s = cache.status();
@@ -563,11 +582,14 @@ mod tests {
             assert_eq!(std::fs::read(&dirty).unwrap(), vec![9u8; 8 * 4096]);
             (s.dirty, s.written_back, s.evictions)
         };
-        assert_eq!(after_a_miss(CleanFirst::Always), (8, 0, 1), "clean-first");
-        let (still_dirty, written, evictions) = after_a_miss(CleanFirst::Never);
-        assert!(
-            still_dirty < 8 && written > 0 && evictions == 1,
-            "plain: {still_dirty} dirty, {written} written"
-        );
+        let plain = |(still_dirty, written, evictions): (u64, u64, u64)| {
+            still_dirty < 8 && written > 0 && evictions == 1
+        };
+        assert_eq!(after_a_miss(CleanFirst::Always, false), (8, 0, 1), "clean-first");
+        let got = after_a_miss(CleanFirst::Never, false);
+        assert!(plain(got), "plain: {got:?}");
+        assert_eq!(after_a_miss(CleanFirst::WhileGc, true), (8, 0, 1), "gc-aware while collecting");
+        let got = after_a_miss(CleanFirst::WhileGc, false);
+        assert!(plain(got), "gc-aware otherwise: {got:?}");
     }
 }

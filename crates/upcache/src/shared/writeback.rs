@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
+use super::held::HeldFd;
 use super::layout::technique;
 use super::Inner;
 use crate::error::{Error, Result};
@@ -45,10 +46,21 @@ impl Lent {
 }
 
 impl Inner {
-    /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd`, up to the file's
-    /// length, and clears `DIRTY`; on failure keeps it and records the error on the file.
-    pub(crate) fn write_back_locked(&self, f: u32, fd: &std::fs::File) -> Result<()> {
-        self.write_back_run(&[f], fd, None)
+    /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd` (our own
+    /// descriptor), up to the file's length, and clears `DIRTY`; on failure keeps it and
+    /// records the error on the file.
+    pub(crate) fn write_back_locked(&self, f: u32, fd: &HeldFd) -> Result<()> {
+        self.write_back_run(&[f], fd, self.direct_of(fd))
+    }
+
+    /// Where a writer writes whole pages back: `fd` opened again with `O_DIRECT`, with
+    /// `SharedConfig::direct_write_back`, as the service does.
+    pub(crate) fn direct_of<'a>(&self, fd: &'a HeldFd) -> Option<&'a std::fs::File> {
+        if self.direct_write_back() {
+            fd.direct()
+        } else {
+            None
+        }
     }
 
     /// Writes frames `run` (locked by us, `DIRTY`, holding pages that follow each other in one
@@ -85,7 +97,17 @@ impl Inner {
             Some(d) => {
                 let whole = bufs.iter().take_while(|b| b.len() == PAGE).count();
                 let (head, tail) = bufs.split_at_mut(whole);
-                let direct = match crate::io::sys::pwritev_all(d.as_raw_fd(), at, &mut head.to_vec()) {
+                // Timed for GC-aware eviction (`gc.rs`): these writes reach the device. A failed
+                // one says nothing of its speed: its slot is freed, no sample taken.
+                let gc = self.gc_device(key_slot(k)).filter(|_| whole > 0);
+                let t0 = super::gc::now_ns();
+                let slot = gc.and_then(|g| g.begin_at(whole as u64, t0));
+                let direct = crate::io::sys::pwritev_all(d.as_raw_fd(), at, &mut head.to_vec());
+                if let Some(g) = gc {
+                    let now = super::gc::now_ns();
+                    g.end_at(slot, whole as u64, now - t0, direct.is_ok(), now);
+                }
+                let direct = match direct {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                         crate::io::sys::pwritev_all(fd.as_raw_fd(), at, head)
                     }
@@ -116,12 +138,12 @@ impl Inner {
 
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
     /// error.
-    pub(crate) fn write_back_slot(&self, slot: u32, fd: &std::fs::File) -> Result<()> {
+    pub(crate) fn write_back_slot(&self, slot: u32, fd: &HeldFd) -> Result<()> {
         // Acquire: pairs with `mark_dirty`'s count.
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), fd, None, true, None)
+        self.write_back_listed(&self.file_candidates(slot), fd, self.direct_of(fd), true, None)
     }
 
     /// Writes back, through `fd` (whole pages through `direct` if given), each listed frame (of

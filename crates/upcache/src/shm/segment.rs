@@ -420,28 +420,6 @@ impl Segment {
         Some((NonNull::new(start)?, r.len as usize))
     }
 
-    /// Gives the memory of `len` bytes at `start` (inside this mapping, page-aligned) back to
-    /// the kernel; they read as zeros when next touched, in every process that maps them.
-    pub fn punch(&self, start: *const u8, len: usize) -> Result<()> {
-        let offset =
-            (start as usize).checked_sub(self.base.as_ptr() as usize).filter(|o| o + len <= self.len);
-        let offset = offset.ok_or_else(|| invalid("a hole outside the segment"))?;
-        // SAFETY: fallocate on our descriptor, inside the segment; it touches no memory of ours
-        // (the range's pages are dropped from the memfd, and read as zeros next time).
-        let rc = unsafe {
-            libc::fallocate(
-                self.fd.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                len as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            return Err(os_error(ErrorKind::Io, "punch a hole in a shared segment"));
-        }
-        Ok(())
-    }
-
     /// The segment's length in bytes, header included.
     pub fn len(&self) -> usize {
         self.len

@@ -20,21 +20,74 @@ const SLOTS: usize = 8;
 const FLOOR: Duration = Duration::from_micros(500);
 /// In flight past this many times its pages' time at the baseline: stalled.
 const STALLED: u64 = 8;
+/// A tracked write-back still in flight this long past its deadline is taken for one whose
+/// process died (a shared cache's device, `shared/gc.rs`): it no longer says the device
+/// collects, and its slot is taken back. No collection stalls one write for a minute.
+const ABANDONED: Duration = Duration::from_secs(60);
 
+/// One device's GC state: plain atomics (`repr(C)`), so that it may live in a shared
+/// segment, where every process's write-backs feed it; times are nanoseconds on one clock
+/// (a cache's own epoch, or `CLOCK_MONOTONIC`, the same in every process).
+#[repr(C)]
 #[derive(Default)]
-struct Device {
-    /// When each tracked write-back in flight counts as stalled, in ns since the epoch (0: free).
+pub(crate) struct GcDevice {
+    /// When each tracked write-back in flight counts as stalled (0: free).
     deadlines: [AtomicU64; SLOTS],
     /// Ns per page of ordinary write-backs (0: none seen yet).
     per_page_ns: AtomicU64,
-    /// Until when, in ns since the epoch, the device is taken to be collecting after a slow
-    /// write-back ended.
+    /// Until when the device is taken to be collecting after a slow write-back ended.
     until_ns: AtomicU64,
+}
+
+impl GcDevice {
+    /// A write-back of `pages` pages (at least 1) begins at `now`: its slot, if one was free.
+    pub(crate) fn begin_at(&self, pages: u64, now: u64) -> Option<usize> {
+        // Relaxed (throughout): hints, see the module's doc.
+        let expect = self.per_page_ns.load(Ordering::Relaxed).saturating_mul(pages.max(1));
+        let deadline = now + expect.saturating_mul(STALLED).max(FLOOR.as_nanos() as u64);
+        let abandoned = now.saturating_sub(ABANDONED.as_nanos() as u64);
+        self.deadlines.iter().position(|s| {
+            let old = s.load(Ordering::Relaxed);
+            (old == 0 || old < abandoned)
+                && s.compare_exchange(old, deadline, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        })
+    }
+
+    /// The write-back begun in `slot` of `pages` pages ended at `now` after `took`; `alone`:
+    /// it was the only device of its batch.
+    pub(crate) fn end_at(&self, slot: Option<usize>, pages: u64, took: u64, alone: bool, now: u64) {
+        if let Some(s) = slot {
+            self.deadlines[s].store(0, Ordering::Relaxed);
+        }
+        if !alone {
+            return;
+        }
+        let per_page = took / pages.max(1);
+        let base = self.per_page_ns.load(Ordering::Relaxed);
+        if base != 0 && took > FLOOR.as_nanos() as u64 && per_page > base.saturating_mul(STALLED) {
+            // A collection: taken to go on for half as long again, and kept out of the baseline.
+            self.until_ns.store(now + took / 2, Ordering::Relaxed);
+            return;
+        }
+        // An average over about the last 8 write-backs.
+        let next = if base == 0 { per_page } else { base - base / 8 + per_page / 8 };
+        self.per_page_ns.store(next.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the device is taken to be collecting at `now`.
+    pub(crate) fn collecting_at(&self, now: u64) -> bool {
+        let abandoned = now.saturating_sub(ABANDONED.as_nanos() as u64);
+        now < self.until_ns.load(Ordering::Relaxed)
+            || self.deadlines.iter().any(|s| {
+                let deadline = s.load(Ordering::Relaxed);
+                deadline != 0 && now > deadline && deadline >= abandoned
+            })
+    }
 }
 
 /// The GC state of every device of a cache, as its write-backs show it.
 pub(crate) struct GcWatch {
-    devices: Box<[Device]>,
+    devices: Box<[GcDevice]>,
     epoch: Instant,
 }
 
@@ -47,7 +100,7 @@ pub(crate) struct Tracked {
 
 impl GcWatch {
     pub(crate) fn new(devices: usize) -> Self {
-        GcWatch { devices: (0..devices).map(|_| Device::default()).collect(), epoch: Instant::now() }
+        GcWatch { devices: (0..devices).map(|_| GcDevice::default()).collect(), epoch: Instant::now() }
     }
 
     fn now(&self) -> u64 {
@@ -56,20 +109,11 @@ impl GcWatch {
 
     /// A write-back of `pages` pages to device `dev` begins.
     pub(crate) fn begin(&self, dev: usize, pages: usize) -> Tracked {
-        let pages = pages.max(1) as u64;
-        self.begin_at(dev, pages, self.now())
+        self.begin_at(dev, pages.max(1) as u64, self.now())
     }
 
     fn begin_at(&self, dev: usize, pages: u64, now: u64) -> Tracked {
-        let d = &self.devices[dev];
-        // Relaxed (throughout): hints, see the module's doc.
-        let expect = d.per_page_ns.load(Ordering::Relaxed).saturating_mul(pages);
-        let deadline = now + expect.saturating_mul(STALLED).max(FLOOR.as_nanos() as u64);
-        let slot = d
-            .deadlines
-            .iter()
-            .position(|s| s.compare_exchange(0, deadline, Ordering::Relaxed, Ordering::Relaxed).is_ok());
-        Tracked { dev, slot, pages }
+        Tracked { dev, slot: self.devices[dev].begin_at(pages, now), pages }
     }
 
     /// The write-back `t` ended after `took`; `alone`: it was the only device of its batch.
@@ -78,23 +122,7 @@ impl GcWatch {
     }
 
     fn end_at(&self, t: Tracked, took: u64, alone: bool, now: u64) {
-        let d = &self.devices[t.dev];
-        if let Some(s) = t.slot {
-            d.deadlines[s].store(0, Ordering::Relaxed);
-        }
-        if !alone {
-            return;
-        }
-        let per_page = took / t.pages;
-        let base = d.per_page_ns.load(Ordering::Relaxed);
-        if base != 0 && took > FLOOR.as_nanos() as u64 && per_page > base.saturating_mul(STALLED) {
-            // A collection: taken to go on for half as long again, and kept out of the baseline.
-            d.until_ns.store(now + took / 2, Ordering::Relaxed);
-            return;
-        }
-        // An average over about the last 8 write-backs.
-        let next = if base == 0 { per_page } else { base - base / 8 + per_page / 8 };
-        d.per_page_ns.store(next.max(1), Ordering::Relaxed);
+        self.devices[t.dev].end_at(t.slot, t.pages, took, alone, now);
     }
 
     /// Whether device `dev` is taken to be collecting now.
@@ -103,12 +131,7 @@ impl GcWatch {
     }
 
     fn collecting_at(&self, dev: usize, now: u64) -> bool {
-        let d = &self.devices[dev];
-        now < d.until_ns.load(Ordering::Relaxed)
-            || d.deadlines.iter().any(|s| {
-                let deadline = s.load(Ordering::Relaxed);
-                deadline != 0 && now > deadline
-            })
+        self.devices[dev].collecting_at(now)
     }
 }
 
@@ -167,5 +190,23 @@ mod tests {
             w.end_at(t, 10 * MS, true, 30 * MS);
         }
         assert!(!w.collecting_at(0, 30 * MS));
+    }
+
+    /// A write-back never ended (its process died, in a shared cache) says the device
+    /// collects only until it has been stalled for `ABANDONED`; then its slot is taken back.
+    #[test]
+    fn an_abandoned_write_back_stops_counting_and_frees_its_slot() {
+        let d = GcDevice::default();
+        let lost: Vec<_> = (0..SLOTS).map(|_| d.begin_at(1, MS)).collect();
+        assert!(lost.iter().all(Option::is_some));
+        let stalled = MS + FLOOR.as_nanos() as u64 + 1;
+        assert!(d.collecting_at(stalled));
+        assert_eq!(d.begin_at(1, stalled), None, "every slot taken");
+        let later = stalled + ABANDONED.as_nanos() as u64;
+        assert!(!d.collecting_at(later), "abandoned");
+        let t = d.begin_at(1, later);
+        assert!(t.is_some(), "a slot taken back");
+        d.end_at(t, 1, 10 * US, true, later + 10 * US);
+        assert!(!d.collecting_at(later + 10 * US));
     }
 }
