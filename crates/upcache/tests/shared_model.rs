@@ -34,6 +34,18 @@ fn config(index: IndexKind) -> SharedConfig {
     SharedConfig { memory: 512 << 10, files: 16, clients: 16, index, ..SharedConfig::default() }
 }
 
+/// The other side of the eviction and throttling switches: GClock, dirty victims taken
+/// where the hand finds them unless their device collects (gc-aware), writers that would
+/// pause for a service (none here: they write back themselves).
+fn switched() -> SharedConfig {
+    SharedConfig {
+        policy: upcache::PolicyKind::GClock,
+        clean_first: upcache::CleanFirst::WhileGc,
+        flush: upcache::FlushKind::Background,
+        ..config(IndexKind::Radix)
+    }
+}
+
 /// SplitMix64: the sequences must be the same in the child that runs them and the parent that
 /// replays them.
 struct Rng(u64);
@@ -235,20 +247,23 @@ fn model_child_entry() {
     println!("done");
 }
 
-/// `PROCS` processes of `n` operations each from `seed` on a cache with `index`, then every
-/// file checked.
-fn run(seed: u64, n: usize, index: IndexKind) {
+/// `PROCS` processes of `n` operations each from `seed` on a cache made with `config`, then
+/// every file checked.
+fn run(seed: u64, n: usize, config: SharedConfig) {
     println!(
-        "shared model: seed {seed}, {PROCS} processes of {n} operations, index {} \
-         (UPCACHE_SHARED_MODEL_SEED={seed} repeats them)",
-        index.name()
+        "shared model: seed {seed}, {PROCS} processes of {n} operations, index {}, policy {}+{}, \
+         flush {} (UPCACHE_SHARED_MODEL_SEED={seed} repeats them)",
+        config.index.name(),
+        config.policy.name(),
+        config.clean_first.name(),
+        config.flush.name(),
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("shared"), vec![0u8; (BLOCKS * BLOCK) as usize]).unwrap();
     for proc in 0..PROCS {
         std::fs::write(own_path(dir.path(), proc), b"").unwrap();
     }
-    let cache = SharedCache::create(&config(index)).unwrap();
+    let cache = SharedCache::create(&config).unwrap();
     let children: Vec<_> = (0..PROCS)
         .map(|proc| {
             let inherited = cache.segment_fd().try_clone_to_owned().unwrap();
@@ -319,20 +334,30 @@ fn seed() -> u64 {
 
 #[test]
 fn processes_sharing_the_cache_match_the_oracle() {
-    run(seed(), 3000, IndexKind::Radix);
+    run(seed(), 3000, config(IndexKind::Radix));
 }
 
 /// The same with the hash index, the tree's off switch.
 #[test]
 fn processes_sharing_a_cache_with_the_hash_index_match_the_oracle() {
-    run(seed(), 3000, IndexKind::Sharded);
+    run(seed(), 3000, config(IndexKind::Sharded));
 }
 
-/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all.
+/// The same with GClock, gc-aware eviction and pausing writers.
+#[test]
+fn processes_sharing_a_cache_with_its_other_eviction_and_throttling_match_the_oracle() {
+    run(seed(), 3000, switched());
+}
+
+/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: three quarters on the
+/// defaults, a quarter with the other eviction and throttling.
 #[test]
 #[ignore = "the long soak: .ci/run runs it once, in release"]
 fn soak_processes_sharing_the_cache_match_the_oracle() {
     let total: usize =
         std::env::var("UPCACHE_SOAK_OPS").map_or(1_000_000, |v| v.parse().expect("UPCACHE_SOAK_OPS"));
-    run(seed(), total.div_ceil(PROCS), IndexKind::Radix);
+    let seed = seed();
+    let switched_ops = total / 4;
+    run(seed, (total - switched_ops).div_ceil(PROCS), config(IndexKind::Radix));
+    run(seed ^ 1, switched_ops.div_ceil(PROCS), switched());
 }

@@ -744,9 +744,13 @@ impl Inner {
 
     /// `FlushKind::Background`: asks the service for write-back and pauses, as the kernel's
     /// `balance_dirty_pages` does, until the cache is at most the foreground ratio dirty;
-    /// false if it has not fallen for [`THROTTLE_PATIENCE`] (the service is gone, stopped or
-    /// failing), so that the writer writes back itself rather than hang.
+    /// false at once without a service (a cache made in process), and if it has not fallen
+    /// for [`THROTTLE_PATIENCE`] (the service is gone, stopped or failing), so that the
+    /// writer writes back itself rather than hang.
     pub(crate) fn pause_for_write_back(&self) -> bool {
+        if !self.link.linked() {
+            return false;
+        }
         let foreground = self.dirty_limits.1;
         // Relaxed: a statistic.
         self.view.header().writer_pauses.fetch_add(1, Ordering::Relaxed);
