@@ -123,6 +123,9 @@ typedef struct upcache_shared_settings {
   // dflush: a writer past the foreground fraction writes back its own file (false: it
   // pauses until the service's write-back brings the cache under it).
   bool dflush;
+  // Stream-aware eviction: a page a sequential stream reads once is no reference for the
+  // clock hand (false: every hit is one).
+  bool streams;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

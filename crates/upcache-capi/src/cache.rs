@@ -181,6 +181,9 @@ pub struct upcache_shared_settings {
     /// dflush: a writer past the foreground fraction writes back its own file (false: it
     /// pauses until the service's write-back brings the cache under it).
     pub dflush: bool,
+    /// Stream-aware eviction: a page a sequential stream reads once is no reference for the
+    /// clock hand (false: every hit is one).
+    pub streams: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -202,6 +205,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             clean_first: c.clean_first != upcache::CleanFirst::Never,
             gc_aware: c.clean_first == upcache::CleanFirst::WhileGc,
             dflush: c.flush == upcache::FlushKind::Direct,
+            streams: c.streams,
         }
     }
 }
@@ -249,6 +253,7 @@ pub unsafe extern "C" fn upcache_attach_with(
                 (true, true) => upcache::CleanFirst::WhileGc,
             },
             flush: if s.dflush { upcache::FlushKind::Direct } else { upcache::FlushKind::Background },
+            streams: s.streams,
             ..SharedConfig::default()
         };
         config.check()?;

@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// write-backs shows (ScalaCache) (as UPCACHE_CLEAN_FIRST)
     #[arg(long, value_name = "clean-first|plain|gc-aware", default_value = "clean-first")]
     clean_first: upcache::CleanFirst,
+    /// Stream-aware eviction (StreamCache): a page a sequential stream reads once is no
+    /// reference for the clock hand, so a scan's pages go first; off, every hit is one (as
+    /// UPCACHE_STREAMS)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    streams: bool,
     /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
     /// background, pauses until the service's write-back brings the cache under it (the
     /// kernel's way) (as UPCACHE_FLUSH)
@@ -124,6 +129,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             policy: args.policy,
             clean_first: args.clean_first,
             flush: args.flush,
+            streams: args.streams,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

@@ -556,12 +556,13 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--streams", "off", "--dry-run"]);
+    let out =
+        upcache(&["bench", "--engine", "shared", "--alloc", "global", "--hot-index", "off", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--streams, --alloc"), "{err}");
-    let out = upcache(&["bench", "--compare", "upcache,shared", "--streams", "off", "--dry-run"]);
+    assert!(!out.status.success() && err.contains("--hot-index, --alloc"), "{err}");
+    let out = upcache(&["bench", "--compare", "upcache,shared", "--hot-index", "off", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("note: --streams set the upcache engine only"), "{err}");
+    assert!(out.status.success() && err.contains("note: --hot-index set the upcache engine only"), "{err}");
     for policy in ["s3fifo", "lru+plain"] {
         let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", policy, "--dry-run"]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -611,10 +612,10 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
         assert_eq!(off["config"][flag], "off", "{}", off["config"]);
     }
     // The policy and flush flags reach the shared cache (its own tests show what each does).
-    let other = read(&["--policy", "gclock+plain", "--flush", "background"]);
+    let other = read(&["--policy", "gclock+gc-aware", "--flush", "background", "--streams", "off"]);
     assert_eq!(
-        (&other["config"]["policy"], &other["config"]["flush"]),
-        (&serde_json::json!("gclock+plain"), &serde_json::json!("background")),
+        (&other["config"]["policy"], &other["config"]["flush"], &other["config"]["streams"]),
+        (&serde_json::json!("gclock+gc-aware"), &serde_json::json!("background"), &serde_json::json!("off")),
         "{other}"
     );
     let out = upcache(&["bench", "--engine", "shared", "--readahead", "2m", "--dry-run"]);

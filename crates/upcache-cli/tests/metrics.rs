@@ -132,6 +132,8 @@ fn the_shared_cache_service_serves_its_metrics() {
             "plain",
             "--flush",
             "background",
+            "--streams",
+            "off",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -154,6 +156,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "policy gclock\n",
         "clean_first plain\n",
         "flush background\n",
+        "streams off\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");

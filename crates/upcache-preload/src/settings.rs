@@ -30,7 +30,7 @@ pub(crate) struct Settings {
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
-    /// (dflush|background):
+    /// (dflush|background), UPCACHE_STREAMS (on|off):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -53,6 +53,7 @@ pub(crate) struct CacheSettings {
     pub policy: Option<upcache::PolicyKind>,
     pub clean_first: Option<upcache::CleanFirst>,
     pub flush: Option<upcache::FlushKind>,
+    pub streams: Option<bool>,
 }
 
 impl CacheSettings {
@@ -82,6 +83,7 @@ impl CacheSettings {
                 s.parse().map_err(|e: upcache::Error| e.to_string())
             })?,
             flush: var("UPCACHE_FLUSH", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
+            streams: var("UPCACHE_STREAMS", upcache::parse_on_off)?,
         })
     }
 
@@ -101,6 +103,7 @@ impl CacheSettings {
             policy: self.policy.unwrap_or(config.policy),
             clean_first: self.clean_first.unwrap_or(config.clean_first),
             flush: self.flush.unwrap_or(config.flush),
+            streams: self.streams.unwrap_or(config.streams),
             ..config
         }
     }
@@ -123,6 +126,7 @@ impl CacheSettings {
             ("UPCACHE_RUN_MERGING", self.run_merging, config.run_merging),
             ("UPCACHE_BUNDLING", self.bundling, config.bundling),
             ("UPCACHE_DIRECT_WRITE_BACK", self.direct_write_back, config.direct_write_back),
+            ("UPCACHE_STREAMS", self.streams, config.streams),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
                 asked.push(format!("{name} for {}", upcache::on_off(b)));
@@ -184,6 +188,9 @@ impl CacheSettings {
         }
         if let Some(f) = self.flush {
             config = config.with_flush(f);
+        }
+        if let Some(on) = self.streams {
+            config = config.with_streams(on);
         }
         config
     }

@@ -473,8 +473,8 @@ impl Shim {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
                      flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, readahead {} bytes, \
-                     the {} index, the {} policy, {} eviction and {} (its service's, set when it started); \
-                     this process follows them",
+                     the {} index, the {} policy, {} eviction, streams {} and {} (its service's, set when it \
+                     started); this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
                     running.dirty_ratios.1,
@@ -488,6 +488,7 @@ impl Shim {
                     running.index.name(),
                     running.policy.name(),
                     running.clean_first.name(),
+                    upcache::on_off(running.streams),
                     running.flush.name(),
                 ));
             }

@@ -110,7 +110,9 @@ pub struct BenchArgs {
     pub(super) flush: Option<upcache::FlushKind>,
     /// upcache stream tracking: on (a sync writes only its file's dirty streams; flushers
     /// write whole streams in requests of the device's size) or off (a sync looks at every
-    /// cached page of its file; flushers scan the frames, 64-page runs) [default: on]
+    /// cached page of its file; flushers scan the frames, 64-page runs); the shared engine's
+    /// stream-aware eviction: on (a page a sequential stream reads once is no reference) or
+    /// off [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) streams: Option<bool>,
     /// upcache's range lock (F2FS): on (writers of disjoint ranges of a file run at once) or

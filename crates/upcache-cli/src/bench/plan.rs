@@ -61,8 +61,8 @@ pub(super) struct Plan {
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
-/// `--flushers`, `--policy` (clock or gclock, clean-first or plain) and `--flush`
-/// (`shared_config`).
+/// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush` and
+/// `--streams` (stream-aware eviction there) (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -72,7 +72,6 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--stripe-unit", a.stripe_unit.is_some_and(|s| s != 128 << 10)),
-        ("--streams", a.streams == Some(false)),
         ("--hot-index", a.hot_index == Some(false)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--layout", a.layout.is_some_and(|l| l != Default::default())),
@@ -104,6 +103,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         policy: a.policy.map_or(d.policy, |p| p.0),
         clean_first: a.policy.map_or(d.clean_first, |p| p.1),
         flush: a.flush.unwrap_or(d.flush),
+        streams: a.streams.unwrap_or(d.streams),
         ..d
     }
 }
@@ -128,7 +128,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy and --flush"
+             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush and --streams"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

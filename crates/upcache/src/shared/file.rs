@@ -413,15 +413,25 @@ impl SharedFile {
         } else {
             end.div_ceil(PAGE as u64)
         };
+        let streamed = sequential && self.inner.streams();
         for c in chunks(offset, end, PAGE as u64) {
-            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], (last - c.page) as usize)?;
+            let want = (last - c.page) as usize;
+            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, streamed)?;
         }
         Ok((end - offset) as usize)
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
-    /// `want - 1` missing pages after it.
-    fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8], want: usize) -> Result<()> {
+    /// `want - 1` missing pages after it. `streamed`: the read continues a sequential stream
+    /// (`FrameMeta::note_read`).
+    fn read_page(
+        &self,
+        page: u64,
+        in_page: usize,
+        dst: &mut [u8],
+        want: usize,
+        streamed: bool,
+    ) -> Result<()> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
         if let Some(f) = self.inner.index().hint(k) {
@@ -437,7 +447,7 @@ impl SharedFile {
                         std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len())
                     };
                     if m.unchanged(w) {
-                        m.note_read(flags, self.inner.gclock());
+                        m.note_read(flags, self.inner.gclock(), streamed);
                         self.inner.count_hit();
                         return Ok(());
                     }

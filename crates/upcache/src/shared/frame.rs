@@ -46,9 +46,12 @@ pub(crate) const REFERENCED: u32 = 4;
 pub(crate) const HIT: u32 = 8;
 /// The hit count's bits (0 to 3 of `HIT`).
 pub(crate) const HITS: u32 = 3 * HIT;
+/// Read once by a sequential stream (`SharedConfig::streams`): not a reference for the clock
+/// hand; a second read of the page is.
+pub(crate) const STREAMED: u32 = 32;
 /// The flags' bits; those above hold when the bytes were last written, in units of
 /// 2^`STAMP_TICKS` time-stamp counter ticks (`copy::now`), wrapping.
-const FLAG_BITS: u32 = VALID | DIRTY | REFERENCED | HITS;
+const FLAG_BITS: u32 = VALID | DIRTY | REFERENCED | HITS | STREAMED;
 /// Where the stamp starts in the flags.
 const STAMP_SHIFT: u32 = FLAG_BITS.count_ones();
 const STAMP_TICKS: u32 = 20;
@@ -185,10 +188,16 @@ impl FrameMeta {
     }
 
     /// Notes a read of the page, whose `flags` were read before it: `REFERENCED` for CLOCK;
-    /// under GClock (`gclock`), a hit counted too if it was set already, up to 3. Stores
-    /// only while something changes, so a hot page's line is not written at every read.
-    pub fn note_read(&self, flags: u32, gclock: bool) {
-        if flags & REFERENCED == 0 {
+    /// under GClock (`gclock`), a hit counted too if it was set already, up to 3. A read that
+    /// continues a sequential stream (`streamed`) marks a page read for the first time only
+    /// `STREAMED`, which the hand does not count: a page a scan reads once goes first (the
+    /// kernel keeps such pages on its inactive list), one read again stays as any other.
+    /// Stores only while something changes, so a hot page's line is not written at every read.
+    pub fn note_read(&self, flags: u32, gclock: bool, streamed: bool) {
+        if streamed && flags & (STREAMED | REFERENCED) == 0 {
+            // Relaxed: a hint for the clock hand.
+            self.flags.fetch_or(STREAMED, Ordering::Relaxed);
+        } else if flags & REFERENCED == 0 {
             // Relaxed: a hint for the clock hand.
             self.flags.fetch_or(REFERENCED, Ordering::Relaxed);
         } else if gclock && flags & HITS != HITS {

@@ -107,6 +107,11 @@ pub struct SharedConfig {
     /// latency of the `O_DIRECT` write-backs that reach it ([`CleanFirst::WhileGc`],
     /// ScalaCache §5.4; `gc.rs`).
     pub clean_first: CleanFirst,
+    /// Stream-aware eviction (StreamCache §4.2, eviction by stream): a page that a read
+    /// continuing a sequential stream (where the same open's last read ended) reads for the
+    /// first time is no reference for the clock hand, so the pages a scan reads once go
+    /// before the pages read at random or read again. Off, every hit is a reference.
+    pub streams: bool,
     /// What a writer past the foreground ratio does: [`FlushKind::Direct`] (ScaleCache's
     /// dflush, seed 000 §3.3: it writes its file's dirty pages back itself and goes on; the
     /// default) or [`FlushKind::Background`] (the kernel's way: it asks the service for
@@ -139,6 +144,7 @@ impl Default for SharedConfig {
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,
             flush: FlushKind::Direct,
+            streams: true,
         }
     }
 }
@@ -269,6 +275,8 @@ pub(crate) mod technique {
     /// `SharedConfig::clean_first` Always; with `GC_AWARE`, WhileGc; neither, plain.
     pub const CLEAN_FIRST: u64 = 64;
     pub const GC_AWARE: u64 = 256;
+    /// `SharedConfig::streams`.
+    pub const STREAMS: u64 = 512;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -436,6 +444,7 @@ impl View {
             (config.clean_first == CleanFirst::Always, technique::CLEAN_FIRST),
             (config.clean_first == CleanFirst::WhileGc, technique::GC_AWARE),
             (config.flush == FlushKind::Direct, technique::DFLUSH),
+            (config.streams, technique::STREAMS),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);

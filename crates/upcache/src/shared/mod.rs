@@ -813,6 +813,7 @@ impl Inner {
                 crate::policy::PolicyKind::Clock
             },
             clean_first: self.dirty_rule(),
+            streams: h.has(layout::technique::STREAMS),
             flush: if h.has(layout::technique::DFLUSH) {
                 crate::config::FlushKind::Direct
             } else {
@@ -840,6 +841,11 @@ impl Inner {
         } else {
             crate::policy::CleanFirst::Never
         }
+    }
+
+    /// Whether pages a sequential stream reads once are no reference (`SharedConfig::streams`).
+    pub(crate) fn streams(&self) -> bool {
+        self.techniques & layout::technique::STREAMS != 0
     }
 
     /// Whether a writer past the foreground ratio writes back itself (`SharedConfig::flush`).

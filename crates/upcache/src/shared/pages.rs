@@ -548,6 +548,45 @@ mod tests {
         assert!(!kept(PolicyKind::Clock), "clock kept the page read five times through the scan");
     }
 
+    /// With stream-aware eviction, the pages a sequential scan reads once (readahead's, read
+    /// through hits) are no reference, so a page read again every 12 pages of the scan (less
+    /// than a lap of the hand over 16 frames) stays cached throughout; without it, the scan's hits count as references, the hand
+    /// clears every bit in a lap, and the page is evicted between its reads.
+    #[test]
+    fn a_scan_read_once_goes_before_a_page_read_again_with_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let (hot, scan) = (dir.path().join("hot"), dir.path().join("scan"));
+        std::fs::write(&hot, vec![1u8; 4096]).unwrap();
+        std::fs::write(&scan, vec![2u8; 64 * 4096]).unwrap();
+        let hot_misses = |streams| {
+            let config = SharedConfig {
+                readahead: 8 * 4096,
+                streams,
+                ..sixteen(PolicyKind::Clock, CleanFirst::Always)
+            };
+            let cache = SharedCache::create(&config).unwrap();
+            let (h, s) = (cache.open_path(&hot, false).unwrap(), cache.open_path(&scan, false).unwrap());
+            let mut page = vec![0u8; 4096];
+            // Loaded, then read again: referenced.
+            h.read_at(&mut page, 0).unwrap();
+            h.read_at(&mut page, 0).unwrap();
+            let mut misses = 0;
+            for i in 0..64 {
+                s.read_at(&mut page, i * 4096).unwrap();
+                assert_eq!(page, vec![2u8; 4096]);
+                if i % 12 == 11 {
+                    let before = cache.status().misses;
+                    h.read_at(&mut page, 0).unwrap();
+                    assert_eq!(page, vec![1u8; 4096]);
+                    misses += cache.status().misses - before;
+                }
+            }
+            misses
+        };
+        assert_eq!(hot_misses(true), 0, "with streams");
+        assert!(hot_misses(false) > 0, "without streams the scan's hits outweigh the page's");
+    }
+
     /// Clean-first passes over the dirty pages the hand meets first and evicts a clean one;
     /// plain takes the first dirty one, written back first, so the miss costs a write;
     /// gc-aware does as clean-first while the dirty pages' device is taken to be collecting

@@ -688,6 +688,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("policy", name(c.policy.name())),
         ("clean_first", name(c.clean_first.name())),
         ("flush", name(c.flush.name())),
+        ("streams", switch(c.streams)),
         ("readahead", count(c.readahead)),
         ("clients", (format!("{}: {:?}", s.clients.len(), s.clients), format!("[{}]", clients.join(",")))),
     ];
@@ -704,7 +705,8 @@ pub fn status(socket: &Path) -> Result<String> {
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
 /// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
 /// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `readahead`, `clients`).
+/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `streams`, `readahead`,
+/// `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }
