@@ -78,11 +78,12 @@ def main():
     base = ["--engine", "shared", "--rw", "randrw", "--rwmixread", "70", "--bs", "4k", "--size", "512m",
             "--cache", "64m", "--threads", "16", "--runtime", "5s", "--dirty-ratios", "0.6,0.9", "--dir", d]
     common.compare(
-        "shared cache, clean-first vs plain CLOCK: 70/30 random reads/writes of plain files",
+        "shared cache, clean-first vs plain vs gc-aware CLOCK: 70/30 random reads/writes of plain files",
         [("shared-clean-first", base + ["--policy", "clock+clean-first"], None),
-         ("shared-plain", base + ["--policy", "clock+plain"], None)],
-        a.rounds, ["iops", "read_p99us", "read_p999us", "cpu_us/op"],
-        [("shared-clean-first", "shared-plain", "iops")])
+         ("shared-plain", base + ["--policy", "clock+plain"], None),
+         ("shared-gc-aware", base + ["--policy", "clock+gc-aware"], None)],
+        a.rounds, ["iops", "read_p99us", "read_p999us", "cpu_us/op", "hit%"],
+        [("shared-clean-first", "shared-plain", "iops"), ("shared-gc-aware", "shared-plain", "iops")])
     return common.finish()
 
 

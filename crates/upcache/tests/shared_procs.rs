@@ -217,11 +217,18 @@ fn service_child_entry() {
 
 fn serve_in_thread(dir: &Path) -> (PathBuf, std::thread::JoinHandle<bool>) {
     let socket = dir.join("run/cache.sock");
-    let opts = ServeOptions { socket: socket.clone(), config: config(), idle: Duration::from_millis(200) };
+    let t = serve_at(&socket, config(), Duration::from_millis(200));
+    (socket, t)
+}
+
+/// A service on `socket` in a thread of ours, listening once this returns; it returns
+/// whether it served, once idle for `idle`.
+fn serve_at(socket: &Path, config: SharedConfig, idle: Duration) -> std::thread::JoinHandle<bool> {
+    let opts = ServeOptions { socket: socket.to_path_buf(), config, idle };
     let (tx, rx) = std::sync::mpsc::channel();
     let t = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
     rx.recv().unwrap();
-    (socket, t)
+    t
 }
 
 #[test]
@@ -271,10 +278,7 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
         dirty_expire: hour,
         ..config()
     };
-    let opts = ServeOptions { socket: socket.clone(), config, idle: Duration::from_millis(200) };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let service = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
-    rx.recv().unwrap();
+    let service = serve_at(&socket, config, Duration::from_millis(200));
     let file = dir.path().join("data");
     std::fs::write(&file, b"").unwrap();
     let cache = serve::connect(&socket).unwrap();
@@ -310,16 +314,9 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
 fn a_service_leaving_leaves_a_newer_service_s_socket_at_the_same_path() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/cache.sock");
-    let start = |idle: Duration| {
-        let opts = ServeOptions { socket: socket.clone(), config: config(), idle };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let t = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
-        rx.recv().unwrap();
-        t
-    };
-    let old = start(Duration::from_secs(1));
+    let old = serve_at(&socket, config(), Duration::from_secs(1));
     std::fs::remove_dir_all(socket.parent().unwrap()).unwrap();
-    let new = start(Duration::from_millis(200));
+    let new = serve_at(&socket, config(), Duration::from_millis(200));
     let cache = serve::connect(&socket).unwrap();
     assert!(old.join().unwrap(), "the old service exits once idle");
     assert!(socket.exists(), "the old service removed the new one's socket");
@@ -349,10 +346,7 @@ fn past_the_foreground_ratio_dflush_writes_back_and_background_pauses_for_the_se
             flush,
             ..config()
         };
-        let opts = ServeOptions { socket: socket.clone(), config, idle: Duration::from_millis(200) };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let service = std::thread::spawn(move || serve::serve(&opts, |_| tx.send(()).unwrap()).unwrap());
-        rx.recv().unwrap();
+        let service = serve_at(&socket, config, Duration::from_millis(200));
         let file = dir.path().join("data");
         std::fs::write(&file, b"").unwrap();
         let cache = serve::connect(&socket).unwrap();

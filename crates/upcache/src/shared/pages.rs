@@ -550,8 +550,9 @@ mod tests {
 
     /// With stream-aware eviction, the pages a sequential scan reads once (readahead's, read
     /// through hits) are no reference, so a page read again every 12 pages of the scan (less
-    /// than a lap of the hand over 16 frames) stays cached throughout; without it, the scan's hits count as references, the hand
-    /// clears every bit in a lap, and the page is evicted between its reads.
+    /// than a lap of the hand over 16 frames) stays cached throughout; without it, the scan's
+    /// hits count as references, the hand clears every bit in a lap, and the page is evicted
+    /// between its reads.
     #[test]
     fn a_scan_read_once_goes_before_a_page_read_again_with_streams() {
         let dir = tempfile::tempdir().unwrap();
