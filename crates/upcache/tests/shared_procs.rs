@@ -5,7 +5,7 @@
 // Builds the shared cache, which `--cfg loom` leaves out.
 #![cfg(not(loom))]
 
-use std::io::BufRead;
+use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -372,6 +372,55 @@ fn past_the_foreground_ratio_dflush_writes_back_and_background_pauses_for_the_se
             assert_eq!(page, &[at as u8; 4096][..], "page {at} with {}", flush.name());
         }
     }
+}
+
+/// Takes two client slots (two attachments), writes a page through one without syncing, says
+/// so, and waits to be killed.
+#[test]
+#[ignore = "a process of the full-client-table test, run by it"]
+fn slot_filler_child_entry() {
+    let a = args();
+    let first = inherited();
+    let second = SharedCache::attach(first.segment_fd().try_clone_to_owned().unwrap()).unwrap();
+    let f = first.open_path(Path::new(&a[0]), true).unwrap();
+    let g = second.open_path(Path::new(&a[0]), true).unwrap();
+    f.write_at(&[b'x'; 4096], 0).unwrap();
+    println!("ready");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    drop((f, g, first, second));
+}
+
+/// A process attaching to a cache whose every client slot is taken, all but its own by a
+/// process killed without detaching (no service to reap them), takes a dead one's slot
+/// instead of failing: the dead client's opens are uncounted, its unsynced page is still
+/// there, and the index is sound. (Before, it failed with Busy, and a service adopting such a
+/// cache refused to start.)
+#[test]
+fn a_process_takes_a_dead_client_s_slot_when_every_slot_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data");
+    std::fs::write(&file, b"").unwrap();
+    let cache = SharedCache::create(&SharedConfig { clients: 3, ..config() }).unwrap();
+    let (mut cmd, _inherited) = child(&cache, "slot_filler_child_entry", &file.display().to_string());
+    let mut filler = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    // The test harness's own lines first.
+    let said =
+        BufReader::new(filler.stdout.take().unwrap()).lines().map_while(Result::ok).any(|l| l == "ready");
+    assert!(said, "the filler did not get ready");
+    filler.kill().unwrap();
+    filler.wait().unwrap();
+    let again = SharedCache::attach(cache.segment_fd().try_clone_to_owned().unwrap())
+        .expect("a dead client's slot taken");
+    let f = again.open_path(&file, true).unwrap();
+    let mut page = vec![0u8; 4096];
+    assert_eq!(f.read_at(&mut page, 0).unwrap(), 4096);
+    assert_eq!(page, vec![b'x'; 4096], "the dead writer's unsynced page");
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&file).unwrap(), vec![b'x'; 4096]);
+    drop(f);
+    assert_eq!(again.status().clients.len(), 2, "the other dead client reaped: {:?}", again.status());
+    cache.check_index().unwrap();
 }
 
 /// Fills the first MiB of the file with 0xAB, then truncates it to a page and a bit, over and

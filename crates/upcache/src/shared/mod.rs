@@ -183,7 +183,16 @@ impl SharedCache {
 
     fn join(view: View, link: link::Link) -> Result<SharedCache> {
         count_forks();
-        let me = view.clients().join()?;
+        // Every slot taken: one whose process died is ours, its leftovers repaired below (a
+        // cache whose processes all died without a service to reap them stays usable).
+        let (me, inherited) = match view.clients().join() {
+            Ok(me) => (me, None),
+            Err(e) if e.kind() == crate::error::ErrorKind::Busy => match view.clients().take_dead() {
+                Some((me, dead)) => (me, Some(dead)),
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         let view_clients = view.clients().capacity();
         let c = view.counters_of(me);
         // Relaxed: statistics; the slot's counts of the clients that held it before.
@@ -206,6 +215,9 @@ impl SharedCache {
             dirty_limits: (background as u64, foreground as u64),
             kicked: AtomicU64::new(0),
         };
+        if let Some(dead) = inherited {
+            inner.repair_inherited(dead);
+        }
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
         Ok(SharedCache { inner: Arc::new(inner) })

@@ -55,6 +55,29 @@ impl Inner {
         }
     }
 
+    /// Repairs after dead client `dead`, whose slot we took (`Clients::take_dead`): its open
+    /// counts, left in our slot's row, go, and every lock it held is taken over and what it
+    /// guarded repaired, as `repair_dead` does for the dead still in their slots.
+    pub(crate) fn repair_inherited(&self, dead: u32) {
+        log::info!("shared cache: client {dead} is gone and every slot was taken; its slot is ours now");
+        let table = &self.view.header().files_lock;
+        table.lock(self.me, |h| self.alive(h));
+        let mut touched = Vec::new();
+        for (slot, held) in self.view.holds(self.me).iter().enumerate() {
+            // Relaxed: under the table's lock.
+            if held.swap(0, Ordering::Relaxed) != 0 {
+                touched.push(slot);
+            }
+        }
+        for slot in touched {
+            self.recount_opens(slot);
+        }
+        // Nodes it may have taken and not linked: the trees' next generations sweep them.
+        self.view.forest().mark_trees_leaky();
+        table.unlock(self.me);
+        self.repair_locks_of(&[dead]);
+    }
+
     /// Releases every lock that dead clients hold, repairs what they guarded, subtracts their
     /// opens, and frees their slots; the number of clients reaped.
     pub(crate) fn repair_dead(&self) -> usize {
@@ -63,44 +86,7 @@ impl Inner {
         if dead.is_empty() {
             return 0;
         }
-        let is_dead = |h: u32| dead.contains(&h);
-        for (f, m) in self.view.frames().iter().enumerate() {
-            if m.holder().is_some_and(is_dead) {
-                self.lock_frame(f as u32);
-                m.unlock(self.me, true);
-            }
-        }
-        let map = self.view.map();
-        for (p, l) in map.locks.iter().enumerate() {
-            if l.holder().is_some_and(is_dead) {
-                if let Acquired::OwnerDied(d) = l.lock(self.me, |h| self.alive(h)) {
-                    log::warn!("shared cache: client {d} died changing index partition {p}; rebuilding it");
-                    map.rebuild(p);
-                }
-                l.unlock(self.me);
-            }
-        }
-        // A file's lock or range slot is taken only from the dead: one a live process took
-        // over meanwhile is its own to repair, and waiting for it could wait for a range slot
-        // our own caller holds (a range writer that repairs while it claims a frame).
-        for e in self.view.files() {
-            if e.lock.holder().is_some_and(is_dead) {
-                if let Some(taken) = e.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)) {
-                    if let Acquired::OwnerDied(_) = taken {
-                        e.repair_lock();
-                    }
-                    e.lock.unlock(self.me);
-                }
-            }
-            // A dead range writer's pages are repaired with their frames; its slot only goes.
-            for r in &e.ranges {
-                if r.lock.holder().is_some_and(is_dead)
-                    && r.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)).is_some()
-                {
-                    r.lock.unlock(self.me);
-                }
-            }
-        }
+        self.repair_locks_of(&dead);
         let table = &self.view.header().files_lock;
         // A holder that died between the stores of an open or a close left counts that the
         // recount below puts right; entries are filled before they are marked live.
@@ -141,6 +127,49 @@ impl Inner {
         }
         table.unlock(self.me);
         reaped
+    }
+
+    /// Takes over every lock that clients `dead` hold (frames, index partitions, files'
+    /// locks and range slots) and repairs what each guarded.
+    fn repair_locks_of(&self, dead: &[u32]) {
+        let is_dead = |h: u32| dead.contains(&h);
+        for (f, m) in self.view.frames().iter().enumerate() {
+            if m.holder().is_some_and(is_dead) {
+                self.lock_frame(f as u32);
+                m.unlock(self.me, true);
+            }
+        }
+        let map = self.view.map();
+        for (p, l) in map.locks.iter().enumerate() {
+            if l.holder().is_some_and(is_dead) {
+                if let Acquired::OwnerDied(d) = l.lock(self.me, |h| self.alive(h)) {
+                    log::warn!("shared cache: client {d} died changing index partition {p}; rebuilding it");
+                    map.rebuild(p);
+                }
+                l.unlock(self.me);
+            }
+        }
+        // A file's lock or range slot is taken only from the dead: one a live process took
+        // over meanwhile is its own to repair, and waiting for it could wait for a range slot
+        // our own caller holds (a range writer that repairs while it claims a frame).
+        for e in self.view.files() {
+            if e.lock.holder().is_some_and(is_dead) {
+                if let Some(taken) = e.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)) {
+                    if let Acquired::OwnerDied(_) = taken {
+                        e.repair_lock();
+                    }
+                    e.lock.unlock(self.me);
+                }
+            }
+            // A dead range writer's pages are repaired with their frames; its slot only goes.
+            for r in &e.ranges {
+                if r.lock.holder().is_some_and(is_dead)
+                    && r.lock.lock_unless(self.me, |h| self.alive(h), |h| !is_dead(h)).is_some()
+                {
+                    r.lock.unlock(self.me);
+                }
+            }
+        }
     }
 
     /// Sets `slot`'s open counts to the sum of every client's holds (under the table's lock).

@@ -12,7 +12,9 @@
 //!
 //! A process takes a free slot with one CAS ([`Clients::join`]) and frees it when it detaches
 //! ([`Clients::leave`]). A slot whose process died stays taken until whoever repaired what
-//! that process held frees it ([`Clients::reap`]), which bumps the count first.
+//! that process held frees it ([`Clients::reap`]), which bumps the count first; with every
+//! slot taken, a joiner takes a dead process's slot itself ([`Clients::take_dead`]) and
+//! repairs after it. Both leave the dead word by CAS, so one of them wins it.
 //!
 //! # Liveness
 //! A client is dead only on evidence: `/proc/<pid>` is gone, its start time differs, or the
@@ -85,6 +87,36 @@ impl<'a> Clients<'a> {
         Err(Error::new(ErrorKind::Busy, format!("all {} client slots are taken", self.slots.len())))
     }
 
+    /// With every slot taken, takes one whose process is certainly dead for this process:
+    /// its identity word by CAS from the dead one's (one taker wins), then a new tenure, so
+    /// the dead client's id stops matching (its locks are taken over as any dead holder's).
+    /// Our id and the dead client's; None if no slot's process is certainly dead. The caller
+    /// repairs what the dead client held, its open counts in the slot's row first.
+    pub fn take_dead(&self) -> Option<(u32, u32)> {
+        let word = match seen(std::process::id()) {
+            Seen::Alive(w) => w,
+            _ => return None,
+        };
+        for (i, [who, reaps]) in self.slots.iter().enumerate() {
+            // Acquire (both): pairs with the taker's and the reaper's Release.
+            let (old, r) = (who.load(Ordering::Acquire), reaps.load(Ordering::Acquire));
+            let dead = (i as u32 + 1) | ((r & TENURE_MASK) as u32) << SLOT_BITS;
+            if old == 0 || !dead_word(old) {
+                continue;
+            }
+            // AcqRel: ours after the dead one's. The one point a taker and a reaper meet: a
+            // reaper frees the slot with a CAS from the same dead word (`reap`), so one of us
+            // wins, and a count it bumped before losing only ends the dead tenure sooner.
+            if who.compare_exchange(old, word, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            // AcqRel: the new tenure after the identity; the dead id no longer matches.
+            let r = reaps.fetch_add(1, Ordering::AcqRel) + 1;
+            return Some(((i as u32 + 1) | ((r & TENURE_MASK) as u32) << SLOT_BITS, dead));
+        }
+        None
+    }
+
     /// Frees `id`, which this process holds, when it detaches.
     pub fn leave(&self, id: u32) {
         let [who, reaps] = self.slot(id).expect("a slot this process joined");
@@ -155,13 +187,17 @@ impl<'a> Clients<'a> {
     /// Frees the slot of dead client `id` once what it held was repaired. False if `id` is not
     /// the slot's current tenure, or its process is not certainly dead.
     pub fn reap(&self, id: u32) -> bool {
-        if self.state(id) != Some(Seen::Dead) {
+        let Some([who, reaps]) = self.slot(id) else { return false };
+        // Acquire: pairs with the AcqRel of `join` and `take_dead`. The word judged dead is the
+        // word freed below, never one a taker put there meanwhile.
+        let word = who.load(Ordering::Acquire);
+        if word == 0 || !dead_word(word) {
             return false;
         }
-        let [who, reaps] = self.slot(id).expect("state checked the slot");
         // The count goes first, by CAS, so one reaper wins and the dead id stops matching
-        // before the slot can be taken again; the dead process cannot change `who`, and a
-        // joiner only takes it from 0, so the winner frees it with a store.
+        // before the slot can be taken again; the dead process cannot change `who`, a joiner
+        // only takes it from 0, and `take_dead` only from the dead word, so the winner frees it
+        // with a CAS from that word (losing it to `take_dead`, whose slot it then is).
         let r = reaps.load(Ordering::Acquire);
         if r & TENURE_MASK != (id >> SLOT_BITS) as u64
             || reaps.compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Relaxed).is_err()
@@ -169,12 +205,22 @@ impl<'a> Clients<'a> {
             return false; // reaped by someone else meanwhile
         }
         // Release: the repairs are seen by the slot's next taker.
-        who.store(0, Ordering::Release);
+        let _ = who.compare_exchange(word, 0, Ordering::Release, Ordering::Relaxed);
         true
     }
 
     fn slot(&self, id: u32) -> Option<&[AtomicU64; 2]> {
         self.slots.get(((id & SLOT_MASK) as usize).checked_sub(1)?)
+    }
+}
+
+/// Whether the process a slot word names is certainly dead (gone, a zombie, or its pid now
+/// another process's).
+fn dead_word(word: u64) -> bool {
+    match seen(word as u32) {
+        Seen::Dead => true,
+        Seen::Alive(now) => now != word,
+        Seen::Unknown => false,
     }
 }
 
@@ -237,6 +283,31 @@ mod tests {
         assert!(!clients.reap(3), "reaped once");
         assert!(clients.dead().is_empty());
         clients.leave(b2);
+        clients.leave(a);
+    }
+
+    /// With every slot taken, a joiner takes a dead client's slot under a new tenure: the
+    /// dead id is neither alive nor reapable any more (a reaper that judged it dead cannot free
+    /// the slot from under its taker), and a slot of a live process is never taken.
+    #[test]
+    fn a_dead_client_s_slot_is_taken_when_every_slot_is_taken() {
+        let mut mem = vec![0u64; 4];
+        let start = NonNull::new(mem.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `mem` outlives the view and is used only through it.
+        let clients = unsafe { Clients::from_region(start, 32) };
+        let a = clients.join().unwrap();
+        assert_eq!(clients.take_dead(), None, "a free slot is not a dead one");
+        clients.slots[1][0].store(1 << 32 | u32::MAX as u64, Ordering::Relaxed);
+        let dead = clients.dead()[0];
+        assert_eq!(clients.join().unwrap_err().kind(), ErrorKind::Busy);
+        let (me, was) = clients.take_dead().expect("the dead one's slot");
+        assert_eq!((was, me & SLOT_MASK), (dead, dead & SLOT_MASK));
+        assert_ne!(me, dead);
+        assert!(clients.alive(me) && !clients.alive(dead) && !clients.is_dead(me));
+        assert!(!clients.reap(dead), "a past tenure is not reaped");
+        assert!(clients.alive(me), "and its slot stays ours");
+        assert_eq!(clients.take_dead(), None, "only live processes left");
+        clients.leave(me);
         clients.leave(a);
     }
 
