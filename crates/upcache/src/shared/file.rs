@@ -35,6 +35,19 @@ const OPTIMISTIC_TRIES: usize = 4;
 
 /// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
 const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
+/// Windows a dflush looks at, at most.
+const DFLUSH_WINDOWS: u64 = 4;
+
+/// How a read's hit of a page counts for the clock hand (`FrameMeta::note_read`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Touch {
+    /// A reference (a read at random, or with `SharedConfig::streams` off).
+    Reference,
+    /// A sequential stream's read: no reference the first time.
+    Stream,
+    /// A stream's read of the page its last read ended in: nothing new.
+    Again,
+}
 
 /// A file open through a [`super::SharedCache`]. Closing it (drop, or [`Self::close`] to see
 /// errors) writes its dirty pages back if it is the file's last open in any process.
@@ -416,22 +429,21 @@ impl SharedFile {
         let streamed = sequential && self.inner.streams();
         for c in chunks(offset, end, PAGE as u64) {
             let want = (last - c.page) as usize;
-            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, streamed)?;
+            // A stream's read that begins inside a page goes on reading the page its last
+            // read ended in: read once still (the kernel's `pos_same_folio`).
+            let touch = match streamed {
+                true if c.in_page != 0 && c.page == offset / PAGE as u64 => Touch::Again,
+                true => Touch::Stream,
+                false => Touch::Reference,
+            };
+            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, touch)?;
         }
         Ok((end - offset) as usize)
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
-    /// `want - 1` missing pages after it. `streamed`: the read continues a sequential stream
-    /// (`FrameMeta::note_read`).
-    fn read_page(
-        &self,
-        page: u64,
-        in_page: usize,
-        dst: &mut [u8],
-        want: usize,
-        streamed: bool,
-    ) -> Result<()> {
+    /// `want - 1` missing pages after it; a hit is noted for the clock hand as `touch` says.
+    fn read_page(&self, page: u64, in_page: usize, dst: &mut [u8], want: usize, touch: Touch) -> Result<()> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
         if let Some(f) = self.inner.index().hint(k) {
@@ -447,7 +459,11 @@ impl SharedFile {
                         std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len())
                     };
                     if m.unchanged(w) {
-                        m.note_read(flags, self.inner.gclock(), streamed);
+                        match touch {
+                            Touch::Reference => m.note_read(flags, self.inner.gclock(), false),
+                            Touch::Stream => m.note_read(flags, self.inner.gclock(), true),
+                            Touch::Again => {}
+                        }
                         self.inner.count_hit();
                         return Ok(());
                     }
@@ -658,20 +674,24 @@ impl SharedFile {
         let mut from = self.dflush_from.load(Ordering::Relaxed);
         let mut looked = 0;
         let e = self.entry();
+        // At most `DFLUSH_WINDOWS` windows a call: a file whose dirty pages are few and far
+        // between, or keep failing, costs each write a bounded look; the next goes on.
         // Acquire (the file's count): pairs with `mark_dirty`'s count.
-        while looked < end && e.dirty.load(Ordering::Acquire) > 0 {
+        while looked < end.min(DFLUSH_WINDOWS * DFLUSH_WINDOW) && e.dirty.load(Ordering::Acquire) > 0 {
             if from >= end {
                 from = 0;
             }
             let to = end.min(from + DFLUSH_WINDOW);
             let pages = inner.candidates_of(self.slot, gen, from, to);
-            let _ = inner.write_back_listed(&pages, &self.fd, inner.direct_of(&self.fd), true, Some(target));
+            // Frames others hold locked are passed over, never waited for: their holder may
+            // be a stopped process, and this writer's pages are elsewhere.
+            let _ = inner.write_back_listed(&pages, &self.fd, inner.direct_of(&self.fd), false, Some(target));
             looked += to - from;
-            from = to;
             // Relaxed: a threshold.
             if inner.view.header().dirty.load(Ordering::Relaxed) <= target {
-                break;
+                break; // the next dflush looks at this window again: it may have stopped in it
             }
+            from = to;
         }
         self.dflush_from.store(from, Ordering::Relaxed);
     }

@@ -117,12 +117,25 @@ impl HeldFd {
     pub(crate) fn direct(&self) -> Option<&std::fs::File> {
         self.direct
             .get_or_init(|| {
-                use std::os::unix::fs::OpenOptionsExt;
-                let low = std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                    .open(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&*self.file)))
-                    .ok()?;
+                use std::os::fd::FromRawFd;
+                let path = format!("/proc/self/fd/{}\0", std::os::fd::AsRawFd::as_raw_fd(&*self.file));
+                // The system call itself, not libc's `open`: in a process the shim serves, a
+                // thread outside the shim's own calls (the service watcher's write-back) would
+                // have the descriptor taken for one the program opened.
+                // SAFETY: `path` is NUL-terminated and lives across the call.
+                let low = unsafe {
+                    libc::syscall(
+                        libc::SYS_openat,
+                        libc::AT_FDCWD,
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                    )
+                } as i32;
+                if low < 0 {
+                    return None;
+                }
+                // SAFETY: a fresh descriptor, ours alone.
+                let low = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(low) });
                 match crate::shm::high_fd::copy_out_of_the_way(&low) {
                     Some(high) => {
                         release(self.key, OwnedFd::from(low));

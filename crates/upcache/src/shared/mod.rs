@@ -130,6 +130,12 @@ pub(crate) struct Inner {
     /// back until a sixteenth below), and past which a writer writes its own back first (the
     /// header's ratios, fixed too).
     dirty_limits: (u64, u64),
+    /// Where the service's last background pass over each file stopped (slot: the entry's
+    /// generation and the page), where its next begins: the kernel's `writeback_index`.
+    resume: Mutex<HashMap<u32, (u32, u64)>>,
+    /// Until when (`files::coarse_ms`) writers past the foreground ratio do not pause for the
+    /// service, whose write-back left the last pause unanswered (`pause_for_write_back`).
+    unanswered_until: AtomicU64,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -214,6 +220,8 @@ impl SharedCache {
             readahead_pages,
             dirty_limits: (background as u64, foreground as u64),
             kicked: AtomicU64::new(0),
+            resume: Mutex::new(HashMap::new()),
+            unanswered_until: AtomicU64::new(0),
         };
         if let Some(dead) = inherited {
             inner.repair_inherited(dead);
@@ -370,9 +378,35 @@ impl SharedCache {
         table.lock(inner.me, |h| inner.alive(h));
         let extent = same_file(e, &md).then(|| inner.file_extent(slot));
         table.unlock(inner.me);
-        let pages = extent.map_or_else(Vec::new, |(gen, end)| inner.candidates_of(slot, gen, 0, end));
-        // Errors stay on the file, for its next sync.
-        let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+        let Some((gen, end)) = extent else { return };
+        // A background pass (`stop_at`) begins where the last one over the file stopped and
+        // wraps around, so that a file written back in part is written back all round, not
+        // its first pages each time (the kernel's `writeback_index`).
+        let mut resume = inner.resume.lock().unwrap_or_else(|p| p.into_inner());
+        let from = match (stop_at, resume.get(&slot)) {
+            (Some(_), Some(&(g, page))) if g == gen && page < end => page,
+            _ => 0,
+        };
+        drop(resume);
+        for (a, b) in [(from, end), (0, from)] {
+            let pages = inner.candidates_of(slot, gen, a, b);
+            // Errors stay on the file, for its next sync.
+            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+            // Relaxed: a threshold.
+            if stop_at.is_some_and(|at| header.dirty.load(Ordering::Relaxed) <= at) {
+                // Stopped: the next pass begins at the first page still dirty.
+                let frames = inner.view.frames();
+                let still = pages.iter().filter(|&&(f, k)| {
+                    let m = &frames[f as usize];
+                    m.home() == k && m.flags() & frame::DIRTY != 0
+                });
+                let page = still.map(|&(_, k)| frame::key_page(k)).min().unwrap_or(b);
+                resume = inner.resume.lock().unwrap_or_else(|p| p.into_inner());
+                resume.insert(slot, (gen, page));
+                return;
+            }
+        }
+        inner.resume.lock().unwrap_or_else(|p| p.into_inner()).remove(&slot);
         // Acquire: pairs with `mark_dirty`'s count. Written in part (`stop_at`), it keeps its
         // age, so its older pages are written once they expire.
         if stop_at.is_none() && e.dirty.load(Ordering::Acquire) > 0 {
@@ -763,6 +797,12 @@ impl Inner {
         if !self.link.linked() {
             return false;
         }
+        // A pause that just went unanswered: the next writers go on at once for as long
+        // again, rather than each pay for the patience.
+        // Relaxed: a hint.
+        if files::coarse_ms() < self.unanswered_until.load(Ordering::Relaxed) {
+            return false;
+        }
         let foreground = self.dirty_limits.1;
         // Relaxed: a statistic.
         self.view.header().writer_pauses.fetch_add(1, Ordering::Relaxed);
@@ -776,6 +816,8 @@ impl Inner {
             if dirty < best {
                 (best, since) = (dirty, std::time::Instant::now());
             } else if since.elapsed() >= THROTTLE_PATIENCE {
+                let until = files::coarse_ms() + THROTTLE_PATIENCE.as_millis() as u64;
+                self.unanswered_until.store(until, Ordering::Relaxed); // Relaxed: a hint
                 return false;
             }
             self.kick_write_back();
@@ -1166,6 +1208,34 @@ mod tests {
         expire(0);
         assert_eq!(cache.write_back_due(&lent(&p), &[]), low_water, "the rest, once old");
         assert_eq!(std::fs::read(&p).unwrap(), vec![9u8; crowd * 4096]);
+    }
+
+    /// A background pass that stopped below the ratio part-way through a file begins the next
+    /// one where it stopped: with the file's first pages dirtied again, the second pass writes
+    /// the pages after those the first one wrote, not the first ones again (whose new bytes
+    /// stay in the cache).
+    #[test]
+    fn a_background_pass_resumes_where_the_last_one_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
+        let frames = cache.inner.view.n_frames;
+        let f = cache.open_path(&p, true).unwrap();
+        let lent = vec![(
+            f.slot(),
+            Arc::new(Lent::new(std::fs::OpenOptions::new().write(true).open(&p).unwrap(), true)),
+        )];
+        cache.inner.view.header().dirty_expire_ms.store(3600 * 1000, Ordering::Relaxed);
+        let crowd = frames * 3 / 10;
+        f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
+        let first = cache.write_back_due(&lent, &[]) as usize;
+        assert!(first > 0 && first < crowd, "{first} of {crowd}");
+        // The first pages dirty again: crowded again.
+        f.write_at(&vec![8u8; first * 4096], 0).unwrap();
+        assert_eq!(cache.write_back_due(&lent, &[]) as usize, first, "as many as the first pass");
+        let disk = std::fs::read(&p).unwrap();
+        assert_eq!(disk, vec![9u8; 2 * first * 4096], "the next pages, not the first ones again");
     }
 
     /// The dirty ratios come from the config: the same 30% of the cache dirty is crowded at

@@ -559,7 +559,7 @@ mod tests {
         let (hot, scan) = (dir.path().join("hot"), dir.path().join("scan"));
         std::fs::write(&hot, vec![1u8; 4096]).unwrap();
         std::fs::write(&scan, vec![2u8; 64 * 4096]).unwrap();
-        let hot_misses = |streams| {
+        let hot_misses = |streams, read: usize| {
             let config = SharedConfig {
                 readahead: 8 * 4096,
                 streams,
@@ -572,10 +572,16 @@ mod tests {
             h.read_at(&mut page, 0).unwrap();
             h.read_at(&mut page, 0).unwrap();
             let mut misses = 0;
-            for i in 0..64 {
-                s.read_at(&mut page, i * 4096).unwrap();
-                assert_eq!(page, vec![2u8; 4096]);
-                if i % 12 == 11 {
+            // The scan: reads of `read` bytes one after another (a page read in parts, or a
+            // read across two, is read once still); the page again every 12 pages of it.
+            let (mut at, end, mut again) = (0u64, 64 * 4096u64, 12 * 4096u64);
+            while at < end {
+                let n = (read as u64).min(end - at) as usize;
+                s.read_at(&mut page[..n], at).unwrap();
+                assert_eq!(page[..n], vec![2u8; n][..]);
+                at += n as u64;
+                if at >= again {
+                    again += 12 * 4096;
                     let before = cache.status().misses;
                     h.read_at(&mut page, 0).unwrap();
                     assert_eq!(page, vec![1u8; 4096]);
@@ -584,8 +590,10 @@ mod tests {
             }
             misses
         };
-        assert_eq!(hot_misses(true), 0, "with streams");
-        assert!(hot_misses(false) > 0, "without streams the scan's hits outweigh the page's");
+        assert_eq!(hot_misses(true, 4096), 0, "with streams");
+        assert_eq!(hot_misses(true, 1024), 0, "with streams, a page read in quarters");
+        assert_eq!(hot_misses(true, 1536), 0, "with streams, reads across pages");
+        assert!(hot_misses(false, 4096) > 0, "without streams the scan's hits outweigh the page's");
     }
 
     /// Clean-first passes over the dirty pages the hand meets first and evicts a clean one;

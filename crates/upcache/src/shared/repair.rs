@@ -69,11 +69,9 @@ impl Inner {
                 touched.push(slot);
             }
         }
-        for slot in touched {
-            self.recount_opens(slot);
-        }
         // Nodes it may have taken and not linked: the trees' next generations sweep them.
         self.view.forest().mark_trees_leaky();
+        self.recount_counted(touched);
         table.unlock(self.me);
         self.repair_locks_of(&[dead]);
     }
@@ -110,23 +108,28 @@ impl Inner {
                 reaped += 1;
             }
         }
-        // Every entry that counts an open, not only those the dead held: a repairer killed
-        // between taking a dead client's holds and recounting left counts that no hold
-        // explains any more, and a writer counted for ever would keep its file from being
-        // written back as an orphan's.
-        // Relaxed: under the table's lock.
-        let counted =
-            self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
         if reaped > 0 {
             // Tree nodes the dead may have taken and not linked, counted too high, or
             // unlinked and not given back: every tree's next generation sweeps them.
             self.view.forest().mark_trees_leaky();
         }
+        self.recount_counted(touched);
+        table.unlock(self.me);
+        reaped
+    }
+
+    /// Recounts the opens of `touched` and of every entry that counts an open (under the
+    /// table's lock), not only those the dead held: a client killed in a close between its
+    /// row and the entry's totals, or a repairer killed between taking a dead client's holds
+    /// and recounting, left counts that no hold explains any more, and a writer counted for
+    /// ever would keep its file from being written back as an orphan's.
+    fn recount_counted(&self, touched: Vec<usize>) {
+        // Relaxed: under the table's lock.
+        let counted =
+            self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }
-        table.unlock(self.me);
-        reaped
     }
 
     /// Takes over every lock that clients `dead` hold (frames, index partitions, files'

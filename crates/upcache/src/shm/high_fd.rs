@@ -20,13 +20,16 @@ pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
 }
 
 /// A copy of `fd` at a number at or above `floor()` (close-on-exec), leaving `fd` open for the
-/// caller to close when it may; None if `fd` is high already or no such number is free.
+/// caller to close when it may; None if `fd` is high already or no such number is free. The
+/// system call itself, not libc's `fcntl`: in a process the shim serves, a thread outside the
+/// shim's own calls (the service watcher's) would have the copy taken for the program's.
 pub fn copy_out_of_the_way(fd: &impl AsRawFd) -> Option<OwnedFd> {
     if fd.as_raw_fd() >= floor() {
         return None;
     }
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own makes a new one that we then own.
-    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) };
+    let high =
+        unsafe { libc::syscall(libc::SYS_fcntl, fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor()) } as i32;
     // SAFETY: `high`, if made, is a fresh descriptor, ours alone.
     (high >= 0).then(|| unsafe { OwnedFd::from_raw_fd(high) })
 }

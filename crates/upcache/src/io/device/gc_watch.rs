@@ -39,25 +39,32 @@ pub(crate) struct GcDevice {
     until_ns: AtomicU64,
 }
 
+/// A tracked write-back's slot and the deadline it stored there, which only it clears (a slot
+/// taken back as abandoned has another).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GcSlot(usize, u64);
+
 impl GcDevice {
     /// A write-back of `pages` pages (at least 1) begins at `now`: its slot, if one was free.
-    pub(crate) fn begin_at(&self, pages: u64, now: u64) -> Option<usize> {
+    pub(crate) fn begin_at(&self, pages: u64, now: u64) -> Option<GcSlot> {
         // Relaxed (throughout): hints, see the module's doc.
         let expect = self.per_page_ns.load(Ordering::Relaxed).saturating_mul(pages.max(1));
         let deadline = now + expect.saturating_mul(STALLED).max(FLOOR.as_nanos() as u64);
         let abandoned = now.saturating_sub(ABANDONED.as_nanos() as u64);
-        self.deadlines.iter().position(|s| {
+        let slot = self.deadlines.iter().position(|s| {
             let old = s.load(Ordering::Relaxed);
             (old == 0 || old < abandoned)
                 && s.compare_exchange(old, deadline, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        })
+        });
+        slot.map(|i| GcSlot(i, deadline))
     }
 
     /// The write-back begun in `slot` of `pages` pages ended at `now` after `took`; `alone`:
     /// it was the only device of its batch.
-    pub(crate) fn end_at(&self, slot: Option<usize>, pages: u64, took: u64, alone: bool, now: u64) {
-        if let Some(s) = slot {
-            self.deadlines[s].store(0, Ordering::Relaxed);
+    pub(crate) fn end_at(&self, slot: Option<GcSlot>, pages: u64, took: u64, alone: bool, now: u64) {
+        if let Some(GcSlot(i, deadline)) = slot {
+            // A CAS: a write-back that outlived `ABANDONED` lost its slot to another.
+            let _ = self.deadlines[i].compare_exchange(deadline, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
         if !alone {
             return;
@@ -94,7 +101,7 @@ pub(crate) struct GcWatch {
 /// A write-back's place in [`GcWatch`], from [`GcWatch::begin`] to [`GcWatch::end`].
 pub(crate) struct Tracked {
     dev: usize,
-    slot: Option<usize>,
+    slot: Option<GcSlot>,
     pages: u64,
 }
 
