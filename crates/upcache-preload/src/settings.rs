@@ -65,6 +65,10 @@ impl CacheSettings {
                 Err(e) => Err(format!("{name}: {e}")),
             }
         }
+        /// One of a `choice!` enum's names (`IndexKind`, `PolicyKind`, ...).
+        fn choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) -> Result<T, String> {
+            s.parse().map_err(|e: upcache::Error| e.to_string())
+        }
         Ok(CacheSettings {
             dirty_ratios: var("UPCACHE_DIRTY_RATIOS", upcache::parse_ratios)?,
             dirty_expire: var("UPCACHE_DIRTY_EXPIRE", upcache::parse_duration)?,
@@ -73,16 +77,14 @@ impl CacheSettings {
             run_merging: var("UPCACHE_RUN_MERGING", upcache::parse_on_off)?,
             bundling: var("UPCACHE_BUNDLING", upcache::parse_on_off)?,
             readahead: var("UPCACHE_READAHEAD", upcache::parse_size)?,
-            index: var("UPCACHE_INDEX", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
+            index: var("UPCACHE_INDEX", choice)?,
             flushers: var("UPCACHE_FLUSHERS", |s| {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
             direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?,
-            policy: var("UPCACHE_POLICY", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
-            clean_first: var("UPCACHE_CLEAN_FIRST", |s| {
-                s.parse().map_err(|e: upcache::Error| e.to_string())
-            })?,
-            flush: var("UPCACHE_FLUSH", |s| s.parse().map_err(|e: upcache::Error| e.to_string()))?,
+            policy: var("UPCACHE_POLICY", choice)?,
+            clean_first: var("UPCACHE_CLEAN_FIRST", choice)?,
+            flush: var("UPCACHE_FLUSH", choice)?,
             streams: var("UPCACHE_STREAMS", upcache::parse_on_off)?,
         })
     }

@@ -221,6 +221,19 @@ fn serve_in_thread(dir: &Path) -> (PathBuf, std::thread::JoinHandle<bool>) {
     (socket, t)
 }
 
+/// 1024 frames with dirty ratios `ratios`, whose service writes back only when asked: its own
+/// pass and the dirty expiry an hour away.
+fn asked_only(ratios: (f64, f64)) -> SharedConfig {
+    let hour = Duration::from_secs(3600);
+    SharedConfig {
+        memory: 4 << 20,
+        dirty_ratios: ratios,
+        flush_interval: hour,
+        dirty_expire: hour,
+        ..config()
+    }
+}
+
 /// A service on `socket` in a thread of ours, listening once this returns; it returns
 /// whether it served, once idle for `idle`.
 fn serve_at(socket: &Path, config: SharedConfig, idle: Duration) -> std::thread::JoinHandle<bool> {
@@ -269,16 +282,8 @@ fn processes_attached_through_the_service_see_each_others_writes() {
 fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/cache.sock");
-    let hour = Duration::from_secs(3600);
     // 1024 frames: past 102 dirty the service is asked, past 921 the writer writes back.
-    let config = SharedConfig {
-        memory: 4 << 20,
-        dirty_ratios: (0.1, 0.9),
-        flush_interval: hour,
-        dirty_expire: hour,
-        ..config()
-    };
-    let service = serve_at(&socket, config, Duration::from_millis(200));
+    let service = serve_at(&socket, asked_only((0.1, 0.9)), Duration::from_millis(200));
     let file = dir.path().join("data");
     std::fs::write(&file, b"").unwrap();
     let cache = serve::connect(&socket).unwrap();
@@ -333,19 +338,11 @@ fn a_service_leaving_leaves_a_newer_service_s_socket_at_the_same_path() {
 /// every byte reaches the file.
 #[test]
 fn past_the_foreground_ratio_dflush_writes_back_and_background_pauses_for_the_service() {
-    let hour = Duration::from_secs(3600);
     for flush in [upcache::FlushKind::Direct, upcache::FlushKind::Background] {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("run/cache.sock");
         // 1024 frames: the service is asked past 102 dirty, the writer acts past 204.
-        let config = SharedConfig {
-            memory: 4 << 20,
-            dirty_ratios: (0.1, 0.2),
-            flush_interval: hour,
-            dirty_expire: hour,
-            flush,
-            ..config()
-        };
+        let config = SharedConfig { flush, ..asked_only((0.1, 0.2)) };
         let service = serve_at(&socket, config, Duration::from_millis(200));
         let file = dir.path().join("data");
         std::fs::write(&file, b"").unwrap();

@@ -95,6 +95,27 @@ pub(crate) fn release(key: (u64, u64), fd: OwnedFd) {
     }
 }
 
+/// `fd`'s file opened again for writing with `O_DIRECT` and without blocking (a description
+/// of its own), through `/proc/self/fd`; None if refused (no `O_DIRECT` on its file system, a
+/// lease, no `/proc`, or the permission is gone). The system call itself, not libc's `open`:
+/// in a process the shim serves, a thread outside the shim's own calls (the service
+/// watcher's write-back) would have the descriptor taken for one the program opened.
+pub(crate) fn reopen_direct(fd: &std::fs::File) -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let path = format!("/proc/self/fd/{}\0", std::os::fd::AsRawFd::as_raw_fd(fd));
+    // SAFETY: `path` is NUL-terminated and lives across the call.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    } as i32;
+    // SAFETY: a fresh descriptor, ours alone.
+    (raw >= 0).then(|| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
+}
+
 /// A descriptor the cache opened of a program's file (see the module's documentation), and
 /// the file opened again with `O_DIRECT` for writing whole pages back, if asked for once.
 pub(crate) struct HeldFd {
@@ -117,25 +138,7 @@ impl HeldFd {
     pub(crate) fn direct(&self) -> Option<&std::fs::File> {
         self.direct
             .get_or_init(|| {
-                use std::os::fd::FromRawFd;
-                let path = format!("/proc/self/fd/{}\0", std::os::fd::AsRawFd::as_raw_fd(&*self.file));
-                // The system call itself, not libc's `open`: in a process the shim serves, a
-                // thread outside the shim's own calls (the service watcher's write-back) would
-                // have the descriptor taken for one the program opened.
-                // SAFETY: `path` is NUL-terminated and lives across the call.
-                let low = unsafe {
-                    libc::syscall(
-                        libc::SYS_openat,
-                        libc::AT_FDCWD,
-                        path.as_ptr(),
-                        libc::O_WRONLY | libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC,
-                    )
-                } as i32;
-                if low < 0 {
-                    return None;
-                }
-                // SAFETY: a fresh descriptor, ours alone.
-                let low = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(low) });
+                let low = reopen_direct(&self.file)?;
                 match crate::shm::high_fd::copy_out_of_the_way(&low) {
                     Some(high) => {
                         release(self.key, OwnedFd::from(low));

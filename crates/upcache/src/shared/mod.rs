@@ -855,20 +855,20 @@ impl Inner {
             bundling: h.has(layout::technique::BUNDLING),
             readahead: h.readahead_pages() * frame::PAGE as u64,
             flushers: h.flushers(),
-            direct_write_back: h.has(layout::technique::DIRECT_WRITE_BACK),
+            direct_write_back: self.direct_write_back(),
             index: if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else {
                 crate::index::IndexKind::Sharded
             },
-            policy: if h.has(layout::technique::GCLOCK) {
+            policy: if self.gclock() {
                 crate::policy::PolicyKind::GClock
             } else {
                 crate::policy::PolicyKind::Clock
             },
             clean_first: self.dirty_rule(),
-            streams: h.has(layout::technique::STREAMS),
-            flush: if h.has(layout::technique::DFLUSH) {
+            streams: self.streams(),
+            flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {
                 crate::config::FlushKind::Background

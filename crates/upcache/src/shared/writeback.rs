@@ -31,16 +31,7 @@ pub(crate) struct Lent {
 
 impl Lent {
     pub fn new(fd: std::fs::File, direct: bool) -> Lent {
-        use std::os::unix::fs::OpenOptionsExt;
-        let direct = direct
-            .then(|| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK)
-                    .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                    .ok()
-            })
-            .flatten();
+        let direct = direct.then(|| super::held::reopen_direct(&fd)).flatten();
         Lent { fd, direct }
     }
 }

@@ -72,10 +72,7 @@ impl<'a> Clients<'a> {
 
     /// Takes a free slot for this process; its id.
     pub fn join(&self) -> Result<u32> {
-        let word = match seen(std::process::id()) {
-            Seen::Alive(w) => w,
-            _ => return Err(Error::io("read /proc/self/stat", std::io::Error::last_os_error())),
-        };
+        let word = own_word()?;
         for (i, [who, reaps]) in self.slots.iter().enumerate() {
             // AcqRel: taking the slot is ordered after the reap that freed it, so the count
             // read next is the reap's.
@@ -93,10 +90,7 @@ impl<'a> Clients<'a> {
     /// Our id and the dead client's; None if no slot's process is certainly dead. The caller
     /// repairs what the dead client held, its open counts in the slot's row first.
     pub fn take_dead(&self) -> Option<(u32, u32)> {
-        let word = match seen(std::process::id()) {
-            Seen::Alive(w) => w,
-            _ => return None,
-        };
+        let word = own_word().ok()?;
         for (i, [who, reaps]) in self.slots.iter().enumerate() {
             // Acquire (both): pairs with the taker's and the reaper's Release.
             let (old, r) = (who.load(Ordering::Acquire), reaps.load(Ordering::Acquire));
@@ -211,6 +205,14 @@ impl<'a> Clients<'a> {
 
     fn slot(&self, id: u32) -> Option<&[AtomicU64; 2]> {
         self.slots.get(((id & SLOT_MASK) as usize).checked_sub(1)?)
+    }
+}
+
+/// This process's slot word (start time and pid).
+fn own_word() -> Result<u64> {
+    match seen(std::process::id()) {
+        Seen::Alive(w) => Ok(w),
+        _ => Err(Error::io("read /proc/self/stat", std::io::Error::last_os_error())),
     }
 }
 
