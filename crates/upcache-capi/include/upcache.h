@@ -126,6 +126,9 @@ typedef struct upcache_shared_settings {
   // Stream-aware eviction: a page a sequential stream reads once is no reference for the
   // clock hand (false: every hit is one).
   bool streams;
+  // The service puts the frames' bytes on 2 MiB pages (`MADV_COLLAPSE`, Linux 6.1), so
+  // random hits seldom miss the TLB (false: 4 KiB pages, unless the system gives more).
+  bool huge_pages;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -134,6 +134,8 @@ fn the_shared_cache_service_serves_its_metrics() {
             "background",
             "--streams",
             "off",
+            "--huge-pages",
+            "off",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -157,6 +159,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "clean_first plain\n",
         "flush background\n",
         "streams off\n",
+        "huge_pages off\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");

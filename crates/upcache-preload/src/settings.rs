@@ -30,7 +30,8 @@ pub(crate) struct Settings {
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
-    /// (dflush|background), UPCACHE_STREAMS (on|off):
+    /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
+    /// cache's only):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -54,6 +55,7 @@ pub(crate) struct CacheSettings {
     pub clean_first: Option<upcache::CleanFirst>,
     pub flush: Option<upcache::FlushKind>,
     pub streams: Option<bool>,
+    pub huge_pages: Option<bool>,
 }
 
 impl CacheSettings {
@@ -86,6 +88,7 @@ impl CacheSettings {
             clean_first: var("UPCACHE_CLEAN_FIRST", choice)?,
             flush: var("UPCACHE_FLUSH", choice)?,
             streams: var("UPCACHE_STREAMS", upcache::parse_on_off)?,
+            huge_pages: var("UPCACHE_HUGE_PAGES", upcache::parse_on_off)?,
         })
     }
 
@@ -106,6 +109,7 @@ impl CacheSettings {
             clean_first: self.clean_first.unwrap_or(config.clean_first),
             flush: self.flush.unwrap_or(config.flush),
             streams: self.streams.unwrap_or(config.streams),
+            huge_pages: self.huge_pages.unwrap_or(config.huge_pages),
             ..config
         }
     }
@@ -129,6 +133,7 @@ impl CacheSettings {
             ("UPCACHE_BUNDLING", self.bundling, config.bundling),
             ("UPCACHE_DIRECT_WRITE_BACK", self.direct_write_back, config.direct_write_back),
             ("UPCACHE_STREAMS", self.streams, config.streams),
+            ("UPCACHE_HUGE_PAGES", self.huge_pages, config.huge_pages),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
                 asked.push(format!("{name} for {}", upcache::on_off(b)));

@@ -61,8 +61,8 @@ pub(super) struct Plan {
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
-/// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush` and
-/// `--streams` (stream-aware eviction there) (`shared_config`).
+/// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
+/// `--streams` (stream-aware eviction there) and `--huge-pages`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -104,6 +104,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         clean_first: a.policy.map_or(d.clean_first, |p| p.1),
         flush: a.flush.unwrap_or(d.flush),
         streams: a.streams.unwrap_or(d.streams),
+        huge_pages: a.huge_pages.unwrap_or(d.huge_pages),
         ..d
     }
 }
@@ -128,10 +129,16 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush and --streams"
+             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams \
+             and --huge-pages"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
+    ensure!(
+        a.huge_pages != Some(false) || engines.contains(&EngineKind::Shared),
+        "--huge-pages off sets the shared engine only (--engine shared): the in-process engine's \
+         frames are anonymous memory, on huge pages wherever transparent huge pages are on"
+    );
     let shared = shared_config(&a);
     if engines.contains(&EngineKind::Shared) {
         shared.check().context("the shared engine's settings")?;

@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::chunk::{Chunk, CHUNK_FRAMES};
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{Index, PageMap, PARTITIONS};
@@ -17,7 +18,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0c");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0d");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -34,6 +35,7 @@ mod kind {
     pub const LEAF_META: u32 = 12;
     pub const INNERS: u32 = 13;
     pub const INNER_META: u32 = 14;
+    pub const CHUNKS: u32 = 15;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -117,6 +119,9 @@ pub struct SharedConfig {
     /// default) or [`FlushKind::Background`] (the kernel's way: it asks the service for
     /// write-back and pauses until the cache is back under the ratio).
     pub flush: FlushKind,
+    /// Whether the service puts the frames' bytes on 2 MiB pages (`MADV_COLLAPSE`, `huge.rs`),
+    /// as the private engine's anonymous memory is: random hits then seldom miss the TLB.
+    pub huge_pages: bool,
 }
 
 /// The most flushers a shared cache's service runs.
@@ -145,6 +150,7 @@ impl Default for SharedConfig {
             clean_first: CleanFirst::Always,
             flush: FlushKind::Direct,
             streams: true,
+            huge_pages: true,
         }
     }
 }
@@ -277,6 +283,8 @@ pub(crate) mod technique {
     pub const GC_AWARE: u64 = 256;
     /// `SharedConfig::streams`.
     pub const STREAMS: u64 = 512;
+    /// `SharedConfig::huge_pages`.
+    pub const HUGE_PAGES: u64 = 1024;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -358,6 +366,8 @@ pub(crate) struct View {
     inners: NonNull<Inner>,
     inner_meta: NonNull<NodeMeta>,
     pub pages: NonNull<u8>,
+    /// A state per whole 2 MiB chunk of `pages`, a hint (`chunk.rs`).
+    chunks: NonNull<Chunk>,
     pub n_frames: usize,
     pub n_files: usize,
     n_clients: usize,
@@ -366,6 +376,10 @@ pub(crate) struct View {
     n_inners: usize,
     /// The chunks of `pages` this process has mapped.
     mapped: Mapped,
+    /// `SharedConfig::huge_pages`: each chunk is made a huge page at its first touch.
+    huge: bool,
+    /// Set once the kernel refused a huge page as it always will (`crate::shm::huge::make_huge`).
+    huge_refused: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the view holds pointers into the segment, which is shared memory used only through
@@ -387,7 +401,7 @@ impl View {
         (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 14] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 15] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -405,6 +419,7 @@ impl View {
             RegionSpec { kind: kind::LEAF_META, len: leaves * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
+            RegionSpec { kind: kind::CHUNKS, len: (frames / CHUNK_FRAMES).max(1) * size_of::<Chunk>() },
         ]
     }
 
@@ -445,6 +460,7 @@ impl View {
             (config.clean_first == CleanFirst::WhileGc, technique::GC_AWARE),
             (config.flush == FlushKind::Direct, technique::DFLUSH),
             (config.streams, technique::STREAMS),
+            (config.huge_pages, technique::HUGE_PAGES),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
@@ -497,7 +513,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 14];
+        let mut regions = [(NonNull::dangling(), 0usize); 15];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -520,6 +536,7 @@ impl View {
             leaf_meta: regions[11].0.cast(),
             inners: regions[12].0.cast(),
             inner_meta: regions[13].0.cast(),
+            chunks: regions[14].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -527,6 +544,8 @@ impl View {
             n_clients: clients,
             n_buckets: buckets,
             mapped: Mapped::new(frames),
+            huge: header.has(technique::HUGE_PAGES),
+            huge_refused: std::sync::atomic::AtomicBool::new(false),
             seg,
         })
     }
@@ -661,10 +680,64 @@ impl View {
         }
     }
 
+    /// The state of whole chunk `c` of the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
+    pub fn chunk(&self, c: usize) -> &Chunk {
+        assert!(c < self.n_frames / CHUNK_FRAMES);
+        // SAFETY: in bounds of the chunks region (checked at attach); atomics only.
+        unsafe { &*self.chunks.as_ptr().add(c) }
+    }
+
+    /// Makes frame `f`'s chunk huge if no process claimed it yet, then maps it.
+    #[cold]
+    fn map_chunk_of(&self, f: usize) {
+        self.make_chunk_huge(f / CHUNK_FRAMES);
+        self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
+    }
+
+    /// Makes whole chunk `c` of the frames' bytes one huge page if the cache is on huge pages
+    /// and no process has claimed it (`chunk.rs`); whether this call did.
+    pub fn make_chunk_huge(&self, c: usize) -> bool {
+        if !self.huge || c >= self.n_frames / CHUNK_FRAMES || !self.chunk(c).claim() {
+            return false;
+        }
+        // Relaxed: a hint; a process that missed it tries once more.
+        let huge = !self.huge_refused.load(Ordering::Relaxed) && {
+            // SAFETY: chunk `c` lies inside the frames' bytes, 2 MiB aligned in the mapping.
+            let at = unsafe { self.pages.as_ptr().add(c * CHUNK_FRAMES * PAGE) };
+            match crate::shm::huge::make_huge(at) {
+                Ok(()) => true,
+                Err(e) => {
+                    // EINVAL: never (`make_huge`); no huge page free now: the service's
+                    // passes collapse it later.
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        self.huge_refused.store(true, Ordering::Relaxed);
+                    }
+                    false
+                }
+            }
+        };
+        self.chunk(c).made(huge);
+        true
+    }
+
+    /// Makes the chunks huge (`make_chunk_huge`) of the next `ahead` after the clock hand's;
+    /// how many it made. The service's, so that processes seldom meet a chunk to make.
+    pub fn make_chunks_ahead(&self, ahead: usize) -> usize {
+        let n = self.n_frames / CHUNK_FRAMES;
+        if !self.huge || n == 0 {
+            return 0;
+        }
+        // Relaxed: a position to start from; each chunk is made under its lock.
+        let hand = (self.header().clock.load(Ordering::Relaxed) % self.n_frames as u64) as usize;
+        (0..ahead.min(n)).filter(|i| self.make_chunk_huge((hand / CHUNK_FRAMES + i) % n)).count()
+    }
+
     /// The bytes of frame `f`.
     pub fn page(&self, f: u32) -> *mut u8 {
         assert!((f as usize) < self.n_frames);
-        self.mapped.ensure(self.pages.as_ptr(), self.n_frames, f as usize);
+        if !self.mapped.has(f as usize) {
+            self.map_chunk_of(f as usize);
+        }
         // SAFETY: in bounds of the pages region (`n_frames * PAGE` bytes, checked at attach).
         unsafe { self.pages.as_ptr().add(f as usize * PAGE) }
     }

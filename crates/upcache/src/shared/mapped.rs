@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::frame::PAGE;
 
-/// Frames in a chunk: 2 MiB, a huge page (the region's alignment).
-const CHUNK_FRAMES: usize = 512;
+use super::chunk::CHUNK_FRAMES;
 /// `MADV_POPULATE_WRITE`, not in every libc crate's list yet.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
@@ -32,24 +31,27 @@ impl Mapped {
         Mapped { bits: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
     }
 
-    /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if this
-    /// process has not yet.
+    /// Whether this process has asked for frame `f`'s chunk's mapping (its chunk is ready to
+    /// touch, `chunk.rs`).
     #[inline]
-    pub fn ensure(&self, pages: *mut u8, n_frames: usize, f: usize) {
+    pub fn has(&self, f: usize) -> bool {
         let c = f / CHUNK_FRAMES;
-        let (word, bit) = (&self.bits[c / 64], 1u64 << (c % 64));
-        // Relaxed (both): a hint. The first thread to mark the chunk maps it; the others go on
-        // (a page they touch first faults in, as without this): threads that start together
-        // and take frames of one chunk would otherwise all map it at once, each page of it
-        // contended by all.
-        if word.load(Ordering::Relaxed) & bit != 0 || word.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
-            return;
-        }
-        Self::populate(pages, n_frames, c);
+        // Relaxed: a hint, set by this process once the chunk was ready (which `map`'s caller
+        // saw with Acquire in this process, or a thread of it did: then `map` comes again).
+        self.bits[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
     }
 
+    /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames), whose
+    /// bytes are ready to touch, if no thread of this process has yet.
     #[cold]
-    fn populate(pages: *mut u8, n_frames: usize, c: usize) {
+    pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) {
+        let c = f / CHUNK_FRAMES;
+        // Relaxed: the first thread to mark the chunk maps it; the others go on (a page they
+        // touch first faults in, as without this): threads that start together and take
+        // frames of one chunk would otherwise all map it at once, each page contended by all.
+        if self.bits[c / 64].fetch_or(1u64 << (c % 64), Ordering::Relaxed) & (1u64 << (c % 64)) != 0 {
+            return;
+        }
         let first = c * CHUNK_FRAMES;
         let len = (n_frames - first).min(CHUNK_FRAMES) * PAGE;
         // SAFETY: the chunk lies inside the frames' bytes, mapped for as long as the view
@@ -90,7 +92,8 @@ mod tests {
         let p = p.cast::<u8>();
         let m = Mapped::new(n);
         assert_eq!(resident(p, len), 0);
-        m.ensure(p, n, CHUNK_FRAMES + 3);
+        m.map(p, n, CHUNK_FRAMES + 3);
+        assert!(m.has(CHUNK_FRAMES + 511) && !m.has(0));
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let supported =
             kernel.split(['.', '-']).take(2).map(|x| x.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>()
@@ -98,7 +101,7 @@ mod tests {
         if supported {
             assert_eq!(resident(p, len), CHUNK_FRAMES, "the second chunk, whole");
         }
-        m.ensure(p, n, 2 * CHUNK_FRAMES + 9);
+        m.map(p, n, 2 * CHUNK_FRAMES + 9);
         if supported {
             assert_eq!(resident(p, len), CHUNK_FRAMES + 10, "the last chunk is short");
         }

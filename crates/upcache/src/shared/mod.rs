@@ -27,12 +27,14 @@
 //! the same for every lock a dead client holds, and then frees its slot.
 
 mod bypass;
+mod chunk;
 mod file;
 mod files;
 mod frame;
 mod gc;
 mod held;
 mod holder;
+mod huge;
 mod index;
 mod layout;
 mod link;
@@ -550,6 +552,47 @@ impl SharedCache {
     pub fn config(&self) -> SharedConfig {
         self.inner.config()
     }
+
+    /// A record of the frames' chunks made huge, for [`Self::make_huge_pages`].
+    pub(crate) fn huge_pages_record(&self) -> huge::Collapser {
+        huge::Collapser::new(self.inner.view.n_frames)
+    }
+
+    /// The service's pass putting up to `budget` chunks of the frames' bytes on huge pages,
+    /// those in use and not known to be (`huge.rs`, `chunk.rs`); each it collapses is marked
+    /// huge.
+    pub(crate) fn make_huge_pages(&self, record: &mut huge::Collapser, budget: usize) -> huge::Pass {
+        let view = &self.inner.view;
+        let pass = record.pass(view.pages.as_ptr(), budget, |c| view.chunk(c).unfinished());
+        for &c in &pass.collapsed {
+            view.chunk(c).made(true);
+        }
+        pass
+    }
+
+    /// Bytes of the segment this process maps with huge pages; None if it cannot tell.
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        crate::shm::huge::mapped_huge(self.inner.view.pages.as_ptr())
+    }
+
+    /// The service's making of chunks ahead of the clock hand (`View::make_chunks_ahead`).
+    pub(crate) fn make_chunks_ahead(&self, ahead: usize) -> usize {
+        self.inner.view.make_chunks_ahead(ahead)
+    }
+
+    /// The frames' whole 2 MiB chunks: how many are huge, how many are in use and not known to
+    /// be (made on small pages, or their maker busy or gone), and how many there are
+    /// (`chunk.rs`).
+    pub fn chunks(&self) -> (u64, u64, u64) {
+        let view = &self.inner.view;
+        let n = view.n_frames / chunk::CHUNK_FRAMES;
+        let (mut huge, mut small) = (0, 0);
+        for c in 0..n {
+            huge += u64::from(view.chunk(c).huge());
+            small += u64::from(view.chunk(c).unfinished());
+        }
+        (huge, small, n as u64)
+    }
 }
 
 impl Inner {
@@ -868,6 +911,7 @@ impl Inner {
             },
             clean_first: self.dirty_rule(),
             streams: self.streams(),
+            huge_pages: self.techniques & layout::technique::HUGE_PAGES != 0,
             flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {
@@ -957,6 +1001,55 @@ mod tests {
     /// 256 frames, 4 files, 4 clients (the other modules' tests use it too).
     pub(super) fn small() -> SharedConfig {
         SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() }
+    }
+
+    /// Huge pages (`chunk.rs`): frames written are on them from their first touch, every
+    /// byte as written; the service's pass finds nothing left to collapse. Off, none is (on a
+    /// memfd, where nothing else would give them).
+    #[test]
+    fn frames_are_on_huge_pages_from_their_first_touch() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(7) ^ (i >> 12)) as u8).collect();
+        for huge_pages in [true, false] {
+            let cache =
+                SharedCache::create(&SharedConfig { memory: 8 << 20, huge_pages, ..small() }).unwrap();
+            let f = cache.open_path(&p, true).unwrap();
+            f.write_all_at(&data, 0).unwrap();
+            let mut back = vec![0u8; data.len()];
+            assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
+            assert!(back == data, "the bytes as written");
+            let mapped = cache.huge_page_bytes().unwrap();
+            if !huge_pages {
+                assert_eq!(mapped, 0);
+            } else if crate::shm::huge::kernel_collapses() {
+                assert!(mapped >= 4 << 20, "4 MiB written: at least 2 chunks whole ({mapped})");
+                let pass = cache.make_huge_pages(&mut cache.huge_pages_record(), 8);
+                assert!(pass.collapsed.is_empty(), "nothing on small pages: {pass:?}");
+            }
+            f.close().unwrap();
+        }
+    }
+
+    /// A chunk whose maker never said what it made (killed, or stopped) is used at once by
+    /// the next process on small pages, and collapsed, its bytes kept, by the service's pass.
+    #[test]
+    fn a_chunk_whose_maker_never_finished_is_used_and_collapsed_later() {
+        let cache = SharedCache::create(&SharedConfig { memory: 8 << 20, ..small() }).unwrap();
+        let view = &cache.inner.view;
+        assert!(view.chunk(1).claim(), "a maker that then died");
+        let f = chunk::CHUNK_FRAMES as u32 + 3;
+        // SAFETY: frame bytes of this cache, which no other process uses.
+        unsafe { view.page(f).write(9) };
+        assert!(view.chunk(1).unfinished() && !view.chunk(1).huge());
+        let pass = cache.make_huge_pages(&mut cache.huge_pages_record(), 8);
+        if crate::shm::huge::kernel_collapses() {
+            assert_eq!(pass.collapsed, vec![1]);
+            assert!(view.chunk(1).huge());
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { view.page(f).read() }, 9);
     }
 
     /// The service keeps a lent descriptor only if it can write the file's pages back where

@@ -75,15 +75,3 @@ pub(crate) fn is_named(path: &Path, seg: &impl AsRawFd) -> bool {
 pub(crate) fn remove_named(path: &Path, seg: &impl AsRawFd) -> bool {
     is_named(path, seg) && std::fs::remove_file(path).is_ok()
 }
-
-/// Whether `/dev/shm`'s files may sit on huge pages (its `huge=` mount option); None if it
-/// cannot tell.
-pub(crate) fn shm_huge_pages() -> Option<bool> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    let options = mounts.lines().rev().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_, at, _, options) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        (at == SHM_DIR).then_some(options)
-    })?;
-    Some(options.split(',').any(|o| matches!(o, "huge=always" | "huge=within_size" | "huge=advise")))
-}

@@ -210,26 +210,13 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         cache.memory() >> 20
     );
     let in_file = named.as_deref().is_some_and(|p| named::is_named(p, &cache.segment_fd()));
-    if !in_file && crate::shm::huge_pages_allowed() == Some(false) {
-        log::info!(
-            "upcache serve: the system gives shared memory no huge pages, so random hits pay for \
-             4 KiB page translations (about 10% of warm reads here); `echo advise > \
-             /sys/kernel/mm/transparent_hugepage/shmem_enabled` as root lets the cache have them"
-        );
-    }
-    if in_file && named::shm_huge_pages() == Some(false) {
-        log::info!(
-            "upcache serve: /dev/shm gives its files no huge pages, so random hits pay for 4 KiB \
-             page translations (about 10% of warm reads here); `mount -o remount,huge=within_size \
-             /dev/shm` as root lets the cache have them"
-        );
-    }
     ready(&cache);
     let lent: Mutex<HashMap<u32, Arc<Lent>>> = Mutex::new(HashMap::new());
     let asked: Mutex<Vec<u32>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let alone = std::thread::scope(|s| {
         let flusher = s.spawn(|| flush(&cache, &lent, &asked, &stop));
+        let huge = s.spawn(|| make_huge(&cache, in_file, &stop));
         let alone = serve_loop(opts, &cache, &listener, &lent, &|slot| {
             if let Some(slot) = slot {
                 let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
@@ -242,6 +229,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
         // Relaxed: the unpark that follows wakes the flusher to see it.
         stop.store(true, Ordering::Relaxed);
         flusher.thread().unpark();
+        huge.thread().unpark();
         alone
     });
     socket.remove();
@@ -429,6 +417,66 @@ fn flush(
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
         cache.write_back_due(&files, &now);
     }
+}
+
+/// Chunks of the frames' bytes a pass of [`make_huge`] collapses at most (128 MiB, about a
+/// tenth of a second of the kernel's copying) before it looks at `stop` again.
+const HUGE_CHUNKS_A_PASS: usize = 64;
+/// Chunks (of 2 MiB) the service keeps made ahead of the clock hand: 64 MiB, what writers
+/// into a fresh cache claim in about 20 ms here.
+const CHUNKS_AHEAD: usize = 32;
+/// How soon the service looks where the hand is after it found every chunk ahead of it
+/// made; twice as long after each such look, up to the flush interval.
+const HAND_POLL: Duration = Duration::from_millis(2);
+
+/// The service's maker of huge pages (`chunk.rs`, `huge.rs`, `SharedConfig::huge_pages`): it
+/// makes the chunks ahead of the clock hand huge before a process needs them (zeroing a huge
+/// page costs 3 to 5 times what the faults of 512 small ones do here, so writers that made
+/// their own chunks ran at 0.7x), and every flush interval collapses the chunks left on small
+/// pages; till every chunk is huge or the kernel refuses.
+fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
+    if !cache.config().huge_pages {
+        return;
+    }
+    let mut record = cache.huge_pages_record();
+    let mut next_pass = std::time::Instant::now();
+    let mut poll = HAND_POLL;
+    // Relaxed: set before the unpark that ends a park.
+    while !stop.load(Ordering::Relaxed) {
+        let made = cache.make_chunks_ahead(CHUNKS_AHEAD);
+        if std::time::Instant::now() >= next_pass {
+            next_pass = std::time::Instant::now() + cache.inner.view.header().flush_interval();
+            cache.make_huge_pages(&mut record, HUGE_CHUNKS_A_PASS);
+            if record.refused() {
+                return no_huge_pages(in_file);
+            }
+            let (huge, small, n) = cache.chunks();
+            if small == 0 && huge == n {
+                return log::info!("upcache serve: every frame on huge pages");
+            }
+        }
+        if made == 0 {
+            std::thread::park_timeout(poll);
+            poll = (poll * 2).min(cache.inner.view.header().flush_interval());
+        } else {
+            poll = HAND_POLL;
+        }
+    }
+}
+
+/// Says how an administrator can give the cache huge pages, as the kernel would not collapse
+/// its chunks (before Linux 6.1, or shared memory's huge pages denied).
+fn no_huge_pages(in_file: bool) {
+    let how = if in_file {
+        "`mount -o remount,huge=within_size /dev/shm`"
+    } else {
+        "`echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled`"
+    };
+    log::info!(
+        "upcache serve: the kernel puts no shared memory on huge pages on request (MADV_COLLAPSE), \
+         so random hits pay for 4 KiB page translations (a seventh of warm reads here); {how} as \
+         root lets the cache have them"
+    );
 }
 
 /// Answers attaches, keeps lent descriptors, passes requests for write-back to the flusher
@@ -637,7 +685,7 @@ fn json_of(cache: &SharedCache) -> String {
 
 /// The status's fields, in order: name, value as text, value as JSON.
 fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
-    let (s, c) = (cache.status(), cache.inner.config());
+    let (s, c, chunks) = (cache.status(), cache.inner.config(), cache.chunks());
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     let same = |v: String| (v.clone(), v);
     let count = |v: u64| same(v.to_string());
@@ -689,6 +737,9 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("clean_first", name(c.clean_first.name())),
         ("flush", name(c.flush.name())),
         ("streams", switch(c.streams)),
+        ("huge_pages", switch(c.huge_pages)),
+        ("huge_chunks", pair(chunks.0.to_string(), chunks.1.to_string())),
+        ("chunks", count(chunks.2)),
         ("readahead", count(c.readahead)),
         ("clients", (format!("{}: {:?}", s.clients.len(), s.clients), format!("[{}]", clients.join(",")))),
     ];
@@ -705,8 +756,9 @@ pub fn status(socket: &Path) -> Result<String> {
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
 /// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
 /// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `streams`, `readahead`,
-/// `clients`).
+/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
+/// `huge_chunks` (the frames' 2 MiB chunks made huge and made small at their first touch),
+/// `chunks` (their number), `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }

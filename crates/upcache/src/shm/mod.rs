@@ -29,6 +29,7 @@ mod clients;
 pub(crate) mod futex;
 pub mod handoff;
 pub mod high_fd;
+pub mod huge;
 pub(crate) mod lock_word;
 mod owner_lock;
 mod segment;
@@ -36,6 +37,4 @@ mod segment;
 pub use clients::Clients;
 pub use lock_word::{Acquired, LIVENESS_POLL, MAX_HOLDER};
 pub use owner_lock::OwnerLock;
-pub use segment::{
-    forget_all, hold_mapped_for_fork, huge_pages_allowed, take_keeper, RegionSpec, Segment, MAX_REGIONS,
-};
+pub use segment::{forget_all, hold_mapped_for_fork, take_keeper, RegionSpec, Segment, MAX_REGIONS};

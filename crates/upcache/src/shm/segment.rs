@@ -74,27 +74,6 @@ unsafe impl Send for Segment {}
 // SAFETY: as above; the segment hands out raw pointers only, never references.
 unsafe impl Sync for Segment {}
 
-/// Where Linux says whether shared memory may sit on transparent huge pages.
-const SHMEM_HUGE_PAGES: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-
-/// False if the system gives shared memory no huge pages, so a segment's advice
-/// (`MADV_HUGEPAGE`) does nothing; None if it cannot tell. An administrator's choice
-/// (`advise` lets advised memory have them), which random hits feel: each touches a 4 KiB page
-/// whose translation is seldom cached (bench/RESULTS.md, issue 34).
-pub fn huge_pages_allowed() -> Option<bool> {
-    std::fs::read_to_string(SHMEM_HUGE_PAGES)
-        .ok()
-        .as_deref()
-        .and_then(selected)
-        .map(|m| !matches!(m, "never" | "deny"))
-}
-
-/// The selected word of a sysfs choice list: `a [b] c` gives `b`.
-fn selected(list: &str) -> Option<&str> {
-    let from = list.find('[')? + 1;
-    Some(&list[from..from + list[from..].find(']')?])
-}
-
 fn os_error(kind: ErrorKind, what: &str) -> Error {
     Error::with_source(kind, what.to_string(), std::io::Error::last_os_error())
 }
@@ -530,14 +509,6 @@ mod tests {
         assert!(len >= 8);
         // SAFETY: the region is 2 MiB-aligned, at least 8 bytes, and lives as long as `seg`.
         unsafe { &*p.as_ptr().cast::<AtomicU64>() }
-    }
-
-    #[test]
-    fn the_selected_huge_page_mode_is_the_bracketed_one() {
-        assert_eq!(selected("always within_size advise [never] deny force\n"), Some("never"));
-        assert_eq!(selected("[always] advise never"), Some("always"));
-        assert_eq!(selected("always advise never"), None);
-        assert_eq!(selected("[broken"), None);
     }
 
     #[test]

@@ -1,0 +1,205 @@
+//! The service's passes that put the frames' bytes on huge pages (`crate::shm::huge`): what
+//! the kernel's khugepaged does for memory it may put on huge pages, done for the segment.
+//!
+//! Each chunk is made a huge page at its first touch (`chunk.rs`). One for which no huge page
+//! was free then, or whose maker never finished, stays on small pages, in use: a pass
+//! collapses it later, a bounded number of chunks a pass, copying its pages. A collapse that
+//! meets a page in use (an `O_DIRECT` write-back's) gives up, and the next pass tries again.
+
+use super::frame::PAGE;
+use crate::shm::huge::{self, HUGE_PAGE};
+
+use super::chunk::CHUNK_FRAMES;
+
+/// The service's record of which chunks it has made huge, and where its next pass starts.
+pub(crate) struct Collapser {
+    done: Vec<bool>,
+    next: usize,
+    /// Set when the kernel refused as it does every time (too old, or huge pages denied).
+    refused: bool,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pass {
+    /// Chunks made huge (or found so: a collapse of a huge chunk succeeds at once).
+    pub collapsed: Vec<usize>,
+    /// Whole chunks not yet huge: not every page present, the kernel busy, or past the budget.
+    pub left: usize,
+}
+
+impl Collapser {
+    /// For `n_frames` frames; a last chunk short of 2 MiB is never collapsed (the region after
+    /// it is not the frames').
+    pub fn new(n_frames: usize) -> Self {
+        Collapser { done: vec![false; n_frames / CHUNK_FRAMES], next: 0, refused: false }
+    }
+
+    /// Whether the kernel refused `MADV_COLLAPSE` outright; no pass tries again.
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// Collapses up to `budget` chunks of `pages` (the frames' bytes, 2 MiB aligned in the
+    /// mapping and the file) that `wanted` says may be and whose pages are all present, from
+    /// where the last pass stopped. One not wanted is left for a later pass.
+    pub fn pass(&mut self, pages: *mut u8, budget: usize, wanted: impl Fn(usize) -> bool) -> Pass {
+        let mut pass = Pass::default();
+        let n = self.done.len();
+        let mut tried = 0;
+        let mut resident = Vec::new();
+        let start = self.next;
+        for i in 0..n {
+            let c = (start + i) % n;
+            if self.done[c] {
+                continue;
+            }
+            if self.refused || tried == budget || !wanted(c) {
+                pass.left += 1;
+                continue;
+            }
+            // SAFETY: chunk `c` lies inside the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
+            let chunk = unsafe { pages.add(c * CHUNK_FRAMES * PAGE) };
+            if !huge::all_present(chunk, HUGE_PAGE, &mut resident) {
+                pass.left += 1;
+                continue;
+            }
+            tried += 1;
+            match huge::collapse(chunk) {
+                Ok(()) => {
+                    self.done[c] = true;
+                    pass.collapsed.push(c);
+                }
+                Err(e) => {
+                    pass.left += 1;
+                    // EINVAL: never (see `make_huge`); the rest (EAGAIN, ENOMEM, EBUSY) pass.
+                    self.refused = e.raw_os_error() == Some(libc::EINVAL);
+                }
+            }
+            if tried == budget {
+                self.next = (c + 1) % n;
+            }
+        }
+        pass
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const HUGE: usize = HUGE_PAGE;
+
+    /// A memfd of `len` bytes mapped shared at a 2 MiB aligned address.
+    fn aligned_memfd(len: usize) -> (OwnedFd, *mut u8) {
+        // SAFETY: a new memfd, owned below.
+        let fd = unsafe { libc::memfd_create(c"huge-test".as_ptr(), 0) };
+        assert!(fd >= 0);
+        // SAFETY: just made, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sizing our own memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) }, 0);
+        // SAFETY: a private reservation with room to align, then our memfd mapped inside it
+        // (MAP_FIXED replaces only reserved pages); the slack stays reserved till exit.
+        let p = unsafe {
+            let r = libc::mmap(
+                std::ptr::null_mut(),
+                len + HUGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(r, libc::MAP_FAILED);
+            let start = (r as usize).next_multiple_of(HUGE);
+            let p = libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            p.cast::<u8>()
+        };
+        (fd, p)
+    }
+
+    #[test]
+    fn present_chunks_become_huge_and_keep_their_bytes() {
+        let len = 3 * HUGE;
+        let (fd, p) = aligned_memfd(len);
+        // Chunks 0 and 2 present through a second mapping, as another process's; chunk 1 has
+        // one page missing.
+        // SAFETY: a second shared mapping of the memfd, unmapped below.
+        let other = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        }
+        .cast::<u8>();
+        assert_ne!(other.cast(), libc::MAP_FAILED);
+        for i in (0..len / PAGE).filter(|&i| i != CHUNK_FRAMES + 7) {
+            // SAFETY: inside the second mapping.
+            unsafe { other.add(i * PAGE + 5).write(i as u8 ^ 0x5a) };
+        }
+        let mut c = Collapser::new(len / PAGE);
+        let pass = c.pass(p, 8, |_| true);
+        if !crate::shm::huge::kernel_collapses() {
+            assert!(pass.collapsed.is_empty());
+            return;
+        }
+        assert_eq!(pass, Pass { collapsed: vec![0, 2], left: 1 }, "the chunk with a hole stays");
+        assert!(!c.refused());
+        assert!(huge::mapped_huge(p).unwrap_or(0) >= 2 * HUGE as u64, "this mapping maps them huge");
+        for i in (0..len / PAGE).filter(|&i| i != CHUNK_FRAMES + 7) {
+            // SAFETY: inside our mapping.
+            assert_eq!(unsafe { p.add(i * PAGE + 5).read() }, i as u8 ^ 0x5a, "page {i}");
+        }
+        // The hole filled: the next pass takes the chunk; the others are not tried again.
+        // SAFETY: inside the second mapping.
+        unsafe { other.add((CHUNK_FRAMES + 7) * PAGE).write(1) };
+        assert_eq!(c.pass(p, 8, |_| true), Pass { collapsed: vec![1], left: 0 });
+        assert_eq!(c.pass(p, 8, |_| true), Pass::default());
+        // SAFETY: mapped above; no reference into it remains.
+        unsafe { libc::munmap(other.cast(), len) };
+    }
+
+    #[test]
+    fn a_pass_collapses_no_more_than_its_budget_and_the_next_goes_on() {
+        let len = 4 * HUGE + 3 * PAGE;
+        let (_fd, p) = aligned_memfd(len);
+        // SAFETY: inside our mapping.
+        unsafe { std::ptr::write_bytes(p, 7, len) };
+        let mut c = Collapser::new(len / PAGE);
+        if !crate::shm::huge::kernel_collapses() {
+            return;
+        }
+        assert_eq!(
+            c.pass(p, 3, |_| true),
+            Pass { collapsed: vec![0, 1, 2], left: 1 },
+            "the short last chunk is no chunk"
+        );
+        assert_eq!(c.pass(p, 3, |_| true), Pass { collapsed: vec![3], left: 0 });
+    }
+
+    #[test]
+    fn a_chunk_not_wanted_is_left_for_a_later_pass() {
+        let (_fd, p) = aligned_memfd(2 * HUGE);
+        // SAFETY: inside our mapping.
+        unsafe { std::ptr::write_bytes(p, 1, 2 * HUGE) };
+        let mut c = Collapser::new(2 * HUGE / PAGE);
+        if !crate::shm::huge::kernel_collapses() {
+            return;
+        }
+        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 1 });
+        assert_eq!(c.pass(p, 8, |_| true), Pass { collapsed: vec![0], left: 0 });
+    }
+}
