@@ -72,9 +72,10 @@ pub struct ServeArgs {
     /// UPCACHE_STREAMS)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     streams: bool,
-    /// Put the frames' bytes on 2 MiB pages (the service collapses them with MADV_COLLAPSE,
-    /// Linux 6.1): random hits then seldom miss the TLB (as UPCACHE_HUGE_PAGES)
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    /// Put the frames' bytes in use on 2 MiB pages once the cache is warm (the service collapses
+    /// them with MADV_COLLAPSE, Linux 6.1): random hits then seldom miss the TLB, after a pause
+    /// while it collapses them (as UPCACHE_HUGE_PAGES)
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     huge_pages: bool,
     /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
     /// background, pauses until the service's write-back brings the cache under it (the

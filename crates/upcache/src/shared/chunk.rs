@@ -1,14 +1,15 @@
-//! The first touch of a 2 MiB chunk of the frames' bytes, in a cache on huge pages
-//! (`SharedConfig::huge_pages`).
+//! Which 2 MiB chunks of the frames' bytes are huge pages, in a cache on huge pages
+//! (`SharedConfig::huge_pages`): a hint per chunk in the segment, never a lock.
 //!
-//! A chunk is made one huge page (`crate::shm::huge::make_huge`) when it is first touched, by
-//! the first process to claim it here, or ahead of the clock hand by the service
-//! (`View::make_chunks_ahead`): once a chunk is in use, a collapse must copy it. The state is
-//! a hint, never a lock: a collapse keeps every byte whoever writes meanwhile (the kernel
-//! locks and copies each small page), so a process that finds a chunk claimed by another goes
-//! on at once, and a maker killed or stopped mid-way holds no one up. A chunk it left claimed
-//! is collapsed by the service's passes (`huge.rs`), as is one made on small pages because no
-//! huge page was free.
+//! Processes touch chunks on small pages; the service collapses the chunks in use into huge
+//! pages while the clock hand is still, when the cache is warm (`huge.rs`, the service's
+//! `make_huge`), as khugepaged does. Making them at their first touch cost a fresh cache's
+//! first fill dearly here: a huge page's first touch costs 3 to 5 times the faults of 512
+//! small ones (the host backing the memory), and a sequential read into a fresh cache ran at
+//! 0.32x with chunks made in its path, 0.58x with the service making them ahead of the hand
+//! (bench/RESULTS.md, issue 34, eighth session). A collapse keeps every byte whoever writes
+//! meanwhile (the kernel locks, unmaps and copies each small page; a page pinned for I/O makes
+//! it give up), so no state here guards a byte.
 
 use super::frame::PAGE;
 use crate::shm::huge::HUGE_PAGE;
@@ -18,8 +19,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub(crate) const CHUNK_FRAMES: usize = HUGE_PAGE / PAGE;
 
 const UNTOUCHED: u32 = 0;
-const CLAIMED: u32 = 1;
 const HUGE: u32 = 2;
+/// In use on small pages.
 const SMALL: u32 = 3;
 
 /// A chunk's state in the segment: all zeros is untouched.
@@ -30,32 +31,25 @@ pub(crate) struct Chunk {
 }
 
 impl Chunk {
-    /// Whether no process has claimed the chunk yet.
-    pub fn untouched(&self) -> bool {
+    /// Records that a process touches the chunk, on small pages, if nothing was recorded.
+    pub fn touched(&self) {
         // Relaxed (all): a hint; the bytes are the kernel's to keep whole.
-        self.state.load(Ordering::Relaxed) == UNTOUCHED
+        let _ = self.state.compare_exchange(UNTOUCHED, SMALL, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Claims the chunk for making, if no process has; whether we did.
-    pub fn claim(&self) -> bool {
-        self.untouched()
-            && self.state.compare_exchange(UNTOUCHED, CLAIMED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    /// Records that a pass collapsed the chunk.
+    pub fn collapsed(&self) {
+        self.state.store(HUGE, Ordering::Relaxed);
     }
 
-    /// Records what the claim made: a huge page, or small pages.
-    pub fn made(&self, huge: bool) {
-        self.state.store(if huge { HUGE } else { SMALL }, Ordering::Relaxed);
-    }
-
-    /// Whether it was made a huge page (or collapsed since).
+    /// Whether it is a huge page (as far as we know: the kernel may split one it swaps out).
     pub fn huge(&self) -> bool {
         self.state.load(Ordering::Relaxed) == HUGE
     }
 
-    /// Whether it is in use and not known to be huge: made on small pages, or claimed by a
-    /// maker that has not said (busy, stopped or killed).
+    /// Whether it is in use on small pages.
     pub fn unfinished(&self) -> bool {
-        matches!(self.state.load(Ordering::Relaxed), CLAIMED | SMALL)
+        self.state.load(Ordering::Relaxed) == SMALL
     }
 }
 
@@ -64,15 +58,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_claim_wins_and_says_what_it_made() {
+    fn a_touch_records_small_pages_until_a_collapse() {
         let c = Chunk::default();
-        assert!(c.untouched() && !c.unfinished());
-        assert!(c.claim());
-        assert!(!c.claim(), "claimed once");
-        assert!(c.unfinished() && !c.huge());
-        c.made(false);
-        assert!(c.unfinished(), "small pages: for the service's passes");
-        c.made(true);
-        assert!(c.huge() && !c.unfinished());
+        assert!(!c.unfinished() && !c.huge());
+        c.touched();
+        assert!(c.unfinished());
+        c.collapsed();
+        c.touched();
+        assert!(c.huge() && !c.unfinished(), "a later touch does not undo a collapse");
     }
 }

@@ -11,11 +11,11 @@ use crate::shm::huge::{self, HUGE_PAGE};
 
 use super::chunk::CHUNK_FRAMES;
 
-/// The service's record of which chunks it has made huge, and where its next pass starts.
+/// Where the service's next pass starts, and whether the kernel refuses.
 pub(crate) struct Collapser {
-    done: Vec<bool>,
+    chunks: usize,
     next: usize,
-    /// Set when the kernel refused as it does every time (too old, or huge pages denied).
+    refusals: huge::Refusals,
     refused: bool,
 }
 
@@ -24,7 +24,8 @@ pub(crate) struct Collapser {
 pub(crate) struct Pass {
     /// Chunks made huge (or found so: a collapse of a huge chunk succeeds at once).
     pub collapsed: Vec<usize>,
-    /// Whole chunks not yet huge: not every page present, the kernel busy, or past the budget.
+    /// Chunks wanted and not made huge: not every page present, the kernel busy, no huge page
+    /// free (which ends the pass), or past the budget.
     pub left: usize,
 }
 
@@ -32,51 +33,53 @@ impl Collapser {
     /// For `n_frames` frames; a last chunk short of 2 MiB is never collapsed (the region after
     /// it is not the frames').
     pub fn new(n_frames: usize) -> Self {
-        Collapser { done: vec![false; n_frames / CHUNK_FRAMES], next: 0, refused: false }
+        Collapser {
+            chunks: n_frames / CHUNK_FRAMES,
+            next: 0,
+            refusals: huge::Refusals::default(),
+            refused: false,
+        }
     }
 
-    /// Whether the kernel refused `MADV_COLLAPSE` outright; no pass tries again.
+    /// Whether the kernel is taken never to collapse (`huge::Refusals`); no pass tries again.
     pub fn refused(&self) -> bool {
         self.refused
     }
 
     /// Collapses up to `budget` chunks of `pages` (the frames' bytes, 2 MiB aligned in the
-    /// mapping and the file) that `wanted` says may be and whose pages are all present, from
-    /// where the last pass stopped. One not wanted is left for a later pass.
+    /// mapping and the file) that `wanted` says want it and whose pages are all present, from
+    /// where the last pass stopped.
     pub fn pass(&mut self, pages: *mut u8, budget: usize, wanted: impl Fn(usize) -> bool) -> Pass {
         let mut pass = Pass::default();
-        let n = self.done.len();
-        let mut tried = 0;
+        let n = self.chunks;
+        let (mut tried, mut stop) = (0, self.refused);
         let mut resident = Vec::new();
         let start = self.next;
         for i in 0..n {
             let c = (start + i) % n;
-            if self.done[c] {
-                continue;
-            }
-            if self.refused || tried == budget || !wanted(c) {
-                pass.left += 1;
+            if !wanted(c) {
                 continue;
             }
             // SAFETY: chunk `c` lies inside the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
             let chunk = unsafe { pages.add(c * CHUNK_FRAMES * PAGE) };
-            if !huge::all_present(chunk, HUGE_PAGE, &mut resident) {
+            if stop || tried == budget || !huge::all_present(chunk, HUGE_PAGE, &mut resident) {
                 pass.left += 1;
                 continue;
             }
             tried += 1;
             match huge::collapse(chunk) {
                 Ok(()) => {
-                    self.done[c] = true;
+                    self.refusals.succeeded();
                     pass.collapsed.push(c);
                 }
                 Err(e) => {
                     pass.left += 1;
-                    // EINVAL: never (see `make_huge`); the rest (EAGAIN, ENOMEM, EBUSY) pass.
-                    self.refused = e.raw_os_error() == Some(libc::EINVAL);
+                    self.refused = self.refusals.refused(&e);
+                    // No huge page free, or the cgroup full: the next pass, not the next chunk.
+                    stop = self.refused || matches!(e.raw_os_error(), Some(libc::ENOMEM | libc::EBUSY));
                 }
             }
-            if tried == budget {
+            if tried == budget || stop {
                 self.next = (c + 1) % n;
             }
         }
@@ -163,11 +166,10 @@ mod tests {
             // SAFETY: inside our mapping.
             assert_eq!(unsafe { p.add(i * PAGE + 5).read() }, i as u8 ^ 0x5a, "page {i}");
         }
-        // The hole filled: the next pass takes the chunk; the others are not tried again.
+        // The hole filled: the next pass takes the chunk.
         // SAFETY: inside the second mapping.
         unsafe { other.add((CHUNK_FRAMES + 7) * PAGE).write(1) };
-        assert_eq!(c.pass(p, 8, |_| true), Pass { collapsed: vec![1], left: 0 });
-        assert_eq!(c.pass(p, 8, |_| true), Pass::default());
+        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 0 });
         // SAFETY: mapped above; no reference into it remains.
         unsafe { libc::munmap(other.cast(), len) };
     }
@@ -187,7 +189,7 @@ mod tests {
             Pass { collapsed: vec![0, 1, 2], left: 1 },
             "the short last chunk is no chunk"
         );
-        assert_eq!(c.pass(p, 3, |_| true), Pass { collapsed: vec![3], left: 0 });
+        assert_eq!(c.pass(p, 3, |c| c == 3), Pass { collapsed: vec![3], left: 0 });
     }
 
     #[test]
@@ -199,7 +201,7 @@ mod tests {
         if !crate::shm::huge::kernel_collapses() {
             return;
         }
-        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 1 });
-        assert_eq!(c.pass(p, 8, |_| true), Pass { collapsed: vec![0], left: 0 });
+        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 0 });
+        assert_eq!(c.pass(p, 8, |c| c == 0), Pass { collapsed: vec![0], left: 0 });
     }
 }

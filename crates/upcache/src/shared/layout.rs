@@ -119,8 +119,11 @@ pub struct SharedConfig {
     /// default) or [`FlushKind::Background`] (the kernel's way: it asks the service for
     /// write-back and pauses until the cache is back under the ratio).
     pub flush: FlushKind,
-    /// Whether the service puts the frames' bytes on 2 MiB pages (`MADV_COLLAPSE`, `huge.rs`),
-    /// as the private engine's anonymous memory is: random hits then seldom miss the TLB.
+    /// Whether the service puts the frames' bytes in use on 2 MiB pages while the cache is warm
+    /// (`MADV_COLLAPSE`, `chunk.rs`), as the private engine's anonymous memory is: random hits
+    /// then seldom miss the TLB (1.15x warm reads through the shim here), but the collapses
+    /// hold processes up for a while (a warm cache of 512 MiB read at 0.3x for 2 s here), so
+    /// off by default.
     pub huge_pages: bool,
 }
 
@@ -150,7 +153,7 @@ impl Default for SharedConfig {
             clean_first: CleanFirst::Always,
             flush: FlushKind::Direct,
             streams: true,
-            huge_pages: true,
+            huge_pages: false,
         }
     }
 }
@@ -376,10 +379,8 @@ pub(crate) struct View {
     n_inners: usize,
     /// The chunks of `pages` this process has mapped.
     mapped: Mapped,
-    /// `SharedConfig::huge_pages`: each chunk is made a huge page at its first touch.
+    /// `SharedConfig::huge_pages`: chunks in use are recorded (`chunk.rs`).
     huge: bool,
-    /// Set once the kernel refused a huge page as it always will (`crate::shm::huge::make_huge`).
-    huge_refused: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the view holds pointers into the segment, which is shared memory used only through
@@ -545,7 +546,6 @@ impl View {
             n_buckets: buckets,
             mapped: Mapped::new(frames),
             huge: header.has(technique::HUGE_PAGES),
-            huge_refused: std::sync::atomic::AtomicBool::new(false),
             seg,
         })
     }
@@ -687,49 +687,35 @@ impl View {
         unsafe { &*self.chunks.as_ptr().add(c) }
     }
 
-    /// Makes frame `f`'s chunk huge if no process claimed it yet, then maps it.
+    /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.
     #[cold]
     fn map_chunk_of(&self, f: usize) {
-        self.make_chunk_huge(f / CHUNK_FRAMES);
+        let c = f / CHUNK_FRAMES;
+        if self.huge && c < self.n_frames / CHUNK_FRAMES {
+            self.chunk(c).touched();
+        }
         self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
     }
 
-    /// Makes whole chunk `c` of the frames' bytes one huge page if the cache is on huge pages
-    /// and no process has claimed it (`chunk.rs`); whether this call did.
-    pub fn make_chunk_huge(&self, c: usize) -> bool {
-        if !self.huge || c >= self.n_frames / CHUNK_FRAMES || !self.chunk(c).claim() {
-            return false;
-        }
-        // Relaxed: a hint; a process that missed it tries once more.
-        let huge = !self.huge_refused.load(Ordering::Relaxed) && {
+    /// Maps frame `f`'s chunk as one huge page if the service made it one (`chunk.rs`) since
+    /// this process mapped it on small pages: the kernel leaves other processes' small
+    /// mappings of a chunk it collapses where shared memory may not have huge pages at faults
+    /// (most systems), so each process asks for its own, which costs no copy.
+    #[cold]
+    fn map_huge_of(&self, f: usize) {
+        let c = f / CHUNK_FRAMES;
+        if c < self.n_frames / CHUNK_FRAMES && self.chunk(c).huge() && self.mapped.mark_huge(c) {
             // SAFETY: chunk `c` lies inside the frames' bytes, 2 MiB aligned in the mapping.
             let at = unsafe { self.pages.as_ptr().add(c * CHUNK_FRAMES * PAGE) };
-            match crate::shm::huge::make_huge(at) {
-                Ok(()) => true,
-                Err(e) => {
-                    // EINVAL: never (`make_huge`); no huge page free now: the service's
-                    // passes collapse it later.
-                    if e.raw_os_error() == Some(libc::EINVAL) {
-                        self.huge_refused.store(true, Ordering::Relaxed);
-                    }
-                    false
-                }
-            }
-        };
-        self.chunk(c).made(huge);
-        true
+            // A failure leaves this process's small mappings, as before.
+            let _ = crate::shm::huge::collapse(at);
+        }
     }
 
-    /// Makes the chunks huge (`make_chunk_huge`) of the next `ahead` after the clock hand's;
-    /// how many it made. The service's, so that processes seldom meet a chunk to make.
-    pub fn make_chunks_ahead(&self, ahead: usize) -> usize {
-        let n = self.n_frames / CHUNK_FRAMES;
-        if !self.huge || n == 0 {
-            return 0;
-        }
-        // Relaxed: a position to start from; each chunk is made under its lock.
-        let hand = (self.header().clock.load(Ordering::Relaxed) % self.n_frames as u64) as usize;
-        (0..ahead.min(n)).filter(|i| self.make_chunk_huge((hand / CHUNK_FRAMES + i) % n)).count()
+    /// The clock hand's position, in frames claimed since the cache was made.
+    pub fn hand(&self) -> u64 {
+        // Relaxed: a hint of how busy the cache is.
+        self.header().clock.load(Ordering::Relaxed)
     }
 
     /// The bytes of frame `f`.
@@ -737,6 +723,9 @@ impl View {
         assert!((f as usize) < self.n_frames);
         if !self.mapped.has(f as usize) {
             self.map_chunk_of(f as usize);
+        }
+        if self.huge && !self.mapped.has_huge(f as usize) {
+            self.map_huge_of(f as usize);
         }
         // SAFETY: in bounds of the pages region (`n_frames * PAGE` bytes, checked at attach).
         unsafe { self.pages.as_ptr().add(f as usize * PAGE) }

@@ -23,26 +23,40 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// A bit per chunk of the frames' bytes: set once this process asked for the chunk's mapping.
 pub(crate) struct Mapped {
     bits: Box<[AtomicU64]>,
+    /// A bit per chunk: set once this process mapped the chunk as the huge page it became.
+    huge: Box<[AtomicU64]>,
 }
 
 impl Mapped {
     pub fn new(n_frames: usize) -> Self {
-        let chunks = n_frames.div_ceil(CHUNK_FRAMES);
-        Mapped { bits: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+        let words = || (0..n_frames.div_ceil(CHUNK_FRAMES).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        Mapped { bits: words(), huge: words() }
     }
 
-    /// Whether this process has asked for frame `f`'s chunk's mapping (its chunk is ready to
-    /// touch, `chunk.rs`).
+    /// Whether this process mapped frame `f`'s chunk as a huge page.
+    #[inline]
+    pub fn has_huge(&self, f: usize) -> bool {
+        let c = f / CHUNK_FRAMES;
+        // Relaxed: a hint, as `has`.
+        self.huge[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
+    }
+
+    /// Marks chunk `c` mapped as a huge page; whether this thread was the first to.
+    pub fn mark_huge(&self, c: usize) -> bool {
+        // Relaxed: a hint; the first thread maps it, the others go on with what they map.
+        self.huge[c / 64].fetch_or(1u64 << (c % 64), Ordering::Relaxed) & (1u64 << (c % 64)) == 0
+    }
+
+    /// Whether this process has asked for frame `f`'s chunk's mapping.
     #[inline]
     pub fn has(&self, f: usize) -> bool {
         let c = f / CHUNK_FRAMES;
-        // Relaxed: a hint, set by this process once the chunk was ready (which `map`'s caller
-        // saw with Acquire in this process, or a thread of it did: then `map` comes again).
+        // Relaxed: a hint; a thread that misses it calls `map`, which finds it set.
         self.bits[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
     }
 
-    /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames), whose
-    /// bytes are ready to touch, if no thread of this process has yet.
+    /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if no
+    /// thread of this process has yet.
     #[cold]
     pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) {
         let c = f / CHUNK_FRAMES;

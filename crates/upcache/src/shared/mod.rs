@@ -565,24 +565,24 @@ impl SharedCache {
         let view = &self.inner.view;
         let pass = record.pass(view.pages.as_ptr(), budget, |c| view.chunk(c).unfinished());
         for &c in &pass.collapsed {
-            view.chunk(c).made(true);
+            view.chunk(c).collapsed();
         }
         pass
     }
 
     /// Bytes of the segment this process maps with huge pages; None if it cannot tell.
-    pub fn huge_page_bytes(&self) -> Option<u64> {
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn huge_page_bytes(&self) -> Option<u64> {
         crate::shm::huge::mapped_huge(self.inner.view.pages.as_ptr())
     }
 
-    /// The service's making of chunks ahead of the clock hand (`View::make_chunks_ahead`).
-    pub(crate) fn make_chunks_ahead(&self, ahead: usize) -> usize {
-        self.inner.view.make_chunks_ahead(ahead)
+    /// The clock hand's position (`View::hand`).
+    pub(crate) fn hand(&self) -> u64 {
+        self.inner.view.hand()
     }
 
-    /// The frames' whole 2 MiB chunks: how many are huge, how many are in use and not known to
-    /// be (made on small pages, or their maker busy or gone), and how many there are
-    /// (`chunk.rs`).
+    /// The frames' whole 2 MiB chunks: how many are huge, how many are in use on small pages,
+    /// and how many there are (`chunk.rs`).
     pub fn chunks(&self) -> (u64, u64, u64) {
         let view = &self.inner.view;
         let n = view.n_frames / chunk::CHUNK_FRAMES;
@@ -1003,11 +1003,11 @@ mod tests {
         SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() }
     }
 
-    /// Huge pages (`chunk.rs`): frames written are on them from their first touch, every
-    /// byte as written; the service's pass finds nothing left to collapse. Off, none is (on a
-    /// memfd, where nothing else would give them).
+    /// Huge pages (`chunk.rs`): chunks written are in use on small pages until the service's
+    /// pass collapses them; then they are huge, every byte as written. Off, no chunk is
+    /// recorded (on a memfd, where nothing else gives huge pages).
     #[test]
-    fn frames_are_on_huge_pages_from_their_first_touch() {
+    fn chunks_in_use_are_collapsed_into_huge_pages_with_their_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
@@ -1017,39 +1017,23 @@ mod tests {
                 SharedCache::create(&SharedConfig { memory: 8 << 20, huge_pages, ..small() }).unwrap();
             let f = cache.open_path(&p, true).unwrap();
             f.write_all_at(&data, 0).unwrap();
+            let view = &cache.inner.view;
+            assert_eq!(cache.chunks(), (0, if huge_pages { 2 } else { 0 }, 4), "the 2 chunks written");
+            let pass = cache.make_huge_pages(&mut cache.huge_pages_record(), 8);
+            if !huge_pages {
+                assert!(pass.collapsed.is_empty());
+                assert_eq!(cache.huge_page_bytes().unwrap(), 0);
+            } else if crate::shm::huge::kernel_collapses() {
+                assert_eq!(pass.collapsed, vec![0, 1]);
+                assert!(view.chunk(0).huge() && view.chunk(1).huge());
+                let mapped = cache.huge_page_bytes().unwrap();
+                assert!(mapped >= 4 << 20, "the written chunks on huge pages: {mapped}");
+            }
             let mut back = vec![0u8; data.len()];
             assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
             assert!(back == data, "the bytes as written");
-            let mapped = cache.huge_page_bytes().unwrap();
-            if !huge_pages {
-                assert_eq!(mapped, 0);
-            } else if crate::shm::huge::kernel_collapses() {
-                assert!(mapped >= 4 << 20, "4 MiB written: at least 2 chunks whole ({mapped})");
-                let pass = cache.make_huge_pages(&mut cache.huge_pages_record(), 8);
-                assert!(pass.collapsed.is_empty(), "nothing on small pages: {pass:?}");
-            }
             f.close().unwrap();
         }
-    }
-
-    /// A chunk whose maker never said what it made (killed, or stopped) is used at once by
-    /// the next process on small pages, and collapsed, its bytes kept, by the service's pass.
-    #[test]
-    fn a_chunk_whose_maker_never_finished_is_used_and_collapsed_later() {
-        let cache = SharedCache::create(&SharedConfig { memory: 8 << 20, ..small() }).unwrap();
-        let view = &cache.inner.view;
-        assert!(view.chunk(1).claim(), "a maker that then died");
-        let f = chunk::CHUNK_FRAMES as u32 + 3;
-        // SAFETY: frame bytes of this cache, which no other process uses.
-        unsafe { view.page(f).write(9) };
-        assert!(view.chunk(1).unfinished() && !view.chunk(1).huge());
-        let pass = cache.make_huge_pages(&mut cache.huge_pages_record(), 8);
-        if crate::shm::huge::kernel_collapses() {
-            assert_eq!(pass.collapsed, vec![1]);
-            assert!(view.chunk(1).huge());
-        }
-        // SAFETY: as above.
-        assert_eq!(unsafe { view.page(f).read() }, 9);
     }
 
     /// The service keeps a lent descriptor only if it can write the file's pages back where

@@ -419,56 +419,60 @@ fn flush(
     }
 }
 
-/// Chunks of the frames' bytes a pass of [`make_huge`] collapses at most (128 MiB, about a
-/// tenth of a second of the kernel's copying) before it looks at `stop` again.
+/// Chunks of the frames' bytes a pass of [`make_huge`] collapses at most (128 MiB, about half
+/// a second of the kernel's copying here) before it looks at the hand again.
 const HUGE_CHUNKS_A_PASS: usize = 64;
-/// Chunks (of 2 MiB) the service keeps made ahead of the clock hand: 64 MiB, what writers
-/// into a fresh cache claim in about 20 ms here.
-const CHUNKS_AHEAD: usize = 32;
-/// How soon the service looks where the hand is after it found every chunk ahead of it
-/// made; twice as long after each such look, up to the flush interval.
-const HAND_POLL: Duration = Duration::from_millis(2);
+/// How often the service looks whether the clock hand is still.
+const HAND_POLL: Duration = Duration::from_millis(100);
+/// Flush intervals at most between passes that collapsed nothing (each such pass doubles the
+/// wait): a collapse without a free huge page compacts memory, and reclaims the service's
+/// cgroup when that is full.
+const IDLE_PASSES: u32 = 64;
 
-/// The service's maker of huge pages (`chunk.rs`, `huge.rs`, `SharedConfig::huge_pages`): it
-/// makes the chunks ahead of the clock hand huge before a process needs them (zeroing a huge
-/// page costs 3 to 5 times what the faults of 512 small ones do here, so writers that made
-/// their own chunks ran at 0.7x), and every flush interval collapses the chunks left on small
-/// pages; till every chunk is huge or the kernel refuses.
+/// The service's maker of huge pages (`chunk.rs`, `huge.rs`, `SharedConfig::huge_pages`): while
+/// the clock hand is still (no process claimed a frame since the last look: the cache is warm),
+/// it collapses the chunks in use on small pages, as khugepaged does; till every chunk is
+/// huge or the kernel refuses. A moving hand means a cache filling, whose processes a collapse
+/// would hold up (each waits for the chunk it touches), on memory slow to first touch here.
 fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
     if !cache.config().huge_pages {
         return;
     }
+    let interval = cache.inner.view.header().flush_interval();
     let mut record = cache.huge_pages_record();
-    let mut next_pass = std::time::Instant::now();
-    let mut poll = HAND_POLL;
+    let (mut next_pass, mut idle_passes) = (std::time::Instant::now(), 1);
+    let mut hand = cache.hand();
     // Relaxed: set before the unpark that ends a park.
     while !stop.load(Ordering::Relaxed) {
-        let made = cache.make_chunks_ahead(CHUNKS_AHEAD);
-        if std::time::Instant::now() >= next_pass {
-            next_pass = std::time::Instant::now() + cache.inner.view.header().flush_interval();
-            cache.make_huge_pages(&mut record, HUGE_CHUNKS_A_PASS);
-            if record.refused() {
-                return no_huge_pages(in_file);
-            }
-            let (huge, small, n) = cache.chunks();
-            if small == 0 && huge == n {
-                return log::info!("upcache serve: every frame on huge pages");
-            }
+        std::thread::park_timeout(HAND_POLL);
+        let (was, now) = (hand, cache.hand());
+        hand = now;
+        if was != now || std::time::Instant::now() < next_pass {
+            continue;
         }
-        if made == 0 {
-            std::thread::park_timeout(poll);
-            poll = (poll * 2).min(cache.inner.view.header().flush_interval());
-        } else {
-            poll = HAND_POLL;
+        let pass = cache.make_huge_pages(&mut record, HUGE_CHUNKS_A_PASS);
+        if record.refused() {
+            return no_huge_pages(in_file);
         }
+        let (huge, _, n) = cache.chunks();
+        if huge == n {
+            return log::info!("upcache serve: every frame on huge pages");
+        }
+        idle_passes = match (pass.collapsed.len(), pass.left) {
+            (HUGE_CHUNKS_A_PASS, _) => 0, // more to do: at the next still look
+            (0, left) if left > 0 => (idle_passes * 2).clamp(1, IDLE_PASSES),
+            _ => 1,
+        };
+        next_pass = std::time::Instant::now() + interval * idle_passes;
     }
 }
 
 /// Says how an administrator can give the cache huge pages, as the kernel would not collapse
-/// its chunks (before Linux 6.1, or shared memory's huge pages denied).
+/// its chunks (before Linux 6.1, where these settings give huge pages at faults instead; or
+/// shared memory's huge pages denied).
 fn no_huge_pages(in_file: bool) {
     let how = if in_file {
-        "`mount -o remount,huge=within_size /dev/shm`"
+        "`mount -o remount,huge=within_size /dev/shm` (before Linux 6.1)"
     } else {
         "`echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled`"
     };
@@ -757,7 +761,7 @@ pub fn status(socket: &Path) -> Result<String> {
 /// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
 /// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
 /// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
-/// `huge_chunks` (the frames' 2 MiB chunks made huge and made small at their first touch),
+/// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),
 /// `chunks` (their number), `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')

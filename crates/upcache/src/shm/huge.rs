@@ -6,32 +6,51 @@
 //! pages only where the administrator said so (`huge=` on the mount, `shmem_enabled`), which
 //! is seldom. `MADV_COLLAPSE` (Linux 6.1) makes them on request whatever those settings say,
 //! short of `deny`: it puts a 2 MiB aligned range of the file on one huge page, copying the
-//! pages present and zeroing the rest, and every process maps it whole from its next fault.
-//! It wants at least one page present ([`make_huge`] makes one). The kernel keeps every byte of
-//! a range that processes read and write meanwhile: it locks each small page, unmaps it
-//! everywhere and copies it; a page pinned for I/O makes the collapse give up (EAGAIN).
+//! pages present and zeroing the rest; the caller maps it whole at once, and other processes
+//! from their next fault once their small mappings are gone (Linux 6.5 removes them; before,
+//! khugepaged does, in its time).
+//! It wants at least one page present. The kernel keeps every byte of a range that processes
+//! read and write meanwhile: it locks each small page, unmaps it everywhere and copies it; a
+//! page pinned for I/O makes the collapse give up.
 
 /// A huge page: 2 MiB, the alignment of a segment's regions and of its mapping.
 pub const HUGE_PAGE: usize = 2 << 20;
 const PAGE: usize = 4096;
-/// `MADV_COLLAPSE` and `MADV_POPULATE_WRITE`, not in every libc crate's list yet.
+/// `MADV_COLLAPSE`, not in every libc crate's list yet.
 const MADV_COLLAPSE: libc::c_int = 25;
-const MADV_POPULATE_WRITE: libc::c_int = 23;
 
-/// Puts the 2 MiB at `at` (2 MiB aligned, mapped shared) on one huge page: its first page
-/// made present as a write would make it (changing no byte), then collapsed, which zeroes the
-/// holes (a memfd's untouched pages) and copies the rest. Ok if it is one now; EINVAL where
-/// the kernel will never do it (no `MADV_COLLAPSE` before 6.1, huge pages denied), another
-/// error where it cannot now (no huge page free, a page in use).
-pub fn make_huge(at: *mut u8) -> std::io::Result<()> {
-    // SAFETY: the caller's range is ours, mapped shared; populating a page and collapsing the
-    // range change no byte of it.
-    unsafe { libc::madvise(at.cast(), PAGE, MADV_POPULATE_WRITE) };
-    collapse(at)
+/// Collapses refused with EINVAL in a row, after which the kernel is taken never to make
+/// huge pages of shared memory: EINVAL also stands for passing failures (a swap-in, a
+/// charge, a page pinned on early 6.1).
+const REFUSALS: u32 = 8;
+
+/// A count of the kernel's refusals in a row ([`REFUSALS`]).
+#[derive(Debug, Default)]
+pub struct Refusals(std::sync::atomic::AtomicU32);
+
+impl Refusals {
+    /// Counts `e` (a collapse's error); whether the kernel is now taken never to collapse.
+    pub fn refused(&self, e: &std::io::Error) -> bool {
+        // Relaxed (both): a count of hints.
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+            return false;
+        }
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= REFUSALS
+    }
+
+    /// Counts a success: the refusals before it passed.
+    pub fn succeeded(&self) {
+        // Relaxed: as above.
+        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
-/// Collapses the huge page at `at` (2 MiB aligned, mapped shared, at least one page present),
-/// copying what is present: as [`make_huge`].
+/// Collapses the 2 MiB at `at` (2 MiB aligned, mapped shared, at least one page present) into
+/// one huge page, copying the pages present and zeroing the holes. Ok if it is one now;
+/// otherwise the kernel's error: EINVAL where it never will (no `MADV_COLLAPSE` before 6.1,
+/// huge pages denied) but for some passing failures too ([`Refusals`]), another where it
+/// cannot now (no huge page free, a page in use).
 pub fn collapse(at: *mut u8) -> std::io::Result<()> {
     // SAFETY: advice on the caller's range of its own mapping; the kernel moves the pages'
     // bytes into a huge page and changes none.
