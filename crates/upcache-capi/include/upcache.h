@@ -127,8 +127,8 @@ typedef struct upcache_shared_settings {
   // clock hand (false: every hit is one).
   bool streams;
   // The service puts the frames' bytes in use on 2 MiB pages once the cache is warm
-  // (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false, the default:
-  // 4 KiB pages, unless the system gives more).
+  // (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false: 4 KiB pages,
+  // unless the system gives more).
   bool huge_pages;
 } upcache_shared_settings;
 
@@ -190,7 +190,7 @@ extern "C" {
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
 
 // The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-// every technique on (CLOCK, not GClock; huge pages off), 1 MiB of readahead.
+// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 struct upcache_shared_settings upcache_shared_settings_default(void);
 
 // As `upcache_attach`, starting the service with `settings` if none answers (NULL: the

@@ -185,8 +185,8 @@ pub struct upcache_shared_settings {
     /// clock hand (false: every hit is one).
     pub streams: bool,
     /// The service puts the frames' bytes in use on 2 MiB pages once the cache is warm
-    /// (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false, the default:
-    /// 4 KiB pages, unless the system gives more).
+    /// (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false: 4 KiB pages,
+    /// unless the system gives more).
     pub huge_pages: bool,
 }
 
@@ -216,7 +216,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
 }
 
 /// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-/// every technique on (CLOCK, not GClock; huge pages off), 1 MiB of readahead.
+/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 #[no_mangle]
 pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())

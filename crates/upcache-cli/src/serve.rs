@@ -75,7 +75,7 @@ pub struct ServeArgs {
     /// Put the frames' bytes in use on 2 MiB pages once the cache is warm (the service collapses
     /// them with MADV_COLLAPSE, Linux 6.1): random hits then seldom miss the TLB, after a pause
     /// while it collapses them (as UPCACHE_HUGE_PAGES)
-    #[arg(long, value_name = "on|off", default_value = "off", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     huge_pages: bool,
     /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
     /// background, pauses until the service's write-back brings the cache under it (the

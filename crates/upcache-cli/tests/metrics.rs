@@ -135,7 +135,7 @@ fn the_shared_cache_service_serves_its_metrics() {
             "--streams",
             "off",
             "--huge-pages",
-            "on",
+            "off",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -159,7 +159,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "clean_first plain\n",
         "flush background\n",
         "streams off\n",
-        "huge_pages on\n",
+        "huge_pages off\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");

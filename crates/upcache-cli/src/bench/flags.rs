@@ -116,7 +116,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) streams: Option<bool>,
     /// The shared engine's huge pages: on (its service collapses the frames' bytes in use into
-    /// 2 MiB pages once the cache is warm, MADV_COLLAPSE) or off (4 KiB pages) [default: off]
+    /// 2 MiB pages once the cache is warm, MADV_COLLAPSE) or off (4 KiB pages) [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) huge_pages: Option<bool>,
     /// upcache's range lock (F2FS): on (writers of disjoint ranges of a file run at once) or

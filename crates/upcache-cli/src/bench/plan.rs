@@ -135,8 +135,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
     ensure!(
-        a.huge_pages != Some(true) || engines.contains(&EngineKind::Shared),
-        "--huge-pages on sets the shared engine only (--engine shared): the in-process engine's \
+        a.huge_pages != Some(false) || engines.contains(&EngineKind::Shared),
+        "--huge-pages off sets the shared engine only (--engine shared): the in-process engine's \
          frames are anonymous memory, on huge pages wherever transparent huge pages are on"
     );
     let shared = shared_config(&a);
