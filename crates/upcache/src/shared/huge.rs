@@ -90,65 +90,26 @@ impl Collapser {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use crate::shm::{RegionSpec, Segment};
+    use std::os::fd::AsFd;
 
     const HUGE: usize = HUGE_PAGE;
 
-    /// A memfd of `len` bytes mapped shared at a 2 MiB aligned address.
-    fn aligned_memfd(len: usize) -> (OwnedFd, *mut u8) {
-        // SAFETY: a new memfd, owned below.
-        let fd = unsafe { libc::memfd_create(c"huge-test".as_ptr(), 0) };
-        assert!(fd >= 0);
-        // SAFETY: just made, ours alone.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sizing our own memfd.
-        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) }, 0);
-        // SAFETY: a private reservation with room to align, then our memfd mapped inside it
-        // (MAP_FIXED replaces only reserved pages); the slack stays reserved till exit.
-        let p = unsafe {
-            let r = libc::mmap(
-                std::ptr::null_mut(),
-                len + HUGE,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(r, libc::MAP_FAILED);
-            let start = (r as usize).next_multiple_of(HUGE);
-            let p = libc::mmap(
-                start as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd.as_raw_fd(),
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            p.cast::<u8>()
-        };
-        (fd, p)
+    /// A segment (a memfd) with one region of `len` bytes, 2 MiB aligned, and its start.
+    fn region(len: usize) -> (Segment, *mut u8) {
+        let seg = Segment::create("huge-test", &[RegionSpec { kind: 1, len }]).unwrap();
+        let p = seg.region(1).unwrap().0.as_ptr();
+        (seg, p)
     }
 
     #[test]
     fn present_chunks_become_huge_and_keep_their_bytes() {
         let len = 3 * HUGE;
-        let (fd, p) = aligned_memfd(len);
+        let (seg, p) = region(len);
         // Chunks 0 and 2 present through a second mapping, as another process's; chunk 1 has
         // one page missing.
-        // SAFETY: a second shared mapping of the memfd, unmapped below.
-        let other = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        }
-        .cast::<u8>();
-        assert_ne!(other.cast(), libc::MAP_FAILED);
+        let second = Segment::attach(seg.as_fd().try_clone_to_owned().unwrap()).unwrap();
+        let other = second.region(1).unwrap().0.as_ptr();
         for i in (0..len / PAGE).filter(|&i| i != CHUNK_FRAMES + 7) {
             // SAFETY: inside the second mapping.
             unsafe { other.add(i * PAGE + 5).write(i as u8 ^ 0x5a) };
@@ -170,14 +131,12 @@ mod tests {
         // SAFETY: inside the second mapping.
         unsafe { other.add((CHUNK_FRAMES + 7) * PAGE).write(1) };
         assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 0 });
-        // SAFETY: mapped above; no reference into it remains.
-        unsafe { libc::munmap(other.cast(), len) };
     }
 
     #[test]
     fn a_pass_collapses_no_more_than_its_budget_and_the_next_goes_on() {
         let len = 4 * HUGE + 3 * PAGE;
-        let (_fd, p) = aligned_memfd(len);
+        let (_seg, p) = region(len);
         // SAFETY: inside our mapping.
         unsafe { std::ptr::write_bytes(p, 7, len) };
         let mut c = Collapser::new(len / PAGE);
@@ -194,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_chunk_not_wanted_is_left_for_a_later_pass() {
-        let (_fd, p) = aligned_memfd(2 * HUGE);
+        let (_seg, p) = region(2 * HUGE);
         // SAFETY: inside our mapping.
         unsafe { std::ptr::write_bytes(p, 1, 2 * HUGE) };
         let mut c = Collapser::new(2 * HUGE / PAGE);
