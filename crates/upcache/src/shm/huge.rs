@@ -24,7 +24,7 @@ const MADV_COLLAPSE: libc::c_int = 25;
 /// charge, a page pinned on early 6.1).
 const REFUSALS: u32 = 8;
 
-/// A count of the kernel's refusals in a row ([`REFUSALS`]).
+/// A count of the kernel's refusals in a row (`REFUSALS` of them: it refuses for good).
 #[derive(Debug, Default)]
 pub struct Refusals(std::sync::atomic::AtomicU32);
 
