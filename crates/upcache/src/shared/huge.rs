@@ -1,22 +1,25 @@
 //! The service's passes that put the frames' bytes on huge pages (`crate::shm::huge`): what
 //! the kernel's khugepaged does for memory it may put on huge pages, done for the segment.
 //!
-//! Each chunk is made a huge page at its first touch (`chunk.rs`). One for which no huge page
-//! was free then, or whose maker never finished, stays on small pages, in use: a pass
-//! collapses it later, a bounded number of chunks a pass, copying its pages. A collapse that
-//! meets a page in use (an `O_DIRECT` write-back's) gives up, and the next pass tries again.
+//! Processes touch chunks on small pages (`chunk.rs`); while the cache is warm a pass
+//! collapses those in use, a bounded number of chunks a pass, copying their pages. A collapse
+//! that meets a page in use (an `O_DIRECT` write-back's) gives up, and the next pass tries
+//! again.
 
 use super::frame::PAGE;
 use crate::shm::huge::{self, HUGE_PAGE};
 
 use super::chunk::CHUNK_FRAMES;
 
-/// Where the service's next pass starts, and whether the kernel refuses.
+/// Collapses refused with EINVAL in a row, after which the kernel is taken never to collapse:
+/// EINVAL also stands for passing failures (`huge::collapse`).
+const REFUSALS: u32 = 8;
+
+/// Where the service's next pass starts, and the kernel's refusals in a row.
 pub(crate) struct Collapser {
     chunks: usize,
     next: usize,
-    refusals: huge::Refusals,
-    refused: bool,
+    refusals: u32,
 }
 
 /// What one pass did.
@@ -33,17 +36,12 @@ impl Collapser {
     /// For `n_frames` frames; a last chunk short of 2 MiB is never collapsed (the region after
     /// it is not the frames').
     pub fn new(n_frames: usize) -> Self {
-        Collapser {
-            chunks: n_frames / CHUNK_FRAMES,
-            next: 0,
-            refusals: huge::Refusals::default(),
-            refused: false,
-        }
+        Collapser { chunks: n_frames / CHUNK_FRAMES, next: 0, refusals: 0 }
     }
 
-    /// Whether the kernel is taken never to collapse (`huge::Refusals`); no pass tries again.
+    /// Whether the kernel is taken never to collapse ([`REFUSALS`]); no pass tries again.
     pub fn refused(&self) -> bool {
-        self.refused
+        self.refusals >= REFUSALS
     }
 
     /// Collapses up to `budget` chunks of `pages` (the frames' bytes, 2 MiB aligned in the
@@ -52,7 +50,7 @@ impl Collapser {
     pub fn pass(&mut self, pages: *mut u8, budget: usize, wanted: impl Fn(usize) -> bool) -> Pass {
         let mut pass = Pass::default();
         let n = self.chunks;
-        let (mut tried, mut stop) = (0, self.refused);
+        let (mut tried, mut stop) = (0, self.refused());
         let mut resident = Vec::new();
         let start = self.next;
         for i in 0..n {
@@ -69,14 +67,15 @@ impl Collapser {
             tried += 1;
             match huge::collapse(chunk) {
                 Ok(()) => {
-                    self.refusals.succeeded();
+                    self.refusals = 0;
                     pass.collapsed.push(c);
                 }
                 Err(e) => {
                     pass.left += 1;
-                    self.refused = self.refusals.refused(&e);
+                    let einval = e.raw_os_error() == Some(libc::EINVAL);
+                    self.refusals = if einval { self.refusals + 1 } else { 0 };
                     // No huge page free, or the cgroup full: the next pass, not the next chunk.
-                    stop = self.refused || matches!(e.raw_os_error(), Some(libc::ENOMEM | libc::EBUSY));
+                    stop = self.refused() || matches!(e.raw_os_error(), Some(libc::ENOMEM | libc::EBUSY));
                 }
             }
             if tried == budget || stop {

@@ -703,7 +703,11 @@ impl View {
     #[cold]
     fn map_huge_of(&self, f: usize) {
         let c = f / CHUNK_FRAMES;
-        if c < self.n_frames / CHUNK_FRAMES && self.chunk(c).huge() && self.mapped.mark_huge(c) {
+        if c >= self.n_frames / CHUNK_FRAMES {
+            self.mapped.mark_huge(c); // a short last chunk never is one: not asked again
+            return;
+        }
+        if self.chunk(c).huge() && self.mapped.mark_huge(c) {
             // SAFETY: chunk `c` lies inside the frames' bytes, 2 MiB aligned in the mapping.
             let at = unsafe { self.pages.as_ptr().add(c * CHUNK_FRAMES * PAGE) };
             // A failure leaves this process's small mappings, as before.

@@ -20,39 +20,56 @@ use super::chunk::CHUNK_FRAMES;
 /// `MADV_POPULATE_WRITE`, not in every libc crate's list yet.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
-/// A bit per chunk of the frames' bytes: set once this process asked for the chunk's mapping.
+/// A bit per chunk of the frames' bytes, this process's alone.
+struct ChunkBits(Box<[AtomicU64]>);
+
+impl ChunkBits {
+    fn new(n_frames: usize) -> Self {
+        ChunkBits((0..n_frames.div_ceil(CHUNK_FRAMES).div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Whether chunk `c`'s bit is set.
+    #[inline]
+    fn has(&self, c: usize) -> bool {
+        // Relaxed: a hint; a thread that misses a bit set goes the slow way, which finds it.
+        self.0[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
+    }
+
+    /// Sets chunk `c`'s bit; whether this thread was the first to.
+    fn mark(&self, c: usize) -> bool {
+        // Relaxed: as in `has`; the bit guards no memory.
+        self.0[c / 64].fetch_or(1u64 << (c % 64), Ordering::Relaxed) & (1u64 << (c % 64)) == 0
+    }
+}
+
+/// Which chunks of the frames' bytes this process asked to map, and which it mapped as the
+/// huge pages they became.
 pub(crate) struct Mapped {
-    bits: Box<[AtomicU64]>,
-    /// A bit per chunk: set once this process mapped the chunk as the huge page it became.
-    huge: Box<[AtomicU64]>,
+    bits: ChunkBits,
+    huge: ChunkBits,
 }
 
 impl Mapped {
     pub fn new(n_frames: usize) -> Self {
-        let words = || (0..n_frames.div_ceil(CHUNK_FRAMES).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-        Mapped { bits: words(), huge: words() }
+        Mapped { bits: ChunkBits::new(n_frames), huge: ChunkBits::new(n_frames) }
     }
 
     /// Whether this process mapped frame `f`'s chunk as a huge page.
     #[inline]
     pub fn has_huge(&self, f: usize) -> bool {
-        let c = f / CHUNK_FRAMES;
-        // Relaxed: a hint, as `has`.
-        self.huge[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
+        self.huge.has(f / CHUNK_FRAMES)
     }
 
-    /// Marks chunk `c` mapped as a huge page; whether this thread was the first to.
+    /// Marks chunk `c` mapped as a huge page; whether this thread was the first to (the others
+    /// go on with what they map).
     pub fn mark_huge(&self, c: usize) -> bool {
-        // Relaxed: a hint; the first thread maps it, the others go on with what they map.
-        self.huge[c / 64].fetch_or(1u64 << (c % 64), Ordering::Relaxed) & (1u64 << (c % 64)) == 0
+        self.huge.mark(c)
     }
 
     /// Whether this process has asked for frame `f`'s chunk's mapping.
     #[inline]
     pub fn has(&self, f: usize) -> bool {
-        let c = f / CHUNK_FRAMES;
-        // Relaxed: a hint; a thread that misses it calls `map`, which finds it set.
-        self.bits[c / 64].load(Ordering::Relaxed) & (1u64 << (c % 64)) != 0
+        self.bits.has(f / CHUNK_FRAMES)
     }
 
     /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if no
@@ -60,10 +77,10 @@ impl Mapped {
     #[cold]
     pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) {
         let c = f / CHUNK_FRAMES;
-        // Relaxed: the first thread to mark the chunk maps it; the others go on (a page they
-        // touch first faults in, as without this): threads that start together and take
-        // frames of one chunk would otherwise all map it at once, each page contended by all.
-        if self.bits[c / 64].fetch_or(1u64 << (c % 64), Ordering::Relaxed) & (1u64 << (c % 64)) != 0 {
+        // The first thread to mark the chunk maps it; the others go on (a page they touch first
+        // faults in, as without this): threads that start together and take frames of one
+        // chunk would otherwise all map it at once, each page contended by all.
+        if !self.bits.mark(c) {
             return;
         }
         let first = c * CHUNK_FRAMES;
@@ -108,10 +125,7 @@ mod tests {
         assert_eq!(resident(p, len), 0);
         m.map(p, n, CHUNK_FRAMES + 3);
         assert!(m.has(CHUNK_FRAMES + 511) && !m.has(0));
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let supported =
-            kernel.split(['.', '-']).take(2).map(|x| x.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>()
-                >= vec![5, 14];
+        let supported = crate::shm::huge::kernel_at_least(5, 14);
         if supported {
             assert_eq!(resident(p, len), CHUNK_FRAMES, "the second chunk, whole");
         }

@@ -431,9 +431,11 @@ const IDLE_PASSES: u32 = 64;
 
 /// The service's maker of huge pages (`chunk.rs`, `huge.rs`, `SharedConfig::huge_pages`): while
 /// the clock hand is still (no process claimed a frame since the last look: the cache is warm),
-/// it collapses the chunks in use on small pages, as khugepaged does; till every chunk is
-/// huge or the kernel refuses. A moving hand means a cache filling, whose processes a collapse
-/// would hold up (each waits for the chunk it touches), on memory slow to first touch here.
+/// it collapses the chunks in use on small pages, as khugepaged does; till every chunk is huge
+/// or the kernel refuses (chunks never used keep it looking, 10 times a second, a pass over
+/// the chunk states every flush interval). A moving hand means a cache filling, whose processes
+/// a collapse would hold up (each waits for the chunk it touches), on memory slow to first
+/// touch here.
 fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
     if !cache.config().huge_pages {
         return;

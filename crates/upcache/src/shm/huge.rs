@@ -19,38 +19,11 @@ const PAGE: usize = 4096;
 /// `MADV_COLLAPSE`, not in every libc crate's list yet.
 const MADV_COLLAPSE: libc::c_int = 25;
 
-/// Collapses refused with EINVAL in a row, after which the kernel is taken never to make
-/// huge pages of shared memory: EINVAL also stands for passing failures (a swap-in, a
-/// charge, a page pinned on early 6.1).
-const REFUSALS: u32 = 8;
-
-/// A count of the kernel's refusals in a row (`REFUSALS` of them: it refuses for good).
-#[derive(Debug, Default)]
-pub struct Refusals(std::sync::atomic::AtomicU32);
-
-impl Refusals {
-    /// Counts `e` (a collapse's error); whether the kernel is now taken never to collapse.
-    pub fn refused(&self, e: &std::io::Error) -> bool {
-        // Relaxed (both): a count of hints.
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-            return false;
-        }
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= REFUSALS
-    }
-
-    /// Counts a success: the refusals before it passed.
-    pub fn succeeded(&self) {
-        // Relaxed: as above.
-        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Collapses the 2 MiB at `at` (2 MiB aligned, mapped shared, at least one page present) into
 /// one huge page, copying the pages present and zeroing the holes. Ok if it is one now;
 /// otherwise the kernel's error: EINVAL where it never will (no `MADV_COLLAPSE` before 6.1,
-/// huge pages denied) but for some passing failures too ([`Refusals`]), another where it
-/// cannot now (no huge page free, a page in use).
+/// huge pages denied) but for some passing failures too (a swap-in, a charge, a page pinned
+/// on early 6.1), another where it cannot now (no huge page free, a page in use).
 pub fn collapse(at: *mut u8) -> std::io::Result<()> {
     // SAFETY: advice on the caller's range of its own mapping; the kernel moves the pages'
     // bytes into a huge page and changes none.
@@ -71,8 +44,9 @@ pub fn all_present(at: *mut u8, len: usize, resident: &mut Vec<u8>) -> bool {
 }
 
 /// Bytes of the mapping that holds `at` that this process maps with huge pages
-/// (`ShmemPmdMapped` in /proc/self/smaps); None if it cannot tell.
-pub fn mapped_huge(at: *const u8) -> Option<u64> {
+/// (`ShmemPmdMapped` in /proc/self/smaps); None if it cannot tell. For tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn mapped_huge(at: *const u8) -> Option<u64> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let at = at as u64;
     let mut inside = false;
@@ -88,12 +62,18 @@ pub fn mapped_huge(at: *const u8) -> Option<u64> {
     None
 }
 
+/// Whether the running kernel is `major.minor` or later. For tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let v: Vec<u32> = release.split(['.', '-']).take(2).map(|x| x.parse().unwrap_or(0)).collect();
+    v >= vec![major, minor]
+}
+
 /// Whether this kernel collapses shared memory on request (6.1 and later, not denied).
 #[cfg(all(test, not(loom)))]
 pub(crate) fn kernel_collapses() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let v: Vec<u32> = release.split(['.', '-']).take(2).map(|x| x.parse().unwrap_or(0)).collect();
     let denied = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
         .map_or(true, |s| s.contains("[deny]"));
-    v >= vec![6, 1] && !denied
+    kernel_at_least(6, 1) && !denied
 }
