@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+use super::ahead;
 use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
@@ -32,6 +33,13 @@ use crate::shm::Acquired;
 
 /// Optimistic whole reads tried before a reader takes the file's lock.
 const OPTIMISTIC_TRIES: usize = 4;
+
+/// Windows of readahead (`SharedConfig::readahead` each) a sequential reader keeps posted to
+/// its process's loader past its read (`ahead.rs`): loads in flight while it copies.
+const AHEAD_WINDOWS: u64 = 4;
+
+/// Numbers this process's opens, so the loader's windows name theirs.
+static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
 const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
@@ -54,7 +62,7 @@ enum Touch {
 pub struct SharedFile {
     pub(super) inner: Arc<Inner>,
     slot: u32,
-    fd: Arc<HeldFd>,
+    pub(super) fd: Arc<HeldFd>,
     writable: bool,
     closed: bool,
     /// The path it was opened at, for messages.
@@ -66,6 +74,10 @@ pub struct SharedFile {
     /// Where this open's last read ended: a read that starts there continues a sequential
     /// stream, which gets readahead (`read_pages`).
     read_end: std::sync::atomic::AtomicU64,
+    /// This open's number in the process ([`OPENS`]).
+    id: u64,
+    /// The page up to which this open's stream posted windows to the loader; 0 when none.
+    ahead_to: std::sync::atomic::AtomicU64,
     /// The page where this open's last dflush stopped, where the next begins (the kernel's
     /// `writeback_index`).
     dflush_from: std::sync::atomic::AtomicU64,
@@ -193,6 +205,9 @@ impl SharedFile {
             max_len,
             seen,
             read_end,
+            // Relaxed: a unique number, nothing ordered by it.
+            id: OPENS.fetch_add(1, Ordering::Relaxed),
+            ahead_to: std::sync::atomic::AtomicU64::new(0),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
         };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
@@ -411,20 +426,31 @@ impl SharedFile {
     }
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
-    /// miss loads the read's missing pages from there on in one run (`load.rs`), and, if the
-    /// read is `sequential` (it continues where this open's last one ended), the pages after it
-    /// up to `SharedConfig::readahead` from its first (as the kernel's for a sequential stream).
+    /// miss loads the read's missing pages from there on in one run (`load.rs`). A read that
+    /// is `sequential` (it continues where this open's last one ended) is read ahead as the
+    /// kernel's: a miss loads up to `SharedConfig::readahead` from its first page (synchronous
+    /// readahead), and windows past that go to the process's loaders (`read_ahead`).
     fn read_pages(&self, buf: &mut [u8], offset: u64, sequential: bool) -> Result<usize> {
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
             return Ok(0);
         }
+        let (own, pages) = (end.div_ceil(PAGE as u64), len.div_ceil(PAGE as u64));
         let ahead = self.inner.readahead_pages;
         let last = if sequential && ahead > 0 {
-            (offset / PAGE as u64 + ahead).min(len.div_ceil(PAGE as u64)).max(end.div_ceil(PAGE as u64))
+            let last = (offset / PAGE as u64 + ahead).min(pages).max(own);
+            let window = self.inner.ahead_window();
+            if window > 0 {
+                self.read_ahead(last, window, pages);
+            }
+            last
         } else {
-            end.div_ceil(PAGE as u64)
+            // Relaxed (both): this open's own hint.
+            if self.ahead_to.load(Ordering::Relaxed) != 0 {
+                self.ahead_to.store(0, Ordering::Relaxed);
+            }
+            own
         };
         let streamed = sequential && self.inner.streams();
         for c in chunks(offset, end, PAGE as u64) {
@@ -439,6 +465,27 @@ impl SharedFile {
             self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, touch)?;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// Keeps [`AHEAD_WINDOWS`] windows of `window` pages posted to the process's loaders
+    /// past page `from` (of `pages`), posting whole windows only, but the file's last. If the
+    /// loaders take none, a reader that reaches pages not loaded loads them itself.
+    fn read_ahead(&self, from: u64, window: u64, pages: u64) {
+        let target = from.saturating_add(AHEAD_WINDOWS * window).min(pages);
+        // Relaxed (both): this open's own hint; the loaders look at the index, not at this.
+        let mut at = self.ahead_to.load(Ordering::Relaxed).max(from);
+        if at >= target || (target - at < window && target < pages) {
+            return;
+        }
+        while at < target {
+            let to = (at + window).min(pages);
+            let w = ahead::Window { open: self.id, slot: self.slot, pages: at..to, fd: self.fd.clone() };
+            if !self.inner.ahead.post(&self.inner, w) {
+                break;
+            }
+            at = to;
+        }
+        self.ahead_to.store(at, Ordering::Relaxed);
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
@@ -890,6 +937,7 @@ impl SharedFile {
             // A forked child's copy: the open is its parent's.
             return Ok(());
         }
+        self.inner.ahead.cancel(self.id);
         let inner = &self.inner;
         let view = &inner.view;
         let e = self.entry();

@@ -101,32 +101,65 @@ pub(crate) fn release(key: (u64, u64), fd: OwnedFd) {
 /// in a process the shim serves, a thread outside the shim's own calls (the service
 /// watcher's write-back) would have the descriptor taken for one the program opened.
 pub(crate) fn reopen_direct(fd: &std::fs::File) -> Option<std::fs::File> {
+    reopen(fd, libc::O_WRONLY | libc::O_DIRECT | libc::O_NONBLOCK)
+}
+
+/// `fd`'s file opened again through `/proc/self/fd` with `flags` (and `O_CLOEXEC`), as
+/// [`reopen_direct`] says.
+fn reopen(fd: &std::fs::File, flags: i32) -> Option<std::fs::File> {
     use std::os::fd::FromRawFd;
     let path = format!("/proc/self/fd/{}\0", std::os::fd::AsRawFd::as_raw_fd(fd));
     // SAFETY: `path` is NUL-terminated and lives across the call.
-    let raw = unsafe {
-        libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::O_WRONLY | libc::O_DIRECT | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    } as i32;
+    let raw =
+        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags | libc::O_CLOEXEC) }
+            as i32;
     // SAFETY: a fresh descriptor, ours alone.
     (raw >= 0).then(|| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
 }
 
 /// A descriptor the cache opened of a program's file (see the module's documentation), and
-/// the file opened again with `O_DIRECT` for writing whole pages back, if asked for once.
+/// the file opened again with `O_DIRECT` for writing whole pages back and for loading pages,
+/// each if asked for once.
 pub(crate) struct HeldFd {
     file: ManuallyDrop<std::fs::File>,
     key: (u64, u64),
     direct: std::sync::OnceLock<Option<std::fs::File>>,
+    direct_read: std::sync::OnceLock<Option<std::fs::File>>,
+}
+
+/// `low` at a number out of the program's way if one is free (`low` then closes as a held
+/// descriptor does), else `low`.
+fn out_of_the_way(low: std::fs::File, key: (u64, u64)) -> std::fs::File {
+    match crate::shm::high_fd::copy_out_of_the_way(&low) {
+        Some(high) => {
+            release(key, OwnedFd::from(low));
+            std::fs::File::from(high)
+        }
+        None => low,
+    }
 }
 
 impl HeldFd {
     pub(crate) fn new(file: std::fs::File, key: (u64, u64)) -> HeldFd {
-        HeldFd { file: ManuallyDrop::new(file), key, direct: std::sync::OnceLock::new() }
+        HeldFd {
+            file: ManuallyDrop::new(file),
+            key,
+            direct: std::sync::OnceLock::new(),
+            direct_read: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The file opened again for reading with `O_DIRECT`, as [`Self::direct`] is for writing:
+    /// misses load pages through it past the kernel's page cache
+    /// (`SharedConfig::direct_loads`), so a page is neither read into the kernel's cache nor
+    /// copied a second time. None if refused.
+    pub(crate) fn direct_read(&self) -> Option<&std::fs::File> {
+        self.direct_read
+            .get_or_init(|| {
+                let low = reopen(&self.file, libc::O_RDONLY | libc::O_DIRECT | libc::O_NONBLOCK)?;
+                Some(out_of_the_way(low, self.key))
+            })
+            .as_ref()
     }
 
     /// The file opened again for writing with `O_DIRECT` (a description of its own), at a
@@ -136,18 +169,7 @@ impl HeldFd {
     /// dirty pages are. None if the file system refuses (or the descriptor is not writable).
     /// Closed as the descriptor is, so never while the program may hold a record lock.
     pub(crate) fn direct(&self) -> Option<&std::fs::File> {
-        self.direct
-            .get_or_init(|| {
-                let low = reopen_direct(&self.file)?;
-                match crate::shm::high_fd::copy_out_of_the_way(&low) {
-                    Some(high) => {
-                        release(self.key, OwnedFd::from(low));
-                        Some(std::fs::File::from(high))
-                    }
-                    None => Some(low),
-                }
-            })
-            .as_ref()
+        self.direct.get_or_init(|| Some(out_of_the_way(reopen_direct(&self.file)?, self.key))).as_ref()
     }
 
     /// The inode (device, inode) it is a descriptor of.
@@ -168,7 +190,7 @@ impl Drop for HeldFd {
         // SAFETY: taken once, here; the field is not used after.
         let file = unsafe { ManuallyDrop::take(&mut self.file) };
         release(self.key, OwnedFd::from(file));
-        if let Some(Some(direct)) = self.direct.take() {
+        for direct in [self.direct.take(), self.direct_read.take()].into_iter().flatten().flatten() {
             release(self.key, OwnedFd::from(direct));
         }
     }

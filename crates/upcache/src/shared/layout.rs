@@ -92,6 +92,12 @@ pub struct SharedConfig {
     /// plain files' way); the last page of a file, cut by its length, and file systems
     /// without `O_DIRECT` go through the descriptor a writer lent. Off, all of it does.
     pub direct_write_back: bool,
+    /// Misses load pages through the file opened again with `O_DIRECT` (past the kernel's
+    /// page cache, as the private engine's plain files are read): a page is read once, into
+    /// its frame, not into the kernel's cache and then copied. The kernel writes back its own
+    /// dirty pages of the range first, so the bytes are the same. Off, and where the file
+    /// system refuses `O_DIRECT`, loads go through the open's descriptor.
+    pub direct_loads: bool,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
     /// partition locks (`index.rs`). The other kinds are the private engine's alone.
@@ -147,6 +153,7 @@ impl Default for SharedConfig {
             readahead: MAX_SHARED_READAHEAD,
             flushers: 2,
             direct_write_back: true,
+            direct_loads: true,
             index: IndexKind::Radix,
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,
@@ -287,6 +294,8 @@ pub(crate) mod technique {
     pub const STREAMS: u64 = 512;
     /// `SharedConfig::huge_pages`.
     pub const HUGE_PAGES: u64 = 1024;
+    /// `SharedConfig::direct_loads`.
+    pub const DIRECT_LOADS: u64 = 2048;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -461,6 +470,7 @@ impl View {
             (config.flush == FlushKind::Direct, technique::DFLUSH),
             (config.streams, technique::STREAMS),
             (config.huge_pages, technique::HUGE_PAGES),
+            (config.direct_loads, technique::DIRECT_LOADS),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);

@@ -11,12 +11,12 @@
 //! there by someone else meanwhile, ends the run. An error reading the run is retried for the
 //! first page alone: pages read ahead fail no read (the kernel's readahead errors do not).
 
-use std::fs::File;
 use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
 use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
+use super::held::HeldFd;
 use super::index::Placed;
 use super::layout::technique;
 use super::pages::Fill;
@@ -33,7 +33,7 @@ impl Inner {
         slot: u32,
         first: u64,
         want: usize,
-        fd: &File,
+        fd: &HeldFd,
         give_up: &dyn Fn(u32) -> bool,
     ) -> Result<Option<u32>> {
         let want = want.clamp(1, RUN_PAGES);
@@ -55,6 +55,65 @@ impl Inner {
                 return Ok(None);
             }
         }
+        let run = self.gather_run(slot, first, f, want);
+        match self.fill_published(&run, slot, first, fd) {
+            Ok(()) => {}
+            Err(e) if run.len() == 1 => return Err(e),
+            Err(_) => return self.lock_page_unless(slot, first, fd, Fill::Read, give_up),
+        }
+        for &f in &run[1..] {
+            self.view.frames()[f as usize].unlock(self.me, true);
+        }
+        Ok(Some(run[0]))
+    }
+
+    /// Loads the missing pages of `pages` of file `slot` within its length (a window of
+    /// readahead, `ahead.rs`) in runs, into frames free now: it never waits for a frame, nor
+    /// for a lock while it holds one. It stops at the first page it cannot take a frame for,
+    /// and at an error, which the reader meets again if it reads the page.
+    pub(crate) fn load_window(&self, slot: u32, pages: std::ops::Range<u64>, fd: &HeldFd) {
+        let index = self.index();
+        // Relaxed: a bound; `fill_run` zeros what a truncate meanwhile cut.
+        let end =
+            pages.end.min(self.view.files()[slot as usize].len.load(Ordering::Relaxed).div_ceil(PAGE as u64));
+        let mut page = pages.start;
+        while page < end && !self.retired() {
+            let k = self.key(slot, page);
+            if index.hint(k).is_some() {
+                page += 1;
+                continue;
+            }
+            let Some(f) = self.try_claim_holding() else { return };
+            match self.place_once(f, k, &|h| self.stopped(h)) {
+                Placed::Yes => {}
+                Placed::Taken => {
+                    // Loaded by someone meanwhile.
+                    self.free_frame(f);
+                    page += 1;
+                    continue;
+                }
+                Placed::No | Placed::Full | Placed::Broken => {
+                    self.free_frame(f);
+                    return;
+                }
+            }
+            let run = self.gather_run(slot, page, f, (end - page) as usize);
+            if self.fill_published(&run, slot, page, fd).is_err() {
+                return;
+            }
+            for &f in &run {
+                self.view.frames()[f as usize].unlock(self.me, true);
+            }
+            page += run.len() as u64;
+        }
+    }
+
+    /// Frame `f` (locked by us, page `first` of `slot` in the index) and frames for the
+    /// missing pages after it, up to `want` pages in all (at most [`RUN_PAGES`]), taken only
+    /// if free now and put in the index, locked.
+    fn gather_run(&self, slot: u32, first: u64, f: u32, want: usize) -> Vec<u32> {
+        let want = want.clamp(1, RUN_PAGES);
+        let index = self.index();
         let mut run = Vec::with_capacity(want);
         run.push(f);
         while run.len() < want {
@@ -71,29 +130,30 @@ impl Inner {
             }
             run.push(f);
         }
+        run
+    }
+
+    /// Fills the frames of `run` (pages `first..` of `slot`, locked by us, in the index) and
+    /// marks them `VALID`, still locked; on an error frees them all.
+    fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<()> {
         let n = run.len() as u64;
         // Relaxed: statistics.
         self.view.header().misses.fetch_add(n, Ordering::Relaxed);
         self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
-        if let Err(e) = self.fill_run(&run, slot, first, fd) {
-            for &f in &run {
+        if let Err(e) = self.fill_run(run, slot, first, fd) {
+            for &f in run {
                 self.free_frame(f);
             }
-            if run.len() == 1 {
-                return Err(e);
-            }
-            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
+            return Err(e);
         }
         let frames = self.view.frames();
-        for &f in &run {
+        for &f in run {
+            frames[f as usize].loaded();
             // Release: published with the bytes by the unlock.
             frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
         }
         self.view.header().loads.fetch_add(n, Ordering::Relaxed);
-        for &f in &run[1..] {
-            frames[f as usize].unlock(self.me, true);
-        }
-        Ok(Some(run[0]))
+        Ok(())
     }
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index: false if
@@ -145,18 +205,29 @@ impl Inner {
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with
-    /// one `preadv`; zeros past the end of the OS file and past the cached length.
-    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &File) -> Result<()> {
+    /// one `preadv` (through `O_DIRECT` where `SharedConfig::direct_loads` says and the file
+    /// system lets it); zeros past the end of the OS file and past the cached length.
+    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<()> {
         // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
         let mut pages: Vec<&mut [u8]> =
             run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
         let at = first * PAGE as u64;
         let header = self.view.header();
+        let direct = if self.direct_loads() { fd.direct_read() } else { None };
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
             // Relaxed: a counter.
             header.load_requests.fetch_add(1, Ordering::Relaxed);
-            crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs)
+            let r = match direct {
+                // Frames are page-aligned, and so are `at` and every length but the file's
+                // end; a file system that still refuses the alignment is read the usual way.
+                Some(d) => match crate::io::sys::preadv_all(d.as_raw_fd(), at, bufs) {
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+                    r => Some(r),
+                },
+                None => None,
+            };
+            r.unwrap_or_else(|| crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs))
                 .map_err(|e| Error::io("read pages of a shared file", e))
         };
         let got = if self.techniques & technique::BUNDLING != 0 {
@@ -185,5 +256,57 @@ impl Inner {
             p[from..].fill(0);
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::tests::{resident, small};
+    use super::super::{named, SharedCache, SharedConfig};
+    use std::os::fd::AsRawFd;
+
+    /// Direct loads (`SharedConfig::direct_loads`): a miss reads past the kernel's page cache,
+    /// which is left without the file's pages, and still sees bytes the kernel holds dirty
+    /// (written without the cache); off, the kernel's cache holds what was read.
+    #[test]
+    fn direct_loads_read_past_the_kernel_s_cache_and_see_its_dirty_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        // tmpfs takes O_DIRECT since Linux 6.6, but keeps its pages, being the page cache.
+        if named::on_tmpfs(dir.path()) {
+            eprintln!("skipped: {} has no O_DIRECT past a page cache", dir.path().display());
+            return;
+        }
+        for direct_loads in [true, false] {
+            let p = dir.path().join(format!("f-{direct_loads}"));
+            let old: Vec<u8> = (0..8 * 4096 + 10).map(|i| (i % 253) as u8).collect();
+            std::fs::write(&p, &old).unwrap();
+            let file = std::fs::File::open(&p).unwrap();
+            file.sync_all().unwrap();
+            // SAFETY: an advice on our own descriptor.
+            assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+            assert!(resident(&p).iter().all(|&r| !r), "dropped from the kernel's cache");
+            // No readahead: the pages written below are loaded by the read after the write.
+            let cache = SharedCache::create(&SharedConfig { direct_loads, readahead: 0, ..small() }).unwrap();
+            let f = cache.open_path(&p, false).unwrap();
+            let mut buf = vec![0u8; 4 * 4096];
+            f.read_at(&mut buf, 0).unwrap();
+            assert_eq!(buf, old[..4 * 4096]);
+            if f.fd.direct_read().is_none() {
+                eprintln!("skipped: {} refuses O_DIRECT", dir.path().display());
+                return;
+            }
+            assert_eq!(resident(&p)[..4], [!direct_loads; 4], "direct loads {direct_loads}");
+            // Written without the cache, dirty in the kernel's: a load flushes it first.
+            let mut new = old.clone();
+            new[5 * 4096..6 * 4096 + 7].fill(0xAB);
+            std::os::unix::fs::FileExt::write_all_at(
+                &std::fs::OpenOptions::new().write(true).open(&p).unwrap(),
+                &new[5 * 4096..6 * 4096 + 7],
+                5 * 4096,
+            )
+            .unwrap();
+            f.read_at(&mut buf, 4 * 4096).unwrap();
+            assert_eq!(buf, new[4 * 4096..8 * 4096], "direct loads {direct_loads}");
+        }
     }
 }

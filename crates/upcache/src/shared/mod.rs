@@ -26,6 +26,7 @@
 //! of the index is rebuilt, a file's write sequence is ended. [`SharedCache::repair_dead`] does
 //! the same for every lock a dead client holds, and then frees its slot.
 
+mod ahead;
 mod bypass;
 mod chunk;
 mod file;
@@ -138,6 +139,8 @@ pub(crate) struct Inner {
     /// Until when (`files::coarse_ms`) writers past the foreground ratio do not pause for the
     /// service, whose write-back left the last pause unanswered (`pause_for_write_back`).
     unanswered_until: AtomicU64,
+    /// This process's readahead loader (`ahead.rs`).
+    ahead: Arc<ahead::Ahead>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -224,6 +227,7 @@ impl SharedCache {
             kicked: AtomicU64::new(0),
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
+            ahead: Arc::default(),
         };
         if let Some(dead) = inherited {
             inner.repair_inherited(dead);
@@ -487,6 +491,7 @@ impl SharedCache {
         }
         // Relaxed: a flag each call checks.
         inner.lost.store(true, Ordering::Relaxed);
+        inner.ahead.stop();
         inner.link.shut();
         inner.view.clients().leave(inner.me);
         if !inner.view.seg.forget() {
@@ -523,6 +528,13 @@ impl SharedCache {
     /// This process's client id.
     pub fn client_id(&self) -> u32 {
         self.inner.me
+    }
+
+    /// Waits until this process's readahead is done: the windows its sequential readers
+    /// posted are loaded (or given up). For a measurement or a test that wants the cache
+    /// settled; reads never need it.
+    pub fn wait_for_readahead(&self) {
+        self.inner.ahead.wait_idle();
     }
 
     /// Counts for a status report.
@@ -899,6 +911,7 @@ impl Inner {
             readahead: h.readahead_pages() * frame::PAGE as u64,
             flushers: h.flushers(),
             direct_write_back: self.direct_write_back(),
+            direct_loads: self.direct_loads(),
             index: if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else {
@@ -923,6 +936,18 @@ impl Inner {
     /// Whether the service writes whole pages back with O_DIRECT (`Lent`).
     pub(crate) fn direct_write_back(&self) -> bool {
         self.techniques & layout::technique::DIRECT_WRITE_BACK != 0
+    }
+
+    /// Pages of a window a sequential reader's loaders load (`SharedFile::read_ahead`):
+    /// `SharedConfig::readahead`, at most a 32nd of the cache, so that the four windows ahead
+    /// of a reader take at most an eighth of it; 0 for none.
+    pub(crate) fn ahead_window(&self) -> u64 {
+        self.readahead_pages.min(self.view.n_frames as u64 / 32)
+    }
+
+    /// Whether misses load through `O_DIRECT` (`SharedConfig::direct_loads`).
+    pub(crate) fn direct_loads(&self) -> bool {
+        self.techniques & layout::technique::DIRECT_LOADS != 0
     }
 
     /// Whether the clock hand is GClock's (`SharedConfig::policy`).
@@ -988,6 +1013,7 @@ impl Drop for Inner {
         if self.forked() || self.retired() {
             return;
         }
+        self.ahead.stop();
         link::before_leaving(self);
         self.link.shut();
         self.view.clients().leave(self.me);
@@ -1158,7 +1184,7 @@ mod tests {
     }
 
     /// Which pages of the file at `p` the kernel's page cache holds (mincore of a mapping).
-    fn resident(p: &Path) -> Vec<bool> {
+    pub(super) fn resident(p: &Path) -> Vec<bool> {
         use std::os::fd::AsRawFd;
         let file = std::fs::File::open(p).unwrap();
         let len = file.metadata().unwrap().len() as usize;

@@ -363,7 +363,13 @@ impl Inner {
     /// The frame holding page `page` of file `slot`, locked for us. If no frame holds it, one is
     /// claimed and, for [`Fill::Read`], filled from `fd` and made `VALID`; for
     /// [`Fill::Overwrite`] left not `VALID` for the caller to fill.
-    pub(crate) fn lock_page(&self, slot: u32, page: u64, fd: &std::fs::File, fill: Fill) -> Result<u32> {
+    pub(crate) fn lock_page(
+        &self,
+        slot: u32,
+        page: u64,
+        fd: &super::held::HeldFd,
+        fill: Fill,
+    ) -> Result<u32> {
         Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false)?.expect("never given up"))
     }
 
@@ -374,7 +380,7 @@ impl Inner {
         &self,
         slot: u32,
         page: u64,
-        fd: &std::fs::File,
+        fd: &super::held::HeldFd,
         fill: Fill,
         give_up: &dyn Fn(u32) -> bool,
     ) -> Result<Option<u32>> {

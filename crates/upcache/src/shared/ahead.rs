@@ -1,0 +1,326 @@
+//! Asynchronous readahead: a sequential reader posts the windows after its read to its
+//! process's loader threads, which loads their missing pages in runs (`load.rs`,
+//! `Inner::load_window`) while the reader copies, so the device reads ahead as the kernel's
+//! async readahead has it do, instead of each read waiting for its own load.
+//!
+//! Two loader threads per attached process, started at the first window. Its frames are
+//! locked under the process's client id, as the reader's own loads, so a kill leaves them to
+//! the same repair and a reader in another process waits for them as for any load. A window
+//! belongs to one open (`SharedFile`): its close takes back the windows not begun and waits
+//! for the one being loaded, so no window outlives its open (whose key generation it uses).
+//! Readahead fails no read: a window the loader cannot take frames for, or whose read fails,
+//! is dropped, and the reader loads what it needs itself.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::ThreadId;
+
+use super::held::HeldFd;
+use super::Inner;
+
+/// Pages of one open's file for the loader to load.
+pub(crate) struct Window {
+    /// The open that posted it (`SharedFile::id`).
+    pub open: u64,
+    /// The file's slot.
+    pub slot: u32,
+    /// Pages to load where missing.
+    pub pages: Range<u64>,
+    /// The open's descriptor.
+    pub fd: Arc<HeldFd>,
+}
+
+#[derive(Default)]
+struct State {
+    windows: VecDeque<Window>,
+    /// The opens whose windows are being loaded, one per busy loader.
+    busy: Vec<u64>,
+    /// The loader threads running.
+    loaders: Vec<ThreadId>,
+    /// Set when the attachment goes: the loaders end, no thread starts again.
+    stopped: bool,
+}
+
+/// A process's loader thread and its inbox.
+#[derive(Default)]
+pub(crate) struct Ahead {
+    state: Mutex<State>,
+    /// Wakes the loader (a window posted, or stop) and closers waiting for a window to end.
+    changed: Condvar,
+}
+
+/// Windows waiting at most; a reader that outruns the loaders posts no more.
+const MAX_WAITING: usize = 64;
+
+/// Loader threads: two loads in flight, so one thread's claims and index work overlap the
+/// other's read (the device gives most of its speed at a depth of 2).
+const LOADERS: usize = 2;
+
+impl Ahead {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic in the loader poisons nothing it leaves inconsistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Posts `w` for the loader of `inner` (whose `ahead` this is), starting it if need be;
+    /// false if no loader can run (stopped, too much waiting, or a thread cannot start): the
+    /// caller reads ahead itself.
+    pub(crate) fn post(self: &Arc<Self>, inner: &Arc<Inner>, w: Window) -> bool {
+        let mut s = self.state();
+        if s.stopped || s.windows.len() >= MAX_WAITING {
+            return false;
+        }
+        while s.loaders.len() < LOADERS {
+            let (ahead, weak) = (self.clone(), Arc::downgrade(inner));
+            let spawned =
+                std::thread::Builder::new().name("upcache-ahead".into()).spawn(move || run(&ahead, weak));
+            match spawned {
+                Ok(t) => s.loaders.push(t.thread().id()),
+                Err(e) if s.loaders.is_empty() => {
+                    log::warn!("upcache: cannot start the shared cache's readahead thread ({e})");
+                    s.stopped = true;
+                    return false;
+                }
+                Err(_) => break,
+            }
+        }
+        s.windows.push_back(w);
+        drop(s);
+        self.changed.notify_all();
+        true
+    }
+
+    /// Takes back the windows of open `open` not begun, and waits for the one being loaded.
+    pub(crate) fn cancel(&self, open: u64) {
+        let mine: VecDeque<Window> = {
+            let mut s = self.state();
+            let (mine, others) = std::mem::take(&mut s.windows).into_iter().partition(|w| w.open == open);
+            s.windows = others;
+            mine
+        };
+        // Dropped without the lock: a descriptor's drop may take the registry's.
+        drop(mine);
+        self.wait_while(|s| s.busy.contains(&open));
+    }
+
+    /// Ends the loader (the attachment goes) once its window is loaded; none starts again.
+    pub(crate) fn stop(&self) {
+        let waiting = std::mem::take(&mut self.state().windows);
+        drop(waiting);
+        self.state().stopped = true;
+        self.changed.notify_all();
+        self.wait_while(|s| !s.loaders.is_empty());
+    }
+
+    /// Waits while `busy` holds of the state, unless this is a loader thread.
+    fn wait_while(&self, busy: impl Fn(&State) -> bool) {
+        let me = std::thread::current().id();
+        let mut s = self.state();
+        while busy(&s) && !s.loaders.contains(&me) {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The next window, marked busy, after the one of open `done` (if any) was loaded; None
+    /// once stopped.
+    fn next(&self, done: Option<u64>) -> Option<Window> {
+        let mut s = self.state();
+        if let Some(open) = done {
+            s.unmark(open);
+            self.changed.notify_all();
+        }
+        loop {
+            if s.stopped {
+                return None;
+            }
+            if let Some(w) = s.windows.pop_front() {
+                s.busy.push(w.open);
+                return Some(w);
+            }
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Waits until no window waits and none is being loaded.
+    pub(crate) fn wait_idle(&self) {
+        self.wait_while(|s| !s.windows.is_empty() || !s.busy.is_empty());
+    }
+
+    /// The loader threads running.
+    #[cfg(test)]
+    fn loaders(&self) -> usize {
+        self.state().loaders.len()
+    }
+
+    /// This loader has ended, after the window of open `done` (if any).
+    fn exit(&self, done: Option<u64>) {
+        let mut s = self.state();
+        if let Some(open) = done {
+            s.unmark(open);
+        }
+        let me = std::thread::current().id();
+        s.loaders.retain(|&t| t != me);
+        self.changed.notify_all();
+    }
+}
+
+impl State {
+    /// One loader is done with a window of open `open`.
+    fn unmark(&mut self, open: u64) {
+        if let Some(i) = self.busy.iter().position(|&o| o == open) {
+            self.busy.swap_remove(i);
+        }
+    }
+}
+
+/// The loader thread: loads windows until the attachment goes. It holds the attachment only
+/// while it loads (the windows' opens hold it too), so the last handle's drop may run here,
+/// and `stop` does not wait for its own thread.
+fn run(ahead: &Ahead, weak: Weak<Inner>) {
+    let mut done = None;
+    while let Some(w) = ahead.next(done.take()) {
+        let Some(inner) = weak.upgrade() else {
+            done = Some(w.open);
+            break;
+        };
+        inner.load_window(w.slot, w.pages.clone(), &w.fd);
+        done = Some(w.open);
+        // The window's descriptor and the attachment go before the window is marked done, so
+        // its open's close finds neither still held here.
+        drop(w);
+        drop(inner);
+    }
+    ahead.exit(done);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::{SharedCache, SharedConfig};
+    use std::path::Path;
+
+    /// A file of `len` bytes, each a function of its offset and `seed`.
+    fn pattern(path: &Path, len: usize, seed: u8) -> Vec<u8> {
+        let data: Vec<u8> =
+            (0..len).map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[3] ^ seed).collect();
+        std::fs::write(path, &data).unwrap();
+        data
+    }
+
+    /// Which of pages `pages` of `f` the index holds.
+    fn cached(cache: &SharedCache, f: &super::super::SharedFile, pages: std::ops::Range<u64>) -> Vec<bool> {
+        pages.map(|p| cache.inner.index().hint(cache.inner.key(f.slot(), p)).is_some()).collect()
+    }
+
+    /// A sequential reader's first read loads its readahead (1 MiB) and posts four windows
+    /// (a 32nd of the cache each) past it, which the loaders load into the cache while the
+    /// reader has not reached them; the file's end bounds them, and readahead off posts none.
+    #[test]
+    fn a_sequential_reader_s_windows_are_loaded_ahead_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data = pattern(&p, 3 << 20, 1);
+        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len());
+        assert_eq!(buf, data[..buf.len()]);
+        cache.wait_for_readahead();
+        // 2048 frames: the read's 256 pages, then windows of 64.
+        let ahead = cached(&cache, &f, 0..768);
+        assert!(
+            ahead[..256 + 4 * 64].iter().all(|&c| c),
+            "the read's readahead and the four windows after it"
+        );
+        assert!(ahead[256 + 4 * 64..].iter().all(|&c| !c), "nothing further");
+        assert_eq!(cache.status().load_requests, 5, "a request per window (the read's, at once)");
+        // Read on to the end: each read keeps the windows ahead, up to the end and no further.
+        for at in (buf.len()..data.len()).step_by(buf.len()) {
+            assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
+            assert_eq!(buf, data[at..at + buf.len()], "at {at}");
+        }
+        cache.wait_for_readahead();
+        assert_eq!(cache.status().loads, 768, "every page once, none past the end");
+
+        let off = SharedCache::create(&SharedConfig { readahead: 0, ..config }).unwrap();
+        let f = off.open_path(&p, false).unwrap();
+        f.read_at(&mut buf, 0).unwrap();
+        assert_eq!(off.inner.ahead.loaders(), 0, "readahead off starts no loader");
+        assert_eq!(cached(&off, &f, 0..64), [vec![true; 16], vec![false; 48]].concat());
+    }
+
+    /// Opens of files that take one another's file table entries (new key generations), read
+    /// sequentially and closed at once by several threads: every byte read is its own file's,
+    /// whatever windows were waiting or loading at each close.
+    #[test]
+    fn windows_never_outlive_their_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<_> = (0..6u8)
+            .map(|i| {
+                let p = dir.path().join(format!("f{i}"));
+                let data = pattern(&p, 1 << 20, i);
+                (p, data)
+            })
+            .collect();
+        // Two entries for six files: each open of a closed file takes a stale entry over.
+        let config = SharedConfig { memory: 4 << 20, files: 2, clients: 4, ..SharedConfig::default() };
+        let cache = SharedCache::create(&config).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2usize {
+                let (cache, files) = (&cache, &files);
+                s.spawn(move || {
+                    let mut buf = vec![0u8; 16 << 10];
+                    for round in 0..40usize {
+                        let (p, data) = &files[(round * 5 + t * 3) % files.len()];
+                        let f = loop {
+                            match cache.open_path(p, false) {
+                                Ok(f) => break f,
+                                // The other thread holds the other entry; ours is taken back
+                                // at its close.
+                                Err(e) if e.kind() == crate::error::ErrorKind::CacheFull => {
+                                    std::thread::yield_now()
+                                }
+                                Err(e) => panic!("{e}"),
+                            }
+                        };
+                        let reads = 1 + (round * 7 + t) % 16;
+                        for r in 0..reads {
+                            let at = r * buf.len();
+                            assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
+                            assert!(
+                                buf == data[at..at + buf.len()],
+                                "{}: round {round}, read {r}",
+                                p.display()
+                            );
+                        }
+                        f.close().unwrap();
+                    }
+                });
+            }
+        });
+        cache.check_index().unwrap();
+    }
+
+    /// The last handle of an attachment may go while windows wait: the loaders end, no hang,
+    /// whichever of the file and the cache goes first.
+    #[test]
+    fn an_attachment_goes_with_windows_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        pattern(&p, 2 << 20, 3);
+        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        for file_first in [true, false, true, false] {
+            let cache = SharedCache::create(&config).unwrap();
+            let f = cache.open_path(&p, false).unwrap();
+            f.read_at(&mut [0u8; 4096], 0).unwrap();
+            if file_first {
+                drop(f);
+                drop(cache);
+            } else {
+                drop(cache);
+                drop(f);
+            }
+        }
+    }
+}
