@@ -130,6 +130,9 @@ typedef struct upcache_shared_settings {
   // (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false: 4 KiB pages,
   // unless the system gives more).
   bool huge_pages;
+  // Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
+  // (false: through the reader's descriptor, a copy through the kernel's cache).
+  bool direct_loads;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

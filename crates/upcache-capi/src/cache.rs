@@ -188,6 +188,9 @@ pub struct upcache_shared_settings {
     /// (`MADV_COLLAPSE`, Linux 6.1), so random hits seldom miss the TLB (false: 4 KiB pages,
     /// unless the system gives more).
     pub huge_pages: bool,
+    /// Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
+    /// (false: through the reader's descriptor, a copy through the kernel's cache).
+    pub direct_loads: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -211,6 +214,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             dflush: c.flush == upcache::FlushKind::Direct,
             streams: c.streams,
             huge_pages: c.huge_pages,
+            direct_loads: c.direct_loads,
         }
     }
 }
@@ -260,6 +264,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             flush: if s.dflush { upcache::FlushKind::Direct } else { upcache::FlushKind::Background },
             streams: s.streams,
             huge_pages: s.huge_pages,
+            direct_loads: s.direct_loads,
             ..SharedConfig::default()
         };
         config.check()?;

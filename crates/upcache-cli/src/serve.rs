@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// UPCACHE_DIRECT_WRITE_BACK)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     direct_write_back: bool,
+    /// Load missing pages through the file opened with O_DIRECT, past the kernel's page cache
+    /// (one read, no second copy), or off, through the reader's descriptor (as
+    /// UPCACHE_DIRECT_LOADS)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    direct_loads: bool,
     /// Flushers of the service, 1 to 8: files due for write-back are written back by as many
     /// threads at once (as UPCACHE_FLUSHERS)
     #[arg(long, default_value_t = 2)]
@@ -131,6 +136,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             index: args.index,
             flushers: args.flushers,
             direct_write_back: args.direct_write_back,
+            direct_loads: args.direct_loads,
             policy: args.policy,
             clean_first: args.clean_first,
             flush: args.flush,

@@ -611,12 +611,36 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
         assert_eq!(off["config"][flag], "off", "{}", off["config"]);
     }
     // The policy and flush flags reach the shared cache (its own tests show what each does).
-    let other = read(&["--policy", "gclock+gc-aware", "--flush", "background", "--streams", "off"]);
+    let other = read(&[
+        "--policy",
+        "gclock+gc-aware",
+        "--flush",
+        "background",
+        "--streams",
+        "off",
+        "--huge-pages",
+        "off",
+        "--direct-loads",
+        "off",
+    ]);
+    let config = &other["config"];
     assert_eq!(
-        (&other["config"]["policy"], &other["config"]["flush"], &other["config"]["streams"]),
-        (&serde_json::json!("gclock+gc-aware"), &serde_json::json!("background"), &serde_json::json!("off")),
+        [
+            &config["policy"],
+            &config["flush"],
+            &config["streams"],
+            &config["huge-pages"],
+            &config["direct-loads"]
+        ],
+        ["gclock+gc-aware", "background", "off", "off", "off"],
         "{other}"
     );
+    // The shared cache's own switches, given to the in-process engine alone, are refused.
+    for flag in ["--huge-pages", "--direct-loads"] {
+        let out = upcache(&["bench", "--engine", "upcache", flag, "off", "--dry-run"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag), "{flag}: {err}");
+    }
     let out = upcache(&["bench", "--engine", "shared", "--readahead", "2m", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("readahead"), "{err}");

@@ -136,6 +136,8 @@ fn the_shared_cache_service_serves_its_metrics() {
             "off",
             "--huge-pages",
             "off",
+            "--direct-loads",
+            "off",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -160,6 +162,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "flush background\n",
         "streams off\n",
         "huge_pages off\n",
+        "direct_loads off\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");

@@ -28,7 +28,7 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded), UPCACHE_FLUSHERS (a count),
-    /// UPCACHE_DIRECT_WRITE_BACK (on|off; the shared cache's only), UPCACHE_POLICY
+    /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
     /// cache's only):
@@ -51,6 +51,7 @@ pub(crate) struct CacheSettings {
     pub index: Option<upcache::IndexKind>,
     pub flushers: Option<u32>,
     pub direct_write_back: Option<bool>,
+    pub direct_loads: Option<bool>,
     pub policy: Option<upcache::PolicyKind>,
     pub clean_first: Option<upcache::CleanFirst>,
     pub flush: Option<upcache::FlushKind>,
@@ -84,6 +85,7 @@ impl CacheSettings {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
             direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?,
+            direct_loads: var("UPCACHE_DIRECT_LOADS", upcache::parse_on_off)?,
             policy: var("UPCACHE_POLICY", choice)?,
             clean_first: var("UPCACHE_CLEAN_FIRST", choice)?,
             flush: var("UPCACHE_FLUSH", choice)?,
@@ -105,6 +107,7 @@ impl CacheSettings {
             index: self.index.unwrap_or(config.index),
             flushers: self.flushers.unwrap_or(config.flushers),
             direct_write_back: self.direct_write_back.unwrap_or(config.direct_write_back),
+            direct_loads: self.direct_loads.unwrap_or(config.direct_loads),
             policy: self.policy.unwrap_or(config.policy),
             clean_first: self.clean_first.unwrap_or(config.clean_first),
             flush: self.flush.unwrap_or(config.flush),
@@ -132,6 +135,7 @@ impl CacheSettings {
             ("UPCACHE_RUN_MERGING", self.run_merging, config.run_merging),
             ("UPCACHE_BUNDLING", self.bundling, config.bundling),
             ("UPCACHE_DIRECT_WRITE_BACK", self.direct_write_back, config.direct_write_back),
+            ("UPCACHE_DIRECT_LOADS", self.direct_loads, config.direct_loads),
             ("UPCACHE_STREAMS", self.streams, config.streams),
             ("UPCACHE_HUGE_PAGES", self.huge_pages, config.huge_pages),
         ] {

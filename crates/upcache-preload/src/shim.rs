@@ -472,7 +472,8 @@ impl Shim {
             if let Some(differs) = settings.cache.differs(&running) {
                 warn(&format!(
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
-                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, readahead {} bytes, \
+                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, direct loads {}, \
+                     readahead {} bytes, \
                      the {} index, the {} policy, {} eviction, streams {} and {} (its service's, set when it \
                      started); this process follows them",
                     socket.display(),
@@ -484,6 +485,7 @@ impl Shim {
                     upcache::on_off(running.run_merging),
                     upcache::on_off(running.bundling),
                     upcache::on_off(running.direct_write_back),
+                    upcache::on_off(running.direct_loads),
                     running.readahead,
                     running.index.name(),
                     running.policy.name(),

@@ -119,6 +119,10 @@ pub struct BenchArgs {
     /// 2 MiB pages once the cache is warm, MADV_COLLAPSE) or off (4 KiB pages) [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) huge_pages: Option<bool>,
+    /// The shared engine's direct loads: on (misses are read with O_DIRECT, past the kernel's
+    /// page cache) or off (through the kernel's cache, a second copy) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
+    pub(super) direct_loads: Option<bool>,
     /// upcache's range lock (F2FS): on (writers of disjoint ranges of a file run at once) or
     /// off (one writer per file, as the kernel's inode lock) [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]

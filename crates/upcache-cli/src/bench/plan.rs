@@ -62,7 +62,8 @@ pub(super) struct Plan {
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
 /// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there) and `--huge-pages`, its alone (`shared_config`).
+/// `--streams` (stream-aware eviction there), `--huge-pages` and `--direct-loads`, its alone
+/// (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -105,6 +106,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         flush: a.flush.unwrap_or(d.flush),
         streams: a.streams.unwrap_or(d.streams),
         huge_pages: a.huge_pages.unwrap_or(d.huge_pages),
+        direct_loads: a.direct_loads.unwrap_or(d.direct_loads),
         ..d
     }
 }
@@ -130,10 +132,15 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams \
-             and --huge-pages"
+             --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
+    ensure!(
+        a.direct_loads != Some(false) || engines.contains(&EngineKind::Shared),
+        "--direct-loads off sets the shared engine only (--engine shared): the in-process engine's \
+         plain files are read with O_DIRECT, and its device files are its own"
+    );
     ensure!(
         a.huge_pages != Some(false) || engines.contains(&EngineKind::Shared),
         "--huge-pages off sets the shared engine only (--engine shared): the in-process engine's \

@@ -739,6 +739,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("run_merging", switch(c.run_merging)),
         ("bundling", switch(c.bundling)),
         ("direct_write_back", switch(c.direct_write_back)),
+        ("direct_loads", switch(c.direct_loads)),
         ("policy", name(c.policy.name())),
         ("clean_first", name(c.clean_first.name())),
         ("flush", name(c.flush.name())),
@@ -762,7 +763,7 @@ pub fn status(socket: &Path) -> Result<String> {
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
 /// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
 /// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `direct_write_back`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
+/// `bundling`, `direct_write_back`, `direct_loads`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
 /// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),
 /// `chunks` (their number), `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {
