@@ -18,6 +18,10 @@ use super::layout::technique;
 use super::Inner;
 use crate::error::{Error, Result};
 
+/// Dirty pages in a write-back's list per part written at once (`write_back_listed`): four
+/// runs, so that a small sync starts no thread.
+const SPLIT_PAGES: usize = 4 * RUN_PAGES;
+
 /// What the service writes a file back through: the descriptor a writer lent it, and with
 /// `SharedConfig::direct_write_back` the file opened again with `O_DIRECT` (a description of
 /// its own: the lent one's flags are its writer's), for runs of whole pages. None where the
@@ -143,6 +147,9 @@ impl Inner {
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
     /// not stall it). With `stop_at`, it stops before a run once the cache has no more dirty
     /// pages than that (background write-back, as the kernel's stops below its threshold).
+    /// Past [`SPLIT_PAGES`] dirty pages, the list is cut into `SharedConfig::flushers` parts
+    /// written at once, one on this thread and each other on a thread of its own (ScaleCache's
+    /// parallel write-back within a file: a device takes more of its speed at a depth of 2).
     pub(crate) fn write_back_listed(
         &self,
         pages: &[(u32, u64)],
@@ -155,6 +162,44 @@ impl Inner {
         let mut pages: Vec<(u32, u64)> =
             pages.iter().copied().filter(|&(f, _)| frames[f as usize].flags() & DIRTY != 0).collect();
         pages.sort_unstable_by_key(|&(_, k)| k);
+        let parts = (self.view.header().flushers() as usize).clamp(1, pages.len() / SPLIT_PAGES + 1);
+        if parts == 1 {
+            return self.write_back_sorted(&pages, fd, direct, wait, stop_at);
+        }
+        let part = pages.len().div_ceil(parts);
+        std::thread::scope(|s| {
+            let others: Vec<_> = pages[part..]
+                .chunks(part)
+                .map(|p| {
+                    let spawned = std::thread::Builder::new()
+                        .name("upcache-write-back".into())
+                        .spawn_scoped(s, move || self.write_back_sorted(p, fd, direct, wait, stop_at));
+                    // No thread to be had: this one writes the part too.
+                    spawned.map_err(|_| p)
+                })
+                .collect();
+            let mut first = self.write_back_sorted(&pages[..part], fd, direct, wait, stop_at);
+            for other in others {
+                let r = match other {
+                    Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(p) => self.write_back_sorted(p, fd, direct, wait, stop_at),
+                };
+                first = first.and(r);
+            }
+            first
+        })
+    }
+
+    /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread.
+    fn write_back_sorted(
+        &self,
+        pages: &[(u32, u64)],
+        fd: &std::fs::File,
+        direct: Option<&std::fs::File>,
+        wait: bool,
+        stop_at: Option<u64>,
+    ) -> Result<()> {
+        let frames = self.view.frames();
         let mut first = Ok(());
         let mut own = None;
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
@@ -222,5 +267,42 @@ impl Inner {
                 log::error!("upcache: writing back a shared file: {e}");
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::{SharedCache, SharedConfig};
+    use std::sync::atomic::Ordering;
+
+    /// A write-back of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`,
+    /// two flushers): every page reaches the file. Through a descriptor that cannot write,
+    /// every part fails, every page stays dirty, and the next sync reports the error once,
+    /// then writes them all.
+    #[test]
+    fn a_long_write_back_goes_in_parts_and_keeps_its_pages_dirty_on_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let config =
+            SharedConfig { memory: 16 << 20, files: 4, clients: 4, flushers: 2, ..SharedConfig::default() };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let pages = 2 * super::SPLIT_PAGES + 3;
+        let data: Vec<u8> = (0..pages * 4096).map(|i| (i / 4096 * 7 + i % 251) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        let (inner, entry) = (&cache.inner, f.entry());
+        assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64);
+        let read_only = std::fs::File::open(&p).unwrap();
+        let before = cache.status().write_back_requests;
+        let listed = inner.file_candidates(f.slot());
+        assert!(inner.write_back_listed(&listed, &read_only, None, true, None).is_err());
+        assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64, "every page still dirty");
+        // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages.
+        assert_eq!(cache.status().write_back_requests - before, 5 + 5);
+        assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::EBADF));
+        f.sync_data().unwrap();
+        assert_eq!((entry.dirty.load(Ordering::Relaxed), cache.status().dirty), (0, 0));
+        assert!(std::fs::read(&p).unwrap() == data, "every page written back");
     }
 }
