@@ -147,9 +147,12 @@ impl Inner {
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
     /// not stall it). With `stop_at`, it stops before a run once the cache has no more dirty
     /// pages than that (background write-back, as the kernel's stops below its threshold).
-    /// Past [`SPLIT_PAGES`] dirty pages, the list is cut into `SharedConfig::flushers` parts
-    /// written at once, one on this thread and each other on a thread of its own (ScaleCache's
-    /// parallel write-back within a file: a device takes more of its speed at a depth of 2).
+    /// Past [`SPLIT_PAGES`] dirty pages, a sync's list (`wait`) or one written under dirty
+    /// pressure (`stop_at`: writers outrun the device) is cut into `SharedConfig::flushers`
+    /// parts written at once, one on this thread and each other on a thread of its own
+    /// (ScaleCache's parallel write-back within a file: a device takes more of its speed at a
+    /// depth of 2). Other write-backs (a file's expiry, a DONTNEED's) run beside writers that
+    /// the threads would take processors from: random writes through the shim lost a tenth.
     pub(crate) fn write_back_listed(
         &self,
         pages: &[(u32, u64)],
@@ -162,7 +165,10 @@ impl Inner {
         let mut pages: Vec<(u32, u64)> =
             pages.iter().copied().filter(|&(f, _)| frames[f as usize].flags() & DIRTY != 0).collect();
         pages.sort_unstable_by_key(|&(_, k)| k);
-        let parts = (self.view.header().flushers() as usize).clamp(1, pages.len() / SPLIT_PAGES + 1);
+        let parts = match wait || stop_at.is_some() {
+            true => (self.view.header().flushers() as usize).clamp(1, pages.len() / SPLIT_PAGES + 1),
+            false => 1,
+        };
         if parts == 1 {
             return self.write_back_sorted(&pages, fd, direct, wait, stop_at);
         }
