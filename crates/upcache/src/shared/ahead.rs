@@ -40,6 +40,9 @@ struct State {
     loaders: Vec<ThreadId>,
     /// Set when the attachment goes: the loaders end, no thread starts again.
     stopped: bool,
+    /// A loader thread could not start: no more are tried (readers read ahead themselves
+    /// where none runs).
+    spawn_failed: bool,
 }
 
 /// A process's loader thread and its inbox.
@@ -71,19 +74,21 @@ impl Ahead {
         if s.stopped || s.windows.len() >= MAX_WAITING {
             return false;
         }
-        while s.loaders.len() < LOADERS {
+        while s.loaders.len() < LOADERS && !s.spawn_failed {
             let (ahead, weak) = (self.clone(), Arc::downgrade(inner));
-            let spawned =
-                std::thread::Builder::new().name("upcache-ahead".into()).spawn(move || run(&ahead, weak));
+            let spawned = super::quiet::with_signals_blocked(|| {
+                std::thread::Builder::new().name("upcache-ahead".into()).spawn(move || run(&ahead, weak))
+            });
             match spawned {
                 Ok(t) => s.loaders.push(t.thread().id()),
-                Err(e) if s.loaders.is_empty() => {
-                    log::warn!("upcache: cannot start the shared cache's readahead thread ({e})");
-                    s.stopped = true;
-                    return false;
+                Err(e) => {
+                    log::warn!("upcache: cannot start a readahead thread of the shared cache ({e})");
+                    s.spawn_failed = true;
                 }
-                Err(_) => break,
             }
+        }
+        if s.loaders.is_empty() {
+            return false;
         }
         s.windows.push_back(w);
         drop(s);
@@ -106,9 +111,13 @@ impl Ahead {
 
     /// Ends the loader (the attachment goes) once its window is loaded; none starts again.
     pub(crate) fn stop(&self) {
-        let waiting = std::mem::take(&mut self.state().windows);
+        let waiting = {
+            let mut s = self.state();
+            s.stopped = true;
+            std::mem::take(&mut s.windows)
+        };
+        // Dropped without the lock, as in `cancel`.
         drop(waiting);
-        self.state().stopped = true;
         self.changed.notify_all();
         self.wait_while(|s| !s.loaders.is_empty());
     }
@@ -178,20 +187,27 @@ impl State {
 /// while it loads (the windows' opens hold it too), so the last handle's drop may run here,
 /// and `stop` does not wait for its own thread.
 fn run(ahead: &Ahead, weak: Weak<Inner>) {
-    let mut done = None;
-    while let Some(w) = ahead.next(done.take()) {
-        let Some(inner) = weak.upgrade() else {
-            done = Some(w.open);
-            break;
-        };
+    /// Unmarks the window being loaded and ends the loader however the thread ends: a panic
+    /// must not leave a close or a detach waiting for it.
+    struct Exit<'a> {
+        ahead: &'a Ahead,
+        done: Option<u64>,
+    }
+    impl Drop for Exit<'_> {
+        fn drop(&mut self) {
+            self.ahead.exit(self.done);
+        }
+    }
+    // Declared first, dropped last: after the window's descriptor and the attachment, so its
+    // open's close finds neither still held here.
+    let mut exit = Exit { ahead, done: None };
+    while let Some(w) = ahead.next(exit.done.take()) {
+        exit.done = Some(w.open);
+        let Some(inner) = weak.upgrade() else { break };
         inner.load_window(w.slot, w.pages.clone(), &w.fd);
-        done = Some(w.open);
-        // The window's descriptor and the attachment go before the window is marked done, so
-        // its open's close finds neither still held here.
         drop(w);
         drop(inner);
     }
-    ahead.exit(done);
 }
 
 #[cfg(all(test, not(loom)))]
@@ -248,6 +264,25 @@ mod tests {
         f.read_at(&mut buf, 0).unwrap();
         assert_eq!(off.inner.ahead.loaders(), 0, "readahead off starts no loader");
         assert_eq!(cached(&off, &f, 0..64), [vec![true; 16], vec![false; 48]].concat());
+    }
+
+    /// A read that begins where its open's last one ended, after one that did not (a random
+    /// reader's, now and then), starts no loader; the next such read in a row does.
+    #[test]
+    fn a_stream_is_two_sequential_reads_in_a_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data = pattern(&p, 4 << 20, 2);
+        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let mut buf = vec![0u8; 4096];
+        for (i, at) in [40u64, 41, 42].into_iter().enumerate() {
+            f.read_at(&mut buf, at * 4096).unwrap();
+            assert_eq!(buf, data[at as usize * 4096..][..4096]);
+            cache.wait_for_readahead();
+            assert_eq!(cache.inner.ahead.loaders(), if i < 2 { 0 } else { super::LOADERS }, "read {i}");
+        }
     }
 
     /// Opens of files that take one another's file table entries (new key generations), read

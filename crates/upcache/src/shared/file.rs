@@ -46,6 +46,16 @@ const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
 /// Windows a dflush looks at, at most.
 const DFLUSH_WINDOWS: u64 = 4;
 
+/// Where a read stands in its open's stream of reads (`SharedFile::read_at`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Stream {
+    /// It begins where the open's last read ended.
+    sequential: bool,
+    /// With `sequential`, its loaders may read ahead of it: the last read was sequential too,
+    /// or this one begins at the file's start.
+    ahead: bool,
+}
+
 /// How a read's hit of a page counts for the clock hand (`FrameMeta::note_read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Touch {
@@ -74,6 +84,8 @@ pub struct SharedFile {
     /// Where this open's last read ended: a read that starts there continues a sequential
     /// stream, which gets readahead (`read_pages`).
     read_end: std::sync::atomic::AtomicU64,
+    /// Whether this open's last read was sequential (`Stream::ahead`).
+    streak: std::sync::atomic::AtomicBool,
     /// This open's number in the process ([`OPENS`]).
     id: u64,
     /// The page up to which this open's stream posted windows to the loader; 0 when none.
@@ -208,6 +220,7 @@ impl SharedFile {
             // Relaxed: a unique number, nothing ordered by it.
             id: OPENS.fetch_add(1, Ordering::Relaxed),
             ahead_to: std::sync::atomic::AtomicU64::new(0),
+            streak: std::sync::atomic::AtomicBool::new(false),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
         };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
@@ -326,8 +339,12 @@ impl SharedFile {
         let e = self.entry();
         let end = offset.saturating_add(buf.len() as u64);
         let (first, last) = pages_of(offset, end);
-        // Relaxed: a hint for readahead, this open's own.
+        // Relaxed (both): hints for readahead, this open's own.
         let sequential = self.read_end.swap(end, Ordering::Relaxed) == offset;
+        // The loaders read ahead of a stream: two sequential reads in a row, or one from the
+        // start; not of a random reader whose read happens to begin where its last ended.
+        let stream =
+            Stream { sequential, ahead: self.streak.swap(sequential, Ordering::Relaxed) || offset == 0 };
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
@@ -344,7 +361,7 @@ impl SharedFile {
             if self.bypassed() {
                 return bypass::read(&self.fd, buf, offset, &self.name);
             }
-            let n = self.read_pages(buf, offset, sequential)?;
+            let n = self.read_pages(buf, offset, stream)?;
             // Acquire fence: our copies are ordered before the sequence's re-read.
             fence(Ordering::Acquire);
             // Relaxed: ordered by the fence.
@@ -361,7 +378,7 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
-        self.read_pages(buf, offset, sequential)
+        self.read_pages(buf, offset, stream)
     }
 
     /// `read_pages` while a stopped process holds the file's lock (or a range writer's, or may
@@ -372,7 +389,7 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
-        self.read_pages(buf, offset, false)
+        self.read_pages(buf, offset, Stream::default())
     }
 
     /// Copies bytes `in_page..` of page `page` into `dst` from the frame a stopped process
@@ -429,8 +446,10 @@ impl SharedFile {
     /// miss loads the read's missing pages from there on in one run (`load.rs`). A read that
     /// is `sequential` (it continues where this open's last one ended) is read ahead as the
     /// kernel's: a miss loads up to `SharedConfig::readahead` from its first page (synchronous
-    /// readahead), and windows past that go to the process's loaders (`read_ahead`).
-    fn read_pages(&self, buf: &mut [u8], offset: u64, sequential: bool) -> Result<usize> {
+    /// readahead), and, if `stream.ahead` too, windows past that go to the process's loaders
+    /// (`read_ahead`).
+    fn read_pages(&self, buf: &mut [u8], offset: u64, stream: Stream) -> Result<usize> {
+        let Stream { sequential, ahead: loaders } = stream;
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
@@ -441,7 +460,7 @@ impl SharedFile {
         let last = if sequential && ahead > 0 {
             let last = (offset / PAGE as u64 + ahead).min(pages).max(own);
             let window = self.inner.ahead_window();
-            if window > 0 {
+            if window > 0 && loaders {
                 self.read_ahead(last, window, pages);
             }
             last

@@ -125,6 +125,9 @@ pub(crate) struct HeldFd {
     key: (u64, u64),
     direct: std::sync::OnceLock<Option<std::fs::File>>,
     direct_read: std::sync::OnceLock<Option<std::fs::File>>,
+    /// Set when a read through `direct_read` was refused (EINVAL: an alignment its file
+    /// system wants and a page does not give): loads go the usual way from then on.
+    direct_read_refused: std::sync::atomic::AtomicBool,
 }
 
 /// `low` at a number out of the program's way if one is free (`low` then closes as a held
@@ -146,6 +149,7 @@ impl HeldFd {
             key,
             direct: std::sync::OnceLock::new(),
             direct_read: std::sync::OnceLock::new(),
+            direct_read_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -154,6 +158,10 @@ impl HeldFd {
     /// (`SharedConfig::direct_loads`), so a page is neither read into the kernel's cache nor
     /// copied a second time. None if refused.
     pub(crate) fn direct_read(&self) -> Option<&std::fs::File> {
+        // Relaxed: a hint; a load that misses it is refused once more and goes the usual way.
+        if self.direct_read_refused.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         self.direct_read
             .get_or_init(|| {
                 let low = reopen(&self.file, libc::O_RDONLY | libc::O_DIRECT | libc::O_NONBLOCK)?;
@@ -170,6 +178,12 @@ impl HeldFd {
     /// Closed as the descriptor is, so never while the program may hold a record lock.
     pub(crate) fn direct(&self) -> Option<&std::fs::File> {
         self.direct.get_or_init(|| Some(out_of_the_way(reopen_direct(&self.file)?, self.key))).as_ref()
+    }
+
+    /// Loads go the usual way from now on ([`Self::direct_read`] None).
+    pub(crate) fn refuse_direct_read(&self) {
+        // Relaxed: see `direct_read`.
+        self.direct_read_refused.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The inode (device, inode) it is a descriptor of.

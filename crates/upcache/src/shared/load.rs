@@ -140,15 +140,20 @@ impl Inner {
         // Relaxed: statistics.
         self.view.header().misses.fetch_add(n, Ordering::Relaxed);
         self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
-        if let Err(e) = self.fill_run(run, slot, first, fd) {
-            for &f in run {
-                self.free_frame(f);
+        let direct = match self.fill_run(run, slot, first, fd) {
+            Ok(direct) => direct,
+            Err(e) => {
+                for &f in run {
+                    self.free_frame(f);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         let frames = self.view.frames();
         for &f in run {
-            frames[f as usize].loaded();
+            if !direct {
+                frames[f as usize].loaded();
+            }
             // Release: published with the bytes by the unlock.
             frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
         }
@@ -206,8 +211,10 @@ impl Inner {
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with
     /// one `preadv` (through `O_DIRECT` where `SharedConfig::direct_loads` says and the file
-    /// system lets it); zeros past the end of the OS file and past the cached length.
-    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<()> {
+    /// system lets it); zeros past the end of the OS file and past the cached length. Whether
+    /// it read through `O_DIRECT` (the device wrote the frames: their lines are in no CPU's
+    /// cache, so a write into them streams, `FrameMeta::loaded`).
+    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<bool> {
         // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
         let mut pages: Vec<&mut [u8]> =
@@ -215,14 +222,20 @@ impl Inner {
         let at = first * PAGE as u64;
         let header = self.view.header();
         let direct = if self.direct_loads() { fd.direct_read() } else { None };
+        let was_direct = std::cell::Cell::new(direct.is_some());
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
             // Relaxed: a counter.
             header.load_requests.fetch_add(1, Ordering::Relaxed);
             let r = match direct {
                 // Frames are page-aligned, and so are `at` and every length but the file's
-                // end; a file system that still refuses the alignment is read the usual way.
+                // end; a file system that still refuses the alignment is read the usual way,
+                // from then on.
                 Some(d) => match crate::io::sys::preadv_all(d.as_raw_fd(), at, bufs) {
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        fd.refuse_direct_read();
+                        was_direct.set(false);
+                        None
+                    }
                     r => Some(r),
                 },
                 None => None,
@@ -255,7 +268,7 @@ impl Inner {
             let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
             p[from..].fill(0);
         }
-        Ok(())
+        Ok(was_direct.get())
     }
 }
 

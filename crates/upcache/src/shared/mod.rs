@@ -44,6 +44,7 @@ mod mapped;
 mod named;
 mod outside;
 mod pages;
+mod quiet;
 mod repair;
 pub mod serve;
 mod tree;
@@ -534,6 +535,9 @@ impl SharedCache {
     /// posted are loaded (or given up). For a measurement or a test that wants the cache
     /// settled; reads never need it.
     pub fn wait_for_readahead(&self) {
+        if self.inner.forked() {
+            return; // the parent's loaders are not this process's
+        }
         self.inner.ahead.wait_idle();
     }
 

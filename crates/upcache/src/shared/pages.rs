@@ -424,11 +424,14 @@ impl Inner {
             self.view.header().misses.fetch_add(1, Ordering::Relaxed);
             self.view.counters_of(self.me).misses.fetch_add(1, Ordering::Relaxed);
             if fill == Fill::Read {
-                if let Err(e) = self.fill_run(&[f], slot, page, fd) {
-                    self.free_frame(f);
-                    return Err(e);
+                match self.fill_run(&[f], slot, page, fd) {
+                    Ok(direct) if !direct => frames[f as usize].loaded(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.free_frame(f);
+                        return Err(e);
+                    }
                 }
-                frames[f as usize].loaded();
                 // Release: published with the bytes by the unlock.
                 frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
                 self.view.header().loads.fetch_add(1, Ordering::Relaxed);

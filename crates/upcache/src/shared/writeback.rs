@@ -166,7 +166,7 @@ impl Inner {
             pages.iter().copied().filter(|&(f, _)| frames[f as usize].flags() & DIRTY != 0).collect();
         pages.sort_unstable_by_key(|&(_, k)| k);
         let parts = match wait || stop_at.is_some() {
-            true => (self.view.header().flushers() as usize).clamp(1, pages.len() / SPLIT_PAGES + 1),
+            true => (self.view.header().flushers() as usize).min(pages.len().div_ceil(SPLIT_PAGES)).max(1),
             false => 1,
         };
         if parts == 1 {
@@ -174,16 +174,18 @@ impl Inner {
         }
         let part = pages.len().div_ceil(parts);
         std::thread::scope(|s| {
-            let others: Vec<_> = pages[part..]
-                .chunks(part)
-                .map(|p| {
-                    let spawned = std::thread::Builder::new()
-                        .name("upcache-write-back".into())
-                        .spawn_scoped(s, move || self.write_back_sorted(p, fd, direct, wait, stop_at));
-                    // No thread to be had: this one writes the part too.
-                    spawned.map_err(|_| p)
-                })
-                .collect();
+            let others: Vec<_> = super::quiet::with_signals_blocked(|| {
+                pages[part..]
+                    .chunks(part)
+                    .map(|p| {
+                        let spawned = std::thread::Builder::new()
+                            .name("upcache-write-back".into())
+                            .spawn_scoped(s, move || self.write_back_sorted(p, fd, direct, wait, stop_at));
+                        // No thread to be had: this one writes the part too.
+                        spawned.map_err(|_| p)
+                    })
+                    .collect()
+            });
             let mut first = self.write_back_sorted(&pages[..part], fd, direct, wait, stop_at);
             for other in others {
                 let r = match other {
