@@ -1,9 +1,9 @@
-//! Asynchronous readahead: a sequential reader posts the windows after its read to its
-//! process's loader threads, which loads their missing pages in runs (`load.rs`,
+//! Asynchronous readahead: a stream of sequential reads posts the windows after its read to
+//! its process's loader threads, which load their missing pages in runs (`load.rs`,
 //! `Inner::load_window`) while the reader copies, so the device reads ahead as the kernel's
 //! async readahead has it do, instead of each read waiting for its own load.
 //!
-//! Two loader threads per attached process, started at the first window. Its frames are
+//! Two loader threads per attached process, started at the first window. Their frames are
 //! locked under the process's client id, as the reader's own loads, so a kill leaves them to
 //! the same repair and a reader in another process waits for them as for any load. A window
 //! belongs to one open (`SharedFile`): its close takes back the windows not begun and waits
@@ -45,11 +45,11 @@ struct State {
     spawn_failed: bool,
 }
 
-/// A process's loader thread and its inbox.
+/// A process's loader threads and their inbox.
 #[derive(Default)]
 pub(crate) struct Ahead {
     state: Mutex<State>,
-    /// Wakes the loader (a window posted, or stop) and closers waiting for a window to end.
+    /// Wakes the loaders (a window posted, or stop) and closers waiting for a window to end.
     changed: Condvar,
 }
 
@@ -66,9 +66,9 @@ impl Ahead {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Posts `w` for the loader of `inner` (whose `ahead` this is), starting it if need be;
-    /// false if no loader can run (stopped, too much waiting, or a thread cannot start): the
-    /// caller reads ahead itself.
+    /// Posts `w` for the loaders of `inner` (whose `ahead` this is), starting them if need be;
+    /// false if none can take it (stopped, too much waiting, or no thread could start): the
+    /// caller's reads load what they need themselves.
     pub(crate) fn post(self: &Arc<Self>, inner: &Arc<Inner>, w: Window) -> bool {
         let mut s = self.state();
         if s.stopped || s.windows.len() >= MAX_WAITING {
@@ -109,7 +109,7 @@ impl Ahead {
         self.wait_while(|s| s.busy.contains(&open));
     }
 
-    /// Ends the loader (the attachment goes) once its window is loaded; none starts again.
+    /// Ends the loaders (the attachment goes) once their windows are loaded; none starts again.
     pub(crate) fn stop(&self) {
         let waiting = {
             let mut s = self.state();
@@ -212,6 +212,7 @@ fn run(ahead: &Ahead, weak: Weak<Inner>) {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::tests::small;
     use super::super::{SharedCache, SharedConfig};
     use std::path::Path;
 
@@ -236,7 +237,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let data = pattern(&p, 3 << 20, 1);
-        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let config = SharedConfig { memory: 8 << 20, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, false).unwrap();
         let mut buf = vec![0u8; 64 << 10];
@@ -273,7 +274,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let data = pattern(&p, 4 << 20, 2);
-        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let config = SharedConfig { memory: 8 << 20, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, false).unwrap();
         let mut buf = vec![0u8; 4096];
@@ -299,7 +300,7 @@ mod tests {
             })
             .collect();
         // Two entries for six files: each open of a closed file takes a stale entry over.
-        let config = SharedConfig { memory: 4 << 20, files: 2, clients: 4, ..SharedConfig::default() };
+        let config = SharedConfig { memory: 4 << 20, files: 2, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         std::thread::scope(|s| {
             for t in 0..2usize {
@@ -344,7 +345,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         pattern(&p, 2 << 20, 3);
-        let config = SharedConfig { memory: 8 << 20, files: 4, clients: 4, ..SharedConfig::default() };
+        let config = SharedConfig { memory: 8 << 20, ..small() };
         for file_first in [true, false, true, false] {
             let cache = SharedCache::create(&config).unwrap();
             let f = cache.open_path(&p, false).unwrap();

@@ -34,11 +34,11 @@ use crate::shm::Acquired;
 /// Optimistic whole reads tried before a reader takes the file's lock.
 const OPTIMISTIC_TRIES: usize = 4;
 
-/// Windows of readahead (`SharedConfig::readahead` each) a sequential reader keeps posted to
-/// its process's loader past its read (`ahead.rs`): loads in flight while it copies.
+/// Windows of readahead (`Inner::ahead_window` pages each) a stream of sequential reads keeps
+/// posted to its process's loaders past its read (`ahead.rs`): loads in flight while it copies.
 const AHEAD_WINDOWS: u64 = 4;
 
-/// Numbers this process's opens, so the loader's windows name theirs.
+/// Numbers this process's opens, so the loaders' windows name theirs.
 static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
@@ -88,7 +88,7 @@ pub struct SharedFile {
     streak: std::sync::atomic::AtomicBool,
     /// This open's number in the process ([`OPENS`]).
     id: u64,
-    /// The page up to which this open's stream posted windows to the loader; 0 when none.
+    /// The page up to which this open's stream posted windows to the loaders; 0 when none.
     ahead_to: std::sync::atomic::AtomicU64,
     /// The page where this open's last dflush stopped, where the next begins (the kernel's
     /// `writeback_index`).

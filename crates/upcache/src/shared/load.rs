@@ -221,11 +221,13 @@ impl Inner {
             run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
         let at = first * PAGE as u64;
         let header = self.view.header();
-        let direct = if self.direct_loads() { fd.direct_read() } else { None };
-        let was_direct = std::cell::Cell::new(direct.is_some());
+        let was_direct = std::cell::Cell::new(true);
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
             // Relaxed: a counter.
             header.load_requests.fetch_add(1, Ordering::Relaxed);
+            // Asked for each read: a refusal (below) holds for the run's next pages too.
+            let direct = if self.direct_loads() { fd.direct_read() } else { None };
+            was_direct.set(was_direct.get() && direct.is_some());
             let r = match direct {
                 // Frames are page-aligned, and so are `at` and every length but the file's
                 // end; a file system that still refuses the alignment is read the usual way,

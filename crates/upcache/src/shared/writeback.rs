@@ -280,6 +280,7 @@ impl Inner {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::tests::small;
     use super::super::{SharedCache, SharedConfig};
     use std::sync::atomic::Ordering;
 
@@ -292,8 +293,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let config =
-            SharedConfig { memory: 16 << 20, files: 4, clients: 4, flushers: 2, ..SharedConfig::default() };
+        let config = SharedConfig { memory: 16 << 20, flushers: 2, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let pages = 2 * super::SPLIT_PAGES + 3;
