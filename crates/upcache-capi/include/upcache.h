@@ -133,6 +133,9 @@ typedef struct upcache_shared_settings {
   // Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
   // (false: through the reader's descriptor, a copy through the kernel's cache).
   bool direct_loads;
+  // Write-back through io_uring, several runs in the kernel's hands at once (false: one
+  // pwritev after another).
+  bool uring_write_back;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -191,6 +191,9 @@ pub struct upcache_shared_settings {
     /// Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
     /// (false: through the reader's descriptor, a copy through the kernel's cache).
     pub direct_loads: bool,
+    /// Write-back through io_uring, several runs in the kernel's hands at once (false: one
+    /// pwritev after another).
+    pub uring_write_back: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -215,6 +218,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             streams: c.streams,
             huge_pages: c.huge_pages,
             direct_loads: c.direct_loads,
+            uring_write_back: c.io == upcache::IoKind::Uring,
         }
     }
 }
@@ -265,6 +269,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             streams: s.streams,
             huge_pages: s.huge_pages,
             direct_loads: s.direct_loads,
+            io: if s.uring_write_back { upcache::IoKind::Uring } else { upcache::IoKind::Psync },
             ..SharedConfig::default()
         };
         config.check()?;

@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// UPCACHE_DIRECT_LOADS)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     direct_loads: bool,
+    /// Write-back through io_uring, up to 4 runs of 1 MiB in the kernel's hands at once, or
+    /// psync, one pwritev after another (as UPCACHE_IO)
+    #[arg(long, value_name = "uring|psync", default_value = "uring")]
+    io: upcache::IoKind,
     /// Flushers of the service, 1 to 8: files due for write-back are written back by as many
     /// threads at once (as UPCACHE_FLUSHERS)
     #[arg(long, default_value_t = 2)]
@@ -142,6 +146,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             flush: args.flush,
             streams: args.streams,
             huge_pages: args.huge_pages,
+            io: args.io,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

@@ -31,7 +31,7 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
-    /// cache's only):
+    /// cache's only), UPCACHE_IO (uring|psync):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -57,6 +57,7 @@ pub(crate) struct CacheSettings {
     pub flush: Option<upcache::FlushKind>,
     pub streams: Option<bool>,
     pub huge_pages: Option<bool>,
+    pub io: Option<upcache::IoKind>,
 }
 
 impl CacheSettings {
@@ -91,6 +92,7 @@ impl CacheSettings {
             flush: var("UPCACHE_FLUSH", choice)?,
             streams: var("UPCACHE_STREAMS", upcache::parse_on_off)?,
             huge_pages: var("UPCACHE_HUGE_PAGES", upcache::parse_on_off)?,
+            io: var("UPCACHE_IO", choice)?,
         })
     }
 
@@ -113,6 +115,7 @@ impl CacheSettings {
             flush: self.flush.unwrap_or(config.flush),
             streams: self.streams.unwrap_or(config.streams),
             huge_pages: self.huge_pages.unwrap_or(config.huge_pages),
+            io: self.io.unwrap_or(config.io),
             ..config
         }
     }
@@ -161,6 +164,9 @@ impl CacheSettings {
         if let Some(f) = self.flush.filter(|f| *f != config.flush) {
             asked.push(format!("UPCACHE_FLUSH for {}", f.name()));
         }
+        if let Some(io) = self.io.filter(|io| *io != config.io) {
+            asked.push(format!("UPCACHE_IO for {}", io.name()));
+        }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
 
@@ -202,6 +208,9 @@ impl CacheSettings {
         }
         if let Some(on) = self.streams {
             config = config.with_streams(on);
+        }
+        if let Some(io) = self.io {
+            config = config.with_io(io);
         }
         config
     }

@@ -474,8 +474,8 @@ impl Shim {
                     "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
                      flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, direct loads {}, \
                      readahead {} bytes, \
-                     the {} index, the {} policy, {} eviction, streams {} and {} (its service's, set when it \
-                     started); this process follows them",
+                     the {} index, the {} policy, {} eviction, streams {}, {} and {} write-back (its service's, \
+                     set when it started); this process follows them",
                     socket.display(),
                     running.dirty_ratios.0,
                     running.dirty_ratios.1,
@@ -492,6 +492,7 @@ impl Shim {
                     running.clean_first.name(),
                     upcache::on_off(running.streams),
                     running.flush.name(),
+                    running.io.name(),
                 ));
             }
             let has = running.memory;

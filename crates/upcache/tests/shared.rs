@@ -467,36 +467,46 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
         f.read_at(&mut buf, 100 << 12).unwrap();
         assert_eq!(&buf[..], &data[100 << 12..][..64 << 12]);
         let missed = cache.status();
-        // 64 adjacent dirty pages written back.
-        f.write_at(&vec![9u8; 64 << 12], 180 << 12).unwrap();
+        // Two runs of 32 adjacent dirty pages written back, at once through io_uring.
+        f.write_at(&vec![9u8; 32 << 12], 180 << 12).unwrap();
+        f.write_at(&vec![9u8; 32 << 12], 220 << 12).unwrap();
         f.sync_data().unwrap();
         let mut want = data.clone();
-        want[180 << 12..244 << 12].fill(9);
+        want[180 << 12..212 << 12].fill(9);
+        want[220 << 12..252 << 12].fill(9);
         assert_eq!(os_bytes(&p), want);
         let end = cache.status();
         let requests = missed.load_requests - ahead.load_requests;
         // The tree index holds the file's 144 cached pages in leaves of 64 and a root above.
         let tree = end.index_nodes.0 >= 3 && end.index_nodes.1 >= 1;
         assert!(tree || end.index_nodes == (0, 0), "{:?}", end.index_nodes);
-        (requests, ahead.loads, end.write_back_requests, end.written_back, tree)
+        (requests, ahead.loads, (end.write_back_requests, end.write_back_batches), end.written_back, tree)
     };
     let on = SharedConfig { readahead: 16 << 12, ..small() };
-    assert_eq!(run(on.clone()), (1, 80, 1, 64, true), "all on");
-    assert_eq!(run(SharedConfig { bundling: false, ..on.clone() }), (64, 80, 1, 64, true), "bundling off");
-    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, 1, 64, true), "readahead off");
+    assert_eq!(run(on.clone()), (1, 80, (2, 1), 64, true), "all on");
+    assert_eq!(
+        run(SharedConfig { bundling: false, ..on.clone() }),
+        (64, 80, (2, 1), 64, true),
+        "bundling off"
+    );
+    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, (2, 1), 64, true), "readahead off");
+    // 64 runs of a page, four at a time.
     assert_eq!(
         run(SharedConfig { run_merging: false, ..on.clone() }),
-        (1, 80, 64, 64, true),
+        (1, 80, (64, 16), 64, true),
         "run merging off"
     );
     let hash = SharedConfig { index: upcache::IndexKind::Sharded, ..on.clone() };
-    assert_eq!(run(hash), (1, 80, 1, 64, false), "the hash index");
+    assert_eq!(run(hash), (1, 80, (2, 1), 64, false), "the hash index");
     // Loads past the kernel's cache change nothing a program sees.
     assert_eq!(
         run(SharedConfig { direct_loads: false, ..on.clone() }),
-        (1, 80, 1, 64, true),
+        (1, 80, (2, 1), 64, true),
         "direct loads off"
     );
+    // One pwritev after another.
+    let psync = SharedConfig { io: upcache::IoKind::Psync, ..on.clone() };
+    assert_eq!(run(psync), (1, 80, (2, 0), 64, true), "psync write-back");
     let set_assoc = SharedConfig { index: upcache::IndexKind::SetAssoc, ..small() };
     assert_eq!(SharedCache::create(&set_assoc).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
     let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };

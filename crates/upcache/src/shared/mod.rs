@@ -142,6 +142,9 @@ pub(crate) struct Inner {
     unanswered_until: AtomicU64,
     /// This process's readahead loader (`ahead.rs`).
     ahead: Arc<ahead::Ahead>,
+    /// The rings this process writes back through with `SharedConfig::io` uring, made at its
+    /// first write-back of several runs; None where the kernel refuses io_uring.
+    uring: std::sync::OnceLock<Option<crate::io::engine::UringEngine>>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -229,6 +232,7 @@ impl SharedCache {
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
+            uring: std::sync::OnceLock::new(),
         };
         if let Some(dead) = inherited {
             inner.repair_inherited(dead);
@@ -744,6 +748,9 @@ pub struct SharedStatus {
     /// Writes to the OS files that wrote pages back: one per run, or per page with
     /// `SharedConfig::run_merging` off.
     pub write_back_requests: u64,
+    /// Write-backs that put several of those writes in the kernel's hands at once, through
+    /// io_uring (`SharedConfig::io`; 0 with psync).
+    pub write_back_batches: u64,
     /// The tree index's nodes in use: leaves, inner nodes (0 with the hash index).
     pub index_nodes: (u64, u64),
     /// Pages the tree index had no node for at first: each freed a frame (and its nodes).
@@ -916,6 +923,11 @@ impl Inner {
             flushers: h.flushers(),
             direct_write_back: self.direct_write_back(),
             direct_loads: self.direct_loads(),
+            io: if self.techniques & layout::technique::URING != 0 {
+                crate::io::engine::IoKind::Uring
+            } else {
+                crate::io::engine::IoKind::Psync
+            },
             index: if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else {

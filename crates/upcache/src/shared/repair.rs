@@ -251,6 +251,7 @@ impl Inner {
             evictions: h.evictions.load(Ordering::Relaxed),
             load_requests: h.load_requests.load(Ordering::Relaxed),
             write_back_requests: h.write_back_requests.load(Ordering::Relaxed),
+            write_back_batches: h.write_back_batches.load(Ordering::Relaxed),
             index_nodes: {
                 let forest = self.view.forest();
                 (forest.leaves.live() as u64, forest.inners.live() as u64)

@@ -725,6 +725,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("repairs", count(s.repairs)),
         ("load_requests", count(s.load_requests)),
         ("write_back_requests", count(s.write_back_requests)),
+        ("write_back_batches", count(s.write_back_batches)),
         ("index", name(c.index.name())),
         ("index_nodes", pair(s.index_nodes.0.to_string(), s.index_nodes.1.to_string())),
         ("index_full", count(s.index_full)),
@@ -740,6 +741,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("bundling", switch(c.bundling)),
         ("direct_write_back", switch(c.direct_write_back)),
         ("direct_loads", switch(c.direct_loads)),
+        ("io", name(c.io.name())),
         ("policy", name(c.policy.name())),
         ("clean_first", name(c.clean_first.name())),
         ("flush", name(c.flush.name())),
@@ -761,9 +763,9 @@ pub fn status(socket: &Path) -> Result<String> {
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
 /// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
-/// `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
+/// `write_back_batches`, `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
 /// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `direct_write_back`, `direct_loads`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
+/// `bundling`, `direct_write_back`, `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
 /// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),
 /// `chunks` (their number), `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {

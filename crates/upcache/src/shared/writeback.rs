@@ -14,9 +14,10 @@ use std::sync::atomic::Ordering;
 
 use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
 use super::held::HeldFd;
-use super::layout::technique;
+use super::layout::{technique, WRITE_BACK_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
+use crate::io::engine::UringEngine;
 
 /// Dirty pages in a write-back's list per part written at once (`write_back_listed`): four
 /// runs, so that a small sync starts no thread.
@@ -40,12 +41,21 @@ impl Lent {
     }
 }
 
+/// A write of a write-back: pages of run `run` from byte `at` of the file, whole pages through
+/// the `O_DIRECT` descriptor if `direct`.
+struct Piece<'a> {
+    run: usize,
+    direct: bool,
+    at: u64,
+    bufs: Vec<IoSlice<'a>>,
+}
+
 impl Inner {
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd` (our own
     /// descriptor), up to the file's length, and clears `DIRTY`; on failure keeps it and
     /// records the error on the file.
     pub(crate) fn write_back_locked(&self, f: u32, fd: &HeldFd) -> Result<()> {
-        self.write_back_run(&[f], fd, self.direct_of(fd))
+        self.write_back_runs(&[[f]], fd, self.direct_of(fd))
     }
 
     /// Where a writer writes whole pages back: `fd` opened again with `O_DIRECT`, with
@@ -58,77 +68,140 @@ impl Inner {
         }
     }
 
-    /// Writes frames `run` (locked by us, `DIRTY`, holding pages that follow each other in one
-    /// file, the first page first) back through `fd` with one `pwritev`, up to the file's
-    /// length, and clears their `DIRTY`; on failure keeps them all dirty and records the error
-    /// on the file.
-    /// With `direct` (`Lent::direct`), a run of whole pages goes through it, past the kernel's
-    /// page cache (one that it refuses, through `fd`).
-    fn write_back_run(&self, run: &[u32], fd: &std::fs::File, direct: Option<&std::fs::File>) -> Result<()> {
+    /// Writes each run of frames of `runs` (locked by us, `DIRTY`, holding pages that follow
+    /// each other in one file, the first page first; every run of the same file) back through
+    /// `fd`, up to the file's length, all runs at once through io_uring where
+    /// `SharedConfig::io` says, and clears their `DIRTY`; a run that fails stays dirty, and its
+    /// error is recorded on the file (the first one returned).
+    /// With `direct` (`Lent::direct`), a run's whole pages go through it, past the kernel's
+    /// page cache (those it refuses, through `fd`).
+    fn write_back_runs<R: AsRef<[u32]>>(
+        &self,
+        runs: &[R],
+        fd: &std::fs::File,
+        direct: Option<&std::fs::File>,
+    ) -> Result<()> {
         let frames = self.view.frames();
-        let k = frames[run[0] as usize].key();
-        let e = &self.view.files()[key_slot(k) as usize];
-        let at = key_page(k) * PAGE as u64;
+        let slot = key_slot(frames[runs[0].as_ref()[0] as usize].key());
+        let e = &self.view.files()[slot as usize];
         // Acquire: pairs with the length's Release stores.
         let len = e.len.load(Ordering::Acquire);
-        let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
-        for (i, &f) in run.iter().enumerate() {
-            let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
-            if n == 0 {
-                break; // past the length (cut meanwhile): nothing of it to write
+        let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(runs.len());
+        for (r, run) in runs.iter().enumerate() {
+            let run = run.as_ref();
+            let at = key_page(frames[run[0] as usize].key()) * PAGE as u64;
+            let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
+            for (i, &f) in run.iter().enumerate() {
+                let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
+                if n == 0 {
+                    break; // past the length (cut meanwhile): nothing of it to write
+                }
+                // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
+                bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
             }
-            // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
-            bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
-        }
-        if !bufs.is_empty() {
+            if bufs.is_empty() {
+                continue;
+            }
             // Relaxed: a counter.
             self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
-        }
-        let written = match direct {
             // The whole pages through `direct`: frames are page-aligned in memory and runs start
             // at a page of the file, aligned as O_DIRECT wants on block sizes up to a page. The
-            // last page, cut by the length, and a run O_DIRECT refuses anyway (EINVAL), the
-            // buffered way.
-            Some(d) => {
-                let whole = bufs.iter().take_while(|b| b.len() == PAGE).count();
-                let (head, tail) = bufs.split_at_mut(whole);
-                // Timed for GC-aware eviction (`gc.rs`): these writes reach the device. A failed
-                // one says nothing of its speed: its slot is freed, no sample taken.
-                let gc = self.gc_device(key_slot(k)).filter(|_| whole > 0);
-                let t0 = super::gc::now_ns();
-                let slot = gc.and_then(|g| g.begin_at(whole as u64, t0));
-                let direct = crate::io::sys::pwritev_all(d.as_raw_fd(), at, &mut head.to_vec());
-                if let Some(g) = gc {
-                    let now = super::gc::now_ns();
-                    g.end_at(slot, whole as u64, now - t0, direct.is_ok(), now);
-                }
-                let direct = match direct {
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        crate::io::sys::pwritev_all(fd.as_raw_fd(), at, head)
-                    }
-                    r => r,
-                };
-                direct.and_then(|()| {
-                    crate::io::sys::pwritev_all(fd.as_raw_fd(), at + (whole * PAGE) as u64, tail)
-                })
+            // last page, cut by the length, the buffered way.
+            let whole =
+                if direct.is_some() { bufs.iter().take_while(|b| b.len() == PAGE).count() } else { 0 };
+            let tail = bufs.split_off(whole);
+            if whole > 0 {
+                pieces.push(Piece { run: r, direct: true, at, bufs });
             }
-            None => crate::io::sys::pwritev_all(fd.as_raw_fd(), at, &mut bufs),
+            if !tail.is_empty() {
+                pieces.push(Piece { run: r, direct: false, at: at + (whole * PAGE) as u64, bufs: tail });
+            }
+        }
+        // Timed for GC-aware eviction (`gc.rs`): the O_DIRECT writes reach the device, and a
+        // batch's time per page is the device's at that depth. A failed one says nothing of its
+        // speed: its slot is freed, no sample taken.
+        let timed: u64 = pieces.iter().filter(|p| p.direct).map(|p| p.bufs.len() as u64).sum();
+        let gc = self.gc_device(slot).filter(|_| timed > 0);
+        let t0 = super::gc::now_ns();
+        let gc_slot = gc.and_then(|g| g.begin_at(timed, t0));
+        let mut results = self.write_pieces(&pieces, fd, direct);
+        if let Some(g) = gc {
+            let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || r.is_ok());
+            let now = super::gc::now_ns();
+            g.end_at(gc_slot, timed, now - t0, ok, now);
+        }
+        let mut failed: Vec<Option<std::io::Error>> = runs.iter().map(|_| None).collect();
+        for (p, r) in pieces.iter().zip(results.iter_mut()) {
+            if p.direct && matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
+                // O_DIRECT refused after all (an alignment the file system wants larger).
+                *r = crate::io::sys::pwritev_all(fd.as_raw_fd(), p.at, &mut p.bufs.clone());
+            }
+            if let Err(err) = std::mem::replace(r, Ok(())) {
+                failed[p.run].get_or_insert(err);
+            }
+        }
+        let mut first = Ok(());
+        for (run, failed) in runs.iter().zip(failed) {
+            let run = run.as_ref();
+            if let Some(err) = failed {
+                e.record_error(err.raw_os_error().unwrap_or(libc::EIO) as u32);
+                first = first.and(Err(Error::io("write back pages of a shared file", err)));
+                continue;
+            }
+            for &f in run {
+                // Release: the clean flag goes after the write; counts after the flag (never
+                // below).
+                frames[f as usize].flags.fetch_and(!DIRTY, Ordering::Release);
+            }
+            let n = run.len() as u64;
+            e.dirty.fetch_sub(n, Ordering::Release);
+            // Relaxed: counters.
+            self.view.header().dirty.fetch_sub(n, Ordering::Relaxed);
+            self.view.header().written_back.fetch_add(n, Ordering::Relaxed);
+        }
+        first
+    }
+
+    /// Writes every piece, through `direct` or `fd` as it says: at once through io_uring if
+    /// there are several and `SharedConfig::io` says so, else one `pwritev` after another.
+    fn write_pieces(
+        &self,
+        pieces: &[Piece<'_>],
+        fd: &std::fs::File,
+        direct: Option<&std::fs::File>,
+    ) -> Vec<std::io::Result<()>> {
+        let fd_of = |p: &Piece<'_>| match (p.direct, direct) {
+            (true, Some(d)) => d.as_raw_fd(),
+            _ => fd.as_raw_fd(),
         };
-        if let Err(err) = written {
-            let errno = err.raw_os_error().unwrap_or(libc::EIO) as u32;
-            e.record_error(errno);
-            return Err(Error::io("write back pages of a shared file", err));
+        if pieces.len() > 1 {
+            if let Some(ring) = self.ring() {
+                let writes: Vec<_> = pieces.iter().map(|p| (fd_of(p), p.at, &p.bufs[..])).collect();
+                // Relaxed: a counter.
+                self.view.header().write_back_batches.fetch_add(1, Ordering::Relaxed);
+                return ring.write_batch(&writes);
+            }
         }
-        for &f in run {
-            // Release: the clean flag goes after the write; counts after the flag (never below).
-            frames[f as usize].flags.fetch_and(!DIRTY, Ordering::Release);
+        pieces.iter().map(|p| crate::io::sys::pwritev_all(fd_of(p), p.at, &mut p.bufs.clone())).collect()
+    }
+
+    /// The rings write-back goes through (`SharedConfig::io` uring), made at first use; None
+    /// with psync, or where the kernel refuses io_uring (said once).
+    fn ring(&self) -> Option<&UringEngine> {
+        if self.techniques & technique::URING == 0 {
+            return None;
         }
-        let n = run.len() as u64;
-        e.dirty.fetch_sub(n, Ordering::Release);
-        // Relaxed: counters.
-        self.view.header().dirty.fetch_sub(n, Ordering::Relaxed);
-        self.view.header().written_back.fetch_add(n, Ordering::Relaxed);
-        Ok(())
+        self.uring
+            .get_or_init(|| match UringEngine::new(None) {
+                Ok(ring) => Some(ring),
+                Err(e) => {
+                    log::warn!(
+                        "upcache: io_uring is unavailable ({e}); shared write-back runs one at a time"
+                    );
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
@@ -198,7 +271,10 @@ impl Inner {
         })
     }
 
-    /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread.
+    /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread, up to
+    /// `WRITE_BACK_DEPTH` runs at once through io_uring (`SharedConfig::io`). While it holds
+    /// runs not yet written it waits for no frame: one that someone else holds has the runs
+    /// written first.
     fn write_back_sorted(
         &self,
         pages: &[(u32, u64)],
@@ -211,21 +287,33 @@ impl Inner {
         let mut first = Ok(());
         let mut own = None;
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
-        let mut run = Vec::with_capacity(most.min(pages.len()));
+        let depth = if self.ring().is_some() { WRITE_BACK_DEPTH } else { 1 };
+        let mut batch: Vec<Vec<u32>> = Vec::with_capacity(depth);
+        let mut batched = 0;
         let mut i = 0;
         let header = self.view.header();
         while i < pages.len() {
-            // Relaxed: a threshold.
-            let over = stop_at.map(|at| header.dirty.load(Ordering::Relaxed).saturating_sub(at) as usize);
+            // Relaxed: a threshold. The batch's pages are as good as written.
+            let over = stop_at.map(|at| {
+                header.dirty.load(Ordering::Relaxed).saturating_sub(at).saturating_sub(batched) as usize
+            });
             if over == Some(0) {
                 break;
             }
             let most = over.map_or(most, |over| over.min(most));
             let (f, k) = pages[i];
             i += 1;
-            if !self.lock_dirty(f, k, wait) {
-                continue;
+            if !self.lock_dirty(f, k, wait && batch.is_empty()) {
+                if !wait || batch.is_empty() || frames[f as usize].flags() & DIRTY == 0 {
+                    continue;
+                }
+                first = first.and(self.write_back_batch(&mut batch, fd, direct));
+                batched = 0;
+                if !self.lock_dirty(f, k, true) {
+                    continue;
+                }
             }
+            let mut run = Vec::with_capacity(most);
             run.push(f);
             // The pages right after it that no one else holds.
             while run.len() < most
@@ -239,14 +327,32 @@ impl Inner {
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
             own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
-            if let Err(err) = self.write_back_run(&run, fd, direct) {
-                first = first.and(Err(err));
-            }
-            for f in run.drain(..) {
-                frames[f as usize].unlock(self.me, false);
+            batched += run.len() as u64;
+            batch.push(run);
+            if batch.len() == depth {
+                first = first.and(self.write_back_batch(&mut batch, fd, direct));
+                batched = 0;
             }
         }
+        if !batch.is_empty() {
+            first = first.and(self.write_back_batch(&mut batch, fd, direct));
+        }
         first
+    }
+
+    /// Writes the runs of `batch` back (`write_back_runs`), unlocks their frames and empties it.
+    fn write_back_batch(
+        &self,
+        batch: &mut Vec<Vec<u32>>,
+        fd: &std::fs::File,
+        direct: Option<&std::fs::File>,
+    ) -> Result<()> {
+        let written = self.write_back_runs(batch, fd, direct);
+        let frames = self.view.frames();
+        for f in batch.drain(..).flatten() {
+            frames[f as usize].unlock(self.me, false);
+        }
+        written
     }
 
     /// Locks frame `f` (waiting if `wait`, else only if no one holds it) if it is dirty, and
@@ -285,9 +391,9 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     /// A write-back of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`,
-    /// two flushers): every page reaches the file. Through a descriptor that cannot write,
-    /// every part fails, every page stays dirty, and the next sync reports the error once,
-    /// then writes them all.
+    /// two flushers), each part's runs four at a time through io_uring: every page reaches the
+    /// file. Through a descriptor that cannot write, every run fails, every page stays dirty,
+    /// and the next sync reports the error once, then writes them all.
     #[test]
     fn a_long_write_back_goes_in_parts_and_keeps_its_pages_dirty_on_errors() {
         let dir = tempfile::tempdir().unwrap();
@@ -306,8 +412,11 @@ mod tests {
         let listed = inner.file_candidates(f.slot());
         assert!(inner.write_back_listed(&listed, &read_only, None, true, None).is_err());
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64, "every page still dirty");
-        // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages.
-        assert_eq!(cache.status().write_back_requests - before, 5 + 5);
+        // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages,
+        // four at once through io_uring, then the fifth alone.
+        let status = cache.status();
+        assert_eq!(status.write_back_requests - before, 5 + 5);
+        assert_eq!(status.write_back_batches, 2);
         assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::EBADF));
         f.sync_data().unwrap();
         assert_eq!((entry.dirty.load(Ordering::Relaxed), cache.status().dirty), (0, 0));

@@ -280,6 +280,95 @@ impl UringEngine {
             None => Ring::new(POOL_RING_ENTRIES, self.fixed),
         }
     }
+
+    /// Writes each of `writes` (a descriptor, an offset in it, the bytes) in full, all of them
+    /// in the kernel's hands at once (the shared cache's write-back runs, `shared/writeback.rs`);
+    /// each one's outcome, in order. One write is a plain `pwritev`, as in `run_batch`.
+    pub(crate) fn write_batch(&self, writes: &[(RawFd, u64, &[IoSlice<'_>])]) -> Vec<io::Result<()>> {
+        if let [(fd, offset, bufs)] = writes {
+            return vec![pwritev_all(*fd, *offset, &mut bufs.to_vec())];
+        }
+        let views: Vec<(RawFd, u64, &[libc::iovec], bool)> =
+            writes.iter().map(|&(fd, offset, bufs)| (fd, offset, as_iovecs(bufs), true)).collect();
+        // SAFETY: the buffers are borrowed from `writes` until we return.
+        let raw = match unsafe { self.run_all(&views) } {
+            Ok(raw) => raw,
+            Err(e) => return writes.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect(),
+        };
+        raw.into_iter()
+            .zip(writes)
+            .map(|(r, &(fd, offset, bufs))| {
+                let want = bufs.iter().map(|b| b.len()).sum();
+                let res = match r {
+                    Some(Ok(res)) => res,
+                    Some(Err(e)) => return Err(e),
+                    None => 0,
+                };
+                settle(res, want, |done| {
+                    let mut rest = bufs.to_vec();
+                    let mut rest = &mut rest[..];
+                    IoSlice::advance_slices(&mut rest, done);
+                    pwritev_all(fd, offset + done as u64, rest)?;
+                    Ok(want)
+                })
+                .map(|_| ())
+            })
+            .collect()
+    }
+
+    /// Puts every request of `views` (descriptor, offset, buffers, whether a write) in the
+    /// kernel's hands on one ring and waits for them all: each one's raw result, None for one
+    /// never pushed (too many buffers, or refused by the ring: its caller runs it with
+    /// preadv/pwritev). An error if no ring can be had.
+    ///
+    /// # Safety
+    /// The buffers the iovecs name must stay valid (for writing, for reads) until we return.
+    unsafe fn run_all(
+        &self,
+        views: &[(RawFd, u64, &[libc::iovec], bool)],
+    ) -> io::Result<Vec<Option<io::Result<i32>>>> {
+        let mut ring = self.take_ring()?;
+        // Raw results by request; requests never pushed (too many iovecs, or refused by the
+        // ring) keep None and are run by our caller with preadv/pwritev.
+        let mut raw: Vec<Option<io::Result<i32>>> = views.iter().map(|_| None).collect();
+        let cap = ring.cq_capacity();
+        let mut in_flight = 0;
+        // Merged copies of the iovec arrays that have buffers side by side; they live until
+        // every request has completed.
+        let merged: Vec<Option<Vec<libc::iovec>>> = views
+            .iter()
+            .map(|&(_, _, iov, _)| {
+                mergeable(iov).then(|| {
+                    let mut m = Vec::with_capacity(iov.len());
+                    push_merged(&mut m, iov.iter().copied());
+                    m
+                })
+            })
+            .collect();
+        for i in 0..views.len() {
+            let (fd, offset, iov, write) = views[i];
+            let iov = merged[i].as_deref().unwrap_or(iov);
+            if iov.len() > MAX_IOV {
+                continue;
+            }
+            // Never more in flight than the completion queue holds, so it cannot overflow.
+            while in_flight == cap {
+                in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
+            }
+            let e = ring.entry(fd, offset, iov, write, i as u64);
+            // SAFETY: our caller keeps the buffers valid until we return, and we return only
+            // after every pushed request has completed.
+            match unsafe { ring.push(&e) } {
+                Ok(()) => in_flight += 1,
+                Err(e) => raw[i] = Some(Err(e)),
+            }
+        }
+        while in_flight > 0 {
+            in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
+        }
+        self.pool.push(ring);
+        Ok(raw)
+    }
 }
 
 impl IoEngine for UringEngine {
@@ -313,19 +402,6 @@ impl IoEngine for UringEngine {
                 }
             }];
         }
-        let mut ring = match self.take_ring() {
-            Ok(r) => r,
-            Err(e) => {
-                return reqs.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect();
-            }
-        };
-        // Raw results by request; requests never pushed (too many iovecs, or refused by the
-        // ring) keep None and are run with preadv/pwritev below.
-        let mut raw: Vec<Option<Result<i32, io::Error>>> = reqs.iter().map(|_| None).collect();
-        let cap = ring.cq_capacity();
-        let mut in_flight = 0;
-        // Merged copies of the iovec arrays that have buffers side by side; they live until
-        // every request has completed.
         let views: Vec<(RawFd, u64, &[libc::iovec], bool)> = reqs
             .iter()
             .map(|r| match r {
@@ -333,38 +409,11 @@ impl IoEngine for UringEngine {
                 IoReq::Write { file, offset, bufs } => (file.as_raw_fd(), *offset, as_iovecs(bufs), true),
             })
             .collect();
-        let merged: Vec<Option<Vec<libc::iovec>>> = views
-            .iter()
-            .map(|&(_, _, iov, _)| {
-                mergeable(iov).then(|| {
-                    let mut m = Vec::with_capacity(iov.len());
-                    push_merged(&mut m, iov.iter().copied());
-                    m
-                })
-            })
-            .collect();
-        for i in 0..reqs.len() {
-            let (fd, offset, iov, write) = views[i];
-            let iov = merged[i].as_deref().unwrap_or(iov);
-            if iov.len() > MAX_IOV {
-                continue;
-            }
-            // Never more in flight than the completion queue holds, so it cannot overflow.
-            while in_flight == cap {
-                in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
-            }
-            let e = ring.entry(fd, offset, iov, write, i as u64);
-            // SAFETY: the buffers are borrowed from `reqs` until we return, and we return only
-            // after every pushed request has completed.
-            match unsafe { ring.push(&e) } {
-                Ok(()) => in_flight += 1,
-                Err(e) => raw[i] = Some(Err(e)),
-            }
-        }
-        while in_flight > 0 {
-            in_flight -= ring.collect(1, usize::MAX, |tag, res| raw[tag as usize] = Some(Ok(res)));
-        }
-        self.pool.push(ring);
+        // SAFETY: the buffers are borrowed from `reqs` until we return.
+        let raw = match unsafe { self.run_all(&views) } {
+            Ok(raw) => raw,
+            Err(e) => return reqs.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect(),
+        };
         raw.into_iter()
             .zip(reqs.iter_mut())
             .map(|(r, req)| match r {
