@@ -99,6 +99,13 @@ impl File {
             File::Shared(f) => f.changing_os(change),
         }
     }
+    /// Bytes `from..to` set aside (or freed) on the file system by the program's `fallocate`
+    /// (`SharedFile::note_space`); a private cache reserves as it writes.
+    pub fn note_space(&self, from: u64, to: u64, set_aside: bool) {
+        if let File::Shared(f) = self {
+            f.note_space(from, to, set_aside);
+        }
+    }
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
         both!(self, f => f.os_metadata())
     }

@@ -523,6 +523,8 @@ fn fallocate_cached(fd: c_int, desc: &Description, mode: c_int, off: i64, len: i
     if file.changing_os(|| unsafe { real::fallocate64()(fd, mode, off, len) }) != 0 {
         return -1;
     }
+    // Set aside (a plain or zeroing fallocate) or freed (a hole punched).
+    file.note_space(from, to, mode & libc::FALLOC_FL_PUNCH_HOLE == 0);
     if zeroes {
         if let Err(e) = zero(file, from, to) {
             return errno::fail_with(&e);

@@ -6,8 +6,11 @@
 //!
 //! A write that extends the reserved part of a file reserves past its end (`fallocate` with
 //! `FALLOC_FL_KEEP_SIZE`: blocks set aside, size unchanged), as far again as the file is long
-//! up to `AHEAD`, so that appends make one call per MiB while a small file holds at most its
-//! own size again; if that does not fit (or passes the largest file), just up to its end, so
+//! up to `AHEAD`, or a sixteenth of its length up to `MOST_AHEAD` if that is more, so that
+//! appends make one call per MiB (per 64 MiB past a GiB) while a small file holds at most its
+//! own size again and a large one a sixteenth more (each call waits for the file's O_DIRECT
+//! writes in flight: a call per MiB left a sequential writer's device idle a third of the
+//! time); if that does not fit (or passes the largest file), just up to its end, so
 //! it fails only when its own bytes do not fit, at the same write as with the kernel. What is
 //! reserved past the end stays allocated until a shrink frees it: freeing it at close would
 //! need a truncate, which could cut bytes another process appended meanwhile. A file system
@@ -17,8 +20,11 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-/// How far past a write's end a file's space is reserved at a time.
+/// How far past a write's end a file's space is reserved at a time, at least (if the file is
+/// that long).
 pub const AHEAD: u64 = 1 << 20;
+/// How far at most, for a file of 1 GiB and more.
+pub const MOST_AHEAD: u64 = 64 << 20;
 
 /// A reserved end meaning "the file system cannot reserve": never tried again (until a
 /// shrink lowers it).
@@ -38,7 +44,8 @@ pub fn reserve(
     if end <= reserved {
         return Ok(reserved);
     }
-    let ahead = end.saturating_add(end.min(AHEAD)).next_multiple_of(4096).min(max).max(end);
+    let past = end.min(AHEAD).max((end / 16).min(MOST_AHEAD));
+    let ahead = end.saturating_add(past).next_multiple_of(4096).min(max).max(end);
     let unsupported = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS));
     match set_aside(ahead) {
         Ok(()) => Ok(ahead),
@@ -125,6 +132,16 @@ mod tests {
             reserve(end, 8 << 20, u64::MAX, |to| set_aside(&f, end, to)).unwrap(),
             9 << 20,
             "AHEAD at most"
+        );
+        assert_eq!(
+            reserve(9 << 20, 32 << 20, u64::MAX, |to| set_aside(&f, 9 << 20, to)).unwrap(),
+            34 << 20,
+            "a sixteenth of a longer file"
+        );
+        assert_eq!(
+            reserve(34 << 20, 2 << 30, u64::MAX, |_| Ok(())).unwrap(),
+            (2 << 30) + (64 << 20),
+            "64 MiB at most"
         );
         assert_eq!(
             reserve(9 << 20, 10 << 20, 10 << 20, |to| set_aside(&f, 9 << 20, to)).unwrap(),

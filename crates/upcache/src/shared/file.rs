@@ -254,6 +254,25 @@ impl SharedFile {
         change()
     }
 
+    /// Notes bytes `from..to` of the file set aside on the file system by the program (a
+    /// `fallocate` through the shim: `set_aside`), so that writes below `to` reserve nothing
+    /// again (`reserve`: fio sets its files aside before writing them, and each reservation
+    /// waits for the file's O_DIRECT write-backs in flight, idling the device), or freed (a
+    /// hole punched), so that writes there reserve them again.
+    pub fn note_space(&self, from: u64, to: u64, set_aside: bool) {
+        let _locked = FileLock::take(self, false);
+        let e = self.entry();
+        // Relaxed: changed only under the file's lock, which we hold.
+        let reserved = e.reserved.load(Ordering::Relaxed);
+        let new = match set_aside {
+            _ if reserved == reserve::UNSUPPORTED => reserved,
+            true if from <= reserved => reserved.max(to),
+            true => reserved,
+            false => reserved.min(from),
+        };
+        e.reserved.store(new, Ordering::Relaxed);
+    }
+
     /// Whether lock holder `h` is stopped, or may wait for one: a range writer of the file is
     /// stopped, and a holder of the file's lock may be waiting for it (a reader does not wait
     /// behind that).
@@ -1329,6 +1348,34 @@ mod tests {
         assert_eq!(all, want);
         fa.sync_data().unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), want);
+    }
+
+    /// Space the program set aside (`note_space`) is not reserved again by the writes below its
+    /// end; a hole punched is, from its start; writes past both reserve as before.
+    #[test]
+    fn space_set_aside_by_the_program_is_not_reserved_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let (a, _b) = two_clients();
+        let f = a.open_path(&p, true).unwrap();
+        let reserved = || f.entry().reserved.load(Ordering::Relaxed);
+        f.write_at(&[1u8; PAGE], 0).unwrap();
+        let first = reserved();
+        if first == reserve::UNSUPPORTED {
+            return; // a file system without fallocate: nothing reserved either way
+        }
+        assert_eq!(first, 2 * PAGE as u64, "as far again as the file");
+        f.note_space(0, 64 * PAGE as u64, true);
+        assert_eq!(reserved(), 64 * PAGE as u64);
+        f.write_at(&[2u8; 8 * PAGE], PAGE as u64).unwrap();
+        assert_eq!(reserved(), 64 * PAGE as u64, "within what the program set aside");
+        f.note_space(100 * PAGE as u64, 200 * PAGE as u64, true);
+        assert_eq!(reserved(), 64 * PAGE as u64, "not next to what is reserved: not counted");
+        f.note_space(16 * PAGE as u64, 20 * PAGE as u64, false);
+        assert_eq!(reserved(), 16 * PAGE as u64, "a hole punched");
+        f.write_at(&[3u8; PAGE], 16 * PAGE as u64).unwrap();
+        assert_eq!(reserved(), 34 * PAGE as u64, "reserved again, as far again");
     }
 
     /// A range slot's holder that dies is taken over: its pages are written again by others,
