@@ -196,7 +196,8 @@ extern "C" {
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
 
 // The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-// every technique on (CLOCK, not GClock), 1 MiB of readahead.
+// every technique on (CLOCK, not GClock; write-back by pwritev, not io_uring), 1 MiB of
+// readahead.
 struct upcache_shared_settings upcache_shared_settings_default(void);
 
 // As `upcache_attach`, starting the service with `settings` if none answers (NULL: the

@@ -224,7 +224,8 @@ impl From<&SharedConfig> for upcache_shared_settings {
 }
 
 /// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
+/// every technique on (CLOCK, not GClock; write-back by pwritev, not io_uring), 1 MiB of
+/// readahead.
 #[no_mangle]
 pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())

@@ -62,8 +62,8 @@ pub(super) struct Plan {
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
 /// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there), `--huge-pages`, `--direct-loads` (these two its
-/// alone) and `--io` (its write-back) (`shared_config`).
+/// `--streams` (stream-aware eviction there), `--huge-pages` and `--direct-loads`, its alone
+/// (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -78,6 +78,7 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--layout", a.layout.is_some_and(|l| l != Default::default())),
         ("--api", a.api != engine::Api::Copy),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
+        ("--io", a.io.is_some_and(|x| x != Default::default())),
         ("--set-ways", a.set_ways.is_some_and(|w| w as usize != DEFAULT_WAYS)),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),
@@ -106,7 +107,6 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         streams: a.streams.unwrap_or(d.streams),
         huge_pages: a.huge_pages.unwrap_or(d.huge_pages),
         direct_loads: a.direct_loads.unwrap_or(d.direct_loads),
-        io: a.io.unwrap_or(d.io),
         ..d
     }
 }
@@ -131,8 +131,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams, \
-             --huge-pages, --direct-loads and --io"
+             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams \
+             --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

@@ -99,11 +99,12 @@ pub struct SharedConfig {
     /// dirty pages of the range first, so the bytes are the same. Off, and where the file
     /// system refuses `O_DIRECT`, loads go through the open's descriptor.
     pub direct_loads: bool,
-    /// How write-back reaches the files: [`IoKind::Uring`] (the default) puts up to four
-    /// runs in the kernel's hands at once through io_uring (ScalaCache's
-    /// batched I/O, SAFS's asynchronous I/O: a device takes more of its speed at a depth of
-    /// 4 than 1), where the kernel offers io_uring; [`IoKind::Psync`], one `pwritev` after
-    /// another.
+    /// How write-back reaches the files: [`IoKind::Psync`] (the default), one `pwritev` after
+    /// another; [`IoKind::Uring`], up to four runs of 16 pages or more in the kernel's hands at
+    /// once through io_uring (ScalaCache's batched I/O, SAFS's asynchronous I/O: a device
+    /// takes long writes faster at a depth of 4 than 1), where the kernel offers io_uring.
+    /// Not the default: the runs of a batch stay locked until all are written, and random
+    /// writers through the shim, waiting for them, lost a fifth (bench/RESULTS.md).
     pub io: IoKind,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
@@ -166,7 +167,7 @@ impl Default for SharedConfig {
             flushers: 2,
             direct_write_back: true,
             direct_loads: true,
-            io: IoKind::Uring,
+            io: IoKind::Psync,
             index: IndexKind::Radix,
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,

@@ -41,6 +41,11 @@ impl Lent {
     }
 }
 
+/// Pages of a run that go to io_uring with others (`write_back_sorted`, `write_pieces`): a
+/// device takes long writes faster at a depth above 1; a short run (random writes' runs of a
+/// page or two) is written at once, so that its frames are not held while others are written.
+const RING_PAGES: usize = 16;
+
 /// A write of a write-back: pages of run `run` from byte `at` of the file, whole pages through
 /// the `O_DIRECT` descriptor if `direct`.
 struct Piece<'a> {
@@ -163,7 +168,8 @@ impl Inner {
     }
 
     /// Writes every piece, through `direct` or `fd` as it says: at once through io_uring if
-    /// there are several and `SharedConfig::io` says so, else one `pwritev` after another.
+    /// `SharedConfig::io` says so and at least two are of [`RING_PAGES`] or more, else one
+    /// `pwritev` after another.
     fn write_pieces(
         &self,
         pieces: &[Piece<'_>],
@@ -174,7 +180,7 @@ impl Inner {
             (true, Some(d)) => d.as_raw_fd(),
             _ => fd.as_raw_fd(),
         };
-        if pieces.len() > 1 {
+        if pieces.iter().filter(|p| p.bufs.len() >= RING_PAGES).nth(1).is_some() {
             if let Some(ring) = self.ring() {
                 let writes: Vec<_> = pieces.iter().map(|p| (fd_of(p), p.at, &p.bufs[..])).collect();
                 // Relaxed: a counter.
@@ -272,7 +278,8 @@ impl Inner {
     }
 
     /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread, up to
-    /// `WRITE_BACK_DEPTH` runs at once through io_uring (`SharedConfig::io`). While it holds
+    /// `WRITE_BACK_DEPTH` runs of [`RING_PAGES`] or more at once through io_uring
+    /// (`SharedConfig::io`; shorter ones one at a time). While it holds
     /// runs not yet written it waits for no frame: one that someone else holds has the runs
     /// written first.
     fn write_back_sorted(
@@ -289,6 +296,7 @@ impl Inner {
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
         let depth = if self.ring().is_some() { WRITE_BACK_DEPTH } else { 1 };
         let mut batch: Vec<Vec<u32>> = Vec::with_capacity(depth);
+        let mut single: Vec<Vec<u32>> = Vec::with_capacity(1);
         let mut batched = 0;
         let mut i = 0;
         let header = self.view.header();
@@ -327,6 +335,13 @@ impl Inner {
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
             own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
+            if run.len() < RING_PAGES {
+                // Too short for the ring: written at once, its frames held no longer (random
+                // writers wait for them: 0.78x with such runs held for a batch).
+                single.push(run);
+                first = first.and(self.write_back_batch(&mut single, fd, direct));
+                continue;
+            }
             batched += run.len() as u64;
             batch.push(run);
             if batch.len() == depth {
@@ -399,7 +414,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let config = SharedConfig { memory: 16 << 20, flushers: 2, ..small() };
+        let config = SharedConfig { memory: 16 << 20, flushers: 2, io: crate::IoKind::Uring, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let pages = 2 * super::SPLIT_PAGES + 3;
