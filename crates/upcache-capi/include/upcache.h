@@ -133,8 +133,8 @@ typedef struct upcache_shared_settings {
   // Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
   // (false: through the reader's descriptor, a copy through the kernel's cache).
   bool direct_loads;
-  // Write-back through io_uring, several runs in the kernel's hands at once (false: one
-  // pwritev after another).
+  // A sync's write-back through io_uring, its runs in the kernel's hands at once (false:
+  // one pwritev after another).
   bool uring_write_back;
 } upcache_shared_settings;
 
@@ -196,8 +196,7 @@ extern "C" {
 int32_t upcache_attach(const char *socket, uint64_t memory, struct upcache_cache **out);
 
 // The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-// every technique on (CLOCK, not GClock; write-back by pwritev, not io_uring), 1 MiB of
-// readahead.
+// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 struct upcache_shared_settings upcache_shared_settings_default(void);
 
 // As `upcache_attach`, starting the service with `settings` if none answers (NULL: the

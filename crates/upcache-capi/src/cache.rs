@@ -191,8 +191,8 @@ pub struct upcache_shared_settings {
     /// Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
     /// (false: through the reader's descriptor, a copy through the kernel's cache).
     pub direct_loads: bool,
-    /// Write-back through io_uring, several runs in the kernel's hands at once (false: one
-    /// pwritev after another).
+    /// A sync's write-back through io_uring, its runs in the kernel's hands at once (false:
+    /// one pwritev after another).
     pub uring_write_back: bool,
 }
 
@@ -224,8 +224,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
 }
 
 /// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-/// every technique on (CLOCK, not GClock; write-back by pwritev, not io_uring), 1 MiB of
-/// readahead.
+/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
 #[no_mangle]
 pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())

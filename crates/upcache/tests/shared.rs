@@ -483,34 +483,31 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
         (requests, ahead.loads, (end.write_back_requests, end.write_back_batches), end.written_back, tree)
     };
     let on = SharedConfig { readahead: 16 << 12, ..small() };
-    assert_eq!(run(on.clone()), (1, 80, (2, 0), 64, true), "all on, write-back by pwritev");
+    // The sync's two runs at once through io_uring.
+    assert_eq!(run(on.clone()), (1, 80, (2, 1), 64, true), "all on");
     assert_eq!(
         run(SharedConfig { bundling: false, ..on.clone() }),
-        (64, 80, (2, 0), 64, true),
+        (64, 80, (2, 1), 64, true),
         "bundling off"
     );
-    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, (2, 0), 64, true), "readahead off");
+    assert_eq!(run(SharedConfig { readahead: 0, ..on.clone() }), (1, 1, (2, 1), 64, true), "readahead off");
+    // 64 runs of a page, 32 at a time.
     assert_eq!(
         run(SharedConfig { run_merging: false, ..on.clone() }),
-        (1, 80, (64, 0), 64, true),
+        (1, 80, (64, 2), 64, true),
         "run merging off"
     );
     let hash = SharedConfig { index: upcache::IndexKind::Sharded, ..on.clone() };
-    assert_eq!(run(hash), (1, 80, (2, 0), 64, false), "the hash index");
+    assert_eq!(run(hash), (1, 80, (2, 1), 64, false), "the hash index");
     // Loads past the kernel's cache change nothing a program sees.
     assert_eq!(
         run(SharedConfig { direct_loads: false, ..on.clone() }),
-        (1, 80, (2, 0), 64, true),
+        (1, 80, (2, 1), 64, true),
         "direct loads off"
     );
-    // The two runs at once through io_uring; runs of a page too short for it.
-    let uring = SharedConfig { io: upcache::IoKind::Uring, ..on.clone() };
-    assert_eq!(run(uring.clone()), (1, 80, (2, 1), 64, true), "io_uring write-back");
-    assert_eq!(
-        run(SharedConfig { run_merging: false, ..uring }),
-        (1, 80, (64, 0), 64, true),
-        "io_uring write-back, run merging off"
-    );
+    // One pwritev after another.
+    let psync = SharedConfig { io: upcache::IoKind::Psync, ..on.clone() };
+    assert_eq!(run(psync), (1, 80, (2, 0), 64, true), "psync write-back");
     let set_assoc = SharedConfig { index: upcache::IndexKind::SetAssoc, ..small() };
     assert_eq!(SharedCache::create(&set_assoc).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
     let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };

@@ -99,12 +99,13 @@ pub struct SharedConfig {
     /// dirty pages of the range first, so the bytes are the same. Off, and where the file
     /// system refuses `O_DIRECT`, loads go through the open's descriptor.
     pub direct_loads: bool,
-    /// How write-back reaches the files: [`IoKind::Psync`] (the default), one `pwritev` after
-    /// another; [`IoKind::Uring`], up to four runs of 16 pages or more in the kernel's hands at
-    /// once through io_uring (ScalaCache's batched I/O, SAFS's asynchronous I/O: a device
-    /// takes long writes faster at a depth of 4 than 1), where the kernel offers io_uring.
-    /// Not the default: the runs of a batch stay locked until all are written, and random
-    /// writers through the shim, waiting for them, lost a fifth (bench/RESULTS.md).
+    /// How a sync's write-back reaches the file: [`IoKind::Uring`] (the default), up to 32 runs
+    /// in the kernel's hands at once through io_uring where the kernel offers it (ScalaCache's
+    /// batched I/O: a commit's scattered pages in one device round trip, as the kernel's
+    /// `fdatasync` writes them); [`IoKind::Psync`], one `pwritev` after another. Other
+    /// write-backs go one run at a time either way: batches of the service's long runs,
+    /// locked until all were written, cost random writers through the shim a fifth
+    /// (bench/RESULTS.md).
     pub io: IoKind,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
@@ -143,10 +144,10 @@ pub struct SharedConfig {
 /// The most flushers a shared cache's service runs.
 pub const MAX_SHARED_FLUSHERS: u32 = 8;
 
-/// Write-back runs (of up to 1 MiB) a writer-back has in the kernel's hands at once through
-/// io_uring (`SharedConfig::io`): fio's O_DIRECT 1 MiB writes here, 1,790 MiB/s at a depth of 1
-/// and 2,441 at 4.
-pub(crate) const WRITE_BACK_DEPTH: usize = 4;
+/// Runs of a sync's write-back in the kernel's hands at once through io_uring
+/// (`SharedConfig::io`): a database's commit writes scattered pages, each O_DIRECT write a
+/// device round trip when they go one after another.
+pub(crate) const SYNC_DEPTH: usize = 32;
 
 /// The largest readahead of the shared cache: one load run (1 MiB).
 pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * PAGE) as u64;
@@ -167,7 +168,7 @@ impl Default for SharedConfig {
             flushers: 2,
             direct_write_back: true,
             direct_loads: true,
-            io: IoKind::Psync,
+            io: IoKind::Uring,
             index: IndexKind::Radix,
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,

@@ -245,7 +245,13 @@ impl Inner {
             r.unwrap_or_else(|| crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs))
                 .map_err(|e| Error::io("read pages of a shared file", e))
         };
-        let got = if self.techniques & technique::BUNDLING != 0 {
+        // A run past the end (a new file's first pages, partly written) reads as zeros without
+        // a read. Acquire: pairs with the length's Release stores (read again after the fence
+        // below, as for a run read).
+        let past_end = at >= self.view.files()[slot as usize].len.load(Ordering::Acquire);
+        let got = if past_end {
+            0
+        } else if self.techniques & technique::BUNDLING != 0 {
             let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
             read(at, &mut bufs)?
         } else {
@@ -279,6 +285,33 @@ mod tests {
     use super::super::tests::{resident, small};
     use super::super::{named, SharedCache, SharedConfig};
     use std::os::fd::AsRawFd;
+
+    /// Partial writes of pages past a file's end (a new journal's header, its records) read
+    /// nothing from the file: those pages are zeros; one within the length is loaded.
+    #[test]
+    fn pages_past_the_end_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 100]).unwrap();
+        let cache = SharedCache::create(&small()).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let before = cache.status().load_requests;
+        f.write_at(&[1u8; 28], 3 * 4096 + 512).unwrap();
+        f.write_at(&[2u8; 100], 5 * 4096 + 4000).unwrap();
+        assert_eq!(cache.status().load_requests, before, "pages 3, 5 and 6 lie past the end");
+        f.write_at(&[3u8; 10], 10).unwrap();
+        assert_eq!(cache.status().load_requests, before + 1, "page 0 holds the file's bytes");
+        let mut want = vec![0u8; 6 * 4096 + 4000 + 100 - 4096];
+        want[..100].fill(7);
+        want[10..20].fill(3);
+        want[3 * 4096 + 512..][..28].fill(1);
+        want[5 * 4096 + 4000..][..100].fill(2);
+        let mut got = vec![0u8; want.len()];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), want.len());
+        assert!(got == want);
+        f.sync_data().unwrap();
+        assert!(std::fs::read(&p).unwrap() == want);
+    }
 
     /// Direct loads (`SharedConfig::direct_loads`): a miss reads past the kernel's page cache,
     /// which is left without the file's pages, and still sees bytes the kernel holds dirty

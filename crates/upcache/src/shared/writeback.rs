@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
 use super::held::HeldFd;
-use super::layout::{technique, WRITE_BACK_DEPTH};
+use super::layout::{technique, SYNC_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::io::engine::UringEngine;
@@ -40,11 +40,6 @@ impl Lent {
         Lent { fd, direct }
     }
 }
-
-/// Pages of a run that go to io_uring with others (`write_back_sorted`, `write_pieces`): a
-/// device takes long writes faster at a depth above 1; a short run (random writes' runs of a
-/// page or two) is written at once, so that its frames are not held while others are written.
-const RING_PAGES: usize = 16;
 
 /// A write of a write-back: pages of run `run` from byte `at` of the file, whole pages through
 /// the `O_DIRECT` descriptor if `direct`.
@@ -129,7 +124,7 @@ impl Inner {
         let gc = self.gc_device(slot).filter(|_| timed > 0);
         let t0 = super::gc::now_ns();
         let gc_slot = gc.and_then(|g| g.begin_at(timed, t0));
-        let mut results = self.write_pieces(&pieces, fd, direct);
+        let mut results = self.write_pieces(&pieces, fd, direct, runs.len() > 1);
         if let Some(g) = gc {
             let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || r.is_ok());
             let now = super::gc::now_ns();
@@ -168,19 +163,20 @@ impl Inner {
     }
 
     /// Writes every piece, through `direct` or `fd` as it says: at once through io_uring if
-    /// `SharedConfig::io` says so and at least two are of [`RING_PAGES`] or more, else one
-    /// `pwritev` after another.
+    /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
+    /// another.
     fn write_pieces(
         &self,
         pieces: &[Piece<'_>],
         fd: &std::fs::File,
         direct: Option<&std::fs::File>,
+        runs: bool,
     ) -> Vec<std::io::Result<()>> {
         let fd_of = |p: &Piece<'_>| match (p.direct, direct) {
             (true, Some(d)) => d.as_raw_fd(),
             _ => fd.as_raw_fd(),
         };
-        if pieces.iter().filter(|p| p.bufs.len() >= RING_PAGES).nth(1).is_some() {
+        if runs && pieces.len() > 1 {
             if let Some(ring) = self.ring() {
                 let writes: Vec<_> = pieces.iter().map(|p| (fd_of(p), p.at, &p.bufs[..])).collect();
                 // Relaxed: a counter.
@@ -277,11 +273,10 @@ impl Inner {
         })
     }
 
-    /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread, up to
-    /// `WRITE_BACK_DEPTH` runs of [`RING_PAGES`] or more at once through io_uring
-    /// (`SharedConfig::io`; shorter ones one at a time). While it holds
-    /// runs not yet written it waits for no frame: one that someone else holds has the runs
-    /// written first.
+    /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread. A sync's
+    /// (`wait`, no `stop_at`) runs go up to `SYNC_DEPTH` at a time through io_uring
+    /// (`SharedConfig::io`), other write-backs' one at a time. While it holds runs not yet
+    /// written it waits for no frame: one that someone else holds has the runs written first.
     fn write_back_sorted(
         &self,
         pages: &[(u32, u64)],
@@ -294,9 +289,9 @@ impl Inner {
         let mut first = Ok(());
         let mut own = None;
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
-        let depth = if self.ring().is_some() { WRITE_BACK_DEPTH } else { 1 };
+        let sync = wait && stop_at.is_none();
+        let depth = if sync && self.ring().is_some() { SYNC_DEPTH } else { 1 };
         let mut batch: Vec<Vec<u32>> = Vec::with_capacity(depth);
-        let mut single: Vec<Vec<u32>> = Vec::with_capacity(1);
         let mut batched = 0;
         let mut i = 0;
         let header = self.view.header();
@@ -335,13 +330,6 @@ impl Inner {
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
             own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
-            if run.len() < RING_PAGES {
-                // Too short for the ring: written at once, its frames held no longer (random
-                // writers wait for them: 0.78x with such runs held for a batch).
-                single.push(run);
-                first = first.and(self.write_back_batch(&mut single, fd, direct));
-                continue;
-            }
             batched += run.len() as u64;
             batch.push(run);
             if batch.len() == depth {
@@ -405,16 +393,15 @@ mod tests {
     use super::super::{SharedCache, SharedConfig};
     use std::sync::atomic::Ordering;
 
-    /// A write-back of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`,
-    /// two flushers), each part's runs four at a time through io_uring: every page reaches the
-    /// file. Through a descriptor that cannot write, every run fails, every page stays dirty,
+    /// A sync of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`, two
+    /// flushers), each part's runs at once through io_uring: every page reaches the file. Through a descriptor that cannot write, every run fails, every page stays dirty,
     /// and the next sync reports the error once, then writes them all.
     #[test]
     fn a_long_write_back_goes_in_parts_and_keeps_its_pages_dirty_on_errors() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
-        let config = SharedConfig { memory: 16 << 20, flushers: 2, io: crate::IoKind::Uring, ..small() };
+        let config = SharedConfig { memory: 16 << 20, flushers: 2, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let pages = 2 * super::SPLIT_PAGES + 3;
@@ -427,8 +414,8 @@ mod tests {
         let listed = inner.file_candidates(f.slot());
         assert!(inner.write_back_listed(&listed, &read_only, None, true, None).is_err());
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64, "every page still dirty");
-        // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages,
-        // four at once through io_uring, then the fifth alone.
+        // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages, a
+        // part's five at once through io_uring.
         let status = cache.status();
         assert_eq!(status.write_back_requests - before, 5 + 5);
         assert_eq!(status.write_back_batches, 2);
