@@ -1378,6 +1378,47 @@ mod tests {
         assert_eq!(reserved(), 34 * PAGE as u64, "reserved again, as far again");
     }
 
+    /// A process reaped after it died between page-tree operations leaves no tree to sweep;
+    /// one that died in one (its count of them above 0) has every tree marked for a sweep at
+    /// its next generation (a pass over every index node each).
+    #[test]
+    fn only_a_death_in_a_tree_operation_marks_the_trees_for_a_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        for in_op in [false, true] {
+            let (a, _b) = two_clients();
+            let f = a.open_path(&p, true).unwrap();
+            f.write_at(&[1u8; 3 * PAGE], 0).unwrap();
+            let leaky = || f.entry().leaky.load(Ordering::Relaxed) != 0;
+            assert!(!leaky());
+            // SAFETY: the child only touches atomics in the shared segment (which it maps, as
+            // we do) and then exits; it allocates nothing and takes no lock of this process.
+            let child = unsafe { libc::fork() };
+            assert!(child >= 0);
+            if child == 0 {
+                let view = &a.inner.view;
+                let code = match view.clients().join() {
+                    Ok(id) => {
+                        if in_op {
+                            view.counters_of(id).tree_ops.fetch_add(1, Ordering::SeqCst);
+                        }
+                        0
+                    }
+                    Err(_) => 1,
+                };
+                // SAFETY: ends the forked child without running the parent's destructors.
+                unsafe { libc::_exit(code) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child; `status` is writable.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status:#x}");
+            assert_eq!(a.repair_dead(), 1, "the child reaped");
+            assert_eq!(leaky(), in_op, "died in a tree operation: {in_op}");
+        }
+    }
+
     /// A range slot's holder that dies is taken over: its pages are written again by others,
     /// and the slot is free for the next writer.
     #[test]

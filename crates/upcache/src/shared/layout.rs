@@ -377,6 +377,9 @@ pub(crate) struct ClientCounters {
     pub hits: AtomicU64,
     /// This slot's share of the header's `misses`, for the process's own report.
     pub misses: AtomicU64,
+    /// The process's page-tree operations under way (`Inner::tree_op`): a process that died
+    /// with none left no node taken and not linked, so its reaping sweeps no tree.
+    pub tree_ops: AtomicU64,
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.

@@ -206,7 +206,7 @@ impl Inner {
     fn place_once(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Placed {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
-        self.index().place(k, f, self.me, &|h| self.alive(h), give_up)
+        self.tree_op(|| self.index().place(k, f, self.me, &|h| self.alive(h), give_up))
     }
 
     /// Reads pages `first..` of `slot`'s file into frames `run` (locked, in the index) with

@@ -155,7 +155,7 @@ impl Inner {
     /// Takes frame `f` (locked by us) out of the index; false, left in, once a wait for its
     /// partition's lock is over and `give_up` says so of the holder.
     fn unindex_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
-        self.index().unplace(f, self.me, &|h| self.alive(h), give_up)
+        self.tree_op(|| self.index().unplace(f, self.me, &|h| self.alive(h), give_up))
     }
 
     /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
@@ -404,7 +404,7 @@ impl Inner {
                     self.count_hit();
                     return Ok(Some(f));
                 }
-                index.drop_stale(k, f);
+                self.tree_op(|| index.drop_stale(k, f));
                 m.unlock(self.me, false);
                 continue;
             }
@@ -438,6 +438,20 @@ impl Inner {
             }
             return Ok(Some(f));
         }
+    }
+
+    /// Runs `op`, a change of the page index, counted in our client slot as under way
+    /// (`ClientCounters::tree_ops`): the reaper of a process that died in one has every tree
+    /// swept for nodes it took and did not link (`repair_dead`), the reaper of one that died
+    /// between them none.
+    pub(crate) fn tree_op<T>(&self, op: impl FnOnce() -> T) -> T {
+        let ops = &self.view.counters_of(self.me).tree_ops;
+        // SeqCst: stored before any store of the operation, for whoever reaps us.
+        ops.fetch_add(1, Ordering::SeqCst);
+        let r = op();
+        // Release: after every store of the operation.
+        ops.fetch_sub(1, Ordering::Release);
+        r
     }
 
     /// The frame holding page `page` of file `slot`, locked for us, if the page is cached (an

@@ -69,8 +69,11 @@ impl Inner {
                 touched.push(slot);
             }
         }
-        // Nodes it may have taken and not linked: the trees' next generations sweep them.
+        // Nodes it may have taken and not linked: the trees' next generations sweep them. Its
+        // count of tree operations is ours now, from 0.
         self.view.forest().mark_trees_leaky();
+        // Relaxed: our own operations have not begun.
+        self.view.counters_of(self.me).tree_ops.store(0, Ordering::Relaxed);
         self.recount_counted(touched);
         table.unlock(self.me);
         self.repair_locks_of(&[dead]);
@@ -90,6 +93,7 @@ impl Inner {
         // recount below puts right; entries are filled before they are marked live.
         table.lock(self.me, |h| self.alive(h));
         let mut reaped = 0;
+        let mut in_tree_op = false;
         let mut touched = Vec::new();
         for &id in &dead {
             // Another repairer may have reaped it meanwhile, and a new process taken its slot:
@@ -103,14 +107,18 @@ impl Inner {
                     touched.push(slot);
                 }
             }
+            // Acquire: pairs with the dead's last Release decrement.
+            in_tree_op |= self.view.counters_of(id).tree_ops.swap(0, Ordering::Acquire) != 0;
             if clients.reap(id) {
                 log::info!("shared cache: client {id} is gone; what it held is released");
                 reaped += 1;
             }
         }
-        if reaped > 0 {
+        if in_tree_op {
             // Tree nodes the dead may have taken and not linked, counted too high, or
-            // unlinked and not given back: every tree's next generation sweeps them.
+            // unlinked and not given back: every tree's next generation sweeps them (a pass
+            // over every node each, so not after every process that exits: only one that died
+            // in a tree operation, `Inner::tree_op`).
             self.view.forest().mark_trees_leaky();
         }
         self.recount_counted(touched);
