@@ -1305,6 +1305,33 @@ mod tests {
         two_clients_of(SharedConfig::default())
     }
 
+    /// A forked child that joins `cache`'s clients as a process of its own, runs `act` with
+    /// its id and exits (0, or 1 if it could not join) without running our destructors; its
+    /// pid. `act` may only touch atomics in the segment: it must allocate nothing and take no
+    /// lock of this process, whose other threads the fork left behind.
+    fn forked_client(
+        cache: &SharedCache,
+        act: impl FnOnce(&crate::shared::layout::View, u32),
+    ) -> libc::pid_t {
+        // SAFETY: the child only joins the client table (atomics in the shared segment, which
+        // it maps as we do), runs `act` under the same rule, and exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let view = &cache.inner.view;
+            let code = match view.clients().join() {
+                Ok(id) => {
+                    act(view, id);
+                    0
+                }
+                Err(_) => 1,
+            };
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        child
+    }
+
     fn two_clients_of(config: SharedConfig) -> (SharedCache, SharedCache) {
         let config = SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..config };
         let a = SharedCache::create(&config).unwrap();
@@ -1392,24 +1419,11 @@ mod tests {
             f.write_at(&[1u8; 3 * PAGE], 0).unwrap();
             let leaky = || f.entry().leaky.load(Ordering::Relaxed) != 0;
             assert!(!leaky());
-            // SAFETY: the child only touches atomics in the shared segment (which it maps, as
-            // we do) and then exits; it allocates nothing and takes no lock of this process.
-            let child = unsafe { libc::fork() };
-            assert!(child >= 0);
-            if child == 0 {
-                let view = &a.inner.view;
-                let code = match view.clients().join() {
-                    Ok(id) => {
-                        if in_op {
-                            view.counters_of(id).tree_ops.fetch_add(1, Ordering::SeqCst);
-                        }
-                        0
-                    }
-                    Err(_) => 1,
-                };
-                // SAFETY: ends the forked child without running the parent's destructors.
-                unsafe { libc::_exit(code) };
-            }
+            let child = forked_client(&a, |view, id| {
+                if in_op {
+                    view.counters_of(id).tree_ops.fetch_add(1, Ordering::SeqCst);
+                }
+            });
             let mut status = 0;
             // SAFETY: waits for our own child; `status` is writable.
             assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
@@ -1477,24 +1491,11 @@ mod tests {
         });
         let f = a.open_path(&p, false).unwrap();
         let k = a.inner.key(f.slot, 5);
-        // SAFETY: the child only touches atomics in the shared segment (which it maps, as we
-        // do) and then stops or exits; it allocates nothing and takes no lock of this process.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            let view = &a.inner.view;
-            let code = match view.clients().join() {
-                Ok(id) => {
-                    std::mem::forget(view.map().lock(k, id, &|_| true));
-                    // SAFETY: raise has no memory arguments.
-                    unsafe { libc::raise(libc::SIGSTOP) };
-                    0
-                }
-                Err(_) => 1,
-            };
-            // SAFETY: ends the forked child without running the parent's destructors.
-            unsafe { libc::_exit(code) };
-        }
+        let child = forked_client(&a, |view, id| {
+            std::mem::forget(view.map().lock(k, id, &|_| true));
+            // SAFETY: raise has no memory arguments.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        });
         let mut status = 0;
         // SAFETY: waits for our own child; `status` is writable.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, libc::WUNTRACED) }, child);
