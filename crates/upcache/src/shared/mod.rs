@@ -142,8 +142,8 @@ pub(crate) struct Inner {
     unanswered_until: AtomicU64,
     /// This process's readahead loader (`ahead.rs`).
     ahead: Arc<ahead::Ahead>,
-    /// The rings this process writes back through with `SharedConfig::io` uring, made at its
-    /// first write-back of several runs; None where the kernel refuses io_uring.
+    /// The rings this process's syncs write back through with `SharedConfig::io` uring, made
+    /// at its first sync's write-back; None where the kernel refuses io_uring.
     uring: std::sync::OnceLock<Option<crate::io::engine::UringEngine>>,
 }
 

@@ -297,21 +297,10 @@ impl UringEngine {
         };
         raw.into_iter()
             .zip(writes)
-            .map(|(r, &(fd, offset, bufs))| {
-                let want = bufs.iter().map(|b| b.len()).sum();
-                let res = match r {
-                    Some(Ok(res)) => res,
-                    Some(Err(e)) => return Err(e),
-                    None => 0,
-                };
-                settle(res, want, |done| {
-                    let mut rest = bufs.to_vec();
-                    let mut rest = &mut rest[..];
-                    IoSlice::advance_slices(&mut rest, done);
-                    pwritev_all(fd, offset + done as u64, rest)?;
-                    Ok(want)
-                })
-                .map(|_| ())
+            .map(|(r, &(fd, offset, bufs))| match r {
+                Some(Ok(res)) => finish_write(fd, offset, bufs, res).map(|_| ()),
+                Some(Err(e)) => Err(e),
+                None => finish_write(fd, offset, bufs, 0).map(|_| ()),
             })
             .collect()
     }
@@ -444,17 +433,21 @@ fn finish(req: &mut IoReq<'_, '_>, res: i32) -> io::Result<usize> {
                 preadv_on(file.as_raw_fd(), *offset, rest, done)
             })
         }
-        IoReq::Write { file, offset, bufs } => {
-            let want = bufs.iter().map(|b| b.len()).sum();
-            settle(res, want, |done| {
-                let mut rest = bufs.to_vec();
-                let mut rest = &mut rest[..];
-                IoSlice::advance_slices(&mut rest, done);
-                pwritev_all(file.as_raw_fd(), *offset + done as u64, rest)?;
-                Ok(want)
-            })
-        }
+        IoReq::Write { file, offset, bufs } => finish_write(file.as_raw_fd(), *offset, bufs, res),
     }
+}
+
+/// The outcome of a write of `bufs` at `offset` of `fd` whose completion gave `res`, the rest
+/// written with pwritev if it was short.
+fn finish_write(fd: RawFd, offset: u64, bufs: &[IoSlice<'_>], res: i32) -> io::Result<usize> {
+    let want = bufs.iter().map(|b| b.len()).sum();
+    settle(res, want, |done| {
+        let mut rest = bufs.to_vec();
+        let mut rest = &mut rest[..];
+        IoSlice::advance_slices(&mut rest, done);
+        pwritev_all(fd, offset + done as u64, rest)?;
+        Ok(want)
+    })
 }
 
 /// Appends `iov` to `out`, merging each buffer that starts where the previous one ends:
