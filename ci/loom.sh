@@ -5,7 +5,8 @@
 # lock-free reads (file/write_seq.rs), of the cross-process lock words: the one wait loop
 # (shm/lock_word.rs) through OwnerLock (exclusion and wake-ups, take-over from a dead holder,
 # giving up on a stopped one: shm/owner_lock.rs) and the shared frame's version as a seqlock
-# (shared/frame.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
+# (shared/frame.rs), the shared pin ledgers' handshake with a frame's changers
+# (shared/pin_ledger.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
 # creation, a leaf's death against an insert into it, expansion against the old root's
 # emptying, a stale remove against a clear and the reuse of its nodes). Exhaustive up to the
 # preemption bound; seconds on 2 cores once built.

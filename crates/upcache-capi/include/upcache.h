@@ -136,6 +136,9 @@ typedef struct upcache_shared_settings {
   // A sync's write-back through io_uring, its runs in the kernel's hands at once (false:
   // one pwritev after another).
   bool uring_write_back;
+  // ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
+  // (pins are the Rust API's; false: every pin looks the page up).
+  bool hot_index;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -194,6 +194,9 @@ pub struct upcache_shared_settings {
     /// A sync's write-back through io_uring, its runs in the kernel's hands at once (false:
     /// one pwritev after another).
     pub uring_write_back: bool,
+    /// ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
+    /// (pins are the Rust API's; false: every pin looks the page up).
+    pub hot_index: bool,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -219,6 +222,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             huge_pages: c.huge_pages,
             direct_loads: c.direct_loads,
             uring_write_back: c.io == upcache::IoKind::Uring,
+            hot_index: c.hot_index,
         }
     }
 }
@@ -270,6 +274,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             huge_pages: s.huge_pages,
             direct_loads: s.direct_loads,
             io: if s.uring_write_back { upcache::IoKind::Uring } else { upcache::IoKind::Psync },
+            hot_index: s.hot_index,
             ..SharedConfig::default()
         };
         config.check()?;

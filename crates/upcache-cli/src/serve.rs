@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// while it collapses them (as UPCACHE_HUGE_PAGES)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     huge_pages: bool,
+    /// ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
+    /// (pins are the Rust API's, SharedFile::pin) (as UPCACHE_HOT_INDEX)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    hot_index: bool,
     /// A writer past the foreground ratio: dflush, writes its file back itself (ScaleCache);
     /// background, pauses until the service's write-back brings the cache under it (the
     /// kernel's way) (as UPCACHE_FLUSH)
@@ -146,6 +150,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             flush: args.flush,
             streams: args.streams,
             huge_pages: args.huge_pages,
+            hot_index: args.hot_index,
             io: args.io,
             ..SharedConfig::default()
         },

@@ -556,13 +556,14 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out =
-        upcache(&["bench", "--engine", "shared", "--alloc", "global", "--hot-index", "off", "--dry-run"]);
+    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--api", "async", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--hot-index, --alloc"), "{err}");
-    let out = upcache(&["bench", "--compare", "upcache,shared", "--hot-index", "off", "--dry-run"]);
+    assert!(!out.status.success() && err.contains("--alloc, --api async"), "{err}");
+    let out = upcache(&["bench", "--compare", "upcache,shared", "--alloc", "global", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("note: --hot-index set the upcache engine only"), "{err}");
+    assert!(out.status.success() && err.contains("note: --alloc set the upcache engine only"), "{err}");
+    let out = upcache(&["bench", "--engine", "shared", "--api", "pin", "--hot-index", "off", "--dry-run"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for policy in ["s3fifo", "lru+plain"] {
         let out = upcache(&["bench", "--compare", "upcache,shared", "--policy", policy, "--dry-run"]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -31,7 +31,7 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
-    /// cache's only), UPCACHE_IO (uring|psync):
+    /// cache's only), UPCACHE_IO (uring|psync), UPCACHE_HOT_INDEX (on|off):
     /// the settings of a cache the shim makes, as `upcache
     /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
     /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
@@ -57,6 +57,7 @@ pub(crate) struct CacheSettings {
     pub flush: Option<upcache::FlushKind>,
     pub streams: Option<bool>,
     pub huge_pages: Option<bool>,
+    pub hot_index: Option<bool>,
     pub io: Option<upcache::IoKind>,
 }
 
@@ -92,6 +93,7 @@ impl CacheSettings {
             flush: var("UPCACHE_FLUSH", choice)?,
             streams: var("UPCACHE_STREAMS", upcache::parse_on_off)?,
             huge_pages: var("UPCACHE_HUGE_PAGES", upcache::parse_on_off)?,
+            hot_index: var("UPCACHE_HOT_INDEX", upcache::parse_on_off)?,
             io: var("UPCACHE_IO", choice)?,
         })
     }
@@ -115,6 +117,7 @@ impl CacheSettings {
             flush: self.flush.unwrap_or(config.flush),
             streams: self.streams.unwrap_or(config.streams),
             huge_pages: self.huge_pages.unwrap_or(config.huge_pages),
+            hot_index: self.hot_index.unwrap_or(config.hot_index),
             io: self.io.unwrap_or(config.io),
             ..config
         }
@@ -141,6 +144,7 @@ impl CacheSettings {
             ("UPCACHE_DIRECT_LOADS", self.direct_loads, config.direct_loads),
             ("UPCACHE_STREAMS", self.streams, config.streams),
             ("UPCACHE_HUGE_PAGES", self.huge_pages, config.huge_pages),
+            ("UPCACHE_HOT_INDEX", self.hot_index, config.hot_index),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
                 asked.push(format!("{name} for {}", upcache::on_off(b)));
@@ -211,6 +215,9 @@ impl CacheSettings {
         }
         if let Some(io) = self.io {
             config = config.with_io(io);
+        }
+        if let Some(on) = self.hot_index {
+            config = config.with_hot_index(on);
         }
         config
     }

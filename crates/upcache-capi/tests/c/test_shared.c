@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     CHECK(set.memory == 256 << 20 && set.dirty_background == 0.25 && set.flush_interval_ms == 1000);
     CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
     CHECK(!set.gclock && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
-          set.huge_pages && set.direct_loads);
+          set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index);
     set.memory = 4 << 20;
     set.dirty_background = 0.6;
     set.dirty_foreground = 0.5;
@@ -53,13 +53,16 @@ int main(int argc, char **argv) {
     set.streams = false;
     set.huge_pages = false;
     set.direct_loads = false;
+    set.uring_write_back = false;
+    set.hot_index = false;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_OK);
     struct upcache_shared_settings got;
     CHECK(upcache_shared_settings_of(cache, &got) == UPCACHE_OK);
     CHECK(got.memory == 4 << 20 && got.dirty_background == 0.1 && got.dirty_foreground == 0.2 &&
           got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250 && !got.range_lock &&
           got.run_merging && !got.bundling && got.readahead == 64 << 10 && got.gclock && got.clean_first &&
-          got.gc_aware && !got.dflush && !got.streams && !got.huge_pages && !got.direct_loads);
+          got.gc_aware && !got.dflush && !got.streams && !got.huge_pages && !got.direct_loads &&
+          !got.uring_write_back && !got.hot_index);
     struct upcache_file *f;
     CHECK(upcache_file_open_path(cache, path, true, &f) == UPCACHE_OK);
     CHECK(upcache_pwrite(f, "from the parent", 15, 5000) == 15);

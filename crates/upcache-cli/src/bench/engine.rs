@@ -668,6 +668,8 @@ pub struct SharedEngine {
     plain: PlainFiles,
     files: Vec<upcache::shared::SharedFile>,
     cache: Option<upcache::shared::SharedCache>,
+    /// Reads pin pages instead of copying (`--api pin`).
+    pin: bool,
 }
 
 impl Engine for SharedEngine {
@@ -683,11 +685,24 @@ impl Engine for SharedEngine {
             .map(|p| cache.open_path(p, true))
             .collect::<upcache::Result<Vec<_>>>()
             .context("open through the shared cache")?;
-        Ok(SharedEngine { plain, files, cache: Some(cache) })
+        Ok(SharedEngine { plain, files, cache: Some(cache), pin: s.upcache.api == Api::Pin })
     }
 
     #[inline]
     fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.pin {
+            // As the in-process engine's `--api pin`: one byte of each page, in place.
+            let page = upcache::shared::PAGE_SIZE as u64;
+            let (end, mut pos, mut i) = (offset + buf.len() as u64, offset, 0);
+            while pos < end {
+                let pinned = self.files[file].pin(pos)?;
+                buf[i] = pinned[(pos - pinned.offset()) as usize];
+                let next = pinned.offset() + page;
+                i += (next.min(end) - pos) as usize;
+                pos = next;
+            }
+            return Ok(());
+        }
         let n = self.files[file].read_at(buf, offset)?;
         if n < buf.len() {
             bail!("short read: {n} of {} bytes", buf.len());

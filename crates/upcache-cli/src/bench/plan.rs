@@ -62,8 +62,8 @@ pub(super) struct Plan {
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
 /// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there), `--huge-pages` and `--direct-loads`, its alone
-/// (`shared_config`).
+/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin`, `--huge-pages` and
+/// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
@@ -73,10 +73,9 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--stripe-unit", a.stripe_unit.is_some_and(|s| s != 128 << 10)),
-        ("--hot-index", a.hot_index == Some(false)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--layout", a.layout.is_some_and(|l| l != Default::default())),
-        ("--api", a.api != engine::Api::Copy),
+        ("--api async", a.api == engine::Api::Async),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--io", a.io.is_some_and(|x| x != Default::default())),
         ("--set-ways", a.set_ways.is_some_and(|w| w as usize != DEFAULT_WAYS)),
@@ -107,6 +106,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         streams: a.streams.unwrap_or(d.streams),
         huge_pages: a.huge_pages.unwrap_or(d.huge_pages),
         direct_loads: a.direct_loads.unwrap_or(d.direct_loads),
+        hot_index: a.hot_index.unwrap_or(d.hot_index),
         ..d
     }
 }
@@ -131,8 +131,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams \
-             --huge-pages and --direct-loads"
+             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams, \
+             --hot-index, --api pin, --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

@@ -71,12 +71,12 @@ enum Touch {
 /// errors) writes its dirty pages back if it is the file's last open in any process.
 pub struct SharedFile {
     pub(super) inner: Arc<Inner>,
-    slot: u32,
+    pub(super) slot: u32,
     pub(super) fd: Arc<HeldFd>,
     writable: bool,
     closed: bool,
     /// The path it was opened at, for messages.
-    name: String,
+    pub(super) name: String,
     /// Its file system's largest file (at most the 2^48 bytes a key can address).
     max_len: u64,
     /// The write-back errors this open has reported (`FileEntry::unseen_error`).
@@ -708,6 +708,7 @@ impl SharedFile {
                 Err(err) if done == 0 => return Err(err),
                 Err(_) => break,
             };
+            self.inner.wait_unpinned(f);
             self.inner.mark_dirty(f);
             let src = &buf[c.at..][..c.len];
             let m = &view.frames()[f as usize];
@@ -850,6 +851,7 @@ impl SharedFile {
             let view = &self.inner.view;
             if let Some(f) = self.inner.lock_cached(self.slot, new / PAGE as u64) {
                 let from = (new % PAGE as u64) as usize;
+                self.inner.wait_unpinned(f);
                 // SAFETY: we hold the frame's lock; `from < PAGE`.
                 unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
                 view.frames()[f as usize].unlock(self.inner.me, true);
@@ -1297,7 +1299,7 @@ impl Drop for SharedFile {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::shared::{SharedCache, SharedConfig};
 
@@ -1309,7 +1311,7 @@ mod tests {
     /// its id and exits (0, or 1 if it could not join) without running our destructors; its
     /// pid. `act` may only touch atomics in the segment: it must allocate nothing and take no
     /// lock of this process, whose other threads the fork left behind.
-    fn forked_client(
+    pub(in crate::shared) fn forked_client(
         cache: &SharedCache,
         act: impl FnOnce(&crate::shared::layout::View, u32),
     ) -> libc::pid_t {
@@ -1332,7 +1334,7 @@ mod tests {
         child
     }
 
-    fn two_clients_of(config: SharedConfig) -> (SharedCache, SharedCache) {
+    pub(in crate::shared) fn two_clients_of(config: SharedConfig) -> (SharedCache, SharedCache) {
         let config = SharedConfig { memory: 1 << 20, files: 8, clients: 8, ..config };
         let a = SharedCache::create(&config).unwrap();
         let b = SharedCache::attach(a.segment_fd().try_clone_to_owned().unwrap()).unwrap();

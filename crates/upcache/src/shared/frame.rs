@@ -9,7 +9,8 @@
 //! copies without a lock or a pin (vmcache's optimistic read): load the word (unlocked), check
 //! the key and `VALID`, copy, Acquire fence, load the word again; the copy stands if the word
 //! is unchanged. A frame has no pin count: the copy API needs none, and a count cannot say
-//! which process holds it when one is killed, while a lock word names its holder.
+//! which process holds it when one is killed, while a lock word names its holder; pins are
+//! in each process's ledger (`pin_ledger.rs`), and `PINNED` says a ledger may name the frame.
 //!
 //! # Invariants
 //! - The key, the bytes and `VALID` change only under the lock, and every such change is
@@ -49,9 +50,12 @@ pub(crate) const HITS: u32 = 3 * HIT;
 /// Read once by a sequential stream (`SharedConfig::streams`): not a reference for the clock
 /// hand; a second read of the page is.
 pub(crate) const STREAMED: u32 = 32;
+/// Some process's pin ledger may name the frame (`pin_ledger.rs`): a change of the frame
+/// looks at the ledgers first.
+pub(crate) const PINNED: u32 = 64;
 /// The flags' bits; those above hold when the bytes were last written, in units of
 /// 2^`STAMP_TICKS` time-stamp counter ticks (`copy::now`), wrapping.
-const FLAG_BITS: u32 = VALID | DIRTY | REFERENCED | HITS | STREAMED;
+const FLAG_BITS: u32 = VALID | DIRTY | REFERENCED | HITS | STREAMED | PINNED;
 /// Where the stamp starts in the flags.
 const STAMP_SHIFT: u32 = FLAG_BITS.count_ones();
 const STAMP_TICKS: u32 = 20;
@@ -316,7 +320,7 @@ impl LockWord for FrameMeta {
 #[cfg(test)]
 impl FrameMeta {
     /// A free frame's metadata (in a segment, zeroed memory), for the tests and loom models.
-    fn free() -> Self {
+    pub(crate) fn free() -> Self {
         FrameMeta {
             word: AtomicU64::new(0),
             key: AtomicU64::new(0),

@@ -10,6 +10,7 @@ use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{Index, PageMap, PARTITIONS};
 use super::mapped::Mapped;
+use super::pin_ledger::{Ledger, PIN_SLOTS};
 use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
 use crate::config::FlushKind;
 use crate::error::{Error, ErrorKind, Result};
@@ -19,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0e");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0f");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -37,6 +38,7 @@ mod kind {
     pub const INNERS: u32 = 13;
     pub const INNER_META: u32 = 14;
     pub const CHUNKS: u32 = 15;
+    pub const PINS: u32 = 16;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -139,6 +141,10 @@ pub struct SharedConfig {
     /// then seldom miss the TLB (1.14x warm reads through the shim here, the first 2 s, while
     /// the service collapsed 512 MiB, at a third of the speed).
     pub huge_pages: bool,
+    /// ScalaCache's per-thread hot index (§5.3): each thread remembers the frames of the pages
+    /// it pinned last ([`SharedFile::pin`](super::SharedFile::pin)), so a repeat pin skips the
+    /// page index. Off, every pin looks the page up.
+    pub hot_index: bool,
 }
 
 /// The most flushers a shared cache's service runs.
@@ -175,6 +181,7 @@ impl Default for SharedConfig {
             flush: FlushKind::Direct,
             streams: true,
             huge_pages: true,
+            hot_index: true,
         }
     }
 }
@@ -315,6 +322,8 @@ pub(crate) mod technique {
     pub const DIRECT_LOADS: u64 = 2048;
     /// `SharedConfig::io` uring.
     pub const URING: u64 = 4096;
+    /// `SharedConfig::hot_index`.
+    pub const HOT_INDEX: u64 = 8192;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -380,6 +389,8 @@ pub(crate) struct ClientCounters {
     /// The process's page-tree operations under way (`Inner::tree_op`): a process that died
     /// with none left no node taken and not linked, so its reaping sweeps no tree.
     pub tree_ops: AtomicU64,
+    /// Pins the process's threads' hot indexes served (`pin.rs`).
+    pub hot_hits: AtomicU64,
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.
@@ -401,6 +412,9 @@ pub(crate) struct View {
     pub pages: NonNull<u8>,
     /// A state per whole 2 MiB chunk of `pages`, a hint (`chunk.rs`).
     chunks: NonNull<Chunk>,
+    /// The clients' pin counts (`pin_counts` words, packed for a changer's pass over them),
+    /// then their ledgers, `PIN_SLOTS` words each (`pin_ledger.rs`).
+    pins: NonNull<AtomicU32>,
     pub n_frames: usize,
     pub n_files: usize,
     n_clients: usize,
@@ -432,7 +446,7 @@ impl View {
         (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 15] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 16] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -451,6 +465,7 @@ impl View {
             RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::CHUNKS, len: (frames / CHUNK_FRAMES).max(1) * size_of::<Chunk>() },
+            RegionSpec { kind: kind::PINS, len: (Self::pin_counts(clients) + clients * PIN_SLOTS) * 4 },
         ]
     }
 
@@ -494,6 +509,7 @@ impl View {
             (config.huge_pages, technique::HUGE_PAGES),
             (config.direct_loads, technique::DIRECT_LOADS),
             (config.io == IoKind::Uring, technique::URING),
+            (config.hot_index, technique::HOT_INDEX),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
@@ -546,7 +562,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 15];
+        let mut regions = [(NonNull::dangling(), 0usize); 16];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -570,6 +586,7 @@ impl View {
             inners: regions[12].0.cast(),
             inner_meta: regions[13].0.cast(),
             chunks: regions[14].0.cast(),
+            pins: regions[15].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -663,6 +680,25 @@ impl View {
     pub fn counters(&self) -> &[ClientCounters] {
         // SAFETY: `n_clients` of them (checked at attach), atomics only; regions are 2 MiB-aligned.
         unsafe { std::slice::from_raw_parts(self.counters.as_ptr(), self.n_clients) }
+    }
+
+    /// Words before the ledgers: a count per client, in whole cache lines.
+    fn pin_counts(clients: usize) -> usize {
+        clients.next_multiple_of(16)
+    }
+
+    /// Client table slot `c`'s (0-based) pin ledger.
+    pub fn ledger(&self, c: usize) -> Ledger<'_> {
+        let c = c.min(self.n_clients - 1);
+        let counts = Self::pin_counts(self.n_clients);
+        // SAFETY: `pin_counts + n_clients * PIN_SLOTS` words (checked at attach), atomics only;
+        // `c` is in range.
+        unsafe {
+            Ledger {
+                count: &*self.pins.as_ptr().add(c),
+                slots: std::slice::from_raw_parts(self.pins.as_ptr().add(counts + c * PIN_SLOTS), PIN_SLOTS),
+            }
+        }
     }
 
     /// Client `id`'s counters.

@@ -44,6 +44,8 @@ mod mapped;
 mod named;
 mod outside;
 mod pages;
+mod pin;
+mod pin_ledger;
 mod quiet;
 mod repair;
 pub mod serve;
@@ -64,6 +66,7 @@ pub use crate::shm::futex::on_sleep as on_sleep_for_another_process;
 pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
+pub use pin::SharedPageRef;
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
@@ -738,6 +741,9 @@ pub struct SharedStatus {
     /// Page lookups that found the page cached, by every process since the cache was made
     /// (each thread adds its hits 32 at a time, so up to 31 a thread are not in yet).
     pub hits: u64,
+    /// Pins served by the pinning thread's hot index (`SharedConfig::hot_index`), without a
+    /// page index lookup; among `hits`.
+    pub hot_hits: u64,
     /// Page lookups that found no frame and claimed one (loads and whole-page writes).
     pub misses: u64,
     /// Frames that held a page when the clock hand claimed them for another.
@@ -773,6 +779,7 @@ impl SharedStatus {
         let bytes = |pages: u64| pages * frame::PAGE as u64;
         crate::metrics::Stats {
             hits: self.hits,
+            hot_hits: self.hot_hits,
             misses: self.misses,
             evictions: self.evictions,
             read_ios: self.load_requests,
@@ -941,6 +948,7 @@ impl Inner {
             clean_first: self.dirty_rule(),
             streams: self.streams(),
             huge_pages: self.techniques & layout::technique::HUGE_PAGES != 0,
+            hot_index: self.hot_index(),
             flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {
@@ -985,6 +993,11 @@ impl Inner {
     /// Whether pages a sequential stream reads once are no reference (`SharedConfig::streams`).
     pub(crate) fn streams(&self) -> bool {
         self.techniques & layout::technique::STREAMS != 0
+    }
+
+    /// Whether pins look at the thread's hot index first (`SharedConfig::hot_index`).
+    pub(crate) fn hot_index(&self) -> bool {
+        self.techniques & layout::technique::HOT_INDEX != 0
     }
 
     /// Whether a writer past the foreground ratio writes back itself (`SharedConfig::flush`).

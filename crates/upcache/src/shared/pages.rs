@@ -135,9 +135,10 @@ impl Inner {
         self.view.frames()[f as usize].unlock(self.me, true);
     }
 
-    /// As `free_frame`, but keeps the lock.
+    /// As `free_frame`, but keeps the lock. Waits for the frame's pins first.
     pub(crate) fn empty_frame(&self, f: u32) {
         let m = &self.view.frames()[f as usize];
+        self.wait_unpinned(f);
         m.bump();
         self.unindex_unless(f, &|_| false);
         let k = m.key();
@@ -234,7 +235,7 @@ impl Inner {
                 if !m.try_lock(self.me) {
                     continue;
                 }
-                if m.flags() & (DIRTY | REFERENCED | HITS) != 0 {
+                if m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f) {
                     m.unlock(self.me, false);
                     continue;
                 }

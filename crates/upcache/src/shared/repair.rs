@@ -74,6 +74,8 @@ impl Inner {
         self.view.forest().mark_trees_leaky();
         // Relaxed: our own operations have not begun.
         self.view.counters_of(self.me).tree_ops.store(0, Ordering::Relaxed);
+        // Its pins go too (we have none yet).
+        self.own_ledger().clear();
         self.recount_counted(touched);
         table.unlock(self.me);
         self.repair_locks_of(&[dead]);
@@ -106,6 +108,10 @@ impl Inner {
                 if held.swap(0, Ordering::Relaxed) != 0 {
                     touched.push(slot);
                 }
+            }
+            // Its pins go: a changer waiting for one is woken.
+            if let Some(c) = clients.index(id) {
+                self.view.ledger(c).clear();
             }
             // Acquire: pairs with the dead's last Release decrement.
             in_tree_op |= self.view.counters_of(id).tree_ops.swap(0, Ordering::Acquire) != 0;
@@ -255,6 +261,7 @@ impl Inner {
             written_back: h.written_back.load(Ordering::Relaxed),
             repairs: h.repairs.load(Ordering::Relaxed),
             hits: self.view.counters().iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
+            hot_hits: self.view.counters().iter().map(|c| c.hot_hits.load(Ordering::Relaxed)).sum(),
             misses: h.misses.load(Ordering::Relaxed),
             evictions: h.evictions.load(Ordering::Relaxed),
             load_requests: h.load_requests.load(Ordering::Relaxed),

@@ -718,6 +718,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("files", count(s.files)),
         ("hits", count(s.hits)),
         ("misses", count(s.misses)),
+        ("hot_hits", count(s.hot_hits)),
         ("hit_ratio", same(format!("{:.1}%", 100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64))),
         ("evictions", count(s.evictions)),
         ("loads", count(s.loads)),
@@ -747,6 +748,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("flush", name(c.flush.name())),
         ("streams", switch(c.streams)),
         ("huge_pages", switch(c.huge_pages)),
+        ("hot_index", switch(c.hot_index)),
         ("huge_chunks", pair(chunks.0.to_string(), chunks.1.to_string())),
         ("chunks", count(chunks.2)),
         ("readahead", count(c.readahead)),
@@ -762,10 +764,11 @@ pub fn status(socket: &Path) -> Result<String> {
 
 /// The status report of the service at `socket` as one JSON object (`service_pid`,
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
-/// `evictions`, `loads`, `written_back`, `repairs`, `load_requests`, `write_back_requests`,
-/// `write_back_batches`, `index`, `index_nodes`, `index_full`, `flushers`, `flusher_files`, `writer_write_backs`,
-/// `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`,
-/// `bundling`, `direct_write_back`, `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`,
+/// `hot_hits`, `hit_ratio`, `evictions`, `loads`, `written_back`, `repairs`, `load_requests`,
+/// `write_back_requests`, `write_back_batches`, `index`, `index_nodes`, `index_full`, `flushers`,
+/// `flusher_files`, `writer_write_backs`, `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`,
+/// `flush_interval_ms`, `range_lock`, `run_merging`, `bundling`, `direct_write_back`,
+/// `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`, `hot_index`,
 /// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),
 /// `chunks` (their number), `readahead`, `clients`).
 pub fn status_json(socket: &Path) -> Result<String> {

@@ -166,6 +166,13 @@ impl<'a> Clients<'a> {
         self.state(id) == Some(Seen::Dead)
     }
 
+    /// The id of table slot `i`'s (0-based) current tenure, whether anyone holds it or not.
+    pub fn id_at(&self, i: usize) -> u32 {
+        // Acquire: as in `dead`.
+        let tenure = self.slots[i][1].load(Ordering::Acquire) & TENURE_MASK;
+        (i as u32 + 1) | (tenure as u32) << SLOT_BITS
+    }
+
     /// The ids of taken slots whose process is certainly dead, for repair and then
     /// [`Self::reap`].
     pub fn dead(&self) -> Vec<u32> {

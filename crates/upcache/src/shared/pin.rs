@@ -1,0 +1,487 @@
+//! Zero-copy access to the shared cache's pages (ScalaCache's pin/unpin, seed 004 §5.1), and
+//! the per-thread hot index of pinned pages (§5.3), for every process.
+//!
+//! [`SharedPageRef`] holds a page's frame pinned through this process's ledger in the segment
+//! (`pin_ledger.rs`): whatever would change its bytes, in any process (a write, a shrink's
+//! zeroing, an eviction, a truncation, a bypass, an outside change), waits until it drops, or
+//! passes the frame over (the clock hand); readers copy beside it as ever. A hit takes no
+//! lock: the handshake of `pin_ledger.rs` against the frame's word, as an optimistic read
+//! validates. A process killed while it holds pins holds nothing: its reaper clears its ledger.
+//!
+//! As with the private engine's `PageRef`, a thread that holds a guard must not write,
+//! truncate, or read through a writer's range of the same page: it would wait for itself.
+
+use std::cell::Cell;
+use std::ops::Deref;
+use std::sync::atomic::Ordering;
+
+use super::frame::{PAGE, VALID};
+use super::pin_ledger::{self, Ledger, WAITER};
+use super::{Inner, SharedFile};
+use crate::error::{Error, ErrorKind, Result};
+
+/// A page of a shared file, pinned and readable in place. See the module's docs.
+pub struct SharedPageRef<'a> {
+    file: &'a SharedFile,
+    frame: u32,
+    slot: usize,
+    len: usize,
+    offset: u64,
+}
+
+impl std::fmt::Debug for SharedPageRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPageRef").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl SharedPageRef<'_> {
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Deref for SharedPageRef<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the pin keeps the frame on this page with its bytes unchanged: every change
+        // of them, in any process, waits for our ledger entry to go (`pin_ledger.rs`); `len`
+        // is at most a page.
+        unsafe { std::slice::from_raw_parts(self.file.inner.view.page(self.frame), self.len) }
+    }
+}
+
+impl Drop for SharedPageRef<'_> {
+    fn drop(&mut self) {
+        // A forked child's copy of a guard is its parent's pin, not the child's to drop.
+        if !self.file.inner.forked() {
+            self.file.inner.own_ledger().free(self.slot);
+        }
+    }
+}
+
+/// Entries of a thread's hot index, direct-mapped (as the private engine's `cache/hot.rs`).
+const HOT_SLOTS: usize = 256;
+const _: () = assert!(HOT_SLOTS.is_power_of_two());
+
+#[derive(Clone, Copy)]
+struct Hot {
+    /// The cache's pages' address: an attachment's.
+    cache: usize,
+    key: u64,
+    frame: u32,
+}
+
+thread_local! {
+    static HOT: [Cell<Hot>; HOT_SLOTS] = const { [const { Cell::new(Hot { cache: 0, key: 0, frame: 0 }) }; HOT_SLOTS] };
+}
+
+fn hot_slot(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HOT_SLOTS.trailing_zeros())) as usize
+}
+
+/// The frame this thread last pinned for `key` in the cache whose pages are at `cache`: a hint,
+/// checked as an index's answer is (the frame's `home`).
+fn hot_get(cache: usize, key: u64) -> Option<u32> {
+    HOT.try_with(|h| {
+        let e = h[hot_slot(key)].get();
+        (e.cache == cache && e.key == key).then_some(e.frame)
+    })
+    .ok()
+    .flatten()
+}
+
+fn hot_put(cache: usize, key: u64, frame: u32) {
+    let _ = HOT.try_with(|h| h[hot_slot(key)].set(Hot { cache, key, frame }));
+}
+
+impl Inner {
+    /// This process's pin ledger.
+    pub(crate) fn own_ledger(&self) -> Ledger<'_> {
+        self.view.ledger(self.view.clients().index(self.me).unwrap_or(0))
+    }
+
+    /// Waits until no live process pins frame `f`, which we hold locked and will change,
+    /// bumping its version at the unlock (`pin_ledger.rs`).
+    pub(crate) fn wait_unpinned(&self, f: u32) {
+        let m = &self.view.frames()[f as usize];
+        // A frame not `VALID` has no pin: a pin needs it, and it goes only with `empty_frame`,
+        // which waits here. (Under our lock: no fence needed for that.)
+        if m.flags() & VALID == 0 || !pin_ledger::may_be_pinned(m) {
+            return;
+        }
+        let clients = self.view.clients();
+        for c in 0..self.view.n_clients() {
+            let ledger = self.view.ledger(c);
+            if !ledger.in_use() {
+                continue;
+            }
+            for s in ledger.naming(f) {
+                pin_ledger::wait_for(s, f, || self.alive(clients.id_at(c)));
+            }
+        }
+        pin_ledger::clear_pinned(m);
+    }
+
+    /// Whether a live process pins frame `f`, which we hold locked: the clock hand passes it
+    /// over (and an entry of a dead process it meets is cleared).
+    pub(crate) fn pinned(&self, f: u32) -> bool {
+        let m = &self.view.frames()[f as usize];
+        if !pin_ledger::may_be_pinned(m) {
+            return false;
+        }
+        let clients = self.view.clients();
+        for c in 0..self.view.n_clients() {
+            let ledger = self.view.ledger(c);
+            if !ledger.in_use() {
+                continue;
+            }
+            for s in ledger.naming(f) {
+                if self.alive(clients.id_at(c)) {
+                    return true;
+                }
+                // Relaxed: the dead make no more reads.
+                let v = s.load(Ordering::Relaxed);
+                if v & !WAITER == f + 1 {
+                    pin_ledger::wait_for(s, f, || false);
+                }
+            }
+        }
+        false
+    }
+}
+
+impl SharedFile {
+    /// Pins the page holding byte `offset` and borrows its bytes in place (zero-copy; see
+    /// [`SharedPageRef`]): from the page's first byte to its last byte inside the file. Loads
+    /// the page on a miss. Fails with `InvalidInput` at or past the end of file, `Busy` if
+    /// this process holds 64 pages pinned already, and `Unsupported` for a file that no
+    /// process caches any more ([`Self::bypass`]).
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let path = tmp.path().join("f");
+    /// # let config = upcache::shared::SharedConfig { memory: 1 << 20, ..Default::default() };
+    /// # let cache = upcache::shared::SharedCache::create(&config)?;
+    /// let f = cache.open_path(&path_with(&path, b"hello")?, true)?;
+    /// let page = f.pin(2)?; // the page holding byte 2, in place
+    /// assert_eq!((page.offset(), &page[..]), (0, &b"hello"[..]));
+    /// drop(page); // before this thread writes the page: a writer waits for its pins
+    /// # fn path_with(p: &std::path::Path, b: &[u8]) -> std::io::Result<std::path::PathBuf> {
+    /// #     std::fs::write(p, b).map(|()| p.to_path_buf())
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pin(&self, offset: u64) -> Result<SharedPageRef<'_>> {
+        let inner = &*self.inner;
+        inner.check_service()?;
+        self.look_outside_if_due();
+        if self.bypassed() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("pin {}: the file is read and written without the cache now", self.name),
+            ));
+        }
+        let ledger = inner.own_ledger();
+        let Some(slot) = ledger.take() else {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "pin {}: this process holds {} pages of the shared cache pinned, the most it may",
+                    self.name,
+                    pin_ledger::PIN_SLOTS
+                ),
+            ));
+        };
+        match self.pin_in(ledger, slot, offset) {
+            Ok(page) => Ok(page),
+            Err(e) => {
+                ledger.free(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// `pin` with ledger slot `slot` taken.
+    fn pin_in(&self, ledger: Ledger<'_>, slot: usize, offset: u64) -> Result<SharedPageRef<'_>> {
+        let inner = &*self.inner;
+        let view = &inner.view;
+        let page = offset / PAGE as u64;
+        let k = inner.key(self.slot, page);
+        let cache = view.pages.as_ptr() as usize;
+        let hot = inner.hot_index();
+        loop {
+            // The length, read after the pin stands: a shrink lowers it before it drops or
+            // zeros the pages past it, which waits for the pin.
+            let in_file = |frame: u32| {
+                let len = self.cached_len();
+                if offset >= len {
+                    return Err(Error::new(
+                        ErrorKind::InvalidInput,
+                        format!("pin {} at {offset}: at or past its end, {len}", self.name),
+                    ));
+                }
+                let len = (len - page * PAGE as u64).min(PAGE as u64) as usize;
+                Ok(SharedPageRef { file: self, frame, slot, len, offset: page * PAGE as u64 })
+            };
+            if offset >= self.cached_len() {
+                return in_file(0); // the error
+            }
+            let hinted = hot.then(|| hot_get(cache, k)).flatten();
+            let (found, from_hot) = (hinted.or_else(|| inner.index().hint(k)), hinted.is_some());
+            if let Some(f) = found.filter(|&f| (f as usize) < view.n_frames) {
+                let m = &view.frames()[f as usize];
+                if let Some(w) = m.stable() {
+                    let flags = m.flags();
+                    if m.home() == k && flags & VALID != 0 {
+                        ledger.name(slot, f);
+                        if pin_ledger::confirm(m, w) {
+                            m.note_read(flags, inner.gclock(), false);
+                            inner.count_hit();
+                            if hot && from_hot {
+                                // Relaxed: a statistic.
+                                view.counters_of(inner.me).hot_hits.fetch_add(1, Ordering::Relaxed);
+                            } else if hot {
+                                hot_put(cache, k, f);
+                            }
+                            return in_file(f);
+                        }
+                        ledger.unname(slot);
+                    }
+                }
+            }
+            // Missing, in flight or changing: the page's frame locked (loaded if need be),
+            // waiting for whoever holds it, a stopped process too (its write may be half
+            // copied). A pin under the lock stands: the next holder's fence follows our unlock.
+            let Some(f) = inner.lock_page_loading(self.slot, page, 1, &self.fd, &|_| false)? else {
+                continue;
+            };
+            let m = &view.frames()[f as usize];
+            ledger.name(slot, f);
+            // Relaxed: published by the unlock's Release.
+            m.flags.fetch_or(super::frame::PINNED, Ordering::Relaxed);
+            m.unlock(inner.me, false);
+            if hot {
+                hot_put(cache, k, f);
+            }
+            return in_file(f);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::shared::file::tests::{forked_client, two_clients_of};
+    use crate::shared::{SharedCache, SharedConfig};
+
+    /// A file of `pages` pages at `dir/f`, page `p` all `p as u8`.
+    fn file_of(dir: &std::path::Path, pages: usize) -> std::path::PathBuf {
+        let p = dir.join("f");
+        let bytes: Vec<u8> = (0..pages).flat_map(|i| vec![i as u8; PAGE]).collect();
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    fn waiting_for(cache: &SharedCache) -> bool {
+        cache.inner.own_ledger().slots.iter().any(|s| s.load(Ordering::Relaxed) & WAITER != 0)
+    }
+
+    #[test]
+    fn a_pin_borrows_the_page_in_place_up_to_the_end_of_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, (0..5000u32).map(|i| i as u8).collect::<Vec<_>>()).unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, ..Default::default() }).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let tail = f.pin(4100).unwrap();
+        assert_eq!((tail.offset(), tail.len()), (4096, 904));
+        assert!(tail.iter().enumerate().all(|(i, &b)| b == (4096 + i as u32) as u8));
+        let head = f.pin(0).unwrap();
+        assert_eq!((head.offset(), head.len(), head[255]), (0, PAGE, 255));
+        let err = f.pin(5000).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        drop((tail, head));
+        assert_eq!(cache.inner.own_ledger().count.load(Ordering::Relaxed), 0, "every slot given back");
+        assert!(cache.inner.own_ledger().slots.iter().all(|s| s.load(Ordering::Relaxed) == 0));
+    }
+
+    /// Another process's write of the page, and its shrink of the file into it, wait until
+    /// the pin drops; the pinned bytes stay as they were meanwhile.
+    #[test]
+    fn a_write_and_a_shrink_in_another_process_wait_for_a_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 4);
+        let (a, b) = two_clients_of(SharedConfig::default());
+        let fa = a.open_path(&p, true).unwrap();
+        let fb = b.open_path(&p, true).unwrap();
+        for change in ["write", "shrink"] {
+            let pinned = fb.pin(PAGE as u64 + 7).unwrap();
+            let before = pinned.to_vec();
+            std::thread::scope(|s| {
+                let changer = s.spawn(|| match change {
+                    "write" => fa.write_all_at(&[9; 100], PAGE as u64 + 50).unwrap(),
+                    _ => fa.set_len(PAGE as u64 + 10).unwrap(),
+                });
+                // The changer announces that it sleeps for our pin: no timing involved.
+                while !waiting_for(&b) {
+                    assert!(!changer.is_finished(), "{change}: went past the pin");
+                    std::thread::yield_now();
+                }
+                assert!(pinned[..] == before[..], "{change}: the pinned page changed");
+                drop(pinned);
+                changer.join().unwrap();
+            });
+        }
+        let mut buf = vec![0; 20];
+        let n = fb.read_at(&mut buf, PAGE as u64).unwrap();
+        assert_eq!(&buf[..n], &[1; 10]);
+        assert_eq!(fb.len(), PAGE as u64 + 10);
+    }
+
+    /// The clock hand passes a pinned frame over, however many misses go round it.
+    #[test]
+    fn the_clock_hand_passes_pinned_frames_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 64);
+        let cache = SharedCache::create(&SharedConfig { memory: 64 << 10, ..Default::default() }).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let pinned = f.pin(3 * PAGE as u64).unwrap();
+        let mut buf = vec![0; PAGE];
+        for round in 0..4 {
+            for page in (0..64).filter(|&p| p != 3) {
+                f.read_at(&mut buf, page * PAGE as u64).unwrap();
+                assert!(buf.iter().all(|&x| x == page as u8), "round {round}, page {page}");
+            }
+        }
+        assert!(cache.status().evictions > 4 * 40, "the cache churned");
+        let m = &cache.inner.view.frames()[pinned.frame as usize];
+        assert_eq!(m.home(), cache.inner.key(f.slot, 3), "the pinned frame still holds its page");
+        assert!(pinned.iter().all(|&x| x == 3));
+    }
+
+    #[test]
+    fn a_process_holds_at_most_its_ledger_of_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), pin_ledger::PIN_SLOTS + 1);
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, ..Default::default() }).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let mut pins: Vec<_> =
+            (0..pin_ledger::PIN_SLOTS).map(|i| f.pin((i * PAGE) as u64).unwrap()).collect();
+        let last = (pin_ledger::PIN_SLOTS * PAGE) as u64;
+        let err = f.pin(last).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Busy, "{err}");
+        pins.pop();
+        assert_eq!(f.pin(last).unwrap()[0], pin_ledger::PIN_SLOTS as u8);
+    }
+
+    /// A process killed while it holds a pin holds nothing: a writer of the page clears the
+    /// dead's entry and goes on, and the reaper clears its whole ledger.
+    #[test]
+    fn a_dead_processs_pins_are_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 4);
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, ..Default::default() }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let frame_of = |page: u64| f.pin(page * PAGE as u64).unwrap().frame;
+        let (f0, f1) = (frame_of(0), frame_of(1));
+        // The child pins both frames as a pin under their lock would, and dies.
+        let child = forked_client(&cache, |view, id| {
+            let ledger = view.ledger(view.clients().index(id).unwrap());
+            for frame in [f0, f1] {
+                let slot = ledger.take().unwrap();
+                ledger.name(slot, frame);
+                view.frames()[frame as usize].flags.fetch_or(super::super::frame::PINNED, Ordering::Relaxed);
+            }
+        });
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert_eq!(status, 0, "the child joined and pinned");
+        let dead = cache.inner.view.clients().dead();
+        assert_eq!(dead.len(), 1);
+        let ledger = cache.inner.view.ledger(cache.inner.view.clients().index(dead[0]).unwrap());
+        assert_eq!(ledger.count.load(Ordering::Relaxed), 2);
+        f.write_all_at(&[7; 10], 0).unwrap();
+        assert_eq!(ledger.naming(f0).count(), 0, "the writer cleared the dead's entry");
+        assert_eq!(ledger.naming(f1).count(), 1, "and only that");
+        assert_eq!(cache.repair_dead(), 1);
+        assert_eq!(ledger.count.load(Ordering::Relaxed), 0);
+        assert_eq!(ledger.naming(f1).count(), 0, "the reaper cleared the rest");
+        f.set_len(PAGE as u64).unwrap();
+        assert_eq!(f.pin(0).unwrap()[..3], [7, 7, 7]);
+    }
+
+    /// With the hot index a thread's repeat pin skips the page index; without it, none does.
+    #[test]
+    fn the_hot_index_serves_a_threads_repeat_pins_and_is_a_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 8);
+        for hot_index in [true, false] {
+            let config = SharedConfig { memory: 1 << 20, hot_index, ..Default::default() };
+            let cache = SharedCache::create(&config).unwrap();
+            let f = cache.open_path(&p, false).unwrap();
+            for round in 0..3 {
+                for page in 0..8 {
+                    assert_eq!(f.pin(page * PAGE as u64).unwrap()[9], page as u8, "round {round}");
+                }
+            }
+            let hot = cache.status().hot_hits;
+            assert_eq!(hot, if hot_index { 16 } else { 0 }, "hot index {hot_index}");
+            assert_eq!(cache.config().hot_index, hot_index);
+        }
+    }
+
+    /// Pinners in one process and writers in another, on a cache smaller than the file: every
+    /// pinned page is one writer's whole page (a value and its checksum), and stays so while
+    /// it is held.
+    #[test]
+    fn pinned_pages_are_whole_and_still_beside_writers_and_eviction() {
+        const PAGES: u64 = 24;
+        let page_of = |v: u64| -> Vec<u8> {
+            let mut b = vec![v as u8; PAGE];
+            b[..8].copy_from_slice(&v.to_le_bytes());
+            let sum = b[..PAGE - 8].iter().fold(0u64, |s, &x| s.wrapping_mul(31).wrapping_add(x as u64));
+            b[PAGE - 8..].copy_from_slice(&sum.to_le_bytes());
+            b
+        };
+        let whole = |b: &[u8]| {
+            let sum = b[..PAGE - 8].iter().fold(0u64, |s, &x| s.wrapping_mul(31).wrapping_add(x as u64));
+            sum.to_le_bytes() == b[PAGE - 8..]
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, (0..PAGES).flat_map(page_of).collect::<Vec<_>>()).unwrap();
+        let a = SharedCache::create(&SharedConfig { memory: 64 << 10, ..Default::default() }).unwrap();
+        let b = SharedCache::attach(a.segment_fd().try_clone_to_owned().unwrap()).unwrap();
+        let fa = a.open_path(&p, true).unwrap();
+        let fb = b.open_path(&p, false).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let fa = &fa;
+                s.spawn(move || {
+                    for i in 0..1500u64 {
+                        let page = (i * 7 + t * 3) % PAGES;
+                        fa.write_all_at(&page_of(i * 2 + t), page * PAGE as u64).unwrap();
+                    }
+                });
+            }
+            for t in 0..2u64 {
+                let fb = &fb;
+                s.spawn(move || {
+                    for i in 0..3000u64 {
+                        let page = (i * 5 + t) % PAGES;
+                        let pinned = fb.pin(page * PAGE as u64).unwrap();
+                        let first = pinned.to_vec();
+                        assert!(whole(&first), "a torn page under a pin, page {page}");
+                        std::thread::yield_now();
+                        assert!(pinned[..] == first[..], "a pinned page changed, page {page}");
+                    }
+                });
+            }
+        });
+        assert!(a.status().evictions > 0, "{:?}", a.status());
+    }
+}

@@ -1,0 +1,308 @@
+//! Which frames each process holds pinned (ScalaCache's pin/unpin, seed 004 §5.1, for the
+//! shared cache), and the handshake between a pin and whatever changes a frame.
+//!
+//! A frame has no pin count (`frame.rs`): after a kill, a count cannot say whose pins it
+//! holds. So each client slot has a *ledger* in the segment: [`PIN_SLOTS`] words, each 0
+//! (free), [`PENDING`] (taken by a pin not placed yet) or the pinned frame + 1, with
+//! [`WAITER`] set while a changer sleeps for its release; and a count of the slots taken, a
+//! hint that is never below the truth. The ledgers are the truth about pins; a frame's
+//! `PINNED` flag only says that some ledger may name it, so a change of a frame nobody pinned
+//! costs one fence and one flag load. A dead process's ledger is cleared by its reaper
+//! (`repair.rs`), and a changer clears a dead owner's entry it meets.
+//!
+//! # The handshake (store buffering, a fence on each side)
+//! - A pin, with the frame's word `w` read unlocked (`FrameMeta::stable`) and the frame keyed
+//!   to the page and `VALID`: its ledger slot names the frame, the frame is flagged `PINNED`,
+//!   SeqCst fence ([`confirm`]), and the word is still `w`. If not, the slot goes back to
+//!   `PENDING` and the pin tries again. (A pin that holds the frame's lock needs no check:
+//!   its unlock publishes the slot to the next holder.)
+//! - A change of the bytes, the key or `VALID`, by the holder of the frame's lock: SeqCst
+//!   fence after the lock ([`may_be_pinned`]), then, if `PINNED`, every ledger whose count is
+//!   not 0 is looked at, and the changer waits ([`wait_for`]) for each entry naming the frame
+//!   (or, evicting, passes the frame over).
+//!
+//! Of the two fences one comes first: either the pin's re-read sees the lock (and backs off),
+//! or the changer's loads see the ledger entry and the flag. A pin that loses to an unlock
+//! that bumped the version backs off too, and one that raced a lock and unlock that changed
+//! nothing stands, rightly: nothing changed.
+//!
+//! # Invariants
+//! - `PINNED` is cleared only by a lock holder that found no entry naming the frame and will
+//!   bump the version at its unlock: a pin that began before the clear fails its re-read.
+//! - An entry is cleared with Release and waited out with Acquire, so the pinner's reads of
+//!   the page happen before the changer's writes.
+//! - A ledger's count is raised before its slot is taken and lowered after it is freed.
+
+use std::time::Duration;
+
+use super::frame::{FrameMeta, PINNED};
+use crate::shm::futex;
+use crate::sync::{fence, AtomicU32, Ordering};
+
+/// Pages one process may hold pinned at once.
+pub(crate) const PIN_SLOTS: usize = 64;
+/// Bit 31 of a ledger slot: a changer may sleep on it.
+pub(crate) const WAITER: u32 = 1 << 31;
+/// A slot taken by a pin that names no frame yet.
+pub(crate) const PENDING: u32 = WAITER - 1;
+/// How long a changer sleeps before it asks again whether the pinner is alive.
+const LIVENESS_POLL: Duration = crate::shm::lock_word::LIVENESS_POLL;
+
+/// One client's ledger.
+#[derive(Clone, Copy)]
+pub(crate) struct Ledger<'a> {
+    pub count: &'a AtomicU32,
+    pub slots: &'a [AtomicU32],
+}
+
+impl Ledger<'_> {
+    /// Takes a free slot (`PENDING`); None if all [`PIN_SLOTS`] are taken.
+    pub fn take(&self) -> Option<usize> {
+        // Relaxed: ordered before the slot's naming of a frame by the pin's fence (or unlock).
+        self.count.fetch_add(1, Ordering::Relaxed);
+        for (i, s) in self.slots.iter().enumerate() {
+            // Relaxed: the slot is only claimed here; what it names is ordered as above.
+            if s.load(Ordering::Relaxed) == 0
+                && s.compare_exchange(0, PENDING, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                return Some(i);
+            }
+        }
+        // Release: as in `free`.
+        self.count.fetch_sub(1, Ordering::Release);
+        None
+    }
+
+    /// Makes slot `i` name frame `f`.
+    pub fn name(&self, i: usize, f: u32) {
+        debug_assert!(f + 1 < PENDING);
+        // Relaxed: ordered by the pin's fence or unlock. No changer sleeps on a PENDING slot.
+        self.slots[i].store(f + 1, Ordering::Relaxed);
+    }
+
+    /// Sets slot `i` back to `PENDING` (a pin that failed its re-read), waking a changer.
+    pub fn unname(&self, i: usize) {
+        self.set(i, PENDING);
+    }
+
+    /// Frees slot `i`: the pin's reads of its page are over.
+    pub fn free(&self, i: usize) {
+        self.set(i, 0);
+        // Release: after the slot is free.
+        self.count.fetch_sub(1, Ordering::Release);
+    }
+
+    fn set(&self, i: usize, v: u32) {
+        // Release: the pinner's reads of the page come before a changer's writes, which
+        // follow its Acquire load of this slot.
+        if self.slots[i].swap(v, Ordering::Release) & WAITER != 0 {
+            wake(&self.slots[i]);
+        }
+    }
+
+    /// Clears every slot and the count: the ledger of a process that is dead.
+    pub fn clear(&self) {
+        for i in 0..self.slots.len() {
+            self.set(i, 0);
+        }
+        // Release: after the slots.
+        self.count.store(0, Ordering::Release);
+    }
+
+    /// Whether the ledger may name any frame.
+    pub fn in_use(&self) -> bool {
+        // Relaxed: after the changer's fence (`may_be_pinned`), which orders it.
+        self.count.load(Ordering::Relaxed) != 0
+    }
+
+    /// The slots naming frame `f`.
+    pub fn naming(&self, f: u32) -> impl Iterator<Item = &AtomicU32> + '_ {
+        // Relaxed: after the changer's fence; `wait_for` re-reads with Acquire.
+        self.slots.iter().filter(move |s| s.load(Ordering::Relaxed) & !WAITER == f + 1)
+    }
+}
+
+/// The pin's side of the handshake, once its slot names the frame whose word was `w`
+/// (unlocked): true if the pin stands.
+pub(crate) fn confirm(m: &FrameMeta, w: u64) -> bool {
+    // Relaxed: ordered before the changer's flag load by the fences.
+    m.flags.fetch_or(PINNED, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    // Relaxed: ordered by the fence.
+    m.word.load(Ordering::Relaxed) == w
+}
+
+/// The changer's side, with the frame's lock held: whether any ledger may name the frame.
+pub(crate) fn may_be_pinned(m: &FrameMeta) -> bool {
+    fence(Ordering::SeqCst);
+    // Relaxed: ordered by the fence.
+    m.flags.load(Ordering::Relaxed) & PINNED != 0
+}
+
+/// Clears `PINNED`, which only a lock holder that found no entry naming the frame and will
+/// bump its version may do.
+pub(crate) fn clear_pinned(m: &FrameMeta) {
+    // Relaxed: a pin racing this fails its re-read (the version changes at our unlock).
+    m.flags.fetch_and(!PINNED, Ordering::Relaxed);
+}
+
+/// Waits until slot `s` no longer names frame `f`; an entry whose owner `alive` says is dead
+/// is cleared. Returns at once if it does not name `f`.
+pub(crate) fn wait_for(s: &AtomicU32, f: u32, alive: impl Fn() -> bool) {
+    loop {
+        // Acquire: pairs with the pinner's Release when it frees the slot.
+        let v = s.load(Ordering::Acquire);
+        if v & !WAITER != f + 1 {
+            return;
+        }
+        if !alive() {
+            // Relaxed: the dead make no more reads; its reaper clears the count.
+            let _ = s.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed);
+            continue;
+        }
+        // Relaxed: the bit carries no data; the futex re-checks the word.
+        if v & WAITER == 0 && s.compare_exchange(v, v | WAITER, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            continue;
+        }
+        sleep(s, v | WAITER);
+    }
+}
+
+fn sleep(s: &AtomicU32, expected: u32) {
+    #[cfg(not(loom))]
+    futex::wait(s.as_ptr(), expected, LIVENESS_POLL);
+    #[cfg(loom)]
+    {
+        let _ = LIVENESS_POLL;
+        futex::model::wait(|| s.load(Ordering::Relaxed) == expected);
+    }
+}
+
+fn wake(s: &AtomicU32) {
+    #[cfg(not(loom))]
+    futex::wake(s.as_ptr(), i32::MAX);
+    #[cfg(loom)]
+    {
+        let _ = s;
+        futex::model::wake(i32::MAX);
+    }
+}
+
+/// loom models of the handshake (`ci/loom.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::shm::futex::model as futex;
+    use crate::sync::{Arc, AtomicU64};
+
+    struct World {
+        m: FrameMeta,
+        page: [AtomicU64; 2],
+        count: AtomicU32,
+        slots: [AtomicU32; 1],
+    }
+
+    impl World {
+        fn ledger(&self) -> Ledger<'_> {
+            Ledger { count: &self.count, slots: &self.slots }
+        }
+    }
+
+    /// A pin that stands reads its version's page, both words, twice apart, while a writer
+    /// changes the page under the frame's lock once it has waited out every pin (frame 0).
+    /// Without either fence, or with the changer reading the flag before its fence, the
+    /// pinned reader's second read can see the writer's words.
+    #[test]
+    fn a_standing_pin_keeps_its_page_from_a_writer() {
+        loom::model(|| {
+            futex::start(false);
+            let w = Arc::new(World {
+                m: FrameMeta::free(),
+                page: [AtomicU64::new(0), AtomicU64::new(0)],
+                count: AtomicU32::new(0),
+                slots: [AtomicU32::new(0)],
+            });
+            let pinner = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    let l = w.ledger();
+                    let i = l.take().unwrap();
+                    let v = w.m.stable()?;
+                    l.name(i, 0);
+                    if !confirm(&w.m, v) {
+                        l.free(i);
+                        return None;
+                    }
+                    // Relaxed: the pin keeps the page still (what the model checks).
+                    let read = || [w.page[0].load(Ordering::Relaxed), w.page[1].load(Ordering::Relaxed)];
+                    let first = read();
+                    loom::thread::yield_now();
+                    let second = read();
+                    l.free(i);
+                    Some((v >> 32, first, second))
+                })
+            };
+            w.m.lock(1, |_| true);
+            if may_be_pinned(&w.m) {
+                for s in w.ledger().naming(0) {
+                    wait_for(s, 0, || true);
+                }
+                clear_pinned(&w.m);
+            }
+            // Relaxed: under the lock, published by the unlock.
+            w.page[0].store(1, Ordering::Relaxed);
+            w.page[1].store(1, Ordering::Relaxed);
+            assert!(w.m.unlock(1, true));
+            if let Some((version, first, second)) = pinner.join().unwrap() {
+                assert_eq!(first, [version, version], "a pin's page is not its version's");
+                assert_eq!(second, first, "a pinned page changed under its pin");
+            }
+        });
+    }
+
+    /// A failed pin sets its slot back and wakes a changer that sleeps on it.
+    #[test]
+    fn a_changer_waits_for_a_pin_taken_under_the_lock_and_its_release() {
+        loom::model(|| {
+            futex::start(false);
+            let w = Arc::new(World {
+                m: FrameMeta::free(),
+                page: [AtomicU64::new(0), AtomicU64::new(0)],
+                count: AtomicU32::new(0),
+                slots: [AtomicU32::new(0)],
+            });
+            // The pinner takes the frame's lock, pins, unlocks, reads, and unpins.
+            let pinner = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    let l = w.ledger();
+                    let i = l.take().unwrap();
+                    w.m.lock(2, |_| true);
+                    l.name(i, 0);
+                    // Relaxed: a hint, published by the unlock.
+                    w.m.flags.fetch_or(PINNED, Ordering::Relaxed);
+                    let v = w.m.word.load(Ordering::Relaxed) >> 32;
+                    assert!(w.m.unlock(2, false));
+                    // Relaxed: as above.
+                    let read = [w.page[0].load(Ordering::Relaxed), w.page[1].load(Ordering::Relaxed)];
+                    l.free(i);
+                    (v, read)
+                })
+            };
+            w.m.lock(1, |_| true);
+            if may_be_pinned(&w.m) {
+                for s in w.ledger().naming(0) {
+                    wait_for(s, 0, || true);
+                }
+                clear_pinned(&w.m);
+            }
+            // Relaxed: under the lock.
+            w.page[0].store(1, Ordering::Relaxed);
+            w.page[1].store(1, Ordering::Relaxed);
+            assert!(w.m.unlock(1, true));
+            let (version, read) = pinner.join().unwrap();
+            assert_eq!(read, [version, version], "a pin taken under the lock saw a later change");
+        });
+    }
+}
