@@ -295,8 +295,9 @@ impl LockWord for FrameMeta {
 
     #[inline]
     fn cas_lock(&self, from: u64, to: u64) -> bool {
-        // Acquire: what the last holder did is seen by us.
-        let ok = self.word.compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed).is_ok();
+        // Acquire: what the last holder did is seen by us. SeqCst: the pin handshake's
+        // changer side (`pin_ledger::may_be_pinned`); the same instruction on x86.
+        let ok = self.word.compare_exchange(from, to, Ordering::SeqCst, Ordering::Relaxed).is_ok();
         if ok {
             // Release fence: an optimistic reader whose copy sees any byte we write next also
             // sees the lock in its re-read of the word (the seqlock writer's side; pairs with

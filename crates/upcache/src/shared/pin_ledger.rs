@@ -7,22 +7,27 @@
 //! [`WAITER`] set while a changer sleeps for its release; and a count of the slots taken, a
 //! hint that is never below the truth. The ledgers are the truth about pins; a frame's
 //! `PINNED` flag only says that some ledger may name it, so a change of a frame nobody pinned
-//! costs one fence and one flag load. A dead process's ledger is cleared by its reaper
+//! costs one flag load. A dead process's ledger is cleared by its reaper
 //! (`repair.rs`), and a changer clears a dead owner's entry it meets.
 //!
-//! # The handshake (store buffering, a fence on each side)
+//! # The handshake (store buffering, SeqCst on each side)
 //! - A pin, with the frame's word `w` read unlocked (`FrameMeta::stable`) and the frame keyed
 //!   to the page and `VALID`: its ledger slot names the frame, the frame is flagged `PINNED`,
-//!   SeqCst fence ([`confirm`]), and the word is still `w`. If not, the slot goes back to
-//!   `PENDING` and the pin tries again. (A pin that holds the frame's lock needs no check:
-//!   its unlock publishes the slot to the next holder.)
-//! - A change of the bytes, the key or `VALID`, by the holder of the frame's lock: SeqCst
-//!   fence after the lock ([`may_be_pinned`]), then, if `PINNED`, every ledger whose count is
-//!   not 0 is looked at, and the changer waits ([`wait_for`]) for each entry naming the frame
-//!   (or, evicting, passes the frame over).
+//!   and the word is still `w` ([`confirm`]). If not, the slot goes back to `PENDING` and the
+//!   pin tries again. (A pin that holds the frame's lock needs no check: its unlock
+//!   publishes the slot to the next holder.)
+//! - A change of the bytes, the key or `VALID`, by the holder of the frame's lock: the flag
+//!   after the lock ([`may_be_pinned`]), then, if `PINNED`, every ledger whose count is not 0
+//!   is looked at, and the changer waits ([`wait_for`]) for each entry naming the frame (or,
+//!   evicting, passes the frame over).
 //!
-//! Of the two fences one comes first: either the pin's re-read sees the lock (and backs off),
-//! or the changer's loads see the ledger entry and the flag. A pin that loses to an unlock
+//! Every access of the handshake is SeqCst, the lock's CAS too (`FrameMeta::cas_lock`), so
+//! they fall in one total order: either the pin's re-read of the word comes after the lock
+//! (and backs off), or the changer's loads come after the pin's stores and see them. On x86
+//! that costs nothing over Acquire and Relaxed (a locked instruction, plain loads), where a
+//! SeqCst fence is an `mfence` in every write of a cached page and every eviction. loom
+//! models SeqCst accesses as AcqRel only (loom#180), so under loom a SeqCst fence on each
+//! side stands in for them: the models check the fences' version of the handshake. A pin that loses to an unlock
 //! that bumped the version backs off too, and one that raced a lock and unlock that changed
 //! nothing stands, rightly: nothing changed.
 //!
@@ -37,7 +42,9 @@ use std::time::Duration;
 
 use super::frame::{FrameMeta, PINNED};
 use crate::shm::futex;
-use crate::sync::{fence, AtomicU32, Ordering};
+#[cfg(loom)]
+use crate::sync::fence;
+use crate::sync::{AtomicU32, Ordering};
 
 /// Pages one process may hold pinned at once.
 pub(crate) const PIN_SLOTS: usize = 64;
@@ -58,8 +65,8 @@ pub(crate) struct Ledger<'a> {
 impl Ledger<'_> {
     /// Takes a free slot (`PENDING`); None if all [`PIN_SLOTS`] are taken.
     pub fn take(&self) -> Option<usize> {
-        // Relaxed: ordered before the slot's naming of a frame by the pin's fence (or unlock).
-        self.count.fetch_add(1, Ordering::Relaxed);
+        // SeqCst: the handshake (before the slot names a frame).
+        self.count.fetch_add(1, Ordering::SeqCst);
         for (i, s) in self.slots.iter().enumerate() {
             // Relaxed: the slot is only claimed here; what it names is ordered as above.
             if s.load(Ordering::Relaxed) == 0
@@ -76,8 +83,8 @@ impl Ledger<'_> {
     /// Makes slot `i` name frame `f`.
     pub fn name(&self, i: usize, f: u32) {
         debug_assert!(f + 1 < PENDING);
-        // Relaxed: ordered by the pin's fence or unlock. No changer sleeps on a PENDING slot.
-        self.slots[i].store(f + 1, Ordering::Relaxed);
+        // SeqCst: the handshake. No changer sleeps on a PENDING slot.
+        self.slots[i].store(f + 1, Ordering::SeqCst);
     }
 
     /// Sets slot `i` back to `PENDING` (a pin that failed its re-read), waking a changer.
@@ -111,32 +118,34 @@ impl Ledger<'_> {
 
     /// Whether the ledger may name any frame.
     pub fn in_use(&self) -> bool {
-        // Relaxed: after the changer's fence (`may_be_pinned`), which orders it.
-        self.count.load(Ordering::Relaxed) != 0
+        // SeqCst: the handshake's changer side.
+        self.count.load(Ordering::SeqCst) != 0
     }
 
     /// The slots naming frame `f`.
     pub fn naming(&self, f: u32) -> impl Iterator<Item = &AtomicU32> + '_ {
-        // Relaxed: after the changer's fence; `wait_for` re-reads with Acquire.
-        self.slots.iter().filter(move |s| s.load(Ordering::Relaxed) & !WAITER == f + 1)
+        // SeqCst: the handshake's changer side; `wait_for` re-reads with Acquire.
+        self.slots.iter().filter(move |s| s.load(Ordering::SeqCst) & !WAITER == f + 1)
     }
 }
 
 /// The pin's side of the handshake, once its slot names the frame whose word was `w`
 /// (unlocked): true if the pin stands.
 pub(crate) fn confirm(m: &FrameMeta, w: u64) -> bool {
-    // Relaxed: ordered before the changer's flag load by the fences.
-    m.flags.fetch_or(PINNED, Ordering::Relaxed);
+    // SeqCst (both): the handshake.
+    m.flags.fetch_or(PINNED, Ordering::SeqCst);
+    #[cfg(loom)]
     fence(Ordering::SeqCst);
-    // Relaxed: ordered by the fence.
-    m.word.load(Ordering::Relaxed) == w
+    m.word.load(Ordering::SeqCst) == w
 }
 
-/// The changer's side, with the frame's lock held: whether any ledger may name the frame.
+/// The changer's side, with the frame's lock held (taken by a SeqCst CAS): whether any
+/// ledger may name the frame.
 pub(crate) fn may_be_pinned(m: &FrameMeta) -> bool {
+    #[cfg(loom)]
     fence(Ordering::SeqCst);
-    // Relaxed: ordered by the fence.
-    m.flags.load(Ordering::Relaxed) & PINNED != 0
+    // SeqCst: the handshake.
+    m.flags.load(Ordering::SeqCst) & PINNED != 0
 }
 
 /// Clears `PINNED`, which only a lock holder that found no entry naming the frame and will
@@ -211,8 +220,8 @@ mod loom_models {
 
     /// A pin that stands reads its version's page, both words, twice apart, while a writer
     /// changes the page under the frame's lock once it has waited out every pin (frame 0).
-    /// Without either fence, or with the changer reading the flag before its fence, the
-    /// pinned reader's second read can see the writer's words.
+    /// Without either fence (loom's stand-ins for the SeqCst accesses), the pinned reader's
+    /// second read can see the writer's words.
     #[test]
     fn a_standing_pin_keeps_its_page_from_a_writer() {
         loom::model(|| {
