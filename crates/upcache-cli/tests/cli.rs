@@ -636,6 +636,36 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
         ["gclock+gc-aware", "background", "off", "off", "off"],
         "{other}"
     );
+    // Pins read the pages in place (the warm-up's data check reads them all); a thread's
+    // repeat pins are the hot index's, none with it off.
+    let pins = |hot: &str| {
+        let run = [
+            "bench",
+            "--engine",
+            "shared",
+            "--api",
+            "pin",
+            "--rw",
+            "randread",
+            "--warm",
+            "--size",
+            "1m",
+            "--cache",
+            "16m",
+            "--ops",
+            "4096",
+            "--hot-index",
+            hot,
+            "--json",
+            "--dir",
+            dir,
+        ];
+        json(&ok(&run))
+    };
+    let (on, off) = (pins("on"), pins("off"));
+    assert!(on["hot_hits"].as_u64().is_some_and(|n| n > 1024), "{on}");
+    assert_eq!(off["hot_hits"], serde_json::json!(0), "{off}");
+    assert_eq!(off["config"]["hot-index"], "off", "{}", off["config"]);
     // The shared cache's own switches, given to the in-process engine alone, are refused.
     for flag in ["--huge-pages", "--direct-loads"] {
         let out = upcache(&["bench", "--engine", "upcache", flag, "off", "--dry-run"]);

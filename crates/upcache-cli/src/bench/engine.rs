@@ -688,6 +688,14 @@ impl Engine for SharedEngine {
         Ok(SharedEngine { plain, files, cache: Some(cache), pin: s.upcache.api == Api::Pin })
     }
 
+    fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
+        let n = self.files[file].read_at(buf, offset)?;
+        if n < buf.len() {
+            bail!("short read: {n} of {} bytes", buf.len());
+        }
+        Ok(())
+    }
+
     #[inline]
     fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
         if self.pin {

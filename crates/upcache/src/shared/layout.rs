@@ -412,8 +412,8 @@ pub(crate) struct View {
     pub pages: NonNull<u8>,
     /// A state per whole 2 MiB chunk of `pages`, a hint (`chunk.rs`).
     chunks: NonNull<Chunk>,
-    /// The clients' pin counts (`pin_counts` words, packed for a changer's pass over them),
-    /// then their ledgers, `PIN_SLOTS` words each (`pin_ledger.rs`).
+    /// The clients' pin ledgers' `used` words (`pin_counts`, packed for a changer's pass over
+    /// them), then their slots, `PIN_SLOTS` words each (`pin_ledger.rs`).
     pins: NonNull<AtomicU32>,
     pub n_frames: usize,
     pub n_files: usize,
@@ -682,7 +682,7 @@ impl View {
         unsafe { std::slice::from_raw_parts(self.counters.as_ptr(), self.n_clients) }
     }
 
-    /// Words before the ledgers: a count per client, in whole cache lines.
+    /// Words before the ledgers' slots: a `used` word per client, in whole cache lines.
     fn pin_counts(clients: usize) -> usize {
         clients.next_multiple_of(16)
     }
@@ -695,7 +695,7 @@ impl View {
         // `c` is in range.
         unsafe {
             Ledger {
-                count: &*self.pins.as_ptr().add(c),
+                used: &*self.pins.as_ptr().add(c),
                 slots: std::slice::from_raw_parts(self.pins.as_ptr().add(counts + c * PIN_SLOTS), PIN_SLOTS),
             }
         }

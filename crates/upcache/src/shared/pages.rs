@@ -36,13 +36,16 @@ const HIT_BATCH: u64 = 32;
 thread_local! {
     /// The hit counter this thread counts into and its hits not yet added to it.
     static PENDING_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    /// As `PENDING_HITS`, for the hot index's hits (`pin.rs`).
+    static PENDING_HOT_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// Counts a hit into `counter`, `HIT_BATCH` at a time. A thread's last hits (fewer than a
-/// batch) are left out, as are those pending when it moves to another cache's counter.
-fn count_hit(counter: &AtomicU64) {
+/// Counts a hit into `counter`, `HIT_BATCH` at a time (`pending`: this thread's pending
+/// count for that kind of hit). A thread's last hits (fewer than a batch) are left out, as
+/// are those pending when it moves to another cache's counter.
+fn count_hit(pending: &'static std::thread::LocalKey<Cell<(usize, u64)>>, counter: &AtomicU64) {
     let at = counter as *const AtomicU64 as usize;
-    PENDING_HITS.with(|p| {
+    pending.with(|p| {
         let (last, n) = p.get();
         let n = if last == at { n + 1 } else { 1 };
         if n == HIT_BATCH {
@@ -55,18 +58,20 @@ fn count_hit(counter: &AtomicU64) {
     });
 }
 
-/// Adds this thread's pending hits to the counter they belong to.
+/// Adds this thread's pending hits to the counters they belong to.
 pub(crate) fn flush_pending_hits() {
-    PENDING_HITS.with(|p| {
-        let (at, n) = p.replace((0, 0));
-        if at != 0 && n > 0 {
-            // SAFETY: `at` is the address of a client counter in a segment this process still
-            // maps (an attachment's mapping lives until the process leaves the cache, and the
-            // thread counted into it while attached).
-            let counter = unsafe { &*(at as *const AtomicU64) };
-            counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
-        }
-    });
+    for pending in [&PENDING_HITS, &PENDING_HOT_HITS] {
+        pending.with(|p| {
+            let (at, n) = p.replace((0, 0));
+            if at != 0 && n > 0 {
+                // SAFETY: `at` is the address of a client counter in a segment this process
+                // still maps (an attachment's mapping lives until the process leaves the
+                // cache, and the thread counted into it while attached).
+                let counter = unsafe { &*(at as *const AtomicU64) };
+                counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
+            }
+        });
+    }
 }
 
 impl Inner {
@@ -77,7 +82,12 @@ impl Inner {
 
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
-        count_hit(&self.view.counters_of(self.me).hits);
+        count_hit(&PENDING_HITS, &self.view.counters_of(self.me).hits);
+    }
+
+    /// Counts a pin the thread's hot index served (`pin.rs`).
+    pub(crate) fn count_hot_hit(&self) {
+        count_hit(&PENDING_HOT_HITS, &self.view.counters_of(self.me).hot_hits);
     }
 
     /// The key of page `page` of file `slot` in its entry's current generation (stable while

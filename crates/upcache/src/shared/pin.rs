@@ -184,50 +184,14 @@ impl SharedFile {
                 format!("pin {}: the file is read and written without the cache now", self.name),
             ));
         }
-        let ledger = inner.own_ledger();
-        let Some(slot) = ledger.take() else {
-            return Err(Error::new(
-                ErrorKind::Busy,
-                format!(
-                    "pin {}: this process holds {} pages of the shared cache pinned, the most it may",
-                    self.name,
-                    pin_ledger::PIN_SLOTS
-                ),
-            ));
-        };
-        match self.pin_in(ledger, slot, offset) {
-            Ok(page) => Ok(page),
-            Err(e) => {
-                ledger.free(slot);
-                Err(e)
-            }
-        }
-    }
-
-    /// `pin` with ledger slot `slot` taken.
-    fn pin_in(&self, ledger: Ledger<'_>, slot: usize, offset: u64) -> Result<SharedPageRef<'_>> {
-        let inner = &*self.inner;
-        let view = &inner.view;
+        let (view, ledger) = (&inner.view, inner.own_ledger());
         let page = offset / PAGE as u64;
         let k = inner.key(self.slot, page);
         let cache = view.pages.as_ptr() as usize;
         let hot = inner.hot_index();
         loop {
-            // The length, read after the pin stands: a shrink lowers it before it drops or
-            // zeros the pages past it, which waits for the pin.
-            let in_file = |frame: u32| {
-                let len = self.cached_len();
-                if offset >= len {
-                    return Err(Error::new(
-                        ErrorKind::InvalidInput,
-                        format!("pin {} at {offset}: at or past its end, {len}", self.name),
-                    ));
-                }
-                let len = (len - page * PAGE as u64).min(PAGE as u64) as usize;
-                Ok(SharedPageRef { file: self, frame, slot, len, offset: page * PAGE as u64 })
-            };
             if offset >= self.cached_len() {
-                return in_file(0); // the error
+                return Err(self.past_end(offset));
             }
             let hinted = hot.then(|| hot_get(cache, k)).flatten();
             let (found, from_hot) = (hinted.or_else(|| inner.index().hint(k)), hinted.is_some());
@@ -236,19 +200,18 @@ impl SharedFile {
                 if let Some(w) = m.stable() {
                     let flags = m.flags();
                     if m.home() == k && flags & VALID != 0 {
-                        ledger.name(slot, f);
+                        let slot = ledger.take(f).ok_or_else(|| self.busy())?;
                         if pin_ledger::confirm(m, w) {
                             m.note_read(flags, inner.gclock(), false);
                             inner.count_hit();
-                            if hot && from_hot {
-                                // Relaxed: a statistic.
-                                view.counters_of(inner.me).hot_hits.fetch_add(1, Ordering::Relaxed);
+                            if from_hot {
+                                inner.count_hot_hit();
                             } else if hot {
                                 hot_put(cache, k, f);
                             }
-                            return in_file(f);
+                            return self.guard(slot, f, offset);
                         }
-                        ledger.unname(slot);
+                        ledger.free(slot);
                     }
                 }
             }
@@ -259,15 +222,50 @@ impl SharedFile {
                 continue;
             };
             let m = &view.frames()[f as usize];
-            ledger.name(slot, f);
+            let Some(slot) = ledger.take(f) else {
+                m.unlock(inner.me, false);
+                return Err(self.busy());
+            };
             // Relaxed: published by the unlock's Release.
             m.flags.fetch_or(super::frame::PINNED, Ordering::Relaxed);
             m.unlock(inner.me, false);
             if hot {
                 hot_put(cache, k, f);
             }
-            return in_file(f);
+            return self.guard(slot, f, offset);
         }
+    }
+
+    /// The guard of the pin of frame `f` in ledger slot `slot`, if `offset` is still inside
+    /// the file: its length is read after the pin stands (a shrink lowers it before it drops
+    /// or zeros the pages past it, which waits for the pin).
+    fn guard(&self, slot: usize, frame: u32, offset: u64) -> Result<SharedPageRef<'_>> {
+        let len = self.cached_len();
+        if offset >= len {
+            self.inner.own_ledger().free(slot);
+            return Err(self.past_end(offset));
+        }
+        let start = offset - offset % PAGE as u64;
+        let len = (len - start).min(PAGE as u64) as usize;
+        Ok(SharedPageRef { file: self, frame, slot, len, offset: start })
+    }
+
+    fn past_end(&self, offset: u64) -> Error {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("pin {} at {offset}: at or past its end, {}", self.name, self.cached_len()),
+        )
+    }
+
+    fn busy(&self) -> Error {
+        Error::new(
+            ErrorKind::Busy,
+            format!(
+                "pin {}: this process holds {} pages of the shared cache pinned, the most it may",
+                self.name,
+                pin_ledger::PIN_SLOTS
+            ),
+        )
     }
 }
 
@@ -304,7 +302,6 @@ mod tests {
         let err = f.pin(5000).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
         drop((tail, head));
-        assert_eq!(cache.inner.own_ledger().count.load(Ordering::Relaxed), 0, "every slot given back");
         assert!(cache.inner.own_ledger().slots.iter().all(|s| s.load(Ordering::Relaxed) == 0));
     }
 
@@ -391,8 +388,7 @@ mod tests {
         let child = forked_client(&cache, |view, id| {
             let ledger = view.ledger(view.clients().index(id).unwrap());
             for frame in [f0, f1] {
-                let slot = ledger.take().unwrap();
-                ledger.name(slot, frame);
+                ledger.take(frame).unwrap();
                 view.frames()[frame as usize].flags.fetch_or(super::super::frame::PINNED, Ordering::Relaxed);
             }
         });
@@ -403,12 +399,12 @@ mod tests {
         let dead = cache.inner.view.clients().dead();
         assert_eq!(dead.len(), 1);
         let ledger = cache.inner.view.ledger(cache.inner.view.clients().index(dead[0]).unwrap());
-        assert_eq!(ledger.count.load(Ordering::Relaxed), 2);
+        assert_eq!(ledger.used.load(Ordering::Relaxed), 1);
         f.write_all_at(&[7; 10], 0).unwrap();
         assert_eq!(ledger.naming(f0).count(), 0, "the writer cleared the dead's entry");
         assert_eq!(ledger.naming(f1).count(), 1, "and only that");
         assert_eq!(cache.repair_dead(), 1);
-        assert_eq!(ledger.count.load(Ordering::Relaxed), 0);
+        assert_eq!(ledger.used.load(Ordering::Relaxed), 0);
         assert_eq!(ledger.naming(f1).count(), 0, "the reaper cleared the rest");
         f.set_len(PAGE as u64).unwrap();
         assert_eq!(f.pin(0).unwrap()[..3], [7, 7, 7]);
@@ -428,6 +424,7 @@ mod tests {
                     assert_eq!(f.pin(page * PAGE as u64).unwrap()[9], page as u8, "round {round}");
                 }
             }
+            cache.own_counts(); // this thread's pending counts in
             let hot = cache.status().hot_hits;
             assert_eq!(hot, if hot_index { 16 } else { 0 }, "hot index {hot_index}");
             assert_eq!(cache.config().hot_index, hot_index);

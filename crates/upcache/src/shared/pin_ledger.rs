@@ -3,9 +3,8 @@
 //!
 //! A frame has no pin count (`frame.rs`): after a kill, a count cannot say whose pins it
 //! holds. So each client slot has a *ledger* in the segment: [`PIN_SLOTS`] words, each 0
-//! (free), [`PENDING`] (taken by a pin not placed yet) or the pinned frame + 1, with
-//! [`WAITER`] set while a changer sleeps for its release; and a count of the slots taken, a
-//! hint that is never below the truth. The ledgers are the truth about pins; a frame's
+//! (free) or the pinned frame + 1, with [`WAITER`] set while a changer sleeps for its
+//! release; and a word set once its tenant has pinned. The ledgers are the truth about pins; a frame's
 //! `PINNED` flag only says that some ledger may name it, so a change of a frame nobody pinned
 //! costs one flag load. A dead process's ledger is cleared by its reaper
 //! (`repair.rs`), and a changer clears a dead owner's entry it meets.
@@ -13,12 +12,12 @@
 //! # The handshake (store buffering, SeqCst on each side)
 //! - A pin, with the frame's word `w` read unlocked (`FrameMeta::stable`) and the frame keyed
 //!   to the page and `VALID`: its ledger slot names the frame, the frame is flagged `PINNED`,
-//!   and the word is still `w` ([`confirm`]). If not, the slot goes back to `PENDING` and the
-//!   pin tries again. (A pin that holds the frame's lock needs no check: its unlock
+//!   and the word is still `w` ([`confirm`]). If not, the slot is freed and the pin tries
+//!   again. (A pin that holds the frame's lock needs no check: its unlock
 //!   publishes the slot to the next holder.)
 //! - A change of the bytes, the key or `VALID`, by the holder of the frame's lock: the flag
-//!   after the lock ([`may_be_pinned`]), then, if `PINNED`, every ledger whose count is not 0
-//!   is looked at, and the changer waits ([`wait_for`]) for each entry naming the frame (or,
+//!   after the lock ([`may_be_pinned`]), then, if `PINNED`, every ledger that was `used` is
+//!   looked at, and the changer waits ([`wait_for`]) for each entry naming the frame (or,
 //!   evicting, passes the frame over).
 //!
 //! Every access of the handshake is SeqCst, the lock's CAS too (`FrameMeta::cas_lock`), so
@@ -36,7 +35,7 @@
 //!   bump the version at its unlock: a pin that began before the clear fails its re-read.
 //! - An entry is cleared with Release and waited out with Acquire, so the pinner's reads of
 //!   the page happen before the changer's writes.
-//! - A ledger's count is raised before its slot is taken and lowered after it is freed.
+//! - A ledger's `used` is set before any of its slots names a frame.
 
 use std::time::Duration;
 
@@ -50,76 +49,61 @@ use crate::sync::{AtomicU32, Ordering};
 pub(crate) const PIN_SLOTS: usize = 64;
 /// Bit 31 of a ledger slot: a changer may sleep on it.
 pub(crate) const WAITER: u32 = 1 << 31;
-/// A slot taken by a pin that names no frame yet.
-pub(crate) const PENDING: u32 = WAITER - 1;
 /// How long a changer sleeps before it asks again whether the pinner is alive.
 const LIVENESS_POLL: Duration = crate::shm::lock_word::LIVENESS_POLL;
 
 /// One client's ledger.
 #[derive(Clone, Copy)]
 pub(crate) struct Ledger<'a> {
-    pub count: &'a AtomicU32,
+    /// Set at the tenant's first pin, cleared with its slots by its reaper: a changer looks at
+    /// the ledgers of processes that ever pinned only (a count kept per pin cost two more
+    /// locked instructions on every pin and unpin).
+    pub used: &'a AtomicU32,
     pub slots: &'a [AtomicU32],
 }
 
 impl Ledger<'_> {
-    /// Takes a free slot (`PENDING`); None if all [`PIN_SLOTS`] are taken.
-    pub fn take(&self) -> Option<usize> {
-        // SeqCst: the handshake (before the slot names a frame).
-        self.count.fetch_add(1, Ordering::SeqCst);
+    /// Takes a free slot naming frame `f`; None if all [`PIN_SLOTS`] are taken.
+    pub fn take(&self, f: u32) -> Option<usize> {
+        debug_assert!(f + 1 < WAITER);
+        // Relaxed: our own store, if any, is before.
+        if self.used.load(Ordering::Relaxed) == 0 {
+            // SeqCst: the handshake (before any slot names a frame).
+            self.used.store(1, Ordering::SeqCst);
+        }
         for (i, s) in self.slots.iter().enumerate() {
-            // Relaxed: the slot is only claimed here; what it names is ordered as above.
+            // Relaxed (the load): a guess for the CAS. SeqCst (the CAS): the handshake.
             if s.load(Ordering::Relaxed) == 0
-                && s.compare_exchange(0, PENDING, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+                && s.compare_exchange(0, f + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
             {
                 return Some(i);
             }
         }
-        // Release: as in `free`.
-        self.count.fetch_sub(1, Ordering::Release);
         None
     }
 
-    /// Makes slot `i` name frame `f`.
-    pub fn name(&self, i: usize, f: u32) {
-        debug_assert!(f + 1 < PENDING);
-        // SeqCst: the handshake. No changer sleeps on a PENDING slot.
-        self.slots[i].store(f + 1, Ordering::SeqCst);
-    }
-
-    /// Sets slot `i` back to `PENDING` (a pin that failed its re-read), waking a changer.
-    pub fn unname(&self, i: usize) {
-        self.set(i, PENDING);
-    }
-
-    /// Frees slot `i`: the pin's reads of its page are over.
+    /// Frees slot `i`: the pin's reads of its page are over; a changer sleeping on it wakes.
     pub fn free(&self, i: usize) {
-        self.set(i, 0);
-        // Release: after the slot is free.
-        self.count.fetch_sub(1, Ordering::Release);
-    }
-
-    fn set(&self, i: usize, v: u32) {
         // Release: the pinner's reads of the page come before a changer's writes, which
         // follow its Acquire load of this slot.
-        if self.slots[i].swap(v, Ordering::Release) & WAITER != 0 {
+        if self.slots[i].swap(0, Ordering::Release) & WAITER != 0 {
             wake(&self.slots[i]);
         }
     }
 
-    /// Clears every slot and the count: the ledger of a process that is dead.
+    /// Frees every slot: the ledger of a process that is dead (or of its slot's new tenant).
     pub fn clear(&self) {
         for i in 0..self.slots.len() {
-            self.set(i, 0);
+            self.free(i);
         }
         // Release: after the slots.
-        self.count.store(0, Ordering::Release);
+        self.used.store(0, Ordering::Release);
     }
 
     /// Whether the ledger may name any frame.
     pub fn in_use(&self) -> bool {
         // SeqCst: the handshake's changer side.
-        self.count.load(Ordering::SeqCst) != 0
+        self.used.load(Ordering::SeqCst) != 0
     }
 
     /// The slots naming frame `f`.
@@ -130,10 +114,13 @@ impl Ledger<'_> {
 }
 
 /// The pin's side of the handshake, once its slot names the frame whose word was `w`
-/// (unlocked): true if the pin stands.
+/// (unlocked): true if the pin stands. The flag is set only if not seen set: only a changer
+/// that will bump the version clears it, which fails the re-read.
 pub(crate) fn confirm(m: &FrameMeta, w: u64) -> bool {
-    // SeqCst (both): the handshake.
-    m.flags.fetch_or(PINNED, Ordering::SeqCst);
+    // SeqCst (all): the handshake.
+    if m.flags.load(Ordering::SeqCst) & PINNED == 0 {
+        m.flags.fetch_or(PINNED, Ordering::SeqCst);
+    }
     #[cfg(loom)]
     fence(Ordering::SeqCst);
     m.word.load(Ordering::SeqCst) == w
@@ -165,7 +152,7 @@ pub(crate) fn wait_for(s: &AtomicU32, f: u32, alive: impl Fn() -> bool) {
             return;
         }
         if !alive() {
-            // Relaxed: the dead make no more reads; its reaper clears the count.
+            // Relaxed: the dead make no more reads.
             let _ = s.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed);
             continue;
         }
@@ -208,13 +195,13 @@ mod loom_models {
     struct World {
         m: FrameMeta,
         page: [AtomicU64; 2],
-        count: AtomicU32,
+        used: AtomicU32,
         slots: [AtomicU32; 1],
     }
 
     impl World {
         fn ledger(&self) -> Ledger<'_> {
-            Ledger { count: &self.count, slots: &self.slots }
+            Ledger { used: &self.used, slots: &self.slots }
         }
     }
 
@@ -229,16 +216,15 @@ mod loom_models {
             let w = Arc::new(World {
                 m: FrameMeta::free(),
                 page: [AtomicU64::new(0), AtomicU64::new(0)],
-                count: AtomicU32::new(0),
+                used: AtomicU32::new(0),
                 slots: [AtomicU32::new(0)],
             });
             let pinner = {
                 let w = w.clone();
                 loom::thread::spawn(move || {
                     let l = w.ledger();
-                    let i = l.take().unwrap();
                     let v = w.m.stable()?;
-                    l.name(i, 0);
+                    let i = l.take(0).unwrap();
                     if !confirm(&w.m, v) {
                         l.free(i);
                         return None;
@@ -270,7 +256,7 @@ mod loom_models {
         });
     }
 
-    /// A failed pin sets its slot back and wakes a changer that sleeps on it.
+    /// A pin taken under the frame's lock is waited for by the next holder.
     #[test]
     fn a_changer_waits_for_a_pin_taken_under_the_lock_and_its_release() {
         loom::model(|| {
@@ -278,7 +264,7 @@ mod loom_models {
             let w = Arc::new(World {
                 m: FrameMeta::free(),
                 page: [AtomicU64::new(0), AtomicU64::new(0)],
-                count: AtomicU32::new(0),
+                used: AtomicU32::new(0),
                 slots: [AtomicU32::new(0)],
             });
             // The pinner takes the frame's lock, pins, unlocks, reads, and unpins.
@@ -286,9 +272,8 @@ mod loom_models {
                 let w = w.clone();
                 loom::thread::spawn(move || {
                     let l = w.ledger();
-                    let i = l.take().unwrap();
                     w.m.lock(2, |_| true);
-                    l.name(i, 0);
+                    let i = l.take(0).unwrap();
                     // Relaxed: a hint, published by the unlock.
                     w.m.flags.fetch_or(PINNED, Ordering::Relaxed);
                     let v = w.m.word.load(Ordering::Relaxed) >> 32;
