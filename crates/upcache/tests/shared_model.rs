@@ -1,7 +1,7 @@
 //! The shared cache against an oracle, from several processes at once (issue 34). Each of
 //! `PROCS` processes, attached to one segment far smaller than the data, runs a random
-//! sequence of operations on a file of its own (writes, reads, truncations and extensions,
-//! syncs, evictions, closes and reopens) and on its blocks of one file that all of them write
+//! sequence of operations on a file of its own (writes, reads, reads in place through pins,
+//! truncations and extensions, syncs, evictions, closes and reopens) and on its blocks of one file that all of them write
 //! (blocks of 5,000 bytes, so neighbours of different processes share pages), checking every
 //! read against its own oracle. The parent replays each sequence into an oracle of its own and
 //! checks every file at the end, through the cache and on disk. The seed is printed, and
@@ -74,6 +74,8 @@ enum Target {
 enum Op {
     Write { to: Target, offset: u64, len: u64, fill: u64 },
     Read { from: Target, offset: u64, len: u64 },
+    /// A read through pins, page by page (`SharedFile::pin`).
+    Pin { from: Target, offset: u64, len: u64 },
     SetLen(u64),
     Sync(Target),
     Evict { of: Target, offset: u64, len: u64 },
@@ -104,9 +106,13 @@ fn ops(seed: u64, proc: usize, n: usize) -> Vec<Op> {
                     let (offset, len) = range(&mut rng, 20_000);
                     Op::Write { to, offset, len, fill: rng.next() }
                 }
-                40..=79 => {
+                40..=69 => {
                     let (offset, len) = range(&mut rng, 20_000);
                     Op::Read { from: to, offset, len }
+                }
+                70..=79 => {
+                    let (offset, len) = range(&mut rng, 20_000);
+                    Op::Pin { from: to, offset, len }
                 }
                 80..=85 => Op::SetLen(rng.below(MAX_OWN)),
                 86..=90 => Op::Sync(to),
@@ -173,6 +179,23 @@ impl Oracle {
     }
 }
 
+/// As `read_all`, through pins: each page held while its bytes are copied out.
+fn read_pinned(f: &SharedFile, offset: u64, len: u64) -> Vec<u8> {
+    let (mut got, mut pos, end) = (Vec::new(), offset, offset + len);
+    while pos < end {
+        let page = match f.pin(pos) {
+            Ok(page) => page,
+            Err(e) if e.kind() == upcache::ErrorKind::InvalidInput => break, // the end of file
+            Err(e) => panic!("pin at {pos}: {e}"),
+        };
+        let at = (pos - page.offset()) as usize;
+        let take = ((end - pos) as usize).min(page.len() - at);
+        got.extend_from_slice(&page[at..at + take]);
+        pos += take as u64;
+    }
+    got
+}
+
 /// Reads up to `len` bytes at `offset`, to the end of the file.
 fn read_all(f: &SharedFile, offset: u64, len: u64) -> Vec<u8> {
     let mut buf = vec![0; len as usize];
@@ -212,8 +235,11 @@ fn model_child_entry() {
             Op::Write { to, offset, len, fill } => file(to)
                 .write_all_at(&bytes(fill, len), offset)
                 .unwrap_or_else(|e| panic!("{}", say(&e.to_string()))),
-            Op::Read { from, offset, len } => {
-                let got = read_all(file(from), offset, len);
+            Op::Read { from, offset, len } | Op::Pin { from, offset, len } => {
+                let got = match op {
+                    Op::Pin { .. } => read_pinned(file(from), offset, len),
+                    _ => read_all(file(from), offset, len),
+                };
                 let want = oracle.read(from, offset, len);
                 if got != want {
                     let first = got.iter().zip(&want).position(|(a, b)| a != b);
