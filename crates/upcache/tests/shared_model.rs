@@ -72,13 +72,30 @@ enum Target {
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
-    Write { to: Target, offset: u64, len: u64, fill: u64 },
-    Read { from: Target, offset: u64, len: u64 },
+    Write {
+        to: Target,
+        offset: u64,
+        len: u64,
+        fill: u64,
+    },
+    Read {
+        from: Target,
+        offset: u64,
+        len: u64,
+    },
     /// A read through pins, page by page (`SharedFile::pin`).
-    Pin { from: Target, offset: u64, len: u64 },
+    Pin {
+        from: Target,
+        offset: u64,
+        len: u64,
+    },
     SetLen(u64),
     Sync(Target),
-    Evict { of: Target, offset: u64, len: u64 },
+    Evict {
+        of: Target,
+        offset: u64,
+        len: u64,
+    },
     Reopen,
 }
 

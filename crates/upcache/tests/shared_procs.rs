@@ -66,7 +66,11 @@ fn whole(r: u64, v: &[u8]) -> Option<u64> {
 
 /// A worker: `survivor <region> <stopfile>` overwrites the records of its region and checks
 /// every survivor record it reads, until the stop file exists; `victim <region>` writes its
-/// region's records once each, syncing every 5 and saying so, until it is killed.
+/// region's records once each, syncing every 5 and saying so, until it is killed. Both also
+/// use a second file of 16 pages (`<pinned>`): each survivor write there too, and a victim
+/// holds one of its pages pinned throughout, another after each write, so the survivors'
+/// writes wait for its pins, and for its death. (Not a page of the records: a pin holder
+/// must not write the file, as an extending write waits for every writer of it.)
 #[test]
 #[ignore = "a worker process of the kill test, run by it"]
 fn worker_child_entry() {
@@ -76,7 +80,9 @@ fn worker_child_entry() {
     let region: u64 = a[1].parse().unwrap();
     let base = region * PER_REGION;
     let mut x = std::process::id() as u64 | 1;
+    let g = cache.open_path(Path::new(&a[4]), a[0] == "survivor").unwrap();
     let mut buf = vec![0; REC];
+    let mut _pinned = None;
     for i in 0u64.. {
         x ^= x << 13;
         x ^= x >> 7;
@@ -84,6 +90,7 @@ fn worker_child_entry() {
         if a[0] == "survivor" {
             let r = base + x % PER_REGION;
             f.write_at(&record(r, i), r * REC as u64).unwrap();
+            g.write_at(&[i as u8; 64], (x % 16) * 4096 + 64 * region).unwrap();
             // Read a record of either survivor (regions 0 and 1): whole, always; and one of the
             // victims' region, to meet the frames they died holding.
             let r = x % (2 * PER_REGION);
@@ -104,6 +111,8 @@ fn worker_child_entry() {
                 return;
             }
             f.write_at(&record(base + i, region), (base + i) * REC as u64).unwrap();
+            _pinned = None;
+            _pinned = Some(g.pin((x % 16) * 4096).unwrap());
             if i % 5 == 4 {
                 f.sync_data().unwrap();
                 println!("synced {i}");
@@ -113,16 +122,20 @@ fn worker_child_entry() {
 }
 
 /// Two survivors run while 100 victims, one after another, are killed with SIGKILL at a random
-/// point after their first syncs: the survivors finish, never read a torn record of each
+/// point after their first syncs (holding a page pinned that the survivors write): the survivors finish, never read a torn record of each
 /// other, every record a victim synced is on disk, and nothing stays locked or attached.
 #[test]
 fn killed_processes_never_wedge_the_others_nor_lose_what_they_synced() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("records");
     std::fs::write(&file, b"").unwrap();
+    let pinned = dir.path().join("pinned");
+    std::fs::write(&pinned, vec![0; 16 * 4096]).unwrap();
     let stop = dir.path().join("stop");
     let cache = SharedCache::create(&config()).unwrap();
-    let fargs = |role: &str, region: u64| format!("{role} {region} {} {}", stop.display(), file.display());
+    let fargs = |role: &str, region: u64| {
+        format!("{role} {region} {} {} {}", stop.display(), file.display(), pinned.display())
+    };
     let mut survivors: Vec<_> = (0..2)
         .map(|s| {
             let (mut cmd, fd) = child(&cache, "worker_child_entry", &fargs("survivor", s));

@@ -8,8 +8,11 @@
 //! lock: the handshake of `pin_ledger.rs` against the frame's word, as an optimistic read
 //! validates. A process killed while it holds pins holds nothing: its reaper clears its ledger.
 //!
-//! As with the private engine's `PageRef`, a thread that holds a guard must not write,
-//! truncate, or read through a writer's range of the same page: it would wait for itself.
+//! As with the private engine's `PageRef`, a process that holds a guard must not write the
+//! page, nor truncate or extend the file: it would wait for itself, or for a writer of the
+//! page (in any process) that waits for the guard while holding a part of the file an
+//! extending write or a truncation waits for. Take the pins after such changes, or pin the
+//! pages of another file.
 
 use std::cell::Cell;
 use std::ops::Deref;
