@@ -311,7 +311,7 @@ impl CacheInner {
                 let w = self.frames.waits.wait_until(id, st, |w| w & VALID != 0 || w & LOCKED == 0);
                 if w & VALID != 0 {
                     self.placement.on_hit(id);
-                    self.metrics.hot_hits.add(1);
+                    self.metrics.hot_hits.add_unlocked(1);
                     return Some(id);
                 }
                 st.unpin();
@@ -362,7 +362,7 @@ impl CacheInner {
         self.placement.on_hit(reader.id);
         self.metrics.hits.add(1);
         if hot {
-            self.metrics.hot_hits.add(1);
+            self.metrics.hot_hits.add_unlocked(1);
         }
     }
 
