@@ -138,6 +138,8 @@ fn the_shared_cache_service_serves_its_metrics() {
             "off",
             "--direct-loads",
             "off",
+            "--hot-index",
+            "off",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -163,6 +165,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "streams off\n",
         "huge_pages off\n",
         "direct_loads off\n",
+        "hot_index off\n",
         "readahead 65536\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");
@@ -176,6 +179,8 @@ fn the_shared_cache_service_serves_its_metrics() {
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     for (field, want) in [
         ("range_lock", serde_json::json!(false)),
+        ("hot_index", serde_json::json!(false)),
+        ("hot_hits", serde_json::json!(0)),
         ("policy", serde_json::json!("gclock")),
         ("clean_first", serde_json::json!("plain")),
         ("flush", serde_json::json!("background")),
