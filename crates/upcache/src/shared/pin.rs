@@ -19,9 +19,10 @@ use std::ops::Deref;
 use std::sync::atomic::Ordering;
 
 use super::frame::{PAGE, VALID};
-use super::pin_ledger::{self, Ledger, WAITER};
+use super::pin_ledger::{self, Ledger};
 use super::{Inner, SharedFile};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::AtomicU32;
 
 /// A page of a shared file, pinned and readable in place. See the module's docs.
 pub struct SharedPageRef<'a> {
@@ -115,16 +116,10 @@ impl Inner {
         if m.flags() & VALID == 0 || !pin_ledger::may_be_pinned(m) {
             return;
         }
-        let clients = self.view.clients();
-        for c in 0..self.view.n_clients() {
-            let ledger = self.view.ledger(c);
-            if !ledger.in_use() {
-                continue;
-            }
-            for s in ledger.naming(f) {
-                pin_ledger::wait_for(s, f, || self.alive(clients.id_at(c)));
-            }
-        }
+        self.find_pin(f, |s, owner| {
+            pin_ledger::wait_for(s, f, || self.alive(owner));
+            false
+        });
         pin_ledger::clear_pinned(m);
     }
 
@@ -132,27 +127,24 @@ impl Inner {
     /// over (and an entry of a dead process it meets is cleared).
     pub(crate) fn pinned(&self, f: u32) -> bool {
         let m = &self.view.frames()[f as usize];
-        if !pin_ledger::may_be_pinned(m) {
-            return false;
-        }
-        let clients = self.view.clients();
-        for c in 0..self.view.n_clients() {
-            let ledger = self.view.ledger(c);
-            if !ledger.in_use() {
-                continue;
-            }
-            for s in ledger.naming(f) {
-                if self.alive(clients.id_at(c)) {
+        pin_ledger::may_be_pinned(m)
+            && self.find_pin(f, |s, owner| {
+                if self.alive(owner) {
                     return true;
                 }
-                // Relaxed: the dead make no more reads.
-                let v = s.load(Ordering::Relaxed);
-                if v & !WAITER == f + 1 {
-                    pin_ledger::wait_for(s, f, || false);
-                }
-            }
-        }
-        false
+                pin_ledger::wait_for(s, f, || false); // clears it
+                false
+            })
+    }
+
+    /// Calls `found` with each ledger slot that names frame `f` and its owner's client id,
+    /// until it says true (then true).
+    fn find_pin(&self, f: u32, mut found: impl FnMut(&AtomicU32, u32) -> bool) -> bool {
+        let clients = self.view.clients();
+        (0..self.view.n_clients()).any(|c| {
+            let ledger = self.view.ledger(c);
+            ledger.in_use() && ledger.naming(f).any(|s| found(s, clients.id_at(c)))
+        })
     }
 }
 
@@ -276,6 +268,7 @@ impl SharedFile {
 mod tests {
     use super::*;
     use crate::shared::file::tests::{forked_client, two_clients_of};
+    use crate::shared::pin_ledger::WAITER;
     use crate::shared::{SharedCache, SharedConfig};
 
     /// A file of `pages` pages at `dir/f`, page `p` all `p as u8`.

@@ -200,6 +200,15 @@ mod loom_models {
     }
 
     impl World {
+        fn new() -> Arc<World> {
+            Arc::new(World {
+                m: FrameMeta::free(),
+                page: [AtomicU64::new(0), AtomicU64::new(0)],
+                used: AtomicU32::new(0),
+                slots: [AtomicU32::new(0)],
+            })
+        }
+
         fn ledger(&self) -> Ledger<'_> {
             Ledger { used: &self.used, slots: &self.slots }
         }
@@ -213,12 +222,7 @@ mod loom_models {
     fn a_standing_pin_keeps_its_page_from_a_writer() {
         loom::model(|| {
             futex::start(false);
-            let w = Arc::new(World {
-                m: FrameMeta::free(),
-                page: [AtomicU64::new(0), AtomicU64::new(0)],
-                used: AtomicU32::new(0),
-                slots: [AtomicU32::new(0)],
-            });
+            let w = World::new();
             let pinner = {
                 let w = w.clone();
                 loom::thread::spawn(move || {
@@ -261,12 +265,7 @@ mod loom_models {
     fn a_changer_waits_for_a_pin_taken_under_the_lock_and_its_release() {
         loom::model(|| {
             futex::start(false);
-            let w = Arc::new(World {
-                m: FrameMeta::free(),
-                page: [AtomicU64::new(0), AtomicU64::new(0)],
-                used: AtomicU32::new(0),
-                slots: [AtomicU32::new(0)],
-            });
+            let w = World::new();
             // The pinner takes the frame's lock, pins, unlocks, reads, and unpins.
             let pinner = {
                 let w = w.clone();
