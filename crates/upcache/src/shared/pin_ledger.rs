@@ -209,6 +209,21 @@ mod loom_models {
             })
         }
 
+        /// A writer of the page, as client 1: waits out its pins, then writes version 1.
+        fn change(&self) {
+            self.m.lock(1, |_| true);
+            if may_be_pinned(&self.m) {
+                for s in self.ledger().naming(0) {
+                    wait_for(s, 0, || true);
+                }
+                clear_pinned(&self.m);
+            }
+            // Relaxed: under the lock, published by the unlock.
+            self.page[0].store(1, Ordering::Relaxed);
+            self.page[1].store(1, Ordering::Relaxed);
+            assert!(self.m.unlock(1, true));
+        }
+
         fn ledger(&self) -> Ledger<'_> {
             Ledger { used: &self.used, slots: &self.slots }
         }
@@ -242,17 +257,7 @@ mod loom_models {
                     Some((v >> 32, first, second))
                 })
             };
-            w.m.lock(1, |_| true);
-            if may_be_pinned(&w.m) {
-                for s in w.ledger().naming(0) {
-                    wait_for(s, 0, || true);
-                }
-                clear_pinned(&w.m);
-            }
-            // Relaxed: under the lock, published by the unlock.
-            w.page[0].store(1, Ordering::Relaxed);
-            w.page[1].store(1, Ordering::Relaxed);
-            assert!(w.m.unlock(1, true));
+            w.change();
             if let Some((version, first, second)) = pinner.join().unwrap() {
                 assert_eq!(first, [version, version], "a pin's page is not its version's");
                 assert_eq!(second, first, "a pinned page changed under its pin");
@@ -283,17 +288,7 @@ mod loom_models {
                     (v, read)
                 })
             };
-            w.m.lock(1, |_| true);
-            if may_be_pinned(&w.m) {
-                for s in w.ledger().naming(0) {
-                    wait_for(s, 0, || true);
-                }
-                clear_pinned(&w.m);
-            }
-            // Relaxed: under the lock.
-            w.page[0].store(1, Ordering::Relaxed);
-            w.page[1].store(1, Ordering::Relaxed);
-            assert!(w.m.unlock(1, true));
+            w.change();
             let (version, read) = pinner.join().unwrap();
             assert_eq!(read, [version, version], "a pin taken under the lock saw a later change");
         });
