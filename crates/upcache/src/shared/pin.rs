@@ -406,6 +406,41 @@ mod tests {
         assert_eq!(f.pin(0).unwrap()[..3], [7, 7, 7]);
     }
 
+    /// A truncation killed while it waited for a pin (the frame it held locked, the length
+    /// already below the page, the cut's intent left) is repaired in the pin holder's own
+    /// thread without waiting for the pin; the next writer finishes the cut once it drops.
+    #[test]
+    fn a_truncation_killed_waiting_for_a_pin_is_repaired_beside_the_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 2);
+        let cache = SharedCache::create(&SharedConfig { memory: 1 << 20, ..Default::default() }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let pinned = f.pin(PAGE as u64 + 5).unwrap();
+        let frame = pinned.frame;
+        // The truncator: intent and length as `set_len_locked` and `cut_to` leave them, the
+        // page's frame locked, and dead.
+        let e = f.entry();
+        e.cut.store(PAGE as u64 + 1, Ordering::Release);
+        e.len.store(PAGE as u64, Ordering::Release);
+        let child = forked_client(&cache, |view, id| {
+            assert!(view.frames()[frame as usize].try_lock(id));
+        });
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert_eq!(status, 0);
+        assert_eq!(cache.repair_dead(), 1, "reaped in the pin holder's thread, not waiting for it");
+        assert!(pinned.iter().all(|&x| x == 1), "the pinned page as it was");
+        drop(pinned);
+        f.write_all_at(&[5], 0).unwrap(); // the next writer finishes the cut
+        assert_eq!(e.cut.load(Ordering::Acquire), 0);
+        f.set_len(2 * PAGE as u64).unwrap();
+        let mut buf = vec![9; PAGE];
+        assert_eq!(f.read_at(&mut buf, PAGE as u64).unwrap(), PAGE);
+        assert!(buf.iter().all(|&x| x == 0), "past the cut, zeros");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 2 * PAGE as u64);
+    }
+
     /// With the hot index a thread's repeat pin skips the page index; without it, none does.
     #[test]
     fn the_hot_index_serves_a_threads_repeat_pins_and_is_a_switch() {

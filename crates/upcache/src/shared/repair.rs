@@ -33,7 +33,14 @@ impl Inner {
             if k != 0 { self.view.files()[key_slot(k) as usize].len.load(Ordering::Acquire) } else { 0 };
         let start = key_page(k) * PAGE as u64;
         let published = k != 0 && start < len;
-        if m.flags() & VALID == 0 || m.home() == 0 || m.home() != k || !published {
+        if m.flags() & VALID != 0 && k != 0 && m.home() == k && !published && self.pinned(f) {
+            // A page past the length that a live process holds pinned: a truncation killed
+            // while it waited for the pin. Emptying it would wait for the pin here, maybe in
+            // the pin holder's own thread (its next miss reaps the dead). The bytes stay until
+            // the pin goes; the cut's finisher (the file's next writable taker of its lock,
+            // `cut`) drops the page then, and no read reads past the length meanwhile.
+            m.bump();
+        } else if m.flags() & VALID == 0 || m.home() == 0 || m.home() != k || !published {
             // A load or a whole-page write cut short (its bytes are not the page's), a claim
             // or a free cut short, or a write past the end that died before the length took in
             // any byte of the page (it never returned; left dirty, nobody would write it back,
