@@ -6,7 +6,6 @@
 pub(crate) mod async_load;
 pub(crate) mod background;
 pub(crate) mod batch;
-mod hot;
 pub(crate) mod page;
 pub(crate) mod placement;
 mod plain;

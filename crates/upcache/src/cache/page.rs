@@ -297,13 +297,13 @@ impl CacheInner {
     }
 
     /// `lookup_pinned`, trying first the frame this thread last pinned for the page (the
-    /// per-thread hot index, `cache/hot.rs`) and remembering the frame it finds.
+    /// per-thread hot index, `index/hot.rs`) and remembering the frame it finds.
     fn lookup_pinned_hot(&self, file: &FileInner, page: u64) -> Option<FrameId> {
         if !self.config.hot_index {
             return self.lookup_pinned(file, page);
         }
         let me = self as *const CacheInner as usize;
-        if let Some(id) = super::hot::get(me, file.id, page) {
+        if let Some(id) = crate::index::hot::get(me, file.id, page) {
             if (id as usize) < self.frames.len()
                 && self.frames.pin_if_holds(id, PageKey { file: file.id, page })
             {
@@ -318,7 +318,7 @@ impl CacheInner {
             }
         }
         let id = self.lookup_pinned(file, page)?;
-        super::hot::put(me, file.id, page, id);
+        crate::index::hot::put(me, file.id, page, id);
         Some(id)
     }
 
@@ -333,7 +333,7 @@ impl CacheInner {
         let me = self as *const CacheInner as usize;
         let hot = self.config.hot_index;
         let from_hot = hot
-            .then(|| super::hot::get(me, file.id, page))
+            .then(|| crate::index::hot::get(me, file.id, page))
             .flatten()
             .filter(|&id| (id as usize) < self.frames.len());
         let id = match from_hot {
@@ -352,7 +352,7 @@ impl CacheInner {
             return None;
         }
         if hot && from_hot.is_none() {
-            super::hot::put(me, file.id, page, id);
+            crate::index::hot::put(me, file.id, page, id);
         }
         Some((reader, from_hot.is_some()))
     }

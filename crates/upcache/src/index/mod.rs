@@ -24,6 +24,7 @@
 //! per cache (`Config::with_index`, `upcache bench --index`). The per-file kinds are
 //! property-tested against a `BTreeMap` through the trait (`index/tests.rs`).
 
+pub(crate) mod hot;
 pub mod locked;
 pub mod radix;
 pub mod setassoc;

@@ -1311,7 +1311,7 @@ pub(super) mod tests {
     /// its id and exits (0, or 1 if it could not join) without running our destructors; its
     /// pid. `act` may only touch atomics in the segment: it must allocate nothing and take no
     /// lock of this process, whose other threads the fork left behind.
-    pub(in crate::shared) fn forked_client(
+    fn forked_client(
         cache: &SharedCache,
         act: impl FnOnce(&crate::shared::layout::View, u32),
     ) -> libc::pid_t {
@@ -1332,6 +1332,18 @@ pub(super) mod tests {
             unsafe { libc::_exit(code) };
         }
         child
+    }
+
+    /// `forked_client`, waited for: it must have joined and acted, and exited with 0.
+    pub(in crate::shared) fn forked_client_done(
+        cache: &SharedCache,
+        act: impl FnOnce(&crate::shared::layout::View, u32),
+    ) {
+        let child = forked_client(cache, act);
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is writable.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status:#x}");
     }
 
     pub(in crate::shared) fn two_clients_of(config: SharedConfig) -> (SharedCache, SharedCache) {
@@ -1421,15 +1433,11 @@ pub(super) mod tests {
             f.write_at(&[1u8; 3 * PAGE], 0).unwrap();
             let leaky = || f.entry().leaky.load(Ordering::Relaxed) != 0;
             assert!(!leaky());
-            let child = forked_client(&a, |view, id| {
+            forked_client_done(&a, |view, id| {
                 if in_op {
                     view.counters_of(id).tree_ops.fetch_add(1, Ordering::SeqCst);
                 }
             });
-            let mut status = 0;
-            // SAFETY: waits for our own child; `status` is writable.
-            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status:#x}");
             assert_eq!(a.repair_dead(), 1, "the child reaped");
             assert_eq!(leaky(), in_op, "died in a tree operation: {in_op}");
         }

@@ -412,7 +412,7 @@ pub(crate) struct View {
     pub pages: NonNull<u8>,
     /// A state per whole 2 MiB chunk of `pages`, a hint (`chunk.rs`).
     chunks: NonNull<Chunk>,
-    /// The clients' pin ledgers' `used` words (`pin_counts`, packed for a changer's pass over
+    /// The clients' pin ledgers' `used` words (`used_words`, packed for a changer's pass over
     /// them), then their slots, `PIN_SLOTS` words each (`pin_ledger.rs`).
     pins: NonNull<AtomicU32>,
     pub n_frames: usize,
@@ -465,7 +465,7 @@ impl View {
             RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::CHUNKS, len: (frames / CHUNK_FRAMES).max(1) * size_of::<Chunk>() },
-            RegionSpec { kind: kind::PINS, len: (Self::pin_counts(clients) + clients * PIN_SLOTS) * 4 },
+            RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
         ]
     }
 
@@ -683,20 +683,20 @@ impl View {
     }
 
     /// Words before the ledgers' slots: a `used` word per client, in whole cache lines.
-    fn pin_counts(clients: usize) -> usize {
+    fn used_words(clients: usize) -> usize {
         clients.next_multiple_of(16)
     }
 
     /// Client table slot `c`'s (0-based) pin ledger.
     pub fn ledger(&self, c: usize) -> Ledger<'_> {
         let c = c.min(self.n_clients - 1);
-        let counts = Self::pin_counts(self.n_clients);
-        // SAFETY: `pin_counts + n_clients * PIN_SLOTS` words (checked at attach), atomics only;
+        let used = Self::used_words(self.n_clients);
+        // SAFETY: `used_words + n_clients * PIN_SLOTS` words (checked at attach), atomics only;
         // `c` is in range.
         unsafe {
             Ledger {
                 used: &*self.pins.as_ptr().add(c),
-                slots: std::slice::from_raw_parts(self.pins.as_ptr().add(counts + c * PIN_SLOTS), PIN_SLOTS),
+                slots: std::slice::from_raw_parts(self.pins.as_ptr().add(used + c * PIN_SLOTS), PIN_SLOTS),
             }
         }
     }

@@ -14,14 +14,14 @@
 //! extending write or a truncation waits for. Take the pins after such changes, or pin the
 //! pages of another file.
 
-use std::cell::Cell;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
 
-use super::frame::{PAGE, VALID};
+use super::frame::{key_page, PAGE, VALID};
 use super::pin_ledger::{self, Ledger};
 use super::{Inner, SharedFile};
 use crate::error::{Error, ErrorKind, Result};
+use crate::index::hot;
 use crate::sync::AtomicU32;
 
 /// A page of a shared file, pinned and readable in place. See the module's docs.
@@ -64,41 +64,6 @@ impl Drop for SharedPageRef<'_> {
             self.file.inner.own_ledger().free(self.slot);
         }
     }
-}
-
-/// Entries of a thread's hot index, direct-mapped (as the private engine's `cache/hot.rs`).
-const HOT_SLOTS: usize = 256;
-const _: () = assert!(HOT_SLOTS.is_power_of_two());
-
-#[derive(Clone, Copy)]
-struct Hot {
-    /// The cache's pages' address: an attachment's.
-    cache: usize,
-    key: u64,
-    frame: u32,
-}
-
-thread_local! {
-    static HOT: [Cell<Hot>; HOT_SLOTS] = const { [const { Cell::new(Hot { cache: 0, key: 0, frame: 0 }) }; HOT_SLOTS] };
-}
-
-fn hot_slot(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HOT_SLOTS.trailing_zeros())) as usize
-}
-
-/// The frame this thread last pinned for `key` in the cache whose pages are at `cache`: a hint,
-/// checked as an index's answer is (the frame's `home`).
-fn hot_get(cache: usize, key: u64) -> Option<u32> {
-    HOT.try_with(|h| {
-        let e = h[hot_slot(key)].get();
-        (e.cache == cache && e.key == key).then_some(e.frame)
-    })
-    .ok()
-    .flatten()
-}
-
-fn hot_put(cache: usize, key: u64, frame: u32) {
-    let _ = HOT.try_with(|h| h[hot_slot(key)].set(Hot { cache, key, frame }));
 }
 
 impl Inner {
@@ -182,13 +147,14 @@ impl SharedFile {
         let (view, ledger) = (&inner.view, inner.own_ledger());
         let page = offset / PAGE as u64;
         let k = inner.key(self.slot, page);
-        let cache = view.pages.as_ptr() as usize;
-        let hot = inner.hot_index();
+        // The hot index's tags: this attachment's pages, and the key without its page.
+        let (cache, file) = (view.pages.as_ptr() as usize, k - key_page(k));
+        let use_hot = inner.hot_index();
         loop {
             if offset >= self.cached_len() {
                 return Err(self.past_end(offset));
             }
-            let hinted = hot.then(|| hot_get(cache, k)).flatten();
+            let hinted = use_hot.then(|| hot::get(cache, file, page)).flatten();
             let (found, from_hot) = (hinted.or_else(|| inner.index().hint(k)), hinted.is_some());
             if let Some(f) = found.filter(|&f| (f as usize) < view.n_frames) {
                 let m = &view.frames()[f as usize];
@@ -201,8 +167,8 @@ impl SharedFile {
                             inner.count_hit();
                             if from_hot {
                                 inner.count_hot_hit();
-                            } else if hot {
-                                hot_put(cache, k, f);
+                            } else if use_hot {
+                                hot::put(cache, file, page, f);
                             }
                             return self.guard(slot, f, offset);
                         }
@@ -224,8 +190,8 @@ impl SharedFile {
             // Relaxed: published by the unlock's Release.
             m.flags.fetch_or(super::frame::PINNED, Ordering::Relaxed);
             m.unlock(inner.me, false);
-            if hot {
-                hot_put(cache, k, f);
+            if use_hot {
+                hot::put(cache, file, page, f);
             }
             return self.guard(slot, f, offset);
         }
@@ -267,7 +233,7 @@ impl SharedFile {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::shared::file::tests::{forked_client, two_clients_of};
+    use crate::shared::file::tests::{forked_client_done, two_clients_of};
     use crate::shared::pin_ledger::WAITER;
     use crate::shared::{SharedCache, SharedConfig};
 
@@ -381,17 +347,13 @@ mod tests {
         let frame_of = |page: u64| f.pin(page * PAGE as u64).unwrap().frame;
         let (f0, f1) = (frame_of(0), frame_of(1));
         // The child pins both frames as a pin under their lock would, and dies.
-        let child = forked_client(&cache, |view, id| {
+        forked_client_done(&cache, |view, id| {
             let ledger = view.ledger(view.clients().index(id).unwrap());
             for frame in [f0, f1] {
                 ledger.take(frame).unwrap();
                 view.frames()[frame as usize].flags.fetch_or(super::super::frame::PINNED, Ordering::Relaxed);
             }
         });
-        let mut status = 0;
-        // SAFETY: waits for our own child.
-        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-        assert_eq!(status, 0, "the child joined and pinned");
         let dead = cache.inner.view.clients().dead();
         assert_eq!(dead.len(), 1);
         let ledger = cache.inner.view.ledger(cache.inner.view.clients().index(dead[0]).unwrap());
@@ -422,13 +384,9 @@ mod tests {
         let e = f.entry();
         e.cut.store(PAGE as u64 + 1, Ordering::Release);
         e.len.store(PAGE as u64, Ordering::Release);
-        let child = forked_client(&cache, |view, id| {
+        forked_client_done(&cache, |view, id| {
             assert!(view.frames()[frame as usize].try_lock(id));
         });
-        let mut status = 0;
-        // SAFETY: waits for our own child.
-        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-        assert_eq!(status, 0);
         assert_eq!(cache.repair_dead(), 1, "reaped in the pin holder's thread, not waiting for it");
         assert!(pinned.iter().all(|&x| x == 1), "the pinned page as it was");
         drop(pinned);

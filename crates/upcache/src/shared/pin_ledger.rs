@@ -224,6 +224,11 @@ mod loom_models {
             assert!(self.m.unlock(1, true));
         }
 
+        /// The page's two words. Relaxed: ordered by the pin (what the models check).
+        fn read(&self) -> [u64; 2] {
+            [self.page[0].load(Ordering::Relaxed), self.page[1].load(Ordering::Relaxed)]
+        }
+
         fn ledger(&self) -> Ledger<'_> {
             Ledger { used: &self.used, slots: &self.slots }
         }
@@ -248,11 +253,9 @@ mod loom_models {
                         l.free(i);
                         return None;
                     }
-                    // Relaxed: the pin keeps the page still (what the model checks).
-                    let read = || [w.page[0].load(Ordering::Relaxed), w.page[1].load(Ordering::Relaxed)];
-                    let first = read();
+                    let first = w.read();
                     loom::thread::yield_now();
-                    let second = read();
+                    let second = w.read();
                     l.free(i);
                     Some((v >> 32, first, second))
                 })
@@ -282,8 +285,7 @@ mod loom_models {
                     w.m.flags.fetch_or(PINNED, Ordering::Relaxed);
                     let v = w.m.word.load(Ordering::Relaxed) >> 32;
                     assert!(w.m.unlock(2, false));
-                    // Relaxed: as above.
-                    let read = [w.page[0].load(Ordering::Relaxed), w.page[1].load(Ordering::Relaxed)];
+                    let read = w.read();
                     l.free(i);
                     (v, read)
                 })

@@ -168,7 +168,8 @@ impl<'a> Clients<'a> {
 
     /// The id of table slot `i`'s (0-based) current tenure, whether anyone holds it or not.
     pub fn id_at(&self, i: usize) -> u32 {
-        // Acquire: as in `dead`.
+        // Acquire: pairs with the Release and AcqRel increments of `leave`, `take_dead` and
+        // `reap`, as in `state`, which checks the id against the tenure again.
         let tenure = self.slots[i][1].load(Ordering::Acquire) & TENURE_MASK;
         (i as u32 + 1) | (tenure as u32) << SLOT_BITS
     }
@@ -177,11 +178,8 @@ impl<'a> Clients<'a> {
     /// [`Self::reap`].
     pub fn dead(&self) -> Vec<u32> {
         (0..self.slots.len())
-            .filter_map(|i| {
-                let tenure = self.slots[i][1].load(Ordering::Acquire) & TENURE_MASK;
-                let id = (i as u32 + 1) | (tenure as u32) << SLOT_BITS;
-                (self.state(id) == Some(Seen::Dead)).then_some(id)
-            })
+            .map(|i| self.id_at(i))
+            .filter(|&id| self.state(id) == Some(Seen::Dead))
             .collect()
     }
 

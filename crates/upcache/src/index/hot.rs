@@ -1,13 +1,16 @@
 //! ScalaCache's per-thread private index (§5.3, the "Queue Index"): each thread remembers the
-//! frames of the pages it pinned last, so a repeat pin skips the shared page index.
+//! frames of the pages it pinned last, so a repeat pin skips the shared page index. Both
+//! engines use it (`cache/page.rs`, `shared/pin.rs`), each entry tagged with the cache it
+//! belongs to.
 //!
 //! An entry is only a hint and needs no invalidation: using one pins the frame and checks
 //! that it is owned, still keyed to the page and `VALID`, which is exactly what makes an
 //! index lookup's answer safe to use too (see `cache/page.rs`). An evicted frame fails the
 //! pin (`UNOWNED`) or the key check; a frame can be keyed to a page and `VALID` only as the
 //! page's one frame in the index, and pins hold the page's range shared, so a truncation or
-//! removal cannot drop it meanwhile. A hint from another cache (a thread may use several) is
-//! bounds-checked and fails the same checks.
+//! removal cannot drop it meanwhile. (The shared cache's pin checks its frame's `home` and
+//! `VALID` and validates against the frame's version, `shared/pin_ledger.rs`.) A hint from
+//! another cache (a thread may use several) is bounds-checked and fails the same checks.
 
 use std::cell::Cell;
 
