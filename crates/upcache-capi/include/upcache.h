@@ -139,6 +139,10 @@ typedef struct upcache_shared_settings {
   // ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
   // (pins are the Rust API's; false: every pin looks the page up).
   bool hot_index;
+  // SAFS's set-associative index, with this many frames per set, 1 to 64: a page lives in
+  // the one set its key hashes to, and a miss evicts from that set (0: no sets, the index
+  // `lock_free_index` says).
+  uint32_t set_ways;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -197,6 +197,10 @@ pub struct upcache_shared_settings {
     /// ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
     /// (pins are the Rust API's; false: every pin looks the page up).
     pub hot_index: bool,
+    /// SAFS's set-associative index, with this many frames per set, 1 to 64: a page lives in
+    /// the one set its key hashes to, and a miss evicts from that set (0: no sets, the index
+    /// `lock_free_index` says).
+    pub set_ways: u32,
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -223,6 +227,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             direct_loads: c.direct_loads,
             uring_write_back: c.io == upcache::IoKind::Uring,
             hot_index: c.hot_index,
+            set_ways: if c.index == upcache::IndexKind::SetAssoc { c.set_ways } else { 0 },
         }
     }
 }
@@ -260,7 +265,12 @@ pub unsafe extern "C" fn upcache_attach_with(
             run_merging: s.run_merging,
             bundling: s.bundling,
             readahead: s.readahead,
-            index: if s.lock_free_index { upcache::IndexKind::Radix } else { upcache::IndexKind::Sharded },
+            index: match (s.set_ways, s.lock_free_index) {
+                (0, true) => upcache::IndexKind::Radix,
+                (0, false) => upcache::IndexKind::Sharded,
+                _ => upcache::IndexKind::SetAssoc,
+            },
+            set_ways: if s.set_ways == 0 { SharedConfig::default().set_ways } else { s.set_ways },
             flushers: s.flushers,
             direct_write_back: s.direct_write_back,
             policy: if s.gclock { upcache::PolicyKind::GClock } else { upcache::PolicyKind::Clock },

@@ -62,10 +62,15 @@ pub struct ServeArgs {
     /// threads at once (as UPCACHE_FLUSHERS)
     #[arg(long, default_value_t = 2)]
     flushers: u32,
-    /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file, or sharded,
-    /// hash chains under 1024 partition locks (as UPCACHE_INDEX)
-    #[arg(long, value_name = "radix|sharded", default_value = "radix")]
+    /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file; sharded,
+    /// hash chains under 1024 partition locks; or setassoc, SAFS's set-associative cache (a
+    /// page lives in the one set of --set-ways frames its key hashes to, and a miss evicts
+    /// from that set with its own clock hand) (as UPCACHE_INDEX)
+    #[arg(long, value_name = "radix|sharded|setassoc", default_value = "radix")]
     index: upcache::IndexKind,
+    /// Frames per set with --index setassoc, 1 to 64 (as UPCACHE_SET_WAYS)
+    #[arg(long, value_name = "N", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=64))]
+    set_ways: u32,
     /// The clock hand's rule: clock (a page read since the hand passed stays a lap) or gclock
     /// (SAFS: a lap per read, up to 4) (as UPCACHE_POLICY)
     #[arg(long, value_name = "clock|gclock", default_value = "clock")]
@@ -142,6 +147,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             bundling: args.bundling,
             readahead: args.readahead,
             index: args.index,
+            set_ways: args.set_ways,
             flushers: args.flushers,
             direct_write_back: args.direct_write_back,
             direct_loads: args.direct_loads,

@@ -508,8 +508,15 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
     // One pwritev after another.
     let psync = SharedConfig { io: upcache::IoKind::Psync, ..on.clone() };
     assert_eq!(run(psync), (1, 80, (2, 0), 64, true), "psync write-back");
-    let set_assoc = SharedConfig { index: upcache::IndexKind::SetAssoc, ..small() };
-    assert_eq!(SharedCache::create(&set_assoc).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
+    // SAFS's sets: no tree, the same requests (the placement itself: `shared/pages.rs`).
+    let sets = SharedConfig { index: upcache::IndexKind::SetAssoc, ..on.clone() };
+    assert_eq!(run(sets), (1, 80, (2, 1), 64, false), "the set-associative index");
+    let locked = SharedConfig { index: upcache::IndexKind::Locked, ..small() };
+    assert_eq!(SharedCache::create(&locked).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
+    for set_ways in [0, 65] {
+        let sets = SharedConfig { index: upcache::IndexKind::SetAssoc, set_ways, ..small() };
+        assert_eq!(SharedCache::create(&sets).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
+    }
     let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };
     assert_eq!(SharedCache::create(&too_far).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
 }

@@ -46,6 +46,11 @@ fn switched() -> SharedConfig {
     }
 }
 
+/// The set-associative index with sets of 4 frames: a miss has little choice of victim.
+fn set_associative() -> SharedConfig {
+    SharedConfig { set_ways: 4, ..config(IndexKind::SetAssoc) }
+}
+
 /// SplitMix64: the sequences must be the same in the child that runs them and the parent that
 /// replays them.
 struct Rng(u64);
@@ -386,21 +391,28 @@ fn processes_sharing_a_cache_with_the_hash_index_match_the_oracle() {
     run(seed(), 3000, config(IndexKind::Sharded));
 }
 
+/// The same with the set-associative index, small sets.
+#[test]
+fn processes_sharing_a_set_associative_cache_match_the_oracle() {
+    run(seed(), 3000, set_associative());
+}
+
 /// The same with GClock, gc-aware eviction and pausing writers.
 #[test]
 fn processes_sharing_a_cache_with_its_other_eviction_and_throttling_match_the_oracle() {
     run(seed(), 3000, switched());
 }
 
-/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: three quarters on the
-/// defaults, a quarter with the other eviction and throttling.
+/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: half on the defaults, a
+/// quarter with the other eviction and throttling, a quarter with small sets.
 #[test]
 #[ignore = "the long soak: .ci/run runs it once, in release"]
 fn soak_processes_sharing_the_cache_match_the_oracle() {
     let total: usize =
         std::env::var("UPCACHE_SOAK_OPS").map_or(1_000_000, |v| v.parse().expect("UPCACHE_SOAK_OPS"));
     let seed = seed();
-    let switched_ops = total / 4;
-    run(seed, (total - switched_ops).div_ceil(PROCS), config(IndexKind::Radix));
-    run(seed ^ 1, switched_ops.div_ceil(PROCS), switched());
+    let quarter = total / 4;
+    run(seed, (total - 2 * quarter).div_ceil(PROCS), config(IndexKind::Radix));
+    run(seed ^ 1, quarter.div_ceil(PROCS), switched());
+    run(seed ^ 2, quarter.div_ceil(PROCS), set_associative());
 }

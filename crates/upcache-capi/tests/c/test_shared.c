@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
     CHECK(set.memory == 256 << 20 && set.dirty_background == 0.25 && set.flush_interval_ms == 1000);
     CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
     CHECK(!set.gclock && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
-          set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index);
+          set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index &&
+          set.lock_free_index && set.set_ways == 0);
     set.memory = 4 << 20;
     set.dirty_background = 0.6;
     set.dirty_foreground = 0.5;
@@ -45,6 +46,9 @@ int main(int argc, char **argv) {
     set.readahead = 2 << 20;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
     set.readahead = 64 << 10;
+    set.set_ways = 65;
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    set.set_ways = 8;
     set.range_lock = false;
     set.bundling = false;
     set.gclock = true;
@@ -62,7 +66,7 @@ int main(int argc, char **argv) {
           got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250 && !got.range_lock &&
           got.run_merging && !got.bundling && got.readahead == 64 << 10 && got.gclock && got.clean_first &&
           got.gc_aware && !got.dflush && !got.streams && !got.huge_pages && !got.direct_loads &&
-          !got.uring_write_back && !got.hot_index);
+          !got.uring_write_back && !got.hot_index && !got.lock_free_index && got.set_ways == 8);
     struct upcache_file *f;
     CHECK(upcache_file_open_path(cache, path, true, &f) == UPCACHE_OK);
     CHECK(upcache_pwrite(f, "from the parent", 15, 5000) == 15);

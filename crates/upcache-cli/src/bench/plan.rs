@@ -60,12 +60,12 @@ pub(super) struct Plan {
 /// layout, none of which the shared engine takes yet: with it alone they fail the run rather
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
-/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix or sharded),
+/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
+/// `--set-ways`; in-set replacement is its `--policy`),
 /// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
 /// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin`, `--huge-pages` and
 /// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
-    use upcache::internals::index::setassoc::DEFAULT_WAYS;
     [
         ("--devices", a.devices.is_some_and(|d| d != (1, false))),
         ("--sim", a.sim.is_some()),
@@ -78,7 +78,6 @@ fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
         ("--api async", a.api == engine::Api::Async),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--io", a.io.is_some_and(|x| x != Default::default())),
-        ("--set-ways", a.set_ways.is_some_and(|w| w as usize != DEFAULT_WAYS)),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),
         ("--prefault", a.prefault),
@@ -99,6 +98,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         readahead: a.readahead.unwrap_or(d.readahead),
         dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
         index: a.index.unwrap_or(d.index),
+        set_ways: a.set_ways.map_or(d.set_ways, |w| w.min(u32::MAX as u64) as u32),
         flushers: a.flushers.map_or(d.flushers, |f| f.min(u32::MAX as u64) as u32),
         policy: a.policy.map_or(d.policy, |p| p.0),
         clean_first: a.policy.map_or(d.clean_first, |p| p.1),
@@ -131,8 +131,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --flushers, --policy, --flush, --streams, \
-             --hot-index, --api pin, --huge-pages and --direct-loads"
+             --bundling, --readahead, --dirty-ratios, --index, --set-ways, --flushers, --policy, --flush, \
+             --streams, --hot-index, --api pin, --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

@@ -1,5 +1,6 @@
 //! The shared page index: (file slot, page) → frame. [`Index`] is what the cache uses: the
-//! ccXArray trees of `tree.rs` (`SharedConfig::index` radix, the default), or the hash below.
+//! ccXArray trees of `tree.rs` (`SharedConfig::index` radix, the default), the hash below, or
+//! the sets of frames further below (set-assoc).
 //!
 //! # The hash index
 //! As PostgreSQL's buffer mapping table.
@@ -19,6 +20,18 @@
 //!   load per frame, stable under the partition's lock.
 //! - While a partition's holder is stopped, no chain of it changes: a lock-free lookup there
 //!   is exact (`file.rs` reads a page it does not find from the OS file, uncached).
+//!
+//! # The sets
+//! SAFS's set-associative cache (seed 002 §4): the frames are cut into sets of
+//! `SharedConfig::set_ways` (the last set takes the remainder), a hash of the key picks the one
+//! set a page may live in, and a miss takes its frame from that set (`Inner::claim`, a clock
+//! hand per set in the bucket heads' region). The index is the frames' `home` words: a lookup
+//! reads the set's, with no lock and nothing to follow.
+//! - A frame's `home` is 0 or a key of its own set.
+//! - At most one frame per key has it as `home`: `home` is set only under the set's partition
+//!   lock (set modulo [`PARTITIONS`]), after a look at the set's others, and the frame's lock.
+//!   It is cleared under the frame's lock alone (a placer that still sees it looks again).
+//! - A dead holder of a set's partition lock left nothing to rebuild: a place is one store.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -33,6 +46,8 @@ pub(crate) enum Index<'a> {
     Radix(Forest<'a, [FileEntry]>, &'a [FrameMeta]),
     /// Hash chains under partition locks.
     Hash(PageMap<'a>),
+    /// Sets of frames, each page in its key's set.
+    Sets(SetMap<'a>),
 }
 
 /// What putting a frame in the index did.
@@ -57,6 +72,7 @@ impl Index<'_> {
         match self {
             Index::Radix(t, _) => t.get(key_slot(key), key_gen(key), key_page(key)),
             Index::Hash(m) => m.find_hint(key),
+            Index::Sets(m) => m.find(key),
         }
     }
 
@@ -65,7 +81,7 @@ impl Index<'_> {
     /// under a process that has the file open).
     pub fn find(&self, key: u64, me: u32, alive: &dyn Fn(u32) -> bool) -> Option<u32> {
         match self {
-            Index::Radix(..) => self.hint(key),
+            Index::Radix(..) | Index::Sets(_) => self.hint(key),
             Index::Hash(m) => m.lock(key, me, alive).find(key),
         }
     }
@@ -80,7 +96,7 @@ impl Index<'_> {
         give_up: &dyn Fn(u32) -> bool,
     ) -> Option<Option<u32>> {
         match self {
-            Index::Radix(..) => Some(self.hint(key)),
+            Index::Radix(..) | Index::Sets(_) => Some(self.hint(key)),
             Index::Hash(m) => m.lock_unless(key, me, alive, give_up).map(|g| g.find(key)),
         }
     }
@@ -119,6 +135,7 @@ impl Index<'_> {
                 Some(_) => Placed::Taken,
                 None => Placed::No,
             },
+            Index::Sets(m) => m.place(key, f, me, alive, give_up),
         }
     }
 
@@ -151,6 +168,11 @@ impl Index<'_> {
                 g.remove(home, f);
                 true
             }
+            Index::Sets(m) => {
+                // Release: after whatever the caller did to the frame as its page's.
+                m.frames[f as usize].home.store(0, Ordering::Release);
+                true
+            }
         }
     }
 
@@ -173,21 +195,31 @@ impl Index<'_> {
                 let home = frames[f as usize].home();
                 home != 0 && self.hint(home) == Some(f)
             }
-            // The partitions are rebuilt from the `home`s: they agree.
+            // The partitions are rebuilt from the `home`s: they agree; a set is its `home`s.
             Index::Hash(m) => m.frames[f as usize].home() != 0,
+            Index::Sets(m) => m.frames[f as usize].home() != 0,
         }
     }
 
-    /// The client holding `key`'s partition lock (the hash's; a tree has none).
+    /// The client holding `key`'s partition lock (the hash's or its set's; a tree has none).
     pub fn holder(&self, key: u64) -> Option<u32> {
         match self {
             Index::Radix(..) => None,
             Index::Hash(m) => m.holder(key),
+            Index::Sets(m) => m.locks[m.set_of(key) % PARTITIONS].holder(),
+        }
+    }
+
+    /// The sets, if the index is theirs.
+    pub fn sets(&self) -> Option<&SetMap<'_>> {
+        match self {
+            Index::Sets(m) => Some(m),
+            _ => None,
         }
     }
 
     /// The frames the tree has for pages `from..to` of generation `gen` of file `slot`, with
-    /// their keys; None for the hash, which cannot list a file's pages.
+    /// their keys; None for the hash and the sets, which cannot list a file's pages.
     pub fn pages(&self, slot: u32, gen: u32, from: u64, to: u64) -> Option<Vec<(u32, u64)>> {
         match self {
             Index::Radix(t, _) => Some(
@@ -196,7 +228,7 @@ impl Index<'_> {
                     .map(|(f, page)| (f, super::frame::key(slot, gen, page)))
                     .collect(),
             ),
-            Index::Hash(_) => None,
+            Index::Hash(_) | Index::Sets(_) => None,
         }
     }
 }
@@ -287,6 +319,79 @@ impl PageMap<'_> {
                 head.store(f as u32 + 1, Ordering::Release);
             }
         }
+    }
+}
+
+/// A view of the sets of frames in one process.
+pub(crate) struct SetMap<'a> {
+    /// The partition locks (a set's is its number modulo [`PARTITIONS`]).
+    pub locks: &'a [OwnerLock],
+    pub frames: &'a [FrameMeta],
+    /// Each set's clock hand: frames its claims passed.
+    pub hands: &'a [AtomicU32],
+    /// Frames per set (the last takes the remainder as well).
+    pub ways: usize,
+    /// `count(frames.len(), ways)`.
+    pub sets: usize,
+}
+
+impl SetMap<'_> {
+    /// How many sets `frames` frames of `ways` make.
+    pub fn count(frames: usize, ways: usize) -> usize {
+        (frames / ways.max(1)).max(1)
+    }
+
+    /// The set page `key` lives in.
+    pub fn set_of(&self, key: u64) -> usize {
+        // The hash's top half scaled to the sets: every bit of the key moves it (as `bucket`).
+        (((hash(key) >> 32) * self.sets as u64) >> 32) as usize
+    }
+
+    /// The frames of set `s`.
+    pub fn frames_of(&self, s: usize) -> std::ops::Range<usize> {
+        let first = s * self.ways;
+        let last = if s + 1 == self.sets { self.frames.len() } else { first + self.ways };
+        first..last.min(self.frames.len())
+    }
+
+    /// The frame whose `home` is `key`: exact as of each frame's load, since a `home` is set
+    /// only to a key no other frame of the set has.
+    pub fn find(&self, key: u64) -> Option<u32> {
+        let set = self.frames_of(self.set_of(key));
+        let first = set.start;
+        self.frames[set].iter().position(|m| m.home() == key).map(|w| (first + w) as u32)
+    }
+
+    /// Makes `key` frame `f`'s `home` unless another frame of the set has it; `No` once a
+    /// wait for the set's partition lock is over and `give_up` says so of its holder.
+    fn place(
+        &self,
+        key: u64,
+        f: u32,
+        me: u32,
+        alive: &dyn Fn(u32) -> bool,
+        give_up: &dyn Fn(u32) -> bool,
+    ) -> Placed {
+        let s = self.set_of(key);
+        debug_assert!(self.frames_of(s).contains(&(f as usize)), "frame {f} is not of page {key:#x}'s set");
+        let lock = &self.locks[s % PARTITIONS];
+        match lock.lock_unless(me, alive, give_up) {
+            None => return Placed::No,
+            // A place is one store: a dead holder left nothing half done.
+            Some(Acquired::OwnerDied(dead)) => {
+                log::warn!("shared cache: client {dead} died placing a page in set {s}")
+            }
+            Some(Acquired::Clean) => {}
+        }
+        let placed = if self.find(key).is_some() {
+            Placed::Taken
+        } else {
+            // Release: a reader that sees `home` sees the key stored before.
+            self.frames[f as usize].home.store(key, Ordering::Release);
+            Placed::Yes
+        };
+        lock.unlock(me);
+        placed
     }
 }
 

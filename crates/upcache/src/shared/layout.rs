@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::chunk::{Chunk, CHUNK_FRAMES};
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
-use super::index::{Index, PageMap, PARTITIONS};
+use super::index::{Index, PageMap, SetMap, PARTITIONS};
 use super::mapped::Mapped;
 use super::pin_ledger::{Ledger, PIN_SLOTS};
 use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x0f");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x10");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -110,9 +110,15 @@ pub struct SharedConfig {
     /// (bench/RESULTS.md).
     pub io: IoKind,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
-    /// file (`tree.rs`; the default), or [`IndexKind::Sharded`], hash chains under 1024
-    /// partition locks (`index.rs`). The other kinds are the private engine's alone.
+    /// file (`tree.rs`; the default), [`IndexKind::Sharded`], hash chains under 1024
+    /// partition locks (`index.rs`), or [`IndexKind::SetAssoc`], SAFS's set-associative cache
+    /// (seed 002 §4): a page lives only in the set of `set_ways` frames its key hashes to, a
+    /// lookup reads that set's frames, and a miss evicts from it with the set's own clock hand
+    /// (`policy` and `clean_first` within the set). The other kinds are the private engine's
+    /// alone.
     pub index: IndexKind,
+    /// Frames per set of the set-associative index, 1 to 64 (SAFS's 12 by default).
+    pub set_ways: u32,
     /// The clock hand's rule: [`PolicyKind::Clock`] (a page read since the hand last passed
     /// is passed over once; the default) or [`PolicyKind::GClock`] (SAFS §4.2: each read
     /// adds to a count of up to 3, and the hand passes a page over once per hit, so a page
@@ -176,6 +182,7 @@ impl Default for SharedConfig {
             direct_loads: true,
             io: IoKind::Uring,
             index: IndexKind::Radix,
+            set_ways: crate::index::setassoc::DEFAULT_WAYS as u32,
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,
             flush: FlushKind::Direct,
@@ -223,10 +230,17 @@ impl SharedConfig {
                 self.flushers
             ));
         }
-        if !matches!(self.index, IndexKind::Radix | IndexKind::Sharded) {
+        if !matches!(self.index, IndexKind::Radix | IndexKind::Sharded | IndexKind::SetAssoc) {
             return invalid(format!(
-                "the shared cache's index is radix or sharded, not {} (the private engine's alone)",
+                "the shared cache's index is radix, sharded or setassoc, not {} (the private engine's alone)",
                 self.index.name()
+            ));
+        }
+        if !(1..=crate::index::setassoc::MAX_WAYS as u32).contains(&self.set_ways) {
+            return invalid(format!(
+                "shared cache set ways {} must be 1 to {}",
+                self.set_ways,
+                crate::index::setassoc::MAX_WAYS
             ));
         }
         if !matches!(self.policy, PolicyKind::Clock | PolicyKind::GClock) {
@@ -299,6 +313,8 @@ pub(crate) struct Header {
     pub writer_pauses: AtomicU64,
     /// The devices' GC states, for `CleanFirst::WhileGc` (`gc.rs`).
     pub gc: super::gc::GcTable,
+    /// `SharedConfig::set_ways` (set before the magic number, then fixed).
+    set_ways: AtomicU32,
 }
 
 /// Bits of the header's `techniques`.
@@ -324,6 +340,8 @@ pub(crate) mod technique {
     pub const URING: u64 = 4096;
     /// `SharedConfig::hot_index`.
     pub const HOT_INDEX: u64 = 8192;
+    /// The set-associative index (`SharedConfig::index` set-assoc).
+    pub const SET_ASSOC: u64 = 16384;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
 }
@@ -375,6 +393,12 @@ impl Header {
         // Relaxed: as above.
         self.readahead_pages.load(Ordering::Relaxed)
     }
+
+    /// `SharedConfig::set_ways`.
+    pub fn set_ways(&self) -> u32 {
+        // Relaxed: fixed before the magic number was published.
+        self.set_ways.load(Ordering::Relaxed).clamp(1, crate::index::setassoc::MAX_WAYS as u32)
+    }
 }
 
 /// A client slot's counters, on a cache line of their own: each process adds only to its
@@ -425,6 +449,9 @@ pub(crate) struct View {
     mapped: Mapped,
     /// `SharedConfig::huge_pages`: chunks in use are recorded (`chunk.rs`).
     huge: bool,
+    /// `SharedConfig::set_ways`, and the sets they make of the frames.
+    set_ways: usize,
+    n_sets: usize,
 }
 
 // SAFETY: the view holds pointers into the segment, which is shared memory used only through
@@ -510,11 +537,13 @@ impl View {
             (config.direct_loads, technique::DIRECT_LOADS),
             (config.io == IoKind::Uring, technique::URING),
             (config.hot_index, technique::HOT_INDEX),
+            (config.index == IndexKind::SetAssoc, technique::SET_ASSOC),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
         header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
         header.flushers.store(config.flushers, Ordering::Relaxed);
+        header.set_ways.store(config.set_ways, Ordering::Relaxed);
         let (leaves, inners) = Self::pools(frames, config.files as usize);
         header.leaves.store(leaves as u32, Ordering::Relaxed);
         header.inners.store(inners as u32, Ordering::Relaxed);
@@ -595,6 +624,8 @@ impl View {
             n_buckets: buckets,
             mapped: Mapped::new(frames),
             huge: header.has(technique::HUGE_PAGES),
+            set_ways: header.set_ways() as usize,
+            n_sets: SetMap::count(frames, header.set_ways() as usize),
             seg,
         })
     }
@@ -739,10 +770,26 @@ impl View {
         }
     }
 
-    /// The page index, the tree's if `radix` (the header's `technique::RADIX_INDEX`).
-    pub fn index(&self, radix: bool) -> Index<'_> {
-        if radix {
+    /// The sets of frames; their hands are the bucket heads' words, which only the hash uses
+    /// (there are as many as frames, so at least one per set).
+    pub fn sets(&self) -> SetMap<'_> {
+        let map = self.map();
+        SetMap {
+            locks: map.locks,
+            frames: map.frames,
+            hands: &map.heads[..self.n_sets],
+            ways: self.set_ways,
+            sets: self.n_sets,
+        }
+    }
+
+    /// The page index the header's `techniques` name (`technique::RADIX_INDEX`, `SET_ASSOC`,
+    /// else the hash).
+    pub fn index(&self, techniques: u64) -> Index<'_> {
+        if techniques & technique::RADIX_INDEX != 0 {
             Index::Radix(self.forest(), self.frames())
+        } else if techniques & technique::SET_ASSOC != 0 {
+            Index::Sets(self.sets())
         } else {
             Index::Hash(self.map())
         }

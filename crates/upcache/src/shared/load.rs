@@ -43,7 +43,7 @@ impl Inner {
             // Cached, or being loaded by someone: the single page's path, which waits for it.
             return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
         }
-        let f = self.claim()?;
+        let f = self.claim(k)?;
         match self.place_unless(f, k, give_up)? {
             Some(true) => {}
             Some(false) => {
@@ -83,7 +83,7 @@ impl Inner {
                 page += 1;
                 continue;
             }
-            let Some(f) = self.try_claim_holding() else { return };
+            let Some(f) = self.try_claim_holding(k) else { return };
             match self.place_once(f, k, &|h| self.stopped(h)) {
                 Placed::Yes => {}
                 Placed::Taken => {
@@ -121,7 +121,7 @@ impl Inner {
             if key_page(k) == 0 || index.hint(k).is_some() {
                 break;
             }
-            let Some(f) = self.try_claim_holding() else { break };
+            let Some(f) = self.try_claim_holding(k) else { break };
             // Holding frames, never waiting for a stopped process (readers would wait for us),
             // nor freeing frames for index nodes.
             if self.place_once(f, k, &|h| self.stopped(h)) != Placed::Yes {
@@ -184,7 +184,7 @@ impl Inner {
                 Placed::Full => {
                     // Relaxed: a statistic.
                     self.view.header().index_full.fetch_add(1, Ordering::Relaxed);
-                    match self.claim() {
+                    match self.claim(k) {
                         Ok(victim) => self.free_frame(victim),
                         Err(e) => {
                             self.free_frame(f);

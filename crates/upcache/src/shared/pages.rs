@@ -77,7 +77,7 @@ pub(crate) fn flush_pending_hits() {
 impl Inner {
     /// The page index, as the cache was made with (`SharedConfig::index`).
     pub(crate) fn index(&self) -> super::index::Index<'_> {
-        self.view.index(self.techniques & super::layout::technique::RADIX_INDEX != 0)
+        self.view.index(self.techniques)
     }
 
     /// Counts a lookup that found its page cached.
@@ -169,10 +169,11 @@ impl Inner {
         self.tree_op(|| self.index().unplace(f, self.me, &|h| self.alive(h), give_up))
     }
 
-    /// A frame with no page, locked for us: the clock hand's next frame that is unlocked,
-    /// clean and not referenced since the hand last passed (dirty ones of files we have open
-    /// for writing are written back on the second lap).
-    pub(crate) fn claim(&self) -> Result<u32> {
+    /// A frame with no page, locked for us, for page key `k`: the clock hand's next frame
+    /// that is unlocked, clean and not referenced since the hand last passed (dirty ones of
+    /// files we have open for writing are written back on the second lap); with the
+    /// set-associative index, the hand of `k`'s set, among its frames.
+    pub(crate) fn claim(&self, k: u64) -> Result<u32> {
         // Every frame locked, or dirty in files this process cannot write: the service writes
         // dirty pages back in the background (`SharedCache::write_back_due`) through the
         // descriptors writers lent it, so the claim waits for that, as the kernel's
@@ -181,13 +182,14 @@ impl Inner {
         let deadline = std::time::Instant::now() + CLAIM_PATIENCE.max(passes);
         let mut pause = std::time::Duration::from_millis(1);
         loop {
-            if let Some(f) = self.try_claim() {
+            if let Some(f) = self.try_claim_rounds(k, 2) {
                 return Ok(f);
             }
+            self.ask_for_set_of(k);
             if std::time::Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::CacheFull,
-                    "every frame of the shared cache is locked or dirty in files this process cannot write",
+                    "every frame of the shared cache (or of the page's set) is locked, pinned or dirty in files this process cannot write",
                 ));
             }
             std::thread::sleep(pause);
@@ -195,79 +197,127 @@ impl Inner {
         }
     }
 
-    /// As [`Self::claim`], but None at once if no frame can be taken now.
-    fn try_claim(&self) -> Option<u32> {
-        self.try_claim_rounds(2)
-    }
-
-    /// A frame if one can be taken now without waiting for any lock (no repair of dead
-    /// clients' frames, which waits for locks): for a loader holding frames already.
-    pub(crate) fn try_claim_holding(&self) -> Option<u32> {
-        self.try_claim_rounds(1)
-    }
-
-    fn try_claim_rounds(&self, rounds: usize) -> Option<u32> {
-        let frames = self.view.frames();
-        let n = frames.len() as u64;
-        let rule = self.dirty_rule();
-        let laps = if self.gclock() { 8 } else { 4 };
-        for round in 0..rounds {
-            // A GClock frame read often stays up to four laps (`FrameMeta::age`).
-            for step in 0..laps * n {
-                // Relaxed: the hand only spreads claims; each frame is taken by CAS.
-                let f = (self.view.header().clock.fetch_add(1, Ordering::Relaxed) % n) as u32;
-                let m = &frames[f as usize];
-                if m.holder().is_some() {
-                    continue;
-                }
-                let flags = m.flags();
-                if m.age(flags) {
-                    continue;
-                }
-                if flags & DIRTY != 0 {
-                    // Clean-first passes dirty frames over for a lap (gc-aware only while their
-                    // device collects); plain takes this one if it can write it back.
-                    let defer = match rule {
-                        CleanFirst::Always => true,
-                        CleanFirst::Never => false,
-                        CleanFirst::WhileGc => {
-                            let k = m.key();
-                            k != 0 && self.collecting(key_slot(k))
-                        }
-                    };
-                    if !defer || step >= n {
-                        self.write_back_victim(f);
-                    }
-                    if defer || m.flags() & DIRTY != 0 {
-                        continue;
-                    }
-                }
-                if !m.try_lock(self.me) {
-                    continue;
-                }
-                if m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f) {
-                    m.unlock(self.me, false);
-                    continue;
-                }
-                if m.home() != 0 {
-                    // A victim whose index partition a stopped process holds is passed over.
-                    if !self.unindex_unless(f, &|h| self.stopped(h)) {
-                        m.unlock(self.me, false);
-                        continue;
-                    }
-                    // Relaxed: a statistic.
-                    self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
-                }
-                // The new page's bytes will differ: bumped now, so that a reader of the old
-                // page fails even if our unlock says nothing changed.
-                self.empty_frame(f);
-                return Some(f);
-            }
-            if round == 0 && rounds > 1 {
-                self.repair_dead();
+    /// With the set-associative index, asks the service to write back the files of `k`'s
+    /// set's dirty frames that this process cannot write: a set is small, so its frames may
+    /// all be dirty while the cache as a whole is below the ratios that start write-back.
+    fn ask_for_set_of(&self, k: u64) {
+        let index = self.index();
+        let Some(sets) = index.sets() else { return };
+        let mut asked = Vec::new();
+        for m in &self.view.frames()[sets.frames_of(sets.set_of(k))] {
+            let k = m.key();
+            if m.flags() & DIRTY != 0
+                && k != 0
+                && !asked.contains(&key_slot(k))
+                && self.writable_fd(key_slot(k)).is_none()
+            {
+                asked.push(key_slot(k));
+                self.ask_write_back(key_slot(k));
             }
         }
-        None
+    }
+
+    /// As [`Self::claim`], but None at once if no frame can be taken now without waiting for
+    /// any lock (no repair of dead clients' frames, which waits for locks): for a loader
+    /// holding frames already.
+    pub(crate) fn try_claim_holding(&self, k: u64) -> Option<u32> {
+        self.try_claim_rounds(k, 1)
+    }
+
+    fn try_claim_rounds(&self, k: u64, rounds: usize) -> Option<u32> {
+        let frames = self.view.frames();
+        let index = self.index();
+        let clock = &self.view.header().clock;
+        // Where the hand turns: over every frame, or over `k`'s set with the set's own hand.
+        let (first, n, set_hand) = match index.sets() {
+            Some(sets) => {
+                let s = sets.set_of(k);
+                let r = sets.frames_of(s);
+                (r.start, r.len() as u64, Some(&sets.hands[s]))
+            }
+            None => (0, frames.len() as u64, None),
+        };
+        let turn = || match set_hand {
+            // Relaxed (both): a hand only spreads claims; each frame is taken by CAS.
+            Some(hand) => first + (hand.fetch_add(1, Ordering::Relaxed) as u64 % n) as usize,
+            None => (clock.fetch_add(1, Ordering::Relaxed) % n) as usize,
+        };
+        let rule = self.dirty_rule();
+        let laps = if self.gclock() { 8 } else { 4 };
+        let mut steps = 0;
+        let claimed = 'rounds: {
+            for round in 0..rounds {
+                // A GClock frame read often stays up to four laps (`FrameMeta::age`).
+                for step in 0..laps * n {
+                    steps += 1;
+                    let f = turn() as u32;
+                    if self.claim_at(f, step >= n, rule) {
+                        break 'rounds Some(f);
+                    }
+                }
+                if round == 0 && rounds > 1 {
+                    self.repair_dead();
+                }
+            }
+            None
+        };
+        if set_hand.is_some() {
+            // Relaxed: the cache-wide count of frames passed, a hint (`View::hand`).
+            clock.fetch_add(steps, Ordering::Relaxed);
+        }
+        claimed
+    }
+
+    /// Takes frame `f` for a claim if it is unlocked, clean (after a write-back if `rule` and
+    /// `late`, a second lap, say so), unpinned and not referenced since the hand last passed:
+    /// emptied, locked for us. Else ages its reference.
+    fn claim_at(&self, f: u32, late: bool, rule: CleanFirst) -> bool {
+        let m = &self.view.frames()[f as usize];
+        if m.holder().is_some() {
+            return false;
+        }
+        let flags = m.flags();
+        if m.age(flags) {
+            return false;
+        }
+        if flags & DIRTY != 0 {
+            // Clean-first passes dirty frames over for a lap (gc-aware only while their
+            // device collects); plain takes this one if it can write it back.
+            let defer = match rule {
+                CleanFirst::Always => true,
+                CleanFirst::Never => false,
+                CleanFirst::WhileGc => {
+                    let k = m.key();
+                    k != 0 && self.collecting(key_slot(k))
+                }
+            };
+            if !defer || late {
+                self.write_back_victim(f);
+            }
+            if defer || m.flags() & DIRTY != 0 {
+                return false;
+            }
+        }
+        if !m.try_lock(self.me) {
+            return false;
+        }
+        if m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f) {
+            m.unlock(self.me, false);
+            return false;
+        }
+        if m.home() != 0 {
+            // A victim whose index partition a stopped process holds is passed over.
+            if !self.unindex_unless(f, &|h| self.stopped(h)) {
+                m.unlock(self.me, false);
+                return false;
+            }
+            // Relaxed: a statistic.
+            self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        // The new page's bytes will differ: bumped now, so that a reader of the old page fails
+        // even if our unlock says nothing changed.
+        self.empty_frame(f);
+        true
     }
 
     /// Writes back dirty frame `f` if this process has its file open for writing.
@@ -419,7 +469,7 @@ impl Inner {
                 m.unlock(self.me, false);
                 continue;
             }
-            let f = self.claim()?;
+            let f = self.claim(k)?;
             match self.place_unless(f, k, give_up)? {
                 Some(true) => {}
                 Some(false) => {
@@ -540,6 +590,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::super::{tests::small, SharedCache, SharedConfig};
+    use crate::index::IndexKind;
     use crate::policy::{CleanFirst, PolicyKind};
 
     /// 16 frames; no readahead, no write-back before the cache is full of dirty pages.
@@ -552,6 +603,57 @@ mod tests {
             clean_first,
             ..small()
         }
+    }
+
+    /// Set-associative placement (SAFS §4): each cached page's frame lies in its key's set,
+    /// and a miss evicts only from its page's set, so a page read once stays cached through
+    /// misses of four times the cache's frames whose pages fall in other sets; the cache-wide
+    /// hand (the same reads with the hash index) evicts it.
+    #[test]
+    fn a_set_associative_miss_evicts_only_from_its_pages_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let (hot, scan) = (dir.path().join("hot"), dir.path().join("scan"));
+        std::fs::write(&hot, vec![1u8; 4096]).unwrap();
+        std::fs::write(&scan, (0..1024 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+        let kept = |index| {
+            let config = SharedConfig {
+                memory: 64 * 4096,
+                set_ways: 8,
+                index,
+                ..sixteen(PolicyKind::Clock, CleanFirst::Always)
+            };
+            let cache = SharedCache::create(&config).unwrap();
+            let (h, s) = (cache.open_path(&hot, false).unwrap(), cache.open_path(&scan, false).unwrap());
+            let inner = &cache.inner;
+            // The sets as the set-associative index cuts these 64 frames, for either index.
+            let sets = crate::shared::index::SetMap { ways: 8, sets: 8, ..inner.view.sets() };
+            let hot_set = sets.set_of(inner.key(h.slot(), 0));
+            let mut page = vec![0u8; 4096];
+            h.read_at(&mut page, 0).unwrap();
+            let others: Vec<u64> =
+                (0..1024).filter(|&p| sets.set_of(inner.key(s.slot(), p)) != hot_set).take(256).collect();
+            assert_eq!(others.len(), 256);
+            for &p in &others {
+                s.read_at(&mut page, p * 4096).unwrap();
+                assert_eq!(page, vec![p as u8; 4096]);
+            }
+            if index == IndexKind::SetAssoc {
+                for (f, m) in inner.view.frames().iter().enumerate() {
+                    let home = m.home();
+                    assert!(
+                        home == 0 || sets.frames_of(sets.set_of(home)).contains(&f),
+                        "frame {f} out of its set"
+                    );
+                }
+            }
+            let misses = cache.status().misses;
+            h.read_at(&mut page, 0).unwrap();
+            assert_eq!(page, vec![1u8; 4096]);
+            cache.check_index().unwrap();
+            cache.status().misses == misses
+        };
+        assert!(kept(IndexKind::SetAssoc), "a miss of another set evicted the page");
+        assert!(!kept(IndexKind::Sharded), "the cache-wide hand kept the page through 4 laps");
     }
 
     /// GClock keeps a page read often through a scan of two and a half times the cache, where
