@@ -23,11 +23,12 @@
 //!
 //! # The sets
 //! SAFS's set-associative cache (seed 002 §4): the frames are cut into sets of
-//! `SharedConfig::set_ways` (the last set takes the remainder), a hash of the key picks the one
-//! set a page may live in, and a miss takes its frame from that set (`Inner::claim`, a clock
-//! hand per set in the bucket heads' region). The index is the frames' `home` words: a lookup
-//! reads the set's, with no lock and nothing to follow.
-//! - A frame's `home` is 0 or a key of its own set.
+//! `SharedConfig::set_ways` (the last set has the rest), a hash of the key picks the one set a
+//! page may live in, and a miss takes its frame from that set (`Inner::claim`, a clock hand
+//! per set in the bucket heads' region). The index is the frames' `home` words, with a tag per
+//! frame packed a cache line per set: a lookup reads the set's tags and the `home` of a frame
+//! whose tag matches, with no lock and nothing to follow.
+//! - A frame's `home` is 0 or a key of its own set; while it is a key, its tag is that key's.
 //! - At most one frame per key has it as `home`: `home` is set only under the set's partition
 //!   lock (set modulo [`PARTITIONS`]), after a look at the set's others, and the frame's lock.
 //!   It is cleared under the frame's lock alone (a placer that still sees it looks again).
@@ -169,8 +170,7 @@ impl Index<'_> {
                 true
             }
             Index::Sets(m) => {
-                // Release: after whatever the caller did to the frame as its page's.
-                m.frames[f as usize].home.store(0, Ordering::Release);
+                m.remove(f);
                 true
             }
         }
@@ -329,16 +329,30 @@ pub(crate) struct SetMap<'a> {
     pub frames: &'a [FrameMeta],
     /// Each set's clock hand: frames its claims passed.
     pub hands: &'a [AtomicU32],
-    /// Frames per set (the last takes the remainder as well).
+    /// Each frame's tag ([`tag`] of its `home`, or 0), `stride` words per set, so that a
+    /// lookup reads one cache line for the whole set and then the `home` of a frame whose tag
+    /// matches, not every frame's metadata.
+    pub tags: &'a [AtomicU32],
+    /// Frames per set (the last may have fewer).
     pub ways: usize,
     /// `count(frames.len(), ways)`.
     pub sets: usize,
 }
 
+/// A key's tag in its set: never 0, the hash's low half (its high half picks the set).
+fn tag(key: u64) -> u32 {
+    hash(key) as u32 | 1
+}
+
 impl SetMap<'_> {
     /// How many sets `frames` frames of `ways` make.
     pub fn count(frames: usize, ways: usize) -> usize {
-        (frames / ways.max(1)).max(1)
+        frames.div_ceil(ways.max(1)).max(1)
+    }
+
+    /// Tag words per set: the ways rounded up to a cache line's 16.
+    pub fn stride(ways: usize) -> usize {
+        ways.max(1).next_multiple_of(16)
     }
 
     /// The set page `key` lives in.
@@ -349,17 +363,30 @@ impl SetMap<'_> {
 
     /// The frames of set `s`.
     pub fn frames_of(&self, s: usize) -> std::ops::Range<usize> {
-        let first = s * self.ways;
-        let last = if s + 1 == self.sets { self.frames.len() } else { first + self.ways };
-        first..last.min(self.frames.len())
+        let first = (s * self.ways).min(self.frames.len());
+        first..(first + self.ways).min(self.frames.len())
     }
 
-    /// The frame whose `home` is `key`: exact as of each frame's load, since a `home` is set
-    /// only to a key no other frame of the set has.
+    /// Frame `f`'s tag word.
+    fn tag_of(&self, f: u32) -> &AtomicU32 {
+        let f = f as usize;
+        &self.tags[f / self.ways * Self::stride(self.ways) + f % self.ways]
+    }
+
+    /// The frame whose `home` is `key`: exact as of the load of its tag (a place stores the
+    /// tag before `home`, a removal clears `home` before the tag), since a `home` is set only
+    /// to a key no other frame of the set has.
     pub fn find(&self, key: u64) -> Option<u32> {
-        let set = self.frames_of(self.set_of(key));
-        let first = set.start;
-        self.frames[set].iter().position(|m| m.home() == key).map(|w| (first + w) as u32)
+        let s = self.set_of(key);
+        let set = self.frames_of(s);
+        let t = tag(key);
+        let tags = &self.tags[s * Self::stride(self.ways)..][..set.len()];
+        // Acquire: the frame's `home` loaded next is no older than the tag's place.
+        let w = tags
+            .iter()
+            .enumerate()
+            .position(|(w, g)| g.load(Ordering::Acquire) == t && self.frames[set.start + w].home() == key)?;
+        Some((set.start + w) as u32)
     }
 
     /// Makes `key` frame `f`'s `home` unless another frame of the set has it; `No` once a
@@ -377,7 +404,8 @@ impl SetMap<'_> {
         let lock = &self.locks[s % PARTITIONS];
         match lock.lock_unless(me, alive, give_up) {
             None => return Placed::No,
-            // A place is one store: a dead holder left nothing half done.
+            // A place is two stores: a dead holder left at most a tag without its `home`, which
+            // no lookup takes.
             Some(Acquired::OwnerDied(dead)) => {
                 log::warn!("shared cache: client {dead} died placing a page in set {s}")
             }
@@ -386,12 +414,22 @@ impl SetMap<'_> {
         let placed = if self.find(key).is_some() {
             Placed::Taken
         } else {
-            // Release: a reader that sees `home` sees the key stored before.
+            // Release (both): a reader that sees the tag sees the key stored before; one that
+            // sees `home` sees the tag.
+            self.tag_of(f).store(tag(key), Ordering::Release);
             self.frames[f as usize].home.store(key, Ordering::Release);
             Placed::Yes
         };
         lock.unlock(me);
         placed
+    }
+
+    /// Takes frame `f`, which the caller holds locked, out of its set.
+    fn remove(&self, f: u32) {
+        // Release: after whatever the caller did to the frame as its page's.
+        self.frames[f as usize].home.store(0, Ordering::Release);
+        // Relaxed: a tag without its `home` is no answer.
+        self.tag_of(f).store(0, Ordering::Relaxed);
     }
 }
 

@@ -39,6 +39,7 @@ mod kind {
     pub const INNER_META: u32 = 14;
     pub const CHUNKS: u32 = 15;
     pub const PINS: u32 = 16;
+    pub const SET_TAGS: u32 = 17;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -315,6 +316,8 @@ pub(crate) struct Header {
     pub gc: super::gc::GcTable,
     /// `SharedConfig::set_ways` (set before the magic number, then fixed).
     set_ways: AtomicU32,
+    /// Pages the service wrote back as a set's hand was about to reach them (`set_flush.rs`).
+    pub next_to_go_written: AtomicU64,
 }
 
 /// Bits of the header's `techniques`.
@@ -449,6 +452,8 @@ pub(crate) struct View {
     mapped: Mapped,
     /// `SharedConfig::huge_pages`: chunks in use are recorded (`chunk.rs`).
     huge: bool,
+    /// The frames' tags in their sets (`index.rs`).
+    set_tags: NonNull<AtomicU32>,
     /// `SharedConfig::set_ways`, and the sets they make of the frames.
     set_ways: usize,
     n_sets: usize,
@@ -473,7 +478,7 @@ impl View {
         (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize) -> [RegionSpec; 16] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 17] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -493,6 +498,7 @@ impl View {
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::CHUNKS, len: (frames / CHUNK_FRAMES).max(1) * size_of::<Chunk>() },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
+            RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
         ]
     }
 
@@ -504,7 +510,13 @@ impl View {
         // As many as frames: twice as many shortened the chains of random writes, but the
         // larger array cost warm random reads 4% (bench/RESULTS.md, issue 34).
         let buckets = frames.next_power_of_two().max(PARTITIONS);
-        let sizes = Self::sizes(frames, config.files as usize, config.clients as usize, buckets);
+        let sizes = Self::sizes(
+            frames,
+            config.files as usize,
+            config.clients as usize,
+            buckets,
+            config.set_ways as usize,
+        );
         let seg = match named {
             Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes)?,
             None => Segment::create("upcache-shared", &sizes)?,
@@ -586,12 +598,13 @@ impl View {
         if frames == 0 || !buckets.is_power_of_two() || buckets < PARTITIONS || files == 0 || clients == 0 {
             return Err(bad("bad sizes in the header"));
         }
-        let specs = Self::sizes(frames, files, clients, buckets);
+        let ways = header.set_ways() as usize;
+        let specs = Self::sizes(frames, files, clients, buckets, ways);
         if (n(&header.leaves), n(&header.inners)) != Self::pools(frames, files) {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 16];
+        let mut regions = [(NonNull::dangling(), 0usize); 17];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -616,6 +629,7 @@ impl View {
             inner_meta: regions[13].0.cast(),
             chunks: regions[14].0.cast(),
             pins: regions[15].0.cast(),
+            set_tags: regions[16].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -624,8 +638,8 @@ impl View {
             n_buckets: buckets,
             mapped: Mapped::new(frames),
             huge: header.has(technique::HUGE_PAGES),
-            set_ways: header.set_ways() as usize,
-            n_sets: SetMap::count(frames, header.set_ways() as usize),
+            set_ways: ways,
+            n_sets: SetMap::count(frames, ways),
             seg,
         })
     }
@@ -778,6 +792,13 @@ impl View {
             locks: map.locks,
             frames: map.frames,
             hands: &map.heads[..self.n_sets],
+            // SAFETY: `n_sets * stride` words (checked at attach), atomics only.
+            tags: unsafe {
+                std::slice::from_raw_parts(
+                    self.set_tags.as_ptr(),
+                    self.n_sets * SetMap::stride(self.set_ways),
+                )
+            },
             ways: self.set_ways,
             sets: self.n_sets,
         }

@@ -49,6 +49,7 @@ mod pin_ledger;
 mod quiet;
 mod repair;
 pub mod serve;
+mod set_flush;
 mod tree;
 mod writeback;
 
@@ -768,6 +769,9 @@ pub struct SharedStatus {
     /// Times a writer past the foreground dirty ratio paused for the service's write-back
     /// (`FlushKind::Background`).
     pub writer_pauses: u64,
+    /// Pages the service wrote back as their set's hand was about to reach them (the
+    /// set-associative index's flusher).
+    pub next_to_go_written: u64,
 }
 
 impl SharedStatus {

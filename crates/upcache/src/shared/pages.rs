@@ -625,8 +625,8 @@ mod tests {
             let cache = SharedCache::create(&config).unwrap();
             let (h, s) = (cache.open_path(&hot, false).unwrap(), cache.open_path(&scan, false).unwrap());
             let inner = &cache.inner;
-            // The sets as the set-associative index cuts these 64 frames, for either index.
-            let sets = crate::shared::index::SetMap { ways: 8, sets: 8, ..inner.view.sets() };
+            // The sets as the set-associative index cuts these 64 frames (either index).
+            let sets = inner.view.sets();
             let hot_set = sets.set_of(inner.key(h.slot(), 0));
             let mut page = vec![0u8; 4096];
             h.read_at(&mut page, 0).unwrap();

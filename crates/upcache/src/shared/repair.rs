@@ -281,6 +281,7 @@ impl Inner {
             index_full: h.index_full.load(Ordering::Relaxed),
             writer_write_backs: h.writer_write_backs.load(Ordering::Relaxed),
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
+            next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -400,13 +400,15 @@ pub fn stop_on_signals() {
 /// The service's flusher: every flush interval of the cache's config (the kernel's
 /// `dirty_writeback_centisecs`), the write-back of files dirty for long or of a crowded cache
 /// (`SharedCache::write_back_due`), through the descriptors writers lent; at once, for the
-/// files a process asked for (`asked`, emptied by each pass).
+/// files a process asked for (`asked`, emptied by each pass); then, with the set-associative
+/// index, the dirty pages the sets' hands reach next (`SharedCache::write_back_next_to_go`).
 fn flush(
     cache: &SharedCache,
     lent: &Mutex<HashMap<u32, Arc<Lent>>>,
     asked: &Mutex<Vec<u32>>,
     stop: &AtomicBool,
 ) {
+    let mut hands = Vec::new();
     // Relaxed: set before the unpark that ends a park.
     while !stop.load(Ordering::Relaxed) {
         if asked.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
@@ -416,6 +418,7 @@ fn flush(
         let files: Vec<(u32, Arc<Lent>)> =
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
         cache.write_back_due(&files, &now);
+        cache.write_back_next_to_go(&files, &mut hands);
     }
 }
 
@@ -735,6 +738,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("flusher_files", same(format!("{:?}", s.flusher_files))),
         ("writer_write_backs", count(s.writer_write_backs)),
         ("writer_pauses", count(s.writer_pauses)),
+        ("next_to_go_written", count(s.next_to_go_written)),
         ("dirty_ratios", pair(c.dirty_ratios.0.to_string(), c.dirty_ratios.1.to_string())),
         ("dirty_expire_ms", count(c.dirty_expire.as_millis() as u64)),
         ("flush_interval_ms", count(c.flush_interval.as_millis() as u64)),
@@ -767,7 +771,7 @@ pub fn status(socket: &Path) -> Result<String> {
 /// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
 /// `hot_hits`, `hit_ratio`, `evictions`, `loads`, `written_back`, `repairs`, `load_requests`,
 /// `write_back_requests`, `write_back_batches`, `index`, `set_ways`, `index_nodes`, `index_full`, `flushers`,
-/// `flusher_files`, `writer_write_backs`, `writer_pauses`, `dirty_ratios`, `dirty_expire_ms`,
+/// `flusher_files`, `writer_write_backs`, `writer_pauses`, `next_to_go_written`, `dirty_ratios`, `dirty_expire_ms`,
 /// `flush_interval_ms`, `range_lock`, `run_merging`, `bundling`, `direct_write_back`,
 /// `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`, `hot_index`,
 /// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Regions a segment holds at most.
-pub const MAX_REGIONS: usize = 16;
+pub const MAX_REGIONS: usize = 24;
 /// "UPCSHM" and the format's major number.
 const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHM\x00\x01");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Every region starts at a multiple of this: a huge page.
 const REGION_ALIGN: u64 = 2 << 20;
 /// The seals an attacher requires: the size can change no more, nor the seals.
@@ -582,7 +582,7 @@ mod tests {
         overlapping[56..64].copy_from_slice(&REGION_ALIGN.to_le_bytes()); // region 1 at region 0
         assert!(err(forged(&overlapping, len, true)).contains("overlaps"));
         let mut newer = bytes;
-        newer[8] = 2;
+        newer[8] = VERSION as u8 + 1;
         assert_eq!(Segment::attach(forged(&newer, len, true)).err().unwrap().kind(), ErrorKind::Unsupported);
     }
 }
