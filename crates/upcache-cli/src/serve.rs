@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// from that set with its own clock hand) (as UPCACHE_INDEX)
     #[arg(long, value_name = "radix|sharded|setassoc", default_value = "radix")]
     index: upcache::IndexKind,
+    /// The frames partitioned per NUMA node: machine (the machine's nodes; one partition where
+    /// it has one), off, or a described topology, each node's CPUs as Linux lists them and
+    /// nodes apart by ';' (0-3,8;4-7): a miss takes a frame of its CPU's node first, and each
+    /// node's flushers write its dirty pages from its CPUs (as UPCACHE_NUMA)
+    #[arg(long, value_name = "machine|off|CPUS;CPUS..", default_value = "machine")]
+    numa: upcache::shared::SharedNuma,
     /// Frames per set with --index setassoc, 1 to 64 (as UPCACHE_SET_WAYS)
     #[arg(long, value_name = "N", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=64))]
     set_ways: u32,
@@ -148,6 +154,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             readahead: args.readahead,
             index: args.index,
             set_ways: args.set_ways,
+            numa: args.numa,
             flushers: args.flushers,
             direct_write_back: args.direct_write_back,
             direct_loads: args.direct_loads,

@@ -28,7 +28,8 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
     /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded|setassoc), UPCACHE_SET_WAYS
-    /// (frames per set, 1 to 64), UPCACHE_FLUSHERS (a count),
+    /// (frames per set, 1 to 64), UPCACHE_NUMA (machine|off|a described topology, as
+    /// `upcache serve --numa`; the shared cache's only), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
@@ -51,6 +52,7 @@ pub(crate) struct CacheSettings {
     pub readahead: Option<u64>,
     pub index: Option<upcache::IndexKind>,
     pub set_ways: Option<u32>,
+    pub numa: Option<upcache::shared::SharedNuma>,
     pub flushers: Option<u32>,
     pub direct_write_back: Option<bool>,
     pub direct_loads: Option<bool>,
@@ -85,6 +87,7 @@ impl CacheSettings {
             bundling: var("UPCACHE_BUNDLING", upcache::parse_on_off)?,
             readahead: var("UPCACHE_READAHEAD", upcache::parse_size)?,
             index: var("UPCACHE_INDEX", choice)?,
+            numa: var("UPCACHE_NUMA", choice)?,
             set_ways: var("UPCACHE_SET_WAYS", |s| {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
@@ -115,6 +118,7 @@ impl CacheSettings {
             readahead: self.readahead.unwrap_or(config.readahead),
             index: self.index.unwrap_or(config.index),
             set_ways: self.set_ways.unwrap_or(config.set_ways),
+            numa: self.numa.clone().unwrap_or(config.numa),
             flushers: self.flushers.unwrap_or(config.flushers),
             direct_write_back: self.direct_write_back.unwrap_or(config.direct_write_back),
             direct_loads: self.direct_loads.unwrap_or(config.direct_loads),
@@ -161,6 +165,9 @@ impl CacheSettings {
         }
         if let Some(i) = self.index.filter(|i| *i != config.index) {
             asked.push(format!("UPCACHE_INDEX for {}", i.name()));
+        }
+        if let Some(numa) = self.numa.as_ref().filter(|n| **n != config.numa) {
+            asked.push(format!("UPCACHE_NUMA for {}", numa.name()));
         }
         if let Some(w) = self.set_ways.filter(|w| *w != config.set_ways) {
             asked.push(format!("UPCACHE_SET_WAYS for {w}"));

@@ -36,9 +36,11 @@ fn config(index: IndexKind) -> SharedConfig {
 
 /// The other side of the eviction and throttling switches: GClock, dirty victims taken
 /// where the hand finds them unless their device collects (gc-aware), writers that would
-/// pause for a service (none here: they write back themselves).
+/// pause for a service (none here: they write back themselves); and the frames partitioned
+/// between two NUMA nodes of a CPU each (a described topology).
 fn switched() -> SharedConfig {
     SharedConfig {
+        numa: "0;1".parse().unwrap(),
         policy: upcache::PolicyKind::GClock,
         clean_first: upcache::CleanFirst::WhileGc,
         flush: upcache::FlushKind::Background,
@@ -397,7 +399,7 @@ fn processes_sharing_a_set_associative_cache_match_the_oracle() {
     run(seed(), 3000, set_associative());
 }
 
-/// The same with GClock, gc-aware eviction and pausing writers.
+/// The same with GClock, gc-aware eviction, pausing writers and two NUMA nodes.
 #[test]
 fn processes_sharing_a_cache_with_its_other_eviction_and_throttling_match_the_oracle() {
     run(seed(), 3000, switched());

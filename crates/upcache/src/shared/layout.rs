@@ -120,6 +120,12 @@ pub struct SharedConfig {
     pub index: IndexKind,
     /// Frames per set of the set-associative index, 1 to 64 (SAFS's 12 by default).
     pub set_ways: u32,
+    /// The frames partitioned per NUMA node (`numa.rs`): a miss takes a frame of its CPU's
+    /// node (others' only when its own are all taken), each node's frames are bound to its
+    /// memory, and the service writes each node's dirty pages back from its CPUs. The
+    /// machine's nodes by default (one partition where it has one node); the set-associative
+    /// index places pages by their sets instead.
+    pub numa: super::numa::SharedNuma,
     /// The clock hand's rule: [`PolicyKind::Clock`] (a page read since the hand last passed
     /// is passed over once; the default) or [`PolicyKind::GClock`] (SAFS §4.2: each read
     /// adds to a count of up to 3, and the hand passes a page over once per hit, so a page
@@ -184,6 +190,7 @@ impl Default for SharedConfig {
             io: IoKind::Uring,
             index: IndexKind::Radix,
             set_ways: crate::index::setassoc::DEFAULT_WAYS as u32,
+            numa: super::numa::SharedNuma::Machine,
             policy: PolicyKind::Clock,
             clean_first: CleanFirst::Always,
             flush: FlushKind::Direct,
@@ -250,6 +257,7 @@ impl SharedConfig {
                 self.policy.name()
             ));
         }
+        self.numa.check()?;
         if self.readahead > MAX_SHARED_READAHEAD {
             return invalid(format!(
                 "shared cache readahead {} bytes is more than {MAX_SHARED_READAHEAD}",
@@ -318,6 +326,11 @@ pub(crate) struct Header {
     set_ways: AtomicU32,
     /// Pages the service wrote back as a set's hand was about to reach them (`set_flush.rs`).
     pub next_to_go_written: AtomicU64,
+    /// `SharedConfig::numa`: the nodes' CPUs, and their hands (`numa.rs`).
+    pub numa: super::numa::NodeTable,
+    /// `SharedConfig::numa` was the machine's (0), off (1) or described (2) (set before the
+    /// magic number).
+    pub numa_mode: AtomicU32,
 }
 
 /// Bits of the header's `techniques`.
@@ -556,12 +569,23 @@ impl View {
         header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
         header.flushers.store(config.flushers, Ordering::Relaxed);
         header.set_ways.store(config.set_ways, Ordering::Relaxed);
+        header.numa.set(&config.numa.nodes());
+        let mode = match config.numa {
+            super::numa::SharedNuma::Machine => 0,
+            super::numa::SharedNuma::Off => 1,
+            super::numa::SharedNuma::Described(_) => 2,
+        };
+        header.numa_mode.store(mode, Ordering::Relaxed);
         let (leaves, inners) = Self::pools(frames, config.files as usize);
         header.leaves.store(leaves as u32, Ordering::Relaxed);
         header.inners.store(inners as u32, Ordering::Relaxed);
         // The free stacks are linked before the magic number publishes the segment: through a
         // view of a segment no other process has yet.
         let view = View::attach_unchecked(seg)?;
+        // Before any frame is touched: a page's node is fixed at its first fault.
+        if config.index != IndexKind::SetAssoc {
+            super::numa::bind_frames(&view.header().numa, view.pages.as_ptr(), frames);
+        }
         let forest = view.forest();
         forest.leaves.init();
         forest.inners.init();

@@ -42,6 +42,7 @@ mod link;
 mod load;
 mod mapped;
 mod named;
+mod numa;
 mod outside;
 mod pages;
 mod pin;
@@ -76,6 +77,7 @@ pub use layout::{
     SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_FLUSHERS,
     MAX_SHARED_READAHEAD,
 };
+pub use numa::{SharedNuma, MAX_CPUS, MAX_NODES};
 pub(crate) use writeback::Lent;
 
 /// A process's attachment to a shared cache. Cloning is cheap; the process leaves the client
@@ -360,19 +362,30 @@ impl SharedCache {
         due.sort_by_key(|(slot, _, _)| files[*slot as usize].dirtied.load(Ordering::Relaxed));
         // Several flushers (ScaleCache's parallel write-back, `SharedConfig::flushers`): file
         // i of the pass goes to flusher i modulo their number, each on a thread of its own.
-        let flushers = (header.flushers() as usize).clamp(1, due.len().max(1));
+        // With NUMA nodes (`numa.rs`), each node has as many flushers of its own, bound to its
+        // CPUs, that write only the node's frames (of every file due).
+        let nodes = if inner.index().sets().is_some() { 1 } else { header.numa.count() };
+        let flushers = (header.flushers() as usize / nodes).max(1).clamp(1, due.len().max(1));
         let flush = |which: usize| {
-            for &(slot, fd, stop_at) in due.iter().skip(which).step_by(flushers) {
-                self.write_back_file(slot, fd, now, stop_at);
+            let node = which / flushers;
+            let part = (nodes > 1).then(|| numa::frames_of(node, nodes, inner.view.n_frames));
+            if nodes > 1 && !numa::run_on(&header.numa, node) {
+                log::debug!("shared cache: no CPU of NUMA node {node} takes its flusher");
+            }
+            for &(slot, fd, stop_at) in due.iter().skip(which % flushers).step_by(flushers) {
+                self.write_back_file(slot, fd, now, stop_at, part.clone());
                 // Relaxed: a statistic.
-                header.flusher_files[which].fetch_add(1, Ordering::Relaxed);
+                header.flusher_files[which % header.flushers() as usize].fetch_add(1, Ordering::Relaxed);
             }
         };
         std::thread::scope(|s| {
-            for which in 1..flushers {
+            // With nodes, every flusher on a thread of its own: this one keeps its CPUs.
+            for which in (nodes == 1) as usize..flushers * nodes {
                 s.spawn(move || flush(which));
             }
-            flush(0);
+            if nodes == 1 {
+                flush(0);
+            }
         });
         for e in asked.iter().filter_map(|&slot| files.get(slot as usize)) {
             // Relaxed: a hint (`Inner::ask_write_back`). Only now may the file be asked for
@@ -384,8 +397,17 @@ impl SharedCache {
     }
 
     /// The service's write-back of file `slot` through `fd`, lent by a writer: all of its
-    /// dirty pages, or with `stop_at` until the cache has no more dirty pages than that.
-    fn write_back_file(&self, slot: u32, fd: &Lent, now: u64, stop_at: Option<u64>) {
+    /// dirty pages, or with `stop_at` until the cache has no more dirty pages than that; with
+    /// `part`, only those in these frames (a NUMA node's), which leaves where the next pass
+    /// begins and the file's age to the flushers of the whole file.
+    fn write_back_file(
+        &self,
+        slot: u32,
+        fd: &Lent,
+        now: u64,
+        stop_at: Option<u64>,
+        part: Option<std::ops::Range<usize>>,
+    ) {
         let inner = &self.inner;
         let (e, header) = (&inner.view.files()[slot as usize], inner.view.header());
         let Ok(md) = fd.fd.metadata() else { return };
@@ -403,6 +425,13 @@ impl SharedCache {
             _ => 0,
         };
         drop(resume);
+        if let Some(part) = part {
+            let mut pages = inner.candidates_of(slot, gen, 0, end);
+            pages.retain(|&(f, _)| part.contains(&(f as usize)));
+            // Errors stay on the file, for its next sync.
+            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+            return;
+        }
         for (a, b) in [(from, end), (0, from)] {
             let pages = inner.candidates_of(slot, gen, a, b);
             // Errors stay on the file, for its next sync.
@@ -947,6 +976,12 @@ impl Inner {
                 crate::index::IndexKind::Sharded
             },
             set_ways: h.set_ways(),
+            // Relaxed: fixed before the magic number was published.
+            numa: match h.numa_mode.load(Ordering::Relaxed) {
+                2 => numa::SharedNuma::Described((0..h.numa.count()).map(|n| h.numa.cpus(n)).collect()),
+                1 => numa::SharedNuma::Off,
+                _ => numa::SharedNuma::Machine,
+            },
             policy: if self.gclock() {
                 crate::policy::PolicyKind::GClock
             } else {

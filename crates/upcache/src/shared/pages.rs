@@ -15,6 +15,33 @@ use crate::shm::Acquired;
 /// `CacheFull`: at least this, and ten of the service's passes (its flush interval).
 const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Frames a claim's hand turns over: `n` from `first`.
+struct Area<'a> {
+    first: usize,
+    n: u64,
+    hand: Hand<'a>,
+}
+
+/// A clock hand: frames it passed.
+enum Hand<'a> {
+    /// The cache's, or a NUMA node's (`numa.rs`).
+    Cache(&'a AtomicU64),
+    /// A set's (`index.rs`).
+    Set(&'a std::sync::atomic::AtomicU32),
+}
+
+impl Area<'_> {
+    /// The hand's next frame.
+    fn next(&self) -> u32 {
+        // Relaxed (both): a hand only spreads claims; each frame is taken by CAS.
+        let at = match self.hand {
+            Hand::Cache(h) => h.fetch_add(1, Ordering::Relaxed) % self.n,
+            Hand::Set(h) => h.fetch_add(1, Ordering::Relaxed) as u64 % self.n,
+        };
+        (self.first as u64 + at) as u32
+    }
+}
+
 /// How long a client found alive is taken to be (ms): a dead lock holder is taken over at
 /// most this much later.
 pub(crate) const ALIVE_FOR_MS: u32 = 10;
@@ -225,34 +252,41 @@ impl Inner {
     }
 
     fn try_claim_rounds(&self, k: u64, rounds: usize) -> Option<u32> {
-        let frames = self.view.frames();
         let index = self.index();
-        let clock = &self.view.header().clock;
-        // Where the hand turns: over every frame, or over `k`'s set with the set's own hand.
-        let (first, n, set_hand) = match index.sets() {
-            Some(sets) => {
+        let header = self.view.header();
+        let nodes = header.numa.count();
+        // Where the hand turns: over `k`'s set with the set's own hand; over this CPU's node's
+        // frames, then each other node's, with their hands; or over every frame.
+        let (areas, here) = match (index.sets(), nodes) {
+            (Some(_), _) | (None, 1) => (1, 0),
+            (None, n) => (n, header.numa.here()),
+        };
+        let area = |i: usize| -> Area<'_> {
+            if let Some(sets) = index.sets() {
                 let s = sets.set_of(k);
                 let r = sets.frames_of(s);
-                (r.start, r.len() as u64, Some(&sets.hands[s]))
+                return Area { first: r.start, n: r.len() as u64, hand: Hand::Set(&sets.hands[s]) };
             }
-            None => (0, frames.len() as u64, None),
-        };
-        let turn = || match set_hand {
-            // Relaxed (both): a hand only spreads claims; each frame is taken by CAS.
-            Some(hand) => first + (hand.fetch_add(1, Ordering::Relaxed) as u64 % n) as usize,
-            None => (clock.fetch_add(1, Ordering::Relaxed) % n) as usize,
+            if nodes == 1 {
+                return Area { first: 0, n: self.view.n_frames as u64, hand: Hand::Cache(&header.clock) };
+            }
+            let node = (here + i) % nodes;
+            let r = super::numa::frames_of(node, nodes, self.view.n_frames);
+            Area { first: r.start, n: r.len() as u64, hand: Hand::Cache(&header.numa.hands[node]) }
         };
         let rule = self.dirty_rule();
         let laps = if self.gclock() { 8 } else { 4 };
         let mut steps = 0;
         let claimed = 'rounds: {
             for round in 0..rounds {
-                // A GClock frame read often stays up to four laps (`FrameMeta::age`).
-                for step in 0..laps * n {
-                    steps += 1;
-                    let f = turn() as u32;
-                    if self.claim_at(f, step >= n, rule) {
-                        break 'rounds Some(f);
+                for a in (0..areas).map(area).filter(|a| a.n > 0) {
+                    // A GClock frame read often stays up to four laps (`FrameMeta::age`).
+                    for step in 0..laps * a.n {
+                        steps += 1;
+                        let f = a.next();
+                        if self.claim_at(f, step >= a.n, rule) {
+                            break 'rounds Some(f);
+                        }
                     }
                 }
                 if round == 0 && rounds > 1 {
@@ -261,9 +295,9 @@ impl Inner {
             }
             None
         };
-        if set_hand.is_some() {
+        if index.sets().is_some() || nodes > 1 {
             // Relaxed: the cache-wide count of frames passed, a hint (`View::hand`).
-            clock.fetch_add(steps, Ordering::Relaxed);
+            header.clock.fetch_add(steps, Ordering::Relaxed);
         }
         claimed
     }
