@@ -623,6 +623,12 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
         "off",
         "--direct-loads",
         "off",
+        "--index",
+        "setassoc",
+        "--set-ways",
+        "8",
+        "--numa",
+        "0;1",
     ]);
     let config = &other["config"];
     assert_eq!(
@@ -631,11 +637,14 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
             &config["flush"],
             &config["streams"],
             &config["huge-pages"],
-            &config["direct-loads"]
+            &config["direct-loads"],
+            &config["index"],
+            &config["numa"]
         ],
-        ["gclock+gc-aware", "background", "off", "off", "off"],
+        ["gclock+gc-aware", "background", "off", "off", "off", "setassoc", "0;1"],
         "{other}"
     );
+    assert_eq!(config["set-ways"], 8, "{other}");
     // Pins read the pages in place (the warm-up's data check reads them all); a thread's
     // repeat pins are the hot index's, none with it off.
     let pins = |hot: &str| {

@@ -69,6 +69,7 @@ pub(super) fn resolved(p: &Plan) -> Map<String, Value> {
     let on_off = |on: bool| json!(upcache::on_off(on));
     put("streams", on_off(u.streams));
     put("huge-pages", on_off(u.shared.huge_pages));
+    put("numa", json!(u.shared.numa.name()));
     put("direct-loads", on_off(u.shared.direct_loads));
     put("range-lock", on_off(u.range_lock));
     put("hot-index", on_off(u.hot_index));

@@ -130,6 +130,10 @@ pub struct BenchArgs {
     /// upcache's per-thread hot index of pinned pages (ScalaCache): on or off [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]
     pub(super) hot_index: Option<bool>,
+    /// The shared engine's frames per NUMA node: machine, off, or CPUs per node described
+    /// (0-3;4-7), as `upcache serve --numa` [default: machine]
+    #[arg(long, value_name = "machine|off|CPUS;CPUS..")]
+    pub(super) numa: Option<upcache::shared::SharedNuma>,
     /// upcache merges pages back to back on a device into one load or write-back request
     /// (SAFS): on, or off (a page per request) [default: on]
     #[arg(long, value_name = "on|off", value_parser = upcache::parse_on_off)]

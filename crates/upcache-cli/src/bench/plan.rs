@@ -61,7 +61,7 @@ pub(super) struct Plan {
 /// than being ignored. (Defaults pass, so that a shared run's reported config, which names
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
-/// `--set-ways`; in-set replacement is its `--policy`),
+/// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
 /// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
 /// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin`, `--huge-pages` and
 /// `--direct-loads`, its alone (`shared_config`).
@@ -99,6 +99,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         dirty_ratios: a.dirty_ratios.unwrap_or(d.dirty_ratios),
         index: a.index.unwrap_or(d.index),
         set_ways: a.set_ways.map_or(d.set_ways, |w| w.min(u32::MAX as u64) as u32),
+        numa: a.numa.clone().unwrap_or(d.numa),
         flushers: a.flushers.map_or(d.flushers, |f| f.min(u32::MAX as u64) as u32),
         policy: a.policy.map_or(d.policy, |p| p.0),
         clean_first: a.policy.map_or(d.clean_first, |p| p.1),
@@ -131,7 +132,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
              (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --set-ways, --flushers, --policy, --flush, \
+             --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
              --streams, --hot-index, --api pin, --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
@@ -145,6 +146,11 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
         a.huge_pages != Some(false) || engines.contains(&EngineKind::Shared),
         "--huge-pages off sets the shared engine only (--engine shared): the in-process engine's \
          frames are anonymous memory, on huge pages wherever transparent huge pages are on"
+    );
+    ensure!(
+        a.numa.is_none() || engines.contains(&EngineKind::Shared),
+        "--numa sets the shared engine only (--engine shared): the in-process engine has no NUMA \
+         partitions"
     );
     let shared = shared_config(&a);
     if engines.contains(&EngineKind::Shared) {

@@ -255,11 +255,21 @@ impl Inner {
         let index = self.index();
         let header = self.view.header();
         let nodes = header.numa.count();
-        // Where the hand turns: over `k`'s set with the set's own hand; over this CPU's node's
-        // frames, then each other node's, with their hands; or over every frame.
+        // Where the hand turns: over `k`'s set with the set's own hand; over a node's frames
+        // with its hand, then each other node's; or over every frame. The node is this CPU's,
+        // or while that one has used each of its frames and another has not, the other (as
+        // the kernel's allocations take a remote node's free pages before they reclaim).
         let (areas, here) = match (index.sets(), nodes) {
             (Some(_), _) | (None, 1) => (1, 0),
-            (None, n) => (n, header.numa.here()),
+            (None, n) => {
+                let here = header.numa.here();
+                let fresh = (0..n).map(|i| (here + i) % n).find(|&node| {
+                    let frames = super::numa::frames_of(node, n, self.view.n_frames).len() as u64;
+                    // Relaxed: a hint; a hand past its frames has been round them once.
+                    header.numa.hands[node].load(Ordering::Relaxed) < frames
+                });
+                (n, fresh.unwrap_or(here))
+            }
         };
         let area = |i: usize| -> Area<'_> {
             if let Some(sets) = index.sets() {
