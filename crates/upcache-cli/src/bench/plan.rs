@@ -148,7 +148,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
          frames are anonymous memory, on huge pages wherever transparent huge pages are on"
     );
     ensure!(
-        a.numa.is_none() || engines.contains(&EngineKind::Shared),
+        a.numa.as_ref().is_none_or(|n| *n == Default::default()) || engines.contains(&EngineKind::Shared),
         "--numa sets the shared engine only (--engine shared): the in-process engine has no NUMA \
          partitions"
     );
