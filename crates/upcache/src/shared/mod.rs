@@ -44,6 +44,7 @@ mod mapped;
 mod named;
 mod numa;
 mod outside;
+mod own_flusher;
 mod pages;
 mod pin;
 mod pin_ledger;
@@ -151,6 +152,8 @@ pub(crate) struct Inner {
     /// The rings this process's syncs write back through with `SharedConfig::io` uring, made
     /// at its first sync's write-back; None where the kernel refuses io_uring.
     uring: std::sync::OnceLock<Option<crate::io::engine::UringEngine>>,
+    /// The flusher thread of a cache this process made for itself (`create_private`).
+    own_flusher: std::sync::OnceLock<Arc<own_flusher::OwnFlusher>>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -182,6 +185,27 @@ impl SharedCache {
     /// Makes a new shared cache as `config` says and attaches this process to it.
     pub fn create(config: &SharedConfig) -> Result<SharedCache> {
         SharedCache::create_in(config, None)
+    }
+
+    /// A cache of this process alone: the same engine on a segment nobody else maps (unless
+    /// this process hands it over, [`Self::segment_fd`]), with no service; a thread of this
+    /// process does the service's write-back instead (`own_flusher.rs`): every flush interval
+    /// the files dirty past the expiry, and whenever the cache is past the background dirty
+    /// ratio, files until a sixteenth below it. (A writer past the foreground ratio writes
+    /// back itself, `FlushKind::Background` too: only a service pauses writers.)
+    pub fn create_private(config: &SharedConfig) -> Result<SharedCache> {
+        let cache = SharedCache::create(config)?;
+        let flusher = own_flusher::OwnFlusher::start(&cache.inner)
+            .map_err(|e| crate::error::Error::io("start the cache's flusher thread", e))?;
+        let _ = cache.inner.own_flusher.set(flusher);
+        Ok(cache)
+    }
+
+    /// Waits for a whole pass of the flusher of a cache made by [`Self::create_private`],
+    /// woken for it; false if there is none, or no pass ended within 10 s (for tests).
+    #[doc(hidden)]
+    pub fn wait_for_own_flusher(&self) -> bool {
+        self.inner.own_flusher.get().is_some_and(|f| f.wait_for_pass(std::time::Duration::from_secs(10)))
     }
 
     /// As [`Self::create`], with `named` the segment a new file at that path on a tmpfs, which
@@ -238,6 +262,7 @@ impl SharedCache {
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
+            own_flusher: std::sync::OnceLock::new(),
             uring: std::sync::OnceLock::new(),
         };
         if let Some(dead) = inherited {
@@ -885,6 +910,9 @@ impl Inner {
     /// the ratio by a margin ([`background_low_water`]). At most one message per process per
     /// [`KICK_EVERY_MS`]: a writer past the ratio kicks at every write.
     pub(crate) fn kick_write_back(&self) {
+        if let Some(flusher) = self.own_flusher.get() {
+            return flusher.kick(); // a cache of our own: our flusher, no service
+        }
         let now = files::coarse_ms();
         // Relaxed: a hint; two threads may both send, which is harmless.
         if now.wrapping_sub(self.kicked.load(Ordering::Relaxed)) < KICK_EVERY_MS {
@@ -1085,6 +1113,9 @@ impl Drop for Inner {
             return;
         }
         self.ahead.stop();
+        if let Some(flusher) = self.own_flusher.get() {
+            flusher.kick(); // it finds the cache gone, and ends
+        }
         link::before_leaving(self);
         self.link.shut();
         self.view.clients().leave(self.me);
