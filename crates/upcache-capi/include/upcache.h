@@ -77,6 +77,9 @@ typedef struct upcache_config upcache_config;
 // An opaque open file.
 typedef struct upcache_file upcache_file;
 
+// An opaque pinned page.
+typedef struct upcache_page upcache_page;
+
 // The shared cache's size, write-back settings and technique switches, as `upcache serve`'s
 // flags; they take effect when `upcache_attach_with` starts the service (a running one keeps
 // its own). Start from `upcache_shared_settings_default()`.
@@ -371,7 +374,8 @@ int32_t upcache_file_open_path(struct upcache_cache *cache,
 // `cache` is from `upcache_create`/`upcache_open`; `path` is NUL-terminated.
 int32_t upcache_close_path(struct upcache_cache *cache, const char *path);
 
-// Closes a file handle (its written data stays cached until written back or synced).
+// Closes a file handle (its written data stays cached until written back or synced);
+// `UPCACHE_EBUSY`, still open, while pins of it are out (`upcache_pin`).
 //
 // # Safety
 // `file` is from `upcache_file_create`/`upcache_file_open`, not closed before, and no other
@@ -417,6 +421,32 @@ int32_t upcache_ftruncate(struct upcache_file *file, uint64_t len);
 // # Safety
 // `file` is live; `out` is writable.
 int32_t upcache_size(struct upcache_file *file, uint64_t *out);
+
+// Pins the page of `file` that holds byte `offset` and gives its bytes in place: `*data` the
+// page's first byte, `*len` its bytes up to the end of the file, `*start` (if not NULL) the
+// file offset of `*data`, `*out` the pin, to give back to `upcache_unpin`. Until then the
+// bytes stay as they are and the page stays cached: a write or truncation of it, in this
+// process or (on a shared cache) any other, waits for the unpin, so the pin holder must not
+// write, extend or truncate the file itself. The file cannot be closed while pins of it are
+// out (`UPCACHE_EBUSY`). `UPCACHE_EINVAL` at or past the end of the file; `UPCACHE_EBUSY` past
+// 64 pins of a process on a shared cache; `UPCACHE_EUNSUPPORTED` for a file a shared cache
+// no longer caches (another process reached it past the cache).
+//
+// # Safety
+// `file` is live; `data`, `len` and `out` are writable; `start` is NULL or writable.
+int32_t upcache_pin(struct upcache_file *file,
+                    uint64_t offset,
+                    const void **data,
+                    uintptr_t *len,
+                    uint64_t *start,
+                    struct upcache_page **out);
+
+// Gives back a pin from `upcache_pin`; its bytes must not be read after. Any thread may.
+//
+// # Safety
+// `page` is from `upcache_pin`, not unpinned before, and no other thread uses it during or
+// after the call.
+int32_t upcache_unpin(struct upcache_page *page);
 
 // "MAJOR.MINOR.PATCH" of the running library, NUL-terminated, static (never freed).
 const char *upcache_version(void);

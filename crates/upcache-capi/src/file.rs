@@ -16,16 +16,18 @@ pub struct upcache_file {
 
 /// What an `upcache_file` points to.
 #[repr(C)]
-struct FileHandle {
+pub(crate) struct FileHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    file: AnyFile,
+    pub(crate) file: AnyFile,
     /// The cache handle's count of open files.
     open_files: Arc<AtomicUsize>,
+    /// Pins of the file out (`upcache_pin`): it does not close while there are any.
+    pub(crate) pins: Arc<AtomicUsize>,
 }
 
 /// A file of either kind of cache.
-enum AnyFile {
+pub(crate) enum AnyFile {
     Private(File),
     Shared(SharedFile),
 }
@@ -40,6 +42,10 @@ macro_rules! either {
 }
 
 impl AnyFile {
+    /// Pins the page that holds byte `offset`.
+    pub(crate) fn pin(&self, offset: u64) -> upcache::Result<Box<dyn Pinned + '_>> {
+        either!(self, f => f.pin(offset).map(|p| Box::new(p) as Box<dyn Pinned>))
+    }
     fn read_at(&self, buf: &mut [u8], at: u64) -> upcache::Result<usize> {
         either!(self, f => f.read_at(buf, at))
     }
@@ -60,12 +66,36 @@ impl AnyFile {
     }
 }
 
+/// A pin of a cache's page: its bytes, and the file offset of the first.
+pub(crate) trait Pinned {
+    fn bytes(&self) -> &[u8];
+    fn start(&self) -> u64;
+}
+
+impl Pinned for upcache::PageRef<'_> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn start(&self) -> u64 {
+        self.offset()
+    }
+}
+
+impl Pinned for upcache::shared::SharedPageRef<'_> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn start(&self) -> u64 {
+        self.offset()
+    }
+}
+
 const FILE_TAG: u64 = 0x7563_6669_6c65_2121; // "ucfile!!"
 const DEAD: u64 = 0;
 
 /// # Safety
 /// `p` is null or from `upcache_file_create`/`upcache_file_open`.
-unsafe fn file_ref<'a>(p: *const upcache_file) -> Result<&'a FileHandle, Fail> {
+pub(crate) unsafe fn file_ref<'a>(p: *const upcache_file) -> Result<&'a FileHandle, Fail> {
     // SAFETY: the caller's contract: null or a handle, every kind `repr(C)` with the tag first.
     if unsafe { crate::error::tag_of(p.cast()) } != Some(FILE_TAG) {
         return Err(Fail::invalid(if p.is_null() { "file is null" } else { "not a live upcache_file" }));
@@ -103,7 +133,8 @@ unsafe fn open(
 unsafe fn hand_out(c: &CacheHandle, file: AnyFile, out: *mut *mut upcache_file) {
     // SeqCst: see `upcache_close`.
     c.open_files.fetch_add(1, Ordering::SeqCst);
-    let handle = Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone() });
+    let handle =
+        Box::new(FileHandle { tag: FILE_TAG, file, open_files: c.open_files.clone(), pins: Arc::default() });
     // SAFETY: the function's contract.
     unsafe { *out = Box::into_raw(handle).cast::<upcache_file>() };
 }
@@ -200,7 +231,8 @@ pub unsafe extern "C" fn upcache_close_path(cache: *mut upcache_cache, path: *co
     })
 }
 
-/// Closes a file handle (its written data stays cached until written back or synced).
+/// Closes a file handle (its written data stays cached until written back or synced);
+/// `UPCACHE_EBUSY`, still open, while pins of it are out (`upcache_pin`).
 ///
 /// # Safety
 /// `file` is from `upcache_file_create`/`upcache_file_open`, not closed before, and no other
@@ -209,7 +241,15 @@ pub unsafe extern "C" fn upcache_close_path(cache: *mut upcache_cache, path: *co
 pub unsafe extern "C" fn upcache_file_close(file: *mut upcache_file) -> i32 {
     status(|| {
         // SAFETY: the function's contract.
-        unsafe { file_ref(file) }?;
+        let f = unsafe { file_ref(file) }?;
+        // SeqCst: against `upcache_pin`'s count.
+        let pins = f.pins.load(Ordering::SeqCst);
+        if pins > 0 {
+            return Err(Fail {
+                code: crate::error::UPCACHE_EBUSY,
+                msg: format!("{pins} pins of the file are out"),
+            });
+        }
         // SAFETY: allocated by `Box::into_raw` in `open`, freed only here.
         let mut handle = unsafe { Box::from_raw(file.cast::<FileHandle>()) };
         handle.tag = DEAD;

@@ -1,9 +1,10 @@
 //! The C ABI of upcache: `include/upcache.h` (generated from this crate by cbindgen).
 //!
 //! Conventions:
-//! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`) are opaque pointers made by
-//!   `*_new`, `upcache_create`/`upcache_open` and `upcache_file_create`/`upcache_file_open`,
-//!   and given back by the matching `*_free`/`*_close`. NULL is reported as `UPCACHE_EINVAL`.
+//! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`, `upcache_page`) are opaque
+//!   pointers made by `*_new`, `upcache_create`/`upcache_open`,
+//!   `upcache_file_create`/`upcache_file_open` and `upcache_pin`, and given back by the
+//!   matching `*_free`/`*_close`/`upcache_unpin`. NULL is reported as `UPCACHE_EINVAL`.
 //!   Each handle starts with a tag that every call checks, which catches a handle of another
 //!   kind and, often, one already closed; but using a closed handle is undefined behaviour
 //!   (its memory may have been reused by a new handle), as with a closed file descriptor.
@@ -22,10 +23,12 @@ mod cache;
 mod config;
 mod error;
 mod file;
+mod pin;
 mod version;
 
 pub use cache::*;
 pub use config::*;
 pub use error::*;
 pub use file::*;
+pub use pin::*;
 pub use version::*;

@@ -108,6 +108,16 @@ int main(int argc, char **argv) {
     CHECK(upcache_size(f, &size) == UPCACHE_OK && size == (uint64_t)THREADS * SLICE + 1000 - 4096);
     CHECK(upcache_fsync(f) == UPCACHE_OK);
 
+    /* Pins need the range lock, off here (a pin held while its thread writes could wait for
+     * ever); below, with it on. */
+    const void *pdata = NULL;
+    size_t plen = 0;
+    uint64_t pstart = 0;
+    upcache_page *pg = NULL;
+    CHECK(upcache_pin(f, 5000, &pdata, &plen, &pstart, &pg) == UPCACHE_EUNSUPPORTED);
+    CHECK(upcache_pin(f, 0, NULL, &plen, NULL, &pg) == UPCACHE_EINVAL);
+    CHECK(upcache_unpin(NULL) == UPCACHE_EINVAL);
+
     /* Errors: bad arguments and names are codes, never crashes. */
     CHECK(upcache_pread(NULL, buf, 1, 0) == UPCACHE_EINVAL);
     CHECK(upcache_pread(f, NULL, 10, 0) == UPCACHE_EINVAL);
@@ -135,7 +145,8 @@ int main(int argc, char **argv) {
     CHECK(upcache_close(cache) == UPCACHE_OK);
     CHECK(upcache_close(NULL) == UPCACHE_EINVAL);
 
-    /* Reopen: every byte written is there. */
+    /* Reopen (with the range lock): every byte written is there. */
+    CHECK(upcache_config_set_switch(cfg, "range-lock", true) == UPCACHE_OK);
     CHECK(upcache_open(cfg, &cache) == UPCACHE_OK);
     CHECK(upcache_file_open(cache, "data", &f) == UPCACHE_OK);
     unsigned char *back = malloc(SLICE);
@@ -152,6 +163,15 @@ int main(int argc, char **argv) {
         }
     }
     free(back);
+    /* Pins: a page's bytes in place, as pread reads them; the file does not close while one
+     * is out. */
+    CHECK(upcache_pin(f, 5000, &pdata, &plen, &pstart, &pg) == UPCACHE_OK);
+    CHECK(pstart <= 5000 && 5000 < pstart + plen && plen <= sizeof buf);
+    CHECK(upcache_pread(f, buf, plen, pstart) == (int64_t)plen && memcmp(buf, pdata, plen) == 0);
+    CHECK(upcache_file_close(f) == UPCACHE_EBUSY);
+    CHECK(upcache_unpin(pg) == UPCACHE_OK);
+    CHECK(upcache_size(f, &size) == UPCACHE_OK);
+    CHECK(upcache_pin(f, size, &pdata, &plen, NULL, &pg) == UPCACHE_EINVAL);
     CHECK(upcache_file_close(f) == UPCACHE_OK);
 
     /* Plain-file mode: an OS file outside the array, through the cache. */

@@ -106,6 +106,16 @@ int main(int argc, char **argv) {
      * time); the fields it does not keep are 0. */
     for (int i = 0; i < 32; i++)
         CHECK(upcache_pread(f, buf, 15, 5000) == 15);
+    /* A pin of the shared cache's page: the bytes in place; no close while it is out. */
+    const void *pdata = NULL;
+    size_t plen = 0;
+    uint64_t pstart = 0;
+    struct upcache_page *pg = NULL;
+    CHECK(upcache_pin(f, 5000, &pdata, &plen, &pstart, &pg) == UPCACHE_OK);
+    CHECK(pstart == 4096 && plen == 5015 - 4096);
+    CHECK(memcmp((const char *)pdata + (5000 - pstart), "from the parent", 15) == 0);
+    CHECK(upcache_file_close(f) == UPCACHE_EBUSY);
+    CHECK(upcache_unpin(pg) == UPCACHE_OK);
     struct upcache_stats st;
     CHECK(upcache_get_stats(cache, &st) == UPCACHE_OK);
     CHECK(st.frames == 1024 && st.misses >= 2 && st.hits >= 32 && st.dirty_pages >= 1);
