@@ -84,6 +84,8 @@ enum Op {
         offset: u64,
         len: u64,
         fill: u64,
+        /// Page by page through `SharedFile::pin_mut` (within the length only).
+        in_place: bool,
     },
     Read {
         from: Target,
@@ -128,7 +130,9 @@ fn ops(seed: u64, proc: usize, n: usize) -> Vec<Op> {
             let op = match rng.below(100) {
                 0..=39 => {
                     let (offset, len) = range(&mut rng, 20_000);
-                    Op::Write { to, offset, len, fill: rng.next() }
+                    let fill = rng.next();
+                    let in_place = rng.below(4) == 0 && (shared || offset + len <= own_len);
+                    Op::Write { to, offset, len, fill, in_place }
                 }
                 40..=69 => {
                     let (offset, len) = range(&mut rng, 20_000);
@@ -182,7 +186,7 @@ impl Oracle {
 
     fn apply(&mut self, op: &Op) {
         match *op {
-            Op::Write { to, offset, len, fill } => {
+            Op::Write { to, offset, len, fill, .. } => {
                 let f = self.file(to);
                 let end = (offset + len) as usize;
                 if f.len() < end {
@@ -218,6 +222,21 @@ fn read_pinned(f: &SharedFile, offset: u64, len: u64) -> Vec<u8> {
         pos += take as u64;
     }
     got
+}
+
+/// Writes `data` at `offset` (within the length) page by page in place, each page held for
+/// writing (`SharedFile::pin_mut`) while its part is copied in.
+fn write_in_place(f: &SharedFile, offset: u64, data: &[u8]) -> upcache::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let pos = offset + done as u64;
+        let mut page = f.pin_mut(pos)?;
+        let at = (pos - page.offset()) as usize;
+        let take = (data.len() - done).min(page.len() - at);
+        page[at..at + take].copy_from_slice(&data[done..done + take]);
+        done += take;
+    }
+    Ok(())
 }
 
 /// Reads up to `len` bytes at `offset`, to the end of the file.
@@ -256,9 +275,13 @@ fn model_child_entry() {
         let say = |what: &str| format!("process {proc}, seed {seed}, operation {i}: {op:?}: {what}");
         let file = |t: Target| if t == Target::Own { &own_file } else { &shared };
         match *op {
-            Op::Write { to, offset, len, fill } => file(to)
+            Op::Write { to, offset, len, fill, in_place: false } => file(to)
                 .write_all_at(&bytes(fill, len), offset)
                 .unwrap_or_else(|e| panic!("{}", say(&e.to_string()))),
+            Op::Write { to, offset, len, fill, in_place: true } => {
+                write_in_place(file(to), offset, &bytes(fill, len))
+                    .unwrap_or_else(|e| panic!("{}", say(&e.to_string())))
+            }
             Op::Read { from, offset, len } | Op::Pin { from, offset, len } => {
                 let got = match op {
                     Op::Pin { .. } => read_pinned(file(from), offset, len),

@@ -111,6 +111,20 @@ fn worker_child_entry() {
                 return;
             }
             f.write_at(&record(base + i, region), (base + i) * REC as u64).unwrap();
+            if i % 3 == 2 {
+                // The record before again, the same bytes, in place (`pin_mut`): a kill may
+                // land while this holds the page's frame and range slot.
+                let (r, data) = (base + i - 1, record(base + i - 1, region));
+                let mut done = 0;
+                while done < data.len() {
+                    let pos = r * REC as u64 + done as u64;
+                    let mut page = f.pin_mut(pos).unwrap();
+                    let at = (pos - page.offset()) as usize;
+                    let take = (data.len() - done).min(page.len() - at);
+                    page[at..at + take].copy_from_slice(&data[done..done + take]);
+                    done += take;
+                }
+            }
             _pinned = None;
             _pinned = Some(g.pin((x % 16) * 4096).unwrap());
             if i % 5 == 4 {
@@ -122,7 +136,8 @@ fn worker_child_entry() {
 }
 
 /// Two survivors run while 100 victims, one after another, are killed with SIGKILL at a random
-/// point after their first syncs (holding a page pinned that the survivors write): the survivors finish, never read a torn record of each
+/// point after their first syncs (holding a page pinned that the survivors write; some while
+/// they write a record again in place, `pin_mut`): the survivors finish, never read a torn record of each
 /// other, every record a victim synced is on disk, and nothing stays locked or attached.
 #[test]
 fn killed_processes_never_wedge_the_others_nor_lose_what_they_synced() {

@@ -667,6 +667,59 @@ impl SharedFile {
         self.write_pages(buf, offset).map(|n| (n, offset))
     }
 
+    /// Takes the page holding byte `offset` for writing in place (see
+    /// [`SharedPageMut`](super::SharedPageMut)): its bytes inside the file, loaded on a miss and
+    /// marked dirty; readers and writers of the page, in every process, wait until the guard
+    /// drops. Holds the page's range slot (F2FS's range lock; the file's lock with it off, or
+    /// every slot taken) and the frame's lock throughout, as a write of the page does while it
+    /// copies. `InvalidInput` at or past the end of file (extend it first) or on a file not
+    /// open for writing; `Unsupported` on a file no longer cached (`bypass`). The holder must
+    /// not read, write or truncate the file while it holds the guard: it would wait for itself.
+    pub fn pin_mut(&self, offset: u64) -> Result<super::SharedPageMut<'_>> {
+        if !self.writable {
+            return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
+        }
+        self.inner.check_service()?;
+        self.look_outside_if_due();
+        self.throttle(PAGE);
+        let locked = FileLock::take_for_write(self);
+        if self.bypassed() {
+            return Err(Error::new(ErrorKind::Unsupported, format!("{} is no longer cached", self.name)));
+        }
+        let len = self.cached_len();
+        if offset >= len {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("pin_mut at {offset} of {}: at or past its end ({len})", self.name),
+            ));
+        }
+        let page = offset / PAGE as u64;
+        let start = page * PAGE as u64;
+        let bytes = (len - start).min(PAGE as u64) as usize;
+        // Space for the page on the file system (a hole's write-back would find none).
+        if self.reserve(start, bytes)? < bytes {
+            return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
+        }
+        let range = (self.inner.techniques & technique::RANGE_LOCK != 0)
+            .then(|| locked.claim_range(page, page + 1))
+            .flatten();
+        let hold = match range {
+            Some(range) => {
+                drop(locked);
+                WriteHold(Held::Range(range))
+            }
+            None => {
+                locked.quiesce(0, u64::MAX, &|_| false);
+                locked.changing();
+                WriteHold(Held::File(locked))
+            }
+        };
+        let f = self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?;
+        self.inner.wait_unpinned(f);
+        self.inner.mark_dirty(f);
+        Ok(super::SharedPageMut::new(self, f, bytes, start, hold))
+    }
+
     /// Before the length moves past the page that holds the end without a write into that
     /// page (a write further on, an extension): the page is locked once, so that a writer
     /// killed while it copied into it is repaired first (its bytes past the end zeroed,
@@ -1259,6 +1312,15 @@ impl<'a> FileLock<'a> {
         }
         self
     }
+}
+
+/// What a write in place holds of its file (`pin_mut`) until it drops.
+pub(super) struct WriteHold<'a>(#[allow(dead_code)] Held<'a>);
+
+/// A page's range slot, or the file's lock.
+enum Held<'a> {
+    Range(#[allow(dead_code)] RangeHeld<'a>),
+    File(#[allow(dead_code)] FileLock<'a>),
 }
 
 /// A range slot held through a write; freed (and the change ended) on drop.

@@ -69,7 +69,7 @@ pub use crate::shm::futex::on_sleep as on_sleep_for_another_process;
 pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
-pub use pin::SharedPageRef;
+pub use pin::{SharedPageMut, SharedPageRef};
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;

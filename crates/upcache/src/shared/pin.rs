@@ -14,7 +14,8 @@
 //! extending write or a truncation waits for. Take the pins after such changes, or pin the
 //! pages of another file.
 
-use std::ops::Deref;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
 
 use super::frame::{key_page, PAGE, VALID};
@@ -63,6 +64,73 @@ impl Drop for SharedPageRef<'_> {
         if !self.file.inner.forked() {
             self.file.inner.own_ledger().free(self.slot);
         }
+    }
+}
+
+/// A page of a shared file held for writing in place ([`SharedFile::pin_mut`]): its frame
+/// locked and dirty, its range slot (or the file's lock) held; readers and writers of the page,
+/// in every process, wait until it drops. A process killed while it holds one leaves the page
+/// dirty with what it wrote, as a write killed half-way (`repair.rs`).
+pub struct SharedPageMut<'a> {
+    file: &'a SharedFile,
+    frame: u32,
+    len: usize,
+    offset: u64,
+    /// Let go after the frame (a forked child's copy: never).
+    hold: ManuallyDrop<super::file::WriteHold<'a>>,
+}
+
+impl<'a> SharedPageMut<'a> {
+    pub(super) fn new(
+        file: &'a SharedFile,
+        frame: u32,
+        len: usize,
+        offset: u64,
+        hold: super::file::WriteHold<'a>,
+    ) -> Self {
+        SharedPageMut { file, frame, len, offset, hold: ManuallyDrop::new(hold) }
+    }
+
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl std::fmt::Debug for SharedPageMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPageMut").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl Deref for SharedPageMut<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame's lock: its bytes are this page's and nobody else's to
+        // change; `len` is at most a page.
+        unsafe { std::slice::from_raw_parts(self.file.inner.view.page(self.frame), self.len) }
+    }
+}
+
+impl DerefMut for SharedPageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` makes this the only slice of them.
+        unsafe { std::slice::from_raw_parts_mut(self.file.inner.view.page(self.frame), self.len) }
+    }
+}
+
+impl Drop for SharedPageMut<'_> {
+    fn drop(&mut self) {
+        // A forked child's copy holds its parent's locks: not the child's to let go.
+        if self.file.inner.forked() {
+            return;
+        }
+        let inner = &self.file.inner;
+        // Changed: the unlock bumps the version, so no optimistic read of before passes.
+        inner.view.frames()[self.frame as usize].unlock(inner.me, true);
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.hold) };
     }
 }
 
@@ -247,6 +315,87 @@ mod tests {
 
     fn waiting_for(cache: &SharedCache) -> bool {
         cache.inner.own_ledger().slots.iter().any(|s| s.load(Ordering::Relaxed) & WAITER != 0)
+    }
+
+    /// `pin_mut` writes in place: a reader in another process waits for the guard (the
+    /// frame's waiter bit, no timing) and reads what it left; a sync writes the page back.
+    #[test]
+    fn a_page_held_for_writing_in_place_changes_for_every_process_when_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 4);
+        let (a, b) = two_clients_of(SharedConfig::default());
+        let (fa, fb) = (a.open_path(&p, true).unwrap(), b.open_path(&p, false).unwrap());
+        let mut page = fa.pin_mut(4096 + 10).unwrap();
+        assert_eq!((page.offset(), page.len()), (4096, PAGE));
+        assert!(page.iter().all(|&x| x == 1));
+        let word = &a.inner.view.frames()[page.frame as usize].word;
+        let e = fa.entry();
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = [0u8; 8];
+                fb.read_at(&mut buf, 4096).unwrap();
+                buf
+            });
+            // The reader sleeps on the page's range slot or frame (a waiter bit), then reads
+            // after us.
+            while word.load(Ordering::Relaxed) & (1 << 31) == 0
+                && !e.ranges.iter().any(|r| r.lock.contended())
+            {
+                std::thread::yield_now();
+            }
+            page[..8].copy_from_slice(b"in place");
+            drop(page);
+            assert_eq!(&reader.join().unwrap(), b"in place");
+        });
+        fa.sync_data().unwrap();
+        let disk = std::fs::read(&p).unwrap();
+        assert_eq!(&disk[4096..4104], b"in place");
+        assert!(disk[4104..8192].iter().all(|&x| x == 1) && disk[..4096].iter().all(|&x| x == 0));
+        // The last page ends at the end of the file; past it, and read-only, no guard.
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(3 * 4096 + 100).unwrap();
+        let g = a.open_path(&p, true).unwrap();
+        g.refresh_len().unwrap();
+        assert_eq!(g.pin_mut(3 * 4096).unwrap().len(), 100);
+        let kind = |r: Result<SharedPageMut<'_>>| r.err().map(|e| e.kind());
+        assert_eq!(kind(g.pin_mut(3 * 4096 + 100)), Some(ErrorKind::InvalidInput));
+        assert_eq!(kind(fb.pin_mut(0)), Some(ErrorKind::InvalidInput), "not open for writing");
+    }
+
+    /// A forked child's copy of a guard lets go of nothing: the frame and the range slot stay
+    /// the parent's until its guard drops.
+    #[test]
+    fn a_forked_childs_copy_of_a_write_guard_lets_nothing_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = file_of(dir.path(), 2);
+        let cache = SharedCache::create(&SharedConfig {
+            memory: 1 << 20,
+            files: 4,
+            clients: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let page = f.pin_mut(0).unwrap();
+        let m = &cache.inner.view.frames()[page.frame as usize];
+        let held = |f: &SharedFile| f.entry().ranges.iter().filter(|r| r.lock.holder().is_some()).count();
+        assert_eq!((m.holder(), held(&f)), (Some(cache.inner.me), 1));
+        // SAFETY: the child only drops its copy of the guard and leaves with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                drop(page);
+                // SAFETY: ends the child at once, running no handler of the parent's.
+                unsafe { libc::_exit(0) }
+            }
+            child => {
+                let mut status = 0;
+                // SAFETY: waits for our own child; `status` is writable.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+            }
+        }
+        assert_eq!((m.holder(), held(&f)), (Some(cache.inner.me), 1), "still ours after the child");
+        drop(page);
+        assert_eq!((m.holder(), held(&f)), (None, 0));
     }
 
     #[test]

@@ -68,6 +68,13 @@ impl OwnerLock {
         self.word.load(Ordering::Acquire) & MAX_HOLDER != 0
     }
 
+    /// Whether someone may sleep on the lock (its waiter bit), for tests that wait until a
+    /// thread has reached its wait.
+    pub fn contended(&self) -> bool {
+        // Relaxed: a report, as `holder`.
+        self.word.load(Ordering::Relaxed) & !MAX_HOLDER != 0
+    }
+
     /// The holder's id, if the lock is held.
     pub fn holder(&self) -> Option<u32> {
         // Relaxed: a report; it may be stale as soon as it is read.
