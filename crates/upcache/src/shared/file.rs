@@ -673,8 +673,14 @@ impl SharedFile {
     /// drops. Holds the page's range slot (F2FS's range lock; the file's lock with it off, or
     /// every slot taken) and the frame's lock throughout, as a write of the page does while it
     /// copies. `InvalidInput` at or past the end of file (extend it first) or on a file not
-    /// open for writing; `Unsupported` on a file no longer cached (`bypass`). The holder must
-    /// not read, write or truncate the file while it holds the guard: it would wait for itself.
+    /// open for writing; `Unsupported` on a file no longer cached (`bypass`).
+    ///
+    /// Keep the guard briefly, as a write keeps its page: a reader of the page that has tried
+    /// in vain takes the file's lock and waits for the guard holding it, and so every writer,
+    /// extension and truncation of the file, in every process, waits too (with the range lock
+    /// off, or all four slots taken, the guard holds the file's lock itself). The holder must
+    /// not read, write or truncate the file, nor take a second guard of it, while it holds one:
+    /// it would wait for itself.
     pub fn pin_mut(&self, offset: u64) -> Result<super::SharedPageMut<'_>> {
         if !self.writable {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));

@@ -373,9 +373,12 @@ impl SetMap<'_> {
         &self.tags[f / self.ways * Self::stride(self.ways) + f % self.ways]
     }
 
-    /// The frame whose `home` is `key`: exact as of the load of its tag (a place stores the
-    /// tag before `home`, a removal clears `home` before the tag), since a `home` is set only
-    /// to a key no other frame of the set has.
+    /// The frame whose `home` is `key` as its tag and `home` were loaded (a place stores the
+    /// tag before `home`, a removal clears `home` before the tag; a `home` is set only to a key
+    /// no other frame of the set has). A miss is exact per way as of its tag's load: a page
+    /// evicted and placed again in a way already passed during the scan is missed, as a hash
+    /// chain's lock-free walk may (the callers that need an exact miss recheck, or lose
+    /// nothing by it).
     pub fn find(&self, key: u64) -> Option<u32> {
         let s = self.set_of(key);
         let set = self.frames_of(s);

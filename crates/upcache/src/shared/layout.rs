@@ -115,8 +115,10 @@ pub struct SharedConfig {
     /// partition locks (`index.rs`), or [`IndexKind::SetAssoc`], SAFS's set-associative cache
     /// (seed 002 §4): a page lives only in the set of `set_ways` frames its key hashes to, a
     /// lookup reads that set's frames, and a miss evicts from it with the set's own clock hand
-    /// (`policy` and `clean_first` within the set). The other kinds are the private engine's
-    /// alone.
+    /// (`policy` and `clean_first` within the set). A set is small: if all its frames are
+    /// pinned or held for writing, a miss of one of its pages fails with `CacheFull` after the
+    /// claim's patience (10 s), however free the rest of the cache. The other kinds are the
+    /// private engine's alone.
     pub index: IndexKind,
     /// Frames per set of the set-associative index, 1 to 64 (SAFS's 12 by default).
     pub set_ways: u32,

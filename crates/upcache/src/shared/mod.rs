@@ -412,6 +412,16 @@ impl SharedCache {
                 flush(0);
             }
         });
+        if nodes > 1 {
+            // The nodes' flushers each wrote a part: a file written back whole and still dirty
+            // (written meanwhile) starts its age again, as `write_back_file` does.
+            for &(slot, _, stop_at) in &due {
+                // Acquire: pairs with `mark_dirty`'s count.
+                if stop_at.is_none() && files[slot as usize].dirty.load(Ordering::Acquire) > 0 {
+                    files[slot as usize].dirtied.store(now, Ordering::Relaxed); // Relaxed: a hint
+                }
+            }
+        }
         for e in asked.iter().filter_map(|&slot| files.get(slot as usize)) {
             // Relaxed: a hint (`Inner::ask_write_back`). Only now may the file be asked for
             // again: a program that advises in a loop would send a message each time if a
@@ -423,8 +433,8 @@ impl SharedCache {
 
     /// The service's write-back of file `slot` through `fd`, lent by a writer: all of its
     /// dirty pages, or with `stop_at` until the cache has no more dirty pages than that; with
-    /// `part`, only those in these frames (a NUMA node's), which leaves where the next pass
-    /// begins and the file's age to the flushers of the whole file.
+    /// `part`, only those in these frames (a NUMA node's): the caller ages the file once every
+    /// part is written, and a crowded pass over parts begins at the file's first page.
     fn write_back_file(
         &self,
         slot: u32,

@@ -166,9 +166,17 @@ impl Inner {
         let map = self.view.map();
         for (p, l) in map.locks.iter().enumerate() {
             if l.holder().is_some_and(is_dead) {
+                // Only the hash's chains need rebuilding: a set's place is one store of `home`
+                // (and its tag), which the frame's repair clears, and a tree has no partitions.
+                use super::layout::technique;
+                let hash = self.techniques & (technique::RADIX_INDEX | technique::SET_ASSOC) == 0;
                 if let Acquired::OwnerDied(d) = l.lock(self.me, |h| self.alive(h)) {
-                    log::warn!("shared cache: client {d} died changing index partition {p}; rebuilding it");
-                    map.rebuild(p);
+                    if hash {
+                        log::warn!(
+                            "shared cache: client {d} died changing index partition {p}; rebuilding it"
+                        );
+                        map.rebuild(p);
+                    }
                 }
                 l.unlock(self.me);
             }
