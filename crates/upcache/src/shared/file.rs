@@ -650,17 +650,10 @@ impl SharedFile {
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let len = self.cached_len();
         let end = offset + buf.len() as u64;
-        if end <= len && self.inner.techniques & technique::RANGE_LOCK != 0 {
-            // Within the length: the pages only, beside writers of other parts of the file.
-            let (first, last) = pages_of(offset, end);
-            if let Some(_range) = locked.claim_range(first, last) {
-                drop(locked);
-                return self.write_pages(buf, offset).map(|n| (n, offset));
-            }
-        }
-        // Past the length (or every slot taken): the length moves, so the whole file.
-        locked.quiesce(0, u64::MAX, &|_| false);
-        let _changing = locked.changing();
+        // Within the length: the pages only, beside writers of other parts of the file; past it
+        // the length moves, so the whole file.
+        let (first, last) = pages_of(offset, end);
+        let _hold = locked.hold(first, last, end <= len);
         if offset / PAGE as u64 > len / PAGE as u64 {
             self.settle_end_page(len);
         }
@@ -706,20 +699,7 @@ impl SharedFile {
         if self.reserve(start, bytes)? < bytes {
             return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
         }
-        let range = (self.inner.techniques & technique::RANGE_LOCK != 0)
-            .then(|| locked.claim_range(page, page + 1))
-            .flatten();
-        let hold = match range {
-            Some(range) => {
-                drop(locked);
-                WriteHold(Held::Range(range))
-            }
-            None => {
-                locked.quiesce(0, u64::MAX, &|_| false);
-                locked.changing();
-                WriteHold(Held::File(locked))
-            }
-        };
+        let hold = locked.hold(page, page + 1, true);
         let f = self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?;
         self.inner.wait_unpinned(f);
         self.inner.mark_dirty(f);
@@ -1311,6 +1291,20 @@ impl<'a> FileLock<'a> {
         None
     }
 
+    /// What a write of pages `first..end` holds while it copies: if `within` the length and
+    /// the range lock is on, a range slot for them, the file's lock let go; else (or with every
+    /// slot taken) the file's lock, every range writer done and the change begun.
+    fn hold(self, first: u64, end: u64, within: bool) -> WriteHold<'a> {
+        if within && self.inner.techniques & technique::RANGE_LOCK != 0 {
+            if let Some(range) = self.claim_range(first, end) {
+                return WriteHold(Held::Range(range));
+            }
+        }
+        self.quiesce(0, u64::MAX, &|_| false);
+        self.changing();
+        WriteHold(Held::File(self))
+    }
+
     /// Begins a change (the write sequence odd) that ends when the lock is released.
     fn changing(&self) -> &Self {
         if !self.changing.replace(true) {
@@ -1320,7 +1314,8 @@ impl<'a> FileLock<'a> {
     }
 }
 
-/// What a write in place holds of its file (`pin_mut`) until it drops.
+/// What a write holds of its file while it copies (`FileLock::hold`), or a write in place
+/// (`pin_mut`) until its guard drops.
 pub(super) struct WriteHold<'a>(#[allow(dead_code)] Held<'a>);
 
 /// A page's range slot, or the file's lock.

@@ -572,12 +572,7 @@ impl View {
         header.flushers.store(config.flushers, Ordering::Relaxed);
         header.set_ways.store(config.set_ways, Ordering::Relaxed);
         header.numa.set(&config.numa.nodes());
-        let mode = match config.numa {
-            super::numa::SharedNuma::Machine => 0,
-            super::numa::SharedNuma::Off => 1,
-            super::numa::SharedNuma::Described(_) => 2,
-        };
-        header.numa_mode.store(mode, Ordering::Relaxed);
+        header.numa_mode.store(config.numa.mode(), Ordering::Relaxed);
         let (leaves, inners) = Self::pools(frames, config.files as usize);
         header.leaves.store(leaves as u32, Ordering::Relaxed);
         header.inners.store(inners as u32, Ordering::Relaxed);

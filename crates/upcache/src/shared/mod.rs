@@ -413,12 +413,10 @@ impl SharedCache {
             }
         });
         if nodes > 1 {
-            // The nodes' flushers each wrote a part: a file written back whole and still dirty
-            // (written meanwhile) starts its age again, as `write_back_file` does.
+            // The nodes' flushers each wrote a part: each file written back whole is aged here.
             for &(slot, _, stop_at) in &due {
-                // Acquire: pairs with `mark_dirty`'s count.
-                if stop_at.is_none() && files[slot as usize].dirty.load(Ordering::Acquire) > 0 {
-                    files[slot as usize].dirtied.store(now, Ordering::Relaxed); // Relaxed: a hint
+                if stop_at.is_none() {
+                    age_again_if_dirty(&files[slot as usize], now);
                 }
             }
         }
@@ -445,12 +443,14 @@ impl SharedCache {
     ) {
         let inner = &self.inner;
         let (e, header) = (&inner.view.files()[slot as usize], inner.view.header());
-        let Ok(md) = fd.fd.metadata() else { return };
-        let table = &header.files_lock;
-        table.lock(inner.me, |h| inner.alive(h));
-        let extent = same_file(e, &md).then(|| inner.file_extent(slot));
-        table.unlock(inner.me);
-        let Some((gen, end)) = extent else { return };
+        let Some((gen, end)) = self.lent_extent(slot, fd) else { return };
+        if let Some(part) = part {
+            let mut pages = inner.candidates_of(slot, gen, 0, end);
+            pages.retain(|&(f, _)| part.contains(&(f as usize)));
+            // Errors stay on the file, for its next sync.
+            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+            return;
+        }
         // A background pass (`stop_at`) begins where the last one over the file stopped and
         // wraps around, so that a file written back in part is written back all round, not
         // its first pages each time (the kernel's `writeback_index`).
@@ -460,13 +460,6 @@ impl SharedCache {
             _ => 0,
         };
         drop(resume);
-        if let Some(part) = part {
-            let mut pages = inner.candidates_of(slot, gen, 0, end);
-            pages.retain(|&(f, _)| part.contains(&(f as usize)));
-            // Errors stay on the file, for its next sync.
-            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
-            return;
-        }
         for (a, b) in [(from, end), (0, from)] {
             let pages = inner.candidates_of(slot, gen, a, b);
             // Errors stay on the file, for its next sync.
@@ -486,13 +479,25 @@ impl SharedCache {
             }
         }
         inner.resume.lock().unwrap_or_else(|p| p.into_inner()).remove(&slot);
-        // Acquire: pairs with `mark_dirty`'s count. Written in part (`stop_at`), it keeps its
-        // age, so its older pages are written once they expire.
-        if stop_at.is_none() && e.dirty.load(Ordering::Acquire) > 0 {
-            // Still dirty (written meanwhile): its age starts again, as the kernel's does.
-            // Relaxed: a hint.
-            e.dirtied.store(now, Ordering::Relaxed);
+        // Written in part (`stop_at`), it keeps its age, so its older pages are written once
+        // they expire.
+        if stop_at.is_none() {
+            age_again_if_dirty(e, now);
         }
+    }
+
+    /// File `slot`'s generation and the end of its pages below its length (`file_extent`),
+    /// read under the table's lock while its entry still names `fd`'s file; None otherwise
+    /// (pages of an older generation, or of another file since, are not written through it).
+    pub(crate) fn lent_extent(&self, slot: u32, fd: &Lent) -> Option<(u32, u64)> {
+        let inner = &self.inner;
+        let e = &inner.view.files()[slot as usize];
+        let md = fd.fd.metadata().ok()?;
+        let table = &inner.view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        let extent = same_file(e, &md).then(|| inner.file_extent(slot));
+        table.unlock(inner.me);
+        extent
     }
 
     /// Checks the page index against the frames while nobody changes the cache (for tests):
@@ -877,6 +882,15 @@ fn reopen_for_write_back(e: &files::FileEntry, path: &[u8], direct: bool) -> Opt
 }
 
 /// Whether entry `e` names the file `md` describes.
+/// After a write-back of all of file `e`: if it is dirty still (written meanwhile), its age
+/// starts again at `now`, as the kernel's does.
+fn age_again_if_dirty(e: &files::FileEntry, now: u64) {
+    // Acquire: pairs with `mark_dirty`'s count.
+    if e.dirty.load(Ordering::Acquire) > 0 {
+        e.dirtied.store(now, Ordering::Relaxed); // Relaxed: a hint
+    }
+}
+
 fn same_file(e: &files::FileEntry, md: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     // Relaxed (all): a check against the table, which changes only under its lock.
@@ -1015,11 +1029,7 @@ impl Inner {
             },
             set_ways: h.set_ways(),
             // Relaxed: fixed before the magic number was published.
-            numa: match h.numa_mode.load(Ordering::Relaxed) {
-                2 => numa::SharedNuma::Described((0..h.numa.count()).map(|n| h.numa.cpus(n)).collect()),
-                1 => numa::SharedNuma::Off,
-                _ => numa::SharedNuma::Machine,
-            },
+            numa: numa::SharedNuma::of(h.numa_mode.load(Ordering::Relaxed), &h.numa),
             policy: if self.gclock() {
                 crate::policy::PolicyKind::GClock
             } else {

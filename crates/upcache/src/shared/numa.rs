@@ -77,6 +77,24 @@ impl SharedNuma {
         Ok(())
     }
 
+    /// The setting's kind as the segment's header keeps it (`Header::numa_mode`).
+    pub(crate) fn mode(&self) -> u32 {
+        match self {
+            SharedNuma::Machine => 0,
+            SharedNuma::Off => 1,
+            SharedNuma::Described(_) => 2,
+        }
+    }
+
+    /// The setting a header's `mode` and node table say.
+    pub(crate) fn of(mode: u32, table: &NodeTable) -> SharedNuma {
+        match mode {
+            2 => SharedNuma::Described((0..table.count()).map(|n| table.cpus(n)).collect()),
+            1 => SharedNuma::Off,
+            _ => SharedNuma::Machine,
+        }
+    }
+
     /// The setting's name as `upcache serve --numa` takes it.
     pub fn name(&self) -> String {
         match self {

@@ -367,13 +367,7 @@ mod tests {
     fn a_forked_childs_copy_of_a_write_guard_lets_nothing_go() {
         let dir = tempfile::tempdir().unwrap();
         let p = file_of(dir.path(), 2);
-        let cache = SharedCache::create(&SharedConfig {
-            memory: 1 << 20,
-            files: 4,
-            clients: 4,
-            ..Default::default()
-        })
-        .unwrap();
+        let cache = SharedCache::create(&crate::shared::tests::small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
         let page = f.pin_mut(0).unwrap();
         let m = &cache.inner.view.frames()[page.frame as usize];

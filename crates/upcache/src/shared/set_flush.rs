@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::frame::{key_gen, key_slot, DIRTY, HITS, PINNED, REFERENCED};
 use super::writeback::Lent;
-use super::{same_file, SharedCache};
+use super::SharedCache;
 
 impl SharedCache {
     /// Writes back, through the descriptors writers lent (`lent`), the dirty, unreferenced
@@ -43,15 +43,7 @@ impl SharedCache {
         let header = inner.view.header();
         let mut written = 0;
         for (slot, fd) in lent {
-            let e = &inner.view.files()[*slot as usize];
-            let Ok(md) = fd.fd.metadata() else { continue };
-            // The entry's generation, while it names the lent descriptor's file: pages of an
-            // older one, or of another file since, are not written through it.
-            let table = &header.files_lock;
-            table.lock(inner.me, |h| inner.alive(h));
-            let gen = same_file(e, &md).then(|| inner.file_extent(*slot).0);
-            table.unlock(inner.me);
-            let Some(gen) = gen else { continue };
+            let Some((gen, _)) = self.lent_extent(*slot, fd) else { continue };
             let pages: Vec<(u32, u64)> =
                 due.iter().copied().filter(|&(_, k)| key_slot(k) == *slot && key_gen(k) == gen).collect();
             if pages.is_empty() {
