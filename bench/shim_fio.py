@@ -9,9 +9,12 @@ first; prints per-round figures, medians and ratios.
                       [--shim SO --upcache BIN]   # another build's shim and service
                       [--serve "--range-lock off"]   # a technique of the service switched off
                       [--off "--index sharded"]      # and a fourth side: the shim with it off
+                      [--private new=SO --private old=SO2]  # sides on private caches
 
 With `--off FLAGS`, each round also runs the shim on a service started with FLAGS added (a
 technique switched off), in turn with the others; the table adds that side and on/off.
+With `--private NAME=SO` (repeatable), each round also runs shim SO with a cache of each
+process's own (UPCACHE_SHARED=0, UPCACHE_MEMORY the service's size), as side private-NAME.
 
 Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
 limit measured in the same round):
@@ -86,6 +89,10 @@ class Service:
 
 def shim_env(base, prefix, service):
     return dict(base, LD_PRELOAD=SHIM, UPCACHE_PREFIX=prefix, UPCACHE_SOCKET=service.socket)
+
+
+def private_env(base, prefix, so, memory):
+    return dict(base, LD_PRELOAD=so, UPCACHE_PREFIX=prefix, UPCACHE_SHARED="0", UPCACHE_MEMORY=memory)
 
 
 def ceiling_env(base, prefix, so, writes):
@@ -202,7 +209,15 @@ def main():
     ap.add_argument("--off", default="",
                     help="flags of a fourth side's service, e.g. \"--index sharded\": the shim with a "
                          "technique off, measured in the same rounds")
+    ap.add_argument("--private", action="append", default=[], metavar="NAME=SO",
+                    help="a side of shim SO on private caches (UPCACHE_SHARED=0), named private-NAME")
     args = ap.parse_args()
+    privates = []
+    for p in args.private:
+        name, _, so = p.partition("=")
+        if not so or not os.path.exists(so):
+            sys.exit(f"--private {p}: NAME=SO, with SO a shim that exists")
+        privates.append((f"private-{name}", os.path.abspath(so)))
     SERVE_FLAGS.extend(args.serve.split())
     OFF_FLAGS.extend(args.off.split())
     SHIM = os.path.abspath(args.shim)
@@ -237,6 +252,8 @@ def main():
                      ("limit", lambda: ceiling_env(base, root, ceiling_so, w.startswith("randwrite")))]
             if OFF_FLAGS:
                 sides.append(("shim-off", shim_with("shim-off", OFF_FLAGS)))
+            for name, so in privates:
+                sides.append((name, lambda so=so, memory=memory: private_env(base, root, so, memory)))
             # Rotate which side goes first.
             turn = rnd % len(sides)
             sides = sides[turn:] + sides[:turn]
@@ -266,6 +283,7 @@ def main():
             for side, v in got.items():
                 results.setdefault((w, side), []).append(v)
             shown = ("kernel", "shim", "limit", "shim-off") if OFF_FLAGS else ("kernel", "shim", "limit")
+            shown += tuple(name for name, _ in privates)
             print(f"round {rnd + 1} {w}: " + ", ".join(f"{s} {got[s]:.0f}" for s in shown), flush=True)
     print(f"\nmedians of {args.rounds} round(s), files in {root}"
           + (f"; shim-off: the service with {' '.join(OFF_FLAGS)}" if OFF_FLAGS else ""))
@@ -280,6 +298,9 @@ def main():
             o = statistics.median(results[(w, "shim-off")])
             off = f" {o:>9.0f} {s / o:>6.2f}x"
         print(f"{title:<50} {unit:<6} {k:>9.0f} {s:>9.0f} {m:>9.0f} {s / k:>10.2f}x {s / m:>9.2f}x{off}  {limit}")
+        for name, _ in privates:
+            v = statistics.median(results[(w, name)])
+            print(f"  {name:<48} {unit:<6} {v:>9.0f}: {v / k:.2f}x kernel, {v / m:.2f}x limit, {v / s:.2f}x shared")
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -172,17 +172,10 @@ fn write_limited(file: &File, bufs: &[&[u8]], at: u64) -> Result<usize, i32> {
     write_bufs(file, bufs, at)
 }
 
-/// Writes `bufs` at the end of the file as one step against every other appender: on the
-/// shared cache in any process (the end found and the bytes written under the file's lock,
-/// `SharedFile::append_within`), on a private cache in this one (`appending`). Where it wrote,
-/// and how many bytes.
-fn append_at_end(file: &File, bufs: &[&[u8]], appending: &std::sync::Mutex<()>) -> Result<(u64, usize), i32> {
-    let File::Shared(shared) = file else {
-        let _end = appending.lock().unwrap_or_else(|p| p.into_inner());
-        // The end as the kernel knows it, another process's appends included.
-        let end = file.refresh_len().map_err(|e| errno::of(&e))?;
-        return Ok((end, write_limited(file, bufs, end)?));
-    };
+/// Writes `bufs` at the end of the file as one step against every other appender, in any
+/// process (the end found and the bytes written under the file's lock,
+/// `SharedFile::append_within`). Where it wrote, and how many bytes.
+fn append_at_end(file: &File, bufs: &[&[u8]]) -> Result<(u64, usize), i32> {
     // One buffer, so that the whole of a writev lands in one step, as the kernel's does.
     let joined;
     let buf = match bufs {
@@ -193,7 +186,7 @@ fn append_at_end(file: &File, bufs: &[&[u8]], appending: &std::sync::Mutex<()>) 
             &joined[..]
         }
     };
-    match shared.append_within(buf, size_limit().unwrap_or(u64::MAX)) {
+    match file.append_within(buf, size_limit().unwrap_or(u64::MAX)) {
         Ok(Some(at)) => Ok(at),
         Ok(None) => Err(past_size_limit()),
         Err(e) => Err(errno::of(&e)),
@@ -215,7 +208,7 @@ fn write_at(shim: &Shim, desc: &Description, bufs: &[&[u8]], at: At, append: boo
     let n = match (at, append) {
         (_, true) => {
             let _offset = desc.offset.lock().unwrap_or_else(|p| p.into_inner());
-            let (end, n) = append_at_end(file, bufs, &desc.shared.append)?;
+            let (end, n) = append_at_end(file, bufs)?;
             // As the kernel: an append that wrote nothing leaves the offset where it was.
             if let (At::Current(fd), true) = (at, n > 0) {
                 seek_to(fd, end + n as u64)?;
@@ -388,7 +381,7 @@ unsafe fn pwritev_any(
             let n = write_at(shim, &d, &bufs, at, flags & libc::RWF_APPEND != 0)?;
             let file = d.shared.file();
             let synced = if flags & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0 {
-                file.sync_for(&d.reported, flags & libc::RWF_SYNC != 0)
+                file.sync_as(flags & libc::RWF_SYNC != 0, &d.reported)
             } else {
                 Ok(())
             };
@@ -669,7 +662,7 @@ fn sync_any(fd: c_int, all: bool) -> Option<c_int> {
     let (shim, d, _inside) = cached(fd)?;
     Some(shielded(|| {
         shim.counters.syncs.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-        status(d.shared.file().sync_for(&d.reported, all))
+        status(d.shared.file().sync_as(all, &d.reported))
     }))
 }
 

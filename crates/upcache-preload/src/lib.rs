@@ -1,8 +1,8 @@
 //! LD_PRELOAD shim (issue 7): unmodified programs' data I/O on regular files under
 //! `UPCACHE_PREFIX` is served by upcache's shared cache, which every process attaches to
-//! (issue 17, [`upcache::shared`]), or by a private [`upcache::Cache`] in plain-file mode
-//! (`UPCACHE_SHARED=0`); `backend.rs` puts either behind one file type. Every other call, and
-//! every file outside the prefix, goes to libc untouched.
+//! (issue 17, [`upcache::shared`]), or by the same engine on a segment of this process alone
+//! (`UPCACHE_SHARED=0`, [`upcache::shared::SharedCache::create_private`]; `backend.rs`). Every
+//! other call, and every file outside the prefix, goes to libc untouched.
 //!
 //! ```text
 //! UPCACHE_PREFIX=/data/db LD_PRELOAD=libupcache_preload.so sqlite3 /data/db/x.sqlite
@@ -14,19 +14,16 @@
 //! - `UPCACHE_MEMORY`: the cache's memory for pages, bytes with an optional K/M/G suffix;
 //!   default 256M (for the shared cache: when this process starts its service).
 //! - `UPCACHE_SHARED`: 1 (the default) for the shared cache, 0 for a cache of this process's
-//!   own.
+//!   own (the same engine and settings; its write-back done by a thread of the process).
 //! - `UPCACHE_SOCKET`: the shared cache's socket; default `/tmp/upcache-<uid>/cache.sock`.
 //!   The first process to find none there starts the service (`upcache serve`, forked).
 //! - `UPCACHE_IDLE`: seconds a service this process starts stays with nobody attached;
 //!   default 60.
-//! - `UPCACHE_DEVICES` (private cache): where each process keeps its cache's own state (an array directory
-//!   with a catalog; the cached files' data stays in the files themselves); default the
-//!   temporary directory. Removed as soon as the cache has started.
 //! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit.
-//! - `UPCACHE_DIRECT` (private cache): 1 (the default) to read and write the files with
-//!   O_DIRECT, 0 through
-//!   the kernel's page cache (misses then find pages other processes left there, and
-//!   written-back pages are seen by them at once, for twice the memory).
+//! - `UPCACHE_DIRECT`: 0 to read and write the files through the kernel's page cache (misses
+//!   then find pages other processes left there, for twice the memory): the default of
+//!   `UPCACHE_DIRECT_WRITE_BACK` and `UPCACHE_DIRECT_LOADS` then off; 1 (the default) leaves
+//!   them on.
 //!
 //! How a call is served:
 //! - the app's file descriptor is always a real one, opened by libc, so locks, `fstat`,
@@ -56,24 +53,28 @@
 //!   inherited (close-on-exec ones; inheritable ones are demoted before the fork) through the
 //!   same cache as a client of its own, from its first use of one (`Shim::take_over`); on a
 //!   private cache it starts without one: inherited descriptors go to libc, new opens make the
-//!   child's own cache (`shim.rs`); `vfork` is a fork (its child would share the table);
+//!   child's own cache (`shim.rs`; the parent's segment, mapped shared, stays untouched in the
+//!   child); `vfork` is a fork (its child would share the table);
 //! - the program's POSIX record locks (`fcntl`, `lockf`) are never dropped by the cache's own
 //!   descriptors: those of a file the program locked are closed only when the program closes
 //!   one of its own (`locks.rs`, `upcache::shared::note_lock`); a file read only is cached
 //!   through a read-only descriptor (an exec of it would fail with ETXTBSY otherwise);
 //! - an O_APPEND write finds the end and writes in one step against every appender in any
-//!   process (on the shared cache; within the process on a private one);
+//!   process;
 //! - a process that changes its user or groups (setuid and kin) leaves the shared cache first
-//!   (`creds.rs`): its files are libc's from then on, and the cache out of its reach;
+//!   (`creds.rs`): its files are libc's from then on, and the cache out of its reach (a
+//!   private cache, which holds only the process's own files, stays);
+//! - the last close keeps the file's pages in the cache, as the kernel does: a later open
+//!   finds them (`SharedFile::kept`, counted as `reopened`) unless the OS file changed
+//!   meanwhile (`upcache::shared`'s `outside.rs`);
 //! - the shim's own libc calls, and the library's, pass through (`guard.rs`);
 //! - if the shim cannot start (bad environment, no memory), it says so once on stderr and
 //!   passes everything through.
 //!
 //! Not served: a process that opens a cached file without the shim sees the cache's writes
 //! only once they are written back (the last writable close, fsync, exit, a fatal signal), and
-//! its writes inside the cached length are not seen by the cache (on the shared cache, not
-//! until every process has closed the file: the next open compares size and mtime); with a
-//! private cache SIGKILL and the OOM killer lose what is not written back yet (the shared
+//! the cache sees its changes not at once but at the next open, lock or clock tick (1-4 ms)
+//! after its last look (`upcache::shared`'s `outside.rs`); with a private cache SIGKILL and the OOM killer lose what is not written back yet (the shared
 //! cache keeps it, and its service writes it back through a descriptor the writer lent it);
 //! the `__xstat` family of binaries built for glibc < 2.33 reports the OS
 //! size; the execl family and `dprintf` are interposed only on x86-64. Nor are the raw system
@@ -88,9 +89,9 @@
 //! map of weak references; the last reference to go closes the file) (`shim.rs`).
 //!
 //! Modules, from the leaves up (no file imports one above it; `tests/imports.rs` checks that
-//! no circle forms): `real`, `errno`, `guard`, `settings`, `retain`, `stdio`, `table`
+//! no circle forms): `real`, `errno`, `guard`, `settings`, `backend`, `stdio`, `table`
 //! (generic), `os`, `limits`, `signals` (knows the running shim's `Rescue`, not the shim);
-//! `shim` (state, start, fork and exit); `locks`, `creds`; `open`, `meta`, `namespace`; `data`; `copy`;
+//! `shim` (state, start, fork and exit); `locks`, `creds`; `open`, `meta`; `data`; `copy`;
 //! `bypass`; `process`.
 //!
 //! Unsafe code: the workspace denies `unsafe_op_in_unsafe_fn` and
@@ -113,12 +114,10 @@ mod guard;
 mod limits;
 mod locks;
 mod meta;
-mod namespace;
 mod open;
 mod os;
 mod process;
 mod real;
-mod retain;
 mod settings;
 mod shim;
 mod signals;

@@ -108,7 +108,7 @@ fn adopt_inside(fd: c_int, flags: c_int) -> c_int {
             return errno::fail_with(&e);
         }
     }
-    let reported = shared.file().description();
+    let reported = std::sync::atomic::AtomicU64::new(shared.file().errors_sample());
     let desc = Arc::new(Description {
         reported,
         shared,
@@ -380,7 +380,6 @@ fn demote_path(path: *const c_char) -> Result<(), i32> {
 /// Demotes the file (device, inode), cached or not. The caller is inside the shim.
 fn demote_key(key: (u64, u64)) -> Result<(), i32> {
     if let Some(shim) = shim::current() {
-        shim.forget_kept(key);
         if let Some(shared) = shim.lookup(key) {
             return shim.demote(&shared);
         }

@@ -174,12 +174,6 @@ real! {
     freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     closefrom: unsafe extern "C" fn(c_int);
-    remove: unsafe extern "C" fn(*const c_char) -> c_int;
-    unlink: unsafe extern "C" fn(*const c_char) -> c_int;
-    unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
-    rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int;
-    renameat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
-    renameat2: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
     fclose: unsafe extern "C" fn(*mut FILE) -> c_int;
     sendfile: unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     sendfile64: unsafe extern "C" fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;

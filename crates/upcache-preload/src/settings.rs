@@ -13,12 +13,8 @@ pub(crate) struct Settings {
     pub memory: u64,
     /// Whether UPCACHE_MEMORY was set (a shared cache of another size is then said to be).
     pub memory_asked: bool,
-    /// UPCACHE_DEVICES, or the temporary directory: where each process's cache state goes.
-    pub state_root: PathBuf,
     /// UPCACHE_STATS.
     pub stats: Option<PathBuf>,
-    /// UPCACHE_DIRECT: the cached files opened O_DIRECT (1, the default) or buffered (0).
-    pub direct: bool,
     /// UPCACHE_SHARED: the machine's shared cache (1, the default) or one of this process's
     /// own (0).
     pub shared: bool,
@@ -32,11 +28,10 @@ pub(crate) struct Settings {
     /// `upcache serve --numa`; the shared cache's only), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
-    /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off; the shared
-    /// cache's only), UPCACHE_IO (uring|psync), UPCACHE_HOT_INDEX (on|off):
-    /// the settings of a cache the shim makes, as `upcache
-    /// serve`'s flags (a shared cache's service the shim starts; a private cache takes all but
-    /// the flush interval, its flushers being woken by its dirty count); unset, the cache's
+    /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off), UPCACHE_IO
+    /// (uring|psync), UPCACHE_HOT_INDEX (on|off), and UPCACHE_DIRECT=0 (both direct settings
+    /// off unless set): the settings of a cache the shim makes, as `upcache serve`'s flags (a
+    /// shared cache's service the shim starts, or a private cache); unset, the cache's
     /// defaults.
     pub cache: CacheSettings,
 }
@@ -78,6 +73,13 @@ impl CacheSettings {
         fn choice<T: std::str::FromStr<Err = upcache::Error>>(s: &str) -> Result<T, String> {
             s.parse().map_err(|e: upcache::Error| e.to_string())
         }
+        // UPCACHE_DIRECT=0: through the kernel's page cache, where the direct settings are unset.
+        let through_kernel = match std::env::var("UPCACHE_DIRECT").as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("1") => None,
+            Ok("0") => Some(false),
+            Ok(v) => return Err(format!("UPCACHE_DIRECT={v}: 0 or 1")),
+            Err(e) => return Err(format!("UPCACHE_DIRECT: {e}")),
+        };
         Ok(CacheSettings {
             dirty_ratios: var("UPCACHE_DIRTY_RATIOS", upcache::parse_ratios)?,
             dirty_expire: var("UPCACHE_DIRTY_EXPIRE", upcache::parse_duration)?,
@@ -94,8 +96,8 @@ impl CacheSettings {
             flushers: var("UPCACHE_FLUSHERS", |s| {
                 s.parse().map_err(|e: std::num::ParseIntError| e.to_string())
             })?,
-            direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?,
-            direct_loads: var("UPCACHE_DIRECT_LOADS", upcache::parse_on_off)?,
+            direct_write_back: var("UPCACHE_DIRECT_WRITE_BACK", upcache::parse_on_off)?.or(through_kernel),
+            direct_loads: var("UPCACHE_DIRECT_LOADS", upcache::parse_on_off)?.or(through_kernel),
             policy: var("UPCACHE_POLICY", choice)?,
             clean_first: var("UPCACHE_CLEAN_FIRST", choice)?,
             flush: var("UPCACHE_FLUSH", choice)?,
@@ -189,57 +191,6 @@ impl CacheSettings {
         }
         (!asked.is_empty()).then(|| asked.join(", "))
     }
-
-    /// `config` with these settings (a private cache has no flush interval; its readahead
-    /// may be larger than the shared cache's).
-    pub fn private(&self, mut config: upcache::Config) -> upcache::Config {
-        if let Some((bg, fg)) = self.dirty_ratios {
-            config = config.with_dirty_background_ratio(bg).with_dirty_foreground_ratio(fg);
-        }
-        if let Some(expire) = self.dirty_expire {
-            config = config.with_dirty_expire(expire);
-        }
-        if let Some(on) = self.range_lock {
-            config = config.with_range_lock(on);
-        }
-        if let Some(on) = self.run_merging {
-            config = config.with_run_merging(on);
-        }
-        if let Some(on) = self.bundling {
-            config = config.with_bundling(on);
-        }
-        if let Some(bytes) = self.readahead {
-            config = config.with_readahead(bytes);
-        }
-        if let Some(index) = self.index {
-            config = config.with_index(index);
-        }
-        if let Some(ways) = self.set_ways {
-            config = config.with_sets(ways as usize, Default::default());
-        }
-        if let Some(n) = self.flushers {
-            config = config.with_flusher_threads(n as usize);
-        }
-        if let Some(p) = self.policy {
-            config = config.with_policy(p);
-        }
-        if let Some(c) = self.clean_first {
-            config = config.with_clean_first(c);
-        }
-        if let Some(f) = self.flush {
-            config = config.with_flush(f);
-        }
-        if let Some(on) = self.streams {
-            config = config.with_streams(on);
-        }
-        if let Some(io) = self.io {
-            config = config.with_io(io);
-        }
-        if let Some(on) = self.hot_index {
-            config = config.with_hot_index(on);
-        }
-        config
-    }
 }
 
 impl Settings {
@@ -257,17 +208,7 @@ impl Settings {
             Err(std::env::VarError::NotPresent) => DEFAULT_MEMORY,
             Err(e) => return Err(format!("UPCACHE_MEMORY: {e}")),
         };
-        let state_root = match std::env::var_os("UPCACHE_DEVICES") {
-            Some(d) if !d.is_empty() => PathBuf::from(d),
-            _ => std::env::temp_dir(),
-        };
         let stats = std::env::var_os("UPCACHE_STATS").filter(|s| !s.is_empty()).map(PathBuf::from);
-        let direct = match std::env::var("UPCACHE_DIRECT").as_deref() {
-            Err(std::env::VarError::NotPresent) | Ok("1") => true,
-            Ok("0") => false,
-            Ok(v) => return Err(format!("UPCACHE_DIRECT={v}: 0 or 1")),
-            Err(e) => return Err(format!("UPCACHE_DIRECT: {e}")),
-        };
         let shared = match std::env::var("UPCACHE_SHARED").as_deref() {
             Err(std::env::VarError::NotPresent) | Ok("1") => true,
             Ok("0") => false,
@@ -282,7 +223,7 @@ impl Settings {
         let idle = std::time::Duration::from_secs(idle);
         let memory_asked = std::env::var_os("UPCACHE_MEMORY").is_some();
         let cache = CacheSettings::from_env()?;
-        Ok(Some(Settings { prefix, memory, memory_asked, state_root, stats, direct, shared, idle, cache }))
+        Ok(Some(Settings { prefix, memory, memory_asked, stats, shared, idle, cache }))
     }
 }
 

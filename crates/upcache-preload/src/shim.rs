@@ -6,19 +6,18 @@
 //! the parent's cache threads do not exist in the child, so the child never touches it, and
 //! makes its own on its first open under the prefix.
 
-use crate::backend::{Backend, File};
+use crate::backend::File;
 use crate::errno;
-use crate::retain::{Retained, Signature};
 use crate::settings::Settings;
 use crate::signals::Rescue;
 use crate::table::FdTable;
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use upcache::{Cache, Config};
+use upcache::shared::SharedCache;
 
 /// A cached OS file, shared by every descriptor of it; the last one to go closes it.
 pub(crate) struct Shared {
@@ -28,8 +27,6 @@ pub(crate) struct Shared {
     writer: std::sync::OnceLock<File>,
     key: (u64, u64),
     shim: &'static Shim,
-    /// Serializes O_APPEND writes, which must find the end and write there as one step.
-    pub append: Mutex<()>,
     /// Handed to libc (`Shim::demote`): not to be kept, copied to a new descriptor or shared
     /// with a new open.
     pub demoted: AtomicBool,
@@ -42,7 +39,6 @@ impl Shared {
             writer: std::sync::OnceLock::new(),
             key,
             shim,
-            append: Mutex::new(()),
             demoted: AtomicBool::new(false),
         }
     }
@@ -67,17 +63,17 @@ impl Shared {
         if self.file().writable() {
             return Ok(());
         }
-        let writer = self.shim.cache.open(path, self.file().name(), true)?;
+        let writer = crate::backend::open(&self.shim.cache, path, self.file().name(), true)?;
         let same = writer.os_metadata().is_ok_and(|md| (md.dev(), md.ino()) == self.key);
         if !same || !writer.writable() {
-            let _ = self.shim.cache.close(writer);
+            let _ = crate::backend::close(writer);
             return Err(upcache::Error::new(
                 upcache::ErrorKind::PermissionDenied,
                 format!("{}: cannot be opened again for writing", self.file().name()),
             ));
         }
         if let Err(extra) = self.writer.set(writer) {
-            let _ = self.shim.cache.close(extra); // another thread's came first
+            let _ = crate::backend::close(extra); // another thread's came first
         }
         Ok(())
     }
@@ -87,11 +83,10 @@ impl Shared {
         self.key
     }
 
-    /// Stops caching the file: writes it back and keeps it for a later open (`retain.rs`),
-    /// or frees its pages. On an error nothing is dropped; the file is written back again at
-    /// exit. A demoted file was written back when demoted and libc may have changed the OS
-    /// file since: it is dropped with no I/O (what a write racing the demotion put in the
-    /// cache is lost with it).
+    /// Closes the file in the cache, which keeps its pages for a later open (as the kernel
+    /// does, `SharedFile::kept`); the last writer's close in any process writes it back. On a
+    /// private cache, a file that could not be written back stays open in it and is written
+    /// back again at exit (nothing else would: no service holds a descriptor of it).
     fn close(&mut self) -> upcache::Result<()> {
         // The last reference may go in any thread, outside the shim (a reader that outlived a
         // close): the library's own libc calls must pass through, or its stat of the file
@@ -102,40 +97,24 @@ impl Shared {
         // The writer, if any, is the file's: the read-only open only counts an open.
         let file = match self.writer.take() {
             Some(writer) => {
-                let _ = self.shim.cache.close(reader);
+                let _ = crate::backend::close(reader);
                 writer
             }
             None => reader,
         };
         let shim = self.shim;
-        // Relaxed: set before the table entries went; this is the last reference.
-        let closed = if shim.cache.is_shared() {
-            // The shared cache keeps the pages for every process; the last writer's close in
-            // any process writes them back.
-            shim.cache.close(file)
-        } else if self.demoted.load(Ordering::Relaxed) {
-            shim.cache.discard(&file)
-        } else {
-            match file.write_back().and_then(|()| file.os_metadata()) {
-                // Kept only with the OS size right (`write_back` leaves it when the tail is
-                // busy, with a loader, say): a kept copy is never written back again.
-                Ok(meta) if meta.nlink() > 0 && meta.len() == file.len() => {
-                    // Under the map lock, as opens take kept copies: a copy pushed out is
-                    // discarded before an open could get it from the library.
-                    let _files = lock(&shim.files);
-                    for old in shim.retained.keep(self.key, file, Signature::of_meta(&meta)) {
-                        // Written back when kept; the OS file may have changed since.
-                        let _ = shim.cache.discard(&old);
-                    }
-                    Ok(())
-                }
-                // Unlinked, or its size to fix: closed (which fixes it).
-                Ok(_) => shim.cache.close(file),
+        // Relaxed: set before the table entries went; this is the last reference. A demoted
+        // file was written back when demoted, and is libc's now.
+        let closed = if shim.cache.is_private() && !self.demoted.load(Ordering::Relaxed) {
+            match file.write_back() {
+                Ok(()) => crate::backend::close(file),
                 Err(e) => {
                     lock(&shim.orphans).push((self.key, file));
                     Err(e)
                 }
             }
+        } else {
+            crate::backend::close(file)
         };
         // Opens of the file wait while its dead entry is in the map (`Shim::shared`): the
         // library would hand them this closing copy.
@@ -168,7 +147,7 @@ pub(crate) struct Description {
     pub offset: Mutex<()>,
     /// The write-back errors this description has reported: each reaches each `open(2)` (and
     /// its dups) once, as the kernel's errseq does, though the descriptions share one file.
-    pub reported: crate::backend::Reported,
+    pub reported: AtomicU64,
 }
 
 /// Counters for UPCACHE_STATS (Relaxed: statistics, read at exit).
@@ -182,7 +161,8 @@ pub(crate) struct Counters {
     pub syncs: AtomicU64,
     /// Opens under the prefix that the cache refused (left to libc).
     pub uncached: AtomicU64,
-    /// Opens that found the file's pages kept since its last close.
+    /// Opens that found the file kept in the cache since its last close
+    /// (`SharedFile::kept`).
     pub reopened: AtomicU64,
     /// Opens under the prefix of demoted files (left to libc).
     pub demoted_opens: AtomicU64,
@@ -190,19 +170,16 @@ pub(crate) struct Counters {
 
 pub(crate) struct Shim {
     pub settings: &'static Settings,
-    pub cache: Backend,
-    /// Canonical `state_dir` of a private cache: never cached, even under the prefix.
-    state_canonical: Option<PathBuf>,
+    pub cache: SharedCache,
     pub table: FdTable<Description>,
     /// Every cached file by (device, inode), while a descriptor of it is open, and until its
     /// close ends (a dead entry: the close is under way).
     files: Mutex<HashMap<(u64, u64), Weak<Shared>>>,
     /// Signalled when a close removes its dead entry.
     closed: Condvar,
-    /// Files whose last close failed to write them back: tried again at exit.
+    /// Files of a private cache whose last close failed to write them back: tried again at
+    /// exit.
     orphans: Mutex<Vec<((u64, u64), File)>>,
-    /// Files kept after their last close.
-    retained: Retained,
     pub counters: Counters,
     /// Write-back failures said so far.
     said: Mutex<BTreeSet<String>>,
@@ -322,7 +299,6 @@ fn stop_caching_quietly(why: &str) -> bool {
                 ));
             }
         }
-        shim.forget_all_kept();
     }
     true
 }
@@ -331,7 +307,7 @@ fn stop_caching_quietly(why: &str) -> bool {
 /// cache is retired, its mapping and descriptor gone from this process. Nothing is said: a
 /// program that drops privileges does nothing wrong.
 pub(crate) fn leave_shared_cache(why: &str) {
-    let Some(shim) = current().filter(|s| s.cache.is_shared()) else { return };
+    let Some(shim) = current().filter(|s| !s.cache.is_private()) else { return };
     stop_caching_quietly(why);
     let Some(_inside) = crate::guard::enter() else { return };
     shim.cache.retire();
@@ -401,7 +377,7 @@ pub(crate) fn for_path(path: &Path, adopting: i32) -> Option<&'static Shim> {
         Some(s) => s,
         None => start(settings, adopting)?,
     };
-    (!shim.state_canonical.as_ref().is_some_and(|s| path.starts_with(s))).then_some(shim)
+    Some(shim)
 }
 
 /// Starts the shim for the open of `adopting`.
@@ -462,84 +438,67 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
 impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
         let pid = std::process::id();
-        if settings.shared {
-            let socket = upcache::shared::serve::default_socket();
-            let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
-            let asked = settings.cache.shared(config);
-            let cache = Backend::shared(&asked, settings.idle)
-                .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
-            let running = cache.shared_config().unwrap_or(asked);
-            if let Some(differs) = settings.cache.differs(&running) {
-                warn(&format!(
-                    "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
-                     flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, direct loads {}, \
-                     readahead {} bytes, \
-                     the {} index, the {} policy, {} eviction, streams {}, {} and {} write-back (its service's, \
-                     set when it started); this process follows them",
-                    socket.display(),
-                    running.dirty_ratios.0,
-                    running.dirty_ratios.1,
-                    running.dirty_expire,
-                    running.flush_interval,
-                    upcache::on_off(running.range_lock),
-                    upcache::on_off(running.run_merging),
-                    upcache::on_off(running.bundling),
-                    upcache::on_off(running.direct_write_back),
-                    upcache::on_off(running.direct_loads),
-                    running.readahead,
-                    running.index.name(),
-                    running.policy.name(),
-                    running.clean_first.name(),
-                    upcache::on_off(running.streams),
-                    running.flush.name(),
-                    running.io.name(),
-                ));
-            }
-            let has = running.memory;
-            // Its size is its service's, set when that started (frames of whole pages).
-            if settings.memory_asked && has.abs_diff(settings.memory) >= upcache::shared::PAGE_SIZE as u64 {
-                warn(&format!(
-                    "UPCACHE_MEMORY asks for {} MiB, but the shared cache at {} has {} MiB (its service \
-                     started with that size, and keeps it until it exits, UPCACHE_IDLE seconds after the \
-                     last process detaches); this process uses it as it is. For a cache of the size \
-                     asked, set UPCACHE_SOCKET to a path of its own",
-                    settings.memory >> 20,
-                    socket.display(),
-                    has >> 20
-                ));
-            }
-            return Ok(Shim::with(settings, cache, None, pid));
+        let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
+        let asked = settings.cache.shared(config);
+        if !settings.shared {
+            let cache = crate::backend::cache(&asked, settings.idle, false)
+                .map_err(|e| format!("a cache of this process: {e}"))?;
+            return Ok(Shim::with(settings, cache, pid));
         }
-        let state_dir = make_state_dir(&settings.state_root, pid)?;
-        let config = Config::new([&state_dir], settings.memory)
-            .with_allow_buffered(true)
-            .with_plain_direct(settings.direct);
-        let config = settings.cache.private(config);
-        let cache = match Cache::create(config) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&state_dir);
-                return Err(format!("cache in {}: {e}", state_dir.display()));
-            }
-        };
-        let state_canonical = std::fs::canonicalize(&state_dir).unwrap_or_else(|_| state_dir.clone());
-        // The cache keeps its catalog and log open, and writes them again only for files of
-        // its array, which the shim never makes: the directory can go now, so that a process
-        // that ends without exit handlers (_exit, a signal) leaves nothing behind.
-        let _ = std::fs::remove_dir_all(&state_dir);
-        Ok(Shim::with(settings, Backend::Private(cache), Some(state_canonical), pid))
+        let socket = upcache::shared::serve::default_socket();
+        let cache = crate::backend::cache(&asked, settings.idle, true)
+            .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
+        let running = cache.config();
+        if let Some(differs) = settings.cache.differs(&running) {
+            warn(&format!(
+                "{differs}, but the shared cache at {} runs with dirty ratios {},{}, expiry {:?}, \
+                 flush interval {:?}, range lock {}, run merging {}, bundling {}, direct write-back {}, direct loads {}, \
+                 readahead {} bytes, \
+                 the {} index, the {} policy, {} eviction, streams {}, {} and {} write-back (its service's, \
+                 set when it started); this process follows them",
+                socket.display(),
+                running.dirty_ratios.0,
+                running.dirty_ratios.1,
+                running.dirty_expire,
+                running.flush_interval,
+                upcache::on_off(running.range_lock),
+                upcache::on_off(running.run_merging),
+                upcache::on_off(running.bundling),
+                upcache::on_off(running.direct_write_back),
+                upcache::on_off(running.direct_loads),
+                running.readahead,
+                running.index.name(),
+                running.policy.name(),
+                running.clean_first.name(),
+                upcache::on_off(running.streams),
+                running.flush.name(),
+                running.io.name(),
+            ));
+        }
+        let has = running.memory;
+        // Its size is its service's, set when that started (frames of whole pages).
+        if settings.memory_asked && has.abs_diff(settings.memory) >= upcache::shared::PAGE_SIZE as u64 {
+            warn(&format!(
+                "UPCACHE_MEMORY asks for {} MiB, but the shared cache at {} has {} MiB (its service \
+                 started with that size, and keeps it until it exits, UPCACHE_IDLE seconds after the \
+                 last process detaches); this process uses it as it is. For a cache of the size \
+                 asked, set UPCACHE_SOCKET to a path of its own",
+                settings.memory >> 20,
+                socket.display(),
+                has >> 20
+            ));
+        }
+        Ok(Shim::with(settings, cache, pid))
     }
 
-    fn with(settings: &'static Settings, cache: Backend, state_canonical: Option<PathBuf>, pid: u32) -> Shim {
+    fn with(settings: &'static Settings, cache: SharedCache, pid: u32) -> Shim {
         Shim {
             settings,
             cache,
-            state_canonical,
             table: FdTable::new(),
             files: Mutex::new(HashMap::new()),
             closed: Condvar::new(),
             orphans: Mutex::new(Vec::new()),
-            retained: Retained::default(),
             counters: Counters::default(),
             said: Mutex::new(BTreeSet::new()),
             pid,
@@ -584,25 +543,22 @@ impl Shim {
         if is_demoted(key) || STOPPED.load(Ordering::SeqCst) {
             return Ok(None);
         }
-        if let Some((file, kept)) = self.retained.take(key) {
-            if crate::os::fd_stat(fd).is_some_and(|st| Signature::of_stat(&st) == kept) {
-                let shared = Arc::new(Shared::new(file, key, self));
-                files.insert(key, Arc::downgrade(&shared));
-                self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
-                return Ok(Some(shared));
-            }
-            // Changed since it was kept: its pages are stale (and were written back). Dropped
-            // without I/O: a close would also cut the OS file to the stale length.
-            let _ = self.cache.discard(&file);
-        }
         // The descriptor's own inode, whatever its path has become since; named by the path
         // it was opened at, for messages.
-        let file = self.cache.open(&crate::os::fd_path(fd), &path.display().to_string(), writable)?;
+        let file = crate::backend::open(
+            &self.cache,
+            &crate::os::fd_path(fd),
+            &path.display().to_string(),
+            writable,
+        )?;
         if file.bypassed() {
-            // Another process stopped caching it: libc's, here too.
+            // Another process stopped caching it (or this one did): libc's, here too.
             mark_demoted(key);
-            let _ = self.cache.close(file);
+            let _ = crate::backend::close(file);
             return Ok(None);
+        }
+        if file.kept() {
+            self.counters.reopened.fetch_add(1, Ordering::Relaxed); // Relaxed: a statistic
         }
         let shared = Arc::new(Shared::new(file, key, self));
         files.insert(key, Arc::downgrade(&shared));
@@ -613,16 +569,14 @@ impl Shim {
     /// process stops caching them too (`SharedFile::bypass`), since this one reads and writes
     /// them past the cache.
     fn bypass_libcs(&self, libcs: &[(i32, (u64, u64))]) {
-        if !self.cache.is_shared() {
+        if self.cache.is_private() {
             return;
         }
         for (fd, _) in libcs {
             let name = std::fs::read_link(crate::os::fd_path(*fd))
                 .map_or_else(|_| format!("descriptor {fd}"), |p| p.display().to_string());
-            let stopped = self
-                .cache
-                .open(&crate::os::fd_path(*fd), &name, false)
-                .and_then(|file| file.stop_caching().and_then(|()| self.cache.close(file)));
+            let stopped = crate::backend::open(&self.cache, &crate::os::fd_path(*fd), &name, false)
+                .and_then(|file| file.bypass().and_then(|()| crate::backend::close(file)));
             if let Err(e) = stopped {
                 warn(&format!("{name}: open before the shim started, and other processes cache it: {e}"));
             }
@@ -654,7 +608,7 @@ impl Shim {
             match self.shared(key, fd, &path, old.writable) {
                 Ok(Some(shared)) => {
                     let desc = Arc::new(Description {
-                        reported: shared.file().description(),
+                        reported: AtomicU64::new(shared.file().errors_sample()),
                         shared,
                         readable: old.readable,
                         writable: old.writable,
@@ -671,24 +625,6 @@ impl Shim {
                     warn(&format!("{}: inherited, not cached in the child: {e}", path.display()));
                 }
             }
-        }
-    }
-
-    /// Drops the copy of `key` kept after its last close, if any.
-    pub fn forget_kept(&self, key: (u64, u64)) {
-        // Under the map lock, as opens take kept copies (see `Shared::close`).
-        let _files = lock(&self.files);
-        if let Some((file, _)) = self.retained.take(key) {
-            let _ = self.cache.discard(&file); // written back when kept
-        }
-    }
-
-    /// Drops every kept copy: another program is about to start, and may change any of
-    /// them within the same tick of the file system's clock, unseen by the check.
-    pub fn forget_all_kept(&self) {
-        let _files = lock(&self.files);
-        for file in self.retained.take_all() {
-            let _ = self.cache.discard(&file); // written back when kept
         }
     }
 
@@ -714,7 +650,7 @@ impl Shim {
     /// (the file is closed in the cache when the caller's reference, the last, goes). For
     /// ways to the file that would write past the cache: streams, mappings, other processes.
     pub fn demote(&self, shared: &Arc<Shared>) -> Result<(), i32> {
-        shared.file().stop_caching().map_err(|e| errno::of(&e))?;
+        shared.file().bypass().map_err(|e| errno::of(&e))?;
         mark_demoted(shared.key);
         // SeqCst: a descriptor made meanwhile (`Shim::install`) is either seen by the scan
         // below or sees this flag: this store and that load are SeqCst, and so is at least one
@@ -769,19 +705,21 @@ impl Shim {
     }
 
     /// `write_back_all`, calling `each` after each file (`dying`: as the process dies of a
-    /// signal, see `File::write_back_dying`). A failure said already in the same words is not
-    /// said again (exit writes back twice: `at_exit`).
+    /// signal, passing over the pages a thread holds, `SharedFile::write_back_unwaiting`: the
+    /// one the signal interrupted may hold one). A failure said already in the same words is
+    /// not said again (exit writes back twice: `at_exit`).
     pub(crate) fn write_back_all_with(&self, when: &str, then: &str, dying: bool, mut each: impl FnMut()) {
         // Dying on the shared cache, the files map may be held by the thread the signal
         // interrupted (asleep on another process's lock, `signals.rs`): the cache keeps the
-        // pages anyway, so nothing is waited for.
-        let files = if dying && self.cache.is_shared() {
+        // pages anyway, so nothing is waited for. A private cache dies with the process: its
+        // files are waited for (the rescue gives up if that stalls).
+        let files = if dying && !self.cache.is_private() {
             self.files.try_lock().map_or_else(|_| Vec::new(), |map| cached_files(&map))
         } else {
             self.live_files()
         };
         for file in files {
-            let written = if dying { file.write_back_dying() } else { file.write_back() };
+            let written = if dying { file.write_back_unwaiting() } else { file.write_back() };
             if let Err(e) = written {
                 let msg = format!("writing {} back {when}: {e}; {then}", file.name());
                 if lock(&self.said).insert(msg.clone()) {
@@ -805,7 +743,7 @@ impl Shim {
     fn report(&self) {
         let Some(path) = &self.settings.stats else { return };
         let c = &self.counters;
-        let (hits, misses, writeback_bytes) = self.cache.counts();
+        let (hits, misses, writeback_bytes) = crate::backend::counts(&self.cache);
         let line = format!(
             "pid={} opens={} uncached={} reopened={} demoted_opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
             self.pid,
@@ -844,18 +782,6 @@ fn cached_files(map: &HashMap<(u64, u64), Weak<Shared>>) -> Vec<File> {
 }
 
 /// A fresh directory for this process's cache state under `root`.
-fn make_state_dir(root: &Path, pid: u32) -> Result<PathBuf, String> {
-    for attempt in 0..100u32 {
-        let dir = root.join(format!("upcache-shim.{pid}.{attempt}"));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("UPCACHE_DEVICES: create {}: {e}", dir.display())),
-        }
-    }
-    Err(format!("UPCACHE_DEVICES: no free directory name in {}", root.display()))
-}
-
 /// Releases a descriptor's hold on its description. The last close of a file writes it
 /// back; its error is the close's.
 pub(crate) fn release(desc: Arc<Description>) -> Result<(), i32> {
@@ -924,7 +850,6 @@ extern "C" fn before_fork() {
     if let Some(shim) = current() {
         shim.demote_inherited();
         shim.write_back_all("before a fork", "the child reads the file without it");
-        shim.forget_all_kept();
     }
     let held = (lock(&START), lock(&DEMOTED), upcache::shared::hold_for_fork());
     let _ = FORK_HOLD.try_with(|h| *h.borrow_mut() = Some(held));
@@ -939,7 +864,7 @@ extern "C" fn after_fork_child() {
     // The settings stay: the same environment.
     let parent = SHIM.swap(std::ptr::null_mut(), Ordering::AcqRel); // AcqRel: as in `start`
                                                                     // SAFETY: a leaked `Shim`, never freed.
-    if unsafe { parent.as_ref() }.is_some_and(|p| p.cache.is_shared()) {
+    if unsafe { parent.as_ref() }.is_some_and(|p| !p.cache.is_private()) {
         PARENT.store(parent, Ordering::Release); // Release: its table, for `inherited`
     }
     crate::signals::forget();

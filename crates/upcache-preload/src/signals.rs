@@ -21,7 +21,6 @@
 //! a stack overflow without an alternate signal stack, and a program changing a signal's
 //! disposition at the instant the shim starts.
 
-use crate::backend::Backend;
 use crate::real;
 use libc::{c_int, c_void, sighandler_t, siginfo_t};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -73,12 +72,12 @@ pub(crate) struct Rescue {
     /// Files written back by the rescuer.
     progress: AtomicU32,
     /// The cache it writes back (its bytes written back count as progress too).
-    cache: &'static Backend,
+    cache: &'static upcache::shared::SharedCache,
     pid: u32,
 }
 
 impl Rescue {
-    pub(crate) fn new(cache: &'static Backend) -> Rescue {
+    pub(crate) fn new(cache: &'static upcache::shared::SharedCache) -> Rescue {
         let (asked, done, progress) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
         Rescue { asked, done, progress, cache, pid: std::process::id() }
     }

@@ -98,7 +98,7 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
     // child leaves to libc the files its parent handed to libc at the fork).
     let one = |l: &&&str| field(l, "opens") + field(l, "demoted_opens") == 1;
     assert!(lines.len() <= 4 && lines.iter().filter(one).count() == lines.len() - 1, "{}", cached.stats);
-    // The private state directories are gone.
+    // No private state directories (the private cache of old made one each).
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -111,23 +111,24 @@ fn posix_semantics_hold_with_the_shim_and_it_caches_only_the_prefix() {
 fn a_shim_that_cannot_start_passes_everything_through() {
     let tmp = tempfile::tempdir().unwrap();
     let (shim, bin) = build(tmp.path());
-    for (key, value, says) in [
-        ("UPCACHE_MEMORY", "lots", "UPCACHE_MEMORY=lots"),
-        ("UPCACHE_PREFIX", "/nonexistent/upcache", "UPCACHE_PREFIX=/nonexistent/upcache"),
+    // (variable, value, what is said, on a private cache)
+    for (key, value, says, private) in [
+        ("UPCACHE_MEMORY", "lots", "UPCACHE_MEMORY=lots", false),
+        ("UPCACHE_PREFIX", "/nonexistent/upcache", "UPCACHE_PREFIX=/nonexistent/upcache", false),
         // Too small for the cache: starting fails after the settings were read.
-        ("UPCACHE_MEMORY", "4K", "cannot start"),
-        ("UPCACHE_DEVICES", "/nonexistent/upcache", "UPCACHE_DEVICES"),
-        ("UPCACHE_SHARED", "maybe", "UPCACHE_SHARED=maybe"),
-        ("UPCACHE_SOCKET", "/proc/upcache/cache.sock", "cannot start"),
-        ("UPCACHE_DIRECT", "maybe", "UPCACHE_DIRECT=maybe"),
-        ("UPCACHE_DIRTY_RATIOS", "half", "UPCACHE_DIRTY_RATIOS=half"),
-        ("UPCACHE_DIRTY_EXPIRE", "soon", "UPCACHE_DIRTY_EXPIRE=soon"),
-        // Read, then refused by the service the shim starts.
-        ("UPCACHE_DIRTY_RATIOS", "0.6,0.5", "cannot start"),
-        ("UPCACHE_FLUSH_INTERVAL", "0s", "cannot start"),
+        ("UPCACHE_MEMORY", "4K", "cannot start", false),
+        ("UPCACHE_MEMORY", "4K", "a cache of this process", true),
+        ("UPCACHE_SHARED", "maybe", "UPCACHE_SHARED=maybe", false),
+        ("UPCACHE_SOCKET", "/proc/upcache/cache.sock", "cannot start", false),
+        ("UPCACHE_DIRECT", "maybe", "UPCACHE_DIRECT=maybe", false),
+        ("UPCACHE_DIRTY_RATIOS", "half", "UPCACHE_DIRTY_RATIOS=half", false),
+        ("UPCACHE_DIRTY_EXPIRE", "soon", "UPCACHE_DIRTY_EXPIRE=soon", false),
+        // Read, then refused by the service the shim starts, or by the private cache.
+        ("UPCACHE_DIRTY_RATIOS", "0.6,0.5", "cannot start", false),
+        ("UPCACHE_DIRTY_RATIOS", "0.6,0.5", "cannot start", true),
+        ("UPCACHE_FLUSH_INTERVAL", "0s", "cannot start", false),
     ] {
-        // Only a private cache has a state directory.
-        let private = if key == "UPCACHE_DEVICES" { &[("UPCACHE_SHARED", "0")][..] } else { &[] };
+        let private = if private { &[("UPCACHE_SHARED", "0")][..] } else { &[] };
         let r = run(tmp.path(), &bin, Some(&shim), &[&[(key, value)][..], private].concat());
         assert!(r.out.status.success() && r.text.contains("all checks passed"), "{key}={value}: {}", r.text);
         assert!(

@@ -924,6 +924,55 @@ fn a_process_that_drops_privileges_leaves_the_shared_cache() {
     }
 }
 
+/// The same on a private cache (`UPCACHE_SHARED=0`): it holds only the process's own files,
+/// so the process keeps it (its writes after the drop stay cached and reach the file at
+/// exit), while a forked child gives up its parent's inherited mapping of it, as it would a
+/// shared one. Both leave the files as the kernel does.
+#[test]
+fn a_process_that_drops_privileges_keeps_its_private_cache() {
+    // SAFETY: geteuid has no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (who, mapped) in [("process", "True"), ("child", "False")] {
+        let mut outputs = Vec::new();
+        for side in Side::both(tmp.path(), &format!("private-privileges-{who}")) {
+            let (secret, public) = (side.dir.join("secret"), side.dir.join("public"));
+            // Where the process, nobody by then, can write its statistics line at exit.
+            let open_dir = std::env::temp_dir().join(format!("upcache-private-{}-{who}", std::process::id()));
+            std::fs::create_dir_all(&open_dir).unwrap();
+            std::fs::set_permissions(&open_dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+            let stats = open_dir.join("stats");
+            let out = side
+                .python(DROPS_PRIVILEGES, &[secret.to_str().unwrap(), public.to_str().unwrap(), who])
+                .env("UPCACHE_SHARED", "0")
+                .env("UPCACHE_STATS", &stats)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{}, {who}: {}",
+                side.label(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if side.shim.is_some() {
+                assert!(text.contains(&format!("segment mapped: {mapped}")), "{who}: {text}");
+                // The writes went through the cache (nothing was demoted).
+                let line = std::fs::read_to_string(&stats).unwrap_or_default();
+                assert!(line.contains("writes=") && !line.contains(" writes=0 "), "{who}: {line}");
+            }
+            let _ = std::fs::remove_dir_all(&open_dir);
+            let text =
+                text.lines().filter(|l| !l.starts_with("segment mapped")).collect::<Vec<_>>().join("\n");
+            outputs.push((text, std::fs::read(&secret).unwrap(), std::fs::read(&public).unwrap()));
+        }
+        assert_eq!(outputs[0], outputs[1], "{who}");
+    }
+}
+
 /// Writes FILE through the cache and closes it (its pages stay cached).
 const WRITE_AND_CLOSE: &str = r#"
 import os, sys

@@ -93,6 +93,8 @@ pub struct SharedFile {
     /// The page where this open's last dflush stopped, where the next begins (the kernel's
     /// `writeback_index`).
     dflush_from: std::sync::atomic::AtomicU64,
+    /// Whether the open found the file's entry kept after its last close ([`Self::kept`]).
+    kept: bool,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -146,7 +148,9 @@ impl SharedFile {
         let view = &inner.view;
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
-        let slot = match files::find_or_take(view.files(), &os) {
+        let found = files::find_or_take(view.files(), &os);
+        let unchanged = matches!(found, Some(Slot::Found(_)));
+        let slot = match found {
             Some(Slot::Found(s)) => Some(s),
             Some(Slot::Stale(s)) | Some(Slot::Fresh { slot: s, evict_old: true }) => {
                 inner.next_generation(s);
@@ -172,6 +176,9 @@ impl SharedFile {
                 view.set_path(s as usize, at);
             }
         }
+        // Relaxed: under the table's lock.
+        let kept =
+            unchanged && slot.is_some_and(|s| view.files()[s as usize].opens.load(Ordering::Relaxed) == 0);
         let Some(slot) = slot else {
             table.unlock(inner.me);
             return Err(Error::new(
@@ -222,11 +229,19 @@ impl SharedFile {
             ahead_to: std::sync::atomic::AtomicU64::new(0),
             streak: std::sync::atomic::AtomicBool::new(false),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
+            kept,
         };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
         file.look_at(md)?;
         Ok(file)
+    }
+
+    /// Whether this open found the file kept in the cache after its last close (open nowhere,
+    /// its entry and pages still there, as the kernel keeps a closed file's pages): what it
+    /// keeps is dropped if the OS file changed meanwhile (`outside.rs`).
+    pub fn kept(&self) -> bool {
+        self.kept
     }
 
     /// The file's entry in the file table.

@@ -68,7 +68,7 @@ fn close(fd: OwnedFd) {
 /// fork is over, so that no child starts with either held by a thread it does not have.
 pub struct ForkHold {
     _held: std::sync::MutexGuard<'static, Parked>,
-    _mapped: std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>>,
+    _mapped: std::sync::MutexGuard<'static, Vec<crate::shm::Mapped>>,
 }
 
 /// Takes the registry's mutex for a fork ([`ForkHold`]), and the list of mapped segments'

@@ -192,13 +192,21 @@ impl SharedCache {
     /// process does the service's write-back instead (`own_flusher.rs`): every flush interval
     /// the files dirty past the expiry, and whenever the cache is past the background dirty
     /// ratio, files until a sixteenth below it. (A writer past the foreground ratio writes
-    /// back itself, `FlushKind::Background` too: only a service pauses writers.)
+    /// back itself, `FlushKind::Background` too: only a service pauses writers.) It holds
+    /// only this process's data, so a credential change keeps it
+    /// ([`Self::forget_every_segment`] passes it over).
     pub fn create_private(config: &SharedConfig) -> Result<SharedCache> {
         let cache = SharedCache::create(config)?;
+        cache.inner.view.seg.own_alone();
         let flusher = own_flusher::OwnFlusher::start(&cache.inner)
             .map_err(|e| crate::error::Error::io("start the cache's flusher thread", e))?;
         let _ = cache.inner.own_flusher.set(flusher);
         Ok(cache)
+    }
+
+    /// Whether [`Self::create_private`] made the cache: this process's alone, with no service.
+    pub fn is_private(&self) -> bool {
+        self.inner.own_flusher.get().is_some()
     }
 
     /// Waits for a whole pass of the flusher of a cache made by [`Self::create_private`],
@@ -579,7 +587,9 @@ impl SharedCache {
 
     /// Gives up every shared segment this process maps ([`Self::retire`]'s last step for all
     /// of them, those a forked child inherited from its parent included: such a child never
-    /// joined its parent's client slot). False if one could not be given up.
+    /// joined its parent's client slot), but a private cache this process made
+    /// ([`Self::create_private`]), which holds its own data alone. False if one could not be
+    /// given up.
     pub fn forget_every_segment() -> bool {
         crate::shm::forget_all()
     }

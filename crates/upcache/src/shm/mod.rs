@@ -37,4 +37,4 @@ mod segment;
 pub use clients::Clients;
 pub use lock_word::{Acquired, LIVENESS_POLL, MAX_HOLDER};
 pub use owner_lock::OwnerLock;
-pub use segment::{forget_all, hold_mapped_for_fork, take_keeper, RegionSpec, Segment, MAX_REGIONS};
+pub use segment::{forget_all, hold_mapped_for_fork, take_keeper, Mapped, RegionSpec, Segment, MAX_REGIONS};

@@ -382,7 +382,7 @@ impl Segment {
         // SAFETY: advice on our own mapping; refused where THP is not built in, which is fine.
         unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
-        mapped().push((base.as_ptr() as usize, len, fd.as_raw_fd()));
+        mapped().push(Mapped { base: base.as_ptr() as usize, len, fd: fd.as_raw_fd(), own_of: 0 });
         Ok(Segment { fd, keeper: std::sync::Mutex::new(None), base, len, table: Vec::new() })
     }
 
@@ -417,23 +417,40 @@ impl AsFd for Segment {
     }
 }
 
-/// Every segment this process image maps, as (address, length, descriptor): a forked child
-/// inherits the mappings and descriptors with this list, so it can give them up too.
-fn mapped() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>> {
-    static MAPPED: std::sync::Mutex<Vec<(usize, usize, i32)>> = std::sync::Mutex::new(Vec::new());
+/// A segment this process image maps: a forked child inherits the mappings and descriptors
+/// with the list of them, so it can give them up too.
+pub struct Mapped {
+    base: usize,
+    len: usize,
+    fd: i32,
+    /// The process that holds only its own data in it ([`Segment::own_alone`]), 0 if any
+    /// process may.
+    own_of: u32,
+}
+
+fn mapped() -> std::sync::MutexGuard<'static, Vec<Mapped>> {
+    static MAPPED: std::sync::Mutex<Vec<Mapped>> = std::sync::Mutex::new(Vec::new());
     MAPPED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The list of mapped segments, held by a thread that forks so that the child never inherits
 /// it locked by a thread it does not have (its `forget_all` would wait for ever).
-pub fn hold_mapped_for_fork() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32)>> {
+pub fn hold_mapped_for_fork() -> std::sync::MutexGuard<'static, Vec<Mapped>> {
     mapped()
 }
 
 /// Gives up every segment this process image maps (`Segment::forget` each, those a forked
-/// child inherited from its parent included); false if one could not be.
+/// child inherited from its parent included), but those this process made for its own data
+/// alone ([`Segment::own_alone`]: no other process's bytes to keep out of its reach); false
+/// if one could not be.
 pub fn forget_all() -> bool {
-    mapped().iter().fold(true, |ok, &(base, len, fd)| forget_mapping(base, len, fd) && ok)
+    let me = std::process::id();
+    // Every one, not up to the first failure.
+    let mut ok = true;
+    for m in mapped().iter().filter(|m| m.own_of != me) {
+        ok &= forget_mapping(m.base, m.len, m.fd);
+    }
+    ok
 }
 
 /// Replaces the mapping at `base` of `len` bytes by private zeros and descriptor `fd` by one of
@@ -479,12 +496,21 @@ impl Segment {
     pub fn forget(&self) -> bool {
         forget_mapping(self.base.as_ptr() as usize, self.len, self.fd.as_raw_fd())
     }
+
+    /// Marks the segment as this process's own, holding its data alone (a process-private
+    /// cache): [`forget_all`] leaves it, as a credential change leaves a process its own heap.
+    /// A forked child's inherited mapping of it is not the child's own, and goes.
+    pub fn own_alone(&self) {
+        let base = self.base.as_ptr() as usize;
+        let me = std::process::id();
+        mapped().iter_mut().filter(|m| m.base == base).for_each(|m| m.own_of = me);
+    }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
         let base = self.base.as_ptr() as usize;
-        mapped().retain(|&(b, _, _)| b != base);
+        mapped().retain(|m| m.base != base);
         // SAFETY: our own mapping of `len` bytes; no reference into it outlives the segment
         // (regions are handed out as raw pointers whose users hold the segment).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
