@@ -917,11 +917,15 @@ impl std::fmt::Debug for SharedCache {
 
 impl Inner {
     /// Asks the service to write file `slot`'s dirty pages back now, through the descriptor
-    /// lent to it; false if there is no service to ask. One request in flight per file: the
+    /// lent to it (on a private cache, our own flusher); false if there is no service to ask. One request in flight per file: the
     /// file's `asked` (when one was sent, cleared by the service's pass that took it) keeps a
     /// program that advises in a loop from filling the socket and crowding out lends; a
     /// request older than a second (a service that died with it) is made again.
     pub(crate) fn ask_write_back(&self, slot: u32) -> bool {
+        if let Some(flusher) = self.own_flusher.get() {
+            flusher.ask(slot); // a cache of our own: our flusher, no service
+            return true;
+        }
         let e = &self.view.files()[slot as usize];
         let now = (files::coarse_ms() as u32).max(1);
         // Relaxed (both): a hint; a request lost to a race is made by the next advice.

@@ -18,6 +18,8 @@ pub(crate) struct OwnFlusher {
     /// Passes begun and ended, and a signal at the end of each (for tests,
     /// `wait_for_own_flusher`).
     passes: Mutex<(u64, u64)>,
+    /// Files whose write-back this process asked for (`ask`), for the next pass.
+    asked: Mutex<Vec<u32>>,
     passed: Condvar,
 }
 
@@ -36,6 +38,7 @@ impl OwnFlusher {
         let me = Arc::new(OwnFlusher {
             thread: thread.thread().clone(),
             passes: Mutex::new((0, 0)),
+            asked: Mutex::new(Vec::new()),
             passed: Condvar::new(),
         });
         // The thread waits for its handle: it ends at once if the send fails (it cannot).
@@ -46,6 +49,18 @@ impl OwnFlusher {
     /// Wakes the flusher for a pass now.
     pub(crate) fn kick(&self) {
         self.thread.unpark();
+    }
+
+    /// Has the next pass, woken now, write back file `slot` whatever its age (a
+    /// `SharedFile::start_write_back`: a program's DONTNEED advice, say), as a service does
+    /// when asked; the caller does not wait for it.
+    pub(crate) fn ask(&self, slot: u32) {
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        if !asked.contains(&slot) {
+            asked.push(slot);
+        }
+        drop(asked);
+        self.kick();
     }
 
     /// Waits for the end of the next whole pass after the call, woken for it; false if none
@@ -87,7 +102,8 @@ fn run(weak: &Weak<Inner>, me: &OwnFlusher) {
         me.passes.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
         let cache = SharedCache { inner };
         let lent = lent(&cache.inner);
-        cache.write_back_due(&lent, &[]);
+        let asked = std::mem::take(&mut *me.asked.lock().unwrap_or_else(|p| p.into_inner()));
+        cache.write_back_due(&lent, &asked);
         cache.write_back_next_to_go(&lent, &mut hands);
         drop((lent, cache));
         me.passes.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
@@ -149,6 +165,35 @@ mod tests {
         assert_eq!(dirty(&cache), 10);
         assert!(cache.wait_for_own_flusher());
         assert_eq!(dirty(&cache), 0, "written back by the flusher");
+        assert_eq!(std::fs::read(&p).unwrap(), data);
+    }
+
+    /// A write-back asked for (`start_write_back`, a program's DONTNEED advice) is the
+    /// flusher's, as a service's would be: its next pass, woken for it, writes the file back
+    /// though it is neither expired nor the cache past its background ratio.
+    #[test]
+    fn an_asked_write_back_is_its_next_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let config = SharedConfig {
+            dirty_ratios: (0.5, 0.9),
+            dirty_expire: Duration::from_secs(3600),
+            flush_interval: Duration::from_secs(3600),
+            ..small()
+        };
+        let cache = SharedCache::create_private(&config).unwrap();
+        let flusher = cache.inner.own_flusher.get().unwrap().clone();
+        assert!(flusher.wait_for_pass(Duration::from_secs(10)));
+        let f = cache.open_path(&p, true).unwrap();
+        let data: Vec<u8> = (0..10 * 4096u32).map(|i| (i % 239) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        let before = flusher.passes();
+        f.start_write_back().unwrap();
+        assert!(flusher.wait_for_passes(before + 1, Duration::from_secs(10)), "the ask woke no pass");
+        // A whole pass after the ask (one under way may have begun before it).
+        assert!(flusher.wait_for_pass(Duration::from_secs(10)));
+        assert_eq!(dirty(&cache), 0, "written back by the flusher's pass");
         assert_eq!(std::fs::read(&p).unwrap(), data);
     }
 
