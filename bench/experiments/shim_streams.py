@@ -6,7 +6,7 @@ the cache's hit ratio with stream-aware eviction on and off (`upcache serve --st
 on a fresh service, in interleaved rounds, medians. (No kernel side: with this machine's
 memory the kernel caches both files whole.)
 
-    bench/experiments/shim_streams.py [--rounds 3] [--dir DIR]
+    bench/experiments/shim_streams.py [--rounds 3] [--dir DIR] [--shim SO --upcache BIN]
 """
 
 import argparse
@@ -48,7 +48,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--shim", default=shim_fio.SHIM, help="the shim to measure (default: the release build's)")
+    ap.add_argument("--upcache", default=shim_fio.UPCACHE, help="the `upcache` binary of the shim's build")
     a = ap.parse_args()
+    shim_fio.SHIM, shim_fio.UPCACHE = os.path.abspath(a.shim), os.path.abspath(a.upcache)
     data = tempfile.mkdtemp(prefix="upcache-streams.", dir=a.dir or "/var/tmp")
     shim_fio.lay_out(os.path.join(data, "hot.dat"), "128m")
     shim_fio.lay_out(os.path.join(data, "scan.dat"), "2g")

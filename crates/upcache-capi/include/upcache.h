@@ -146,6 +146,11 @@ typedef struct upcache_shared_settings {
   // the one set its key hashes to, and a miss evicts from that set (0: no sets, the index
   // `lock_free_index` says).
   uint32_t set_ways;
+  // The frames' partitions per NUMA node, as `upcache serve --numa` takes them,
+  // NUL-terminated: "machine" (or empty) for the machine's nodes, "off" for one partition,
+  // or each node's CPUs, as "0-3,8;4-7" (a topology described, for testing on a machine of
+  // one node).
+  char numa[256];
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust
@@ -218,8 +223,20 @@ int32_t upcache_attach_with(const char *socket,
                             const struct upcache_shared_settings *settings,
                             struct upcache_cache **out);
 
+// A cache of this process alone with `settings` (NULL: the defaults): the shared cache's
+// engine on memory no other process maps, with no service; a thread of this process writes
+// back (`SharedCache::create_private`). Its files are opened by path
+// (`upcache_file_open_path`), as an attachment's; it is coherent within this process only,
+// and what it did not write back goes with the process. A forked child does not use it.
+// `UPCACHE_ECONFIG` if a setting is out of its range.
+//
+// # Safety
+// `settings` is NULL or readable; `out` is writable.
+int32_t upcache_create_private(const struct upcache_shared_settings *settings,
+                               struct upcache_cache **out);
+
 // Stores in `*out` the settings the shared cache `cache` runs with (its service's).
-// `UPCACHE_EINVAL` for a cache of this process (`upcache_create`, `upcache_open`).
+// `UPCACHE_EINVAL` for an array's cache (`upcache_create`, `upcache_open`).
 //
 // # Safety
 // `cache` is from `upcache_attach` or `upcache_attach_with`; `out` is writable.

@@ -201,6 +201,23 @@ pub struct upcache_shared_settings {
     /// the one set its key hashes to, and a miss evicts from that set (0: no sets, the index
     /// `lock_free_index` says).
     pub set_ways: u32,
+    /// The frames' partitions per NUMA node, as `upcache serve --numa` takes them,
+    /// NUL-terminated: "machine" (or empty) for the machine's nodes, "off" for one partition,
+    /// or each node's CPUs, as "0-3,8;4-7" (a topology described, for testing on a machine of
+    /// one node).
+    pub numa: [c_char; 256],
+}
+
+/// `name` NUL-terminated in a settings' `numa`; None if it does not fit.
+fn numa_text(name: &str) -> Option<[c_char; 256]> {
+    let mut text = [0 as c_char; 256];
+    if name.len() >= text.len() {
+        return None;
+    }
+    for (t, b) in text.iter_mut().zip(name.bytes()) {
+        *t = b as c_char;
+    }
+    Some(text)
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -228,34 +245,25 @@ impl From<&SharedConfig> for upcache_shared_settings {
             uring_write_back: c.io == upcache::IoKind::Uring,
             hot_index: c.hot_index,
             set_ways: if c.index == upcache::IndexKind::SetAssoc { c.set_ways } else { 0 },
+            // A topology too long to say reads as "" (the machine's); `upcache_shared_settings_of`
+            // refuses it instead.
+            numa: numa_text(&c.numa.name()).unwrap_or([0; 256]),
         }
     }
 }
 
-/// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
-/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
-#[no_mangle]
-pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
-    upcache_shared_settings::from(&SharedConfig::default())
-}
-
-/// As `upcache_attach`, starting the service with `settings` if none answers (NULL: the
-/// defaults). `UPCACHE_ECONFIG` if a setting is out of its range.
-///
-/// # Safety
-/// `socket` is NULL or NUL-terminated; `settings` is NULL or readable; `out` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn upcache_attach_with(
-    socket: *const c_char,
-    settings: *const upcache_shared_settings,
-    out: *mut *mut upcache_cache,
-) -> i32 {
-    status(|| {
-        if out.is_null() {
-            return Err(Fail::invalid("out is null"));
-        }
-        // SAFETY: the function's contract: NULL or readable.
-        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
+impl upcache_shared_settings {
+    /// The configuration these settings say; `InvalidConfig` for one out of its range.
+    fn config(&self) -> Result<SharedConfig, Fail> {
+        let s = self;
+        let numa: Vec<u8> = s.numa.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+        let numa = match std::str::from_utf8(&numa) {
+            Ok("") => upcache::shared::SharedNuma::Machine,
+            Ok(text) => text.parse()?,
+            Err(_) => {
+                return Err(Fail { code: crate::error::UPCACHE_ECONFIG, msg: "numa is not UTF-8".into() })
+            }
+        };
         let config = SharedConfig {
             memory: s.memory,
             dirty_ratios: (s.dirty_background, s.dirty_foreground),
@@ -285,16 +293,73 @@ pub unsafe extern "C" fn upcache_attach_with(
             direct_loads: s.direct_loads,
             io: if s.uring_write_back { upcache::IoKind::Uring } else { upcache::IoKind::Psync },
             hot_index: s.hot_index,
+            numa,
             ..SharedConfig::default()
         };
         config.check()?;
+        Ok(config)
+    }
+}
+
+/// The defaults: 256 MiB, dirty fractions 0.25 and 0.5, 30 s expiry, a pass every second,
+/// every technique on (CLOCK, not GClock), 1 MiB of readahead.
+#[no_mangle]
+pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
+    upcache_shared_settings::from(&SharedConfig::default())
+}
+
+/// As `upcache_attach`, starting the service with `settings` if none answers (NULL: the
+/// defaults). `UPCACHE_ECONFIG` if a setting is out of its range.
+///
+/// # Safety
+/// `socket` is NULL or NUL-terminated; `settings` is NULL or readable; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_attach_with(
+    socket: *const c_char,
+    settings: *const upcache_shared_settings,
+    out: *mut *mut upcache_cache,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract: NULL or readable.
+        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
+        let config = s.config()?;
         // SAFETY: the function's contract; `out` is non-null (checked).
         unsafe { attach(socket, &config, out) }
     })
 }
 
+/// A cache of this process alone with `settings` (NULL: the defaults): the shared cache's
+/// engine on memory no other process maps, with no service; a thread of this process writes
+/// back (`SharedCache::create_private`). Its files are opened by path
+/// (`upcache_file_open_path`), as an attachment's; it is coherent within this process only,
+/// and what it did not write back goes with the process. A forked child does not use it.
+/// `UPCACHE_ECONFIG` if a setting is out of its range.
+///
+/// # Safety
+/// `settings` is NULL or readable; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_create_private(
+    settings: *const upcache_shared_settings,
+    out: *mut *mut upcache_cache,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract: NULL or readable.
+        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
+        let cache = SharedCache::create_private(&s.config()?)?;
+        // SAFETY: the function's contract; `out` is non-null (checked).
+        unsafe { hand_out(Backend::Shared(cache), out) };
+        Ok(())
+    })
+}
+
 /// Stores in `*out` the settings the shared cache `cache` runs with (its service's).
-/// `UPCACHE_EINVAL` for a cache of this process (`upcache_create`, `upcache_open`).
+/// `UPCACHE_EINVAL` for an array's cache (`upcache_create`, `upcache_open`).
 ///
 /// # Safety
 /// `cache` is from `upcache_attach` or `upcache_attach_with`; `out` is writable.
@@ -312,8 +377,12 @@ pub unsafe extern "C" fn upcache_shared_settings_of(
         let Backend::Shared(shared) = &handle.cache else {
             return Err(Fail::invalid("not an attachment to the shared cache"));
         };
+        let config = shared.config();
+        if numa_text(&config.numa.name()).is_none() {
+            return Err(Fail::invalid("its NUMA topology is too long for the settings' 255 bytes"));
+        }
         // SAFETY: `out` is non-null and writable (checked, and the contract).
-        unsafe { *out = upcache_shared_settings::from(&shared.config()) };
+        unsafe { *out = upcache_shared_settings::from(&config) };
         Ok(())
     })
 }

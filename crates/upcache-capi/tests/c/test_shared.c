@@ -2,7 +2,9 @@
  * DIR, with write-back settings and technique switches of its own, which every attached process then reads back;
  * settings out of range refused), writes an OS file without syncing; a second process (forked, then attaching by itself)
  * reads those bytes and writes its own, which the first reads back; array calls on a shared
- * handle are refused; the shared cache's counters come through upcache_get_stats.
+ * handle are refused; the shared cache's counters come through upcache_get_stats. Then a cache
+ * of this process alone (upcache_create_private) with its own settings, a NUMA topology
+ * described among them, writes a file back at its close.
  * Usage: test_shared DIR */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ int main(int argc, char **argv) {
     CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
     CHECK(!set.gclock && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
           set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index &&
-          set.lock_free_index && set.set_ways == 0);
+          set.lock_free_index && set.set_ways == 0 && strcmp(set.numa, "machine") == 0);
     set.memory = 4 << 20;
     set.dirty_background = 0.6;
     set.dirty_foreground = 0.5;
@@ -46,6 +48,9 @@ int main(int argc, char **argv) {
     set.readahead = 2 << 20;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
     set.readahead = 64 << 10;
+    strcpy(set.numa, "0-3;x");
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    strcpy(set.numa, "off");
     set.set_ways = 65;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
     set.set_ways = 8;
@@ -66,7 +71,8 @@ int main(int argc, char **argv) {
           got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250 && !got.range_lock &&
           got.run_merging && !got.bundling && got.readahead == 64 << 10 && got.gclock && got.clean_first &&
           got.gc_aware && !got.dflush && !got.streams && !got.huge_pages && !got.direct_loads &&
-          !got.uring_write_back && !got.hot_index && !got.lock_free_index && got.set_ways == 8);
+          !got.uring_write_back && !got.hot_index && !got.lock_free_index && got.set_ways == 8 &&
+          strcmp(got.numa, "off") == 0);
     struct upcache_file *f;
     CHECK(upcache_file_open_path(cache, path, true, &f) == UPCACHE_OK);
     CHECK(upcache_pwrite(f, "from the parent", 15, 5000) == 15);
@@ -127,6 +133,31 @@ int main(int argc, char **argv) {
     /* Durable in the OS file. */
     FILE *os = fopen(path, "rb");
     CHECK(os && fseek(os, 100, SEEK_SET) == 0 && fread(buf, 1, 14, os) == 14 && memcmp(buf, "from the child", 14) == 0);
+    fclose(os);
+
+    /* A private cache: its own settings (no service to keep them), two described NUMA nodes. */
+    struct upcache_shared_settings own = upcache_shared_settings_default();
+    own.memory = 2 << 20;
+    own.dirty_background = 1.5;
+    struct upcache_cache *priv;
+    CHECK(upcache_create_private(&own, &priv) == UPCACHE_ECONFIG);
+    own.dirty_background = 0.2;
+    strcpy(own.numa, "0;1");
+    CHECK(upcache_create_private(&own, &priv) == UPCACHE_OK);
+    struct upcache_shared_settings has;
+    CHECK(upcache_shared_settings_of(priv, &has) == UPCACHE_OK);
+    CHECK(has.memory == 2 << 20 && has.dirty_background == 0.2 && strcmp(has.numa, "0;1") == 0);
+    char own_path[4096];
+    snprintf(own_path, sizeof own_path, "%s/own", argv[1]);
+    FILE *create = fopen(own_path, "wb");
+    CHECK(create && fclose(create) == 0);
+    struct upcache_file *o;
+    CHECK(upcache_file_open_path(priv, own_path, true, &o) == UPCACHE_OK);
+    CHECK(upcache_pwrite(o, "of this process", 15, 9000) == 15);
+    CHECK(upcache_file_create(priv, "array-file", &g) == UPCACHE_EINVAL);
+    CHECK(upcache_file_close(o) == UPCACHE_OK && upcache_close(priv) == UPCACHE_OK);
+    os = fopen(own_path, "rb");
+    CHECK(os && fseek(os, 9000, SEEK_SET) == 0 && fread(buf, 1, 15, os) == 15 && memcmp(buf, "of this process", 15) == 0);
     fclose(os);
     printf("shared cache ok\n");
     return 0;

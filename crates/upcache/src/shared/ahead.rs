@@ -1,7 +1,9 @@
 //! Asynchronous readahead: a stream of sequential reads posts the windows after its read to
 //! its process's loader threads, which load their missing pages in runs (`load.rs`,
 //! `Inner::load_window`) while the reader copies, so the device reads ahead as the kernel's
-//! async readahead has it do, instead of each read waiting for its own load.
+//! async readahead has it do, instead of each read waiting for its own load. A stream of
+//! sequential writes posts the runs it has written to the same threads, which write them back
+//! (write-behind, `Inner::write_behind`) while the writer goes on.
 //!
 //! Two loader threads per attached process, started at the first window. Their frames are
 //! locked under the process's client id, as the reader's own loads, so a kill leaves them to
@@ -25,8 +27,10 @@ pub(crate) struct Window {
     pub open: u64,
     /// The file's slot.
     pub slot: u32,
-    /// Pages to load where missing.
+    /// Pages to load where missing, or to write back where dirty (`write`).
     pub pages: Range<u64>,
+    /// A write stream's pages to write back, not pages to load.
+    pub write: bool,
     /// The open's descriptor.
     pub fd: Arc<HeldFd>,
 }
@@ -204,7 +208,11 @@ fn run(ahead: &Ahead, weak: Weak<Inner>) {
     while let Some(w) = ahead.next(exit.done.take()) {
         exit.done = Some(w.open);
         let Some(inner) = weak.upgrade() else { break };
-        inner.load_window(w.slot, w.pages.clone(), &w.fd);
+        if w.write {
+            inner.write_behind(w.slot, w.pages.clone(), &w.fd);
+        } else {
+            inner.load_window(w.slot, w.pages.clone(), &w.fd);
+        }
         drop(w);
         drop(inner);
     }
@@ -336,6 +344,52 @@ mod tests {
             }
         });
         cache.check_index().unwrap();
+    }
+
+    /// A sequential write stream, once more than half the background ratio is dirty, hands
+    /// each run it has written to the loaders, which write it back while it goes on
+    /// (`SharedFile::write_behind`): most of its pages are clean at its end, with no sync and
+    /// no flusher, and the OS file holds them. Streams off, or writes out of order, leave
+    /// every page dirty.
+    #[test]
+    fn a_write_stream_is_written_back_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+        let config = SharedConfig {
+            memory: 16 << 20,
+            dirty_ratios: (0.1, 0.9),
+            dirty_expire: std::time::Duration::from_secs(3600),
+            ..small()
+        };
+        let chunk = 64 << 10;
+        let pages = (data.len() / 4096) as u64;
+        for (streams, in_order) in [(true, true), (false, true), (true, false)] {
+            std::fs::write(&p, b"").unwrap();
+            let cache = SharedCache::create(&SharedConfig { streams, ..config.clone() }).unwrap();
+            let f = cache.open_path(&p, true).unwrap();
+            let mut at: Vec<usize> = (0..data.len()).step_by(chunk).collect();
+            if !in_order {
+                at.reverse();
+            }
+            for a in at {
+                f.write_all_at(&data[a..a + chunk], a as u64).unwrap();
+            }
+            cache.wait_for_readahead();
+            // Relaxed: nobody writes now.
+            let dirty = cache.inner.view.header().dirty.load(std::sync::atomic::Ordering::Relaxed);
+            let behind = cache.status().behind_pages;
+            if streams && in_order {
+                assert!(behind >= pages / 2 && dirty < pages / 2, "{behind} handed over, {dirty} dirty");
+                // The middle of the file, written behind, is in the OS file already.
+                let os = std::fs::read(&p).unwrap();
+                assert!(os.len() >= 5 << 20 && os[4 << 20..5 << 20] == data[4 << 20..5 << 20]);
+            } else {
+                assert_eq!((behind, dirty), (0, pages), "streams {streams}, in order {in_order}");
+            }
+            f.sync_data().unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), data);
+        }
     }
 
     /// The last handle of an attachment may go while windows wait: the loaders end, no hang,

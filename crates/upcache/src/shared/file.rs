@@ -95,6 +95,12 @@ pub struct SharedFile {
     dflush_from: std::sync::atomic::AtomicU64,
     /// Whether the open found the file's entry kept after its last close ([`Self::kept`]).
     kept: bool,
+    /// Where this open's last write ended: a write that starts there continues its write
+    /// stream (`write_behind`).
+    write_end: std::sync::atomic::AtomicU64,
+    /// The page below which this open's write stream was handed to write-behind (or where
+    /// the stream began).
+    behind_from: std::sync::atomic::AtomicU64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -230,6 +236,9 @@ impl SharedFile {
             streak: std::sync::atomic::AtomicBool::new(false),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
             kept,
+            // No stream yet: two sequential writes in a row make one, as two reads do.
+            write_end: std::sync::atomic::AtomicU64::new(u64::MAX),
+            behind_from: std::sync::atomic::AtomicU64::new(0),
         };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
@@ -532,7 +541,13 @@ impl SharedFile {
         }
         while at < target {
             let to = (at + window).min(pages);
-            let w = ahead::Window { open: self.id, slot: self.slot, pages: at..to, fd: self.fd.clone() };
+            let w = ahead::Window {
+                open: self.id,
+                slot: self.slot,
+                pages: at..to,
+                write: false,
+                fd: self.fd.clone(),
+            };
             if !self.inner.ahead.post(&self.inner, w) {
                 break;
             }
@@ -672,7 +687,55 @@ impl SharedFile {
         if offset / PAGE as u64 > len / PAGE as u64 {
             self.settle_end_page(len);
         }
-        self.write_pages(buf, offset).map(|n| (n, offset))
+        let n = self.write_pages(buf, offset)?;
+        // The file's lock (or the range slot) goes before the hand-over.
+        drop(_hold);
+        self.write_behind(offset, n);
+        Ok((n, offset))
+    }
+
+    /// StreamCache's stream write-back (seed 003 §4.2), with `SharedConfig::streams`: a
+    /// write that continues this open's sequential write stream (it starts where the last
+    /// one ended; a single write, however long, makes no stream) hands the stream's whole pages written since the last hand-over, once they
+    /// make a run ([`RUN_PAGES`]), to the process's loader threads, which write them back
+    /// (`Inner::write_behind`) while the writer goes on, if more of the cache than half its
+    /// background dirty ratio is dirty. So a stream's pages are written back in order, in
+    /// full runs, as they are done with, and, written once and never read, are clean and
+    /// unreferenced for the clock hand: they go first, before anyone's pages read at random
+    /// or still dirty. Random writes, and a cache with few dirty pages, keep the kernel's
+    /// ways (expiry, the ratios, syncs).
+    fn write_behind(&self, offset: u64, n: usize) {
+        if n == 0 || !self.inner.streams() {
+            return;
+        }
+        let end = offset + n as u64;
+        // Relaxed (all): this open's hints; two threads writing through one open at once make
+        // at worst a stream begin again.
+        if self.write_end.swap(end, Ordering::Relaxed) != offset {
+            self.behind_from.store(offset / PAGE as u64, Ordering::Relaxed);
+            return;
+        }
+        let (from, to) = (self.behind_from.load(Ordering::Relaxed), end / PAGE as u64);
+        if to < from + RUN_PAGES as u64 {
+            return;
+        }
+        // Relaxed: a threshold.
+        if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits.0 / 2 {
+            // Left to the kernel's ways; the stream's next run begins here.
+            self.behind_from.store(to, Ordering::Relaxed);
+            return;
+        }
+        let w = ahead::Window {
+            open: self.id,
+            slot: self.slot,
+            pages: from..to,
+            write: true,
+            fd: self.fd.clone(),
+        };
+        // Not taken (the loaders are behind): the next hand-over covers these pages too.
+        if self.inner.ahead.post(&self.inner, w) {
+            self.behind_from.store(to, Ordering::Relaxed);
+        }
     }
 
     /// Takes the page holding byte `offset` for writing in place (see

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x10");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x11");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -141,10 +141,13 @@ pub struct SharedConfig {
     /// latency of the `O_DIRECT` write-backs that reach it ([`CleanFirst::WhileGc`],
     /// ScalaCache §5.4; `gc.rs`).
     pub clean_first: CleanFirst,
-    /// Stream-aware eviction (StreamCache §4.2, eviction by stream): a page that a read
-    /// continuing a sequential stream (where the same open's last read ended) reads for the
-    /// first time is no reference for the clock hand, so the pages a scan reads once go
-    /// before the pages read at random or read again. Off, every hit is a reference.
+    /// Stream-aware eviction and write-back (StreamCache §4.2): a page that a read continuing
+    /// a sequential stream (where the same open's last read ended) reads for the first time
+    /// is no reference for the clock hand, so the pages a scan reads once go before the pages
+    /// read at random or read again; and a sequential write stream's runs are written back
+    /// behind it, once more than half the background ratio is dirty
+    /// (`SharedFile::write_behind`), so its pages, never read, are clean when the hand comes.
+    /// Off, every hit is a reference and write streams wait for the flushers.
     pub streams: bool,
     /// What a writer past the foreground ratio does: [`FlushKind::Direct`] (ScaleCache's
     /// dflush, seed 000 §3.3: it writes its file's dirty pages back itself and goes on; the
@@ -328,6 +331,9 @@ pub(crate) struct Header {
     set_ways: AtomicU32,
     /// Pages the service wrote back as a set's hand was about to reach them (`set_flush.rs`).
     pub next_to_go_written: AtomicU64,
+    /// Dirty pages of sequential write streams handed to write-behind
+    /// (`SharedFile::write_behind`).
+    pub behind_pages: AtomicU64,
     /// `SharedConfig::numa`: the nodes' CPUs, and their hands (`numa.rs`).
     pub numa: super::numa::NodeTable,
     /// `SharedConfig::numa` was the machine's (0), off (1) or described (2) (set before the

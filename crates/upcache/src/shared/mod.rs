@@ -851,6 +851,8 @@ pub struct SharedStatus {
     /// Pages the service wrote back as their set's hand was about to reach them (the
     /// set-associative index's flusher).
     pub next_to_go_written: u64,
+    /// Dirty pages of sequential write streams handed to write-behind (`SharedConfig::streams`).
+    pub behind_pages: u64,
 }
 
 impl SharedStatus {

@@ -290,6 +290,7 @@ impl Inner {
             writer_write_backs: h.writer_write_backs.load(Ordering::Relaxed),
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
+            behind_pages: h.behind_pages.load(Ordering::Relaxed),
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

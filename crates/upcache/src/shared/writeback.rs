@@ -206,6 +206,20 @@ impl Inner {
             .as_ref()
     }
 
+    /// A loader thread's write-behind of a write stream's pages `pages` of file `slot` through
+    /// `fd`, the stream's open's (`SharedFile::write_behind`): those still dirty, in runs,
+    /// passing over frames others hold (their holder may be stopped; a sync or the flushers
+    /// get them later). Errors stay on the file for its next sync.
+    pub(crate) fn write_behind(&self, slot: u32, pages: std::ops::Range<u64>, fd: &HeldFd) {
+        let (gen, _) = self.file_extent(slot);
+        let listed = self.candidates_of(slot, gen, pages.start, pages.end);
+        let frames = self.view.frames();
+        let dirty = listed.iter().filter(|&&(f, _)| frames[f as usize].flags() & DIRTY != 0).count();
+        // Relaxed: a statistic.
+        self.view.header().behind_pages.fetch_add(dirty as u64, Ordering::Relaxed);
+        let _ = self.write_back_listed(&listed, fd, self.direct_of(fd), false, None);
+    }
+
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
     /// error.
     pub(crate) fn write_back_slot(&self, slot: u32, fd: &HeldFd) -> Result<()> {
