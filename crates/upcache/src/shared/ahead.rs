@@ -5,7 +5,7 @@
 //! sequential writes posts the runs it has written to the same threads, which write them back
 //! (write-behind, `Inner::write_behind`) while the writer goes on.
 //!
-//! Two loader threads per attached process, started at the first window. Their frames are
+//! Four loader threads per attached process, started at the first window. Their frames are
 //! locked under the process's client id, as the reader's own loads, so a kill leaves them to
 //! the same repair and a reader in another process waits for them as for any load. A window
 //! belongs to one open (`SharedFile`): its close takes back the windows not begun and waits
@@ -60,9 +60,11 @@ pub(crate) struct Ahead {
 /// Windows waiting at most; a reader that outruns the loaders posts no more.
 const MAX_WAITING: usize = 64;
 
-/// Loader threads: two loads in flight, so one thread's claims and index work overlap the
-/// other's read (the device gives most of its speed at a depth of 2).
-const LOADERS: usize = 2;
+/// Loader threads: four loads (or write-behinds) in flight, so the threads' claims and index
+/// work overlap the others' I/O and the device has a queue: sequential reads through the shim
+/// ran 1.12x faster here with four than with two (every round of three, bench/RESULTS.md,
+/// thirteenth session).
+const LOADERS: usize = 4;
 
 impl Ahead {
     fn state(&self) -> MutexGuard<'_, State> {
