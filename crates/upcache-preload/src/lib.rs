@@ -60,7 +60,7 @@
 //!   one of its own (`locks.rs`, `upcache::shared::note_lock`); a file read only is cached
 //!   through a read-only descriptor (an exec of it would fail with ETXTBSY otherwise);
 //! - an O_APPEND write finds the end and writes in one step against every appender in any
-//!   process;
+//!   process on the shared cache (a private cache's, against those of its process);
 //! - a process that changes its user or groups (setuid and kin) leaves the shared cache first
 //!   (`creds.rs`): its files are libc's from then on, and the cache out of its reach (a
 //!   private cache, which holds only the process's own files, stays);

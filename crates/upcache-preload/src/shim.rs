@@ -709,12 +709,32 @@ impl Shim {
     /// one the signal interrupted may hold one). A failure said already in the same words is
     /// not said again (exit writes back twice: `at_exit`).
     pub(crate) fn write_back_all_with(&self, when: &str, then: &str, dying: bool, mut each: impl FnMut()) {
-        // Dying on the shared cache, the files map may be held by the thread the signal
-        // interrupted (asleep on another process's lock, `signals.rs`): the cache keeps the
-        // pages anyway, so nothing is waited for. A private cache dies with the process: its
-        // files are waited for (the rescue gives up if that stalls).
-        let files = if dying && !self.cache.is_private() {
-            self.files.try_lock().map_or_else(|_| Vec::new(), |map| cached_files(&map))
+        // Dying, the files map may be held by the thread the signal interrupted (asleep on a
+        // lock of the cache's, `signals.rs`), so it is not waited for. The loaders stop first:
+        // a write-behind under way holds its frames. On the shared cache what is left stays in
+        // it for the service; a private cache dies with the process, so without the map every
+        // file open for writing is written back from the cache's own list.
+        let files = if dying {
+            self.cache.stop_loaders();
+            match self.files.try_lock() {
+                Ok(map) => {
+                    let mut files = cached_files(&map);
+                    if let Ok(orphans) = self.orphans.try_lock() {
+                        files.extend(
+                            orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone()),
+                        );
+                    }
+                    files
+                }
+                Err(_) => {
+                    if self.cache.is_private() {
+                        if let Err(e) = self.cache.write_back_before_dying() {
+                            warn(&format!("writing the cache back {when}: {e}; {then}"));
+                        }
+                    }
+                    Vec::new()
+                }
+            }
         } else {
             self.live_files()
         };
@@ -781,7 +801,6 @@ fn cached_files(map: &HashMap<(u64, u64), Weak<Shared>>) -> Vec<File> {
         .collect()
 }
 
-/// A fresh directory for this process's cache state under `root`.
 /// Releases a descriptor's hold on its description. The last close of a file writes it
 /// back; its error is the close's.
 pub(crate) fn release(desc: Arc<Description>) -> Result<(), i32> {

@@ -77,7 +77,9 @@ impl Ahead {
     /// caller's reads load what they need themselves.
     pub(crate) fn post(self: &Arc<Self>, inner: &Arc<Inner>, w: Window) -> bool {
         let mut s = self.state();
-        if s.stopped || s.windows.len() >= MAX_WAITING {
+        // Write-behind takes at most half the queue: readers' windows keep room.
+        let room = if w.write { MAX_WAITING / 2 } else { MAX_WAITING };
+        if s.stopped || s.windows.len() >= room {
             return false;
         }
         while s.loaders.len() < LOADERS && !s.spawn_failed {

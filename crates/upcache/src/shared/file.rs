@@ -43,6 +43,8 @@ static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 
 /// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
 const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
+/// Pages a write-behind window holds at most (`SharedFile::write_behind`): four runs.
+const BEHIND_PAGES: u64 = 4 * RUN_PAGES as u64;
 /// Windows a dflush looks at, at most.
 const DFLUSH_WINDOWS: u64 = 4;
 
@@ -716,9 +718,13 @@ impl SharedFile {
             return;
         }
         let (from, to) = (self.behind_from.load(Ordering::Relaxed), end / PAGE as u64);
-        if to < from + RUN_PAGES as u64 {
+        if to < from.saturating_add(RUN_PAGES as u64) {
             return;
         }
+        // At most a few runs a window: threads writing through one open at once may mix
+        // their streams' ends, and the loaders may have refused windows; what is left before
+        // goes the kernel's ways.
+        let from = from.max(to.saturating_sub(BEHIND_PAGES));
         // Relaxed: a threshold.
         if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits.0 / 2 {
             // Left to the kernel's ways; the stream's next run begins here.

@@ -204,6 +204,21 @@ impl SharedCache {
         Ok(cache)
     }
 
+    /// For a process about to die of a signal: its loader threads stop (the windows waiting
+    /// dropped, those under way finished, so none of them holds a frame any more; none starts
+    /// again), then every file it has open for writing is written back, passing over pages
+    /// that other threads or processes hold (the thread the signal interrupted may hold one);
+    /// the first error.
+    pub fn write_back_before_dying(&self) -> Result<()> {
+        self.inner.ahead.stop();
+        self.inner.write_back_all_open_unwaiting()
+    }
+
+    /// Stops this process's loader threads (see [`Self::write_back_before_dying`]).
+    pub fn stop_loaders(&self) {
+        self.inner.ahead.stop();
+    }
+
     /// Whether [`Self::create_private`] made the cache: this process's alone, with no service.
     pub fn is_private(&self) -> bool {
         self.inner.own_flusher.get().is_some()

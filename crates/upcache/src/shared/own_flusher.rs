@@ -101,8 +101,10 @@ fn run(weak: &Weak<Inner>, me: &OwnFlusher) {
         let interval = inner.view.header().flush_interval();
         me.passes.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
         let cache = SharedCache { inner };
-        let lent = lent(&cache.inner);
+        // The asks before the list of dirty files: a file dirtied and asked for in between is
+        // in the list.
         let asked = std::mem::take(&mut *me.asked.lock().unwrap_or_else(|p| p.into_inner()));
+        let lent = lent(&cache.inner);
         cache.write_back_due(&lent, &asked);
         cache.write_back_next_to_go(&lent, &mut hands);
         drop((lent, cache));

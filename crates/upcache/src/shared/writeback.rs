@@ -391,6 +391,20 @@ impl Inner {
         false
     }
 
+    /// Writes back the dirty pages of every file this process has open for writing, passing
+    /// over frames others hold; the first error.
+    pub(crate) fn write_back_all_open_unwaiting(&self) -> Result<()> {
+        let mut first = Ok(());
+        for (slot, fd) in self.writable_fds() {
+            let r =
+                self.write_back_listed(&self.file_candidates(slot), &fd, self.direct_of(&fd), false, None);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
     /// Writes back the dirty pages of every file this process has open for writing.
     pub(crate) fn write_back_all_open(&self) {
         for (slot, fd) in self.writable_fds() {
