@@ -308,6 +308,15 @@ pub extern "C" fn upcache_shared_settings_default() -> upcache_shared_settings {
     upcache_shared_settings::from(&SharedConfig::default())
 }
 
+/// The configuration `settings` say (NULL: the defaults).
+///
+/// # Safety
+/// `settings` is NULL or readable.
+unsafe fn config_of(settings: *const upcache_shared_settings) -> Result<SharedConfig, Fail> {
+    // SAFETY: the caller's contract.
+    unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default()).config()
+}
+
 /// As `upcache_attach`, starting the service with `settings` if none answers (NULL: the
 /// defaults). `UPCACHE_ECONFIG` if a setting is out of its range.
 ///
@@ -324,8 +333,7 @@ pub unsafe extern "C" fn upcache_attach_with(
             return Err(Fail::invalid("out is null"));
         }
         // SAFETY: the function's contract: NULL or readable.
-        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
-        let config = s.config()?;
+        let config = unsafe { config_of(settings) }?;
         // SAFETY: the function's contract; `out` is non-null (checked).
         unsafe { attach(socket, &config, out) }
     })
@@ -350,8 +358,7 @@ pub unsafe extern "C" fn upcache_create_private(
             return Err(Fail::invalid("out is null"));
         }
         // SAFETY: the function's contract: NULL or readable.
-        let s = unsafe { settings.as_ref() }.copied().unwrap_or_else(|| upcache_shared_settings_default());
-        let cache = SharedCache::create_private(&s.config()?)?;
+        let cache = SharedCache::create_private(&unsafe { config_of(settings) }?)?;
         // SAFETY: the function's contract; `out` is non-null (checked).
         unsafe { hand_out(Backend::Shared(cache), out) };
         Ok(())

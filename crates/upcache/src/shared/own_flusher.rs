@@ -170,16 +170,16 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), data);
     }
 
-    /// A write-back asked for (`start_write_back`, a program's DONTNEED advice) is the
-    /// flusher's, as a service's would be: its next pass, woken for it, writes the file back
-    /// though it is neither expired nor the cache past its background ratio.
-    #[test]
-    fn an_asked_write_back_is_its_next_pass() {
+    /// An empty file, and a cache of the process's own with background ratio `background`
+    /// whose flusher sleeps an hour between passes and has ended its first.
+    fn idle_private(
+        background: f64,
+    ) -> (tempfile::TempDir, std::path::PathBuf, SharedCache, std::sync::Arc<super::OwnFlusher>) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
         let config = SharedConfig {
-            dirty_ratios: (0.5, 0.9),
+            dirty_ratios: (background, 0.9),
             dirty_expire: Duration::from_secs(3600),
             flush_interval: Duration::from_secs(3600),
             ..small()
@@ -187,6 +187,15 @@ mod tests {
         let cache = SharedCache::create_private(&config).unwrap();
         let flusher = cache.inner.own_flusher.get().unwrap().clone();
         assert!(flusher.wait_for_pass(Duration::from_secs(10)));
+        (dir, p, cache, flusher)
+    }
+
+    /// A write-back asked for (`start_write_back`, a program's DONTNEED advice) is the
+    /// flusher's, as a service's would be: its next pass, woken for it, writes the file back
+    /// though it is neither expired nor the cache past its background ratio.
+    #[test]
+    fn an_asked_write_back_is_its_next_pass() {
+        let (_dir, p, cache, flusher) = idle_private(0.5);
         let f = cache.open_path(&p, true).unwrap();
         let data: Vec<u8> = (0..10 * 4096u32).map(|i| (i % 239) as u8).collect();
         f.write_all_at(&data, 0).unwrap();
@@ -203,19 +212,7 @@ mod tests {
     /// writes back until the cache is a sixteenth below the ratio.
     #[test]
     fn a_writer_past_the_background_ratio_wakes_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"").unwrap();
-        let config = SharedConfig {
-            dirty_ratios: (0.1, 0.9),
-            dirty_expire: Duration::from_secs(3600),
-            flush_interval: Duration::from_secs(3600),
-            ..small()
-        };
-        let cache = SharedCache::create_private(&config).unwrap();
-        let flusher = cache.inner.own_flusher.get().unwrap().clone();
-        // Its first pass, at its start, is over.
-        assert!(flusher.wait_for_pass(Duration::from_secs(10)));
+        let (_dir, p, cache, flusher) = idle_private(0.1);
         let f = cache.open_path(&p, true).unwrap();
         let frames = cache.inner.view.n_frames;
         let data = vec![7u8; frames * 4096 * 3 / 10];
