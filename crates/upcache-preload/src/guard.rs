@@ -24,6 +24,13 @@ pub(crate) fn enter() -> Option<Inside> {
     INSIDE.try_with(|inside| if inside.replace(true) { None } else { Some(Inside(())) }).ok().flatten()
 }
 
+/// Marks this thread, one the library started (`upcache::shared::on_library_thread`), as
+/// inside the shim for good: the library's libc calls there pass through. Such threads block
+/// every signal, so none is ever deferred in one.
+pub(crate) fn stay_inside() {
+    let _ = INSIDE.try_with(|inside| inside.set(true));
+}
+
 /// From a signal handler: if this thread is inside the shim, remembers `sig` to raise again as
 /// it leaves, and returns true.
 pub(crate) fn defer_if_inside(sig: i32) -> bool {

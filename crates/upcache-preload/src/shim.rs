@@ -437,6 +437,8 @@ fn start(settings: &'static Settings, adopting: i32) -> Option<&'static Shim> {
 
 impl Shim {
     fn new(settings: &'static Settings) -> Result<Shim, String> {
+        // Before the cache starts any thread (its flusher, its service watcher).
+        upcache::shared::on_library_thread(crate::guard::stay_inside);
         let pid = std::process::id();
         let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
         let asked = settings.cache.shared(config);

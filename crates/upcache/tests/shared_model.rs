@@ -112,6 +112,9 @@ enum Op {
 fn ops(seed: u64, proc: usize, n: usize) -> Vec<Op> {
     let mut rng = Rng(seed ^ (proc as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
     let mut own_len = 0u64;
+    // Where this process's last write to its own file ended: half its own writes go on from
+    // there, a sequential stream (write-behind, `SharedFile::write_behind`).
+    let mut own_end = 0u64;
     (0..n)
         .map(|_| {
             let shared = rng.below(2) == 0;
@@ -129,7 +132,10 @@ fn ops(seed: u64, proc: usize, n: usize) -> Vec<Op> {
             let to = if shared { Target::Shared } else { Target::Own };
             let op = match rng.below(100) {
                 0..=39 => {
-                    let (offset, len) = range(&mut rng, 20_000);
+                    let (mut offset, mut len) = range(&mut rng, 20_000);
+                    if !shared && rng.below(2) == 0 && own_end < MAX_OWN {
+                        (offset, len) = (own_end, len.min(MAX_OWN - own_end));
+                    }
                     let fill = rng.next();
                     let in_place = rng.below(4) == 0 && (shared || offset + len <= own_len);
                     Op::Write { to, offset, len, fill, in_place }
@@ -151,7 +157,10 @@ fn ops(seed: u64, proc: usize, n: usize) -> Vec<Op> {
                 _ => Op::Reopen,
             };
             match op {
-                Op::Write { to: Target::Own, offset, len, .. } => own_len = own_len.max(offset + len),
+                Op::Write { to: Target::Own, offset, len, .. } => {
+                    own_len = own_len.max(offset + len);
+                    own_end = offset + len;
+                }
                 Op::SetLen(len) => own_len = len,
                 _ => {}
             }
@@ -367,6 +376,8 @@ fn run(seed: u64, n: usize, config: SharedConfig) {
     }
     // Every process is gone: the page index is sound and agrees with the frames.
     cache.check_index().unwrap_or_else(|e| panic!("the page index after the run (seed {seed}): {e}"));
+    // The processes' own files' streams were written behind (the oracle checks their bytes).
+    assert!(config.streams && cache.status().behind_pages > 0, "no write-behind ran (seed {seed})");
     // What every process wrote: its own file, and its blocks of the shared one.
     let oracles: Vec<Oracle> = (0..PROCS)
         .map(|proc| {

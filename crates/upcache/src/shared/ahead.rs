@@ -85,7 +85,10 @@ impl Ahead {
         while s.loaders.len() < LOADERS && !s.spawn_failed {
             let (ahead, weak) = (self.clone(), Arc::downgrade(inner));
             let spawned = super::quiet::with_signals_blocked(|| {
-                std::thread::Builder::new().name("upcache-ahead".into()).spawn(move || run(&ahead, weak))
+                std::thread::Builder::new().name("upcache-ahead".into()).spawn(move || {
+                    super::quiet::library_thread();
+                    run(&ahead, weak)
+                })
             });
             match spawned {
                 Ok(t) => s.loaders.push(t.thread().id()),

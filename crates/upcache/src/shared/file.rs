@@ -698,8 +698,9 @@ impl SharedFile {
 
     /// StreamCache's stream write-back (seed 003 §4.2), with `SharedConfig::streams`: a
     /// write that continues this open's sequential write stream (it starts where the last
-    /// one ended; a single write, however long, makes no stream) hands the stream's whole pages written since the last hand-over, once they
-    /// make a run ([`RUN_PAGES`]), to the process's loader threads, which write them back
+    /// one ended; a single write, however long, makes no stream) hands the stream's whole
+    /// pages written since the last hand-over, once they make a run ([`RUN_PAGES`], or a
+    /// sixteenth of a smaller cache), to the process's loader threads, which write them back
     /// (`Inner::write_behind`) while the writer goes on, if more of the cache than half its
     /// background dirty ratio is dirty. So a stream's pages are written back in order, in
     /// full runs, as they are done with, and, written once and never read, are clean and
@@ -718,7 +719,9 @@ impl SharedFile {
             return;
         }
         let (from, to) = (self.behind_from.load(Ordering::Relaxed), end / PAGE as u64);
-        if to < from.saturating_add(RUN_PAGES as u64) {
+        // A run, or a sixteenth of a cache too small for runs to matter.
+        let run = (RUN_PAGES as u64).min((self.inner.view.n_frames as u64 / 16).max(1));
+        if to < from.saturating_add(run) {
             return;
         }
         // At most a few runs a window: threads writing through one open at once may mix

@@ -74,7 +74,10 @@ pub(crate) fn watch(inner: &Arc<Inner>) -> Result<()> {
     let (link, weak) = (inner.link.clone(), Arc::downgrade(inner));
     std::thread::Builder::new()
         .name("upcache-service-watch".into())
-        .spawn(move || watcher(&link, weak))
+        .spawn(move || {
+            super::quiet::library_thread();
+            watcher(&link, weak)
+        })
         .map(|_| ())
         .map_err(|e| Error::io("start the service watcher", e))
 }

@@ -70,6 +70,7 @@ pub use crate::shm::futex::waiting as waiting_for_another_process;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 pub use pin::{SharedPageMut, SharedPageRef};
+pub use quiet::on_library_thread;
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
 pub const PAGE_SIZE: usize = frame::PAGE;
@@ -428,9 +429,14 @@ impl SharedCache {
         };
         std::thread::scope(|s| {
             // With nodes, every flusher on a thread of its own: this one keeps its CPUs.
-            for which in (nodes == 1) as usize..flushers * nodes {
-                s.spawn(move || flush(which));
-            }
+            quiet::with_signals_blocked(|| {
+                for which in (nodes == 1) as usize..flushers * nodes {
+                    s.spawn(move || {
+                        quiet::library_thread();
+                        flush(which)
+                    });
+                }
+            });
             if nodes == 1 {
                 flush(0);
             }
@@ -1511,7 +1517,9 @@ mod tests {
         let p = dir.path().join("f");
         let outcome = |ratios: (f64, f64)| {
             std::fs::write(&p, b"").unwrap();
-            let config = SharedConfig { dirty_ratios: ratios, ..small() };
+            // Streams off: the writes below are a sequential stream, which write-behind would
+            // write back as it goes (its own test: `ahead.rs`).
+            let config = SharedConfig { dirty_ratios: ratios, streams: false, ..small() };
             let cache = SharedCache::create(&config).unwrap();
             let frames = cache.inner.view.n_frames;
             let f = cache.open_path(&p, true).unwrap();

@@ -30,6 +30,7 @@ impl OwnFlusher {
         let (tx, rx) = std::sync::mpsc::channel::<Arc<OwnFlusher>>();
         let thread = super::quiet::with_signals_blocked(|| {
             std::thread::Builder::new().name("upcache-flusher".into()).spawn(move || {
+                super::quiet::library_thread();
                 if let Ok(me) = rx.recv() {
                     run(&weak, &me);
                 }

@@ -3,6 +3,34 @@
 //! process goes to the program's threads, where its handlers expect to run, and the shim's
 //! fatal-signal handler never runs on a thread that holds frames half loaded.
 
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// The hook every thread the library starts runs first (`on_library_thread`).
+static ON_LIBRARY_THREAD: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets what runs first in every thread the shared cache starts (loaders, flushers, a
+/// write-back's parts, the service watcher): the shim marks such a thread as inside it, so
+/// that the libc calls the library makes there (a `fstat` of its own descriptor, say) pass
+/// its interposers by, as they do in a program's thread busy in the shim. Without it, a
+/// loader's stat went through the shim's, which could hold the last reference to a file the
+/// program had just closed and close it there, waiting for the frames the loader held.
+pub fn on_library_thread(hook: fn()) {
+    // Release: the hook's code and data are complete before a thread calls it.
+    ON_LIBRARY_THREAD.store(hook as *mut (), Ordering::Release);
+}
+
+/// Runs the hook of [`on_library_thread`], if one is set: first thing in each thread the
+/// library starts.
+pub(crate) fn library_thread() {
+    // Acquire: pairs with the Release in `on_library_thread`.
+    let hook = ON_LIBRARY_THREAD.load(Ordering::Acquire);
+    if !hook.is_null() {
+        // SAFETY: only `on_library_thread` stores here, always a `fn()`.
+        let hook: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(hook) };
+        hook();
+    }
+}
+
 /// Runs `f` (which starts threads: they inherit the mask) with every signal blocked in this
 /// thread, then puts this thread's mask back, a panic in `f` included.
 pub(crate) fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {

@@ -82,8 +82,16 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         let data: Vec<u8> = (0..200 * 4096u32).map(|i| (i.wrapping_mul(13) >> 3) as u8).collect();
         for index in [IndexKind::SetAssoc, IndexKind::Radix] {
-            let config =
-                SharedConfig { memory: 64 * 4096, set_ways: 8, dirty_ratios: (0.99, 1.0), index, ..small() };
+            // Streams off: the writes below are a sequential stream, which write-behind would
+            // write back meanwhile (its own test: `ahead.rs`).
+            let config = SharedConfig {
+                memory: 64 * 4096,
+                set_ways: 8,
+                dirty_ratios: (0.99, 1.0),
+                index,
+                streams: false,
+                ..small()
+            };
             let cache = SharedCache::create(&config).unwrap();
             let f = cache.open_path(&p, true).unwrap();
             let lent = [(

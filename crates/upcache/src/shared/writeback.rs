@@ -269,7 +269,10 @@ impl Inner {
                     .map(|p| {
                         let spawned = std::thread::Builder::new()
                             .name("upcache-write-back".into())
-                            .spawn_scoped(s, move || self.write_back_sorted(p, fd, direct, wait, stop_at));
+                            .spawn_scoped(s, move || {
+                                super::quiet::library_thread();
+                                self.write_back_sorted(p, fd, direct, wait, stop_at)
+                            });
                         // No thread to be had: this one writes the part too.
                         spawned.map_err(|_| p)
                     })
