@@ -1,29 +1,17 @@
-//! The cache the shim's files are in: one engine, on the machine's shared segment (issue 17,
-//! the default), which every process attaches to through its service, or on a segment of this
-//! process alone (`UPCACHE_SHARED=0`, `SharedCache::create_private`), whose write-back a
-//! thread of this process does. The rest of the shim sees the same cache and files either way;
-//! what differs is only what other processes share (`SharedCache::is_private`).
+//! The shim's files in its cache: one engine, on the machine's shared segment (issue 17, the
+//! default), which every process attaches to through its service, or on a segment of this
+//! process alone (`UPCACHE_SHARED=0`, `SharedCache::create_private`; both made in
+//! `Shim::new`). The rest of the shim sees the same cache and files either way; what differs
+//! is only what other processes share (`SharedCache::is_private`).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use upcache::shared::{serve, SharedCache, SharedConfig, SharedFile};
+use upcache::shared::{SharedCache, SharedFile};
 use upcache::Result;
 
 /// A cached file. Cloning shares it; it closes in the cache when its last clone goes.
 pub(crate) type File = Arc<SharedFile>;
-
-/// Attaches to the shared cache at the default socket, starting its service if none answers
-/// (with `config`, exiting after `idle` with nobody attached); or, unless `shared`, makes a
-/// cache of this process alone with `config`.
-pub(crate) fn cache(config: &SharedConfig, idle: Duration, shared: bool) -> Result<SharedCache> {
-    if shared {
-        serve::connect_or_start(&serve::default_socket(), config, idle)
-    } else {
-        SharedCache::create_private(config)
-    }
-}
 
 /// Caches the OS file at `path` (a `/proc/self/fd/N` of the program's descriptor), named `name`
 /// in messages, for writing only if `write` (a writable descriptor of the cache's would make an

@@ -443,12 +443,14 @@ impl Shim {
         let config = upcache::shared::SharedConfig { memory: settings.memory, ..Default::default() };
         let asked = settings.cache.shared(config);
         if !settings.shared {
-            let cache = crate::backend::cache(&asked, settings.idle, false)
-                .map_err(|e| format!("a cache of this process: {e}"))?;
+            let cache =
+                SharedCache::create_private(&asked).map_err(|e| format!("a cache of this process: {e}"))?;
             return Ok(Shim::with(settings, cache, pid));
         }
+        // Started with `asked` if no service answers, exiting `settings.idle` after the last
+        // process detaches.
         let socket = upcache::shared::serve::default_socket();
-        let cache = crate::backend::cache(&asked, settings.idle, true)
+        let cache = upcache::shared::serve::connect_or_start(&socket, &asked, settings.idle)
             .map_err(|e| format!("the shared cache at {}: {e}", socket.display()))?;
         let running = cache.config();
         if let Some(differs) = settings.cache.differs(&running) {
@@ -730,7 +732,7 @@ impl Shim {
                 }
                 Err(_) => {
                     if self.cache.is_private() {
-                        if let Err(e) = self.cache.write_back_before_dying() {
+                        if let Err(e) = self.cache.write_back_open_unwaiting() {
                             warn(&format!("writing the cache back {when}: {e}; {then}"));
                         }
                     }

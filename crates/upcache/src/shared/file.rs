@@ -1036,8 +1036,7 @@ impl SharedFile {
         if !self.writable {
             return Ok(());
         }
-        let direct = self.inner.direct_of(&self.fd);
-        self.inner.write_back_listed(&self.inner.file_candidates(self.slot), &self.fd, direct, false, None)
+        self.inner.write_back_slot_as(self.slot, &self.fd, false)
     }
 
     /// Makes the file's data durable, whoever wrote it: writes back, then `fdatasync`.

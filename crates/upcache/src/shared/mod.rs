@@ -205,17 +205,16 @@ impl SharedCache {
         Ok(cache)
     }
 
-    /// For a process about to die of a signal: its loader threads stop (the windows waiting
-    /// dropped, those under way finished, so none of them holds a frame any more; none starts
-    /// again), then every file it has open for writing is written back, passing over pages
-    /// that other threads or processes hold (the thread the signal interrupted may hold one);
-    /// the first error.
-    pub fn write_back_before_dying(&self) -> Result<()> {
-        self.inner.ahead.stop();
+    /// Writes back every file this process has open for writing, passing over pages that
+    /// other threads or processes hold (as the process dies of a signal, the thread it
+    /// interrupted may hold one); the first error. A dying process stops its loaders first
+    /// ([`Self::stop_loaders`]), so that none of them holds a frame.
+    pub fn write_back_open_unwaiting(&self) -> Result<()> {
         self.inner.write_back_all_open_unwaiting()
     }
 
-    /// Stops this process's loader threads (see [`Self::write_back_before_dying`]).
+    /// Stops this process's loader threads for good: the windows waiting are dropped, those
+    /// under way finished (a write-behind under way holds its frames); none starts again.
     pub fn stop_loaders(&self) {
         self.inner.ahead.stop();
     }
@@ -914,7 +913,6 @@ fn reopen_for_write_back(e: &files::FileEntry, path: &[u8], direct: bool) -> Opt
     (md.is_file() && same_file(e, &md)).then(|| Arc::new(Lent::new(fd, direct)))
 }
 
-/// Whether entry `e` names the file `md` describes.
 /// After a write-back of all of file `e`: if it is dirty still (written meanwhile), its age
 /// starts again at `now`, as the kernel's does.
 fn age_again_if_dirty(e: &files::FileEntry, now: u64) {
@@ -924,6 +922,7 @@ fn age_again_if_dirty(e: &files::FileEntry, now: u64) {
     }
 }
 
+/// Whether entry `e` names the file `md` describes.
 fn same_file(e: &files::FileEntry, md: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     // Relaxed (all): a check against the table, which changes only under its lock.

@@ -223,11 +223,16 @@ impl Inner {
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
     /// error.
     pub(crate) fn write_back_slot(&self, slot: u32, fd: &HeldFd) -> Result<()> {
+        self.write_back_slot_as(slot, fd, true)
+    }
+
+    /// [`Self::write_back_slot`], passing over frames others hold unless `wait`.
+    pub(crate) fn write_back_slot_as(&self, slot: u32, fd: &HeldFd, wait: bool) -> Result<()> {
         // Acquire: pairs with `mark_dirty`'s count.
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), fd, self.direct_of(fd), true, None)
+        self.write_back_listed(&self.file_candidates(slot), fd, self.direct_of(fd), wait, None)
     }
 
     /// Writes back, through `fd` (whole pages through `direct` if given), each listed frame (of
@@ -399,8 +404,7 @@ impl Inner {
     pub(crate) fn write_back_all_open_unwaiting(&self) -> Result<()> {
         let mut first = Ok(());
         for (slot, fd) in self.writable_fds() {
-            let r =
-                self.write_back_listed(&self.file_candidates(slot), &fd, self.direct_of(&fd), false, None);
+            let r = self.write_back_slot_as(slot, &fd, false);
             if first.is_ok() {
                 first = r;
             }
