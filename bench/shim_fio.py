@@ -10,11 +10,14 @@ first; prints per-round figures, medians and ratios.
                       [--serve "--range-lock off"]   # a technique of the service switched off
                       [--off "--index sharded"]      # and a fourth side: the shim with it off
                       [--private new=SO --private old=SO2]  # sides on private caches
+                      [--build old=DIR]              # a side of another build's shim and service
 
 With `--off FLAGS`, each round also runs the shim on a service started with FLAGS added (a
 technique switched off), in turn with the others; the table adds that side and on/off.
 With `--private NAME=SO` (repeatable), each round also runs shim SO with a cache of each
 process's own (UPCACHE_SHARED=0, UPCACHE_MEMORY the service's size), as side private-NAME.
+With `--build NAME=DIR` (repeatable), each round also runs DIR's shim on a fresh service of
+DIR's `upcache`, as side build-NAME: two builds A/B in one run.
 
 Workloads (fio psync unless said; a side is kernel buffered, the shim's shared cache, and a
 limit measured in the same round):
@@ -67,10 +70,10 @@ def fio(args, env, cwd):
 class Service:
     """A fresh `upcache serve` for one run, stopped (and waited for) after it."""
 
-    def __init__(self, memory, extra=()):
+    def __init__(self, memory, extra=(), upcache=None):
         self.dir = tempfile.mkdtemp(prefix="upcache-shimfio-service.")
         self.socket = os.path.join(self.dir, "cache.sock")
-        self.proc = subprocess.Popen([UPCACHE, "serve", "--socket", self.socket, "--memory", memory,
+        self.proc = subprocess.Popen([upcache or UPCACHE, "serve", "--socket", self.socket, "--memory", memory,
                                       "--idle", "3600", *SERVE_FLAGS, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for _ in range(1000):
@@ -87,8 +90,8 @@ class Service:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def shim_env(base, prefix, service):
-    return dict(base, LD_PRELOAD=SHIM, UPCACHE_PREFIX=prefix, UPCACHE_SOCKET=service.socket)
+def shim_env(base, prefix, service, so=None):
+    return dict(base, LD_PRELOAD=so or SHIM, UPCACHE_PREFIX=prefix, UPCACHE_SOCKET=service.socket)
 
 
 def private_env(base, prefix, so, memory):
@@ -209,6 +212,9 @@ def main():
     ap.add_argument("--off", default="",
                     help="flags of a fourth side's service, e.g. \"--index sharded\": the shim with a "
                          "technique off, measured in the same rounds")
+    ap.add_argument("--build", action="append", default=[], metavar="NAME=DIR",
+                    help="a side of another build's shim and service (DIR holds its libupcache_preload.so "
+                         "and upcache), named build-NAME, on a fresh service each run as the shim's")
     ap.add_argument("--private", action="append", default=[], metavar="NAME=SO",
                     help="a side of shim SO on private caches (UPCACHE_SHARED=0), named private-NAME")
     args = ap.parse_args()
@@ -218,6 +224,13 @@ def main():
         if not so or not os.path.exists(so):
             sys.exit(f"--private {p}: NAME=SO, with SO a shim that exists")
         privates.append((f"private-{name}", os.path.abspath(so)))
+    builds = []
+    for b in args.build:
+        name, _, d = b.partition("=")
+        so, bin_ = os.path.join(d, "libupcache_preload.so"), os.path.join(d, "upcache")
+        if not d or not os.path.exists(so) or not os.path.exists(bin_):
+            sys.exit(f"--build {b}: NAME=DIR, with DIR holding libupcache_preload.so and upcache")
+        builds.append((f"build-{name}", os.path.abspath(so), os.path.abspath(bin_)))
     SERVE_FLAGS.extend(args.serve.split())
     OFF_FLAGS.extend(args.off.split())
     SHIM = os.path.abspath(args.shim)
@@ -242,10 +255,10 @@ def main():
             title, unit, limit, memory = WORKLOADS[w]
             services = {}
 
-            def shim_with(side, extra):
+            def shim_with(side, extra, so=None, upcache=None):
                 def start():
-                    services[side] = Service(memory, extra)
-                    return shim_env(base, root, services[side])
+                    services[side] = Service(memory, extra, upcache or UPCACHE)
+                    return shim_env(base, root, services[side], so or SHIM)
                 return start
 
             sides = [("kernel", lambda: base), ("shim", shim_with("shim", ())),
@@ -254,6 +267,8 @@ def main():
                 sides.append(("shim-off", shim_with("shim-off", OFF_FLAGS)))
             for name, so in privates:
                 sides.append((name, lambda so=so, memory=memory: private_env(base, root, so, memory)))
+            for name, so, bin_ in builds:
+                sides.append((name, shim_with(name, (), so, bin_)))
             # Rotate which side goes first.
             turn = rnd % len(sides)
             sides = sides[turn:] + sides[:turn]
@@ -283,7 +298,7 @@ def main():
             for side, v in got.items():
                 results.setdefault((w, side), []).append(v)
             shown = ("kernel", "shim", "limit", "shim-off") if OFF_FLAGS else ("kernel", "shim", "limit")
-            shown += tuple(name for name, _ in privates)
+            shown += tuple(name for name, _ in privates) + tuple(name for name, _, _ in builds)
             print(f"round {rnd + 1} {w}: " + ", ".join(f"{s} {got[s]:.0f}" for s in shown), flush=True)
     print(f"\nmedians of {args.rounds} round(s), files in {root}"
           + (f"; shim-off: the service with {' '.join(OFF_FLAGS)}" if OFF_FLAGS else ""))
@@ -298,7 +313,7 @@ def main():
             o = statistics.median(results[(w, "shim-off")])
             off = f" {o:>9.0f} {s / o:>6.2f}x"
         print(f"{title:<50} {unit:<6} {k:>9.0f} {s:>9.0f} {m:>9.0f} {s / k:>10.2f}x {s / m:>9.2f}x{off}  {limit}")
-        for name, _ in privates:
+        for name in [n for n, _ in privates] + [n for n, _, _ in builds]:
             v = statistics.median(results[(w, name)])
             print(f"  {name:<48} {unit:<6} {v:>9.0f}: {v / k:.2f}x kernel, {v / m:.2f}x limit, {v / s:.2f}x shared")
     if not args.dir:
