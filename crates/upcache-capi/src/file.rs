@@ -26,10 +26,10 @@ pub(crate) struct FileHandle {
     pub(crate) pins: Arc<AtomicUsize>,
 }
 
-/// A file of either kind of cache.
+/// A file of either kind of cache (the shared one's boxed: its open's state is the larger).
 pub(crate) enum AnyFile {
     Private(File),
-    Shared(SharedFile),
+    Shared(Box<SharedFile>),
 }
 
 macro_rules! either {
@@ -203,10 +203,10 @@ pub unsafe extern "C" fn upcache_file_open_path(
                         .map_err(|e| upcache::Error::io(format!("create {path}"), e))?;
                 }
                 let p = std::path::Path::new(path);
-                AnyFile::Shared(match cache.open_path(p, true) {
+                AnyFile::Shared(Box::new(match cache.open_path(p, true) {
                     Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => cache.open_path(p, false),
                     r => r,
-                }?)
+                }?))
             }
         };
         // SAFETY: `out` is non-null and writable (checked, and the function's contract).

@@ -301,6 +301,43 @@ mod tests {
         }
     }
 
+    /// Two sequential streams read in turns through one open are each read ahead: the second
+    /// stream's third read posts windows past its synchronous readahead, although every read
+    /// of it follows one of the other stream (`ReadStreams`).
+    #[test]
+    fn interleaved_streams_of_one_open_are_each_read_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data = pattern(&p, 8 << 20, 3);
+        // 2048 frames: readahead of 256 pages, windows of 64.
+        let config = SharedConfig { memory: 8 << 20, ..small() };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let mut buf = vec![0u8; 16 << 10];
+        for step in 0..3u64 {
+            for start in [0u64, 4 << 20] {
+                let at = start + step * buf.len() as u64;
+                assert_eq!(f.read_at(&mut buf, at).unwrap(), buf.len());
+                assert_eq!(buf, data[at as usize..][..buf.len()], "at {at}");
+            }
+        }
+        cache.wait_for_readahead();
+        // The second stream's third read, at page 1032: its readahead to page 1288, windows on.
+        let ahead = cached(&cache, &f, 1288..1288 + 4 * 64);
+        assert!(
+            ahead.iter().all(|&c| c),
+            "the second stream's windows: {:?}",
+            ahead.iter().filter(|&&c| c).count()
+        );
+        let ahead = cached(&cache, &f, 256..256 + 4 * 64);
+        assert!(ahead.iter().all(|&c| c), "the first stream's windows");
+        // Read through the windows: what the loaders put there is the file's.
+        for at in (1288 * 4096..(1288 + 256) * 4096).step_by(buf.len()) {
+            assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
+            assert_eq!(buf, data[at..at + buf.len()], "at {at}");
+        }
+    }
+
     /// Opens of files that take one another's file table entries (new key generations), read
     /// sequentially and closed at once by several threads: every byte read is its own file's,
     /// whatever windows were waiting or loading at each close.

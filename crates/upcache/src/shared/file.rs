@@ -25,6 +25,7 @@ use super::frame::{DIRTY, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::pages::Fill;
+use super::read_streams::{ReadStream, ReadStreams};
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
@@ -56,6 +57,8 @@ struct Stream {
     /// With `sequential`, its loaders may read ahead of it: the last read was sequential too,
     /// or this one begins at the file's start.
     ahead: bool,
+    /// The open's read stream it belongs to (`ReadStreams`).
+    stream: usize,
 }
 
 /// How a read's hit of a page counts for the clock hand (`FrameMeta::note_read`).
@@ -83,15 +86,10 @@ pub struct SharedFile {
     max_len: u64,
     /// The write-back errors this open has reported (`FileEntry::unseen_error`).
     seen: std::sync::atomic::AtomicU64,
-    /// Where this open's last read ended: a read that starts there continues a sequential
-    /// stream, which gets readahead (`read_pages`).
-    read_end: std::sync::atomic::AtomicU64,
-    /// Whether this open's last read was sequential (`Stream::ahead`).
-    streak: std::sync::atomic::AtomicBool,
+    /// This open's read streams: a read that continues one gets readahead (`read_pages`).
+    streams: ReadStreams,
     /// This open's number in the process ([`OPENS`]).
     id: u64,
-    /// The page up to which this open's stream posted windows to the loaders; 0 when none.
-    ahead_to: std::sync::atomic::AtomicU64,
     /// The page where this open's last dflush stopped, where the next begins (the kernel's
     /// `writeback_index`).
     dflush_from: std::sync::atomic::AtomicU64,
@@ -221,7 +219,6 @@ impl SharedFile {
             inner.lend_fd(slot, &fd);
         }
         let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
-        let read_end = std::sync::atomic::AtomicU64::new(0);
         let file = SharedFile {
             inner,
             slot,
@@ -231,11 +228,9 @@ impl SharedFile {
             name,
             max_len,
             seen,
-            read_end,
+            streams: ReadStreams::default(),
             // Relaxed: a unique number, nothing ordered by it.
             id: OPENS.fetch_add(1, Ordering::Relaxed),
-            ahead_to: std::sync::atomic::AtomicU64::new(0),
-            streak: std::sync::atomic::AtomicBool::new(false),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
             kept,
             // No stream yet: two sequential writes in a row make one, as two reads do.
@@ -384,12 +379,9 @@ impl SharedFile {
         let e = self.entry();
         let end = offset.saturating_add(buf.len() as u64);
         let (first, last) = pages_of(offset, end);
-        // Relaxed (both): hints for readahead, this open's own.
-        let sequential = self.read_end.swap(end, Ordering::Relaxed) == offset;
-        // The loaders read ahead of a stream: two sequential reads in a row, or one from the
-        // start; not of a random reader whose read happens to begin where its last ended.
+        let followed = self.streams.follow(offset, end);
         let stream =
-            Stream { sequential, ahead: self.streak.swap(sequential, Ordering::Relaxed) || offset == 0 };
+            Stream { sequential: followed.sequential, ahead: followed.streak, stream: followed.stream };
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
@@ -494,7 +486,7 @@ impl SharedFile {
     /// readahead), and, if `stream.ahead` too, windows past that go to the process's loaders
     /// (`read_ahead`).
     fn read_pages(&self, buf: &mut [u8], offset: u64, stream: Stream) -> Result<usize> {
-        let Stream { sequential, ahead: loaders } = stream;
+        let Stream { sequential, ahead: loaders, stream } = stream;
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {
@@ -506,14 +498,10 @@ impl SharedFile {
             let last = (offset / PAGE as u64 + ahead).min(pages).max(own);
             let window = self.inner.ahead_window();
             if window > 0 && loaders {
-                self.read_ahead(last, window, pages);
+                self.read_ahead(self.streams.get(stream), last, window, pages);
             }
             last
         } else {
-            // Relaxed (both): this open's own hint.
-            if self.ahead_to.load(Ordering::Relaxed) != 0 {
-                self.ahead_to.store(0, Ordering::Relaxed);
-            }
             own
         };
         let streamed = sequential && self.inner.streams();
@@ -532,12 +520,12 @@ impl SharedFile {
     }
 
     /// Keeps [`AHEAD_WINDOWS`] windows of `window` pages posted to the process's loaders
-    /// past page `from` (of `pages`), posting whole windows only, but the file's last. If the
-    /// loaders take none, a reader that reaches pages not loaded loads them itself.
-    fn read_ahead(&self, from: u64, window: u64, pages: u64) {
+    /// past page `from` (of `pages`) for `stream`, posting whole windows only, but the file's
+    /// last. If the loaders take none, a reader that reaches pages not loaded loads them itself.
+    fn read_ahead(&self, stream: &ReadStream, from: u64, window: u64, pages: u64) {
         let target = from.saturating_add(AHEAD_WINDOWS * window).min(pages);
         // Relaxed (both): this open's own hint; the loaders look at the index, not at this.
-        let mut at = self.ahead_to.load(Ordering::Relaxed).max(from);
+        let mut at = stream.ahead_to.load(Ordering::Relaxed).max(from);
         if at >= target || (target - at < window && target < pages) {
             return;
         }
@@ -555,7 +543,7 @@ impl SharedFile {
             }
             at = to;
         }
-        self.ahead_to.store(at, Ordering::Relaxed);
+        stream.ahead_to.store(at, Ordering::Relaxed);
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to

@@ -49,6 +49,7 @@ mod pages;
 mod pin;
 mod pin_ledger;
 mod quiet;
+mod read_streams;
 mod repair;
 pub mod serve;
 mod set_flush;
