@@ -94,9 +94,20 @@ impl ReadStreams {
         let (i, sequential) = match found {
             Some(i) => (i, true),
             None => {
-                let idle =
-                    |s: &ReadStream| (s.continued.load(Ordering::Relaxed), s.used.load(Ordering::Relaxed));
-                let i = (0..STREAMS).min_by_key(|&i| idle(&self.streams[i])).unwrap_or(0);
+                // Not continued first, then the longest unread: one key, a plain loop (a
+                // `min_by_key` over pairs cost random reads 3% of their cycles in stack
+                // traffic, perf).
+                let idle = |s: &ReadStream| {
+                    (s.continued.load(Ordering::Relaxed) as u64) << 63
+                        | (s.used.load(Ordering::Relaxed) & (u64::MAX >> 1))
+                };
+                let (mut i, mut least) = (0, u64::MAX);
+                for (j, s) in self.streams.iter().enumerate() {
+                    let key = idle(s);
+                    if key < least {
+                        (i, least) = (j, key);
+                    }
+                }
                 self.streams[i].ahead_to.store(0, Ordering::Relaxed);
                 (i, false)
             }
