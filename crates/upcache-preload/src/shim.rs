@@ -724,9 +724,7 @@ impl Shim {
                 Ok(map) => {
                     let mut files = cached_files(&map);
                     if let Ok(orphans) = self.orphans.try_lock() {
-                        files.extend(
-                            orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone()),
-                        );
+                        files.extend(live_orphans(&orphans));
                     }
                     files
                 }
@@ -759,8 +757,7 @@ impl Shim {
     /// would cut the OS file to a stale length).
     fn live_files(&self) -> Vec<File> {
         let mut files = cached_files(&lock(&self.files));
-        let orphans = lock(&self.orphans);
-        files.extend(orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone()));
+        files.extend(live_orphans(&lock(&self.orphans)));
         files
     }
 
@@ -793,6 +790,11 @@ impl Shim {
             warn(&format!("UPCACHE_STATS={}: {e}", path.display()));
         }
     }
+}
+
+/// The orphans (files whose last close failed to write them back) that are not demoted.
+fn live_orphans(orphans: &[((u64, u64), File)]) -> impl Iterator<Item = File> + '_ {
+    orphans.iter().filter(|(key, _)| !is_demoted(*key)).map(|(_, f)| f.clone())
 }
 
 /// The open files of a files map that are not demoted.

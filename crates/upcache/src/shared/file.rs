@@ -25,7 +25,7 @@ use super::frame::{DIRTY, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::pages::Fill;
-use super::read_streams::{ReadStream, ReadStreams};
+use super::read_streams::{Followed, ReadStream, ReadStreams};
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
@@ -48,18 +48,6 @@ const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
 const BEHIND_PAGES: u64 = 4 * RUN_PAGES as u64;
 /// Windows a dflush looks at, at most.
 const DFLUSH_WINDOWS: u64 = 4;
-
-/// Where a read stands in its open's stream of reads (`SharedFile::read_at`).
-#[derive(Clone, Copy, Debug, Default)]
-struct Stream {
-    /// It begins where the open's last read ended.
-    sequential: bool,
-    /// With `sequential`, its loaders may read ahead of it: the last read was sequential too,
-    /// or this one begins at the file's start.
-    ahead: bool,
-    /// The open's read stream it belongs to (`ReadStreams`).
-    stream: usize,
-}
 
 /// How a read's hit of a page counts for the clock hand (`FrameMeta::note_read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,9 +367,7 @@ impl SharedFile {
         let e = self.entry();
         let end = offset.saturating_add(buf.len() as u64);
         let (first, last) = pages_of(offset, end);
-        let followed = self.streams.follow(offset, end);
-        let stream =
-            Stream { sequential: followed.sequential, ahead: followed.streak, stream: followed.stream };
+        let stream = self.streams.follow(offset, end);
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
@@ -426,7 +412,7 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::read(&self.fd, buf, offset, &self.name);
         }
-        self.read_pages(buf, offset, Stream::default())
+        self.read_pages(buf, offset, Followed::default())
     }
 
     /// Copies bytes `in_page..` of page `page` into `dst` from the frame a stopped process
@@ -481,12 +467,12 @@ impl SharedFile {
 
     /// Copies the pages of `[offset, offset + buf.len())` within the length, each whole. A
     /// miss loads the read's missing pages from there on in one run (`load.rs`). A read that
-    /// is `sequential` (it continues where this open's last one ended) is read ahead as the
+    /// is `sequential` (it continues one of this open's streams) is read ahead as the
     /// kernel's: a miss loads up to `SharedConfig::readahead` from its first page (synchronous
-    /// readahead), and, if `stream.ahead` too, windows past that go to the process's loaders
+    /// readahead), and, if `stream.streak` too, windows past that go to the process's loaders
     /// (`read_ahead`).
-    fn read_pages(&self, buf: &mut [u8], offset: u64, stream: Stream) -> Result<usize> {
-        let Stream { sequential, ahead: loaders, stream } = stream;
+    fn read_pages(&self, buf: &mut [u8], offset: u64, stream: Followed) -> Result<usize> {
+        let Followed { sequential, streak: loaders, stream } = stream;
         let len = self.cached_len();
         let end = offset.saturating_add(buf.len() as u64).min(len);
         if offset >= end {

@@ -44,8 +44,9 @@ impl ReadStream {
     }
 }
 
-/// A read as the streams see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a read stands in its open's streams (`SharedFile::read_at`); the default, a read
+/// that continues nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Followed {
     /// The stream it belongs to now.
     pub stream: usize,
