@@ -1,10 +1,7 @@
 //! [`Cache`]: the user's handle on an array. It creates or opens the array (catalog, markers,
 //! metadata-log replay), builds the cache core and starts its threads, and names files.
 
-use std::collections::hash_map::RandomState;
-use std::fs::{self, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
-use std::os::fd::AsRawFd;
+use std::fs;
 use std::path::Path;
 
 use super::aio::AsyncIo;
@@ -16,16 +13,13 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::{validate_name, FileInner, Placement};
 use crate::frame::FrameId;
 use crate::io::device::{self, backing_path};
-use crate::meta::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
-use crate::meta::metalog::{self, MetaLog, NewLog, Record};
-use crate::meta::namespace::Namespace;
+use crate::meta::array::{ArrayMeta, ArraySpec};
+use crate::meta::metalog::Record;
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
 use crate::service::flusher::Flushers;
 use crate::service::loader::Loader;
 use crate::sync::{self, Arc, Ordering};
-
-const LOCK_NAME: &str = "upcache.lock";
 
 /// A user-space page cache over an array of device directories.
 ///
@@ -47,38 +41,15 @@ impl Cache {
     }
 }
 
-fn random_id() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-fn lock_array(dir: &std::path::Path) -> Result<fs::File> {
-    let path = dir.join(LOCK_NAME);
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-    // SAFETY: flock on an fd we own; no memory is involved.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(Error::with_source(
-                ErrorKind::Busy,
-                format!("the array in {} is already open", dir.display()),
-                e,
-            ));
-        }
-        return Err(Error::io(format!("lock {}", path.display()), e));
+/// The array `config` asks for.
+fn spec_of(config: &Config) -> ArraySpec<'_> {
+    ArraySpec {
+        dirs: &config.device_dirs,
+        meta_dir: config.meta_dir.as_deref(),
+        page_size: config.page_size,
+        stripe_unit: config.stripe_unit,
+        kind: config.layout,
     }
-    Ok(f)
 }
 
 impl Cache {
@@ -97,71 +68,17 @@ impl Cache {
     /// ```
     pub fn create(config: Config) -> Result<Cache> {
         config.validate()?;
-        for dir in &config.device_dirs {
-            fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-            for name in [CATALOG_NAME, MARKER_NAME] {
-                if dir.join(name).exists() {
-                    return Err(Error::new(
-                        ErrorKind::AlreadyExists,
-                        format!(
-                            "{} already holds an upcache array (or an interrupted create: remove \
-                             its upcache.* files)",
-                            dir.display()
-                        ),
-                    ));
-                }
-            }
-        }
-        let lock = lock_array(&config.device_dirs[0])?;
-        let meta_dir = match &config.meta_dir {
-            Some(d) => {
-                fs::create_dir_all(d).map_err(|e| Error::io(format!("create {}", d.display()), e))?;
-                Some(fs::canonicalize(d).map_err(|e| Error::io(format!("open {}", d.display()), e))?)
-            }
-            None => None,
-        };
-        let layout = ArrayLayout {
-            array_id: random_id(),
-            devices: config.device_dirs.len() as u32,
-            page_size: config.page_size as u32,
-            stripe_unit: config.stripe_unit,
-            kind: config.layout,
-        };
-        for (i, dir) in config.device_dirs.iter().enumerate() {
-            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
-                .store(dir)?;
-        }
-        let meta_dir_name = match &meta_dir {
-            Some(d) => Some(
-                d.to_str()
-                    .ok_or_else(|| {
-                        Error::new(ErrorKind::InvalidConfig, format!("{} is not UTF-8", d.display()))
-                    })?
-                    .to_owned(),
-            ),
-            None => None,
-        };
-        let catalog =
-            Catalog { layout, generation: 0, meta_dir: meta_dir_name, next_file_id: 1, files: Vec::new() };
-        let meta_dir = meta_dir.unwrap_or_else(|| config.device_dirs[0].clone());
-        // `start` writes the catalog last: a crash before it leaves markers without a catalog,
-        // which `open` refuses as not an array and `create` refuses as taken.
-        Cache::start(config, Namespace::from_catalog(catalog), 0, meta_dir, lock)
+        let array = ArrayMeta::create(spec_of(&config))?;
+        Cache::start(config, array)
     }
 
     /// Opens the array in the config's device directories, or makes a new one there if the
     /// first directory holds none (missing or without an array's catalog): what a program
     /// that keeps its data in one array calls at every start. Errors as `open` and `create`.
     pub fn open_or_create(config: Config) -> Result<Cache> {
-        match Cache::open(config.clone()) {
-            Err(e)
-                if e.kind() == ErrorKind::NotAnArray
-                    && !config.device_dirs[0].join(CATALOG_NAME).exists() =>
-            {
-                Cache::create(config)
-            }
-            r => r,
-        }
+        config.validate()?;
+        let array = ArrayMeta::open_or_create(spec_of(&config))?;
+        Cache::start(config, array)
     }
 
     /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
@@ -169,94 +86,13 @@ impl Cache {
     /// from the config.
     pub fn open(config: Config) -> Result<Cache> {
         config.validate()?;
-        let dir0 = &config.device_dirs[0];
-        if !dir0.is_dir() {
-            return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
-        }
-        // Locked before reading: a process closing the array meanwhile checkpoints, which
-        // replaces the catalog and deletes the log it follows.
-        let lock = lock_array(dir0)?;
-        let catalog = Catalog::load(dir0)?;
-        let l = catalog.layout;
-        let want =
-            (config.device_dirs.len() as u32, config.page_size as u32, config.stripe_unit, config.layout);
-        if (l.devices, l.page_size, l.stripe_unit, l.kind) != want {
-            return Err(Error::new(
-                ErrorKind::LayoutMismatch,
-                format!(
-                    "array in {} has {} devices, page size {}, stripe unit {}, layout {}; the config \
-                     asks for {} devices, page size {}, stripe unit {}, layout {}",
-                    dir0.display(),
-                    l.devices,
-                    l.page_size,
-                    l.stripe_unit,
-                    l.kind.name(),
-                    want.0,
-                    want.1,
-                    want.2,
-                    want.3.name()
-                ),
-            ));
-        }
-        for (i, dir) in config.device_dirs.iter().enumerate() {
-            let m = DeviceMarker::load(dir)?;
-            if m.array_id != l.array_id {
-                return Err(Error::new(
-                    ErrorKind::NotAnArray,
-                    format!("{} belongs to another array", dir.display()),
-                ));
-            }
-            if m.index != i as u32 || m.devices != l.devices {
-                return Err(Error::new(
-                    ErrorKind::LayoutMismatch,
-                    format!(
-                        "{} is device {} of {}, but is listed as device {i}",
-                        dir.display(),
-                        m.index,
-                        m.devices
-                    ),
-                ));
-            }
-        }
-        let meta_dir = metalog::resolve_dir(config.meta_dir.as_deref(), catalog.meta_dir.as_deref(), dir0)?;
-        let from = catalog.generation;
-        let mut ns = Namespace::from_catalog(catalog);
-        let top = metalog::replay(&meta_dir, l.array_id, from, |r| ns.apply(r))?;
-        let known = ns.names.values().map(|e| e.id).collect();
-        for dir in &config.device_dirs {
-            device::remove_orphans(dir, &known)?;
-        }
-        Cache::start(config, ns, top, meta_dir, lock)
+        let array = ArrayMeta::open(spec_of(&config))?;
+        Cache::start(config, array)
     }
 
-    /// Starts a cache over namespace `ns`, replayed up to log generation `top`: first a
-    /// checkpoint (a new log of generation `top + 1`, then the catalog of that generation,
-    /// then older logs deleted), so that the log starts empty.
-    fn start(
-        config: Config,
-        ns: Namespace,
-        top: u64,
-        meta_dir: std::path::PathBuf,
-        lock: fs::File,
-    ) -> Result<Cache> {
-        let generation = top + 1;
-        let array_id = ns.layout.array_id;
-        let fs_of = |d: &std::path::Path| {
-            use std::os::unix::fs::MetadataExt;
-            fs::metadata(d).map(|m| m.dev()).map_err(|e| Error::io(format!("stat {}", d.display()), e))
-        };
-        let log_fs = fs_of(&meta_dir)?;
-        let flushes = device::fdatasync_flushes_device(&meta_dir);
-        let log_shares_device = config
-            .device_dirs
-            .iter()
-            .map(|d| fs_of(d).map(|f| flushes && f == log_fs))
-            .collect::<Result<Vec<_>>>()?;
-        let log = NewLog::create(&meta_dir, array_id, generation)?;
-        ns.catalog(generation).store(&config.device_dirs[0])?;
-        metalog::remove_logs_before(&meta_dir, array_id, generation)?;
-        let inner =
-            Arc::new(CacheInner::new(config, ns, meta_dir, MetaLog::new(log), log_shares_device, lock)?);
+    /// Starts a cache over the array `array` (just opened and checkpointed).
+    fn start(config: Config, array: ArrayMeta) -> Result<Cache> {
+        let inner = Arc::new(CacheInner::new(config, array)?);
         let flushers = Flushers::start(&inner)?;
         let loader = Loader::start(&inner)?;
         Ok(Cache { inner, flushers, loader, closed: false })
@@ -277,7 +113,7 @@ impl Cache {
     pub fn create_file(&self, name: &str) -> Result<File> {
         validate_name(name)?;
         let inner = &self.inner;
-        let mut ns = sync::lock(&inner.namespace);
+        let mut ns = sync::lock(&inner.array.namespace);
         if ns.names.contains_key(name) {
             return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
         }
@@ -289,8 +125,8 @@ impl Cache {
         }
         let created = Record::Create { id, name: name.to_owned() };
         ns.apply(&created);
-        let ticket = inner.metalog.append(&created);
-        if let Err(e) = inner.metalog.commit_or_abandon(ticket) {
+        let ticket = inner.array.metalog.append(&created);
+        if let Err(e) = inner.array.metalog.commit_or_abandon(ticket) {
             ns.apply(&Record::Remove { id, name: name.to_owned() });
             return Err(e);
         }
@@ -311,7 +147,7 @@ impl Cache {
     pub fn open_file(&self, name: &str) -> Result<File> {
         validate_name(name)?;
         let inner = &self.inner;
-        let ns = sync::lock(&inner.namespace);
+        let ns = sync::lock(&inner.array.namespace);
         let e = *ns
             .names
             .get(name)
@@ -346,7 +182,7 @@ impl Cache {
     pub fn remove_file(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let inner = &self.inner;
-        let mut ns = sync::lock(&inner.namespace);
+        let mut ns = sync::lock(&inner.array.namespace);
         let e = *ns
             .names
             .get(name)
@@ -359,8 +195,8 @@ impl Cache {
         // The log first: if it cannot be written, the file stays whole and usable.
         let removed = Record::Remove { id: e.id, name: name.to_owned() };
         ns.apply(&removed);
-        let ticket = inner.metalog.append(&removed);
-        if let Err(err) = inner.metalog.commit_or_abandon(ticket) {
+        let ticket = inner.array.metalog.append(&removed);
+        if let Err(err) = inner.array.metalog.commit_or_abandon(ticket) {
             ns.restore(name, e);
             return Err(err);
         }
@@ -384,14 +220,14 @@ impl Cache {
     /// Whether a file of that name exists.
     pub fn exists(&self, name: &str) -> Result<bool> {
         validate_name(name)?;
-        Ok(sync::lock(&self.inner.namespace).names.contains_key(name))
+        Ok(sync::lock(&self.inner.array.namespace).names.contains_key(name))
     }
 
     /// The length of file `name` (as `File::len` gives it if the file is open), without
     /// opening it. Fails with `NotFound` if there is no such file.
     pub fn file_len(&self, name: &str) -> Result<u64> {
         validate_name(name)?;
-        let ns = sync::lock(&self.inner.namespace);
+        let ns = sync::lock(&self.inner.array.namespace);
         let e = ns
             .names
             .get(name)
@@ -405,7 +241,7 @@ impl Cache {
 
     /// Every file name, sorted.
     pub fn list(&self) -> Vec<String> {
-        sync::lock(&self.inner.namespace).names.keys().cloned().collect()
+        sync::lock(&self.inner.array.namespace).names.keys().cloned().collect()
     }
 
     /// Writes back every dirty page of every file, syncs the backing files and logs every
@@ -560,7 +396,7 @@ impl Cache {
         let synced = self.inner.sync_everything();
         // Even after a failed write-back: the namespace (names, lengths) is still worth
         // checkpointing.
-        let checkpointed = self.inner.checkpoint();
+        let checkpointed = self.inner.array.checkpoint();
         synced?;
         checkpointed
     }

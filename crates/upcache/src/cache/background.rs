@@ -72,7 +72,7 @@ impl FlushWork for CacheInner {
         CacheInner::write_back_expired(self, now_ms);
     }
     fn checkpoint_if_wanted(&self) {
-        CacheInner::checkpoint_if_wanted(self)
+        self.array.checkpoint_if_wanted()
     }
     fn reclaim(&self) {
         self.placement.reclaim(self)

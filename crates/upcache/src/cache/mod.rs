@@ -13,7 +13,6 @@ pub(crate) mod readahead;
 pub(crate) mod writeback;
 
 use std::collections::HashMap;
-use std::fs;
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
@@ -23,11 +22,11 @@ use crate::io::device::gc_watch::GcWatch;
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
+use crate::meta::array::ArrayMeta;
 use crate::meta::catalog::sync_dir;
-use crate::meta::metalog::{self, MetaLog, NewLog, Record};
-use crate::meta::namespace::Namespace;
+use crate::meta::metalog::{self, Record};
 use crate::metrics::{Metrics, Stats};
-use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{self, Arc, AtomicU64, Ordering, RwLock};
 use placement::Placement;
 use readahead::Inbox;
 use writeback::Writeback;
@@ -66,19 +65,8 @@ pub(crate) struct CacheInner {
     pub(crate) placement: Box<dyn Placement>,
     /// Files opened since the cache started, by id. Held briefly; never while waiting.
     pub(crate) files: RwLock<HashMap<u64, Arc<FileInner>>>,
-    pub(crate) namespace: Mutex<Namespace>,
-    /// Namespace changes since the last checkpoint (the catalog).
-    pub(crate) metalog: MetaLog,
-    /// Where the metadata log lives.
-    pub(crate) meta_dir: std::path::PathBuf,
-    /// Held by the one checkpoint running.
-    checkpointing: Mutex<()>,
-    /// By device: whether its directory is on the metadata directory's file system and that
-    /// is ext4 or XFS (`device::fdatasync_flushes_device`), so that the log's `fdatasync`
-    /// flushes the device's cache after the data written to its O_DIRECT backing files.
-    log_shares_device: Vec<bool>,
-    /// A flusher is checkpointing: the others go on writing back.
-    checkpoint_running: AtomicBool,
+    /// The array: its namespace, metadata log and lock.
+    pub(crate) array: ArrayMeta,
     /// OS files cached by path (`Cache::open_path`), by (device, inode).
     pub(crate) plain_files: sync::Mutex<HashMap<(u64, u64), Arc<FileInner>>>,
     /// The next plain file's id, past every catalog id (`plain::PLAIN_ID`).
@@ -95,22 +83,12 @@ pub(crate) struct CacheInner {
     /// Frames side by side in each aligned block of this many bytes make one memory segment
     /// (`batch::runs`): the arena's contiguous block, at most a device's segment size.
     pub(crate) segment_block: usize,
-    /// Holds an exclusive flock on the array for the life of the cache.
-    _lock_file: fs::File,
 }
 
 impl CacheInner {
-    /// The cache core over namespace `ns` (its log `metalog` just checkpointed in `meta_dir`):
-    /// frames, allocator, policy, engine and write-back accounting, with no thread started.
-    /// `lock` is the array's flock, held for the core's life.
-    pub(crate) fn new(
-        config: Config,
-        ns: Namespace,
-        meta_dir: std::path::PathBuf,
-        metalog: MetaLog,
-        log_shares_device: Vec<bool>,
-        lock: fs::File,
-    ) -> Result<CacheInner> {
+    /// The cache core over `array` (just opened and checkpointed): frames, allocator, policy,
+    /// engine and write-back accounting, with no thread started.
+    pub(crate) fn new(config: Config, array: ArrayMeta) -> Result<CacheInner> {
         let frames = FrameTable::new(config.frame_count(), config.page_size)?;
         if config.prefault {
             frames.prefault().map_err(|e| {
@@ -121,8 +99,7 @@ impl CacheInner {
                 )
             })?;
         }
-        let layout =
-            StripeLayout::new(config.page_size, config.stripe_unit, config.device_dirs.len(), config.layout);
+        let layout = array.layout;
         let gc = std::sync::Arc::new(GcWatch::new(config.device_dirs.len()));
         let placement = placement::build(&config, frames.len(), gc_probe(&config, layout, &gc));
         // A resizable cache gives frame memory back with MADV_DONTNEED, which would detach
@@ -155,12 +132,7 @@ impl CacheInner {
             engine,
             gc,
             files: RwLock::new(HashMap::new()),
-            namespace: Mutex::new(ns),
-            metalog,
-            meta_dir,
-            checkpointing: Mutex::new(()),
-            log_shares_device,
-            checkpoint_running: AtomicBool::new(false),
+            array,
             plain_files: sync::Mutex::new(HashMap::new()),
             next_plain_id: crate::sync::AtomicU64::new(plain::PLAIN_ID),
             writeback,
@@ -170,7 +142,6 @@ impl CacheInner {
             limits,
             segment_block,
             config,
-            _lock_file: lock,
         })
     }
 
@@ -260,13 +231,13 @@ impl CacheInner {
         if let Some((ticket, len)) = self.append_len(file) {
             before_commit()?;
             // Outside the namespace lock: syncs of other files join this write.
-            self.metalog.commit(ticket)?;
+            self.array.metalog.commit(ticket)?;
             self.len_durable(file, ticket, len);
             self.kick_checkpoint_if_wanted();
             return Ok(true);
         }
         if kind == SyncKind::All {
-            self.metalog.commit(self.metalog.last())?;
+            self.array.metalog.commit(self.array.metalog.last())?;
         }
         self.kick_checkpoint_if_wanted();
         Ok(false)
@@ -284,13 +255,13 @@ impl CacheInner {
         if !changed() {
             return None;
         }
-        let mut ns = sync::lock(&self.namespace);
+        let mut ns = sync::lock(&self.array.namespace);
         // Under the namespace lock, so that records of one file are logged in the order of
         // the lengths they carry.
         let len = file.len.load(Ordering::Acquire);
         let r = Record::SetLen { id: file.id, len };
         ns.apply(&r);
-        let ticket = self.metalog.append(&r);
+        let ticket = self.array.metalog.append(&r);
         // Relaxed: written and read only under the namespace lock.
         file.len_record.store(ticket.seq(), Ordering::Relaxed);
         Some((ticket, len))
@@ -298,7 +269,7 @@ impl CacheInner {
 
     /// The record `ticket` of the file's length `len` is durable.
     fn len_durable(&self, file: &FileInner, ticket: metalog::Ticket, len: u64) {
-        let _ns = sync::lock(&self.namespace);
+        let _ns = sync::lock(&self.array.namespace);
         // Only if no later length record was appended meanwhile: an older sync storing its
         // length late could make a newer, unlogged length look persisted.
         // Relaxed: under the namespace lock, as above.
@@ -309,7 +280,7 @@ impl CacheInner {
     }
 
     fn kick_checkpoint_if_wanted(&self) {
-        if self.metalog.wants_checkpoint() {
+        if self.array.metalog.wants_checkpoint() {
             self.writeback.kick_flushers();
         }
     }
@@ -348,7 +319,7 @@ impl CacheInner {
         for b in &file.backing {
             // Only such backing files can ever let the log's flush stand in for theirs, so
             // only they are worth zero-filling ahead.
-            let may_defer = b.is_direct() && self.log_shares_device[b.device()];
+            let may_defer = b.is_direct() && self.array.log_shares_device[b.device()];
             if first.is_none() && logs_len && may_defer && b.zeros().pending().is_none() {
                 deferred.push(b);
                 continue;
@@ -459,38 +430,6 @@ impl CacheInner {
         ))
     }
 
-    /// A checkpoint (module docs of `meta/metalog.rs`): a new log, the namespace as of the
-    /// switch to it as the catalog, older logs deleted. Runs in a flusher, or on close.
-    pub(crate) fn checkpoint(&self) -> Result<()> {
-        let _one = sync::lock(&self.checkpointing);
-        let array_id = sync::lock(&self.namespace).layout.array_id;
-        let generation = self.metalog.generation() + 1;
-        // Made durable before any lock: syncs wait only for the switch below.
-        let next = NewLog::create(&self.meta_dir, array_id, generation)?;
-        let catalog = {
-            let ns = sync::lock(&self.namespace);
-            self.metalog.switch_to(next)?;
-            ns.catalog(generation)
-        };
-        catalog.store(&self.config.device_dirs[0])?;
-        metalog::remove_logs_before(&self.meta_dir, array_id, generation)
-    }
-
-    /// Checkpoints if the log asked for it and no other thread is checkpointing; errors are
-    /// logged (the log keeps growing).
-    pub(crate) fn checkpoint_if_wanted(&self) {
-        if self.metalog.wants_checkpoint() && !self.checkpoint_running.swap(true, Ordering::Acquire) {
-            // Checked again: a checkpoint may have ended between the check and the swap.
-            if self.metalog.wants_checkpoint() {
-                if let Err(e) = self.checkpoint() {
-                    log::warn!("metadata checkpoint failed, the log keeps growing: {e}");
-                }
-            }
-            // Release: pairs with the Acquire above.
-            self.checkpoint_running.store(false, Ordering::Release);
-        }
-    }
-
     pub(crate) fn sync_everything(&self) -> Result<()> {
         let files: Vec<_> = sync::read(&self.files).values().cloned().collect();
         let mut first = None;
@@ -509,7 +448,7 @@ impl CacheInner {
                 }
             }
         }
-        match self.metalog.commit(self.metalog.last()) {
+        match self.array.metalog.commit(self.array.metalog.last()) {
             Ok(()) => {
                 for (f, t, len) in lengths {
                     self.len_durable(&f, t, len);
@@ -519,7 +458,7 @@ impl CacheInner {
                 first.get_or_insert(e);
             }
         }
-        for dir in self.config.device_dirs.iter().chain([&self.meta_dir]) {
+        for dir in self.config.device_dirs.iter().chain([&self.array.meta_dir]) {
             if let Err(e) = sync_dir(dir) {
                 first.get_or_insert(e);
             }

@@ -22,6 +22,7 @@
 //!
 //! Plain files (`Cache::open_path`) keep nothing here: the OS file is their only backing file.
 
+pub mod array;
 pub mod catalog;
 pub mod metalog;
 pub mod namespace;

@@ -1,0 +1,291 @@
+//! An open array's metadata, whichever engine caches its files: the device directories and
+//! their layout, the namespace, the metadata log it is kept by, and the array's lock.
+//!
+//! Creating and opening check every directory's marker against the catalog, replay the log
+//! over the catalog, and then checkpoint (a new, empty log; the catalog of its generation;
+//! older logs deleted), so an open array's log holds only what changed since it was opened.
+
+use std::collections::hash_map::RandomState;
+use std::fs::{self, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
+use super::metalog::{self, MetaLog, NewLog};
+use super::namespace::Namespace;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::layout::{LayoutKind, StripeLayout};
+use crate::sync::{self, AtomicBool, Mutex, Ordering};
+
+const LOCK_NAME: &str = "upcache.lock";
+
+/// What an array is asked to be: its device directories (device 0 first), where its log goes
+/// if not in the first, and its layout.
+#[derive(Debug, Clone, Copy)]
+pub struct ArraySpec<'a> {
+    /// One directory per device, in device order.
+    pub dirs: &'a [PathBuf],
+    /// The metadata log's directory, if not the first device directory's.
+    pub meta_dir: Option<&'a Path>,
+    /// Bytes per page.
+    pub page_size: usize,
+    /// Bytes per stripe unit, a multiple of the page size.
+    pub stripe_unit: u64,
+    /// How stripe units are placed on devices.
+    pub kind: LayoutKind,
+}
+
+/// An open array's metadata (module docs). Its lock is held for its life.
+pub(crate) struct ArrayMeta {
+    pub(crate) dirs: Vec<PathBuf>,
+    pub(crate) layout: StripeLayout,
+    pub(crate) namespace: Mutex<Namespace>,
+    /// Namespace changes since the last checkpoint (the catalog).
+    pub(crate) metalog: MetaLog,
+    /// Where the metadata log lives.
+    pub(crate) meta_dir: PathBuf,
+    /// By device: whether its directory is on the metadata directory's file system and that
+    /// is ext4 or XFS (`device::fdatasync_flushes_device`), so that the log's `fdatasync`
+    /// flushes the device's cache after the data written to its O_DIRECT backing files.
+    pub(crate) log_shares_device: Vec<bool>,
+    /// Held by the one checkpoint running.
+    checkpointing: Mutex<()>,
+    /// A thread is checkpointing: the others go on with their work.
+    checkpoint_running: AtomicBool,
+    /// Holds an exclusive flock on the array.
+    _lock: fs::File,
+}
+
+fn random_id() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn lock_array(dir: &Path) -> Result<fs::File> {
+    let path = dir.join(LOCK_NAME);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(Error::with_source(
+                ErrorKind::Busy,
+                format!("the array in {} is already open", dir.display()),
+                e,
+            ));
+        }
+        return Err(Error::io(format!("lock {}", path.display()), e));
+    }
+    Ok(f)
+}
+
+impl ArrayMeta {
+    /// Makes a new array in `spec`'s directories (created if missing). Fails with
+    /// `AlreadyExists` if any directory already holds an array.
+    pub(crate) fn create(spec: ArraySpec<'_>) -> Result<ArrayMeta> {
+        for dir in spec.dirs {
+            fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+            for name in [CATALOG_NAME, MARKER_NAME] {
+                if dir.join(name).exists() {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!(
+                            "{} already holds an upcache array (or an interrupted create: remove \
+                             its upcache.* files)",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let lock = lock_array(&spec.dirs[0])?;
+        let meta_dir = match spec.meta_dir {
+            Some(d) => {
+                fs::create_dir_all(d).map_err(|e| Error::io(format!("create {}", d.display()), e))?;
+                Some(fs::canonicalize(d).map_err(|e| Error::io(format!("open {}", d.display()), e))?)
+            }
+            None => None,
+        };
+        let layout = ArrayLayout {
+            array_id: random_id(),
+            devices: spec.dirs.len() as u32,
+            page_size: spec.page_size as u32,
+            stripe_unit: spec.stripe_unit,
+            kind: spec.kind,
+        };
+        for (i, dir) in spec.dirs.iter().enumerate() {
+            DeviceMarker { array_id: layout.array_id, index: i as u32, devices: layout.devices }
+                .store(dir)?;
+        }
+        let meta_dir_name = match &meta_dir {
+            Some(d) => Some(
+                d.to_str()
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::InvalidConfig, format!("{} is not UTF-8", d.display()))
+                    })?
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        let catalog =
+            Catalog { layout, generation: 0, meta_dir: meta_dir_name, next_file_id: 1, files: Vec::new() };
+        let meta_dir = meta_dir.unwrap_or_else(|| spec.dirs[0].clone());
+        // `start` writes the catalog last: a crash before it leaves markers without a catalog,
+        // which `open` refuses as not an array and `create` refuses as taken.
+        ArrayMeta::start(spec, Namespace::from_catalog(catalog), 0, meta_dir, lock)
+    }
+
+    /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
+    /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
+    /// from `spec`'s.
+    pub(crate) fn open(spec: ArraySpec<'_>) -> Result<ArrayMeta> {
+        let dir0 = &spec.dirs[0];
+        if !dir0.is_dir() {
+            return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
+        }
+        // Locked before reading: a process closing the array meanwhile checkpoints, which
+        // replaces the catalog and deletes the log it follows.
+        let lock = lock_array(dir0)?;
+        let catalog = Catalog::load(dir0)?;
+        let l = catalog.layout;
+        let want = (spec.dirs.len() as u32, spec.page_size as u32, spec.stripe_unit, spec.kind);
+        if (l.devices, l.page_size, l.stripe_unit, l.kind) != want {
+            return Err(Error::new(
+                ErrorKind::LayoutMismatch,
+                format!(
+                    "array in {} has {} devices, page size {}, stripe unit {}, layout {}; the config \
+                     asks for {} devices, page size {}, stripe unit {}, layout {}",
+                    dir0.display(),
+                    l.devices,
+                    l.page_size,
+                    l.stripe_unit,
+                    l.kind.name(),
+                    want.0,
+                    want.1,
+                    want.2,
+                    want.3.name()
+                ),
+            ));
+        }
+        for (i, dir) in spec.dirs.iter().enumerate() {
+            let m = DeviceMarker::load(dir)?;
+            if m.array_id != l.array_id {
+                return Err(Error::new(
+                    ErrorKind::NotAnArray,
+                    format!("{} belongs to another array", dir.display()),
+                ));
+            }
+            if m.index != i as u32 || m.devices != l.devices {
+                return Err(Error::new(
+                    ErrorKind::LayoutMismatch,
+                    format!(
+                        "{} is device {} of {}, but is listed as device {i}",
+                        dir.display(),
+                        m.index,
+                        m.devices
+                    ),
+                ));
+            }
+        }
+        let meta_dir = metalog::resolve_dir(spec.meta_dir, catalog.meta_dir.as_deref(), dir0)?;
+        let from = catalog.generation;
+        let mut ns = Namespace::from_catalog(catalog);
+        let top = metalog::replay(&meta_dir, l.array_id, from, |r| ns.apply(r))?;
+        let known = ns.names.values().map(|e| e.id).collect();
+        for dir in spec.dirs {
+            crate::io::device::remove_orphans(dir, &known)?;
+        }
+        ArrayMeta::start(spec, ns, top, meta_dir, lock)
+    }
+
+    /// Opens the array in `spec`'s directories, or makes a new one there if the first holds
+    /// none (missing, or without an array's catalog). Errors as `open` and `create`.
+    pub(crate) fn open_or_create(spec: ArraySpec<'_>) -> Result<ArrayMeta> {
+        match ArrayMeta::open(spec) {
+            Err(e) if e.kind() == ErrorKind::NotAnArray && !spec.dirs[0].join(CATALOG_NAME).exists() => {
+                ArrayMeta::create(spec)
+            }
+            r => r,
+        }
+    }
+
+    /// The array over namespace `ns`, replayed up to log generation `top`: first a
+    /// checkpoint (a new log of generation `top + 1`, then the catalog of that generation,
+    /// then older logs deleted), so that the log starts empty.
+    fn start(
+        spec: ArraySpec<'_>,
+        ns: Namespace,
+        top: u64,
+        meta_dir: PathBuf,
+        lock: fs::File,
+    ) -> Result<ArrayMeta> {
+        let generation = top + 1;
+        let array_id = ns.layout.array_id;
+        let fs_of = |d: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(d).map(|m| m.dev()).map_err(|e| Error::io(format!("stat {}", d.display()), e))
+        };
+        let log_fs = fs_of(&meta_dir)?;
+        let flushes = crate::io::device::fdatasync_flushes_device(&meta_dir);
+        let log_shares_device =
+            spec.dirs.iter().map(|d| fs_of(d).map(|f| flushes && f == log_fs)).collect::<Result<Vec<_>>>()?;
+        let log = NewLog::create(&meta_dir, array_id, generation)?;
+        ns.catalog(generation).store(&spec.dirs[0])?;
+        metalog::remove_logs_before(&meta_dir, array_id, generation)?;
+        Ok(ArrayMeta {
+            dirs: spec.dirs.to_vec(),
+            layout: StripeLayout::new(spec.page_size, spec.stripe_unit, spec.dirs.len(), spec.kind),
+            namespace: Mutex::new(ns),
+            metalog: MetaLog::new(log),
+            meta_dir,
+            log_shares_device,
+            checkpointing: Mutex::new(()),
+            checkpoint_running: AtomicBool::new(false),
+            _lock: lock,
+        })
+    }
+
+    /// A checkpoint (module docs of `meta/metalog.rs`): a new log, the namespace as of the
+    /// switch to it as the catalog, older logs deleted.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let _one = sync::lock(&self.checkpointing);
+        let array_id = sync::lock(&self.namespace).layout.array_id;
+        let generation = self.metalog.generation() + 1;
+        // Made durable before any lock: syncs wait only for the switch below.
+        let next = NewLog::create(&self.meta_dir, array_id, generation)?;
+        let catalog = {
+            let ns = sync::lock(&self.namespace);
+            self.metalog.switch_to(next)?;
+            ns.catalog(generation)
+        };
+        catalog.store(&self.dirs[0])?;
+        metalog::remove_logs_before(&self.meta_dir, array_id, generation)
+    }
+
+    /// Checkpoints if the log asked for it and no other thread is checkpointing; errors are
+    /// logged (the log keeps growing).
+    pub(crate) fn checkpoint_if_wanted(&self) {
+        if self.metalog.wants_checkpoint() && !self.checkpoint_running.swap(true, Ordering::Acquire) {
+            // Checked again: a checkpoint may have ended between the check and the swap.
+            if self.metalog.wants_checkpoint() {
+                if let Err(e) = self.checkpoint() {
+                    log::warn!("metadata checkpoint failed, the log keeps growing: {e}");
+                }
+            }
+            // Release: pairs with the Acquire above.
+            self.checkpoint_running.store(false, Ordering::Release);
+        }
+    }
+}
