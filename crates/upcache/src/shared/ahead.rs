@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::ThreadId;
 
-use super::held::HeldFd;
+use super::backing::Backing;
 use super::Inner;
 
 /// Pages of one open's file for the loader to load.
@@ -32,7 +32,7 @@ pub(crate) struct Window {
     /// A write stream's pages to write back, not pages to load.
     pub write: bool,
     /// The open's descriptor.
-    pub fd: Arc<HeldFd>,
+    pub fd: Arc<Backing>,
 }
 
 #[derive(Default)]

@@ -7,18 +7,21 @@ use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
+use super::backing::Backing;
 use crate::error::{Error, Result};
 use crate::io::sys::preadv_all;
 
 /// Reads at `offset` until `buf` is full or the file ends; the bytes read.
-pub(crate) fn read(fd: &std::fs::File, buf: &mut [u8], offset: u64, name: &str) -> Result<usize> {
+pub(crate) fn read(fd: &Backing, buf: &mut [u8], offset: u64, name: &str) -> Result<usize> {
+    let fd = fd.os_file("reads past the cache")?;
     preadv_all(fd.as_raw_fd(), offset, &mut [IoSliceMut::new(buf)])
         .map_err(|e| Error::io(format!("read {name}"), e))
 }
 
 /// Writes `buf` at `offset`: all of it, or, if an error stops it after some bytes, how many
 /// were written (the error if none were).
-pub(crate) fn write(fd: &std::fs::File, buf: &[u8], offset: u64, name: &str) -> Result<usize> {
+pub(crate) fn write(fd: &Backing, buf: &[u8], offset: u64, name: &str) -> Result<usize> {
+    let fd = fd.os_file("writes past the cache")?;
     let mut done = 0;
     while done < buf.len() {
         match fd.write_at(&buf[done..], offset + done as u64) {
@@ -33,6 +36,6 @@ pub(crate) fn write(fd: &std::fs::File, buf: &[u8], offset: u64, name: &str) -> 
 }
 
 /// The OS file's length.
-pub(crate) fn len(fd: &std::fs::File, name: &str) -> Result<u64> {
-    fd.metadata().map(|md| md.len()).map_err(|e| Error::io(format!("stat {name}"), e))
+pub(crate) fn len(fd: &Backing, name: &str) -> Result<u64> {
+    fd.os_file("OS length")?.metadata().map(|md| md.len()).map_err(|e| Error::io(format!("stat {name}"), e))
 }

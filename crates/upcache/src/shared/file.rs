@@ -18,6 +18,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use super::ahead;
+use super::backing::Backing;
 use super::bypass;
 use super::files::{self, OsFile, Slot};
 use super::frame::PAGE;
@@ -65,7 +66,7 @@ enum Touch {
 pub struct SharedFile {
     pub(super) inner: Arc<Inner>,
     pub(super) slot: u32,
-    pub(super) fd: Arc<HeldFd>,
+    pub(super) fd: Arc<Backing>,
     writable: bool,
     closed: bool,
     /// The path it was opened at, for messages.
@@ -116,14 +117,14 @@ impl SharedFile {
             Some(high) => HeldFd::new(std::fs::File::from(high), fd.key()),
             None => fd,
         };
-        SharedFile::adopt(inner, fd, &md, write, name)
+        SharedFile::adopt(inner, Backing::File(fd), &md, write, name)
     }
 
     /// Caches the OS file open on `fd` (opened by this process, for writing if `write`), which
     /// `md` describes.
-    fn adopt(
+    pub(super) fn adopt(
         inner: Arc<Inner>,
-        fd: HeldFd,
+        fd: Backing,
         md: &std::fs::Metadata,
         write: bool,
         name: String,
@@ -138,7 +139,10 @@ impl SharedFile {
                 format!("{name}: past the 256 TiB a key can address"),
             ));
         }
-        let os = OsFile::of(md);
+        let mut os = OsFile::of(md);
+        if let Some(a) = fd.array() {
+            os.size = a.logged_len();
+        }
         let view = &inner.view;
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
@@ -163,7 +167,7 @@ impl SharedFile {
         // Where the file is, for a service that must write back what its writers left after
         // it lost their descriptors (it died and another took over): kept up to date by each
         // writable open, as files move.
-        if let Some(s) = slot.filter(|_| write) {
+        if let (Some(s), Some(fd)) = (slot.filter(|_| write), fd.os()) {
             let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
             let at = at.as_os_str().as_encoded_bytes();
             if at.starts_with(b"/") && !at.ends_with(b" (deleted)") {
@@ -200,11 +204,15 @@ impl SharedFile {
             e.fd.clone()
         };
         table.unlock(inner.me);
-        let max_len =
-            crate::io::device::largest_file(&fd, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
-                .min(super::frame::MAX_PAGES * PAGE as u64);
-        if write {
-            inner.lend_fd(slot, &fd);
+        let largest = match fd.os() {
+            Some(os) => {
+                crate::io::device::largest_file(os, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
+            }
+            None => crate::file::MAX_FILE_SIZE,
+        };
+        let max_len = largest.min(super::frame::MAX_PAGES * PAGE as u64);
+        if let (true, Some(os)) = (write, fd.os()) {
+            inner.lend_fd(slot, os);
         }
         let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
         let file = SharedFile {
@@ -259,7 +267,7 @@ impl SharedFile {
     /// Runs `change`, an OS change of the file that the program makes through the cache's
     /// shim (a `fallocate`), so that it is not taken for another program's.
     pub fn changing_os<T>(&self, change: impl FnOnce() -> T) -> T {
-        let _own = self.inner.own_change(self.slot, &self.fd);
+        let _own = self.inner.own_change(self.slot, self.fd.os());
         change()
     }
 
@@ -327,6 +335,12 @@ impl SharedFile {
     /// truncates and syncs the OS file directly. On a write-back error nothing changes.
     pub fn bypass(&self) -> Result<()> {
         self.inner.check_service()?;
+        if self.fd.array().is_some() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{}: an array file is only read through the cache", self.name),
+            ));
+        }
         let locked = FileLock::take(self, true);
         if self.bypassed() {
             return Ok(());
@@ -789,8 +803,12 @@ impl SharedFile {
         // Relaxed: changed only under the file's lock, which we hold.
         let reserved = e.reserved.load(Ordering::Relaxed);
         let (fits, r) = reserve::for_write(reserved, offset, len, PAGE as u64, self.max_len, |from, to| {
-            let _own = self.inner.own_change(self.slot, &self.fd);
-            reserve::set_aside(&self.fd, from, to)
+            let _own = self.inner.own_change(self.slot, self.fd.os());
+            match self.fd.os() {
+                Some(os) => reserve::set_aside(os, from, to),
+                // An array file's space is its devices': taken as its pages are written back.
+                None => Ok(()),
+            }
         })
         .map_err(|err| Error::io(format!("write {len} bytes at {offset} of {}", self.name), err))?;
         e.reserved.store(r, Ordering::Relaxed);
@@ -871,7 +889,7 @@ impl SharedFile {
             let pages = inner.candidates_of(self.slot, gen, from, to);
             // Frames others hold locked are passed over, never waited for: their holder may
             // be a stopped process, and this writer's pages are elsewhere.
-            let _ = inner.write_back_listed(&pages, &self.fd, inner.direct_of(&self.fd), false, Some(target));
+            let _ = inner.write_back_listed(&pages, inner.target(&self.fd), false, Some(target));
             looked += to - from;
             // Relaxed: a threshold.
             if inner.view.header().dirty.load(Ordering::Relaxed) <= target {
@@ -918,7 +936,7 @@ impl SharedFile {
             if new > old {
                 self.settle_end_page(old);
             }
-            let own = self.inner.own_change(self.slot, &self.fd);
+            let own = self.inner.own_change(self.slot, self.fd.os());
             self.fd.set_len(new).map_err(|err| Error::io("extend a shared file", err))?;
             drop(own);
             // Pages past the old end are left only by a truncate killed half-way: their
@@ -965,7 +983,7 @@ impl SharedFile {
         }
         // A failure leaves the cache at the new length with the OS file longer (loads zero
         // past the length) and the intent set, so no growth is taken in past it.
-        let own = self.inner.own_change(self.slot, &self.fd);
+        let own = self.inner.own_change(self.slot, self.fd.os());
         self.fd.set_len(new).map_err(|err| Error::io("truncate a shared file", err))?;
         drop(own);
         // Release: after the cut.
@@ -1038,6 +1056,8 @@ impl SharedFile {
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
+        // Before the write-back: an array file logs a length whose bytes are all written.
+        let len = self.cached_len();
         // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {
             self.write_back()
@@ -1051,11 +1071,11 @@ impl SharedFile {
                 "dirty pages of this file (written by another process) cannot be written back through a read-only open",
             ))
         };
-        let flushed = if all { self.fd.sync_all() } else { self.fd.sync_data() };
+        let flushed = self.fd.sync(len, all);
         // Even if our write-back failed: its error is this one, reported now, not again.
         let recorded = self.entry().unseen_error(seen);
         wrote?;
-        flushed.map_err(|e| Error::io(format!("flush {}", self.name), e))?;
+        flushed?;
         if let Some(errno) = recorded {
             return Err(Error::io(
                 format!("an earlier write-back of {}", self.name),
@@ -1086,6 +1106,13 @@ impl SharedFile {
         if self.writable && e.writers.load(Ordering::Relaxed) == 1 {
             let _ = self.write_back(); // an error shows again below
         }
+        // An array file's length lives in its array's log, which a reopen reads: its last
+        // writer's close makes what it wrote durable and logs the length (`backing.rs`).
+        // Relaxed: as above.
+        let synced = match self.fd.array() {
+            Some(_) if self.writable && e.writers.load(Ordering::Relaxed) == 1 => self.sync_data(),
+            _ => Ok(()),
+        };
         let table = &view.header().files_lock;
         table.lock(inner.me, |h| inner.alive(h));
         // Relaxed (all): under the table's lock.
@@ -1095,8 +1122,15 @@ impl SharedFile {
             .fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
         if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
-            if let Ok(md) = self.fd.metadata() {
-                OsFile::of(&md).record(e);
+            let os = match &*self.fd {
+                Backing::File(h) => h.metadata().ok().map(|md| OsFile::of(&md)),
+                // Its device 0's file, at its logged length: as the next open will see it.
+                Backing::Array(a) => {
+                    a.first().metadata().ok().map(|md| OsFile { size: a.logged_len(), ..OsFile::of(&md) })
+                }
+            };
+            if let Some(os) = os {
+                os.record(e);
             }
         }
         {
@@ -1109,7 +1143,7 @@ impl SharedFile {
             }
         }
         table.unlock(inner.me);
-        r
+        r.and(synced)
     }
 
     /// The name the file was opened by.
@@ -1136,7 +1170,7 @@ impl SharedFile {
 
     /// The OS file's metadata.
     pub fn os_metadata(&self) -> Result<std::fs::Metadata> {
-        self.fd.metadata().map_err(|e| Error::io(format!("stat {}", self.name), e))
+        self.fd.os_file("OS metadata")?.metadata().map_err(|e| Error::io(format!("stat {}", self.name), e))
     }
 
     /// Takes in growth of the OS file made without the cache (another program's appends):
@@ -1187,7 +1221,7 @@ impl SharedFile {
                 let r = if m.flags() & DIRTY != 0 {
                     match self.writer() {
                         Some(fd) => {
-                            let _own = self.inner.own_change(self.slot, &fd);
+                            let _own = self.inner.own_change(self.slot, fd.os());
                             self.inner.write_back_locked(f, &fd)
                         }
                         None => Err(Error::new(ErrorKind::Io, "no descriptor to write the end page back")),
@@ -1228,21 +1262,21 @@ impl SharedFile {
     /// only read (a sync, a bypass): this process's writable one if it has one, or one opened
     /// now from ours, if the file's permissions allow, and closed after (briefly: a writable
     /// descriptor kept open would make an exec of the file fail with ETXTBSY).
-    pub(crate) fn writer(&self) -> Option<Arc<HeldFd>> {
+    pub(crate) fn writer(&self) -> Option<Arc<Backing>> {
         if let Some(fd) = self.inner.writable_fd(self.slot) {
             return Some(fd);
         }
+        let held = match &*self.fd {
+            Backing::File(held) => held,
+            // Its backing files are the cache's, open for writing.
+            Backing::Array(_) => return Some(self.fd.clone()),
+        };
         let fd = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
-            .open(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+            .open(format!("/proc/self/fd/{}", held.as_raw_fd()))
             .ok()?;
-        Some(Arc::new(HeldFd::new(fd, self.fd.key())))
-    }
-
-    /// The descriptor the cache reads and writes the file through.
-    pub fn raw_fd(&self) -> i32 {
-        self.fd.as_raw_fd()
+        Some(Arc::new(Backing::File(HeldFd::new(fd, held.key()))))
     }
 }
 

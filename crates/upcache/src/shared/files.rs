@@ -140,6 +140,15 @@ const _: () = assert!(std::mem::size_of::<FileEntry>() == 320);
 const ERROR_SEEN: u64 = 1 << 32;
 
 impl FileEntry {
+    /// Whether it is in use, for the OS file (device, inode) `(dev, ino)` (under the table's
+    /// lock).
+    pub fn names(&self, dev: u64, ino: u64) -> bool {
+        // Relaxed (all): under the table's lock.
+        self.state.load(Ordering::Relaxed) != FREE
+            && self.dev.load(Ordering::Relaxed) == dev
+            && self.ino.load(Ordering::Relaxed) == ino
+    }
+
     /// Records a write-back error for the next sync of every open of the file, in any process.
     pub fn record_error(&self, errno: u32) {
         // SeqCst: one order of errors and reports across processes (rare: errors only).

@@ -198,7 +198,9 @@ fn reconnect(inner: &Inner) -> Result<bool> {
     let stream = UnixStream::from(crate::shm::high_fd::out_of_the_way(stream.into()));
     *inner.link.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
     for (slot, fd) in inner.writable_fds() {
-        inner.lend_fd(slot, &fd);
+        if let Some(os) = fd.os() {
+            inner.lend_fd(slot, os);
+        }
     }
     log::warn!("upcache: linked to the shared cache's service again");
     Ok(true)

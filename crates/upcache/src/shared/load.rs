@@ -15,8 +15,8 @@ use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
+use super::backing::{ArrayFile, Backing};
 use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
-use super::held::HeldFd;
 use super::index::Placed;
 use super::layout::technique;
 use super::pages::Fill;
@@ -33,7 +33,7 @@ impl Inner {
         slot: u32,
         first: u64,
         want: usize,
-        fd: &HeldFd,
+        fd: &Backing,
         give_up: &dyn Fn(u32) -> bool,
     ) -> Result<Option<u32>> {
         let want = want.clamp(1, RUN_PAGES);
@@ -71,7 +71,7 @@ impl Inner {
     /// readahead, `ahead.rs`) in runs, into frames free now: it never waits for a frame, nor
     /// for a lock while it holds one. It stops at the first page it cannot take a frame for,
     /// and at an error, which the reader meets again if it reads the page.
-    pub(crate) fn load_window(&self, slot: u32, pages: std::ops::Range<u64>, fd: &HeldFd) {
+    pub(crate) fn load_window(&self, slot: u32, pages: std::ops::Range<u64>, fd: &Backing) {
         let index = self.index();
         // Relaxed: a bound; `fill_run` zeros what a truncate meanwhile cut.
         let end =
@@ -135,7 +135,7 @@ impl Inner {
 
     /// Fills the frames of `run` (pages `first..` of `slot`, locked by us, in the index) and
     /// marks them `VALID`, still locked; on an error frees them all.
-    fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<()> {
+    fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &Backing) -> Result<()> {
         let n = run.len() as u64;
         // Relaxed: statistics.
         self.view.header().misses.fetch_add(n, Ordering::Relaxed);
@@ -214,13 +214,17 @@ impl Inner {
     /// system lets it); zeros past the end of the OS file and past the cached length. Whether
     /// it read through `O_DIRECT` (the device wrote the frames: their lines are in no CPU's
     /// cache, so a write into them streams, `FrameMeta::loaded`).
-    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &HeldFd) -> Result<bool> {
+    pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &Backing) -> Result<bool> {
         // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
         let mut pages: Vec<&mut [u8]> =
             run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
         let at = first * PAGE as u64;
         let header = self.view.header();
+        let fd = match fd {
+            Backing::File(h) => h,
+            Backing::Array(a) => return self.fill_array_run(&mut pages, slot, first, a),
+        };
         let was_direct = std::cell::Cell::new(true);
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
             // Relaxed: a counter.
@@ -277,6 +281,30 @@ impl Inner {
             p[from..].fill(0);
         }
         Ok(was_direct.get())
+    }
+
+    /// `fill_run` of an array file `a`: the run's pages from each device they lie on, all at
+    /// once through io_uring where `SharedConfig::io` says (SAFS's per-device I/O: a run
+    /// that crosses stripe units reads every device at once), zeros past the length.
+    fn fill_array_run(&self, pages: &mut [&mut [u8]], slot: u32, first: u64, a: &ArrayFile) -> Result<bool> {
+        let at = first * PAGE as u64;
+        // Acquire: as in `fill_run`.
+        if at < self.view.files()[slot as usize].len.load(Ordering::Acquire) {
+            // Relaxed: a counter.
+            self.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
+            let bundled = self.techniques & technique::BUNDLING != 0;
+            a.load(first, pages, self.ring(), bundled)
+                .map_err(|e| Error::io("read pages of an array file", e))?;
+        }
+        // SeqCst: as in `fill_run`, against a truncate meanwhile.
+        fence(Ordering::SeqCst);
+        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
+        let valid = len.saturating_sub(at);
+        for (i, p) in pages.iter_mut().enumerate() {
+            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
+            p[from..].fill(0);
+        }
+        Ok(pages.iter().enumerate().all(|(i, _)| a.is_direct(a.array.layout.locate(first + i as u64).0)))
     }
 }
 
@@ -339,7 +367,7 @@ mod tests {
             let mut buf = vec![0u8; 4 * 4096];
             f.read_at(&mut buf, 0).unwrap();
             assert_eq!(buf, old[..4 * 4096]);
-            if f.fd.direct_read().is_none() {
+            if f.fd.held().unwrap().direct_read().is_none() {
                 eprintln!("skipped: {} refuses O_DIRECT", dir.path().display());
                 return;
             }

@@ -27,6 +27,8 @@
 //! the same for every lock a dead client holds, and then frees its slot.
 
 mod ahead;
+mod array;
+mod backing;
 mod bypass;
 mod chunk;
 mod file;
@@ -66,8 +68,10 @@ use std::sync::{Arc, Mutex};
 use crate::error::Result;
 use crate::shm::Segment;
 
+pub use crate::meta::array::ArraySpec;
 pub use crate::shm::futex::on_sleep as on_sleep_for_another_process;
 pub use crate::shm::futex::waiting as waiting_for_another_process;
+pub use array::SharedArray;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 pub use pin::{SharedPageMut, SharedPageRef};
@@ -177,7 +181,7 @@ fn count_forks() {
 
 /// This process's descriptor of a cached file, shared by its opens of it.
 pub(crate) struct OpenFd {
-    fd: Arc<held::HeldFd>,
+    fd: Arc<backing::Backing>,
     writable: bool,
     /// This process's `SharedFile`s of the file.
     opens: usize,
@@ -477,7 +481,7 @@ impl SharedCache {
             let mut pages = inner.candidates_of(slot, gen, 0, end);
             pages.retain(|&(f, _)| part.contains(&(f as usize)));
             // Errors stay on the file, for its next sync.
-            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+            let _ = inner.write_back_listed(&pages, fd.target(), false, stop_at);
             return;
         }
         // A background pass (`stop_at`) begins where the last one over the file stopped and
@@ -492,7 +496,7 @@ impl SharedCache {
         for (a, b) in [(from, end), (0, from)] {
             let pages = inner.candidates_of(slot, gen, a, b);
             // Errors stay on the file, for its next sync.
-            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, stop_at);
+            let _ = inner.write_back_listed(&pages, fd.target(), false, stop_at);
             // Relaxed: a threshold.
             if stop_at.is_some_and(|at| header.dirty.load(Ordering::Relaxed) <= at) {
                 // Stopped: the next pass begins at the first page still dirty.
@@ -575,10 +579,9 @@ impl SharedCache {
         self.inner.check_service()?;
         let mut first = Ok(());
         for (slot, fd) in self.inner.writable_fds() {
-            let r = self
-                .inner
-                .write_back_slot(slot, &fd)
-                .and_then(|()| fd.sync_all().map_err(|e| crate::error::Error::io("flush a shared file", e)));
+            // Acquire: pairs with the length's Release stores.
+            let len = self.inner.view.files()[slot as usize].len.load(Ordering::Acquire);
+            let r = self.inner.write_back_slot(slot, &fd).and_then(|()| fd.sync(len, true));
             first = first.and(r);
         }
         first
@@ -792,7 +795,7 @@ impl Inner {
         let mut recount = Vec::new();
         for (slot, fd, (gen, end)) in work {
             let pages = self.candidates_of(slot, gen, 0, end);
-            match self.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, None) {
+            match self.write_back_listed(&pages, fd.target(), false, None) {
                 Err(err) => log::error!("upcache serve: writing back a file whose writers died: {err}"),
                 // Acquire: as above. Still dirty: a frame locked by someone else, a page
                 // written meanwhile by a new writer, or a count a killed writer left high.

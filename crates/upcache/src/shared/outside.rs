@@ -42,15 +42,17 @@ const OWN_LEAK_MS: u64 = 10_000;
 /// looks see nothing meanwhile, and the end records the OS file as it then is.
 pub(crate) struct OwnChange<'a> {
     e: &'a FileEntry,
-    fd: &'a std::fs::File,
+    /// None for an array file, which has no outside changes to tell ours from.
+    fd: Option<&'a std::fs::File>,
 }
 
 impl Inner {
     /// Starts an OS change of file `slot` through `fd` by the cache itself. The first of ours
     /// in flight first looks whether someone else changed the file since the last record:
     /// that change would otherwise pass for ours.
-    pub(crate) fn own_change<'a>(&'a self, slot: u32, fd: &'a std::fs::File) -> OwnChange<'a> {
+    pub(crate) fn own_change<'a>(&'a self, slot: u32, fd: Option<&'a std::fs::File>) -> OwnChange<'a> {
         let e = &self.view.files()[slot as usize];
+        let Some(fd) = fd else { return OwnChange { e, fd: None } };
         // Before the count (AcqRel): a recorder that read the epoch before our change began
         // sees it moved, and records again.
         e.own_epoch.fetch_add(1, Ordering::AcqRel);
@@ -65,7 +67,7 @@ impl Inner {
                 }
             }
         }
-        OwnChange { e, fd }
+        OwnChange { e, fd: Some(fd) }
     }
 }
 
@@ -79,6 +81,7 @@ impl OwnChange<'_> {
 
 impl Drop for OwnChange<'_> {
     fn drop(&mut self) {
+        let Some(fd) = self.fd else { return };
         let (own, epoch) = (&self.e.own, &self.e.own_epoch);
         loop {
             // Acquire: pairs with the AcqRel of the others' counts.
@@ -89,7 +92,7 @@ impl Drop for OwnChange<'_> {
                 // change of ours that began meanwhile (the epoch moved) may not be in the
                 // record, so it is read again.
                 let before = epoch.load(Ordering::Acquire);
-                let Ok(md) = self.fd.metadata() else { break };
+                let Ok(md) = fd.metadata() else { break };
                 if epoch.load(Ordering::Acquire) != before {
                     continue;
                 }
@@ -130,6 +133,9 @@ impl SharedFile {
     /// Looks at the OS file for a change made without the cache if no process has this clock
     /// tick, and takes one in. Errors are the next look's: a read or write goes on.
     pub(crate) fn look_outside_if_due(&self) {
+        if self.fd.array().is_some() {
+            return; // the cache's own: no outside changes (`backing.rs`)
+        }
         let e = self.entry();
         let now = coarse_ms();
         // Relaxed: a time; the look itself reads the OS file.
@@ -147,6 +153,9 @@ impl SharedFile {
     /// program that just took a lock on the file (another program may have changed it before
     /// releasing its own), and before the length is needed exact.
     pub fn look_outside(&self) -> Result<()> {
+        if self.fd.array().is_some() {
+            return Ok(());
+        }
         let md = self.os_metadata()?;
         self.look_at(&md)
     }
@@ -154,7 +163,7 @@ impl SharedFile {
     /// As [`Self::look_outside`], with the OS file's metadata just read.
     pub(crate) fn look_at(&self, md: &std::fs::Metadata) -> Result<()> {
         let e = self.entry();
-        if self.bypassed() {
+        if self.bypassed() || self.fd.array().is_some() {
             return Ok(());
         }
         // Acquire (all): pairs with `own_change`'s stores.

@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
-use super::writeback::Lent;
+use super::writeback::{Lent, Target};
 use super::{Inner, SharedCache};
 
 /// A running flusher's handle, kept by the cache (`Inner::own_flusher`).
@@ -124,10 +124,17 @@ fn lent(inner: &Inner) -> Vec<(u32, Arc<Lent>)> {
         .into_iter()
         // Acquire: pairs with `mark_dirty`'s count; a file clean now is for the next pass.
         .filter(|(slot, _)| files[*slot as usize].dirty.load(std::sync::atomic::Ordering::Acquire) > 0)
-        .filter_map(|(slot, held)| {
-            let fd = held.try_clone().ok()?;
-            let direct = inner.direct_of(&held).and_then(|d| d.try_clone().ok());
-            Some((slot, Arc::new(Lent { fd, direct })))
+        .filter_map(|(slot, backing)| {
+            let lent = match inner.target(&backing) {
+                Target::Os { fd, direct } => {
+                    let direct = direct.and_then(|d| d.try_clone().ok());
+                    Lent { fd: fd.try_clone().ok()?, direct, array: None }
+                }
+                Target::Array(a) => {
+                    Lent { fd: a.first().try_clone().ok()?, direct: None, array: Some(backing.clone()) }
+                }
+            };
+            Some((slot, Arc::new(lent)))
         })
         .collect()
 }

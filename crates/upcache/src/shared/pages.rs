@@ -376,7 +376,7 @@ impl Inner {
             return;
         }
         if m.key() == k && m.flags() & DIRTY != 0 {
-            let _own = self.own_change(key_slot(k), &fd);
+            let _own = self.own_change(key_slot(k), fd.os());
             // An error is kept on the file for its next sync.
             let _ = self.write_back_locked(f, &fd);
         }
@@ -384,13 +384,13 @@ impl Inner {
     }
 
     /// The files this process has open for writing, by slot, with our descriptor of each.
-    pub(crate) fn writable_fds(&self) -> Vec<(u32, std::sync::Arc<super::held::HeldFd>)> {
+    pub(crate) fn writable_fds(&self) -> Vec<(u32, std::sync::Arc<super::backing::Backing>)> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
         fds.iter().filter(|(_, o)| o.writable).map(|(s, o)| (*s, o.fd.clone())).collect()
     }
 
     /// Our descriptor of `slot`'s file, if we have it open for writing.
-    pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<super::held::HeldFd>> {
+    pub(crate) fn writable_fd(&self, slot: u32) -> Option<std::sync::Arc<super::backing::Backing>> {
         let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
         fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }
@@ -472,7 +472,7 @@ impl Inner {
         &self,
         slot: u32,
         page: u64,
-        fd: &super::held::HeldFd,
+        fd: &super::backing::Backing,
         fill: Fill,
     ) -> Result<u32> {
         Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false)?.expect("never given up"))
@@ -485,7 +485,7 @@ impl Inner {
         &self,
         slot: u32,
         page: u64,
-        fd: &super::held::HeldFd,
+        fd: &super::backing::Backing,
         fill: Fill,
         give_up: &dyn Fn(u32) -> bool,
     ) -> Result<Option<u32>> {

@@ -50,7 +50,7 @@ impl SharedCache {
                 continue;
             }
             // Errors stay on the file, for its next sync.
-            let _ = inner.write_back_listed(&pages, &fd.fd, fd.direct.as_ref(), false, None);
+            let _ = inner.write_back_listed(&pages, fd.target(), false, None);
             // Written: still the page, clean (by us, or by a writer's write-back meanwhile).
             written += pages
                 .iter()

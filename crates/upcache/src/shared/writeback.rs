@@ -12,8 +12,8 @@ use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
+use super::backing::{ArrayFile, Backing};
 use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
-use super::held::HeldFd;
 use super::layout::{technique, SYNC_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
@@ -32,20 +32,54 @@ const SPLIT_PAGES: usize = 4 * RUN_PAGES;
 pub(crate) struct Lent {
     pub fd: std::fs::File,
     pub direct: Option<std::fs::File>,
+    /// An array file's backing, whose device 0's file `fd` is (it names the file in the file
+    /// table): write-backs go to its backing files. Only a private cache's own flusher has
+    /// these (a service takes no array files yet).
+    pub array: Option<std::sync::Arc<Backing>>,
 }
 
 impl Lent {
     pub fn new(fd: std::fs::File, direct: bool) -> Lent {
         let direct = direct.then(|| super::held::reopen_direct(&fd)).flatten();
-        Lent { fd, direct }
+        Lent { fd, direct, array: None }
+    }
+
+    /// What a write-back through it writes to.
+    pub fn target(&self) -> Target<'_> {
+        match self.array.as_deref().and_then(Backing::array) {
+            Some(a) => Target::Array(a),
+            None => Target::Os { fd: &self.fd, direct: self.direct.as_ref() },
+        }
     }
 }
 
-/// A write of a write-back: pages of run `run` from byte `at` of the file, whole pages through
-/// the `O_DIRECT` descriptor if `direct`.
+/// What a write-back writes a file's pages to.
+#[derive(Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// An OS file, through `fd`, its whole pages through `direct` (`O_DIRECT`) if given.
+    Os { fd: &'a std::fs::File, direct: Option<&'a std::fs::File> },
+    /// An array file's backing files, whole pages (`backing.rs`).
+    Array(&'a ArrayFile),
+}
+
+impl<'a> Target<'a> {
+    /// The OS file, for a change of the cache's own (`outside.rs`); None for an array file.
+    pub(crate) fn os(self) -> Option<&'a std::fs::File> {
+        match self {
+            Target::Os { fd, .. } => Some(fd),
+            Target::Array(_) => None,
+        }
+    }
+}
+
+/// A write of a write-back: pages of run `run` from byte `at` of descriptor `fd`. `direct`
+/// if it goes past the kernel's page cache (its time is the device's, `gc.rs`); `fallback`,
+/// where an `O_DIRECT` write that the file system refuses goes instead.
 struct Piece<'a> {
     run: usize,
+    fd: std::os::fd::RawFd,
     direct: bool,
+    fallback: Option<std::os::fd::RawFd>,
     at: u64,
     bufs: Vec<IoSlice<'a>>,
 }
@@ -54,33 +88,30 @@ impl Inner {
     /// Writes frame `f` (locked by us, `DIRTY`) back to its file through `fd` (our own
     /// descriptor), up to the file's length, and clears `DIRTY`; on failure keeps it and
     /// records the error on the file.
-    pub(crate) fn write_back_locked(&self, f: u32, fd: &HeldFd) -> Result<()> {
-        self.write_back_runs(&[[f]], fd, self.direct_of(fd))
+    pub(crate) fn write_back_locked(&self, f: u32, fd: &Backing) -> Result<()> {
+        self.write_back_runs(&[[f]], self.target(fd))
     }
 
-    /// Where a writer writes whole pages back: `fd` opened again with `O_DIRECT`, with
-    /// `SharedConfig::direct_write_back`, as the service does.
-    pub(crate) fn direct_of<'a>(&self, fd: &'a HeldFd) -> Option<&'a std::fs::File> {
-        if self.direct_write_back() {
-            fd.direct()
-        } else {
-            None
+    /// What a writer writes back to through `fd`: for an OS file, whole pages through it
+    /// opened again with `O_DIRECT`, with `SharedConfig::direct_write_back`, as the service
+    /// does.
+    pub(crate) fn target<'a>(&self, fd: &'a Backing) -> Target<'a> {
+        match fd {
+            Backing::File(h) => {
+                Target::Os { fd: h, direct: if self.direct_write_back() { h.direct() } else { None } }
+            }
+            Backing::Array(a) => Target::Array(a),
         }
     }
 
     /// Writes each run of frames of `runs` (locked by us, `DIRTY`, holding pages that follow
-    /// each other in one file, the first page first; every run of the same file) back through
-    /// `fd`, up to the file's length, all runs at once through io_uring where
+    /// each other in one file, the first page first; every run of the same file) back to
+    /// `to`, up to the file's length, all runs at once through io_uring where
     /// `SharedConfig::io` says, and clears their `DIRTY`; a run that fails stays dirty, and its
-    /// error is recorded on the file (the first one returned).
-    /// With `direct` (`Lent::direct`), a run's whole pages go through it, past the kernel's
-    /// page cache (those it refuses, through `fd`).
-    fn write_back_runs<R: AsRef<[u32]>>(
-        &self,
-        runs: &[R],
-        fd: &std::fs::File,
-        direct: Option<&std::fs::File>,
-    ) -> Result<()> {
+    /// error is recorded on the file (the first one returned). An OS file's whole pages go
+    /// through its `O_DIRECT` descriptor if it has one (those it refuses, the buffered way);
+    /// an array file's runs are cut where they cross from one device to the next.
+    fn write_back_runs<R: AsRef<[u32]>>(&self, runs: &[R], to: Target<'_>) -> Result<()> {
         let frames = self.view.frames();
         let slot = key_slot(frames[runs[0].as_ref()[0] as usize].key());
         let e = &self.view.files()[slot as usize];
@@ -96,6 +127,9 @@ impl Inner {
                 if n == 0 {
                     break; // past the length (cut meanwhile): nothing of it to write
                 }
+                // An array file's pages go whole, the last one's bytes past the length zeros
+                // (`backing.rs`).
+                let n = if matches!(to, Target::Array(_)) { PAGE } else { n };
                 // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
                 bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
             }
@@ -104,17 +138,39 @@ impl Inner {
             }
             // Relaxed: a counter.
             self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
-            // The whole pages through `direct`: frames are page-aligned in memory and runs start
-            // at a page of the file, aligned as O_DIRECT wants on block sizes up to a page. The
-            // last page, cut by the length, the buffered way.
-            let whole =
-                if direct.is_some() { bufs.iter().take_while(|b| b.len() == PAGE).count() } else { 0 };
-            let tail = bufs.split_off(whole);
-            if whole > 0 {
-                pieces.push(Piece { run: r, direct: true, at, bufs });
-            }
-            if !tail.is_empty() {
-                pieces.push(Piece { run: r, direct: false, at: at + (whole * PAGE) as u64, bufs: tail });
+            let first = at / PAGE as u64;
+            match to {
+                Target::Os { fd, direct } => {
+                    // The whole pages through `direct`: frames are page-aligned in memory and
+                    // runs start at a page of the file, aligned as O_DIRECT wants on block
+                    // sizes up to a page. The last page, cut by the length, the buffered way.
+                    let whole = match direct {
+                        Some(_) => bufs.iter().take_while(|b| b.len() == PAGE).count(),
+                        None => 0,
+                    };
+                    let tail = bufs.split_off(whole);
+                    let (fd, plain) = (fd.as_raw_fd(), Some(fd.as_raw_fd()));
+                    if let (true, Some(d)) = (whole > 0, direct) {
+                        pieces.push(Piece {
+                            run: r,
+                            fd: d.as_raw_fd(),
+                            direct: true,
+                            fallback: plain,
+                            at,
+                            bufs,
+                        });
+                    }
+                    if !tail.is_empty() {
+                        let at = at + (whole * PAGE) as u64;
+                        pieces.push(Piece { run: r, fd, direct: false, fallback: None, at, bufs: tail });
+                    }
+                }
+                Target::Array(a) => {
+                    for (dev, at, bufs) in a.writes(first, &bufs) {
+                        let (fd, direct) = (a.fd(dev), a.is_direct(dev));
+                        pieces.push(Piece { run: r, fd, direct, fallback: None, at, bufs });
+                    }
+                }
             }
         }
         // Timed for GC-aware eviction (`gc.rs`): the O_DIRECT writes reach the device, and a
@@ -124,7 +180,7 @@ impl Inner {
         let gc = self.gc_device(slot).filter(|_| timed > 0);
         let t0 = super::gc::now_ns();
         let gc_slot = gc.and_then(|g| g.begin_at(timed, t0));
-        let mut results = self.write_pieces(&pieces, fd, direct, runs.len() > 1);
+        let mut results = self.write_pieces(&pieces, runs.len() > 1);
         if let Some(g) = gc {
             let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || r.is_ok());
             let now = super::gc::now_ns();
@@ -132,9 +188,11 @@ impl Inner {
         }
         let mut failed: Vec<Option<std::io::Error>> = runs.iter().map(|_| None).collect();
         for (p, r) in pieces.iter().zip(results.iter_mut()) {
-            if p.direct && matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
+            if let (Some(plain), true) =
+                (p.fallback, matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)))
+            {
                 // O_DIRECT refused after all (an alignment the file system wants larger).
-                *r = crate::io::sys::pwritev_all(fd.as_raw_fd(), p.at, &mut p.bufs.clone());
+                *r = crate::io::sys::pwritev_all(plain, p.at, &mut p.bufs.clone());
             }
             if let Err(err) = std::mem::replace(r, Ok(())) {
                 failed[p.run].get_or_insert(err);
@@ -165,31 +223,21 @@ impl Inner {
     /// Writes every piece, through `direct` or `fd` as it says: at once through io_uring if
     /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
     /// another.
-    fn write_pieces(
-        &self,
-        pieces: &[Piece<'_>],
-        fd: &std::fs::File,
-        direct: Option<&std::fs::File>,
-        runs: bool,
-    ) -> Vec<std::io::Result<()>> {
-        let fd_of = |p: &Piece<'_>| match (p.direct, direct) {
-            (true, Some(d)) => d.as_raw_fd(),
-            _ => fd.as_raw_fd(),
-        };
+    fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool) -> Vec<std::io::Result<()>> {
         if runs && pieces.len() > 1 {
             if let Some(ring) = self.ring() {
-                let writes: Vec<_> = pieces.iter().map(|p| (fd_of(p), p.at, &p.bufs[..])).collect();
+                let writes: Vec<_> = pieces.iter().map(|p| (p.fd, p.at, &p.bufs[..])).collect();
                 // Relaxed: a counter.
                 self.view.header().write_back_batches.fetch_add(1, Ordering::Relaxed);
                 return ring.write_batch(&writes);
             }
         }
-        pieces.iter().map(|p| crate::io::sys::pwritev_all(fd_of(p), p.at, &mut p.bufs.clone())).collect()
+        pieces.iter().map(|p| crate::io::sys::pwritev_all(p.fd, p.at, &mut p.bufs.clone())).collect()
     }
 
     /// The rings write-back goes through (`SharedConfig::io` uring), made at first use; None
     /// with psync, or where the kernel refuses io_uring (said once).
-    fn ring(&self) -> Option<&UringEngine> {
+    pub(crate) fn ring(&self) -> Option<&UringEngine> {
         if self.techniques & technique::URING == 0 {
             return None;
         }
@@ -210,29 +258,29 @@ impl Inner {
     /// `fd`, the stream's open's (`SharedFile::write_behind`): those still dirty, in runs,
     /// passing over frames others hold (their holder may be stopped; a sync or the flushers
     /// get them later). Errors stay on the file for its next sync.
-    pub(crate) fn write_behind(&self, slot: u32, pages: std::ops::Range<u64>, fd: &HeldFd) {
+    pub(crate) fn write_behind(&self, slot: u32, pages: std::ops::Range<u64>, fd: &Backing) {
         let (gen, _) = self.file_extent(slot);
         let listed = self.candidates_of(slot, gen, pages.start, pages.end);
         let frames = self.view.frames();
         let dirty = listed.iter().filter(|&&(f, _)| frames[f as usize].flags() & DIRTY != 0).count();
         // Relaxed: a statistic.
         self.view.header().behind_pages.fetch_add(dirty as u64, Ordering::Relaxed);
-        let _ = self.write_back_listed(&listed, fd, self.direct_of(fd), false, None);
+        let _ = self.write_back_listed(&listed, self.target(fd), false, None);
     }
 
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first
     /// error.
-    pub(crate) fn write_back_slot(&self, slot: u32, fd: &HeldFd) -> Result<()> {
+    pub(crate) fn write_back_slot(&self, slot: u32, fd: &Backing) -> Result<()> {
         self.write_back_slot_as(slot, fd, true)
     }
 
     /// [`Self::write_back_slot`], passing over frames others hold unless `wait`.
-    pub(crate) fn write_back_slot_as(&self, slot: u32, fd: &HeldFd, wait: bool) -> Result<()> {
+    pub(crate) fn write_back_slot_as(&self, slot: u32, fd: &Backing, wait: bool) -> Result<()> {
         // Acquire: pairs with `mark_dirty`'s count.
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), fd, self.direct_of(fd), wait, None)
+        self.write_back_listed(&self.file_candidates(slot), self.target(fd), wait, None)
     }
 
     /// Writes back, through `fd` (whole pages through `direct` if given), each listed frame (of
@@ -250,8 +298,7 @@ impl Inner {
     pub(crate) fn write_back_listed(
         &self,
         pages: &[(u32, u64)],
-        fd: &std::fs::File,
-        direct: Option<&std::fs::File>,
+        to: Target<'_>,
         wait: bool,
         stop_at: Option<u64>,
     ) -> Result<()> {
@@ -264,7 +311,7 @@ impl Inner {
             false => 1,
         };
         if parts == 1 {
-            return self.write_back_sorted(&pages, fd, direct, wait, stop_at);
+            return self.write_back_sorted(&pages, to, wait, stop_at);
         }
         let part = pages.len().div_ceil(parts);
         std::thread::scope(|s| {
@@ -276,18 +323,18 @@ impl Inner {
                             .name("upcache-write-back".into())
                             .spawn_scoped(s, move || {
                                 super::quiet::library_thread();
-                                self.write_back_sorted(p, fd, direct, wait, stop_at)
+                                self.write_back_sorted(p, to, wait, stop_at)
                             });
                         // No thread to be had: this one writes the part too.
                         spawned.map_err(|_| p)
                     })
                     .collect()
             });
-            let mut first = self.write_back_sorted(&pages[..part], fd, direct, wait, stop_at);
+            let mut first = self.write_back_sorted(&pages[..part], to, wait, stop_at);
             for other in others {
                 let r = match other {
                     Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    Err(p) => self.write_back_sorted(p, fd, direct, wait, stop_at),
+                    Err(p) => self.write_back_sorted(p, to, wait, stop_at),
                 };
                 first = first.and(r);
             }
@@ -302,8 +349,7 @@ impl Inner {
     fn write_back_sorted(
         &self,
         pages: &[(u32, u64)],
-        fd: &std::fs::File,
-        direct: Option<&std::fs::File>,
+        to: Target<'_>,
         wait: bool,
         stop_at: Option<u64>,
     ) -> Result<()> {
@@ -332,7 +378,7 @@ impl Inner {
                 if !wait || batch.is_empty() || frames[f as usize].flags() & DIRTY == 0 {
                     continue;
                 }
-                first = first.and(self.write_back_batch(&mut batch, fd, direct));
+                first = first.and(self.write_back_batch(&mut batch, to));
                 batched = 0;
                 if !self.lock_dirty(f, k, true) {
                     continue;
@@ -351,28 +397,23 @@ impl Inner {
                 i += 1;
             }
             // One change of the cache's own for the whole pass (`outside.rs`).
-            own.get_or_insert_with(|| self.own_change(key_slot(k), fd)).step();
+            own.get_or_insert_with(|| self.own_change(key_slot(k), to.os())).step();
             batched += run.len() as u64;
             batch.push(run);
             if batch.len() == depth {
-                first = first.and(self.write_back_batch(&mut batch, fd, direct));
+                first = first.and(self.write_back_batch(&mut batch, to));
                 batched = 0;
             }
         }
         if !batch.is_empty() {
-            first = first.and(self.write_back_batch(&mut batch, fd, direct));
+            first = first.and(self.write_back_batch(&mut batch, to));
         }
         first
     }
 
     /// Writes the runs of `batch` back (`write_back_runs`), unlocks their frames and empties it.
-    fn write_back_batch(
-        &self,
-        batch: &mut Vec<Vec<u32>>,
-        fd: &std::fs::File,
-        direct: Option<&std::fs::File>,
-    ) -> Result<()> {
-        let written = self.write_back_runs(batch, fd, direct);
+    fn write_back_batch(&self, batch: &mut Vec<Vec<u32>>, to: Target<'_>) -> Result<()> {
+        let written = self.write_back_runs(batch, to);
         let frames = self.view.frames();
         for f in batch.drain(..).flatten() {
             frames[f as usize].unlock(self.me, false);
@@ -426,6 +467,7 @@ impl Inner {
 mod tests {
     use super::super::tests::small;
     use super::super::{SharedCache, SharedConfig};
+    use super::Target;
     use std::sync::atomic::Ordering;
 
     /// A sync of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`, two
@@ -447,7 +489,8 @@ mod tests {
         let read_only = std::fs::File::open(&p).unwrap();
         let before = cache.status().write_back_requests;
         let listed = inner.file_candidates(f.slot());
-        assert!(inner.write_back_listed(&listed, &read_only, None, true, None).is_err());
+        let to = Target::Os { fd: &read_only, direct: None };
+        assert!(inner.write_back_listed(&listed, to, true, None).is_err());
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64, "every page still dirty");
         // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages, a
         // part's five at once through io_uring.

@@ -305,6 +305,43 @@ impl UringEngine {
             .collect()
     }
 
+    /// Reads each of `reads` (a descriptor, an offset in it, the buffers) up to the end of its
+    /// file, all of them in the kernel's hands at once (an array file's run of pages on several
+    /// devices, `shared/backing.rs`); the bytes each read, in order. One read is a plain
+    /// `preadv`.
+    pub(crate) fn read_batch(
+        &self,
+        reads: &mut [(RawFd, u64, &mut [IoSliceMut<'_>])],
+    ) -> Vec<io::Result<usize>> {
+        if let [(fd, offset, bufs)] = reads {
+            return vec![preadv_all(*fd, *offset, bufs)];
+        }
+        let views: Vec<(RawFd, u64, &[libc::iovec], bool)> =
+            reads.iter().map(|(fd, offset, bufs)| (*fd, *offset, as_iovecs_mut(bufs), false)).collect();
+        // SAFETY: the buffers are borrowed from `reads` until we return, and nothing reads or
+        // writes them meanwhile (`views` only names them).
+        let raw = match unsafe { self.run_all(&views) } {
+            Ok(raw) => raw,
+            Err(e) => return reads.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect(),
+        };
+        raw.into_iter()
+            .zip(reads.iter_mut())
+            .map(|(r, (fd, offset, bufs))| {
+                let want = bufs.iter().map(|b| b.len()).sum();
+                let mut rest = |done: usize| {
+                    let mut rest: &mut [IoSliceMut<'_>] = bufs;
+                    IoSliceMut::advance_slices(&mut rest, done);
+                    preadv_on(*fd, *offset, rest, done)
+                };
+                match r {
+                    Some(Ok(res)) => settle(res, want, rest),
+                    Some(Err(e)) => Err(e),
+                    None => rest(0),
+                }
+            })
+            .collect()
+    }
+
     /// Puts every request of `views` (descriptor, offset, buffers, whether a write) in the
     /// kernel's hands on one ring and waits for them all: each one's raw result, None for one
     /// never pushed (too many buffers, or refused by the ring: its caller runs it with

@@ -1,0 +1,486 @@
+//! Arrays on the shared engine: files striped over a device array (SAFS §3.3), cached in a
+//! private cache's frames like any other file, with the same on-disk format as the
+//! in-process engine's arrays (`meta/`: catalog, device markers, metadata log, `f<id>.data`
+//! backing files), so either engine opens what the other wrote.
+//!
+//! Only a private cache takes arrays for now: a service writes back what a killed writer
+//! left through the descriptor it lent, one per file, and an array file has one per device.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::backing::{ArrayFile, Backing};
+use super::file::SharedFile;
+use super::frame::PAGE;
+use super::{files, Inner, SharedCache};
+use crate::error::{Error, ErrorKind, Result};
+use crate::file::validate_name;
+use crate::io::device;
+use crate::meta::array::{ArrayMeta, ArraySpec};
+use crate::meta::metalog::Record;
+
+/// An array opened on a private [`SharedCache`]: its files are read and written through the
+/// cache's frames. The array's lock is held while this or any of its open files lives.
+pub struct SharedArray {
+    inner: Arc<Inner>,
+    meta: Arc<ArrayMeta>,
+    /// Files opened since the array was: the first open of each cuts its backing files to its
+    /// logged length, which a crash may have left pages past.
+    recovered: Mutex<HashSet<u64>>,
+}
+
+impl SharedArray {
+    /// Makes a new array in `spec`'s directories and opens it on `cache`. Fails with
+    /// `AlreadyExists` if a directory already holds an array, `Unsupported` if the cache is
+    /// attached to a service, and `InvalidConfig` for pages of another size than the cache's.
+    pub fn create(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
+        check(cache, &spec)?;
+        SharedArray::over(cache, ArrayMeta::create(spec)?)
+    }
+
+    /// Opens an existing array on `cache`, as [`Self::create`] says; `NotAnArray` or
+    /// `LayoutMismatch` if its directories hold no such array.
+    pub fn open(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
+        check(cache, &spec)?;
+        SharedArray::over(cache, ArrayMeta::open(spec)?)
+    }
+
+    /// Opens the array in `spec`'s directories, or makes one if the first holds none.
+    pub fn open_or_create(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
+        check(cache, &spec)?;
+        SharedArray::over(cache, ArrayMeta::open_or_create(spec)?)
+    }
+
+    fn over(cache: &SharedCache, meta: ArrayMeta) -> Result<SharedArray> {
+        Ok(SharedArray {
+            inner: cache.inner.clone(),
+            meta: Arc::new(meta),
+            recovered: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Creates an empty file, open for writing. Fails with `AlreadyExists` if the name is
+    /// taken.
+    pub fn create_file(&self, name: &str) -> Result<SharedFile> {
+        validate_name(name)?;
+        let meta = &self.meta;
+        let mut ns = crate::sync::lock(&meta.namespace);
+        if ns.names.contains_key(name) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
+        }
+        let id = ns.next_file_id;
+        let devices = self.backing_files(id, true)?;
+        for b in &devices {
+            // A crash after an earlier create with the same id may have left a backing file.
+            device::truncate(b, 0)?;
+        }
+        let created = Record::Create { id, name: name.to_owned() };
+        ns.apply(&created);
+        let ticket = meta.metalog.append(&created);
+        if let Err(e) = meta.metalog.commit_or_abandon(ticket) {
+            ns.apply(&Record::Remove { id, name: name.to_owned() });
+            return Err(e);
+        }
+        drop(ns);
+        self.lock_recovered().insert(id);
+        self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true)
+    }
+
+    /// Opens an existing file (for writing if `write`). Fails with `NotFound` if there is none
+    /// by that name.
+    pub fn open_file(&self, name: &str, write: bool) -> Result<SharedFile> {
+        validate_name(name)?;
+        let e = self.entry(name)?;
+        let devices = self.backing_files(e.id, false)?;
+        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
+        if self.lock_recovered().insert(e.id) {
+            if let Err(err) = file.set_len(e.len) {
+                self.lock_recovered().remove(&e.id);
+                return Err(Error::io(format!("cut {name} to its logged length"), err));
+            }
+        }
+        self.adopt(file, name, write)
+    }
+
+    /// Removes a file: logs its removal and deletes its backing files. Fails with `Busy` while
+    /// it is open, or has pages that could not be written back.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let meta = &self.meta;
+        let mut ns = crate::sync::lock(&meta.namespace);
+        let e = *ns.names.get(name).ok_or_else(|| not_found(name))?;
+        let first = device::backing_path(&meta.dirs[0], e.id);
+        if let Ok(md) = std::fs::metadata(&first) {
+            self.inner.forget_closed(&files::OsFile::of(&md), name)?;
+        }
+        let removed = Record::Remove { id: e.id, name: name.to_owned() };
+        ns.apply(&removed);
+        let ticket = meta.metalog.append(&removed);
+        if let Err(err) = meta.metalog.commit_or_abandon(ticket) {
+            ns.restore(name, e);
+            return Err(err);
+        }
+        self.lock_recovered().remove(&e.id);
+        for dir in &meta.dirs {
+            let p = device::backing_path(dir, e.id);
+            if let Err(err) = std::fs::remove_file(&p) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("removing {}: {err}", p.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a file of that name exists.
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        validate_name(name)?;
+        Ok(crate::sync::lock(&self.meta.namespace).names.contains_key(name))
+    }
+
+    /// Every file name, sorted.
+    pub fn list(&self) -> Vec<String> {
+        crate::sync::lock(&self.meta.namespace).names.keys().cloned().collect()
+    }
+
+    /// Checkpoints the metadata log (the catalog takes in every logged change, and the log
+    /// starts empty), as closing the array does.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.meta.checkpoint()
+    }
+
+    /// The namespace's entry of `name`.
+    fn entry(&self, name: &str) -> Result<crate::meta::namespace::NameEntry> {
+        crate::sync::lock(&self.meta.namespace).names.get(name).copied().ok_or_else(|| not_found(name))
+    }
+
+    fn lock_recovered(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.recovered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// File `id`'s backing file on every device, created if `create`: `O_DIRECT` where the
+    /// file system allows it.
+    fn backing_files(&self, id: u64, create: bool) -> Result<Vec<device::BackingFile>> {
+        let dirs = &self.meta.dirs;
+        dirs.iter().enumerate().map(|(i, dir)| device::open_backing(dir, i, id, create, true, None)).collect()
+    }
+
+    /// Caches array file `file`, named `name`.
+    fn adopt(&self, file: ArrayFile, name: &str, write: bool) -> Result<SharedFile> {
+        let md = file.first().metadata().map_err(|e| Error::io(format!("stat {name}'s backing file"), e))?;
+        SharedFile::adopt(self.inner.clone(), Backing::Array(file), &md, write, name.to_owned())
+    }
+}
+
+impl Drop for SharedArray {
+    fn drop(&mut self) {
+        // Open files keep the metadata (and the lock) alive; the last one out does not
+        // checkpoint, and the next open replays the log instead.
+        if let Err(e) = self.meta.checkpoint() {
+            log::warn!("checkpointing an array's metadata: {e}");
+        }
+    }
+}
+
+fn not_found(name: &str) -> Error {
+    Error::new(ErrorKind::NotFound, format!("no file named {name:?}"))
+}
+
+/// Whether `cache` can take the array `spec` asks for.
+fn check(cache: &SharedCache, spec: &ArraySpec<'_>) -> Result<()> {
+    if !cache.is_private() {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            "array files are cached only by a private shared cache: a service takes no array files yet",
+        ));
+    }
+    if spec.page_size != PAGE {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!("the shared cache's pages are {PAGE} bytes; the array asks for {}", spec.page_size),
+        ));
+    }
+    if spec.dirs.is_empty() || spec.stripe_unit == 0 || !spec.stripe_unit.is_multiple_of(PAGE as u64) {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            "an array needs at least one device directory and a stripe unit of whole pages",
+        ));
+    }
+    Ok(())
+}
+
+impl Inner {
+    /// Forgets the file `os` names, if the table has it (closed, its pages kept): its pages
+    /// match no lookup from now on, and its entry no open (its inode may name another file
+    /// once the file is deleted). `Busy` if it is open, or dirty (pages that could not be
+    /// written back).
+    fn forget_closed(&self, os: &files::OsFile, name: &str) -> Result<()> {
+        let table = &self.view.header().files_lock;
+        table.lock(self.me, |h| self.alive(h));
+        let found = self.view.files().iter().enumerate().find(|(_, e)| e.names(os.dev, os.ino));
+        let r = match found {
+            // Relaxed (opens): under the table's lock. Acquire (dirty): pairs with `mark_dirty`.
+            Some((_, e)) if e.opens.load(Ordering::Relaxed) > 0 || e.dirty.load(Ordering::Acquire) > 0 => {
+                Err(Error::new(ErrorKind::Busy, format!("{name} is open, or has pages not written back")))
+            }
+            Some((slot, e)) => {
+                self.next_generation(slot as u32);
+                // A record that no open matches: the next open of the inode starts afresh.
+                files::OsFile { size: u64::MAX, ..*os }.record(e);
+                Ok(())
+            }
+            None => Ok(()),
+        };
+        table.unlock(self.me);
+        r
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::tests::small;
+    use super::super::{SharedCache, SharedConfig};
+    use super::*;
+    use crate::io::layout::LayoutKind;
+    use std::path::PathBuf;
+
+    const STRIPE: u64 = 4 * PAGE as u64;
+
+    fn dirs(root: &std::path::Path, n: usize) -> Vec<PathBuf> {
+        (0..n).map(|i| root.join(format!("ssd{i}"))).collect()
+    }
+
+    fn spec(dirs: &[PathBuf], kind: LayoutKind) -> ArraySpec<'_> {
+        ArraySpec { dirs, meta_dir: None, page_size: PAGE, stripe_unit: STRIPE, kind }
+    }
+
+    /// A private cache of 64 KiB (16 frames): an array file of a few hundred KiB goes through
+    /// evictions all the time.
+    fn tiny() -> SharedCache {
+        SharedCache::create_private(&SharedConfig { memory: 64 << 10, ..small() }).unwrap()
+    }
+
+    /// xorshift64*: the tests' operations, repeatable by seed.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+    }
+
+    fn read_all(f: &SharedFile) -> Vec<u8> {
+        let mut buf = vec![0u8; f.len() as usize];
+        let n = f.read_at(&mut buf, 0).unwrap();
+        assert_eq!(n, buf.len());
+        buf
+    }
+
+    /// Each device's backing file holds exactly its stripe units' pages below the length.
+    fn assert_fitted(dirs: &[PathBuf], kind: LayoutKind, id: u64, len: u64) {
+        let layout = crate::io::layout::StripeLayout::new(PAGE, STRIPE, dirs.len(), kind);
+        for (dev, dir) in dirs.iter().enumerate() {
+            let have = std::fs::metadata(device::backing_path(dir, id)).unwrap().len();
+            assert!(have <= layout.device_len(dev, len.div_ceil(PAGE as u64)), "device {dev}: {have} bytes");
+        }
+    }
+
+    /// Random writes, reads, cuts and growths of an array file through a cache far smaller
+    /// than it, against a plain vector; synced, and read back whole by a new cache over the
+    /// reopened array: every layout, one to three devices.
+    #[test]
+    fn array_files_match_an_oracle_through_evictions_and_a_reopen() {
+        for kind in LayoutKind::ALL {
+            for n in 1..=3 {
+                let root = tempfile::tempdir().unwrap();
+                let dirs = dirs(root.path(), n);
+                let mut oracle: Vec<u8> = Vec::new();
+                let mut rng = Rng(0x9e37_79b9 ^ (n as u64) << 8 ^ kind.code() as u64);
+                {
+                    let cache = tiny();
+                    let array = SharedArray::create(&cache, spec(&dirs, kind)).unwrap();
+                    let f = array.create_file("data").unwrap();
+                    for op in 0..300 {
+                        match rng.below(10) {
+                            0..=5 => {
+                                let at = rng.below(300_000);
+                                let len = 1 + rng.below(40_000) as usize;
+                                let byte = (op % 251) as u8 + 1;
+                                let buf: Vec<u8> = (0..len).map(|i| byte ^ (i as u8)).collect();
+                                f.write_all_at(&buf, at).unwrap();
+                                let end = at as usize + len;
+                                if oracle.len() < end {
+                                    oracle.resize(end, 0);
+                                }
+                                oracle[at as usize..end].copy_from_slice(&buf);
+                            }
+                            6 | 7 => {
+                                let at = rng.below(oracle.len() as u64 + 1);
+                                let mut buf = vec![0u8; 1 + rng.below(50_000) as usize];
+                                let got = f.read_at(&mut buf, at).unwrap();
+                                let want = &oracle[at as usize..(at as usize + buf.len()).min(oracle.len())];
+                                assert_eq!(&buf[..got], want, "{kind:?} n {n} op {op}: read at {at}");
+                            }
+                            8 => {
+                                let len = rng.below(320_000);
+                                f.set_len(len).unwrap();
+                                oracle.resize(len as usize, 0);
+                            }
+                            _ => f.sync_data().unwrap(),
+                        }
+                    }
+                    assert_eq!(read_all(&f), oracle, "{kind:?} n {n}: before the reopen");
+                    f.close().unwrap();
+                    assert_fitted(&dirs, kind, 1, oracle.len() as u64);
+                }
+                let cache = tiny();
+                let array = SharedArray::open(&cache, spec(&dirs, kind)).unwrap();
+                let f = array.open_file("data", false).unwrap();
+                assert_eq!(f.len(), oracle.len() as u64);
+                assert_eq!(read_all(&f), oracle, "{kind:?} n {n}: after the reopen");
+            }
+        }
+    }
+
+    /// The in-process engine's arrays and the shared engine's are one format: each reads
+    /// what the other wrote, names and lengths with it.
+    #[test]
+    fn the_in_process_engine_and_the_shared_one_read_each_others_arrays() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        let config =
+            crate::Config::new(dirs.clone(), 4 << 20).with_stripe_unit(STRIPE).with_allow_buffered(true);
+        let first: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        {
+            let cache = crate::Cache::create(config.clone()).unwrap();
+            let f = cache.create_file("a").unwrap();
+            f.write_all_at(&first, 0).unwrap();
+            cache.close().unwrap();
+        }
+        let second: Vec<u8> = (0..70_000u32).map(|i| (i % 241) as u8 ^ 0x55).collect();
+        {
+            let cache = tiny();
+            let array = SharedArray::open(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+            let a = array.open_file("a", true).unwrap();
+            assert_eq!(read_all(&a), first);
+            a.write_all_at(&second, 90_000).unwrap();
+            a.close().unwrap();
+            array.create_file("b").unwrap().write_all_at(b"from the shared engine", 5).unwrap();
+        }
+        let cache = crate::Cache::open(config).unwrap();
+        let mut want = first.clone();
+        want.resize(160_000, 0);
+        want[90_000..].copy_from_slice(&second);
+        let a = cache.open_file("a").unwrap();
+        let mut got = vec![0u8; a.len() as usize];
+        a.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(got, want);
+        let b = cache.open_file("b").unwrap();
+        let mut got = vec![0u8; b.len() as usize];
+        b.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(&got[5..], b"from the shared engine");
+        assert_eq!(got[..5], [0; 5]);
+    }
+
+    /// What a crash leaves past a file's logged length (pages written back but never logged,
+    /// bytes past the length in its last page) is cut at the next open: grown again, the file
+    /// reads zeros there, as a file the kernel cut does.
+    #[test]
+    fn bytes_past_the_logged_length_are_cut_at_open() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        {
+            let cache = tiny();
+            let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Rotate)).unwrap();
+            let f = array.create_file("f").unwrap();
+            f.write_all_at(&vec![7u8; 10_000], 0).unwrap();
+            f.close().unwrap();
+        }
+        // As a crash after write-backs that no sync logged would leave them.
+        let layout = crate::io::layout::StripeLayout::new(PAGE, STRIPE, 2, LayoutKind::Rotate);
+        for page in 2..40u64 {
+            let (dev, at) = layout.locate(page);
+            let file =
+                std::fs::OpenOptions::new().write(true).open(device::backing_path(&dirs[dev], 1)).unwrap();
+            // Page 2 holds the length: its bytes past it only.
+            let (junk, at) =
+                if page == 2 { (vec![9u8; PAGE - 1808], at + 1808) } else { (vec![0xeeu8; PAGE], at) };
+            std::os::unix::fs::FileExt::write_all_at(&file, &junk, at).unwrap();
+        }
+        let cache = tiny();
+        let array = SharedArray::open(&cache, spec(&dirs, LayoutKind::Rotate)).unwrap();
+        let f = array.open_file("f", true).unwrap();
+        assert_eq!(f.len(), 10_000);
+        assert_fitted(&dirs, LayoutKind::Rotate, 1, 10_000);
+        f.set_len(200_000).unwrap();
+        let all = read_all(&f);
+        assert!(all[..10_000].iter().all(|&b| b == 7));
+        assert!(all[10_000..].iter().all(|&b| b == 0), "zeros past the old length");
+    }
+
+    /// A cut to the middle of a page that is not cached zeros the rest of it on its device.
+    #[test]
+    fn a_cut_zeros_the_rest_of_its_page_on_the_device() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 3);
+        let cache = tiny();
+        let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Hash)).unwrap();
+        let f = array.create_file("f").unwrap();
+        f.write_all_at(&vec![0xabu8; 200_000], 0).unwrap();
+        f.sync_data().unwrap();
+        // Evict page 12 (and all): read far away, through more pages than the cache holds.
+        f.write_all_at(&vec![1u8; 128 << 10], 300_000).unwrap();
+        f.set_len(12 * PAGE as u64 + 100).unwrap();
+        f.set_len(100_000).unwrap();
+        let all = read_all(&f);
+        assert!(all[..12 * PAGE + 100].iter().all(|&b| b == 0xab));
+        assert!(all[12 * PAGE + 100..].iter().all(|&b| b == 0));
+    }
+
+    /// Names: a file made is listed and found, a second of the same name refused; an open file
+    /// is not removed; a removed one's name is free again, its bytes gone with it.
+    #[test]
+    fn files_are_made_listed_and_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        let cache = tiny();
+        let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+        let f = array.create_file("x").unwrap();
+        f.write_all_at(b"bytes", 0).unwrap();
+        assert_eq!(array.create_file("x").err().map(|e| e.kind()), Some(ErrorKind::AlreadyExists));
+        assert_eq!(array.list(), ["x"]);
+        assert_eq!(array.open_file("y", false).err().map(|e| e.kind()), Some(ErrorKind::NotFound));
+        assert_eq!(array.remove_file("x").err().map(|e| e.kind()), Some(ErrorKind::Busy));
+        f.close().unwrap();
+        array.remove_file("x").unwrap();
+        assert!(!array.exists("x").unwrap());
+        assert!(!device::backing_path(&dirs[0], 1).exists());
+        let again = array.create_file("x").unwrap();
+        assert_eq!(again.len(), 0);
+        let mut buf = [1u8; 5];
+        assert_eq!(again.read_at(&mut buf, 0).unwrap(), 0);
+    }
+
+    /// A cache attached to others refuses arrays; pages of another size are refused too.
+    #[test]
+    fn only_a_private_cache_of_its_page_size_takes_an_array() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 1);
+        let shared = SharedCache::create(&small()).unwrap();
+        let e = SharedArray::create(&shared, spec(&dirs, LayoutKind::Stripe)).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let private = tiny();
+        let odd = ArraySpec { page_size: 8192, ..spec(&dirs, LayoutKind::Stripe) };
+        assert_eq!(
+            SharedArray::create(&private, odd).err().map(|e| e.kind()),
+            Some(ErrorKind::InvalidConfig)
+        );
+        assert!(!dirs[0].exists(), "nothing made for a refused array");
+    }
+}

@@ -1,0 +1,277 @@
+//! What a shared file's pages are loaded from and written back to: a program's OS file (a
+//! [`HeldFd`]), or an array file, whose stripe units lie on each device's backing file
+//! (SAFS §3.3; `io/layout.rs` places them, `meta/` keeps the array's names and lengths).
+//!
+//! An array file is the cache's own: nothing else writes its backing files (the array's lock
+//! keeps other openers out), so it has no outside changes to look for and is never bypassed.
+//! Its pages go to and from its backing files whole: the bytes of the last page past the
+//! length are zeros in the frame (loads zero them, cuts zero them), and a device file may end
+//! short of a page it never had written (a hole: it loads as zeros). The length is the
+//! metadata log's, logged at sync once the data is durable (F2FS's fsync, seed 001 §3.4).
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::frame::PAGE;
+use super::held::HeldFd;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::device::{self, BackingFile};
+use crate::io::engine::UringEngine;
+use crate::meta::array::ArrayMeta;
+use crate::meta::metalog::Record;
+
+/// A shared file's backing (module docs).
+pub(crate) enum Backing {
+    /// A program's OS file.
+    File(HeldFd),
+    /// An array file.
+    Array(ArrayFile),
+}
+
+/// An array file's backing files and its logged length.
+pub(crate) struct ArrayFile {
+    pub(crate) array: Arc<ArrayMeta>,
+    /// Its id in the array's namespace.
+    pub(crate) id: u64,
+    /// Its backing file on each device, in device order.
+    devices: Vec<BackingFile>,
+    /// The length its latest durable length record carries.
+    persisted_len: AtomicU64,
+    /// The log sequence of its latest length record (written under the namespace's lock).
+    len_record: AtomicU64,
+}
+
+/// Pages of a run that lie side by side on one device: `pages` (indices into the run) from
+/// byte `at` of device `dev`'s backing file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeviceRun {
+    pub dev: usize,
+    pub at: u64,
+    pub pages: std::ops::Range<usize>,
+}
+
+impl Backing {
+    /// The program's OS file, if that is the backing.
+    pub(crate) fn held(&self) -> Option<&HeldFd> {
+        match self {
+            Backing::File(h) => Some(h),
+            Backing::Array(_) => None,
+        }
+    }
+
+    /// The array file, if that is the backing.
+    pub(crate) fn array(&self) -> Option<&ArrayFile> {
+        match self {
+            Backing::File(_) => None,
+            Backing::Array(a) => Some(a),
+        }
+    }
+
+    /// The program's OS file, if that is the backing, as a file.
+    pub(crate) fn os(&self) -> Option<&std::fs::File> {
+        self.held().map(|h| &**h)
+    }
+
+    /// The program's OS file, for what only an OS file has (a bypass, its metadata); an
+    /// array file refuses `what`.
+    pub(crate) fn os_file(&self, what: &str) -> Result<&std::fs::File> {
+        match self {
+            Backing::File(h) => Ok(h),
+            Backing::Array(_) => {
+                Err(Error::new(ErrorKind::Unsupported, format!("an array file has no {what}")))
+            }
+        }
+    }
+
+    /// Makes the file's written-back data durable (`fdatasync`; `fsync` with `all`); an array
+    /// file logs its length `len` as well (`ArrayFile::sync`).
+    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
+        match self {
+            Backing::File(h) => {
+                let r = if all { h.sync_all() } else { h.sync_data() };
+                r.map_err(|e| Error::io("flush a shared file", e))
+            }
+            Backing::Array(a) => a.sync(len, all),
+        }
+    }
+
+    /// Sets the length of what backs the file to `len` (the file is cut or grown to it).
+    pub(crate) fn set_len(&self, len: u64) -> std::io::Result<()> {
+        match self {
+            Backing::File(h) => h.set_len(len),
+            Backing::Array(a) => a.set_len(len),
+        }
+    }
+}
+
+impl ArrayFile {
+    /// Array file `id` of `array`, over its backing files `devices`, its length `len` as
+    /// logged.
+    pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
+        ArrayFile { array, id, devices, persisted_len: AtomicU64::new(len), len_record: AtomicU64::new(0) }
+    }
+
+    /// Its length as last logged.
+    pub(crate) fn logged_len(&self) -> u64 {
+        // Acquire: pairs with `sync`'s Release.
+        self.persisted_len.load(Ordering::Acquire)
+    }
+
+    /// Its backing file on device 0, which names it in the file table.
+    pub(crate) fn first(&self) -> &std::fs::File {
+        self.devices[0].file()
+    }
+
+    /// The run of `count` pages from page `first`, cut where the next page is not right after
+    /// the last on the same device (at stripe-unit boundaries).
+    pub(crate) fn device_runs(&self, first: u64, count: usize) -> Vec<DeviceRun> {
+        let layout = &self.array.layout;
+        let mut runs: Vec<DeviceRun> = Vec::new();
+        for i in 0..count {
+            let (dev, at) = layout.locate(first + i as u64);
+            match runs.last_mut() {
+                Some(r) if r.dev == dev && r.at + ((i - r.pages.start) * PAGE) as u64 == at => {
+                    r.pages.end = i + 1
+                }
+                _ => runs.push(DeviceRun { dev, at, pages: i..i + 1 }),
+            }
+        }
+        runs
+    }
+
+    /// The descriptor of device `dev`'s backing file.
+    pub(crate) fn fd(&self, dev: usize) -> RawFd {
+        self.devices[dev].file().as_raw_fd()
+    }
+
+    /// Whether device `dev`'s backing file is written past the kernel's page cache.
+    pub(crate) fn is_direct(&self, dev: usize) -> bool {
+        self.devices[dev].is_direct()
+    }
+
+    /// Fills `pages` (whole frames) with pages `first..` of the file: a read per device run
+    /// (per page without `bundled`), all at once through `ring` if given; a device file that
+    /// ends before a page (a hole) gives zeros.
+    pub(crate) fn load(
+        &self,
+        first: u64,
+        pages: &mut [&mut [u8]],
+        ring: Option<&UringEngine>,
+        bundled: bool,
+    ) -> std::io::Result<()> {
+        let mut runs = self.device_runs(first, pages.len());
+        if !bundled {
+            runs = runs
+                .into_iter()
+                .flat_map(|r| {
+                    r.pages.clone().map(move |i| DeviceRun {
+                        dev: r.dev,
+                        at: r.at + ((i - r.pages.start) * PAGE) as u64,
+                        pages: i..i + 1,
+                    })
+                })
+                .collect();
+        }
+        let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
+        let mut rest: &mut [&mut [u8]] = pages;
+        let mut taken = 0;
+        for r in &runs {
+            let (mine, after) = std::mem::take(&mut rest).split_at_mut(r.pages.end - taken);
+            taken = r.pages.end;
+            rest = after;
+            bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
+        }
+        let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
+            runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..])).collect();
+        let results: Vec<std::io::Result<usize>> = match ring.filter(|_| reads.len() > 1) {
+            Some(ring) => ring.read_batch(&mut reads),
+            None => reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect(),
+        };
+        drop(reads);
+        for (b, r) in bufs.iter_mut().zip(results) {
+            let mut got = r?;
+            // Past the device file's end: a hole.
+            for s in b.iter_mut() {
+                let keep = got.min(s.len());
+                s[keep..].fill(0);
+                got -= keep;
+            }
+        }
+        Ok(())
+    }
+
+    /// The writes of a run of whole frames `bufs` holding pages `first..` of the file: one
+    /// per device run, its descriptor, offset and pages.
+    pub(crate) fn writes<'a>(&self, first: u64, bufs: &[IoSlice<'a>]) -> Vec<(usize, u64, Vec<IoSlice<'a>>)> {
+        self.device_runs(first, bufs.len())
+            .into_iter()
+            .map(|r| (r.dev, r.at, bufs[r.pages].to_vec()))
+            .collect()
+    }
+
+    /// Cuts or grows the file to `len`: each device's backing file to exactly its stripe
+    /// units' pages below it, and the last page's bytes past it zeroed on its device, so that
+    /// a later growth shows zeros there (as the kernel's truncate zeros a partial page).
+    pub(crate) fn set_len(&self, len: u64) -> std::io::Result<()> {
+        let pages = len.div_ceil(PAGE as u64);
+        let layout = &self.array.layout;
+        for (dev, b) in self.devices.iter().enumerate() {
+            let want = layout.device_len(dev, pages);
+            if b.file().metadata()?.len() > want {
+                device::truncate(b, want).map_err(std::io::Error::other)?;
+            }
+        }
+        let from = (len % PAGE as u64) as usize;
+        if from == 0 {
+            return Ok(());
+        }
+        let (dev, at) = layout.locate(len / PAGE as u64);
+        let file = self.devices[dev].file();
+        if file.metadata()?.len() <= at {
+            return Ok(()); // a hole: zeros already
+        }
+        // A page-aligned buffer, as O_DIRECT wants.
+        #[repr(C, align(4096))]
+        struct Page([u8; PAGE]);
+        let mut page = Box::new(Page([0; PAGE]));
+        let got = crate::io::sys::preadv_all(file.as_raw_fd(), at, &mut [IoSliceMut::new(&mut page.0)])?;
+        page.0[from.min(got)..].fill(0);
+        crate::io::sys::pwritev_all(file.as_raw_fd(), at, &mut [IoSlice::new(&page.0)])
+    }
+
+    /// Makes what was written back durable: every backing file's data, then the length `len`
+    /// (read before the write-back that this sync follows) in the metadata log if it changed
+    /// since the last record made durable; with `all`, everything logged before too.
+    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
+        for b in &self.devices {
+            b.file().sync_data().map_err(|e| Error::io("flush an array file's backing file", e))?;
+        }
+        let meta = &self.array;
+        // Acquire: pairs with the Release below, from another sync of the file.
+        if self.persisted_len.load(Ordering::Acquire) != len {
+            let ticket = {
+                let mut ns = crate::sync::lock(&meta.namespace);
+                let r = Record::SetLen { id: self.id, len };
+                ns.apply(&r);
+                let ticket = meta.metalog.append(&r);
+                // Relaxed: written and read under the namespace's lock.
+                self.len_record.store(ticket.seq(), Ordering::Relaxed);
+                ticket
+            };
+            meta.metalog.commit(ticket)?;
+            let _ns = crate::sync::lock(&meta.namespace);
+            // Only if no later record was appended meanwhile, whose length is not durable yet.
+            // Relaxed: under the namespace's lock, as above.
+            if self.len_record.load(Ordering::Relaxed) == ticket.seq() {
+                // Release: pairs with the Acquire above.
+                self.persisted_len.store(len, Ordering::Release);
+            }
+        } else if all {
+            meta.metalog.commit(meta.metalog.last())?;
+        }
+        meta.checkpoint_if_wanted();
+        Ok(())
+    }
+}
