@@ -663,18 +663,60 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
 }
 
 /// Plain files in upcache's shared cache, through a service started for the run (its socket
-/// in the engine's directory; it exits a second after we detach).
+/// in the engine's directory; it exits a second after we detach); with `--devices N` (N > 1)
+/// or `--device-dirs`, files of an array striped over them, as the in-process engine's, on a
+/// private shared cache (a service takes no array files yet).
 pub struct SharedEngine {
-    plain: PlainFiles,
+    kind: SharedFiles,
     files: Vec<upcache::shared::SharedFile>,
     cache: Option<upcache::shared::SharedCache>,
     /// Reads pin pages instead of copying (`--api pin`).
     pin: bool,
 }
 
+/// Where the shared engine's files are.
+enum SharedFiles {
+    Plain(PlainFiles),
+    Array { array: Option<upcache::shared::SharedArray>, dirs: Vec<PathBuf>, created: Vec<PathBuf> },
+}
+
+impl SharedEngine {
+    /// The files of an array in `o`'s device directories, on a private cache.
+    fn array(s: &Setup) -> Result<Self> {
+        use upcache::shared::{ArraySpec, SharedArray, SharedCache};
+        let o = s.upcache;
+        let dirs: Vec<PathBuf> = match &o.device_dirs {
+            Some(d) => d.clone(),
+            None => (0..o.devices).map(|i| s.root.join(format!("dev{i}"))).collect(),
+        };
+        let mut created = Vec::new();
+        for d in &dirs {
+            created.extend(create_dirs(d)?);
+        }
+        let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
+        let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: o.page_size, stripe_unit: o.stripe_unit, kind: o.layout };
+        let array = match SharedArray::create(&cache, spec) {
+            Ok(a) => a,
+            Err(e) => {
+                remove_created_dirs(&created);
+                bail!("creating the array in {}: {e}", dirs[0].display());
+            }
+        };
+        let files = (0..s.files)
+            .map(|i| array.create_file(&file_name(i)))
+            .collect::<upcache::Result<Vec<_>>>()
+            .context("create the array's files")?;
+        let kind = SharedFiles::Array { array: Some(array), dirs, created };
+        Ok(SharedEngine { kind, files, cache: Some(cache), pin: o.api == Api::Pin })
+    }
+}
+
 impl Engine for SharedEngine {
     fn setup(s: &Setup) -> Result<Self> {
         use upcache::shared::serve;
+        if s.upcache.devices > 1 || s.upcache.device_dirs.is_some() {
+            return SharedEngine::array(s);
+        }
         let plain = PlainFiles::create(s, false)?;
         let socket = s.root.join("service/cache.sock");
         let cache = serve::connect_or_start(&socket, &s.upcache.shared, std::time::Duration::from_secs(1))
@@ -685,7 +727,8 @@ impl Engine for SharedEngine {
             .map(|p| cache.open_path(p, true))
             .collect::<upcache::Result<Vec<_>>>()
             .context("open through the shared cache")?;
-        Ok(SharedEngine { plain, files, cache: Some(cache), pin: s.upcache.api == Api::Pin })
+        let pin = s.upcache.api == Api::Pin;
+        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -754,12 +797,35 @@ impl Engine for SharedEngine {
         for f in self.files.drain(..) {
             f.close()?;
         }
-        drop(self.cache.take());
-        let _ = fs::remove_dir_all(self.plain.paths[0].parent().unwrap_or(Path::new(".")).join("service"));
-        if keep {
-            return Ok(());
+        match &mut self.kind {
+            SharedFiles::Plain(plain) => {
+                drop(self.cache.take());
+                let _ = fs::remove_dir_all(plain.paths[0].parent().unwrap_or(Path::new(".")).join("service"));
+                if !keep {
+                    plain.remove()?;
+                }
+            }
+            SharedFiles::Array { array, dirs, created } => {
+                let array = array.take().expect("the array is open");
+                if !keep {
+                    for name in array.list() {
+                        array.remove_file(&name).with_context(|| format!("remove array file {name}"))?;
+                    }
+                }
+                drop(array);
+                drop(self.cache.take());
+                if !keep {
+                    for d in dirs.iter() {
+                        for m in UPCACHE_META {
+                            let _ = fs::remove_file(d.join(m));
+                        }
+                        remove_metadata_logs(d);
+                    }
+                    remove_created_dirs(created);
+                }
+            }
         }
-        self.plain.remove()
+        Ok(())
     }
 }
 

@@ -67,14 +67,11 @@ pub(super) struct Plan {
 /// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
-        ("--devices", a.devices.is_some_and(|d| d != (1, false))),
+        ("--devices sim:N", a.devices.is_some_and(|d| d.1)),
         ("--sim", a.sim.is_some()),
-        ("--device-dirs", a.device_dirs.is_some()),
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
-        ("--stripe-unit", a.stripe_unit.is_some_and(|s| s != 128 << 10)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
-        ("--layout", a.layout.is_some_and(|l| l != Default::default())),
         ("--api async", a.api == engine::Api::Async),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--io", a.io.is_some_and(|x| x != Default::default())),
@@ -131,7 +128,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
         ensure!(
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
-             (--engine upcache); the shared engine takes --cache, --range-lock, --run-merging, \
+             (--engine upcache); the shared engine takes --cache, --devices, --device-dirs, \
+             --stripe-unit, --layout, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
              --streams, --hot-index, --api pin, --huge-pages and --direct-loads"
         );
