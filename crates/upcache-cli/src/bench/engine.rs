@@ -694,7 +694,13 @@ impl SharedEngine {
             created.extend(create_dirs(d)?);
         }
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
-        let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: o.page_size, stripe_unit: o.stripe_unit, kind: o.layout };
+        let spec = ArraySpec {
+            dirs: &dirs,
+            meta_dir: None,
+            page_size: o.page_size,
+            stripe_unit: o.stripe_unit,
+            kind: o.layout,
+        };
         let array = match SharedArray::create(&cache, spec) {
             Ok(a) => a,
             Err(e) => {

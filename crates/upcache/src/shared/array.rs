@@ -282,12 +282,14 @@ mod tests {
         buf
     }
 
-    /// Each device's backing file holds exactly its stripe units' pages below the length.
-    fn assert_fitted(dirs: &[PathBuf], kind: LayoutKind, id: u64, len: u64) {
+    /// Each device's backing file holds nothing but zeros past its stripe units' pages below
+    /// the length (zeros written ahead of appends, `io/zero_window.rs`, or nothing).
+    fn assert_zeros_past(dirs: &[PathBuf], kind: LayoutKind, id: u64, len: u64) {
         let layout = crate::io::layout::StripeLayout::new(PAGE, STRIPE, dirs.len(), kind);
         for (dev, dir) in dirs.iter().enumerate() {
-            let have = std::fs::metadata(device::backing_path(dir, id)).unwrap().len();
-            assert!(have <= layout.device_len(dev, len.div_ceil(PAGE as u64)), "device {dev}: {have} bytes");
+            let bytes = std::fs::read(device::backing_path(dir, id)).unwrap();
+            let mine = layout.device_len(dev, len.div_ceil(PAGE as u64)) as usize;
+            assert!(bytes.iter().skip(mine).all(|&b| b == 0), "device {dev}: bytes past the length");
         }
     }
 
@@ -337,7 +339,7 @@ mod tests {
                     }
                     assert_eq!(read_all(&f), oracle, "{kind:?} n {n}: before the reopen");
                     f.close().unwrap();
-                    assert_fitted(&dirs, kind, 1, oracle.len() as u64);
+                    assert_zeros_past(&dirs, kind, 1, oracle.len() as u64);
                 }
                 let cache = tiny();
                 let array = SharedArray::open(&cache, spec(&dirs, kind)).unwrap();
@@ -417,7 +419,7 @@ mod tests {
         let array = SharedArray::open(&cache, spec(&dirs, LayoutKind::Rotate)).unwrap();
         let f = array.open_file("f", true).unwrap();
         assert_eq!(f.len(), 10_000);
-        assert_fitted(&dirs, LayoutKind::Rotate, 1, 10_000);
+        assert_zeros_past(&dirs, LayoutKind::Rotate, 1, 10_000);
         f.set_len(200_000).unwrap();
         let all = read_all(&f);
         assert!(all[..10_000].iter().all(|&b| b == 7));

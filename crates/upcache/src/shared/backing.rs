@@ -241,36 +241,114 @@ impl ArrayFile {
         crate::io::sys::pwritev_all(file.as_raw_fd(), at, &mut [IoSlice::new(&page.0)])
     }
 
-    /// Makes what was written back durable: every backing file's data, then the length `len`
-    /// (read before the write-back that this sync follows) in the metadata log if it changed
-    /// since the last record made durable; with `all`, everything logged before too.
-    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
-        for b in &self.devices {
-            b.file().sync_data().map_err(|e| Error::io("flush an array file's backing file", e))?;
+    /// Whether device `dev`'s backing file may leave its flush to the metadata log's commit:
+    /// written with `O_DIRECT` on the log's ext4 or XFS file system (`io/zero_window.rs`).
+    fn may_defer(&self, dev: usize) -> bool {
+        self.devices[dev].is_direct() && self.array.log_shares_device[dev]
+    }
+
+    /// Write-back wrote (or failed to write) bytes `start..end` of device `dev`'s backing file.
+    pub(crate) fn written(&self, dev: usize, start: u64, end: u64) {
+        self.devices[dev].zeros().after_write(start, end);
+    }
+
+    /// A sync found the file `len` bytes long: the devices whose backing files are being
+    /// appended to and near the end of their windows of zeros, to extend ahead
+    /// ([`Self::zero_ahead`]).
+    pub(crate) fn appending(&self, len: u64) -> Vec<usize> {
+        let pages = len.div_ceil(PAGE as u64);
+        (0..self.devices.len())
+            .filter(|&dev| {
+                self.may_defer(dev)
+                    && self.devices[dev].zeros().note_sync(self.array.layout.device_len(dev, pages))
+            })
+            .collect()
+    }
+
+    /// Writes zeros ahead of device `dev`'s data for the file `len` bytes long, with the
+    /// file's lock held and no range writer at work (nothing is written past the length
+    /// meanwhile), so that appends land in blocks already allocated and inside the size: their
+    /// syncs have no metadata to commit. Counts as a change, so the sync that follows
+    /// `fdatasync`s the backing file.
+    pub(crate) fn zero_ahead(&self, dev: usize, len: u64) {
+        let data_end = self.array.layout.device_len(dev, len.div_ceil(PAGE as u64));
+        let b = &self.devices[dev];
+        if b.zeros().near_end(data_end) {
+            if let Err(e) = b.zeros().extend(b.file(), data_end) {
+                log::warn!("zero-filling ahead of an array file's appends failed: {e}");
+            }
         }
+    }
+
+    /// `fdatasync` of device `dev`'s backing file, shared with syncs at once, recording which
+    /// changes it covered.
+    fn sync_device(&self, b: &BackingFile) -> Result<()> {
+        // Read before the flush starts: it covers every write that ended before.
+        let pending = b.zeros().pending();
+        b.flushes().sync(|| b.file().sync_data()).map_err(|e| {
+            Error::io(format!("flush an array file's backing file on device {}", b.device()), e)
+        })?;
+        if let Some(c) = pending {
+            b.zeros().covered(c);
+        }
+        Ok(())
+    }
+
+    /// Makes what was written back durable, and the length `len` (read before the write-back
+    /// that this sync follows) if it changed since the last durable record; with `all`,
+    /// everything logged before too (F2FS's fsync, seed 001 §3.4, as the in-process engine's
+    /// `cache/mod.rs::sync_file`): a backing file whose writes since its last `fdatasync`
+    /// changed no metadata (all inside its window of zeros) and that may leave its flush to
+    /// the log is not synced on its own when a length is logged: the log's commit flushes its
+    /// device. An append + sync is then one data write, one record write and one flush.
+    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
         let meta = &self.array;
         // Acquire: pairs with the Release below, from another sync of the file.
-        if self.persisted_len.load(Ordering::Acquire) != len {
-            let ticket = {
-                let mut ns = crate::sync::lock(&meta.namespace);
-                let r = Record::SetLen { id: self.id, len };
-                ns.apply(&r);
-                let ticket = meta.metalog.append(&r);
-                // Relaxed: written and read under the namespace's lock.
-                self.len_record.store(ticket.seq(), Ordering::Relaxed);
-                ticket
-            };
-            meta.metalog.commit(ticket)?;
-            let _ns = crate::sync::lock(&meta.namespace);
-            // Only if no later record was appended meanwhile, whose length is not durable yet.
-            // Relaxed: under the namespace's lock, as above.
-            if self.len_record.load(Ordering::Relaxed) == ticket.seq() {
-                // Release: pairs with the Acquire above.
-                self.persisted_len.store(len, Ordering::Release);
+        let logs_len = self.persisted_len.load(Ordering::Acquire) != len;
+        let mut deferred = Vec::new();
+        for (dev, b) in self.devices.iter().enumerate() {
+            if logs_len && self.may_defer(dev) && b.zeros().pending().is_none() {
+                deferred.push(b);
+                continue;
             }
-        } else if all {
-            meta.metalog.commit(meta.metalog.last())?;
+            self.sync_device(b)?;
         }
+        if !logs_len {
+            if all {
+                meta.metalog.commit(meta.metalog.last())?;
+            }
+            meta.checkpoint_if_wanted();
+            return Ok(());
+        }
+        let ticket = {
+            let mut ns = crate::sync::lock(&meta.namespace);
+            let r = Record::SetLen { id: self.id, len };
+            ns.apply(&r);
+            let ticket = meta.metalog.append(&r);
+            // Relaxed: written and read under the namespace's lock.
+            self.len_record.store(ticket.seq(), Ordering::Relaxed);
+            ticket
+        };
+        // A deferred backing file changed (a cut) since: its metadata must be durable before a
+        // record of a length that covers the change is.
+        for b in deferred.iter().filter(|b| b.zeros().pending().is_some()) {
+            self.sync_device(b)?;
+        }
+        if let Err(e) = meta.metalog.commit(ticket) {
+            // The record is not durable, and its commit was the deferred files' flush.
+            for b in deferred {
+                let _ = self.sync_device(b);
+            }
+            return Err(e);
+        }
+        let ns = crate::sync::lock(&meta.namespace);
+        // Only if no later record was appended meanwhile, whose length is not durable yet.
+        // Relaxed: under the namespace's lock, as above.
+        if self.len_record.load(Ordering::Relaxed) == ticket.seq() {
+            // Release: pairs with the Acquire above.
+            self.persisted_len.store(len, Ordering::Release);
+        }
+        drop(ns);
         meta.checkpoint_if_wanted();
         Ok(())
     }

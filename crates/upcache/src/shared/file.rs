@@ -264,6 +264,13 @@ impl SharedFile {
         Some(change())
     }
 
+    /// Runs `f` with the file's lock held and no range writer at work, if both are free now
+    /// (it never waits: a sync by a thread that holds a pin of the file must not); None if not.
+    pub(super) fn with_lock_if_free<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        let _locked = FileLock::take_if(self, false, |_| true)?;
+        Some(f())
+    }
+
     /// Runs `change`, an OS change of the file that the program makes through the cache's
     /// shim (a `fallocate`), so that it is not taken for another program's.
     pub fn changing_os<T>(&self, change: impl FnOnce() -> T) -> T {
@@ -1071,7 +1078,19 @@ impl SharedFile {
                 "dirty pages of this file (written by another process) cannot be written back through a read-only open",
             ))
         };
-        let flushed = self.fd.sync(len, all);
+        let flushed = match self.fd.array() {
+            // A length that the write-back did not make good is not logged.
+            Some(_) if wrote.is_err() => Ok(()),
+            Some(a) => {
+                for dev in a.appending(len) {
+                    self.with_lock_if_free(|| a.zero_ahead(dev, self.cached_len()));
+                }
+                a.sync(len, all)
+            }
+            None => self.fd.sync(len, all),
+        };
+        // The next sync lists only pages dirtied from now on, if the file is clean.
+        self.with_lock_if_free(|| self.entry().empty_dirty_range_if_clean());
         // Even if our write-back failed: its error is this one, reported now, not again.
         let recorded = self.entry().unseen_error(seen);
         wrote?;

@@ -123,8 +123,13 @@ pub(crate) struct FileEntry {
     /// 1 when the file's tree may have nodes no walk reaches (a process that had it open
     /// died, or a tree was replaced): its next generation sweeps them (`tree.rs`).
     pub leaky: AtomicU32,
-    /// Padding, named: the layout is every process's (the third line's 8-byte fields end it).
-    pub _pad: [u32; 3],
+    /// Padding, named: the layout is every process's.
+    pub _pad: u32,
+    /// Pages `lo..hi` that every page dirtied since it was last emptied lies in, so that a
+    /// sync lists those, not every cached page (the kernel's dirty tag): see `widen_dirty`.
+    /// `!lo` in the low half (all zeros: empty), `hi` in the high half; page numbers past
+    /// 32 bits count as the end of the file.
+    pub dirty_range: AtomicU64,
     /// When a change of the cache's own last began or made a step (`coarse_ms`): one
     /// silent for long was left counted by a killed process.
     pub own_at: AtomicU64,
@@ -139,7 +144,59 @@ const _: () = assert!(std::mem::size_of::<FileEntry>() == 320);
 
 const ERROR_SEEN: u64 = 1 << 32;
 
+/// `dirty_range`'s pages `lo..hi` as stored.
+fn encode_range(lo: u64, hi: u64) -> u64 {
+    let lo = lo.min(u32::MAX as u64 - 1);
+    let hi = hi.min(u32::MAX as u64);
+    (hi << 32) | (!lo & 0xffff_ffff)
+}
+
+/// `dirty_range`'s stored word as pages `lo..hi` (empty: `lo >= hi`).
+fn decode_range(v: u64) -> (u64, u64) {
+    let (lo, hi) = (!v & 0xffff_ffff, v >> 32);
+    (lo, if hi == u32::MAX as u64 { u64::MAX } else { hi })
+}
+
+/// The union of two stored ranges.
+fn join_ranges(a: u64, b: u64) -> u64 {
+    match (decode_range(a), decode_range(b)) {
+        ((lo, hi), _) if lo >= hi => b,
+        (_, (lo, hi)) if lo >= hi => a,
+        ((l1, h1), (l2, h2)) => encode_range(l1.min(l2), h1.max(h2)),
+    }
+}
+
 impl FileEntry {
+    /// Page `page` is about to be marked dirty (its count taken first, its flag after), by a
+    /// writer holding the file's lock or a range of it: the dirty range takes it in.
+    pub fn widen_dirty(&self, page: u64) {
+        let page = encode_range(page, page.saturating_add(1));
+        // SeqCst (all of the range's): one order with the dirty count's loads in
+        // `empty_dirty_range_if_clean`.
+        let _ =
+            self.dirty_range.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(join_ranges(v, page)));
+    }
+
+    /// Every page may be dirty (a writer died between its count and the range).
+    pub fn widen_dirty_all(&self) {
+        self.dirty_range.store(encode_range(0, u64::MAX), Ordering::SeqCst);
+    }
+
+    /// The pages the file's dirty pages lie in.
+    pub fn dirty_pages(&self) -> std::ops::Range<u64> {
+        let (lo, hi) = decode_range(self.dirty_range.load(Ordering::SeqCst));
+        lo..hi.max(lo)
+    }
+
+    /// Empties the dirty range if the file has no dirty page. The caller holds the file's
+    /// lock with no range writer at work, so no writer is between its count and its widening
+    /// (`widen_dirty`); only writers, which hold one or the other, mark pages dirty.
+    pub fn empty_dirty_range_if_clean(&self) {
+        if self.dirty.load(Ordering::SeqCst) == 0 {
+            self.dirty_range.store(0, Ordering::SeqCst);
+        }
+    }
+
     /// Whether it is in use, for the OS file (device, inode) `(dev, ino)` (under the table's
     /// lock).
     pub fn names(&self, dev: u64, ino: u64) -> bool {
@@ -371,6 +428,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.reserved.store(os.size, Ordering::Relaxed);
     e.dirtied.store(0, Ordering::Relaxed);
     e.bypass.store(0, Ordering::Relaxed);
+    e.dirty_range.store(0, Ordering::Relaxed);
     e.own.store(0, Ordering::Relaxed);
     e.stale.store(0, Ordering::Relaxed);
     e.own_at.store(0, Ordering::Relaxed);
@@ -397,4 +455,44 @@ pub(crate) fn now_secs() -> u64 {
     // SAFETY: clock_gettime writes one timespec into `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn entry() -> Box<FileEntry> {
+        // SAFETY: every field is an atomic or plain integer, for which zeros are valid (a free
+        // entry is all zeros).
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    /// The dirty range holds every page widened into it; pages past 32 bits reach the end.
+    #[test]
+    fn the_dirty_range_takes_in_each_page_dirtied() {
+        let e = entry();
+        assert!(e.dirty_pages().is_empty(), "a fresh entry's range is empty");
+        e.widen_dirty(7);
+        assert_eq!(e.dirty_pages(), 7..8);
+        e.widen_dirty(3);
+        e.widen_dirty(5);
+        assert_eq!(e.dirty_pages(), 3..8);
+        e.widen_dirty(1 << 40);
+        assert_eq!(e.dirty_pages(), 3..u64::MAX);
+        e.widen_dirty_all();
+        assert_eq!(e.dirty_pages(), 0..u64::MAX);
+    }
+
+    /// A clean file's range is emptied; one with a page counted dirty keeps it.
+    #[test]
+    fn only_a_clean_files_dirty_range_is_emptied() {
+        let e = entry();
+        e.widen_dirty(9);
+        e.dirty.store(1, Ordering::SeqCst);
+        e.empty_dirty_range_if_clean();
+        assert_eq!(e.dirty_pages(), 9..10, "a dirty page is counted");
+        e.dirty.store(0, Ordering::SeqCst);
+        e.empty_dirty_range_if_clean();
+        assert!(e.dirty_pages().is_empty());
+    }
 }

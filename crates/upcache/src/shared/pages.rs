@@ -395,11 +395,12 @@ impl Inner {
         fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }
 
-    /// `candidates` of every page of file `slot` below its length, where all its dirty pages
-    /// lie.
-    pub(crate) fn file_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
+    /// The cached pages of file `slot` in its dirty range (`FileEntry::dirty_pages`): every
+    /// page dirtied before the call, and those others that lie among them.
+    pub(crate) fn dirty_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
         let (gen, end) = self.file_extent(slot);
-        self.candidates_of(slot, gen, 0, end)
+        let dirty = self.view.files()[slot as usize].dirty_pages();
+        self.candidates_of(slot, gen, dirty.start.min(end), dirty.end.min(end))
     }
 
     /// File `slot`'s generation and the end of its pages below its length: read under the
@@ -461,6 +462,8 @@ impl Inner {
             e.dirtied.store(super::files::now_secs(), Ordering::Relaxed);
         }
         self.view.header().dirty.fetch_add(1, Ordering::Relaxed);
+        // After the count: see `widen_dirty`.
+        e.widen_dirty(key_page(m.key()));
         // Release: a sync that sees the flag sees the count.
         m.flags.fetch_or(DIRTY, Ordering::Release);
     }

@@ -148,6 +148,10 @@ impl Inner {
         // Relaxed: under the table's lock.
         let counted =
             self.view.files().iter().enumerate().filter(|(_, e)| e.opens.load(Ordering::Relaxed) > 0);
+        for &slot in &touched {
+            // The dead may have counted a dirty page and not yet put it in the range.
+            self.view.files()[slot].widen_dirty_all();
+        }
         for slot in counted.map(|(s, _)| s).chain(touched).collect::<std::collections::BTreeSet<_>>() {
             self.recount_opens(slot);
         }

@@ -77,6 +77,8 @@ impl<'a> Target<'a> {
 /// where an `O_DIRECT` write that the file system refuses goes instead.
 struct Piece<'a> {
     run: usize,
+    /// The array's device it goes to (0 for an OS file).
+    dev: usize,
     fd: std::os::fd::RawFd,
     direct: bool,
     fallback: Option<std::os::fd::RawFd>,
@@ -153,6 +155,7 @@ impl Inner {
                     if let (true, Some(d)) = (whole > 0, direct) {
                         pieces.push(Piece {
                             run: r,
+                            dev: 0,
                             fd: d.as_raw_fd(),
                             direct: true,
                             fallback: plain,
@@ -162,13 +165,21 @@ impl Inner {
                     }
                     if !tail.is_empty() {
                         let at = at + (whole * PAGE) as u64;
-                        pieces.push(Piece { run: r, fd, direct: false, fallback: None, at, bufs: tail });
+                        pieces.push(Piece {
+                            run: r,
+                            dev: 0,
+                            fd,
+                            direct: false,
+                            fallback: None,
+                            at,
+                            bufs: tail,
+                        });
                     }
                 }
                 Target::Array(a) => {
                     for (dev, at, bufs) in a.writes(first, &bufs) {
                         let (fd, direct) = (a.fd(dev), a.is_direct(dev));
-                        pieces.push(Piece { run: r, fd, direct, fallback: None, at, bufs });
+                        pieces.push(Piece { run: r, dev, fd, direct, fallback: None, at, bufs });
                     }
                 }
             }
@@ -185,6 +196,11 @@ impl Inner {
             let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || r.is_ok());
             let now = super::gc::now_ns();
             g.end_at(gc_slot, timed, now - t0, ok, now);
+        }
+        if let Target::Array(a) = to {
+            for p in &pieces {
+                a.written(p.dev, p.at, p.at + (p.bufs.len() * PAGE) as u64);
+            }
         }
         let mut failed: Vec<Option<std::io::Error>> = runs.iter().map(|_| None).collect();
         for (p, r) in pieces.iter().zip(results.iter_mut()) {
@@ -280,7 +296,7 @@ impl Inner {
         if self.view.files()[slot as usize].dirty.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        self.write_back_listed(&self.file_candidates(slot), self.target(fd), wait, None)
+        self.write_back_listed(&self.dirty_candidates(slot), self.target(fd), wait, None)
     }
 
     /// Writes back, through `fd` (whole pages through `direct` if given), each listed frame (of
@@ -488,7 +504,7 @@ mod tests {
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64);
         let read_only = std::fs::File::open(&p).unwrap();
         let before = cache.status().write_back_requests;
-        let listed = inner.file_candidates(f.slot());
+        let listed = inner.dirty_candidates(f.slot());
         let to = Target::Os { fd: &read_only, direct: None };
         assert!(inner.write_back_listed(&listed, to, true, None).is_err());
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64, "every page still dirty");
@@ -501,5 +517,48 @@ mod tests {
         f.sync_data().unwrap();
         assert_eq!((entry.dirty.load(Ordering::Relaxed), cache.status().dirty), (0, 0));
         assert!(std::fs::read(&p).unwrap() == data, "every page written back");
+    }
+
+    /// A sync lists only the pages in the file's dirty range: after a sync of a file with
+    /// many cached pages, one page written is the one listed. And a sync writes back every
+    /// page written before it while other threads write the file and sync it at once (a
+    /// sync that empties the range never drops a page another thread just dirtied).
+    #[test]
+    fn a_sync_lists_the_dirty_range_and_writes_back_every_page_written_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let cache = SharedCache::create(&SharedConfig { memory: 16 << 20, ..small() }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        f.write_all_at(&vec![1u8; 1000 * 4096], 0).unwrap();
+        f.sync_data().unwrap();
+        assert!(cache.inner.dirty_candidates(f.slot()).is_empty(), "clean: nothing listed");
+        f.write_all_at(&[2u8; 10], 500 * 4096 + 7).unwrap();
+        assert_eq!(cache.inner.dirty_candidates(f.slot()).len(), 1);
+        f.sync_data().unwrap();
+        let os = std::fs::File::open(&p).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let (f, os, stop) = (&f, &os, &stop);
+                s.spawn(move || {
+                    for i in 0..300u64 {
+                        let page = (i * 7 + t * 3) % 1000;
+                        let byte = [(i % 250) as u8 + 3 + t as u8];
+                        f.write_all_at(&byte, page * 4096 + t).unwrap();
+                        f.sync_data().unwrap();
+                        let mut got = [0u8];
+                        std::os::unix::fs::FileExt::read_exact_at(os, &mut got, page * 4096 + t).unwrap();
+                        assert_eq!(got, byte, "thread {t}, write {i}: not written back by its sync");
+                    }
+                    stop.store(true, Ordering::Relaxed);
+                });
+            }
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    f.sync_data().unwrap();
+                }
+            });
+        });
     }
 }
