@@ -30,6 +30,8 @@ limit measured in the same round):
   kernel cache dropped first; limit: fio O_DIRECT io_uring at depth 16.
 - seqwrite: 1 MiB sequential writes of 4x the shim's cache (2 GiB) with a final fsync;
   limit: fio O_DIRECT psync (the same calls, no cache).
+- syncwrite: 4 KiB appends to a 256 MiB file, each followed by fdatasync (a database's log);
+  limit: the same with O_DIRECT.
 
 Needs fio, root (drop_caches), a C compiler and the release builds
 (cargo build --release -p upcache-cli -p upcache-preload).
@@ -188,12 +190,29 @@ def seqwrite(data, sides):
     return out
 
 
+def syncwrite(data, sides):
+    """IOPS of 4 KiB appends to a 256 MiB file (wrapping round), each followed by fdatasync:
+    a database's log. The limit writes with O_DIRECT, each write then synced."""
+    out = {}
+    for side, env in sides:
+        fresh(data)
+        path = os.path.join(data, "log.dat")
+        drop_page_cache()
+        direct = ["--direct=1"] if side == "limit" else []
+        job = fio(["--name=sy", f"--filename={path}", "--size=256m", "--rw=write", "--bs=4k", "--ioengine=psync",
+                   "--fdatasync=1", "--time_based", f"--runtime={RUNTIME}", *direct],
+                  env() if side != "limit" else dict(os.environ), data)
+        out[side] = job["write"]["iops"]
+    return out
+
+
 WORKLOADS = {
     "randwrite-one": ("random 4 KiB writes, 2 processes, one 256 MiB file", "IOPS", "one-memcpy ceiling", "1G"),
     "randwrite-own": ("random 4 KiB writes, a 128 MiB file per process", "IOPS", "one-memcpy ceiling", "1G"),
     "warm-randread": ("warm 2nd process, random 4 KiB reads of 512 MiB", "IOPS", "one-memcpy ceiling", "1G"),
     "seqread": ("sequential 1 MiB reads, file 2x the cache", "MiB/s", "O_DIRECT depth 16", "512M"),
     "seqwrite": ("sequential 1 MiB writes, 4x the cache, fsync", "MiB/s", "O_DIRECT psync", "512M"),
+    "syncwrite": ("4 KiB appends, fdatasync each, 256 MiB", "IOPS", "O_DIRECT + fdatasync", "512M"),
 }
 
 
@@ -293,6 +312,8 @@ def main():
                 got = run_with(warm_randread)(sides)
             elif w == "seqread":
                 got = run_with(seqread)(sides)
+            elif w == "syncwrite":
+                got = run_with(syncwrite)(sides)
             else:
                 got = run_with(seqwrite)(sides)
             for side, v in got.items():
