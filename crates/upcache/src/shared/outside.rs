@@ -133,9 +133,6 @@ impl SharedFile {
     /// Looks at the OS file for a change made without the cache if no process has this clock
     /// tick, and takes one in. Errors are the next look's: a read or write goes on.
     pub(crate) fn look_outside_if_due(&self) {
-        if self.fd.array().is_some() {
-            return; // the cache's own: no outside changes (`backing.rs`)
-        }
         let e = self.entry();
         let now = coarse_ms();
         // Relaxed: a time; the look itself reads the OS file.
@@ -144,6 +141,7 @@ impl SharedFile {
         {
             return;
         }
+        // An array file (the cache's own) has no OS metadata: nothing to look at.
         if let Ok(md) = self.os_metadata() {
             let _ = self.look_at(&md);
         }
