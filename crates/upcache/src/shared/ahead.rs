@@ -303,7 +303,7 @@ mod tests {
 
     /// Two sequential streams read in turns through one open are each read ahead: the second
     /// stream's third read posts windows past its synchronous readahead, although every read
-    /// of it follows one of the other stream (`ReadStreams`).
+    /// of it follows one of the other stream (`Streams`).
     #[test]
     fn interleaved_streams_of_one_open_are_each_read_ahead() {
         let dir = tempfile::tempdir().unwrap();
@@ -434,6 +434,43 @@ mod tests {
             f.sync_data().unwrap();
             assert_eq!(std::fs::read(&p).unwrap(), data);
         }
+    }
+
+    /// Two write streams taking turns on one open (two halves of a file written at once) are
+    /// each written behind: with one stream per open, each write would end the other's stream
+    /// and none would be.
+    #[test]
+    fn interleaved_write_streams_of_one_open_are_each_written_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let config = SharedConfig {
+            memory: 16 << 20,
+            dirty_ratios: (0.1, 0.9),
+            dirty_expire: std::time::Duration::from_secs(3600),
+            ..small()
+        };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let (chunk, half) = (64 << 10, 4 << 20);
+        for a in (0..half).step_by(chunk) {
+            for start in [0, half] {
+                let at = start + a;
+                f.write_all_at(&data[at..at + chunk], at as u64).unwrap();
+            }
+        }
+        cache.wait_for_readahead();
+        let pages = (data.len() / 4096) as u64;
+        let behind = cache.status().behind_pages;
+        assert!(behind >= pages / 2, "{behind} of {pages} pages handed over");
+        // The middle of each half, written behind, is in the OS file already.
+        let os = std::fs::read(&p).unwrap();
+        for mid in [2 << 20, 6 << 20] {
+            assert_eq!(os[mid..mid + (512 << 10)], data[mid..mid + (512 << 10)], "at {mid}");
+        }
+        f.sync_data().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), data);
     }
 
     /// The last handle of an attachment may go while windows wait: the loaders end, no hang,

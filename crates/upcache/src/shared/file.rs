@@ -26,7 +26,7 @@ use super::frame::{DIRTY, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::pages::Fill;
-use super::read_streams::{Followed, ReadStream, ReadStreams};
+use super::streams::{Followed, Stream, Streams};
 use super::{Inner, OpenFd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::chunk::chunks;
@@ -76,7 +76,10 @@ pub struct SharedFile {
     /// The write-back errors this open has reported (`FileEntry::unseen_error`).
     seen: std::sync::atomic::AtomicU64,
     /// This open's read streams: a read that continues one gets readahead (`read_pages`).
-    streams: ReadStreams,
+    streams: Streams,
+    /// This open's write streams: a write that continues one hands the runs behind it to
+    /// write-behind (`write_behind`).
+    write_streams: Streams,
     /// This open's number in the process ([`OPENS`]).
     id: u64,
     /// The page where this open's last dflush stopped, where the next begins (the kernel's
@@ -84,12 +87,6 @@ pub struct SharedFile {
     dflush_from: std::sync::atomic::AtomicU64,
     /// Whether the open found the file's entry kept after its last close ([`Self::kept`]).
     kept: bool,
-    /// Where this open's last write ended: a write that starts there continues its write
-    /// stream (`write_behind`).
-    write_end: std::sync::atomic::AtomicU64,
-    /// The page below which this open's write stream was handed to write-behind (or where
-    /// the stream began).
-    behind_from: std::sync::atomic::AtomicU64,
 }
 
 fn open_error(path: &Path, e: std::io::Error) -> Error {
@@ -224,14 +221,12 @@ impl SharedFile {
             name,
             max_len,
             seen,
-            streams: ReadStreams::default(),
+            streams: Streams::default(),
+            write_streams: Streams::unstarted(),
             // Relaxed: a unique number, nothing ordered by it.
             id: OPENS.fetch_add(1, Ordering::Relaxed),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
             kept,
-            // No stream yet: two sequential writes in a row make one, as two reads do.
-            write_end: std::sync::atomic::AtomicU64::new(u64::MAX),
-            behind_from: std::sync::atomic::AtomicU64::new(0),
         };
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
@@ -529,10 +524,10 @@ impl SharedFile {
     /// Keeps [`AHEAD_WINDOWS`] windows of `window` pages posted to the process's loaders
     /// past page `from` (of `pages`) for `stream`, posting whole windows only, but the file's
     /// last. If the loaders take none, a reader that reaches pages not loaded loads them itself.
-    fn read_ahead(&self, stream: &ReadStream, from: u64, window: u64, pages: u64) {
+    fn read_ahead(&self, stream: &Stream, from: u64, window: u64, pages: u64) {
         let target = from.saturating_add(AHEAD_WINDOWS * window).min(pages);
         // Relaxed (both): this open's own hint; the loaders look at the index, not at this.
-        let mut at = stream.ahead_to.load(Ordering::Relaxed).max(from);
+        let mut at = stream.edge.load(Ordering::Relaxed).max(from);
         if at >= target || (target - at < window && target < pages) {
             return;
         }
@@ -550,7 +545,7 @@ impl SharedFile {
             }
             at = to;
         }
-        stream.ahead_to.store(at, Ordering::Relaxed);
+        stream.edge.store(at, Ordering::Relaxed);
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
@@ -692,8 +687,9 @@ impl SharedFile {
     }
 
     /// StreamCache's stream write-back (seed 003 §4.2), with `SharedConfig::streams`: a
-    /// write that continues this open's sequential write stream (it starts where the last
-    /// one ended; a single write, however long, makes no stream) hands the stream's whole
+    /// write that continues one of this open's sequential write streams (it starts where that
+    /// stream's last write ended; a single write, however long, makes none; `Streams`, up to
+    /// 4 at once, so writers taking turns on one descriptor each keep theirs) hands the stream's whole
     /// pages written since the last hand-over, once they make a run ([`RUN_PAGES`], or a
     /// sixteenth of a smaller cache), to the process's loader threads, which write them back
     /// (`Inner::write_behind`) while the writer goes on, if more of the cache than half its
@@ -709,11 +705,14 @@ impl SharedFile {
         let end = offset + n as u64;
         // Relaxed (all): this open's hints; two threads writing through one open at once make
         // at worst a stream begin again.
-        if self.write_end.swap(end, Ordering::Relaxed) != offset {
-            self.behind_from.store(offset / PAGE as u64, Ordering::Relaxed);
+        let followed = self.write_streams.follow(offset, end);
+        let stream = self.write_streams.get(followed.stream);
+        if !followed.sequential {
+            // A stream begins here: nothing before it is its to write behind.
+            stream.edge.store(offset / PAGE as u64, Ordering::Relaxed);
             return;
         }
-        let (from, to) = (self.behind_from.load(Ordering::Relaxed), end / PAGE as u64);
+        let (from, to) = (stream.edge.load(Ordering::Relaxed), end / PAGE as u64);
         // A run, or a sixteenth of a cache too small for runs to matter.
         let run = (RUN_PAGES as u64).min((self.inner.view.n_frames as u64 / 16).max(1));
         if to < from.saturating_add(run) {
@@ -726,7 +725,7 @@ impl SharedFile {
         // Relaxed: a threshold.
         if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits.0 / 2 {
             // Left to the kernel's ways; the stream's next run begins here.
-            self.behind_from.store(to, Ordering::Relaxed);
+            stream.edge.store(to, Ordering::Relaxed);
             return;
         }
         let w = ahead::Window {
@@ -738,7 +737,7 @@ impl SharedFile {
         };
         // Not taken (the loaders are behind): the next hand-over covers these pages too.
         if self.inner.ahead.post(&self.inner, w) {
-            self.behind_from.store(to, Ordering::Relaxed);
+            stream.edge.store(to, Ordering::Relaxed);
         }
     }
 

@@ -51,10 +51,10 @@ mod pages;
 mod pin;
 mod pin_ledger;
 mod quiet;
-mod read_streams;
 mod repair;
 pub mod serve;
 mod set_flush;
+mod streams;
 mod tree;
 mod writeback;
 

@@ -1,6 +1,7 @@
-//! The sequential read streams one open follows at once (StreamCache §4.1's stream tracking,
-//! per open): where each stream's last read ended, whether that read continued it, and how
-//! far its readahead windows reach.
+//! The sequential streams one open follows at once, of its reads and, apart, of its writes
+//! (StreamCache §4.1's stream tracking, per open): where each stream's last read (or write)
+//! ended, whether that one continued it, and how far the loaders' windows reach (readahead
+//! ahead of a read stream, write-behind behind a write stream).
 //!
 //! One descriptor often carries several streams at once: threads of one process scanning
 //! different parts of a file through a descriptor they share (a database's table file, read
@@ -22,23 +23,24 @@ pub(crate) const STREAMS: usize = 4;
 
 /// One stream of an open's reads.
 #[derive(Debug)]
-pub(crate) struct ReadStream {
+pub(crate) struct Stream {
     /// Where its last read ended (`u64::MAX`: no read yet).
     end: AtomicU64,
     /// Whether its last read continued it.
     continued: AtomicBool,
-    /// The page up to which its windows were posted to the loaders; 0 when none.
-    pub ahead_to: AtomicU64,
-    /// When it was last read, in the open's reads (`ReadStreams::reads`).
+    /// The page up to which its windows were posted to the loaders: readahead's end for a
+    /// read stream (0 when none), or where the next write-behind begins for a write stream.
+    pub edge: AtomicU64,
+    /// When it was last read, in the open's reads (`Streams::reads`).
     used: AtomicU64,
 }
 
-impl ReadStream {
+impl Stream {
     fn new(end: u64) -> Self {
-        ReadStream {
+        Stream {
             end: AtomicU64::new(end),
             continued: AtomicBool::new(false),
-            ahead_to: AtomicU64::new(0),
+            edge: AtomicU64::new(0),
             used: AtomicU64::new(0),
         }
     }
@@ -60,26 +62,32 @@ pub(crate) struct Followed {
 
 /// An open's read streams.
 #[derive(Debug)]
-pub(crate) struct ReadStreams {
-    streams: [ReadStream; STREAMS],
-    /// Reads so far, a clock for `ReadStream::used`.
+pub(crate) struct Streams {
+    streams: [Stream; STREAMS],
+    /// Reads so far, a clock for `Stream::used`.
     reads: AtomicU64,
 }
 
-impl Default for ReadStreams {
+impl Default for Streams {
     /// No read yet: a first read at the file's start continues the first stream, as a file
     /// read from its start is read on.
     fn default() -> Self {
-        ReadStreams {
-            streams: std::array::from_fn(|i| ReadStream::new(if i == 0 { 0 } else { u64::MAX })),
+        Streams {
+            streams: std::array::from_fn(|i| Stream::new(if i == 0 { 0 } else { u64::MAX })),
             reads: AtomicU64::new(0),
         }
     }
 }
 
-impl ReadStreams {
+impl Streams {
+    /// No stream yet, none at the file's start either: for writes, of which two in a row make
+    /// a stream (a single write, however long, makes none).
+    pub fn unstarted() -> Self {
+        Streams { streams: std::array::from_fn(|_| Stream::new(u64::MAX)), reads: AtomicU64::new(0) }
+    }
+
     /// Stream `i`.
-    pub fn get(&self, i: usize) -> &ReadStream {
+    pub fn get(&self, i: usize) -> &Stream {
         &self.streams[i % STREAMS]
     }
 
@@ -98,7 +106,7 @@ impl ReadStreams {
                 // Not continued first, then the longest unread: one key, a plain loop (a
                 // `min_by_key` over pairs cost random reads 3% of their cycles in stack
                 // traffic, perf).
-                let idle = |s: &ReadStream| {
+                let idle = |s: &Stream| {
                     (s.continued.load(Ordering::Relaxed) as u64) << 63
                         | (s.used.load(Ordering::Relaxed) & (u64::MAX >> 1))
                 };
@@ -109,7 +117,7 @@ impl ReadStreams {
                         (i, least) = (j, key);
                     }
                 }
-                self.streams[i].ahead_to.store(0, Ordering::Relaxed);
+                self.streams[i].edge.store(0, Ordering::Relaxed);
                 (i, false)
             }
         };
@@ -131,13 +139,13 @@ mod tests {
     use super::*;
 
     /// A 4 KiB read at `at`.
-    fn read(s: &ReadStreams, at: u64) -> Followed {
+    fn read(s: &Streams, at: u64) -> Followed {
         s.follow(at, at + 4096)
     }
 
     #[test]
     fn one_stream_is_followed_as_before() {
-        let s = ReadStreams::default();
+        let s = Streams::default();
         assert_eq!(read(&s, 0), Followed { stream: 0, sequential: true, streak: true }, "from the start");
         assert_eq!(read(&s, 4096), Followed { stream: 0, sequential: true, streak: true });
         let r = read(&s, 1 << 20);
@@ -149,7 +157,7 @@ mod tests {
 
     #[test]
     fn interleaved_streams_are_each_followed() {
-        let s = ReadStreams::default();
+        let s = Streams::default();
         let starts = [0u64, 10 << 20, 20 << 20];
         let mut seen = Vec::new();
         for step in 0..6u64 {
@@ -170,7 +178,7 @@ mod tests {
 
     #[test]
     fn random_reads_leave_the_streams_alone() {
-        let s = ReadStreams::default();
+        let s = Streams::default();
         let starts = [0u64, 10 << 20, 20 << 20];
         let mut random = 7u64;
         for step in 0..40u64 {
@@ -187,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_new_stream_takes_the_longest_unread_place_when_all_stream() {
-        let s = ReadStreams::default();
+        let s = Streams::default();
         for start in 0..STREAMS as u64 {
             for step in 0..3 {
                 read(&s, (start << 30) + step * 4096);
@@ -197,6 +205,6 @@ mod tests {
         let r = read(&s, 99 << 30);
         assert_eq!(r.stream, 0);
         assert!(!r.sequential && !r.streak);
-        assert_eq!(s.get(0).ahead_to.load(Ordering::Relaxed), 0);
+        assert_eq!(s.get(0).edge.load(Ordering::Relaxed), 0);
     }
 }
