@@ -14,7 +14,6 @@ use crate::file::{validate_name, FileInner, Placement};
 use crate::frame::FrameId;
 use crate::io::device::{self, backing_path};
 use crate::meta::array::{ArrayMeta, ArraySpec};
-use crate::meta::metalog::Record;
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
 use crate::service::flusher::Flushers;
@@ -123,13 +122,7 @@ impl Cache {
             // A crash after an earlier create with the same id may have left a backing file.
             device::truncate(b, 0)?;
         }
-        let created = Record::Create { id, name: name.to_owned() };
-        ns.apply(&created);
-        let ticket = inner.array.metalog.append(&created);
-        if let Err(e) = inner.array.metalog.commit_or_abandon(ticket) {
-            ns.apply(&Record::Remove { id, name: name.to_owned() });
-            return Err(e);
-        }
+        inner.array.commit_create(&mut ns, id, name)?;
         let file = Arc::new(FileInner::new(
             id,
             name.to_owned(),
@@ -193,13 +186,7 @@ impl Cache {
         // wait on the range, then find the file removed; they do not start on a dying file.
         let _change = open.as_ref().map(|f| f.writes.begin());
         // The log first: if it cannot be written, the file stays whole and usable.
-        let removed = Record::Remove { id: e.id, name: name.to_owned() };
-        ns.apply(&removed);
-        let ticket = inner.array.metalog.append(&removed);
-        if let Err(err) = inner.array.metalog.commit_or_abandon(ticket) {
-            ns.restore(name, e);
-            return Err(err);
-        }
+        inner.array.commit_remove(&mut ns, name, e)?;
         if let Some(f) = &open {
             // Release: handles that see `removed` also see everything before it.
             f.removed.store(true, Ordering::Release);

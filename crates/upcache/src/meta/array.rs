@@ -12,8 +12,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
-use super::metalog::{self, MetaLog, NewLog};
-use super::namespace::Namespace;
+use super::metalog::{self, MetaLog, NewLog, Record};
+use super::namespace::{NameEntry, Namespace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::layout::{LayoutKind, StripeLayout};
 use crate::sync::{self, AtomicBool, Mutex, Ordering};
@@ -255,6 +255,26 @@ impl ArrayMeta {
             checkpoint_running: AtomicBool::new(false),
             _lock: lock,
         })
+    }
+
+    /// Logs the creation of file `id` named `name` (free in `ns`, the namespace locked) and
+    /// commits it; on failure the namespace is as before.
+    pub(crate) fn commit_create(&self, ns: &mut Namespace, id: u64, name: &str) -> Result<()> {
+        let created = Record::Create { id, name: name.to_owned() };
+        ns.apply(&created);
+        let ticket = self.metalog.append(&created);
+        self.metalog
+            .commit_or_abandon(ticket)
+            .inspect_err(|_| ns.apply(&Record::Remove { id, name: name.to_owned() }))
+    }
+
+    /// Logs the removal of file `name` (entry `e` of `ns`, the namespace locked) and commits
+    /// it; on failure the namespace is as before.
+    pub(crate) fn commit_remove(&self, ns: &mut Namespace, name: &str, e: NameEntry) -> Result<()> {
+        let removed = Record::Remove { id: e.id, name: name.to_owned() };
+        ns.apply(&removed);
+        let ticket = self.metalog.append(&removed);
+        self.metalog.commit_or_abandon(ticket).inspect_err(|_| ns.restore(name, e))
     }
 
     /// A checkpoint (module docs of `meta/metalog.rs`): a new log, the namespace as of the

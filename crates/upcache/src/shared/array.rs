@@ -18,7 +18,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::validate_name;
 use crate::io::device;
 use crate::meta::array::{ArrayMeta, ArraySpec};
-use crate::meta::metalog::Record;
 
 /// An array opened on a private [`SharedCache`]: its files are read and written through the
 /// cache's frames. The array's lock is held while this or any of its open files lives.
@@ -75,13 +74,7 @@ impl SharedArray {
             // A crash after an earlier create with the same id may have left a backing file.
             device::truncate(b, 0)?;
         }
-        let created = Record::Create { id, name: name.to_owned() };
-        ns.apply(&created);
-        let ticket = meta.metalog.append(&created);
-        if let Err(e) = meta.metalog.commit_or_abandon(ticket) {
-            ns.apply(&Record::Remove { id, name: name.to_owned() });
-            return Err(e);
-        }
+        meta.commit_create(&mut ns, id, name)?;
         drop(ns);
         self.lock_recovered().insert(id);
         self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true)
@@ -114,13 +107,7 @@ impl SharedArray {
         if let Ok(md) = std::fs::metadata(&first) {
             self.inner.forget_closed(&files::OsFile::of(&md), name)?;
         }
-        let removed = Record::Remove { id: e.id, name: name.to_owned() };
-        ns.apply(&removed);
-        let ticket = meta.metalog.append(&removed);
-        if let Err(err) = meta.metalog.commit_or_abandon(ticket) {
-            ns.restore(name, e);
-            return Err(err);
-        }
+        meta.commit_remove(&mut ns, name, e)?;
         self.lock_recovered().remove(&e.id);
         for dir in &meta.dirs {
             let p = device::backing_path(dir, e.id);
