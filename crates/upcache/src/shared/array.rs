@@ -521,4 +521,31 @@ mod tests {
             }
         }
     }
+
+    /// An array file's `O_DIRECT` write-backs are timed on its pages' devices (GC-aware
+    /// eviction, `gc.rs`): after a sync they set the device's baseline, so one write-back far
+    /// slower than it makes the device collecting for the array's dirty pages.
+    #[test]
+    fn an_array_files_write_backs_are_timed_on_its_devices() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        let cache = tiny();
+        let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+        let f = array.create_file("f").unwrap();
+        let a = f.fd.array().unwrap();
+        if !a.is_direct(0) {
+            eprintln!("skipped: {} refuses O_DIRECT", root.path().display());
+            return;
+        }
+        f.write_all_at(&vec![5u8; 8 * PAGE], 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(&[6u8; 10], 0).unwrap();
+        let inner = &cache.inner;
+        let k = inner.key(f.slot(), 0);
+        assert!(!inner.collecting_key(k));
+        let device = inner.view.gc().device(a.st_dev_of(0)).unwrap();
+        let now = super::super::gc::now_ns();
+        device.end_at(None, 1, 1_000_000_000, true, now); // 1 s a page: far past the baseline
+        assert!(inner.collecting_key(k), "the sync's write-backs set a baseline");
+    }
 }

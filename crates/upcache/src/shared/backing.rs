@@ -37,6 +37,8 @@ pub(crate) struct ArrayFile {
     pub(crate) id: u64,
     /// Its backing file on each device, in device order.
     devices: Vec<BackingFile>,
+    /// The `st_dev` of each, whose garbage collection its write-backs time (`gc.rs`).
+    st_devs: Vec<u64>,
     /// The length its latest durable length record carries.
     persisted_len: AtomicU64,
     /// The log sequence of its latest length record (written under the namespace's lock).
@@ -110,7 +112,27 @@ impl ArrayFile {
     /// Array file `id` of `array`, over its backing files `devices`, its length `len` as
     /// logged.
     pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
-        ArrayFile { array, id, devices, persisted_len: AtomicU64::new(len), len_record: AtomicU64::new(0) }
+        use std::os::unix::fs::MetadataExt;
+        // A device whose file cannot be stat'ed is timed as device 0's file system's.
+        let st_devs = devices.iter().map(|b| b.file().metadata().map_or(0, |m| m.dev())).collect();
+        ArrayFile {
+            array,
+            id,
+            devices,
+            st_devs,
+            persisted_len: AtomicU64::new(len),
+            len_record: AtomicU64::new(0),
+        }
+    }
+
+    /// The `st_dev` of device `dev`'s backing file.
+    pub(crate) fn st_dev(&self, dev: usize) -> u64 {
+        self.st_devs[dev]
+    }
+
+    /// The `st_dev` of the backing file page `page` lies in.
+    pub(crate) fn st_dev_of(&self, page: u64) -> u64 {
+        self.st_devs[self.array.layout.locate(page).0]
     }
 
     /// Its length as last logged.

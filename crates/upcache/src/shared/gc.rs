@@ -3,8 +3,8 @@
 //! reach it, as the private engine infers it for its arrays (`io/device/gc_watch.rs`, whose
 //! per-device state lives here in the segment, fed by every process's write-backs).
 //!
-//! A device is a file's `st_dev`, up to [`GC_DEVICES`] of them; files on further devices are
-//! never taken to be collecting. Only write-backs through `O_DIRECT` (whole pages, with
+//! A device is a file's `st_dev` (an array file's page's: its device's backing file's), up to
+//! [`GC_DEVICES`] of them; files on further devices are never taken to be collecting. Only write-backs through `O_DIRECT` (whole pages, with
 //! `SharedConfig::direct_write_back`) are timed: a buffered one is a copy into the kernel's
 //! page cache, whose time says nothing of the device. Times are `CLOCK_MONOTONIC`
 //! nanoseconds, the same clock in every process. Every value is a hint (Relaxed atomics); a
@@ -70,6 +70,21 @@ impl Inner {
         // Relaxed: fixed while the file is open, as the caller has it.
         let dev = self.view.files()[slot as usize].dev.load(Ordering::Relaxed);
         self.view.gc().device(dev)
+    }
+
+    /// Whether the device holding page key `k` is taken to be collecting garbage now: an
+    /// array file's page's own device (this process's backing of the file says which), else
+    /// its file's.
+    pub(crate) fn collecting_key(&self, k: u64) -> bool {
+        let slot = super::frame::key_slot(k);
+        let dev = {
+            let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
+            fds.get(&slot).and_then(|o| o.fd.array().map(|a| a.st_dev_of(super::frame::key_page(k))))
+        };
+        match dev {
+            Some(dev) => self.view.gc().find(dev).is_some_and(|d| d.collecting_at(now_ns())),
+            None => self.collecting(slot),
+        }
     }
 
     /// Whether the device holding file `slot` is taken to be collecting garbage now.

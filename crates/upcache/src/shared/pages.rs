@@ -332,7 +332,7 @@ impl Inner {
                 CleanFirst::Never => false,
                 CleanFirst::WhileGc => {
                     let k = m.key();
-                    k != 0 && self.collecting(key_slot(k))
+                    k != 0 && self.collecting_key(k)
                 }
             };
             if !defer || late {

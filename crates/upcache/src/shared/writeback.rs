@@ -187,15 +187,33 @@ impl Inner {
         // Timed for GC-aware eviction (`gc.rs`): the O_DIRECT writes reach the device, and a
         // batch's time per page is the device's at that depth. A failed one says nothing of its
         // speed: its slot is freed, no sample taken.
-        let timed: u64 = pieces.iter().filter(|p| p.direct).map(|p| p.bufs.len() as u64).sum();
-        let gc = self.gc_device(slot).filter(|_| timed > 0);
+        // An array's pieces are timed by the device each goes to.
+        let mut timed: Vec<(usize, u64)> = Vec::new();
+        for p in pieces.iter().filter(|p| p.direct) {
+            match timed.iter_mut().find(|(dev, _)| *dev == p.dev) {
+                Some((_, pages)) => *pages += p.bufs.len() as u64,
+                None => timed.push((p.dev, p.bufs.len() as u64)),
+            }
+        }
+        let gc: Vec<_> = timed
+            .into_iter()
+            .filter_map(|(dev, pages)| {
+                let g = match to {
+                    Target::Os { .. } => self.gc_device(slot),
+                    Target::Array(a) => self.view.gc().device(a.st_dev(dev)),
+                };
+                g.map(|g| (g, dev, pages))
+            })
+            .collect();
         let t0 = super::gc::now_ns();
-        let gc_slot = gc.and_then(|g| g.begin_at(timed, t0));
+        let gc_slots: Vec<_> = gc.iter().map(|(g, _, pages)| g.begin_at(*pages, t0)).collect();
         let mut results = self.write_pieces(&pieces, runs.len() > 1);
-        if let Some(g) = gc {
-            let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || r.is_ok());
+        if !gc.is_empty() {
             let now = super::gc::now_ns();
-            g.end_at(gc_slot, timed, now - t0, ok, now);
+            for ((g, dev, pages), gc_slot) in gc.into_iter().zip(gc_slots) {
+                let ok = pieces.iter().zip(&results).all(|(p, r)| !p.direct || p.dev != dev || r.is_ok());
+                g.end_at(gc_slot, pages, now - t0, ok, now);
+            }
         }
         if let Target::Array(a) = to {
             for p in &pieces {
