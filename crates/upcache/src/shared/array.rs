@@ -88,7 +88,7 @@ impl SharedArray {
         let devices = self.backing_files(e.id, false)?;
         let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
         if self.lock_recovered().insert(e.id) {
-            if let Err(err) = file.set_len(e.len) {
+            if let Err(err) = file.recover(e.len) {
                 self.lock_recovered().remove(&e.id);
                 return Err(Error::io(format!("cut {name} to its logged length"), err));
             }
@@ -156,7 +156,7 @@ impl SharedArray {
     /// Caches array file `file`, named `name`.
     fn adopt(&self, file: ArrayFile, name: &str, write: bool) -> Result<SharedFile> {
         let md = file.first().metadata().map_err(|e| Error::io(format!("stat {name}'s backing file"), e))?;
-        SharedFile::adopt(self.inner.clone(), Backing::Array(file), &md, write, name.to_owned())
+        SharedFile::adopt(self.inner.clone(), Arc::new(Backing::Array(file)), &md, write, name.to_owned())
     }
 }
 
@@ -547,5 +547,29 @@ mod tests {
         let now = super::super::gc::now_ns();
         device.end_at(None, 1, 1_000_000_000, true, now); // 1 s a page: far past the baseline
         assert!(inner.collecting_key(k), "the sync's write-backs set a baseline");
+    }
+
+    /// Appends go to an array file's end (no OS file to ask for its length), and two writers
+    /// closing at once both leave their bytes and the length logged.
+    #[test]
+    fn appends_and_writers_closing_at_once_keep_the_length() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        {
+            let cache = tiny();
+            let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+            let (a, b) = (array.create_file("f").unwrap(), array.open_file("f", true).unwrap());
+            assert_eq!(a.append(&[1u8; 5000]).unwrap(), (0, 5000));
+            assert_eq!(b.append(&[2u8; 3000]).unwrap(), (5000, 3000));
+            std::thread::scope(|s| {
+                s.spawn(|| a.close().unwrap());
+                s.spawn(|| b.close().unwrap());
+            });
+        }
+        let cache = tiny();
+        let array = SharedArray::open(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+        let all = read_all(&array.open_file("f", false).unwrap());
+        assert_eq!(all.len(), 8000);
+        assert!(all[..5000].iter().all(|&x| x == 1) && all[5000..].iter().all(|&x| x == 2));
     }
 }

@@ -88,8 +88,8 @@ impl Backing {
     }
 
     /// Makes the file's written-back data durable (`fdatasync`; `fsync` with `all`); an array
-    /// file logs its length `len` as well (`ArrayFile::sync`).
-    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
+    /// file logs its length, `len()`, as well (`ArrayFile::sync`).
+    pub(crate) fn sync(&self, len: &dyn Fn() -> u64, all: bool) -> Result<()> {
         match self {
             Backing::File(h) => {
                 let r = if all { h.sync_all() } else { h.sync_data() };
@@ -196,29 +196,29 @@ impl ArrayFile {
                 })
                 .collect();
         }
-        let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
-        let mut rest: &mut [&mut [u8]] = pages;
-        let mut taken = 0;
-        for r in &runs {
-            let (mine, after) = std::mem::take(&mut rest).split_at_mut(r.pages.end - taken);
-            taken = r.pages.end;
-            rest = after;
-            bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
-        }
-        let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
-            runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..])).collect();
-        let results: Vec<std::io::Result<usize>> = match ring.filter(|_| reads.len() > 1) {
-            Some(ring) => ring.read_batch(&mut reads),
-            None => reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect(),
+        let results: Vec<std::io::Result<usize>> = {
+            let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
+            let mut rest: &mut [&mut [u8]] = pages;
+            let mut taken = 0;
+            for r in &runs {
+                let (mine, after) = std::mem::take(&mut rest).split_at_mut(r.pages.end - taken);
+                taken = r.pages.end;
+                rest = after;
+                bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
+            }
+            let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
+                runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..])).collect();
+            match ring.filter(|_| reads.len() > 1) {
+                Some(ring) => ring.read_batch(&mut reads),
+                None => reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect(),
+            }
         };
-        drop(reads);
-        for (b, r) in bufs.iter_mut().zip(results) {
-            let mut got = r?;
-            // Past the device file's end: a hole.
-            for s in b.iter_mut() {
-                let keep = got.min(s.len());
-                s[keep..].fill(0);
-                got -= keep;
+        // Past a device file's end, a hole: zeros, counted on the pages themselves (a short
+        // read advanced the slices it was given).
+        for (r, got) in runs.iter().zip(results) {
+            let got = got?;
+            for (i, p) in pages[r.pages.clone()].iter_mut().enumerate() {
+                p[got.saturating_sub(i * PAGE).min(PAGE)..].fill(0);
             }
         }
         Ok(())
@@ -233,23 +233,31 @@ impl ArrayFile {
             .collect()
     }
 
-    /// Cuts or grows the file to `len`: each device's backing file to exactly its stripe
-    /// units' pages below it, and the last page's bytes past it zeroed on its device, so that
-    /// a later growth shows zeros there (as the kernel's truncate zeros a partial page).
+    /// Cuts the file's backing files to `len`: each device's to its stripe units' pages below
+    /// it (growth changes none). The bytes past `len` in its last page are the cache's to
+    /// zero: the page is written back whole (`SharedFile::cut_to`).
     pub(crate) fn set_len(&self, len: u64) -> std::io::Result<()> {
         let pages = len.div_ceil(PAGE as u64);
-        let layout = &self.array.layout;
         for (dev, b) in self.devices.iter().enumerate() {
-            let want = layout.device_len(dev, pages);
+            let want = self.array.layout.device_len(dev, pages);
             if b.file().metadata()?.len() > want {
                 device::truncate(b, want).map_err(std::io::Error::other)?;
             }
         }
+        Ok(())
+    }
+
+    /// Puts the backing files back to the logged length `len` at the file's first open since
+    /// the array was (nothing caches it yet): what a crash left past it goes, the pages past
+    /// it cut and the bytes past it in its last page zeroed on its device, so that growth
+    /// shows zeros there.
+    pub(crate) fn recover(&self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)?;
         let from = (len % PAGE as u64) as usize;
         if from == 0 {
             return Ok(());
         }
-        let (dev, at) = layout.locate(len / PAGE as u64);
+        let (dev, at) = self.array.layout.locate(len / PAGE as u64);
         let file = self.devices[dev].file();
         if file.metadata()?.len() <= at {
             return Ok(()); // a hole: zeros already
@@ -323,10 +331,11 @@ impl ArrayFile {
     /// changed no metadata (all inside its window of zeros) and that may leave its flush to
     /// the log is not synced on its own when a length is logged: the log's commit flushes its
     /// device. An append + sync is then one data write, one record write and one flush.
-    pub(crate) fn sync(&self, len: u64, all: bool) -> Result<()> {
+    pub(crate) fn sync(&self, len: &dyn Fn() -> u64, all: bool) -> Result<()> {
         let meta = &self.array;
+        // A hint: the length is read again for the record, under the namespace's lock.
         // Acquire: pairs with the Release below, from another sync of the file.
-        let logs_len = self.persisted_len.load(Ordering::Acquire) != len;
+        let logs_len = self.persisted_len.load(Ordering::Acquire) != len();
         let mut deferred = Vec::new();
         for (dev, b) in self.devices.iter().enumerate() {
             if logs_len && self.may_defer(dev) && b.zeros().pending().is_none() {
@@ -335,21 +344,32 @@ impl ArrayFile {
             }
             self.sync_device(b)?;
         }
-        if !logs_len {
+        let appended = {
+            let mut ns = crate::sync::lock(&meta.namespace);
+            // Read under the lock, so that the file's records are logged in the order of the
+            // lengths they carry: a sync that read an older length cannot log it after a
+            // newer one. (Bytes a write made after this sync's write-back may be past what
+            // is durable; a sync promises only those written before it.)
+            let len = len();
+            (self.persisted_len.load(Ordering::Acquire) != len).then(|| {
+                let r = Record::SetLen { id: self.id, len };
+                ns.apply(&r);
+                let ticket = meta.metalog.append(&r);
+                // Relaxed: written and read under the namespace's lock.
+                self.len_record.store(ticket.seq(), Ordering::Relaxed);
+                (ticket, len)
+            })
+        };
+        let Some((ticket, len)) = appended else {
+            // No record after all: the deferred files' flush is theirs.
+            for b in deferred {
+                self.sync_device(b)?;
+            }
             if all {
                 meta.metalog.commit(meta.metalog.last())?;
             }
             meta.checkpoint_if_wanted();
             return Ok(());
-        }
-        let ticket = {
-            let mut ns = crate::sync::lock(&meta.namespace);
-            let r = Record::SetLen { id: self.id, len };
-            ns.apply(&r);
-            let ticket = meta.metalog.append(&r);
-            // Relaxed: written and read under the namespace's lock.
-            self.len_record.store(ticket.seq(), Ordering::Relaxed);
-            ticket
         };
         // A deferred backing file changed (a cut) since: its metadata must be durable before a
         // record of a length that covers the change is.

@@ -114,14 +114,14 @@ impl SharedFile {
             Some(high) => HeldFd::new(std::fs::File::from(high), fd.key()),
             None => fd,
         };
-        SharedFile::adopt(inner, Backing::File(fd), &md, write, name)
+        SharedFile::adopt(inner, Arc::new(Backing::File(fd)), &md, write, name)
     }
 
     /// Caches the OS file open on `fd` (opened by this process, for writing if `write`), which
     /// `md` describes.
     pub(super) fn adopt(
         inner: Arc<Inner>,
-        fd: Backing,
+        fd: Arc<Backing>,
         md: &std::fs::Metadata,
         write: bool,
         name: String,
@@ -191,10 +191,13 @@ impl SharedFile {
         // file took never finds the old file's descriptor here.
         let fd = {
             let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
-            let fd = Arc::new(fd);
             let e = fds.entry(slot).or_insert_with(|| OpenFd { fd: fd.clone(), writable: write, opens: 0 });
             if write && !e.writable {
-                e.fd = fd;
+                // An array file's backing is open for writing already, and stays one for all
+                // of this process's opens: its zero windows and logged length are theirs.
+                if e.fd.array().is_none() {
+                    e.fd = fd;
+                }
                 e.writable = true;
             }
             e.opens += 1;
@@ -613,7 +616,7 @@ impl SharedFile {
         // Growth made without the cache is looked for before the lock (a system call there
         // would lengthen every appender's wait), and taken in under it only if there is some:
         // the end among the cache's appenders is the cached length, which only they move.
-        let grew = !self.bypassed() && {
+        let grew = !self.bypassed() && self.fd.array().is_none() && {
             let md = self.os_metadata()?;
             self.look_at(&md)?;
             md.len() > self.cached_len()
@@ -973,11 +976,22 @@ impl SharedFile {
         self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
         if !new.is_multiple_of(PAGE as u64) {
             let view = &self.inner.view;
-            if let Some(f) = self.inner.lock_cached(self.slot, new / PAGE as u64) {
+            let page = new / PAGE as u64;
+            // An array file's device keeps the bytes past the cut in that page until the page
+            // is written back whole: it is loaded if missing, and left dirty. (An OS file's
+            // truncate zeros them itself.)
+            let f = match self.fd.array() {
+                Some(_) => Some(self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?),
+                None => self.inner.lock_cached(self.slot, page),
+            };
+            if let Some(f) = f {
                 let from = (new % PAGE as u64) as usize;
                 self.inner.wait_unpinned(f);
                 // SAFETY: we hold the frame's lock; `from < PAGE`.
                 unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
+                if self.fd.array().is_some() {
+                    self.inner.mark_dirty(f);
+                }
                 view.frames()[f as usize].unlock(self.inner.me, true);
             }
         }
@@ -1062,7 +1076,7 @@ impl SharedFile {
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
-        // Before the write-back: an array file logs a length whose bytes are all written.
+        // A hint, before the write-back: where an array file's appends end.
         let len = self.cached_len();
         // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {
@@ -1084,9 +1098,9 @@ impl SharedFile {
                 for dev in a.appending(len) {
                     self.with_lock_if_free(|| a.zero_ahead(dev, self.cached_len()));
                 }
-                a.sync(len, all)
+                a.sync(&|| self.cached_len(), all)
             }
-            None => self.fd.sync(len, all),
+            None => self.fd.sync(&|| len, all),
         };
         // The next sync lists only pages dirtied from now on, if the file is clean.
         self.with_lock_if_free(|| self.entry().empty_dirty_range_if_clean());
@@ -1124,11 +1138,11 @@ impl SharedFile {
         if self.writable && e.writers.load(Ordering::Relaxed) == 1 {
             let _ = self.write_back(); // an error shows again below
         }
-        // An array file's length lives in its array's log, which a reopen reads: its last
-        // writer's close makes what it wrote durable and logs the length (`backing.rs`).
-        // Relaxed: as above.
+        // An array file's length lives in its array's log, which a reopen reads: a writer's
+        // close makes what it wrote durable and logs the length (`backing.rs`). Each one's,
+        // not the last's: two closing at once could each take the other for the last.
         let synced = match self.fd.array() {
-            Some(_) if self.writable && e.writers.load(Ordering::Relaxed) == 1 => self.sync_data(),
+            Some(_) if self.writable => self.sync_data(),
             _ => Ok(()),
         };
         let table = &view.header().files_lock;
@@ -1202,6 +1216,9 @@ impl SharedFile {
         if self.bypassed() {
             return bypass::len(&self.fd, &self.name);
         }
+        if self.fd.array().is_some() {
+            return Ok(self.cached_len()); // the cache's own: nothing grows it outside
+        }
         let md = self.os_metadata()?;
         self.look_at(&md)?;
         let os = md.len().min(self.max_len).min(cut.wrapping_sub(1));
@@ -1217,6 +1234,9 @@ impl SharedFile {
     fn take_in_growth(&self, locked: &FileLock<'_>) -> Result<u64> {
         if self.bypassed() {
             return bypass::len(&self.fd, &self.name);
+        }
+        if self.fd.array().is_some() {
+            return Ok(self.cached_len());
         }
         // Acquire: pairs with the intent's Release store.
         let cut = self.entry().cut.load(Ordering::Acquire);

@@ -580,8 +580,8 @@ impl SharedCache {
         let mut first = Ok(());
         for (slot, fd) in self.inner.writable_fds() {
             // Acquire: pairs with the length's Release stores.
-            let len = self.inner.view.files()[slot as usize].len.load(Ordering::Acquire);
-            let r = self.inner.write_back_slot(slot, &fd).and_then(|()| fd.sync(len, true));
+            let len = || self.inner.view.files()[slot as usize].len.load(Ordering::Acquire);
+            let r = self.inner.write_back_slot(slot, &fd).and_then(|()| fd.sync(&len, true));
             first = first.and(r);
         }
         first
