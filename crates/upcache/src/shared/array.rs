@@ -5,6 +5,10 @@
 //!
 //! Only a private cache takes arrays for now: a service writes back what a killed writer
 //! left through the descriptor it lent, one per file, and an array file has one per device.
+//!
+//! Lock order: the array's namespace mutex, then the file table's lock (an open or a remove
+//! holds the first while it takes the second); nothing takes the namespace's under the
+//! table's (a writer's close syncs, which logs the length, before it takes the table's).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -75,16 +79,20 @@ impl SharedArray {
             device::truncate(b, 0)?;
         }
         meta.commit_create(&mut ns, id, name)?;
-        drop(ns);
         self.lock_recovered().insert(id);
-        self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true)
+        // Under the namespace's lock, as `open_file`.
+        let created = self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true);
+        drop(ns);
+        created
     }
 
     /// Opens an existing file (for writing if `write`). Fails with `NotFound` if there is none
     /// by that name.
     pub fn open_file(&self, name: &str, write: bool) -> Result<SharedFile> {
         validate_name(name)?;
-        let e = self.entry(name)?;
+        // Held to the end: a remove meanwhile would delete the backing files being opened.
+        let ns = crate::sync::lock(&self.meta.namespace);
+        let e = *ns.names.get(name).ok_or_else(|| not_found(name))?;
         let devices = self.backing_files(e.id, false)?;
         let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
         if self.lock_recovered().insert(e.id) {
@@ -93,7 +101,9 @@ impl SharedArray {
                 return Err(Error::io(format!("cut {name} to its logged length"), err));
             }
         }
-        self.adopt(file, name, write)
+        let opened = self.adopt(file, name, write);
+        drop(ns);
+        opened
     }
 
     /// Removes a file: logs its removal and deletes its backing files. Fails with `Busy` while
@@ -135,11 +145,6 @@ impl SharedArray {
     /// starts empty), as closing the array does.
     pub fn checkpoint(&self) -> Result<()> {
         self.meta.checkpoint()
-    }
-
-    /// The namespace's entry of `name`.
-    fn entry(&self, name: &str) -> Result<crate::meta::namespace::NameEntry> {
-        crate::sync::lock(&self.meta.namespace).names.get(name).copied().ok_or_else(|| not_found(name))
     }
 
     fn lock_recovered(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
