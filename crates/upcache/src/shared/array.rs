@@ -25,6 +25,23 @@ use crate::meta::array::{ArrayMeta, ArraySpec};
 
 /// An array opened on a private [`SharedCache`]: its files are read and written through the
 /// cache's frames. The array's lock is held while this or any of its open files lives.
+///
+/// ```
+/// use upcache::shared::{ArraySpec, SharedArray, SharedCache, SharedConfig};
+/// # let tmp = tempfile::tempdir()?;
+/// let dirs = [tmp.path().join("ssd0"), tmp.path().join("ssd1")];
+/// let cache = SharedCache::create_private(&SharedConfig { memory: 4 << 20, ..SharedConfig::default() })?;
+/// let kind = upcache::LayoutKind::Stripe;
+/// let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: 4096, stripe_unit: 128 << 10, kind };
+/// let array = SharedArray::create(&cache, spec)?;
+/// let f = array.create_file("log")?;
+/// f.write_all_at(b"striped over two devices", 0)?;
+/// f.sync_data()?; // the data on both devices, the length in the array's log
+/// drop((f, array));
+/// let array = SharedArray::open(&cache, spec)?; // or upcache::Cache::open, the same format
+/// assert_eq!(array.open_file("log", false)?.len(), 24);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct SharedArray {
     inner: Arc<Inner>,
     meta: Arc<ArrayMeta>,
