@@ -11,7 +11,9 @@
 2. Metadata log for fsync (§3.3-3.5): a sync logs the file's new length as one small record
    instead of a file-system metadata commit. The log is how upcache persists lengths (there
    is no off switch), so: 4 KiB appends each followed by sync_data, against the kernel's
-   write + fdatasync.
+   write + fdatasync; on the in-process engine's array, the shared engine's array (a private
+   cache, `--device-dirs`), and the shared engine's plain files (through a service: the
+   OS file's fdatasync, no log).
 
     bench/experiments/seed001_f2fs.py [--rounds 3] [--dir /tmp/upcache-experiments]
 """
@@ -43,11 +45,17 @@ def main():
          ("shared-2t", "kernel-2t", "iops")])
 
     base = ["--rw", "append", "--bs", "4k", "--threads", "1", "--runtime", "4s", "--fsync", "1",
-            "--devices", "1", "--cache", cache, "--dir", d]
+            "--cache", cache, "--dir", d]
+    one = ["--devices", "1"]
     common.compare(
         "metadata log: 4 KiB appends, each made durable (sync_data vs fdatasync), 1 thread",
-        [("upcache", ["--engine", "upcache"] + base, None), ("kernel", ["--engine", "kernel"] + base, cap)],
-        a.rounds, ["iops", "p50us", "p99us", "cpu_us/op"], [("upcache", "kernel", "iops")])
+        [("upcache", ["--engine", "upcache"] + one + base, None),
+         ("shared-array", ["--engine", "shared", "--device-dirs", f"{d}/shared-array/dev0"] + base, None),
+         ("shared-plain", ["--engine", "shared"] + one + base, None),
+         ("kernel", ["--engine", "kernel"] + one + base, cap)],
+        a.rounds, ["iops", "p50us", "p99us", "cpu_us/op"],
+        [("upcache", "kernel", "iops"), ("shared-array", "kernel", "iops"), ("shared-array", "upcache", "iops"),
+         ("shared-plain", "kernel", "iops")])
     common.not_switchable("metadata log off", "lengths are persisted only through the log")
     return common.finish()
 
