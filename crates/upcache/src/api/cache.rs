@@ -1,7 +1,6 @@
 //! [`Cache`]: the user's handle on an array. It creates or opens the array (catalog, markers,
 //! metadata-log replay), builds the cache core and starts its threads, and names files.
 
-use std::fs;
 use std::path::Path;
 
 use super::aio::AsyncIo;
@@ -12,7 +11,6 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{validate_name, FileInner, Placement};
 use crate::frame::FrameId;
-use crate::io::device::{self, backing_path};
 use crate::meta::array::{ArrayMeta, ArraySpec};
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
@@ -113,16 +111,7 @@ impl Cache {
         validate_name(name)?;
         let inner = &self.inner;
         let mut ns = sync::lock(&inner.array.namespace);
-        if ns.names.contains_key(name) {
-            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
-        }
-        let id = ns.next_file_id;
-        let backing = inner.open_backing(id, true)?;
-        for b in &backing {
-            // A crash after an earlier create with the same id may have left a backing file.
-            device::truncate(b, 0)?;
-        }
-        inner.array.commit_create(&mut ns, id, name)?;
+        let (id, backing) = inner.array.create_file(&mut ns, name, |id| inner.open_backing(id, true))?;
         let file = Arc::new(FileInner::new(
             id,
             name.to_owned(),
@@ -141,10 +130,7 @@ impl Cache {
         validate_name(name)?;
         let inner = &self.inner;
         let ns = sync::lock(&inner.array.namespace);
-        let e = *ns
-            .names
-            .get(name)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        let e = ns.entry(name)?;
         if let Some(f) = sync::read(&inner.files).get(&e.id) {
             return Ok(File::new(f.clone(), inner.clone()));
         }
@@ -176,10 +162,7 @@ impl Cache {
         validate_name(name)?;
         let inner = &self.inner;
         let mut ns = sync::lock(&inner.array.namespace);
-        let e = *ns
-            .names
-            .get(name)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        let e = ns.entry(name)?;
         let open = sync::read(&inner.files).get(&e.id).cloned();
         let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
         // Lock-free reads and pins (which take no range) fail their validation from here on and
@@ -193,14 +176,7 @@ impl Cache {
             inner.forget_file(f);
         }
         drop(all);
-        for dir in &inner.config.device_dirs {
-            let p = backing_path(dir, e.id);
-            if let Err(err) = fs::remove_file(&p) {
-                if err.kind() != std::io::ErrorKind::NotFound {
-                    log::warn!("removing {}: {err}", p.display());
-                }
-            }
-        }
+        inner.array.delete_backing_files(e.id);
         Ok(())
     }
 
@@ -215,10 +191,7 @@ impl Cache {
     pub fn file_len(&self, name: &str) -> Result<u64> {
         validate_name(name)?;
         let ns = sync::lock(&self.inner.array.namespace);
-        let e = ns
-            .names
-            .get(name)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))?;
+        let e = ns.entry(name)?;
         Ok(match sync::read(&self.inner.files).get(&e.id) {
             // Acquire: as File::len.
             Some(f) => f.len.load(Ordering::Acquire),

@@ -24,7 +24,7 @@ use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
 use crate::meta::array::ArrayMeta;
 use crate::meta::catalog::sync_dir;
-use crate::meta::metalog::{self, Record};
+use crate::meta::metalog;
 use crate::metrics::{Metrics, Stats};
 use crate::sync::{self, Arc, AtomicU64, Ordering, RwLock};
 use placement::Placement;
@@ -255,28 +255,12 @@ impl CacheInner {
         if !changed() {
             return None;
         }
-        let mut ns = sync::lock(&self.array.namespace);
-        // Under the namespace lock, so that records of one file are logged in the order of
-        // the lengths they carry.
-        let len = file.len.load(Ordering::Acquire);
-        let r = Record::SetLen { id: file.id, len };
-        ns.apply(&r);
-        let ticket = self.array.metalog.append(&r);
-        // Relaxed: written and read only under the namespace lock.
-        file.len_record.store(ticket.seq(), Ordering::Relaxed);
-        Some((ticket, len))
+        Some(self.array.append_len(file.id, &file.len_record, || file.len.load(Ordering::Acquire)))
     }
 
     /// The record `ticket` of the file's length `len` is durable.
     fn len_durable(&self, file: &FileInner, ticket: metalog::Ticket, len: u64) {
-        let _ns = sync::lock(&self.array.namespace);
-        // Only if no later length record was appended meanwhile: an older sync storing its
-        // length late could make a newer, unlogged length look persisted.
-        // Relaxed: under the namespace lock, as above.
-        if file.len_record.load(Ordering::Relaxed) == ticket.seq() {
-            // Release: pairs with the Acquire in `append_len`.
-            file.persisted_len.store(len, Ordering::Release);
-        }
+        self.array.len_durable(&file.persisted_len, &file.len_record, ticket, len);
     }
 
     fn kick_checkpoint_if_wanted(&self) {
@@ -380,18 +364,12 @@ impl CacheInner {
     /// A failure is recorded on the file for its other open descriptions (the kernel told
     /// only this one) and counted as reported to this one (`seen`): `FileInner::failed_flush`.
     fn sync_backing(&self, file: &FileInner, b: &BackingFile, seen: &AtomicU64) -> Result<()> {
-        // Read before the flush starts: it covers every write that ended before.
-        let pending = b.zeros().pending();
-        b.flushes().sync(|| self.engine.sync_data(b)).map_err(|e| {
+        b.sync_covering(|| self.engine.sync_data(b)).map_err(|e| {
             file.failed_flush(
                 Error::io(format!("sync file {:?} on device {}", file.name, b.device()), e),
                 seen,
             )
-        })?;
-        if let Some(c) = pending {
-            b.zeros().covered(c);
-        }
-        Ok(())
+        })
     }
 
     /// Writes zeros ahead of the file's data on `b`'s device if the file is being appended

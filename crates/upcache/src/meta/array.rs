@@ -12,11 +12,12 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
-use super::metalog::{self, MetaLog, NewLog, Record};
+use super::metalog::{self, MetaLog, NewLog, Record, Ticket};
 use super::namespace::{NameEntry, Namespace};
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::device::BackingFile;
 use crate::io::layout::{LayoutKind, StripeLayout};
-use crate::sync::{self, AtomicBool, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 
 const LOCK_NAME: &str = "upcache.lock";
 
@@ -257,15 +258,71 @@ impl ArrayMeta {
         })
     }
 
-    /// Logs the creation of file `id` named `name` (free in `ns`, the namespace locked) and
-    /// commits it; on failure the namespace is as before.
-    pub(crate) fn commit_create(&self, ns: &mut Namespace, id: u64, name: &str) -> Result<()> {
+    /// Creates file `name` in `ns` (the namespace locked): `AlreadyExists` if the name is
+    /// taken; else a new id, its backing files opened (and created) by `open` and emptied (a
+    /// crash after an earlier create with the same id may have left some), and the creation
+    /// logged and committed. On failure the namespace is as before. The id and backing files.
+    pub(crate) fn create_file(
+        &self,
+        ns: &mut Namespace,
+        name: &str,
+        open: impl FnOnce(u64) -> Result<Vec<BackingFile>>,
+    ) -> Result<(u64, Vec<BackingFile>)> {
+        if ns.names.contains_key(name) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
+        }
+        let id = ns.next_file_id;
+        let backing = open(id)?;
+        for b in &backing {
+            crate::io::device::truncate(b, 0)?;
+        }
         let created = Record::Create { id, name: name.to_owned() };
         ns.apply(&created);
         let ticket = self.metalog.append(&created);
         self.metalog
             .commit_or_abandon(ticket)
-            .inspect_err(|_| ns.apply(&Record::Remove { id, name: name.to_owned() }))
+            .inspect_err(|_| ns.apply(&Record::Remove { id, name: name.to_owned() }))?;
+        Ok((id, backing))
+    }
+
+    /// Deletes file `id`'s backing files (its removal logged): one that cannot be is left
+    /// behind, with a warning (the next open removes orphans).
+    pub(crate) fn delete_backing_files(&self, id: u64) {
+        for dir in &self.dirs {
+            let p = crate::io::device::backing_path(dir, id);
+            if let Err(err) = fs::remove_file(&p) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("removing {}: {err}", p.display());
+                }
+            }
+        }
+    }
+
+    /// Appends a record of file `id`'s length, read by `len` under the namespace's lock so
+    /// that one file's records are logged in the order of the lengths they carry; `record`
+    /// takes the record's sequence number. The record's ticket and length.
+    pub(crate) fn append_len(&self, id: u64, record: &AtomicU64, len: impl FnOnce() -> u64) -> (Ticket, u64) {
+        let mut ns = sync::lock(&self.namespace);
+        let len = len();
+        let r = Record::SetLen { id, len };
+        ns.apply(&r);
+        let ticket = self.metalog.append(&r);
+        // Relaxed: written and read only under the namespace's lock.
+        record.store(ticket.seq(), Ordering::Relaxed);
+        (ticket, len)
+    }
+
+    /// The record `ticket` of a file's length `len` (from `append_len`) is durable:
+    /// `persisted` takes the length, unless a later record of the file (`record`) was
+    /// appended meanwhile (an older sync storing its length late could make a newer,
+    /// unlogged length look persisted).
+    pub(crate) fn len_durable(&self, persisted: &AtomicU64, record: &AtomicU64, ticket: Ticket, len: u64) {
+        let _ns = sync::lock(&self.namespace);
+        // Relaxed: under the namespace's lock, as in `append_len`.
+        if record.load(Ordering::Relaxed) == ticket.seq() {
+            // Release: a sync that reads the length it logged sees it durable.
+            persisted.store(len, Ordering::Release);
+        }
     }
 
     /// Logs the removal of file `name` (entry `e` of `ns`, the namespace locked) and commits

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::catalog::{ArrayLayout, Catalog, FileEntry};
 use super::metalog::Record;
+use crate::error::{Error, ErrorKind, Result};
 
 /// One name's entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,14 @@ impl Namespace {
                 }
             }
         }
+    }
+
+    /// The entry of `name`; `NotFound` if there is none.
+    pub(crate) fn entry(&self, name: &str) -> Result<NameEntry> {
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no file named {name:?}")))
     }
 
     /// Puts back an entry that a failed remove took out.

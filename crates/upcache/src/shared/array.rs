@@ -86,16 +86,7 @@ impl SharedArray {
         validate_name(name)?;
         let meta = &self.meta;
         let mut ns = crate::sync::lock(&meta.namespace);
-        if ns.names.contains_key(name) {
-            return Err(Error::new(ErrorKind::AlreadyExists, format!("file {name:?} already exists")));
-        }
-        let id = ns.next_file_id;
-        let devices = self.backing_files(id, true)?;
-        for b in &devices {
-            // A crash after an earlier create with the same id may have left a backing file.
-            device::truncate(b, 0)?;
-        }
-        meta.commit_create(&mut ns, id, name)?;
+        let (id, devices) = meta.create_file(&mut ns, name, |id| self.backing_files(id, true))?;
         self.lock_recovered().insert(id);
         // Under the namespace's lock, as `open_file`.
         let created = self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true);
@@ -109,7 +100,7 @@ impl SharedArray {
         validate_name(name)?;
         // Held to the end: a remove meanwhile would delete the backing files being opened.
         let ns = crate::sync::lock(&self.meta.namespace);
-        let e = *ns.names.get(name).ok_or_else(|| not_found(name))?;
+        let e = ns.entry(name)?;
         let devices = self.backing_files(e.id, false)?;
         let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
         if self.lock_recovered().insert(e.id) {
@@ -129,21 +120,14 @@ impl SharedArray {
         validate_name(name)?;
         let meta = &self.meta;
         let mut ns = crate::sync::lock(&meta.namespace);
-        let e = *ns.names.get(name).ok_or_else(|| not_found(name))?;
+        let e = ns.entry(name)?;
         let first = device::backing_path(&meta.dirs[0], e.id);
         if let Ok(md) = std::fs::metadata(&first) {
             self.inner.forget_closed(&files::OsFile::of(&md), name)?;
         }
         meta.commit_remove(&mut ns, name, e)?;
         self.lock_recovered().remove(&e.id);
-        for dir in &meta.dirs {
-            let p = device::backing_path(dir, e.id);
-            if let Err(err) = std::fs::remove_file(&p) {
-                if err.kind() != std::io::ErrorKind::NotFound {
-                    log::warn!("removing {}: {err}", p.display());
-                }
-            }
-        }
+        meta.delete_backing_files(e.id);
         Ok(())
     }
 
@@ -190,10 +174,6 @@ impl Drop for SharedArray {
             log::warn!("checkpointing an array's metadata: {e}");
         }
     }
-}
-
-fn not_found(name: &str) -> Error {
-    Error::new(ErrorKind::NotFound, format!("no file named {name:?}"))
 }
 
 /// Whether `cache` can take the array `spec` asks for.

@@ -11,7 +11,6 @@
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::frame::PAGE;
@@ -20,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::UringEngine;
 use crate::meta::array::ArrayMeta;
-use crate::meta::metalog::Record;
+use crate::sync::{AtomicU64, Ordering};
 
 /// A shared file's backing (module docs).
 pub(crate) enum Backing {
@@ -39,9 +38,9 @@ pub(crate) struct ArrayFile {
     devices: Vec<BackingFile>,
     /// The `st_dev` of each, whose garbage collection its write-backs time (`gc.rs`).
     st_devs: Vec<u64>,
-    /// The length its latest durable length record carries.
+    /// The length its latest durable length record carries, and that record's sequence
+    /// number (`ArrayMeta::append_len`, `len_durable`).
     persisted_len: AtomicU64,
-    /// The log sequence of its latest length record (written under the namespace's lock).
     len_record: AtomicU64,
 }
 
@@ -147,14 +146,15 @@ impl ArrayFile {
     }
 
     /// The run of `count` pages from page `first`, cut where the next page is not right after
-    /// the last on the same device (at stripe-unit boundaries).
-    pub(crate) fn device_runs(&self, first: u64, count: usize) -> Vec<DeviceRun> {
+    /// the last on the same device (at stripe-unit boundaries), or, unless `merge`, at every
+    /// page.
+    pub(crate) fn device_runs(&self, first: u64, count: usize, merge: bool) -> Vec<DeviceRun> {
         let layout = &self.array.layout;
         let mut runs: Vec<DeviceRun> = Vec::new();
         for i in 0..count {
             let (dev, at) = layout.locate(first + i as u64);
             match runs.last_mut() {
-                Some(r) if r.dev == dev && r.at + ((i - r.pages.start) * PAGE) as u64 == at => {
+                Some(r) if merge && r.dev == dev && r.at + ((i - r.pages.start) * PAGE) as u64 == at => {
                     r.pages.end = i + 1
                 }
                 _ => runs.push(DeviceRun { dev, at, pages: i..i + 1 }),
@@ -183,19 +183,7 @@ impl ArrayFile {
         ring: Option<&UringEngine>,
         bundled: bool,
     ) -> std::io::Result<()> {
-        let mut runs = self.device_runs(first, pages.len());
-        if !bundled {
-            runs = runs
-                .into_iter()
-                .flat_map(|r| {
-                    r.pages.clone().map(move |i| DeviceRun {
-                        dev: r.dev,
-                        at: r.at + ((i - r.pages.start) * PAGE) as u64,
-                        pages: i..i + 1,
-                    })
-                })
-                .collect();
-        }
+        let runs = self.device_runs(first, pages.len(), bundled);
         let results: Vec<std::io::Result<usize>> = {
             let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
             let mut rest: &mut [&mut [u8]] = pages;
@@ -227,7 +215,7 @@ impl ArrayFile {
     /// The writes of a run of whole frames `bufs` holding pages `first..` of the file: one
     /// per device run, its descriptor, offset and pages.
     pub(crate) fn writes<'a>(&self, first: u64, bufs: &[IoSlice<'a>]) -> Vec<(usize, u64, Vec<IoSlice<'a>>)> {
-        self.device_runs(first, bufs.len())
+        self.device_runs(first, bufs.len(), true)
             .into_iter()
             .map(|r| (r.dev, r.at, bufs[r.pages].to_vec()))
             .collect()
@@ -310,22 +298,14 @@ impl ArrayFile {
         }
     }
 
-    /// `fdatasync` of device `dev`'s backing file, shared with syncs at once, recording which
-    /// changes it covered.
+    /// `fdatasync` of backing file `b` (`BackingFile::sync_covering`).
     fn sync_device(&self, b: &BackingFile) -> Result<()> {
-        // Read before the flush starts: it covers every write that ended before.
-        let pending = b.zeros().pending();
-        b.flushes().sync(|| b.file().sync_data()).map_err(|e| {
-            Error::io(format!("flush an array file's backing file on device {}", b.device()), e)
-        })?;
-        if let Some(c) = pending {
-            b.zeros().covered(c);
-        }
-        Ok(())
+        b.sync_covering(|| b.file().sync_data())
+            .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
     }
 
-    /// Makes what was written back durable, and the length `len` (read before the write-back
-    /// that this sync follows) if it changed since the last durable record; with `all`,
+    /// Makes what was written back durable, and the length `len()` if it changed since the
+    /// last durable record; with `all`,
     /// everything logged before too (F2FS's fsync, seed 001 §3.4, as the in-process engine's
     /// `cache/mod.rs::sync_file`): a backing file whose writes since its last `fdatasync`
     /// changed no metadata (all inside its window of zeros) and that may leave its flush to
@@ -333,8 +313,7 @@ impl ArrayFile {
     /// device. An append + sync is then one data write, one record write and one flush.
     pub(crate) fn sync(&self, len: &dyn Fn() -> u64, all: bool) -> Result<()> {
         let meta = &self.array;
-        // A hint: the length is read again for the record, under the namespace's lock.
-        // Acquire: pairs with the Release below, from another sync of the file.
+        // Acquire: pairs with `len_durable`'s Release, from another sync of the file.
         let logs_len = self.persisted_len.load(Ordering::Acquire) != len();
         let mut deferred = Vec::new();
         for (dev, b) in self.devices.iter().enumerate() {
@@ -344,33 +323,17 @@ impl ArrayFile {
             }
             self.sync_device(b)?;
         }
-        let appended = {
-            let mut ns = crate::sync::lock(&meta.namespace);
-            // Read under the lock, so that the file's records are logged in the order of the
-            // lengths they carry: a sync that read an older length cannot log it after a
-            // newer one. (Bytes a write made after this sync's write-back may be past what
-            // is durable; a sync promises only those written before it.)
-            let len = len();
-            (self.persisted_len.load(Ordering::Acquire) != len).then(|| {
-                let r = Record::SetLen { id: self.id, len };
-                ns.apply(&r);
-                let ticket = meta.metalog.append(&r);
-                // Relaxed: written and read under the namespace's lock.
-                self.len_record.store(ticket.seq(), Ordering::Relaxed);
-                (ticket, len)
-            })
-        };
-        let Some((ticket, len)) = appended else {
-            // No record after all: the deferred files' flush is theirs.
-            for b in deferred {
-                self.sync_device(b)?;
-            }
+        if !logs_len {
             if all {
                 meta.metalog.commit(meta.metalog.last())?;
             }
             meta.checkpoint_if_wanted();
             return Ok(());
-        };
+        }
+        // The length is read again, under the namespace's lock: a sync that read an older
+        // length cannot log it after a newer one. (Bytes a write made after this sync's
+        // write-back may be past what is durable; a sync promises only those written before.)
+        let (ticket, len) = meta.append_len(self.id, &self.len_record, len);
         // A deferred backing file changed (a cut) since: its metadata must be durable before a
         // record of a length that covers the change is.
         for b in deferred.iter().filter(|b| b.zeros().pending().is_some()) {
@@ -383,14 +346,7 @@ impl ArrayFile {
             }
             return Err(e);
         }
-        let ns = crate::sync::lock(&meta.namespace);
-        // Only if no later record was appended meanwhile, whose length is not durable yet.
-        // Relaxed: under the namespace's lock, as above.
-        if self.len_record.load(Ordering::Relaxed) == ticket.seq() {
-            // Release: pairs with the Acquire above.
-            self.persisted_len.store(len, Ordering::Release);
-        }
-        drop(ns);
+        meta.len_durable(&self.persisted_len, &self.len_record, ticket, len);
         meta.checkpoint_if_wanted();
         Ok(())
     }

@@ -1076,8 +1076,6 @@ impl SharedFile {
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
-        // A hint, before the write-back: where an array file's appends end.
-        let len = self.cached_len();
         // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {
             self.write_back()
@@ -1095,12 +1093,12 @@ impl SharedFile {
             // A length that the write-back did not make good is not logged.
             Some(_) if wrote.is_err() => Ok(()),
             Some(a) => {
-                for dev in a.appending(len) {
+                for dev in a.appending(self.cached_len()) {
                     self.with_lock_if_free(|| a.zero_ahead(dev, self.cached_len()));
                 }
                 a.sync(&|| self.cached_len(), all)
             }
-            None => self.fd.sync(&|| len, all),
+            None => self.fd.sync(&|| self.cached_len(), all),
         };
         // The next sync lists only pages dirtied from now on, if the file is clean.
         self.with_lock_if_free(|| self.entry().empty_dirty_range_if_clean());
@@ -1234,9 +1232,6 @@ impl SharedFile {
     fn take_in_growth(&self, locked: &FileLock<'_>) -> Result<u64> {
         if self.bypassed() {
             return bypass::len(&self.fd, &self.name);
-        }
-        if self.fd.array().is_some() {
-            return Ok(self.cached_len());
         }
         // Acquire: pairs with the intent's Release store.
         let cut = self.entry().cut.load(Ordering::Acquire);

@@ -15,8 +15,9 @@ use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
-use super::backing::{ArrayFile, Backing};
+use super::backing::Backing;
 use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
+use super::held::HeldFd;
 use super::index::Placed;
 use super::layout::technique;
 use super::pages::Fill;
@@ -220,11 +221,44 @@ impl Inner {
         let mut pages: Vec<&mut [u8]> =
             run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
         let at = first * PAGE as u64;
-        let header = self.view.header();
-        let fd = match fd {
-            Backing::File(h) => h,
-            Backing::Array(a) => return self.fill_array_run(&mut pages, slot, first, a),
+        // A run past the end (a new file's first pages, partly written) reads as zeros without
+        // a read. Acquire: pairs with the length's Release stores (read again after the fence
+        // below, as for a run read).
+        let past_end = at >= self.view.files()[slot as usize].len.load(Ordering::Acquire);
+        let (got, was_direct) = match fd {
+            Backing::File(_) if past_end => (0, true),
+            Backing::File(h) => self.read_os_run(&mut pages, at, h)?,
+            Backing::Array(a) => {
+                if !past_end {
+                    // Relaxed: a counter.
+                    self.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
+                    let bundled = self.techniques & technique::BUNDLING != 0;
+                    a.load(first, &mut pages, self.ring(), bundled)
+                        .map_err(|e| Error::io("read pages of an array file", e))?;
+                }
+                let direct = (0..run.len() as u64).all(|i| a.is_direct(a.array.layout.locate(first + i).0));
+                (if past_end { 0 } else { run.len() * PAGE }, direct)
+            }
         };
+        // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
+        // length and then looks for frames past it (`drop_pages`), so either it finds ours or
+        // we see its length here and zero past it.
+        fence(Ordering::SeqCst);
+        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
+        let valid = (got as u64).min(len.saturating_sub(at));
+        for (i, p) in pages.iter_mut().enumerate() {
+            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
+            p[from..].fill(0);
+        }
+        Ok(was_direct)
+    }
+
+    /// Reads pages from byte `at` of OS file `fd` into `pages` (one `preadv`, or one `pread`
+    /// per page without `SharedConfig::bundling`), through `O_DIRECT` where
+    /// `SharedConfig::direct_loads` says and the file system lets it; the bytes read (up to the
+    /// end of the OS file), and whether they all came through `O_DIRECT`.
+    fn read_os_run(&self, pages: &mut [&mut [u8]], at: u64, fd: &HeldFd) -> Result<(usize, bool)> {
+        let header = self.view.header();
         let was_direct = std::cell::Cell::new(true);
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
             // Relaxed: a counter.
@@ -249,13 +283,7 @@ impl Inner {
             r.unwrap_or_else(|| crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs))
                 .map_err(|e| Error::io("read pages of a shared file", e))
         };
-        // A run past the end (a new file's first pages, partly written) reads as zeros without
-        // a read. Acquire: pairs with the length's Release stores (read again after the fence
-        // below, as for a run read).
-        let past_end = at >= self.view.files()[slot as usize].len.load(Ordering::Acquire);
-        let got = if past_end {
-            0
-        } else if self.techniques & technique::BUNDLING != 0 {
+        let got = if self.techniques & technique::BUNDLING != 0 {
             let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
             read(at, &mut bufs)?
         } else {
@@ -270,41 +298,7 @@ impl Inner {
             }
             got
         };
-        // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
-        // length and then looks for frames past it (`drop_pages`), so either it finds ours or
-        // we see its length here and zero past it.
-        fence(Ordering::SeqCst);
-        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
-        let valid = (got as u64).min(len.saturating_sub(at));
-        for (i, p) in pages.iter_mut().enumerate() {
-            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
-            p[from..].fill(0);
-        }
-        Ok(was_direct.get())
-    }
-
-    /// `fill_run` of an array file `a`: the run's pages from each device they lie on, all at
-    /// once through io_uring where `SharedConfig::io` says (SAFS's per-device I/O: a run
-    /// that crosses stripe units reads every device at once), zeros past the length.
-    fn fill_array_run(&self, pages: &mut [&mut [u8]], slot: u32, first: u64, a: &ArrayFile) -> Result<bool> {
-        let at = first * PAGE as u64;
-        // Acquire: as in `fill_run`.
-        if at < self.view.files()[slot as usize].len.load(Ordering::Acquire) {
-            // Relaxed: a counter.
-            self.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
-            let bundled = self.techniques & technique::BUNDLING != 0;
-            a.load(first, pages, self.ring(), bundled)
-                .map_err(|e| Error::io("read pages of an array file", e))?;
-        }
-        // SeqCst: as in `fill_run`, against a truncate meanwhile.
-        fence(Ordering::SeqCst);
-        let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
-        let valid = len.saturating_sub(at);
-        for (i, p) in pages.iter_mut().enumerate() {
-            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
-            p[from..].fill(0);
-        }
-        Ok(pages.iter().enumerate().all(|(i, _)| a.is_direct(a.array.layout.locate(first + i as u64).0)))
+        Ok((got, was_direct.get()))
     }
 }
 

@@ -254,7 +254,7 @@ impl Inner {
         first
     }
 
-    /// Writes every piece, through `direct` or `fd` as it says: at once through io_uring if
+    /// Writes every piece through its descriptor: at once through io_uring if
     /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
     /// another.
     fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool) -> Vec<std::io::Result<()>> {

@@ -77,6 +77,19 @@ impl BackingFile {
     pub fn zeros(&self) -> &super::zero_window::ZeroWindow {
         &self.zeros
     }
+
+    /// Runs `flush`, an `fdatasync` of the file, shared with the syncs of it at once
+    /// ([`Self::flushes`]), and records which of its possible metadata changes it covered
+    /// ([`Self::zeros`]).
+    pub fn sync_covering(&self, flush: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        // Read before the flush starts: it covers every write that ended before.
+        let pending = self.zeros.pending();
+        self.flushes.sync(flush)?;
+        if let Some(c) = pending {
+            self.zeros.covered(c);
+        }
+        Ok(())
+    }
 }
 
 impl AsRawFd for BackingFile {
