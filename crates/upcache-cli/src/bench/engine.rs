@@ -260,6 +260,31 @@ fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(missing)
 }
 
+/// An array's device directories: `o`'s, else `<root>/dev0..`; made if missing. The
+/// directories and those of them (and their parents) that did not exist before.
+fn device_dirs(o: &UpcacheOpts, root: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let dirs: Vec<PathBuf> = match &o.device_dirs {
+        Some(d) => d.clone(),
+        None => (0..o.devices).map(|i| root.join(format!("dev{i}"))).collect(),
+    };
+    let mut created = Vec::new();
+    for d in &dirs {
+        created.extend(create_dirs(d)?);
+    }
+    Ok((dirs, created))
+}
+
+/// Removes an array's own files (catalog, markers, lock, metadata logs) from its device
+/// directories, its files removed before.
+fn remove_array_files(dirs: &[PathBuf]) {
+    for d in dirs {
+        for m in UPCACHE_META {
+            let _ = fs::remove_file(d.join(m));
+        }
+        remove_metadata_logs(d);
+    }
+}
+
 /// Removes directories we created, innermost first; one that is not empty is left alone.
 fn remove_created_dirs(created: &[PathBuf]) {
     for d in created.iter().rev() {
@@ -348,14 +373,7 @@ impl Engine for UpcacheEngine {
             }
             _ => s.root.to_path_buf(),
         };
-        let dirs: Vec<PathBuf> = match &o.device_dirs {
-            Some(d) => d.clone(),
-            None => (0..o.devices).map(|i| dev_root.join(format!("dev{i}"))).collect(),
-        };
-        let mut created = Vec::new();
-        for d in &dirs {
-            created.extend(create_dirs(d)?);
-        }
+        let (dirs, mut created) = device_dirs(o, &dev_root)?;
         // A directory of its own inside --meta-dir, so that teardown removes only our logs.
         let meta_dir = o.meta_dir.as_ref().map(|m| m.join(format!("upcache-bench-{}", std::process::id())));
         if let Some(m) = &meta_dir {
@@ -530,12 +548,7 @@ impl Engine for UpcacheEngine {
             cache.remove_file(&name).with_context(|| format!("remove upcache file {name}"))?;
         }
         drop(cache);
-        for d in &self.dirs {
-            for m in UPCACHE_META {
-                let _ = fs::remove_file(d.join(m));
-            }
-            remove_metadata_logs(d);
-        }
+        remove_array_files(&self.dirs);
         if let Some(m) = &self.meta_dir {
             remove_metadata_logs(m);
         }
@@ -685,14 +698,7 @@ impl SharedEngine {
     fn array(s: &Setup) -> Result<Self> {
         use upcache::shared::{ArraySpec, SharedArray, SharedCache};
         let o = s.upcache;
-        let dirs: Vec<PathBuf> = match &o.device_dirs {
-            Some(d) => d.clone(),
-            None => (0..o.devices).map(|i| s.root.join(format!("dev{i}"))).collect(),
-        };
-        let mut created = Vec::new();
-        for d in &dirs {
-            created.extend(create_dirs(d)?);
-        }
+        let (dirs, created) = device_dirs(o, s.root)?;
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
         let spec = ArraySpec {
             dirs: &dirs,
@@ -821,12 +827,7 @@ impl Engine for SharedEngine {
                 drop(array);
                 drop(self.cache.take());
                 if !keep {
-                    for d in dirs.iter() {
-                        for m in UPCACHE_META {
-                            let _ = fs::remove_file(d.join(m));
-                        }
-                        remove_metadata_logs(d);
-                    }
+                    remove_array_files(dirs);
                     remove_created_dirs(created);
                 }
             }
