@@ -21,17 +21,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Streams an open follows at once.
 pub(crate) const STREAMS: usize = 4;
 
-/// One stream of an open's reads.
+/// One stream of an open's reads (or, in its own table, of its writes).
 #[derive(Debug)]
 pub(crate) struct Stream {
-    /// Where its last read ended (`u64::MAX`: no read yet).
+    /// Where its last read (or write) ended (`u64::MAX`: none yet).
     end: AtomicU64,
-    /// Whether its last read continued it.
+    /// Whether its last read (or write) continued it.
     continued: AtomicBool,
     /// The page up to which its windows were posted to the loaders: readahead's end for a
     /// read stream (0 when none), or where the next write-behind begins for a write stream.
     pub edge: AtomicU64,
-    /// When it was last read, in the open's reads (`Streams::reads`).
+    /// When it was last read (or written), in the open's reads (`Streams::reads`).
     used: AtomicU64,
 }
 
