@@ -193,7 +193,8 @@ fn threads_placing_and_removing_pages_at_once_keep_one_frame_per_page() {
                     x ^= x >> 7;
                     x ^= x << 17;
                     let page = [x % 200, x % 4096 * 4099 % (1 << 24)][(x >> 40) as usize % 2];
-                    let f = th * 100_000 + i;
+                    // Unique across threads: 200,000 inserts each.
+                    let f = th * 200_000 + i;
                     if mine.is_empty() || (mine.len() < 24 && x.is_multiple_of(2)) {
                         match t.insert(0, 0, page, f) {
                             Insert::Placed => {
