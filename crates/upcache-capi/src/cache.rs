@@ -191,8 +191,8 @@ pub struct upcache_shared_settings {
     /// Missing pages read through the file opened with O_DIRECT, past the kernel's page cache
     /// (false: through the reader's descriptor, a copy through the kernel's cache).
     pub direct_loads: bool,
-    /// A sync's write-back through io_uring, its runs in the kernel's hands at once (false:
-    /// one pwritev after another).
+    /// Write-back through io_uring, a sync's runs or a write-back's under dirty pressure in
+    /// the kernel's hands at once (false: one pwritev after another).
     pub uring_write_back: bool,
     /// ScalaCache's per-thread hot index: a thread's repeat pin of a page skips the page index
     /// (pins are the Rust API's; false: every pin looks the page up).

@@ -54,8 +54,9 @@ pub struct ServeArgs {
     /// UPCACHE_DIRECT_LOADS)
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
     direct_loads: bool,
-    /// A sync's write-back through io_uring, up to 32 runs in the kernel's hands at once
-    /// (uring), or one pwritev after another (psync) (as UPCACHE_IO)
+    /// Write-back through io_uring, up to 32 runs of a sync or of a write-back under dirty
+    /// pressure in the kernel's hands at once (uring), or one pwritev after another (psync)
+    /// (as UPCACHE_IO)
     #[arg(long, value_name = "uring|psync", default_value = "uring")]
     io: upcache::IoKind,
     /// Flushers of the service, 1 to 8: files due for write-back are written back by as many

@@ -520,3 +520,45 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
     let too_far = SharedConfig { readahead: upcache::shared::MAX_SHARED_READAHEAD + 4096, ..small() };
     assert_eq!(SharedCache::create(&too_far).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
 }
+
+/// A writer past the foreground ratio writes back scattered pages (no two adjacent, so no
+/// runs to merge) in batches through io_uring, a device round trip for many, not one after
+/// another; with `IoKind::Psync` one `pwritev` each. Either way every byte reaches the file.
+#[test]
+fn a_writer_s_dflush_of_scattered_pages_goes_in_batches_through_io_uring() {
+    for io in [upcache::IoKind::Uring, upcache::IoKind::Psync] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        // 1024 frames: the writer writes back its own past 204 dirty.
+        let config = SharedConfig {
+            memory: 4 << 20,
+            dirty_ratios: (0.1, 0.2),
+            flush: upcache::FlushKind::Direct,
+            io,
+            ..small()
+        };
+        let cache = SharedCache::create(&config).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let pages = 700u64;
+        for i in 0..pages {
+            // Every other page, in an order that jumps about.
+            let at = (i * 263 % pages) * 2;
+            f.write_at(&[(at % 251) as u8 + 1; 4096], at * 4096).unwrap();
+        }
+        let s = cache.status();
+        assert!(s.writer_write_backs > 0, "{io:?}: {s:?}");
+        match io {
+            upcache::IoKind::Uring => assert!(s.write_back_batches > 0, "no batch: {s:?}"),
+            upcache::IoKind::Psync => assert_eq!(s.write_back_batches, 0, "{s:?}"),
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        let disk = os_bytes(&p);
+        assert_eq!(disk.len() as u64, (2 * pages - 1) * 4096);
+        for (at, page) in disk.chunks(4096).enumerate() {
+            let want = if at % 2 == 0 { (at % 251) as u8 + 1 } else { 0 };
+            assert!(page.iter().all(|&b| b == want), "page {at} with {io:?}");
+        }
+    }
+}

@@ -102,13 +102,13 @@ pub struct SharedConfig {
     /// dirty pages of the range first, so the bytes are the same. Off, and where the file
     /// system refuses `O_DIRECT`, loads go through the open's descriptor.
     pub direct_loads: bool,
-    /// How a sync's write-back reaches the file: [`IoKind::Uring`] (the default), up to 32 runs
-    /// in the kernel's hands at once through io_uring where the kernel offers it (ScalaCache's
+    /// How write-back reaches the file: [`IoKind::Uring`] (the default), up to 32 runs in the
+    /// kernel's hands at once through io_uring where the kernel offers it (ScalaCache's
     /// batched I/O: a commit's scattered pages in one device round trip, as the kernel's
-    /// `fdatasync` writes them); [`IoKind::Psync`], one `pwritev` after another. Other
-    /// write-backs go one run at a time either way: batches of the service's long runs,
-    /// locked until all were written, cost random writers through the shim a fifth
-    /// (bench/RESULTS.md).
+    /// `fdatasync` writes them, and the runs of a write-back under dirty pressure, a writer's
+    /// dflush or the service's background pass, at the device's depth);
+    /// [`IoKind::Psync`], one `pwritev` after another. Other write-backs (expiry, a
+    /// `DONTNEED`'s, write-behind) go one run at a time either way (bench/RESULTS.md).
     pub io: IoKind,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
     /// file (`tree.rs`; the default), [`IndexKind::Sharded`], hash chains under 1024
@@ -168,10 +168,11 @@ pub struct SharedConfig {
 /// The most flushers a shared cache's service runs.
 pub const MAX_SHARED_FLUSHERS: u32 = 8;
 
-/// Runs of a sync's write-back in the kernel's hands at once through io_uring
-/// (`SharedConfig::io`): a database's commit writes scattered pages, each O_DIRECT write a
-/// device round trip when they go one after another.
-pub(crate) const SYNC_DEPTH: usize = 32;
+/// Runs of a sync's write-back, or of one under dirty pressure, in the kernel's hands at once
+/// through io_uring (`SharedConfig::io`): a database's commit, or a random writer's dflush,
+/// writes scattered pages, each O_DIRECT write a device round trip when they go one after
+/// another.
+pub(crate) const WRITE_BACK_DEPTH: usize = 32;
 
 /// The largest readahead of the shared cache: one load run (1 MiB).
 pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * PAGE) as u64;

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::backing::{ArrayFile, Backing};
 use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
-use super::layout::{technique, SYNC_DEPTH};
+use super::layout::{technique, WRITE_BACK_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::io::engine::UringEngine;
@@ -377,8 +377,11 @@ impl Inner {
     }
 
     /// `write_back_listed` of `pages` (dirty as listed, in key order) on this thread. A sync's
-    /// (`wait`, no `stop_at`) runs go up to `SYNC_DEPTH` at a time through io_uring
-    /// (`SharedConfig::io`), other write-backs' one at a time. While it holds runs not yet
+    /// (`wait`) runs and those of a write-back under dirty pressure (`stop_at`: a writer's
+    /// dflush, the service's background pass) go up to `WRITE_BACK_DEPTH` at a time through
+    /// io_uring (`SharedConfig::io`), other write-backs' one at a time: a random writer past
+    /// the foreground ratio waited for one O_DIRECT write after another, a device round trip
+    /// each, at 0.26x the private engine (bench/RESULTS.md). While it holds runs not yet
     /// written it waits for no frame: one that someone else holds has the runs written first.
     fn write_back_sorted(
         &self,
@@ -391,8 +394,7 @@ impl Inner {
         let mut first = Ok(());
         let mut own = None;
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
-        let sync = wait && stop_at.is_none();
-        let depth = if sync && self.ring().is_some() { SYNC_DEPTH } else { 1 };
+        let depth = if (wait || stop_at.is_some()) && self.ring().is_some() { WRITE_BACK_DEPTH } else { 1 };
         let mut batch: Vec<Vec<u32>> = Vec::with_capacity(depth);
         let mut batched = 0;
         let mut i = 0;
