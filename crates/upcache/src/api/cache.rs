@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{validate_name, FileInner, Placement};
 use crate::frame::FrameId;
+use crate::io::len_records::LenRecords;
 use crate::meta::array::{ArrayMeta, ArraySpec};
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
@@ -115,7 +116,7 @@ impl Cache {
         let file = Arc::new(FileInner::new(
             id,
             name.to_owned(),
-            0,
+            LenRecords::new(0, inner.array.metalog.last().seq()),
             inner.new_index(id),
             backing,
             Placement { layout: inner.layout, plain: false },
@@ -138,7 +139,7 @@ impl Cache {
         let file = Arc::new(FileInner::new(
             e.id,
             name.to_owned(),
-            e.len,
+            inner.array.len_records(&e),
             inner.new_index(e.id),
             backing,
             Placement { layout: inner.layout, plain: false },

@@ -22,9 +22,8 @@ use crate::io::device::gc_watch::GcWatch;
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::IoEngine;
 use crate::io::layout::StripeLayout;
-use crate::meta::array::ArrayMeta;
+use crate::meta::array::{ArrayMeta, LenSync};
 use crate::meta::catalog::sync_dir;
-use crate::meta::metalog;
 use crate::metrics::{Metrics, Stats};
 use crate::sync::{self, Arc, AtomicU64, Ordering, RwLock};
 use placement::Placement;
@@ -225,42 +224,43 @@ impl CacheInner {
         kind: SyncKind,
         before_commit: impl FnOnce() -> Result<()>,
     ) -> Result<bool> {
-        // Acquire on len: see every write that extended it. persisted_len is the length of the
-        // file's latest length record, stored once that record is durable, so if the two
-        // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
-        if let Some((ticket, len)) = self.append_len(file) {
-            before_commit()?;
-            // Outside the namespace lock: syncs of other files join this write.
-            self.array.metalog.commit(ticket)?;
-            self.len_durable(file, ticket, len);
-            self.kick_checkpoint_if_wanted();
-            return Ok(true);
-        }
-        if kind == SyncKind::All {
-            self.array.metalog.commit(self.array.metalog.last())?;
-        }
+        let all = || match kind {
+            SyncKind::All => self.array.metalog.commit(self.array.metalog.last()),
+            SyncKind::Data => Ok(()),
+        };
+        // Outside the namespace lock: syncs of other files join these writes.
+        let own = match self.len_to_sync(file) {
+            LenSync::Appended(ticket, len) => {
+                before_commit()?;
+                self.array.metalog.commit(ticket)?;
+                self.array.len_durable(&file.lens, ticket, len);
+                true
+            }
+            LenSync::Pending(ticket, len) => {
+                before_commit()?;
+                match kind {
+                    SyncKind::All => all()?,
+                    SyncKind::Data => self.array.metalog.commit(ticket)?,
+                }
+                self.array.len_durable(&file.lens, ticket, len);
+                false
+            }
+            LenSync::Durable => {
+                all()?;
+                false
+            }
+        };
         self.kick_checkpoint_if_wanted();
-        Ok(false)
+        Ok(own)
     }
 
-    /// Appends a record of the file's length if it differs from the last durable one.
-    fn append_len(&self, file: &FileInner) -> Option<(metalog::Ticket, u64)> {
+    /// What a sync of the file must make durable for its length (`ArrayMeta::len_to_sync`).
+    fn len_to_sync(&self, file: &FileInner) -> LenSync {
         if file.plain {
-            return None; // its length is the OS file's, set by `sync_plain`
+            return LenSync::Durable; // its length is the OS file's, set by `sync_plain`
         }
-        // Acquire on len: see every write that extended it. persisted_len is the length of the
-        // file's latest length record, stored once that record is durable, so if the two
-        // agree there is nothing to log, and a sync_data that changed nothing takes no lock.
-        let changed = || file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
-        if !changed() {
-            return None;
-        }
-        Some(self.array.append_len(file.id, &file.len_record, || file.len.load(Ordering::Acquire)))
-    }
-
-    /// The record `ticket` of the file's length `len` is durable.
-    fn len_durable(&self, file: &FileInner, ticket: metalog::Ticket, len: u64) {
-        self.array.len_durable(&file.persisted_len, &file.len_record, ticket, len);
+        // Acquire: see every write that extended it.
+        self.array.len_to_sync(file.id, &file.lens, || file.len.load(Ordering::Acquire))
     }
 
     fn kick_checkpoint_if_wanted(&self) {
@@ -295,10 +295,9 @@ impl CacheInner {
             return self.sync_plain(file, kind, seen);
         }
         let mut first = self.flush_file_as(file, seen).err();
-        // Acquire: as in persist_len. A hint: if the length is logged by another sync first,
-        // the deferred backing files are synced below after all.
-        let logs_len = log_len != LenLog::ByCaller
-            && file.len.load(Ordering::Acquire) != file.persisted_len.load(Ordering::Acquire);
+        // A hint: if no record of ours is appended below (`persist_len`), the deferred backing
+        // files are synced after all.
+        let logs_len = log_len != LenLog::ByCaller && file.lens.may_log(file.len.load(Ordering::Acquire));
         let mut deferred = Vec::new();
         for b in &file.backing {
             // Only such backing files can ever let the log's flush stand in for theirs, so
@@ -420,7 +419,10 @@ impl CacheInner {
             }
             // As a description opened now: errors nobody has reported yet.
             match self.sync_file_then(&f, LenLog::ByCaller, &AtomicU64::new(f.errors_sample())) {
-                Ok(()) => lengths.extend(self.append_len(&f).map(|(t, len)| (f, t, len))),
+                Ok(()) => match self.len_to_sync(&f) {
+                    LenSync::Appended(t, len) | LenSync::Pending(t, len) => lengths.push((f, t, len)),
+                    LenSync::Durable => {}
+                },
                 Err(e) => {
                     first.get_or_insert(e);
                 }
@@ -429,7 +431,7 @@ impl CacheInner {
         match self.array.metalog.commit(self.array.metalog.last()) {
             Ok(()) => {
                 for (f, t, len) in lengths {
-                    self.len_durable(&f, t, len);
+                    self.array.len_durable(&f.lens, t, len);
                 }
             }
             Err(e) => {

@@ -11,7 +11,7 @@
 //! of its undone (`os_len_known`); but a shrink is not taken in either.
 //!
 //! A plain file gets an id from `PLAIN_ID` up and sits in `files`, so eviction and write-back
-//! find it as any other, and in `plain_files` by (device, inode); `append_len` skips it. Its
+//! find it as any other, and in `plain_files` by (device, inode); `len_to_sync` skips it. Its
 //! `FileInner` carries its own layout, a 1-device stripe (the identity), which loads, runs and
 //! write-back use instead of the array's. Its length is bounded by its file system's largest
 //! file (`device::largest_file`, the file's `max_len`).
@@ -29,6 +29,7 @@ use crate::frame::state::VALID;
 use crate::frame::{FrameId, PageKey};
 use crate::io::device;
 use crate::io::layout::{LayoutKind, StripeLayout};
+use crate::io::len_records::LenRecords;
 use crate::sync::{self, Arc, AtomicU64, Ordering};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -83,7 +84,7 @@ impl CacheInner {
         let mut file = FileInner::new(
             id,
             name.to_string(),
-            meta.len(),
+            LenRecords::new(meta.len(), 0),
             inner.new_index(id),
             vec![backing],
             Placement { layout, plain: true },

@@ -22,6 +22,7 @@ use crate::file::streams::FileStreams;
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
 use crate::io::layout::StripeLayout;
+use crate::io::len_records::LenRecords;
 use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use range_lock::RangeLock;
@@ -37,12 +38,9 @@ pub(crate) struct FileInner {
     pub(crate) name: String,
     /// Current length in bytes.
     pub(crate) len: AtomicU64,
-    /// Length of the file's latest length record (metadata log or catalog), once that record
-    /// is durable. Written only under the namespace lock.
-    pub(crate) persisted_len: AtomicU64,
-    /// Sequence number of the file's latest length record. Written only under the namespace
-    /// lock.
-    pub(crate) len_record: AtomicU64,
+    /// Its length records in the array's metadata log (`io/len_records.rs`); unused for a plain
+    /// file.
+    pub(crate) lens: LenRecords,
     /// Set when the file is removed; handles then fail with `NotFound`.
     pub(crate) removed: AtomicBool,
     /// Pages of this file that are dirty.
@@ -105,21 +103,22 @@ pub(crate) struct Placement {
 }
 
 impl FileInner {
+    /// File `id` at the length `lens` says is durable.
     pub(crate) fn new(
         id: u64,
         name: String,
-        len: u64,
+        lens: LenRecords,
         index: Box<dyn PageIndex>,
         backing: Vec<BackingFile>,
         place: Placement,
         streams: bool,
     ) -> Self {
+        let len = lens.durable();
         FileInner {
             id,
             name,
             len: AtomicU64::new(len),
-            persisted_len: AtomicU64::new(len),
-            len_record: AtomicU64::new(0),
+            lens,
             removed: AtomicBool::new(false),
             dirty_pages: AtomicU64::new(0),
             dirtied_at: AtomicU64::new(0),

@@ -5,6 +5,7 @@ pub mod device;
 pub mod engine;
 pub mod flush_group;
 pub mod layout;
+pub(crate) mod len_records;
 pub(crate) mod reserve;
 pub(crate) mod sys;
 pub mod zero_window;

@@ -17,9 +17,22 @@ use super::namespace::{NameEntry, Namespace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::BackingFile;
 use crate::io::layout::{LayoutKind, StripeLayout};
-use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::io::len_records::LenRecords;
+use crate::sync::{self, AtomicBool, Mutex, Ordering};
 
 const LOCK_NAME: &str = "upcache.lock";
+
+/// What a sync of a file at some length must make durable for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LenSync {
+    /// Nothing: its latest record carries the length and is durable.
+    Durable,
+    /// Its latest record carries the length but may not be durable yet: another sync
+    /// appended it, whose commit may have begun before this sync's writes.
+    Pending(Ticket, u64),
+    /// A record appended now: its commit begins after this sync's writes.
+    Appended(Ticket, u64),
+}
 
 /// What an array is asked to be: its device directories (device 0 first), where its log goes
 /// if not in the first, and its layout.
@@ -298,31 +311,37 @@ impl ArrayMeta {
         }
     }
 
-    /// Appends a record of file `id`'s length, read by `len` under the namespace's lock so
-    /// that one file's records are logged in the order of the lengths they carry; `record`
-    /// takes the record's sequence number. The record's ticket and length.
-    pub(crate) fn append_len(&self, id: u64, record: &AtomicU64, len: impl FnOnce() -> u64) -> (Ticket, u64) {
+    /// The length records of a file opened now as namespace entry `e` says (the namespace
+    /// locked).
+    pub(crate) fn len_records(&self, e: &NameEntry) -> LenRecords {
+        LenRecords::new(e.len, self.metalog.last().seq())
+    }
+
+    /// What a sync of file `id` (records `lens`) must make durable for its length, read by
+    /// `len` under the namespace's lock so that one file's records are logged in the order
+    /// of the lengths they carry (`io/len_records.rs`): nothing, its latest record, or a record
+    /// appended now.
+    pub(crate) fn len_to_sync(&self, id: u64, lens: &LenRecords, len: impl FnOnce() -> u64) -> LenSync {
         let mut ns = sync::lock(&self.namespace);
         let len = len();
+        let (logged, seq) = lens.latest();
+        if logged == len {
+            return match self.metalog.is_durable(seq) {
+                true => LenSync::Durable,
+                false => LenSync::Pending(Ticket::through(seq), len),
+            };
+        }
         let r = Record::SetLen { id, len };
         ns.apply(&r);
         let ticket = self.metalog.append(&r);
-        // Relaxed: written and read only under the namespace's lock.
-        record.store(ticket.seq(), Ordering::Relaxed);
-        (ticket, len)
+        lens.appended(len, ticket.seq());
+        LenSync::Appended(ticket, len)
     }
 
-    /// The record `ticket` of a file's length `len` (from `append_len`) is durable:
-    /// `persisted` takes the length, unless a later record of the file (`record`) was
-    /// appended meanwhile (an older sync storing its length late could make a newer,
-    /// unlogged length look persisted).
-    pub(crate) fn len_durable(&self, persisted: &AtomicU64, record: &AtomicU64, ticket: Ticket, len: u64) {
+    /// The record `ticket` of a file's length `len` (from `len_to_sync`) is durable.
+    pub(crate) fn len_durable(&self, lens: &LenRecords, ticket: Ticket, len: u64) {
         let _ns = sync::lock(&self.namespace);
-        // Relaxed: under the namespace's lock, as in `append_len`.
-        if record.load(Ordering::Relaxed) == ticket.seq() {
-            // Release: a sync that reads the length it logged sees it durable.
-            persisted.store(len, Ordering::Release);
-        }
+        lens.set_durable(ticket.seq(), len);
     }
 
     /// Logs the removal of file `name` (entry `e` of `ns`, the namespace locked) and commits
@@ -364,5 +383,71 @@ impl ArrayMeta {
             // Release: pairs with the Acquire above.
             self.checkpoint_running.store(false, Ordering::Release);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// File `name`'s length as the disk has it: the catalog, then the logs replayed over it
+    /// (what an open after a crash would find).
+    fn durable_len(meta: &ArrayMeta, name: &str) -> u64 {
+        let catalog = Catalog::load(&meta.dirs[0]).unwrap();
+        let (array_id, from) = (catalog.layout.array_id, catalog.generation);
+        let mut ns = Namespace::from_catalog(catalog);
+        metalog::replay(&meta.meta_dir, array_id, from, |r| ns.apply(r)).unwrap();
+        ns.entry(name).unwrap().len
+    }
+
+    /// A sync compares the length with the file's latest record, not the last durable one: a
+    /// record of another length still pending (a truncate's, whose sync has not committed
+    /// yet) would be replayed after the durable one. A sync at the durable length then logs
+    /// it again, and a sync at the pending record's length commits that record.
+    #[test]
+    fn a_sync_logs_its_length_over_a_pending_record_of_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = [dir.path().join("d0")];
+        let spec = ArraySpec {
+            dirs: &dirs,
+            meta_dir: None,
+            page_size: 4096,
+            stripe_unit: 4096,
+            kind: LayoutKind::Stripe,
+        };
+        let meta = ArrayMeta::create(spec).unwrap();
+        let open = |id| Ok(vec![crate::io::device::open_backing(&dirs[0], 0, id, true, true, None)?]);
+        let mut ns = sync::lock(&meta.namespace);
+        let (id, _backing) = meta.create_file(&mut ns, "f", open).unwrap();
+        let lens = meta.len_records(&ns.entry("f").unwrap());
+        drop(ns);
+        assert!(matches!(meta.len_to_sync(id, &lens, || 0), LenSync::Durable));
+
+        // A sync at 8192, committed.
+        let LenSync::Appended(t, len) = meta.len_to_sync(id, &lens, || 8192) else { panic!("8192 is new") };
+        meta.metalog.commit(t).unwrap();
+        meta.len_durable(&lens, t, len);
+        assert_eq!(durable_len(&meta, "f"), 8192);
+        assert!(matches!(meta.len_to_sync(id, &lens, || 8192), LenSync::Durable));
+
+        // A truncate to 4096 whose sync has appended its record and not committed it.
+        let LenSync::Appended(cut, _) = meta.len_to_sync(id, &lens, || 4096) else { panic!("4096 is new") };
+        // Another sync at that length commits that record, and nothing else would.
+        let LenSync::Pending(t, len) = meta.len_to_sync(id, &lens, || 4096) else { panic!("pending") };
+        assert_eq!((t.seq(), len), (cut.seq(), 4096));
+        meta.metalog.commit(t).unwrap();
+        assert_eq!(durable_len(&meta, "f"), 4096);
+        meta.len_durable(&lens, t, len);
+        assert!(matches!(meta.len_to_sync(id, &lens, || 4096), LenSync::Durable));
+
+        // Extended to 8192 again and a record appended, not committed; then cut back to 4096:
+        // its durable length, but not its latest record's.
+        let LenSync::Appended(_, _) = meta.len_to_sync(id, &lens, || 8192) else { panic!("8192 again") };
+        let LenSync::Appended(t, len) = meta.len_to_sync(id, &lens, || 4096) else {
+            panic!("a sync at the durable length with a pending record of another logs it again")
+        };
+        meta.metalog.commit(t).unwrap();
+        meta.len_durable(&lens, t, len);
+        assert_eq!(durable_len(&meta, "f"), 4096);
     }
 }

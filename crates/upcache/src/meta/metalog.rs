@@ -327,6 +327,11 @@ impl Ticket {
     pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
+
+    /// A ticket to commit every record up to `seq` (not to abandon any).
+    pub(crate) fn through(seq: u64) -> Ticket {
+        Ticket { seq, mark: u64::MAX }
+    }
 }
 
 impl MetaLog {
@@ -365,6 +370,12 @@ impl MetaLog {
     pub(crate) fn last(&self) -> Ticket {
         let s = sync::lock(&self.state);
         Ticket { seq: s.appended, mark: s.appended_bytes }
+    }
+
+    /// Whether every record up to `seq` is durable (or was abandoned).
+    pub(crate) fn is_durable(&self, seq: u64) -> bool {
+        let s = sync::lock(&self.state);
+        s.durable >= seq.min(s.appended)
     }
 
     /// Makes every record up to `t` durable: writes what is pending, or waits for the write

@@ -18,8 +18,8 @@ use super::held::HeldFd;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::{self, BackingFile};
 use crate::io::engine::UringEngine;
-use crate::meta::array::ArrayMeta;
-use crate::sync::{AtomicU64, Ordering};
+use crate::io::len_records::LenRecords;
+use crate::meta::array::{ArrayMeta, LenSync};
 
 /// A shared file's backing (module docs).
 pub(crate) enum Backing {
@@ -38,10 +38,8 @@ pub(crate) struct ArrayFile {
     devices: Vec<BackingFile>,
     /// The `st_dev` of each, whose garbage collection its write-backs time (`gc.rs`).
     st_devs: Vec<u64>,
-    /// The length its latest durable length record carries, and that record's sequence
-    /// number (`ArrayMeta::append_len`, `len_durable`).
-    persisted_len: AtomicU64,
-    len_record: AtomicU64,
+    /// Its length records (`io/len_records.rs`).
+    lens: LenRecords,
 }
 
 /// Pages of a run that lie side by side on one device: `pages` (indices into the run) from
@@ -108,20 +106,18 @@ impl Backing {
 }
 
 impl ArrayFile {
-    /// Array file `id` of `array`, over its backing files `devices`, its length `len` as
-    /// logged.
-    pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
+    /// Array file `id` of `array`, over its backing files `devices`, its length as logged in
+    /// `lens` (`ArrayMeta::len_records`).
+    pub(crate) fn new(
+        array: Arc<ArrayMeta>,
+        id: u64,
+        devices: Vec<BackingFile>,
+        lens: LenRecords,
+    ) -> ArrayFile {
         use std::os::unix::fs::MetadataExt;
         // A device whose file cannot be stat'ed is timed as device 0's file system's.
         let st_devs = devices.iter().map(|b| b.file().metadata().map_or(0, |m| m.dev())).collect();
-        ArrayFile {
-            array,
-            id,
-            devices,
-            st_devs,
-            persisted_len: AtomicU64::new(len),
-            len_record: AtomicU64::new(0),
-        }
+        ArrayFile { array, id, devices, st_devs, lens }
     }
 
     /// The `st_dev` of device `dev`'s backing file.
@@ -134,10 +130,9 @@ impl ArrayFile {
         self.st_devs[self.array.layout.locate(page).0]
     }
 
-    /// Its length as last logged.
+    /// Its length as last logged durably.
     pub(crate) fn logged_len(&self) -> u64 {
-        // Acquire: pairs with `sync`'s Release.
-        self.persisted_len.load(Ordering::Acquire)
+        self.lens.durable()
     }
 
     /// Its backing file on device 0, which names it in the file table.
@@ -313,8 +308,8 @@ impl ArrayFile {
     /// device. An append + sync is then one data write, one record write and one flush.
     pub(crate) fn sync(&self, len: &dyn Fn() -> u64, all: bool) -> Result<()> {
         let meta = &self.array;
-        // Acquire: pairs with `len_durable`'s Release, from another sync of the file.
-        let logs_len = self.persisted_len.load(Ordering::Acquire) != len();
+        // A hint: if no record is appended below, the deferred files are synced after all.
+        let logs_len = self.lens.may_log(len());
         let mut deferred = Vec::new();
         for (dev, b) in self.devices.iter().enumerate() {
             if logs_len && self.may_defer(dev) && b.zeros().pending().is_none() {
@@ -323,17 +318,29 @@ impl ArrayFile {
             }
             self.sync_device(b)?;
         }
-        if !logs_len {
-            if all {
-                meta.metalog.commit(meta.metalog.last())?;
-            }
-            meta.checkpoint_if_wanted();
-            return Ok(());
-        }
         // The length is read again, under the namespace's lock: a sync that read an older
         // length cannot log it after a newer one. (Bytes a write made after this sync's
         // write-back may be past what is durable; a sync promises only those written before.)
-        let (ticket, len) = meta.append_len(self.id, &self.len_record, len);
+        let (ticket, len) = match meta.len_to_sync(self.id, &self.lens, len) {
+            LenSync::Appended(ticket, len) => (ticket, len),
+            other => {
+                // No record of ours: no commit that begins after our writes, so the deferred
+                // files are synced on their own.
+                for b in deferred {
+                    self.sync_device(b)?;
+                }
+                match other {
+                    LenSync::Pending(ticket, len) => {
+                        meta.metalog.commit(if all { meta.metalog.last() } else { ticket })?;
+                        meta.len_durable(&self.lens, ticket, len);
+                    }
+                    _ if all => meta.metalog.commit(meta.metalog.last())?,
+                    _ => {}
+                }
+                meta.checkpoint_if_wanted();
+                return Ok(());
+            }
+        };
         // A deferred backing file changed (a cut) since: its metadata must be durable before a
         // record of a length that covers the change is.
         for b in deferred.iter().filter(|b| b.zeros().pending().is_some()) {
@@ -346,7 +353,7 @@ impl ArrayFile {
             }
             return Err(e);
         }
-        meta.len_durable(&self.persisted_len, &self.len_record, ticket, len);
+        meta.len_durable(&self.lens, ticket, len);
         meta.checkpoint_if_wanted();
         Ok(())
     }
