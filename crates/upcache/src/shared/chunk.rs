@@ -10,6 +10,12 @@
 //! (bench/RESULTS.md, issue 34, eighth session). A collapse keeps every byte whoever writes
 //! meanwhile (the kernel locks, unmaps and copies each small page; a page pinned for I/O makes
 //! it give up), so no state here guards a byte.
+//!
+//! Every chunk, the last and short one too, also says whether its memory is allocated: a
+//! claim allocates a frame's chunk before the frame is first used (`View::reserve`), so that
+//! a full tmpfs fails the claim instead of raising SIGBUS in whoever first touches the frame,
+//! and a new cache's service does not allocate all of its frames before the first program may
+//! use it.
 
 use super::frame::PAGE;
 use crate::shm::huge::HUGE_PAGE;
@@ -23,14 +29,31 @@ const HUGE: u32 = 2;
 /// In use on small pages.
 const SMALL: u32 = 3;
 
-/// A chunk's state in the segment: all zeros is untouched.
+/// A chunk's state in the segment: all zeros is untouched, its memory not allocated.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Chunk {
     state: AtomicU32,
+    /// Non-zero once its memory is allocated (`View::reserve`): set after the allocation, so
+    /// whoever sees it may touch the chunk's bytes.
+    allocated: AtomicU32,
 }
 
 impl Chunk {
+    /// Whether its memory is allocated.
+    #[inline]
+    pub fn allocated(&self) -> bool {
+        // Relaxed: the allocation is the kernel's; a process that misses the mark allocates
+        // again, which does nothing.
+        self.allocated.load(Ordering::Relaxed) != 0
+    }
+
+    /// Records its memory allocated.
+    pub fn set_allocated(&self) {
+        // Relaxed: as in `allocated`.
+        self.allocated.store(1, Ordering::Relaxed);
+    }
+
     /// Records that a process touches the chunk, on small pages, if nothing was recorded.
     pub fn touched(&self) {
         // Relaxed (all): a hint; the bytes are the kernel's to keep whole.

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x12");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x13");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -472,6 +472,8 @@ pub(crate) struct View {
     n_inners: usize,
     /// The chunks of `pages` this process has mapped.
     mapped: Mapped,
+    /// Until when (`gc::now_ns`) this process allocates no more chunks: the kernel refused.
+    refused_until: AtomicU64,
     /// `SharedConfig::huge_pages`: chunks in use are recorded (`chunk.rs`).
     huge: bool,
     /// The frames' tags in their sets (`index.rs`).
@@ -518,7 +520,7 @@ impl View {
             RegionSpec { kind: kind::LEAF_META, len: leaves * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
-            RegionSpec { kind: kind::CHUNKS, len: (frames / CHUNK_FRAMES).max(1) * size_of::<Chunk>() },
+            RegionSpec { kind: kind::CHUNKS, len: frames.div_ceil(CHUNK_FRAMES) * size_of::<Chunk>() },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
         ]
@@ -540,7 +542,9 @@ impl View {
             config.set_ways as usize,
         );
         let seg = match named {
-            Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes)?,
+            Some(path) => {
+                Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes, kind::PAGES)?
+            }
             None => Segment::create("upcache-shared", &sizes)?,
         };
         let (h, _) = seg.region(kind::HEADER).expect("made above");
@@ -665,6 +669,7 @@ impl View {
             n_clients: clients,
             n_buckets: buckets,
             mapped: Mapped::new(frames),
+            refused_until: AtomicU64::new(0),
             huge: header.has(technique::HUGE_PAGES),
             set_ways: ways,
             n_sets: SetMap::count(frames, ways),
@@ -844,11 +849,50 @@ impl View {
         }
     }
 
-    /// The state of whole chunk `c` of the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
+    /// The state of chunk `c` of the frames' bytes (`c < n_frames.div_ceil(CHUNK_FRAMES)`;
+    /// the huge-page states of whole chunks only).
     pub fn chunk(&self, c: usize) -> &Chunk {
-        assert!(c < self.n_frames / CHUNK_FRAMES);
+        assert!(c < self.n_frames.div_ceil(CHUNK_FRAMES));
         // SAFETY: in bounds of the chunks region (checked at attach); atomics only.
         unsafe { &*self.chunks.as_ptr().add(c) }
+    }
+
+    /// Whether frame `f`'s chunk's memory is allocated (`chunk.rs`), or is now: a claim's,
+    /// before the frame is used. False if the kernel refused (a full tmpfs), said once; the
+    /// process then tries again no sooner than a second later, passing over the frames of
+    /// chunks not yet allocated meanwhile.
+    #[inline]
+    pub fn reserve(&self, f: usize) -> bool {
+        self.chunk(f / CHUNK_FRAMES).allocated() || self.reserve_cold(f / CHUNK_FRAMES)
+    }
+
+    #[cold]
+    fn reserve_cold(&self, c: usize) -> bool {
+        let now = super::gc::now_ns();
+        // Relaxed: this process's hint.
+        if now < self.refused_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        let first = c * CHUNK_FRAMES;
+        let len = (self.n_frames - first).min(CHUNK_FRAMES) * PAGE;
+        // SAFETY: the chunk lies inside the frames' bytes; nothing is touched.
+        let at = unsafe { self.pages.as_ptr().add(first * PAGE) };
+        match self.seg.allocate(at, len) {
+            Ok(()) => {
+                self.chunk(c).set_allocated();
+                true
+            }
+            Err(e) => {
+                // Relaxed: as above.
+                if self.refused_until.swap(now + 1_000_000_000, Ordering::Relaxed) == 0 {
+                    log::warn!(
+                        "upcache: the shared cache's memory could not be allocated ({e}): it goes \
+                         on with the pages it has"
+                    );
+                }
+                false
+            }
+        }
     }
 
     /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.

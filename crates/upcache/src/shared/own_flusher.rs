@@ -233,11 +233,14 @@ mod tests {
             flusher.wait_for_passes(before + 1, Duration::from_secs(10)),
             "the writers' kicks woke no pass"
         );
+        // A pass after the writes leaves the cache at most at its background ratio: it writes
+        // back past it, down to a sixteenth below, and a pass that ended while the writer went
+        // on may leave it anywhere up to the ratio (where a pass does nothing).
         assert!(flusher.wait_for_pass(Duration::from_secs(10)));
         let background = cache.inner.dirty_limits.0;
         // Relaxed: a count, nobody writes now.
         let now = cache.inner.view.header().dirty.load(Ordering::Relaxed);
-        assert!(now <= background - background / 16, "{now} dirty of {frames}, background {background}");
+        assert!(now <= background, "{now} dirty of {frames}, background {background}");
         f.sync_data().unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), data);
     }

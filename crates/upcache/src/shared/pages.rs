@@ -312,12 +312,14 @@ impl Inner {
         claimed
     }
 
-    /// Takes frame `f` for a claim if it is unlocked, clean (after a write-back if `rule` and
-    /// `late`, a second lap, say so), unpinned and not referenced since the hand last passed:
-    /// emptied, locked for us. Else ages its reference.
+    /// Takes frame `f` for a claim if its chunk's memory is allocated (`View::reserve`) and it
+    /// is unlocked, clean (after a write-back if `rule` and `late`, a second lap, say so),
+    /// unpinned and not referenced since the hand last passed: emptied, locked for us. Else
+    /// ages its reference.
     fn claim_at(&self, f: u32, late: bool, rule: CleanFirst) -> bool {
         let m = &self.view.frames()[f as usize];
-        if m.holder().is_some() {
+        // A frame of a chunk whose memory is not allocated yet has never been used.
+        if m.holder().is_some() || !self.view.reserve(f as usize) {
             return false;
         }
         let flags = m.flags();

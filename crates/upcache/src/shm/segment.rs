@@ -179,8 +179,11 @@ impl Segment {
     /// `dir` (`/dev/shm`), with no name until [`Self::link`] gives it one: unlike a memfd, a
     /// named one outlives every process that maps it, so what is in it (a cache's dirty
     /// pages) survives the death of all of them until it is adopted or removed. Its memory is
-    /// allocated whole now, since a full tmpfs would turn a later first touch into a SIGBUS.
-    pub fn create_in_tmpfs(dir: &std::path::Path, regions: &[RegionSpec]) -> Result<Segment> {
+    /// allocated now, since a full tmpfs would turn a later first touch into a SIGBUS; but for
+    /// region `later`'s, which its users allocate ([`Self::allocate`]) before they first touch
+    /// a part of it (a cache's frames: allocating 1 GiB of them took 0.27 s, which the first
+    /// program through the shim waited for).
+    pub fn create_in_tmpfs(dir: &std::path::Path, regions: &[RegionSpec], later: u32) -> Result<Segment> {
         use std::os::unix::fs::OpenOptionsExt;
         let (table, end) = lay_out(regions)?;
         let file = std::fs::OpenOptions::new()
@@ -198,9 +201,34 @@ impl Segment {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), end as libc::off_t) } != 0 {
             return Err(os_error(ErrorKind::NoSpace, "size a shared segment"));
         }
-        // SAFETY: as above.
-        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, end as libc::off_t) } != 0 {
-            return Err(os_error(ErrorKind::NoSpace, &format!("allocate {end} bytes in {}", dir.display())));
+        // Room for `later` too, now: a tmpfs too small for the whole is refused at the start,
+        // as when all of it was allocated then.
+        let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: fstatvfs writes one statvfs into `vfs`, read only on success.
+        if unsafe { libc::fstatvfs(fd.as_raw_fd(), vfs.as_mut_ptr()) } == 0 {
+            // SAFETY: fstatvfs succeeded.
+            let vfs = unsafe { vfs.assume_init() };
+            let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+            if free < end {
+                let what = format!("{end} bytes for a shared segment in {}: {free} are free", dir.display());
+                return Err(Error::new(ErrorKind::NoSpace, what));
+            }
+        }
+        // The regions' memory, in the runs between `later`'s.
+        let mut from = 0;
+        let skipped = table[..regions.len()].iter().filter(|r| r.kind == later).map(|r| (r.offset, r.len));
+        for (at, to) in skipped.map(|(at, len)| (at, at + len)).chain([(end, end)]) {
+            if at > from {
+                // SAFETY: as above.
+                if unsafe {
+                    libc::fallocate(fd.as_raw_fd(), 0, from as libc::off_t, (at - from) as libc::off_t)
+                } != 0
+                {
+                    let what = format!("allocate {} bytes in {}", at - from, dir.display());
+                    return Err(os_error(ErrorKind::NoSpace, &what));
+                }
+            }
+            from = to;
         }
         let keeper = take_keeper(&fd)?.ok_or_else(|| invalid("a new file kept by another process"))?;
         let seg = Segment::publish(fd, &table[..regions.len()], end)?;
@@ -399,6 +427,21 @@ impl Segment {
         Some((NonNull::new(start)?, r.len as usize))
     }
 
+    /// Allocates the memory of the `len` bytes at `at` (inside the mapping) if it was not yet,
+    /// so that touching them cannot fail (a full tmpfs raises SIGBUS at a first touch; this
+    /// fails with ENOSPC instead). Idempotent: allocated memory keeps its bytes.
+    pub fn allocate(&self, at: *const u8, len: usize) -> std::io::Result<()> {
+        let offset = (at as usize).wrapping_sub(self.base.as_ptr() as usize);
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        }
+        // SAFETY: fallocate on our own descriptor, inside its size; no memory is involved.
+        match unsafe { libc::fallocate(self.fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+
     /// The segment's length in bytes, header included.
     pub fn len(&self) -> usize {
         self.len
@@ -555,6 +598,41 @@ mod tests {
         // SAFETY: inside region 9 of our mapping.
         unsafe { p9.as_ptr().add(l9 - 1).write(5) };
         assert_eq!(word(&a, 7).load(Ordering::Relaxed), 42);
+    }
+
+    /// Bytes of memory the file behind `fd` holds.
+    fn allocated(fd: &impl AsFd) -> u64 {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat writes one stat into `st`, read only on success.
+        assert_eq!(unsafe { libc::fstat(fd.as_fd().as_raw_fd(), st.as_mut_ptr()) }, 0);
+        // SAFETY: fstat succeeded.
+        unsafe { st.assume_init() }.st_blocks as u64 * 512
+    }
+
+    /// A tmpfs segment's memory is allocated at creation but for the region left to its
+    /// users, which `allocate` allocates a part at a time, idempotently, and only inside the
+    /// segment.
+    #[test]
+    fn a_tmpfs_segment_leaves_one_region_to_allocate_in_parts() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return; // no tmpfs to make one in (the memfd path is tested above)
+        }
+        let regions = [RegionSpec { kind: 7, len: 4096 }, RegionSpec { kind: 9, len: 6 << 20 }];
+        let seg = Segment::create_in_tmpfs(shm, &regions, 9).unwrap();
+        // The header's huge page and kind 7's; none of kind 9's 6 MiB.
+        assert_eq!(allocated(&seg), 2 * REGION_ALIGN);
+        let (p, len) = seg.region(9).unwrap();
+        seg.allocate(p.as_ptr().wrapping_add(2 << 20), 2 << 20).unwrap();
+        assert_eq!(allocated(&seg), 2 * REGION_ALIGN + (2 << 20));
+        word(&seg, 9).store(1, Ordering::Relaxed);
+        seg.allocate(p.as_ptr(), 4 << 20).unwrap();
+        assert_eq!(allocated(&seg), 2 * REGION_ALIGN + (4 << 20), "what was allocated is not again");
+        assert_eq!(word(&seg, 9).load(Ordering::Relaxed), 1, "and keeps its bytes");
+        let past = seg.allocate(p.as_ptr().wrapping_add(len), 4096).unwrap_err();
+        assert_eq!(past.kind(), std::io::ErrorKind::InvalidInput);
+        let before = seg.allocate(seg.base.as_ptr().wrapping_sub(4096), 4096).unwrap_err();
+        assert_eq!(before.kind(), std::io::ErrorKind::InvalidInput);
     }
 
     #[test]
