@@ -381,7 +381,9 @@ impl Inner {
     /// dflush, the service's background pass) go up to `WRITE_BACK_DEPTH` at a time through
     /// io_uring (`SharedConfig::io`), other write-backs' one at a time: a random writer past
     /// the foreground ratio waited for one O_DIRECT write after another, a device round trip
-    /// each, at 0.26x the private engine (bench/RESULTS.md). While it holds runs not yet
+    /// each, at 0.26x the private engine (bench/RESULTS.md). Under pressure a batch holds at
+    /// most a run's worth of pages (`RUN_PAGES`), so that batching helps short runs without
+    /// holding long ones locked together. While it holds runs not yet
     /// written it waits for no frame: one that someone else holds has the runs written first.
     fn write_back_sorted(
         &self,
@@ -436,7 +438,9 @@ impl Inner {
             own.get_or_insert_with(|| self.own_change(key_slot(k), to.os())).step();
             batched += run.len() as u64;
             batch.push(run);
-            if batch.len() == depth {
+            // Under dirty pressure a batch is also cut at a run's worth of pages: long runs went
+            // 32 MiB at a time, locked until all were written, and the writers' p99 tripled.
+            if batch.len() == depth || (stop_at.is_some() && batched >= RUN_PAGES as u64) {
                 first = first.and(self.write_back_batch(&mut batch, to));
                 batched = 0;
             }
