@@ -11,7 +11,6 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::{validate_name, FileInner, Placement};
 use crate::frame::FrameId;
-use crate::io::len_records::LenRecords;
 use crate::meta::array::{ArrayMeta, ArraySpec};
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
@@ -116,7 +115,7 @@ impl Cache {
         let file = Arc::new(FileInner::new(
             id,
             name.to_owned(),
-            LenRecords::new(0, inner.array.metalog.last().seq()),
+            0,
             inner.new_index(id),
             backing,
             Placement { layout: inner.layout, plain: false },
@@ -139,7 +138,7 @@ impl Cache {
         let file = Arc::new(FileInner::new(
             e.id,
             name.to_owned(),
-            inner.array.len_records(&e),
+            e.len,
             inner.new_index(e.id),
             backing,
             Placement { layout: inner.layout, plain: false },

@@ -210,8 +210,8 @@ impl CacheInner {
         Ok(())
     }
 
-    /// Logs the file's length if it changed since it was last logged durably, and makes the
-    /// record durable (`SyncKind::All`: also every record appended before, so that a create
+    /// Logs the file's length unless its latest record carries it (`ArrayMeta::len_to_sync`),
+    /// and makes the record that does durable (`SyncKind::All`: also every record appended before, so that a create
     /// or a remove made by another thread is durable too). Only this file's length is written,
     /// never the whole catalog (seed 001 §3.3).
     /// Returns whether it committed a length record of its own (whose flush therefore began
@@ -233,7 +233,7 @@ impl CacheInner {
             LenSync::Appended(ticket, len) => {
                 before_commit()?;
                 self.array.metalog.commit(ticket)?;
-                self.array.len_durable(&file.lens, ticket, len);
+                self.array.len_durable(file.id, &file.durable_len, ticket, len);
                 true
             }
             LenSync::Pending(ticket, len) => {
@@ -242,7 +242,7 @@ impl CacheInner {
                     SyncKind::All => all()?,
                     SyncKind::Data => self.array.metalog.commit(ticket)?,
                 }
-                self.array.len_durable(&file.lens, ticket, len);
+                self.array.len_durable(file.id, &file.durable_len, ticket, len);
                 false
             }
             LenSync::Durable => {
@@ -260,7 +260,7 @@ impl CacheInner {
             return LenSync::Durable; // its length is the OS file's, set by `sync_plain`
         }
         // Acquire: see every write that extended it.
-        self.array.len_to_sync(file.id, &file.lens, || file.len.load(Ordering::Acquire))
+        self.array.len_to_sync(file.id, || file.len.load(Ordering::Acquire))
     }
 
     fn kick_checkpoint_if_wanted(&self) {
@@ -297,7 +297,8 @@ impl CacheInner {
         let mut first = self.flush_file_as(file, seen).err();
         // A hint: if no record of ours is appended below (`persist_len`), the deferred backing
         // files are synced after all.
-        let logs_len = log_len != LenLog::ByCaller && file.lens.may_log(file.len.load(Ordering::Acquire));
+        let logs_len =
+            log_len != LenLog::ByCaller && file.durable_len.may_log(file.len.load(Ordering::Acquire));
         let mut deferred = Vec::new();
         for b in &file.backing {
             // Only such backing files can ever let the log's flush stand in for theirs, so
@@ -431,7 +432,7 @@ impl CacheInner {
         match self.array.metalog.commit(self.array.metalog.last()) {
             Ok(()) => {
                 for (f, t, len) in lengths {
-                    self.array.len_durable(&f.lens, t, len);
+                    self.array.len_durable(f.id, &f.durable_len, t, len);
                 }
             }
             Err(e) => {

@@ -29,7 +29,6 @@ use crate::frame::state::VALID;
 use crate::frame::{FrameId, PageKey};
 use crate::io::device;
 use crate::io::layout::{LayoutKind, StripeLayout};
-use crate::io::len_records::LenRecords;
 use crate::sync::{self, Arc, AtomicU64, Ordering};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -84,7 +83,7 @@ impl CacheInner {
         let mut file = FileInner::new(
             id,
             name.to_string(),
-            LenRecords::new(meta.len(), 0),
+            meta.len(),
             inner.new_index(id),
             vec![backing],
             Placement { layout, plain: true },

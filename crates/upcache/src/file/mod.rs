@@ -21,8 +21,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::file::streams::FileStreams;
 use crate::index::PageIndex;
 use crate::io::device::BackingFile;
+use crate::io::durable_len::DurableLen;
 use crate::io::layout::StripeLayout;
-use crate::io::len_records::LenRecords;
 use crate::readahead::FileReadahead;
 use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use range_lock::RangeLock;
@@ -38,9 +38,9 @@ pub(crate) struct FileInner {
     pub(crate) name: String,
     /// Current length in bytes.
     pub(crate) len: AtomicU64,
-    /// Its length records in the array's metadata log (`io/len_records.rs`); unused for a plain
-    /// file.
-    pub(crate) lens: LenRecords,
+    /// Its length as last logged durably in the array's metadata log (`io/durable_len.rs`);
+    /// unused for a plain file.
+    pub(crate) durable_len: DurableLen,
     /// Set when the file is removed; handles then fail with `NotFound`.
     pub(crate) removed: AtomicBool,
     /// Pages of this file that are dirty.
@@ -103,22 +103,20 @@ pub(crate) struct Placement {
 }
 
 impl FileInner {
-    /// File `id` at the length `lens` says is durable.
     pub(crate) fn new(
         id: u64,
         name: String,
-        lens: LenRecords,
+        len: u64,
         index: Box<dyn PageIndex>,
         backing: Vec<BackingFile>,
         place: Placement,
         streams: bool,
     ) -> Self {
-        let len = lens.durable();
         FileInner {
             id,
             name,
             len: AtomicU64::new(len),
-            lens,
+            durable_len: DurableLen::new(len),
             removed: AtomicBool::new(false),
             dirty_pages: AtomicU64::new(0),
             dirtied_at: AtomicU64::new(0),

@@ -1,69 +1,42 @@
-//! A file's length as the array's metadata log has it (`meta/`), kept beside each open file
-//! of either engine, and read by a sync to choose what it must make durable for its current
-//! length (`ArrayMeta::len_to_sync`).
+//! A file's length as last made durable in the array's metadata log (`meta/`), kept beside
+//! each open of it in either engine: what the file reports as logged, and a sync's hint of
+//! whether it may log a length (and so leave backing files' flushes to the log's commit).
 //!
-//! Comparing the current length with the last one known durable is not enough: a record of
-//! another length appended since (a truncate's, or an extension's, still pending) would be
-//! replayed after the durable one, so a sync that found the two equal and logged nothing
-//! would leave the file at the pending length after a crash. A sync compares with the length
-//! of the file's *latest* record, and commits that record if it carries the length and may
-//! not be durable yet.
+//! A sync decides by the file's *latest* record instead (`ArrayMeta::len_to_sync`), which the
+//! namespace keeps under its lock, one per file whatever opens of it come and go: comparing
+//! with the last durable length is not enough, since a record of another length appended
+//! since (a truncate's, or an extension's, still pending) would be replayed after the durable
+//! one, and a sync that found the two equal and logged nothing would leave the file at the
+//! pending length after a crash.
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// One file's length records.
+/// One open file's durable length.
 #[derive(Debug)]
-pub(crate) struct LenRecords {
-    /// The length the file's latest record (or the catalog, or the replayed log) carries, and
-    /// that record's sequence number, or the log's last one when the file was opened: both
-    /// written only under the namespace's lock.
-    logged: AtomicU64,
-    record: AtomicU64,
-    /// The length of the latest record known durable.
-    durable: AtomicU64,
-}
+pub(crate) struct DurableLen(AtomicU64);
 
-impl LenRecords {
-    /// Records of a file opened at length `len` (as logged), with `seq` the log's last
-    /// record then: whatever of the file it holds is durable once that one is.
-    pub(crate) fn new(len: u64, seq: u64) -> LenRecords {
-        LenRecords { logged: AtomicU64::new(len), record: AtomicU64::new(seq), durable: AtomicU64::new(len) }
+impl DurableLen {
+    /// A file opened at length `len`, as the namespace has it.
+    pub(crate) fn new(len: u64) -> DurableLen {
+        DurableLen(AtomicU64::new(len))
     }
 
     /// The length of the latest record known durable.
-    pub(crate) fn durable(&self) -> u64 {
-        // Acquire: pairs with `set_durable`'s Release.
-        self.durable.load(Ordering::Acquire)
+    pub(crate) fn get(&self) -> u64 {
+        // Acquire: pairs with `set`'s Release.
+        self.0.load(Ordering::Acquire)
     }
 
-    /// Whether a sync at length `len` may have a record to append or commit: a hint, read
-    /// with no lock (a sync decides under the namespace's lock).
+    /// Whether a sync at length `len` may have a record to append: a hint (a sync decides
+    /// under the namespace's lock).
     pub(crate) fn may_log(&self, len: u64) -> bool {
-        // Relaxed: a hint; the decision reads both under the namespace's lock.
-        self.durable() != len || self.logged.load(Ordering::Relaxed) != len
+        self.get() != len
     }
 
-    /// The latest record's length and sequence number. Under the namespace's lock.
-    pub(crate) fn latest(&self) -> (u64, u64) {
-        // Relaxed: written and read only under the namespace's lock.
-        (self.logged.load(Ordering::Relaxed), self.record.load(Ordering::Relaxed))
-    }
-
-    /// Record `seq` of length `len` was appended. Under the namespace's lock.
-    pub(crate) fn appended(&self, len: u64, seq: u64) {
-        // Relaxed: as in `latest`.
-        self.logged.store(len, Ordering::Relaxed);
-        self.record.store(seq, Ordering::Relaxed);
-    }
-
-    /// Record `seq` of length `len` is durable: the durable length, unless a later record of
-    /// the file was appended meanwhile (a sync storing its length late could make a newer,
-    /// unlogged length look durable). Under the namespace's lock.
-    pub(crate) fn set_durable(&self, seq: u64, len: u64) {
-        // Relaxed: as in `latest`.
-        if self.record.load(Ordering::Relaxed) == seq {
-            // Release: a sync that reads the length sees it durable.
-            self.durable.store(len, Ordering::Release);
-        }
+    /// The file's latest record, of length `len`, is durable (`ArrayMeta::len_durable`, under
+    /// the namespace's lock).
+    pub(crate) fn set(&self, len: u64) {
+        // Release: a sync that reads the length sees it durable.
+        self.0.store(len, Ordering::Release);
     }
 }

@@ -2,10 +2,10 @@
 //! backing files on each device ([`device`]) and how bytes move ([`engine`]).
 
 pub mod device;
+pub(crate) mod durable_len;
 pub mod engine;
 pub mod flush_group;
 pub mod layout;
-pub(crate) mod len_records;
 pub(crate) mod reserve;
 pub(crate) mod sys;
 pub mod zero_window;

@@ -16,8 +16,8 @@ use super::metalog::{self, MetaLog, NewLog, Record, Ticket};
 use super::namespace::{NameEntry, Namespace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::BackingFile;
+use crate::io::durable_len::DurableLen;
 use crate::io::layout::{LayoutKind, StripeLayout};
-use crate::io::len_records::LenRecords;
 use crate::sync::{self, AtomicBool, Mutex, Ordering};
 
 const LOCK_NAME: &str = "upcache.lock";
@@ -311,37 +311,38 @@ impl ArrayMeta {
         }
     }
 
-    /// The length records of a file opened now as namespace entry `e` says (the namespace
-    /// locked).
-    pub(crate) fn len_records(&self, e: &NameEntry) -> LenRecords {
-        LenRecords::new(e.len, self.metalog.last().seq())
-    }
-
-    /// What a sync of file `id` (records `lens`) must make durable for its length, read by
-    /// `len` under the namespace's lock so that one file's records are logged in the order
-    /// of the lengths they carry (`io/len_records.rs`): nothing, its latest record, or a record
-    /// appended now.
-    pub(crate) fn len_to_sync(&self, id: u64, lens: &LenRecords, len: impl FnOnce() -> u64) -> LenSync {
+    /// What a sync of file `id` must make durable for its length, read by `len` under the
+    /// namespace's lock so that one file's records are logged in the order of the lengths
+    /// they carry: nothing, its latest record (which carries the length), or a record appended
+    /// now (`io/durable_len.rs`). A file removed has nothing to log.
+    pub(crate) fn len_to_sync(&self, id: u64, len: impl FnOnce() -> u64) -> LenSync {
         let mut ns = sync::lock(&self.namespace);
         let len = len();
-        let (logged, seq) = lens.latest();
-        if logged == len {
-            return match self.metalog.is_durable(seq) {
-                true => LenSync::Durable,
-                false => LenSync::Pending(Ticket::through(seq), len),
-            };
+        match ns.latest_len(id) {
+            None => return LenSync::Durable,
+            Some((logged, seq)) if logged == len => {
+                return match seq == 0 || self.metalog.is_durable(seq) {
+                    true => LenSync::Durable,
+                    false => LenSync::Pending(Ticket::through(seq), len),
+                };
+            }
+            Some(_) => {}
         }
         let r = Record::SetLen { id, len };
         ns.apply(&r);
         let ticket = self.metalog.append(&r);
-        lens.appended(len, ticket.seq());
+        ns.set_record(id, ticket.seq());
         LenSync::Appended(ticket, len)
     }
 
-    /// The record `ticket` of a file's length `len` (from `len_to_sync`) is durable.
-    pub(crate) fn len_durable(&self, lens: &LenRecords, ticket: Ticket, len: u64) {
-        let _ns = sync::lock(&self.namespace);
-        lens.set_durable(ticket.seq(), len);
+    /// The record `ticket` of file `id`'s length `len` (from `len_to_sync`) is durable:
+    /// `durable` takes the length, unless a later record of the file was appended meanwhile
+    /// (a sync storing its length late could make a newer, unlogged length look durable).
+    pub(crate) fn len_durable(&self, id: u64, durable: &DurableLen, ticket: Ticket, len: u64) {
+        let ns = sync::lock(&self.namespace);
+        if ns.latest_len(id).is_some_and(|(_, seq)| seq == ticket.seq()) {
+            durable.set(len);
+        }
     }
 
     /// Logs the removal of file `name` (entry `e` of `ns`, the namespace locked) and commits
@@ -419,35 +420,35 @@ mod tests {
         let open = |id| Ok(vec![crate::io::device::open_backing(&dirs[0], 0, id, true, true, None)?]);
         let mut ns = sync::lock(&meta.namespace);
         let (id, _backing) = meta.create_file(&mut ns, "f", open).unwrap();
-        let lens = meta.len_records(&ns.entry("f").unwrap());
+        let durable = DurableLen::new(ns.entry("f").unwrap().len);
         drop(ns);
-        assert!(matches!(meta.len_to_sync(id, &lens, || 0), LenSync::Durable));
+        assert!(matches!(meta.len_to_sync(id, || 0), LenSync::Durable));
 
         // A sync at 8192, committed.
-        let LenSync::Appended(t, len) = meta.len_to_sync(id, &lens, || 8192) else { panic!("8192 is new") };
+        let LenSync::Appended(t, len) = meta.len_to_sync(id, || 8192) else { panic!("8192 is new") };
         meta.metalog.commit(t).unwrap();
-        meta.len_durable(&lens, t, len);
-        assert_eq!(durable_len(&meta, "f"), 8192);
-        assert!(matches!(meta.len_to_sync(id, &lens, || 8192), LenSync::Durable));
+        meta.len_durable(id, &durable, t, len);
+        assert_eq!((durable_len(&meta, "f"), durable.get()), (8192, 8192));
+        assert!(matches!(meta.len_to_sync(id, || 8192), LenSync::Durable));
 
         // A truncate to 4096 whose sync has appended its record and not committed it.
-        let LenSync::Appended(cut, _) = meta.len_to_sync(id, &lens, || 4096) else { panic!("4096 is new") };
+        let LenSync::Appended(cut, _) = meta.len_to_sync(id, || 4096) else { panic!("4096 is new") };
         // Another sync at that length commits that record, and nothing else would.
-        let LenSync::Pending(t, len) = meta.len_to_sync(id, &lens, || 4096) else { panic!("pending") };
+        let LenSync::Pending(t, len) = meta.len_to_sync(id, || 4096) else { panic!("pending") };
         assert_eq!((t.seq(), len), (cut.seq(), 4096));
         meta.metalog.commit(t).unwrap();
         assert_eq!(durable_len(&meta, "f"), 4096);
-        meta.len_durable(&lens, t, len);
-        assert!(matches!(meta.len_to_sync(id, &lens, || 4096), LenSync::Durable));
+        meta.len_durable(id, &durable, t, len);
+        assert!(matches!(meta.len_to_sync(id, || 4096), LenSync::Durable));
 
         // Extended to 8192 again and a record appended, not committed; then cut back to 4096:
         // its durable length, but not its latest record's.
-        let LenSync::Appended(_, _) = meta.len_to_sync(id, &lens, || 8192) else { panic!("8192 again") };
-        let LenSync::Appended(t, len) = meta.len_to_sync(id, &lens, || 4096) else {
+        let LenSync::Appended(_, _) = meta.len_to_sync(id, || 8192) else { panic!("8192 again") };
+        let LenSync::Appended(t, len) = meta.len_to_sync(id, || 4096) else {
             panic!("a sync at the durable length with a pending record of another logs it again")
         };
         meta.metalog.commit(t).unwrap();
-        meta.len_durable(&lens, t, len);
+        meta.len_durable(id, &durable, t, len);
         assert_eq!(durable_len(&meta, "f"), 4096);
     }
 }

@@ -21,6 +21,9 @@ pub(crate) struct NameEntry {
     pub(crate) id: u64,
     /// Length as last logged.
     pub(crate) len: u64,
+    /// The sequence number of the record of `len` in this process's log
+    /// (`metalog::Ticket::seq`), or 0 if `len` came from the catalog or a replay (durable).
+    pub(crate) record: u64,
 }
 
 /// The namespace of an array.
@@ -38,7 +41,8 @@ pub(crate) struct Namespace {
 impl Namespace {
     pub(crate) fn from_catalog(c: Catalog) -> Self {
         let ids = c.files.iter().map(|f| (f.id, f.name.clone())).collect();
-        let names = c.files.into_iter().map(|f| (f.name, NameEntry { id: f.id, len: f.len })).collect();
+        let names =
+            c.files.into_iter().map(|f| (f.name, NameEntry { id: f.id, len: f.len, record: 0 })).collect();
         Namespace { layout: c.layout, meta_dir: c.meta_dir, next_file_id: c.next_file_id, names, ids }
     }
 
@@ -47,7 +51,7 @@ impl Namespace {
     pub(crate) fn apply(&mut self, r: &Record) {
         match r {
             Record::Create { id, name } => {
-                if let Some(old) = self.names.insert(name.clone(), NameEntry { id: *id, len: 0 }) {
+                if let Some(old) = self.names.insert(name.clone(), NameEntry { id: *id, len: 0, record: 0 }) {
                     self.ids.remove(&old.id);
                 }
                 self.ids.insert(*id, name.clone());
@@ -64,6 +68,20 @@ impl Namespace {
                     e.len = *len;
                 }
             }
+        }
+    }
+
+    /// File `id`'s length as last logged, and the sequence number of its record (0: durable
+    /// from the start); None if no file has the id.
+    pub(crate) fn latest_len(&self, id: u64) -> Option<(u64, u64)> {
+        let e = self.names.get(self.ids.get(&id)?)?;
+        Some((e.len, e.record))
+    }
+
+    /// Record `seq` of this process's log set file `id`'s length (applied before).
+    pub(crate) fn set_record(&mut self, id: u64, seq: u64) {
+        if let Some(e) = self.ids.get(&id).and_then(|n| self.names.get_mut(n)) {
+            e.record = seq;
         }
     }
 

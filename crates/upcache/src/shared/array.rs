@@ -21,7 +21,6 @@ use super::{files, Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::validate_name;
 use crate::io::device;
-use crate::io::len_records::LenRecords;
 use crate::meta::array::{ArrayMeta, ArraySpec};
 
 /// An array opened on a private [`SharedCache`]: its files are read and written through the
@@ -90,8 +89,7 @@ impl SharedArray {
         let (id, devices) = meta.create_file(&mut ns, name, |id| self.backing_files(id, true))?;
         self.lock_recovered().insert(id);
         // Under the namespace's lock, as `open_file`.
-        let lens = LenRecords::new(0, meta.metalog.last().seq());
-        let created = self.adopt(ArrayFile::new(meta.clone(), id, devices, lens), name, true);
+        let created = self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true);
         drop(ns);
         created
     }
@@ -104,7 +102,7 @@ impl SharedArray {
         let ns = crate::sync::lock(&self.meta.namespace);
         let e = ns.entry(name)?;
         let devices = self.backing_files(e.id, false)?;
-        let file = ArrayFile::new(self.meta.clone(), e.id, devices, self.meta.len_records(&e));
+        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
         if self.lock_recovered().insert(e.id) {
             if let Err(err) = file.recover(e.len) {
                 self.lock_recovered().remove(&e.id);

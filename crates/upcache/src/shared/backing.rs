@@ -17,8 +17,8 @@ use super::frame::PAGE;
 use super::held::HeldFd;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::{self, BackingFile};
+use crate::io::durable_len::DurableLen;
 use crate::io::engine::UringEngine;
-use crate::io::len_records::LenRecords;
 use crate::meta::array::{ArrayMeta, LenSync};
 
 /// A shared file's backing (module docs).
@@ -38,8 +38,8 @@ pub(crate) struct ArrayFile {
     devices: Vec<BackingFile>,
     /// The `st_dev` of each, whose garbage collection its write-backs time (`gc.rs`).
     st_devs: Vec<u64>,
-    /// Its length records (`io/len_records.rs`).
-    lens: LenRecords,
+    /// Its length as last logged durably (`io/durable_len.rs`).
+    durable_len: DurableLen,
 }
 
 /// Pages of a run that lie side by side on one device: `pages` (indices into the run) from
@@ -106,18 +106,13 @@ impl Backing {
 }
 
 impl ArrayFile {
-    /// Array file `id` of `array`, over its backing files `devices`, its length as logged in
-    /// `lens` (`ArrayMeta::len_records`).
-    pub(crate) fn new(
-        array: Arc<ArrayMeta>,
-        id: u64,
-        devices: Vec<BackingFile>,
-        lens: LenRecords,
-    ) -> ArrayFile {
+    /// Array file `id` of `array`, over its backing files `devices`, at length `len` as
+    /// logged.
+    pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
         use std::os::unix::fs::MetadataExt;
         // A device whose file cannot be stat'ed is timed as device 0's file system's.
         let st_devs = devices.iter().map(|b| b.file().metadata().map_or(0, |m| m.dev())).collect();
-        ArrayFile { array, id, devices, st_devs, lens }
+        ArrayFile { array, id, devices, st_devs, durable_len: DurableLen::new(len) }
     }
 
     /// The `st_dev` of device `dev`'s backing file.
@@ -130,9 +125,9 @@ impl ArrayFile {
         self.st_devs[self.array.layout.locate(page).0]
     }
 
-    /// Its length as last logged durably.
+    /// Its length as last logged (durably, but at open: the namespace's).
     pub(crate) fn logged_len(&self) -> u64 {
-        self.lens.durable()
+        self.durable_len.get()
     }
 
     /// Its backing file on device 0, which names it in the file table.
@@ -299,9 +294,9 @@ impl ArrayFile {
             .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
     }
 
-    /// Makes what was written back durable, and the length `len()` if it changed since the
-    /// last durable record; with `all`,
-    /// everything logged before too (F2FS's fsync, seed 001 §3.4, as the in-process engine's
+    /// Makes what was written back durable, and the length `len()` (logged unless the file's
+    /// latest record carries it: `ArrayMeta::len_to_sync`); with `all`, everything logged
+    /// before too (F2FS's fsync, seed 001 §3.4, as the in-process engine's
     /// `cache/mod.rs::sync_file`): a backing file whose writes since its last `fdatasync`
     /// changed no metadata (all inside its window of zeros) and that may leave its flush to
     /// the log is not synced on its own when a length is logged: the log's commit flushes its
@@ -309,7 +304,7 @@ impl ArrayFile {
     pub(crate) fn sync(&self, len: &dyn Fn() -> u64, all: bool) -> Result<()> {
         let meta = &self.array;
         // A hint: if no record is appended below, the deferred files are synced after all.
-        let logs_len = self.lens.may_log(len());
+        let logs_len = self.durable_len.may_log(len());
         let mut deferred = Vec::new();
         for (dev, b) in self.devices.iter().enumerate() {
             if logs_len && self.may_defer(dev) && b.zeros().pending().is_none() {
@@ -321,7 +316,7 @@ impl ArrayFile {
         // The length is read again, under the namespace's lock: a sync that read an older
         // length cannot log it after a newer one. (Bytes a write made after this sync's
         // write-back may be past what is durable; a sync promises only those written before.)
-        let (ticket, len) = match meta.len_to_sync(self.id, &self.lens, len) {
+        let (ticket, len) = match meta.len_to_sync(self.id, len) {
             LenSync::Appended(ticket, len) => (ticket, len),
             other => {
                 // No record of ours: no commit that begins after our writes, so the deferred
@@ -332,7 +327,7 @@ impl ArrayFile {
                 match other {
                     LenSync::Pending(ticket, len) => {
                         meta.metalog.commit(if all { meta.metalog.last() } else { ticket })?;
-                        meta.len_durable(&self.lens, ticket, len);
+                        meta.len_durable(self.id, &self.durable_len, ticket, len);
                     }
                     _ if all => meta.metalog.commit(meta.metalog.last())?,
                     _ => {}
@@ -353,7 +348,7 @@ impl ArrayFile {
             }
             return Err(e);
         }
-        meta.len_durable(&self.lens, ticket, len);
+        meta.len_durable(self.id, &self.durable_len, ticket, len);
         meta.checkpoint_if_wanted();
         Ok(())
     }

@@ -35,7 +35,7 @@ const SMALL: u32 = 3;
 pub(crate) struct Chunk {
     state: AtomicU32,
     /// Non-zero once its memory is allocated (`View::reserve`): set after the allocation, so
-    /// whoever sees it may touch the chunk's bytes.
+    /// whoever sees it (Acquire) may touch the chunk's bytes.
     allocated: AtomicU32,
 }
 
@@ -43,15 +43,15 @@ impl Chunk {
     /// Whether its memory is allocated.
     #[inline]
     pub fn allocated(&self) -> bool {
-        // Relaxed: the allocation is the kernel's; a process that misses the mark allocates
-        // again, which does nothing.
-        self.allocated.load(Ordering::Relaxed) != 0
+        // Acquire: pairs with `set_allocated`'s Release, so the allocation is seen with the
+        // mark (a process that misses the mark allocates again, which does nothing).
+        self.allocated.load(Ordering::Acquire) != 0
     }
 
-    /// Records its memory allocated.
+    /// Records its memory allocated, after the allocation.
     pub fn set_allocated(&self) {
-        // Relaxed: as in `allocated`.
-        self.allocated.store(1, Ordering::Relaxed);
+        // Release: as in `allocated`.
+        self.allocated.store(1, Ordering::Release);
     }
 
     /// Records that a process touches the chunk, on small pages, if nothing was recorded.

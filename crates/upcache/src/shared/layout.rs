@@ -459,7 +459,7 @@ pub(crate) struct View {
     inners: NonNull<Inner>,
     inner_meta: NonNull<NodeMeta>,
     pub pages: NonNull<u8>,
-    /// A state per whole 2 MiB chunk of `pages`, a hint (`chunk.rs`).
+    /// A state per 2 MiB chunk of `pages`, the last and short one too (`chunk.rs`).
     chunks: NonNull<Chunk>,
     /// The clients' pin ledgers' `used` words (`used_words`, packed for a changer's pass over
     /// them), then their slots, `PIN_SLOTS` words each (`pin_ledger.rs`).
@@ -541,10 +541,12 @@ impl View {
             buckets,
             config.set_ways as usize,
         );
+        // A set-associative cache's frames are allocated whole at once: a page's set is fixed,
+        // so a set whose memory could not be allocated later would fail every miss on it.
+        let sets = config.index == IndexKind::SetAssoc;
+        let later = if sets { u32::MAX } else { kind::PAGES };
         let seg = match named {
-            Some(path) => {
-                Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes, kind::PAGES)?
-            }
+            Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes, later)?,
             None => Segment::create("upcache-shared", &sizes)?,
         };
         let (h, _) = seg.region(kind::HEADER).expect("made above");
@@ -591,8 +593,16 @@ impl View {
         // view of a segment no other process has yet.
         let view = View::attach_unchecked(seg)?;
         // Before any frame is touched: a page's node is fixed at its first fault.
-        if config.index != IndexKind::SetAssoc {
+        if !sets {
             super::numa::bind_frames(&view.header().numa, view.pages.as_ptr(), frames);
+        } else {
+            // Allocated whole (above, for a tmpfs file; now, for a memfd).
+            if named.is_none() {
+                view.seg.allocate(view.pages.as_ptr(), frames * PAGE).map_err(|e| {
+                    Error::io(format!("allocate {} bytes for a set-associative cache", frames * PAGE), e)
+                })?;
+            }
+            (0..frames.div_ceil(CHUNK_FRAMES)).for_each(|c| view.chunk(c).set_allocated());
         }
         let forest = view.forest();
         forest.leaves.init();
@@ -868,9 +878,10 @@ impl View {
 
     #[cold]
     fn reserve_cold(&self, c: usize) -> bool {
-        let now = super::gc::now_ns();
         // Relaxed: this process's hint.
-        if now < self.refused_until.load(Ordering::Relaxed) {
+        let until = self.refused_until.load(Ordering::Relaxed);
+        let now = super::gc::now_ns();
+        if until != 0 && now < until {
             return false;
         }
         let first = c * CHUNK_FRAMES;
@@ -882,12 +893,18 @@ impl View {
                 self.chunk(c).set_allocated();
                 true
             }
+            // A file system that allocates nothing ahead (none here: tmpfs and memfds do): the
+            // pages are allocated as they are first touched, as before allocation was asked.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                self.chunk(c).set_allocated();
+                true
+            }
             Err(e) => {
                 // Relaxed: as above.
                 if self.refused_until.swap(now + 1_000_000_000, Ordering::Relaxed) == 0 {
                     log::warn!(
-                        "upcache: the shared cache's memory could not be allocated ({e}): it goes \
-                         on with the pages it has"
+                        "upcache: the shared cache's memory could not be allocated ({e}: a full \
+                         tmpfs, or its memory cgroup's limit): it goes on with the pages it has"
                     );
                 }
                 false

@@ -202,14 +202,14 @@ impl Segment {
             return Err(os_error(ErrorKind::NoSpace, "size a shared segment"));
         }
         // Room for `later` too, now: a tmpfs too small for the whole is refused at the start,
-        // as when all of it was allocated then.
+        // as when all of it was allocated then. (An unlimited tmpfs says it has no blocks.)
         let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::uninit();
         // SAFETY: fstatvfs writes one statvfs into `vfs`, read only on success.
         if unsafe { libc::fstatvfs(fd.as_raw_fd(), vfs.as_mut_ptr()) } == 0 {
             // SAFETY: fstatvfs succeeded.
             let vfs = unsafe { vfs.assume_init() };
             let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
-            if free < end {
+            if vfs.f_blocks != 0 && free < end {
                 let what = format!("{end} bytes for a shared segment in {}: {free} are free", dir.display());
                 return Err(Error::new(ErrorKind::NoSpace, what));
             }
@@ -429,16 +429,24 @@ impl Segment {
 
     /// Allocates the memory of the `len` bytes at `at` (inside the mapping) if it was not yet,
     /// so that touching them cannot fail (a full tmpfs raises SIGBUS at a first touch; this
-    /// fails with ENOSPC instead). Idempotent: allocated memory keeps its bytes.
+    /// fails with ENOSPC instead). Idempotent: allocated memory keeps its bytes. Interrupted
+    /// by a signal (kernels before 6.10 stop at any), it goes on.
     pub fn allocate(&self, at: *const u8, len: usize) -> std::io::Result<()> {
         let offset = (at as usize).wrapping_sub(self.base.as_ptr() as usize);
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
         }
-        // SAFETY: fallocate on our own descriptor, inside its size; no memory is involved.
-        match unsafe { libc::fallocate(self.fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) } {
-            0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
+        loop {
+            // SAFETY: fallocate on our own descriptor, inside its size; no memory is involved.
+            if unsafe { libc::fallocate(self.fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) }
+                == 0
+            {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
     }
 
