@@ -844,3 +844,27 @@ fn a_new_service_allocates_its_frames_as_they_are_first_used() {
     let disk = std::fs::read(&file).unwrap();
     assert!(disk.chunks(4096).enumerate().all(|(i, p)| p.iter().all(|&b| b == i as u8)));
 }
+
+/// A set-associative cache's frames are allocated whole when it is made, by a service (a
+/// tmpfs file) or in a process (a memfd): a page's set is fixed, so a set whose memory could
+/// not be allocated later would fail every miss on it.
+#[test]
+fn a_set_associative_cache_allocates_its_frames_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = SharedConfig { memory: 64 << 20, index: upcache::IndexKind::SetAssoc, ..config() };
+    let allocated = |c: &SharedCache| {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat writes one stat into `st`, read only on success.
+        assert_eq!(unsafe { libc::fstat(c.segment_fd().as_raw_fd(), st.as_mut_ptr()) }, 0);
+        // SAFETY: fstat succeeded.
+        unsafe { st.assume_init() }.st_blocks as u64 * 512
+    };
+    let socket = dir.path().join("run/cache.sock");
+    let service = serve_at(&socket, sets.clone(), Duration::from_millis(200));
+    let attached = serve::connect(&socket).unwrap();
+    assert!(allocated(&attached) >= 64 << 20, "{} bytes allocated", allocated(&attached));
+    let private = SharedCache::create_private(&sets).unwrap();
+    assert!(allocated(&private) >= 64 << 20, "{} bytes allocated", allocated(&private));
+    drop((attached, private));
+    assert!(service.join().unwrap());
+}
