@@ -12,14 +12,16 @@
 //! it give up), so no state here guards a byte.
 //!
 //! Every chunk, the last and short one too, also says whether its memory is allocated: a
-//! claim allocates a frame's chunk before the frame is first used (`View::reserve`), so that
-//! a full tmpfs fails the claim instead of raising SIGBUS in whoever first touches the frame,
-//! and a new cache's service does not allocate all of its frames before the first program may
-//! use it.
+//! claim allocates a frame's chunk before the frame is first used (`View::reserve`), and a
+//! pop of an index node its node's chunk (`tree::Pool::pop`), so that a full tmpfs fails the
+//! claim or the insert instead of raising SIGBUS in whoever first touches the memory, and a
+//! new cache's service does not allocate all of its frames and index nodes (a leaf per frame
+//! at worst) before the first program may use it ([`Lazy`]).
 
 use super::frame::PAGE;
 use crate::shm::huge::HUGE_PAGE;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::shm::Segment;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Frames in a chunk: one huge page.
 pub(crate) const CHUNK_FRAMES: usize = HUGE_PAGE / PAGE;
@@ -74,6 +76,70 @@ impl Chunk {
     pub fn unfinished(&self) -> bool {
         self.state.load(Ordering::Relaxed) == SMALL
     }
+}
+
+/// A region of the segment whose memory is allocated a chunk at a time before its first
+/// use, with a mark per chunk in the segment.
+#[derive(Clone, Copy)]
+pub(crate) struct Lazy<'a> {
+    pub seg: &'a Segment,
+    /// The region's first byte's address (an address, not a pointer: the memory is only
+    /// allocated through it, never touched) and length.
+    pub base: usize,
+    pub len: usize,
+    /// A mark per chunk of the region (`Chunk::allocated`).
+    pub marks: &'a [Chunk],
+    /// Until when (`gc::now_ns`) this process allocates no more: the kernel refused.
+    pub refused_until: &'a AtomicU64,
+}
+
+impl Lazy<'_> {
+    /// Whether the chunk holding byte `at` of the region is allocated, or is now. False if the
+    /// kernel refused (a full tmpfs), said once; the process then tries again no sooner than
+    /// a second later.
+    #[inline]
+    pub fn ensure(&self, at: usize) -> bool {
+        self.marks[at / HUGE_PAGE].allocated() || self.ensure_cold(at / HUGE_PAGE)
+    }
+
+    #[cold]
+    fn ensure_cold(&self, c: usize) -> bool {
+        // Relaxed: this process's hint.
+        let until = self.refused_until.load(Ordering::Relaxed);
+        let now = super::gc::now_ns();
+        if until != 0 && now < until {
+            return false;
+        }
+        let first = c * HUGE_PAGE;
+        let len = (self.len - first).min(HUGE_PAGE);
+        match self.seg.allocate((self.base + first) as *const u8, len) {
+            Ok(()) => {
+                self.marks[c].set_allocated();
+                true
+            }
+            // A file system that allocates nothing ahead (none here: tmpfs and memfds do): the
+            // memory is allocated as it is first touched, as before allocation was asked.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                self.marks[c].set_allocated();
+                true
+            }
+            Err(e) => {
+                // Relaxed: as above.
+                if self.refused_until.swap(now + 1_000_000_000, Ordering::Relaxed) == 0 {
+                    log::warn!(
+                        "upcache: the shared cache's memory could not be allocated ({e}: a full \
+                         tmpfs, or its memory cgroup's limit): it goes on with what it has"
+                    );
+                }
+                false
+            }
+        }
+    }
+}
+
+/// Chunks of `bytes` bytes of a region.
+pub(crate) fn chunks_of(bytes: usize) -> usize {
+    bytes.div_ceil(HUGE_PAGE)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::chunk::{Chunk, CHUNK_FRAMES};
+use super::chunk::{chunks_of, Chunk, Lazy, CHUNK_FRAMES};
 use super::files::FileEntry;
 use super::frame::{FrameMeta, PAGE, RUN_PAGES};
 use super::index::{Index, PageMap, SetMap, PARTITIONS};
@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x13");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x14");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -502,6 +502,15 @@ impl View {
         (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
     }
 
+    /// Marks of the chunks of the frames' bytes, then of the leaves', then of the inner
+    /// nodes' (`chunk.rs`).
+    fn chunk_marks(frames: usize, leaves: usize, inners: usize) -> usize {
+        use std::mem::size_of;
+        chunks_of(frames * PAGE)
+            + chunks_of(leaves * size_of::<Leaf>())
+            + chunks_of(inners * size_of::<Inner>())
+    }
+
     fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 17] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
@@ -520,7 +529,10 @@ impl View {
             RegionSpec { kind: kind::LEAF_META, len: leaves * size_of::<NodeMeta>() },
             RegionSpec { kind: kind::INNERS, len: inners * size_of::<Inner>() },
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
-            RegionSpec { kind: kind::CHUNKS, len: frames.div_ceil(CHUNK_FRAMES) * size_of::<Chunk>() },
+            RegionSpec {
+                kind: kind::CHUNKS,
+                len: Self::chunk_marks(frames, leaves, inners) * size_of::<Chunk>(),
+            },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
         ]
@@ -544,7 +556,8 @@ impl View {
         // A set-associative cache's frames are allocated whole at once: a page's set is fixed,
         // so a set whose memory could not be allocated later would fail every miss on it.
         let sets = config.index == IndexKind::SetAssoc;
-        let later = if sets { u32::MAX } else { kind::PAGES };
+        let later: &[u32] =
+            if sets { &[kind::LEAVES, kind::INNERS] } else { &[kind::PAGES, kind::LEAVES, kind::INNERS] };
         let seg = match named {
             Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes, later)?,
             None => Segment::create("upcache-shared", &sizes)?,
@@ -815,6 +828,7 @@ impl View {
                 // SAFETY: as above.
                 meta: unsafe { std::slice::from_raw_parts(self.leaf_meta.as_ptr(), self.n_leaves) },
                 free: &header.leaf_free,
+                lazy: Some(self.lazy(self.leaves.as_ptr().cast(), self.n_leaves * size_of::<Leaf>(), 1)),
             },
             inners: Pool {
                 // SAFETY: `n_inners` nodes and metas (checked at attach), atomics only.
@@ -822,6 +836,7 @@ impl View {
                 // SAFETY: as above.
                 meta: unsafe { std::slice::from_raw_parts(self.inner_meta.as_ptr(), self.n_inners) },
                 free: &header.inner_free,
+                lazy: Some(self.lazy(self.inners.as_ptr().cast(), self.n_inners * size_of::<Inner>(), 2)),
             },
             files: self.files(),
         }
@@ -862,7 +877,7 @@ impl View {
     /// The state of chunk `c` of the frames' bytes (`c < n_frames.div_ceil(CHUNK_FRAMES)`;
     /// the huge-page states of whole chunks only).
     pub fn chunk(&self, c: usize) -> &Chunk {
-        assert!(c < self.n_frames.div_ceil(CHUNK_FRAMES));
+        assert!(c < chunks_of(self.n_frames * PAGE));
         // SAFETY: in bounds of the chunks region (checked at attach); atomics only.
         unsafe { &*self.chunks.as_ptr().add(c) }
     }
@@ -873,43 +888,25 @@ impl View {
     /// chunks not yet allocated meanwhile.
     #[inline]
     pub fn reserve(&self, f: usize) -> bool {
-        self.chunk(f / CHUNK_FRAMES).allocated() || self.reserve_cold(f / CHUNK_FRAMES)
+        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).ensure(f * PAGE)
     }
 
-    #[cold]
-    fn reserve_cold(&self, c: usize) -> bool {
-        // Relaxed: this process's hint.
-        let until = self.refused_until.load(Ordering::Relaxed);
-        let now = super::gc::now_ns();
-        if until != 0 && now < until {
-            return false;
-        }
-        let first = c * CHUNK_FRAMES;
-        let len = (self.n_frames - first).min(CHUNK_FRAMES) * PAGE;
-        // SAFETY: the chunk lies inside the frames' bytes; nothing is touched.
-        let at = unsafe { self.pages.as_ptr().add(first * PAGE) };
-        match self.seg.allocate(at, len) {
-            Ok(()) => {
-                self.chunk(c).set_allocated();
-                true
-            }
-            // A file system that allocates nothing ahead (none here: tmpfs and memfds do): the
-            // pages are allocated as they are first touched, as before allocation was asked.
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                self.chunk(c).set_allocated();
-                true
-            }
-            Err(e) => {
-                // Relaxed: as above.
-                if self.refused_until.swap(now + 1_000_000_000, Ordering::Relaxed) == 0 {
-                    log::warn!(
-                        "upcache: the shared cache's memory could not be allocated ({e}: a full \
-                         tmpfs, or its memory cgroup's limit): it goes on with the pages it has"
-                    );
-                }
-                false
-            }
-        }
+    /// Region `base` of `len` bytes, allocated a chunk at a time, with the marks of part
+    /// `part` of the chunks region (0: the frames', 1: the leaves', 2: the inner nodes').
+    #[inline]
+    fn lazy(&self, base: *const u8, len: usize, part: usize) -> Lazy<'_> {
+        let base = base as usize;
+        use std::mem::size_of;
+        let parts = [
+            chunks_of(self.n_frames * PAGE),
+            chunks_of(self.n_leaves * size_of::<Leaf>()),
+            chunks_of(self.n_inners * size_of::<Inner>()),
+        ];
+        let first: usize = parts[..part].iter().sum();
+        // SAFETY: the chunks region holds every part's marks (`chunk_marks`, checked at
+        // attach); atomics only.
+        let marks = unsafe { std::slice::from_raw_parts(self.chunks.as_ptr().add(first), parts[part]) };
+        Lazy { seg: &self.seg, base, len, marks, refused_until: &self.refused_until }
     }
 
     /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.

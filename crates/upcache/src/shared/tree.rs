@@ -200,6 +200,10 @@ pub(crate) struct Pool<'a, N> {
     pub nodes: &'a [N],
     pub meta: &'a [NodeMeta],
     pub free: &'a StackHead,
+    /// The nodes' memory, allocated as they are first popped (`chunk.rs`); None where it is
+    /// all allocated (the tests' arenas).
+    #[cfg(not(loom))]
+    pub lazy: Option<super::chunk::Lazy<'a>>,
 }
 
 impl<N: Slots> Pool<'_, N> {
@@ -213,7 +217,8 @@ impl<N: Slots> Pool<'_, N> {
     }
 
     /// A free node, zeroed and live for `whose` with a count of 1 (the caller's reservation)
-    /// and a new incarnation; None if the pool is empty.
+    /// and a new incarnation; None if the pool is empty, or its memory could not be
+    /// allocated (the node goes back).
     fn pop(&self, whose: u64) -> Option<(u32, u32)> {
         // Acquire: the pusher's `next` store comes with the head.
         let mut head = self.free.load(Ordering::Acquire);
@@ -228,6 +233,15 @@ impl<N: Slots> Pool<'_, N> {
                 Err(h) => head = h,
             }
         };
+        // Its memory first: a node never popped may lie in a chunk not yet allocated. Refused
+        // (a full tmpfs), it goes back, not live, and the pool is as good as empty.
+        #[cfg(not(loom))]
+        if let Some(lazy) = &self.lazy {
+            if !lazy.ensure(idx as usize * std::mem::size_of::<N>()) {
+                self.push(idx);
+                return None;
+            }
+        }
         let m = &self.meta[idx as usize];
         // Only we touch a popped node until it goes live. Its old slots are zeroed first: a
         // process still holding an old incarnation of it may CAS an old value out of them,
@@ -256,13 +270,20 @@ impl<N: Slots> Pool<'_, N> {
                 Err(now) => s = now,
             }
         }
+        self.push(idx);
+        true
+    }
+
+    /// Pushes node `idx` (not live, ours alone) on the free stack.
+    fn push(&self, idx: u32) {
+        let m = &self.meta[idx as usize];
         let mut head = self.free.load(Ordering::Acquire);
         loop {
             // Relaxed: published by the head's Release CAS.
             m.next.store(head as u32, Ordering::Relaxed);
             let new = ((head >> 32) + 1) << 32 | (idx as u64 + 1);
             match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => return,
                 Err(h) => head = h,
             }
         }

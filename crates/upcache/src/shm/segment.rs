@@ -180,10 +180,10 @@ impl Segment {
     /// named one outlives every process that maps it, so what is in it (a cache's dirty
     /// pages) survives the death of all of them until it is adopted or removed. Its memory is
     /// allocated now, since a full tmpfs would turn a later first touch into a SIGBUS; but for
-    /// region `later`'s, which its users allocate ([`Self::allocate`]) before they first touch
-    /// a part of it (a cache's frames: allocating 1 GiB of them took 0.27 s, which the first
-    /// program through the shim waited for).
-    pub fn create_in_tmpfs(dir: &std::path::Path, regions: &[RegionSpec], later: u32) -> Result<Segment> {
+    /// the regions of the kinds `later`, which their users allocate ([`Self::allocate`]) before
+    /// they first touch a part (a cache's frames: allocating 1 GiB of them took 0.27 s, which
+    /// the first program through the shim waited for).
+    pub fn create_in_tmpfs(dir: &std::path::Path, regions: &[RegionSpec], later: &[u32]) -> Result<Segment> {
         use std::os::unix::fs::OpenOptionsExt;
         let (table, end) = lay_out(regions)?;
         let file = std::fs::OpenOptions::new()
@@ -216,8 +216,13 @@ impl Segment {
         }
         // The regions' memory, in the runs between `later`'s.
         let mut from = 0;
-        let skipped = table[..regions.len()].iter().filter(|r| r.kind == later).map(|r| (r.offset, r.len));
-        for (at, to) in skipped.map(|(at, len)| (at, at + len)).chain([(end, end)]) {
+        let mut skipped: Vec<_> = table[..regions.len()]
+            .iter()
+            .filter(|r| later.contains(&r.kind))
+            .map(|r| (r.offset, r.len))
+            .collect();
+        skipped.sort_unstable();
+        for (at, to) in skipped.into_iter().map(|(at, len)| (at, at + len)).chain([(end, end)]) {
             if at > from {
                 // SAFETY: as above.
                 if unsafe {
@@ -627,7 +632,7 @@ mod tests {
             return; // no tmpfs to make one in (the memfd path is tested above)
         }
         let regions = [RegionSpec { kind: 7, len: 4096 }, RegionSpec { kind: 9, len: 6 << 20 }];
-        let seg = Segment::create_in_tmpfs(shm, &regions, 9).unwrap();
+        let seg = Segment::create_in_tmpfs(shm, &regions, &[9]).unwrap();
         // The header's huge page and kind 7's; none of kind 9's 6 MiB.
         assert_eq!(allocated(&seg), 2 * REGION_ALIGN);
         let (p, len) = seg.region(9).unwrap();

@@ -66,8 +66,20 @@ impl Arena {
 
     pub fn forest(&self) -> Forest<'_, [Entry]> {
         Forest {
-            leaves: Pool { nodes: &self.leaves, meta: &self.leaf_meta, free: &self.heads[0] },
-            inners: Pool { nodes: &self.inners, meta: &self.inner_meta, free: &self.heads[1] },
+            leaves: Pool {
+                nodes: &self.leaves,
+                meta: &self.leaf_meta,
+                free: &self.heads[0],
+                #[cfg(not(loom))]
+                lazy: None,
+            },
+            inners: Pool {
+                nodes: &self.inners,
+                meta: &self.inner_meta,
+                free: &self.heads[1],
+                #[cfg(not(loom))]
+                lazy: None,
+            },
             files: &self.files,
         }
     }
