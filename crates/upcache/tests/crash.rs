@@ -361,9 +361,12 @@ fn random_writes_killed_anywhere_keep_every_synced_record() {
     assert!(checked_slots > 0);
 }
 
+// The shared engine's (which `--cfg loom` leaves out).
+#[cfg(not(loom))]
 const SHARED_CHILD_ENV: &str = "UPCACHE_SHARED_CRASH_CHILD";
 
 /// The array of `config(root)` on the shared engine: a private cache of 64 frames.
+#[cfg(not(loom))]
 fn shared_array(root: &Path) -> upcache::shared::SharedArray {
     use upcache::shared::{ArraySpec, SharedArray, SharedCache, SharedConfig};
     let cache =
@@ -380,6 +383,7 @@ fn shared_array(root: &Path) -> upcache::shared::SharedArray {
 }
 
 /// The shared engine's child: the steps of `child`, through a private shared cache.
+#[cfg(not(loom))]
 fn shared_child(root: &Path) {
     let array = shared_array(root);
     let log = if array.exists("log").unwrap() {
@@ -400,6 +404,7 @@ fn shared_child(root: &Path) {
 }
 
 #[test]
+#[cfg(not(loom))]
 #[ignore = "the body of the shared engine's crash test's child process, run by that test"]
 fn shared_crash_child_entry() {
     let root =
@@ -411,6 +416,7 @@ fn shared_crash_child_entry() {
 /// through the shared engine (`SharedArray` on a private cache); the parent checks through the
 /// in-process engine and the shared one in turns: the same format, either engine's recovery.
 #[test]
+#[cfg(not(loom))]
 fn the_shared_engine_killed_at_any_point_leaves_every_synced_byte_of_its_array() {
     let tmp = tempfile::tempdir().unwrap();
     drop(Cache::create(config(tmp.path())).unwrap());
