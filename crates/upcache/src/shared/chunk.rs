@@ -112,14 +112,15 @@ impl Lazy<'_> {
         }
         let first = c * HUGE_PAGE;
         let len = (self.len - first).min(HUGE_PAGE);
-        match self.seg.allocate((self.base + first) as *const u8, len) {
+        // A file system that allocates nothing ahead (none here: tmpfs and memfds do): the
+        // memory is allocated as it is first touched, as before allocation was asked.
+        let allocated =
+            self.seg.allocate((self.base + first) as *const u8, len).or_else(|e| match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => Ok(()),
+                _ => Err(e),
+            });
+        match allocated {
             Ok(()) => {
-                self.marks[c].set_allocated();
-                true
-            }
-            // A file system that allocates nothing ahead (none here: tmpfs and memfds do): the
-            // memory is allocated as it is first touched, as before allocation was asked.
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 self.marks[c].set_allocated();
                 true
             }

@@ -472,6 +472,8 @@ pub(crate) struct View {
     n_inners: usize,
     /// The chunks of `pages` this process has mapped.
     mapped: Mapped,
+    /// Marks per part of the chunks region (`chunk_parts`).
+    chunk_parts: [usize; 3],
     /// Until when (`gc::now_ns`) this process allocates no more chunks: the kernel refused.
     refused_until: AtomicU64,
     /// `SharedConfig::huge_pages`: chunks in use are recorded (`chunk.rs`).
@@ -502,13 +504,15 @@ impl View {
         (frames + 2 * files + 64, frames / 2 + 2 * files + 64)
     }
 
-    /// Marks of the chunks of the frames' bytes, then of the leaves', then of the inner
-    /// nodes' (`chunk.rs`).
-    fn chunk_marks(frames: usize, leaves: usize, inners: usize) -> usize {
+    /// Marks in the chunks region (`chunk.rs`): of the frames' bytes' chunks, then of the
+    /// leaves', then of the inner nodes'.
+    fn chunk_parts(frames: usize, leaves: usize, inners: usize) -> [usize; 3] {
         use std::mem::size_of;
-        chunks_of(frames * PAGE)
-            + chunks_of(leaves * size_of::<Leaf>())
-            + chunks_of(inners * size_of::<Inner>())
+        [
+            chunks_of(frames * PAGE),
+            chunks_of(leaves * size_of::<Leaf>()),
+            chunks_of(inners * size_of::<Inner>()),
+        ]
     }
 
     fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 17] {
@@ -531,7 +535,7 @@ impl View {
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
             RegionSpec {
                 kind: kind::CHUNKS,
-                len: Self::chunk_marks(frames, leaves, inners) * size_of::<Chunk>(),
+                len: Self::chunk_parts(frames, leaves, inners).iter().sum::<usize>() * size_of::<Chunk>(),
             },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
@@ -615,7 +619,7 @@ impl View {
                     Error::io(format!("allocate {} bytes for a set-associative cache", frames * PAGE), e)
                 })?;
             }
-            (0..frames.div_ceil(CHUNK_FRAMES)).for_each(|c| view.chunk(c).set_allocated());
+            (0..view.chunk_parts[0]).for_each(|c| view.chunk(c).set_allocated());
         }
         let forest = view.forest();
         forest.leaves.init();
@@ -692,6 +696,7 @@ impl View {
             n_clients: clients,
             n_buckets: buckets,
             mapped: Mapped::new(frames),
+            chunk_parts: Self::chunk_parts(frames, n_leaves, n_inners),
             refused_until: AtomicU64::new(0),
             huge: header.has(technique::HUGE_PAGES),
             set_ways: ways,
@@ -877,7 +882,7 @@ impl View {
     /// The state of chunk `c` of the frames' bytes (`c < n_frames.div_ceil(CHUNK_FRAMES)`;
     /// the huge-page states of whole chunks only).
     pub fn chunk(&self, c: usize) -> &Chunk {
-        assert!(c < chunks_of(self.n_frames * PAGE));
+        assert!(c < self.chunk_parts[0]);
         // SAFETY: in bounds of the chunks region (checked at attach); atomics only.
         unsafe { &*self.chunks.as_ptr().add(c) }
     }
@@ -895,18 +900,12 @@ impl View {
     /// `part` of the chunks region (0: the frames', 1: the leaves', 2: the inner nodes').
     #[inline]
     fn lazy(&self, base: *const u8, len: usize, part: usize) -> Lazy<'_> {
-        let base = base as usize;
-        use std::mem::size_of;
-        let parts = [
-            chunks_of(self.n_frames * PAGE),
-            chunks_of(self.n_leaves * size_of::<Leaf>()),
-            chunks_of(self.n_inners * size_of::<Inner>()),
-        ];
-        let first: usize = parts[..part].iter().sum();
-        // SAFETY: the chunks region holds every part's marks (`chunk_marks`, checked at
+        let first: usize = self.chunk_parts[..part].iter().sum();
+        // SAFETY: the chunks region holds every part's marks (`chunk_parts`, checked at
         // attach); atomics only.
-        let marks = unsafe { std::slice::from_raw_parts(self.chunks.as_ptr().add(first), parts[part]) };
-        Lazy { seg: &self.seg, base, len, marks, refused_until: &self.refused_until }
+        let marks =
+            unsafe { std::slice::from_raw_parts(self.chunks.as_ptr().add(first), self.chunk_parts[part]) };
+        Lazy { seg: &self.seg, base: base as usize, len, marks, refused_until: &self.refused_until }
     }
 
     /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.
