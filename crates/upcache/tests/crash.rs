@@ -378,6 +378,7 @@ fn shared_array(root: &Path) -> upcache::shared::SharedArray {
         page_size: 4096,
         stripe_unit: 2 * 4096,
         kind: upcache::LayoutKind::Stripe,
+        sims: &[],
     };
     SharedArray::open(&cache, spec).unwrap()
 }

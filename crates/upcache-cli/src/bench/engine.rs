@@ -274,6 +274,42 @@ fn device_dirs(o: &UpcacheOpts, root: &Path) -> Result<(Vec<PathBuf>, Vec<PathBu
     Ok((dirs, created))
 }
 
+/// Where the device directories go: simulated devices keep their data in memory (tmpfs)
+/// where the host has one.
+fn device_root(o: &UpcacheOpts, root: &Path) -> PathBuf {
+    match &o.sim {
+        Some(_) if Path::new("/dev/shm").is_dir() => {
+            PathBuf::from(format!("/dev/shm/upcache-sim-{}", std::process::id()))
+        }
+        _ => root.to_path_buf(),
+    }
+}
+
+/// The `n` simulated devices `--devices sim:N` asks for (none without), seeded one after
+/// another.
+fn sim_devices(o: &UpcacheOpts, n: usize) -> Result<Vec<Arc<SimDevice>>> {
+    let Some(sc) = &o.sim else { return Ok(Vec::new()) };
+    (0..n)
+        .map(|i| Ok(SimDevice::new(SimConfig { seed: sc.seed.wrapping_add(i as u64), ..sc.clone() })?))
+        .collect()
+}
+
+/// The simulated devices' counters, summed; None if there are none.
+fn summed_sim_stats(sims: &[Arc<SimDevice>]) -> Option<SimStats> {
+    (!sims.is_empty()).then(|| {
+        sims.iter().map(|d| d.stats()).fold(SimStats::default(), |a, b| SimStats {
+            reads: a.reads + b.reads,
+            writes: a.writes + b.writes,
+            read_bytes: a.read_bytes + b.read_bytes,
+            write_bytes: a.write_bytes + b.write_bytes,
+            flushes: a.flushes + b.flushes,
+            gc_episodes: a.gc_episodes + b.gc_episodes,
+            gc_delayed: a.gc_delayed + b.gc_delayed,
+            faults: a.faults + b.faults,
+        })
+    })
+}
+
 /// Removes an array's own files (catalog, markers, lock, metadata logs) from its device
 /// directories, its files removed before.
 fn remove_array_files(dirs: &[PathBuf]) {
@@ -366,14 +402,7 @@ impl UpcacheEngine {
 impl Engine for UpcacheEngine {
     fn setup(s: &Setup) -> Result<Self> {
         let o = s.upcache;
-        // Simulated devices keep their data in memory (tmpfs) where the host has one.
-        let dev_root = match &o.sim {
-            Some(_) if Path::new("/dev/shm").is_dir() => {
-                PathBuf::from(format!("/dev/shm/upcache-sim-{}", std::process::id()))
-            }
-            _ => s.root.to_path_buf(),
-        };
-        let (dirs, mut created) = device_dirs(o, &dev_root)?;
+        let (dirs, mut created) = device_dirs(o, &device_root(o, s.root))?;
         // A directory of its own inside --meta-dir, so that teardown removes only our logs.
         let meta_dir = o.meta_dir.as_ref().map(|m| m.join(format!("upcache-bench-{}", std::process::id())));
         if let Some(m) = &meta_dir {
@@ -405,13 +434,9 @@ impl Engine for UpcacheEngine {
         if let Some(m) = &meta_dir {
             config = config.with_meta_dir(m);
         }
-        let mut sims = Vec::new();
-        if let Some(sc) = &o.sim {
-            for i in 0..dirs.len() {
-                let dev = SimDevice::new(SimConfig { seed: sc.seed.wrapping_add(i as u64), ..sc.clone() })?;
-                config = config.with_sim_device(i, dev.clone());
-                sims.push(dev);
-            }
+        let sims = sim_devices(o, dirs.len())?;
+        for (i, dev) in sims.iter().enumerate() {
+            config = config.with_sim_device(i, dev.clone());
         }
         let cache = match Cache::create(config.clone()) {
             Ok(c) => c,
@@ -512,18 +537,7 @@ impl Engine for UpcacheEngine {
     }
 
     fn sim_stats(&self) -> Option<SimStats> {
-        (!self.sims.is_empty()).then(|| {
-            self.sims.iter().map(|d| d.stats()).fold(SimStats::default(), |a, b| SimStats {
-                reads: a.reads + b.reads,
-                writes: a.writes + b.writes,
-                read_bytes: a.read_bytes + b.read_bytes,
-                write_bytes: a.write_bytes + b.write_bytes,
-                flushes: a.flushes + b.flushes,
-                gc_episodes: a.gc_episodes + b.gc_episodes,
-                gc_delayed: a.gc_delayed + b.gc_delayed,
-                faults: a.faults + b.faults,
-            })
-        })
+        summed_sim_stats(&self.sims)
     }
 
     fn queue(&self, depth: usize) -> Result<Option<Box<dyn AsyncIo + '_>>> {
@@ -690,7 +704,13 @@ pub struct SharedEngine {
 /// Where the shared engine's files are.
 enum SharedFiles {
     Plain(PlainFiles),
-    Array { array: Option<upcache::shared::SharedArray>, dirs: Vec<PathBuf>, created: Vec<PathBuf> },
+    Array {
+        array: Option<upcache::shared::SharedArray>,
+        dirs: Vec<PathBuf>,
+        created: Vec<PathBuf>,
+        /// The simulated devices (`--devices sim:N`).
+        sims: Vec<Arc<SimDevice>>,
+    },
 }
 
 impl SharedEngine {
@@ -698,14 +718,17 @@ impl SharedEngine {
     fn array(s: &Setup) -> Result<Self> {
         use upcache::shared::{ArraySpec, SharedArray, SharedCache};
         let o = s.upcache;
-        let (dirs, created) = device_dirs(o, s.root)?;
+        let (dirs, created) = device_dirs(o, &device_root(o, s.root))?;
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
+        let sims = sim_devices(o, dirs.len())?;
+        let by_device: Vec<_> = sims.iter().cloned().enumerate().collect();
         let spec = ArraySpec {
             dirs: &dirs,
             meta_dir: None,
             page_size: o.page_size,
             stripe_unit: o.stripe_unit,
             kind: o.layout,
+            sims: &by_device,
         };
         let array = match SharedArray::create(&cache, spec) {
             Ok(a) => a,
@@ -718,7 +741,7 @@ impl SharedEngine {
             .map(|i| array.create_file(&file_name(i)))
             .collect::<upcache::Result<Vec<_>>>()
             .context("create the array's files")?;
-        let kind = SharedFiles::Array { array: Some(array), dirs, created };
+        let kind = SharedFiles::Array { array: Some(array), dirs, created, sims };
         Ok(SharedEngine { kind, files, cache: Some(cache), pin: o.api == Api::Pin })
     }
 }
@@ -726,7 +749,7 @@ impl SharedEngine {
 impl Engine for SharedEngine {
     fn setup(s: &Setup) -> Result<Self> {
         use upcache::shared::serve;
-        if s.upcache.devices > 1 || s.upcache.device_dirs.is_some() {
+        if s.upcache.devices > 1 || s.upcache.device_dirs.is_some() || s.upcache.sim.is_some() {
             return SharedEngine::array(s);
         }
         let plain = PlainFiles::create(s, false)?;
@@ -799,6 +822,13 @@ impl Engine for SharedEngine {
         Ok(())
     }
 
+    fn sim_stats(&self) -> Option<SimStats> {
+        match &self.kind {
+            SharedFiles::Array { sims, .. } => summed_sim_stats(sims),
+            SharedFiles::Plain(_) => None,
+        }
+    }
+
     /// The shared cache's counters, as the in-process engine's (every process's, since the
     /// cache was made: the run's own, as its service starts with it).
     fn stats(&self) -> Option<Stats> {
@@ -817,7 +847,7 @@ impl Engine for SharedEngine {
                     plain.remove()?;
                 }
             }
-            SharedFiles::Array { array, dirs, created } => {
+            SharedFiles::Array { array, dirs, created, .. } => {
                 let array = array.take().expect("the array is open");
                 if !keep {
                     for name in array.list() {

@@ -67,14 +67,11 @@ pub(super) struct Plan {
 /// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
-        ("--devices sim:N", a.devices.is_some_and(|d| d.1)),
-        ("--sim", a.sim.is_some()),
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--api async", a.api == engine::Api::Async),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
-        ("--io", a.io.is_some_and(|x| x != Default::default())),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),
         ("--prefault", a.prefault),
@@ -105,6 +102,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         huge_pages: a.huge_pages.unwrap_or(d.huge_pages),
         direct_loads: a.direct_loads.unwrap_or(d.direct_loads),
         hot_index: a.hot_index.unwrap_or(d.hot_index),
+        io: a.io.unwrap_or(d.io),
         ..d
     }
 }
@@ -128,8 +126,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
         ensure!(
             engines.contains(&EngineKind::Upcache),
             "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
-             (--engine upcache); the shared engine takes --cache, --devices, --device-dirs, \
-             --stripe-unit, --layout, --range-lock, --run-merging, \
+             (--engine upcache); the shared engine takes --cache, --devices (sim:N too), --sim, \
+             --device-dirs, --stripe-unit, --layout, --io, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
              --streams, --hot-index, --api pin, --huge-pages and --direct-loads"
         );

@@ -46,6 +46,7 @@ fn spec_of(config: &Config) -> ArraySpec<'_> {
         page_size: config.page_size,
         stripe_unit: config.stripe_unit,
         kind: config.layout,
+        sims: &config.sim_devices,
     }
 }
 

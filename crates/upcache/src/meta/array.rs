@@ -10,11 +10,13 @@ use std::fs::{self, OpenOptions};
 use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::catalog::{ArrayLayout, Catalog, DeviceMarker, CATALOG_NAME, MARKER_NAME};
 use super::metalog::{self, MetaLog, NewLog, Record, Ticket};
 use super::namespace::{NameEntry, Namespace};
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::device::sim::SimDevice;
 use crate::io::device::BackingFile;
 use crate::io::durable_len::DurableLen;
 use crate::io::layout::{LayoutKind, StripeLayout};
@@ -48,6 +50,9 @@ pub struct ArraySpec<'a> {
     pub stripe_unit: u64,
     /// How stripe units are placed on devices.
     pub kind: LayoutKind,
+    /// Devices that are simulated SSDs (`io/device/sim.rs`), by index: their backing files
+    /// hold the device's data and their I/O goes through it. Empty: none.
+    pub sims: &'a [(usize, Arc<SimDevice>)],
 }
 
 /// An open array's metadata (module docs). Its lock is held for its life.
@@ -63,12 +68,37 @@ pub(crate) struct ArrayMeta {
     /// is ext4 or XFS (`device::fdatasync_flushes_device`), so that the log's `fdatasync`
     /// flushes the device's cache after the data written to its O_DIRECT backing files.
     pub(crate) log_shares_device: Vec<bool>,
+    /// By device: the simulated SSD it is, if it is one (`ArraySpec::sims`).
+    sims: Vec<Option<Arc<SimDevice>>>,
     /// Held by the one checkpoint running.
     checkpointing: Mutex<()>,
     /// A thread is checkpointing: the others go on with their work.
     checkpoint_running: AtomicBool,
     /// Holds an exclusive flock on the array.
     _lock: fs::File,
+}
+
+/// `spec.sims` by device; `InvalidConfig` for an index past the devices or given twice.
+fn sims_by_device(spec: &ArraySpec<'_>) -> Result<Vec<Option<Arc<SimDevice>>>> {
+    let mut by_device = vec![None; spec.dirs.len()];
+    for (dev, sim) in spec.sims {
+        match by_device.get_mut(*dev) {
+            Some(slot @ None) => *slot = Some(sim.clone()),
+            Some(Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("simulated device {dev} given twice"),
+                ))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("simulated device {dev} of an array of {} devices", spec.dirs.len()),
+                ))
+            }
+        }
+    }
+    Ok(by_device)
 }
 
 fn random_id() -> u64 {
@@ -109,6 +139,7 @@ impl ArrayMeta {
     /// Makes a new array in `spec`'s directories (created if missing). Fails with
     /// `AlreadyExists` if any directory already holds an array.
     pub(crate) fn create(spec: ArraySpec<'_>) -> Result<ArrayMeta> {
+        let sims = sims_by_device(&spec)?;
         for dir in spec.dirs {
             fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
             for name in [CATALOG_NAME, MARKER_NAME] {
@@ -158,13 +189,14 @@ impl ArrayMeta {
         let meta_dir = meta_dir.unwrap_or_else(|| spec.dirs[0].clone());
         // `start` writes the catalog last: a crash before it leaves markers without a catalog,
         // which `open` refuses as not an array and `create` refuses as taken.
-        ArrayMeta::start(spec, Namespace::from_catalog(catalog), 0, meta_dir, lock)
+        ArrayMeta::start(spec, sims, Namespace::from_catalog(catalog), 0, meta_dir, lock)
     }
 
     /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
     /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
     /// from `spec`'s.
     pub(crate) fn open(spec: ArraySpec<'_>) -> Result<ArrayMeta> {
+        let sims = sims_by_device(&spec)?;
         let dir0 = &spec.dirs[0];
         if !dir0.is_dir() {
             return Err(Error::new(ErrorKind::NotAnArray, format!("{} is not a directory", dir0.display())));
@@ -221,7 +253,7 @@ impl ArrayMeta {
         for dir in spec.dirs {
             crate::io::device::remove_orphans(dir, &known)?;
         }
-        ArrayMeta::start(spec, ns, top, meta_dir, lock)
+        ArrayMeta::start(spec, sims, ns, top, meta_dir, lock)
     }
 
     /// Opens the array in `spec`'s directories, or makes a new one there if the first holds
@@ -240,6 +272,7 @@ impl ArrayMeta {
     /// then older logs deleted), so that the log starts empty.
     fn start(
         spec: ArraySpec<'_>,
+        sims: Vec<Option<Arc<SimDevice>>>,
         ns: Namespace,
         top: u64,
         meta_dir: PathBuf,
@@ -265,6 +298,7 @@ impl ArrayMeta {
             metalog: MetaLog::new(log),
             meta_dir,
             log_shares_device,
+            sims,
             checkpointing: Mutex::new(()),
             checkpoint_running: AtomicBool::new(false),
             _lock: lock,
@@ -296,6 +330,11 @@ impl ArrayMeta {
             .commit_or_abandon(ticket)
             .inspect_err(|_| ns.apply(&Record::Remove { id, name: name.to_owned() }))?;
         Ok((id, backing))
+    }
+
+    /// The simulated SSD device `dev` is, if it is one.
+    pub(crate) fn sim(&self, dev: usize) -> Option<Arc<SimDevice>> {
+        self.sims[dev].clone()
     }
 
     /// Deletes file `id`'s backing files (its removal logged): one that cannot be is left
@@ -415,6 +454,7 @@ mod tests {
             page_size: 4096,
             stripe_unit: 4096,
             kind: LayoutKind::Stripe,
+            sims: &[],
         };
         let meta = ArrayMeta::create(spec).unwrap();
         let open = |id| Ok(vec![crate::io::device::open_backing(&dirs[0], 0, id, true, true, None)?]);

@@ -32,7 +32,7 @@ use crate::meta::array::{ArrayMeta, ArraySpec};
 /// let dirs = [tmp.path().join("ssd0"), tmp.path().join("ssd1")];
 /// let cache = SharedCache::create_private(&SharedConfig { memory: 4 << 20, ..SharedConfig::default() })?;
 /// let kind = upcache::LayoutKind::Stripe;
-/// let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: 4096, stripe_unit: 128 << 10, kind };
+/// let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: 4096, stripe_unit: 128 << 10, kind, sims: &[] };
 /// let array = SharedArray::create(&cache, spec)?;
 /// let f = array.create_file("log")?;
 /// f.write_all_at(b"striped over two devices", 0)?;
@@ -142,6 +142,20 @@ impl SharedArray {
         crate::sync::lock(&self.meta.namespace).names.keys().cloned().collect()
     }
 
+    /// Whether each device, in device order, is taken to be collecting garbage now, as the
+    /// latency of the write-backs that reached it says (GC-aware eviction, `gc.rs`; as
+    /// `Cache::devices_collecting`).
+    pub fn devices_collecting(&self) -> Vec<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = &self.meta;
+        (0..meta.dirs.len())
+            .map(|dev| {
+                let st_dev = || std::fs::metadata(&meta.dirs[dev]).map_or(0, |m| m.dev());
+                self.inner.device_collecting(super::backing::device_number(meta.sim(dev).as_deref(), st_dev))
+            })
+            .collect()
+    }
+
     /// Checkpoints the metadata log (the catalog takes in every logged change, and the log
     /// starts empty), as closing the array does.
     pub fn checkpoint(&self) -> Result<()> {
@@ -153,16 +167,25 @@ impl SharedArray {
     }
 
     /// File `id`'s backing file on every device, created if `create`: `O_DIRECT` where the
-    /// file system allows it.
+    /// file system allows it; a simulated device's, its medium (buffered).
     fn backing_files(&self, id: u64, create: bool) -> Result<Vec<device::BackingFile>> {
         let dirs = &self.meta.dirs;
-        dirs.iter().enumerate().map(|(i, dir)| device::open_backing(dir, i, id, create, true, None)).collect()
+        dirs.iter()
+            .enumerate()
+            .map(|(i, dir)| device::open_backing(dir, i, id, create, true, self.meta.sim(i)))
+            .collect()
     }
 
     /// Caches array file `file`, named `name`.
     fn adopt(&self, file: ArrayFile, name: &str, write: bool) -> Result<SharedFile> {
         let md = file.first().metadata().map_err(|e| Error::io(format!("stat {name}'s backing file"), e))?;
         SharedFile::adopt(self.inner.clone(), Arc::new(Backing::Array(file)), &md, write, name.to_owned())
+    }
+}
+
+impl std::fmt::Debug for SharedArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedArray").field("dirs", &self.meta.dirs).finish_non_exhaustive()
     }
 }
 
@@ -241,7 +264,7 @@ mod tests {
     }
 
     fn spec(dirs: &[PathBuf], kind: LayoutKind) -> ArraySpec<'_> {
-        ArraySpec { dirs, meta_dir: None, page_size: PAGE, stripe_unit: STRIPE, kind }
+        ArraySpec { dirs, meta_dir: None, page_size: PAGE, stripe_unit: STRIPE, kind, sims: &[] }
     }
 
     /// A private cache of 64 KiB (16 frames): an array file of a few hundred KiB goes through

@@ -16,9 +16,11 @@ use std::sync::Arc;
 use super::frame::PAGE;
 use super::held::HeldFd;
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::device::sim::SimDevice;
 use crate::io::device::{self, BackingFile};
 use crate::io::durable_len::DurableLen;
-use crate::io::engine::UringEngine;
+use crate::io::engine::sim::SimRouted;
+use crate::io::engine::{IoEngine, IoReq, PsyncEngine, UringEngine};
 use crate::meta::array::{ArrayMeta, LenSync};
 
 /// A shared file's backing (module docs).
@@ -40,6 +42,24 @@ pub(crate) struct ArrayFile {
     st_devs: Vec<u64>,
     /// Its length as last logged durably (`io/durable_len.rs`).
     durable_len: DurableLen,
+    /// Takes the I/O of the backing files on simulated SSDs to their devices
+    /// (`io/engine/sim.rs`), the others' one request after another; None where no device is
+    /// simulated (the descriptors themselves, io_uring).
+    simulated: Option<SimRouted>,
+}
+
+/// Where the numbers that stand for simulated devices in the GC table (`gc.rs`) begin: past
+/// any `st_dev` (the kernel's is 32 bits).
+const SIM_DEVICE_NUMBERS: u64 = 1 << 62;
+
+/// The number that stands for a device in the GC table (`gc.rs`): the `st_dev` of its file
+/// system, or, for simulated device `sim`, one of its own (simulated devices share a file
+/// system, tmpfs as a rule).
+pub(crate) fn device_number(sim: Option<&SimDevice>, st_dev: impl FnOnce() -> u64) -> u64 {
+    match sim {
+        Some(sim) => SIM_DEVICE_NUMBERS + sim.id(),
+        None => st_dev(),
+    }
 }
 
 /// Pages of a run that lie side by side on one device: `pages` (indices into the run) from
@@ -111,8 +131,13 @@ impl ArrayFile {
     pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
         use std::os::unix::fs::MetadataExt;
         // A device whose file cannot be stat'ed is timed as device 0's file system's.
-        let st_devs = devices.iter().map(|b| b.file().metadata().map_or(0, |m| m.dev())).collect();
-        ArrayFile { array, id, devices, st_devs, durable_len: DurableLen::new(len) }
+        let st_devs = devices
+            .iter()
+            .map(|b| device_number(b.sim(), || b.file().metadata().map_or(0, |m| m.dev())))
+            .collect();
+        let simulated =
+            devices.iter().any(|b| b.sim().is_some()).then(|| SimRouted::new(Arc::new(PsyncEngine)));
+        ArrayFile { array, id, devices, st_devs, durable_len: DurableLen::new(len), simulated }
     }
 
     /// The `st_dev` of device `dev`'s backing file.
@@ -163,6 +188,36 @@ impl ArrayFile {
         self.devices[dev].is_direct()
     }
 
+    /// Whether a write to device `dev`'s backing file takes the device's time (`O_DIRECT`, or
+    /// a simulated device), so that it says whether the device is collecting (`gc.rs`).
+    pub(crate) fn reaches_device(&self, dev: usize) -> bool {
+        self.devices[dev].is_direct() || self.devices[dev].sim().is_some()
+    }
+
+    /// Whether a device of the array is a simulated SSD: its I/O goes through
+    /// [`Self::write_simulated`] and the loads' engine, not the descriptors.
+    pub(crate) fn is_simulated(&self) -> bool {
+        self.simulated.is_some()
+    }
+
+    /// Runs `writes` (device, byte offset, pages) through the simulated devices' engine,
+    /// booked on every device before the last is waited for, as a batch of real writes
+    /// overlaps (no device simulated: one write after another).
+    pub(crate) fn write_simulated(
+        &self,
+        writes: &[(usize, u64, &[IoSlice<'_>])],
+    ) -> Vec<std::io::Result<()>> {
+        let mut reqs: Vec<IoReq<'_, '_>> = writes
+            .iter()
+            .map(|&(dev, at, bufs)| IoReq::Write { file: &self.devices[dev], offset: at, bufs })
+            .collect();
+        let results = match &self.simulated {
+            Some(engine) => engine.run_batch(&mut reqs),
+            None => PsyncEngine.run_batch(&mut reqs),
+        };
+        results.into_iter().map(|r| r.map(|_| ())).collect()
+    }
+
     /// Fills `pages` (whole frames) with pages `first..` of the file: a read per device run
     /// (per page without `bundled`), all at once through `ring` if given; a device file that
     /// ends before a page (a hole) gives zeros.
@@ -184,11 +239,25 @@ impl ArrayFile {
                 rest = after;
                 bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
             }
-            let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
-                runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..])).collect();
-            match ring.filter(|_| reads.len() > 1) {
-                Some(ring) => ring.read_batch(&mut reads),
-                None => reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect(),
+            if let Some(engine) = &self.simulated {
+                let mut reqs: Vec<IoReq<'_, '_>> = runs
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(r, b)| IoReq::Read { file: &self.devices[r.dev], offset: r.at, bufs: &mut b[..] })
+                    .collect();
+                engine.run_batch(&mut reqs)
+            } else {
+                let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> = runs
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..]))
+                    .collect();
+                match ring.filter(|_| reads.len() > 1) {
+                    Some(ring) => ring.read_batch(&mut reads),
+                    None => {
+                        reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect()
+                    }
+                }
             }
         };
         // Past a device file's end, a hole: zeros, counted on the pages themselves (a short
@@ -236,17 +305,25 @@ impl ArrayFile {
             return Ok(());
         }
         let (dev, at) = self.array.layout.locate(len / PAGE as u64);
-        let file = self.devices[dev].file();
-        if file.metadata()?.len() <= at {
+        let b = &self.devices[dev];
+        if b.file().metadata()?.len() <= at {
             return Ok(()); // a hole: zeros already
         }
         // A page-aligned buffer, as O_DIRECT wants.
         #[repr(C, align(4096))]
         struct Page([u8; PAGE]);
         let mut page = Box::new(Page([0; PAGE]));
-        let got = crate::io::sys::preadv_all(file.as_raw_fd(), at, &mut [IoSliceMut::new(&mut page.0)])?;
+        let mut read = [IoSliceMut::new(&mut page.0)];
+        let got = match &self.simulated {
+            Some(engine) => engine.read_vectored(b, at, &mut read)?,
+            None => crate::io::sys::preadv_all(b.file().as_raw_fd(), at, &mut read)?,
+        };
         page.0[from.min(got)..].fill(0);
-        crate::io::sys::pwritev_all(file.as_raw_fd(), at, &mut [IoSlice::new(&page.0)])
+        let mut write = [IoSlice::new(&page.0)];
+        match &self.simulated {
+            Some(engine) => engine.write_vectored(b, at, &write),
+            None => crate::io::sys::pwritev_all(b.file().as_raw_fd(), at, &mut write),
+        }
     }
 
     /// Whether device `dev`'s backing file may leave its flush to the metadata log's commit:
@@ -288,10 +365,14 @@ impl ArrayFile {
         }
     }
 
-    /// `fdatasync` of backing file `b` (`BackingFile::sync_covering`).
+    /// `fdatasync` of backing file `b` (`BackingFile::sync_covering`); a simulated device's
+    /// flush (its backing file is only its medium).
     fn sync_device(&self, b: &BackingFile) -> Result<()> {
-        b.sync_covering(|| b.file().sync_data())
-            .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
+        b.sync_covering(|| match &self.simulated {
+            Some(engine) => engine.sync_data(b),
+            None => b.file().sync_data(),
+        })
+        .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
     }
 
     /// Makes what was written back durable, and the length `len()` (logged unless the file's

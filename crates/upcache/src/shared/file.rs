@@ -558,7 +558,8 @@ impl SharedFile {
         let k = self.inner.key(self.slot, page);
         if let Some(f) = self.inner.index().hint(k) {
             let m = &view.frames()[f as usize];
-            if let Some(w) = m.stable() {
+            // A page being written back is read too.
+            if let Some(w) = m.readable() {
                 let flags = m.flags();
                 if m.home() == k && flags & VALID != 0 {
                     // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a

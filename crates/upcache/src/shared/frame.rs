@@ -98,6 +98,11 @@ pub(crate) fn key_page(key: u64) -> u64 {
     key & (MAX_PAGES - 1)
 }
 
+/// Bit 30 of the lock half, beside the holder's id (client ids stay below 2^16): the holder
+/// is writing the frame back (`FrameMeta::begin_write_back`).
+const WRITING_BACK: u64 = 1 << 30;
+const _: () = assert!(WRITING_BACK & HOLDER != 0 && WRITING_BACK > 1 << 16);
+
 /// A frame's metadata, 32 bytes, all zeros for a free frame.
 #[repr(C)]
 pub(crate) struct FrameMeta {
@@ -124,6 +129,34 @@ impl FrameMeta {
         // Acquire: what the last holder wrote before its unlock is seen by our copy.
         let w = self.word.load(Ordering::Acquire);
         (w & LOCK_HALF == 0).then_some(w)
+    }
+
+    /// The word, if the frame is unlocked or its holder is writing it back
+    /// ([`Self::begin_write_back`]): the version to validate an optimistic copy of its bytes
+    /// with. Pins and changers want [`Self::stable`].
+    pub fn readable(&self) -> Option<u64> {
+        // Acquire: what the last holder wrote before its unlock (or its write-back began) is
+        // seen by our copy.
+        let w = self.word.load(Ordering::Acquire);
+        (w & LOCK_HALF == 0 || w & WRITING_BACK != 0).then_some(w)
+    }
+
+    /// The holder (us) writes the frame back and changes nothing of it (bytes, key, flags
+    /// but `DIRTY`'s clearing) until [`Self::end_write_back`]: optimistic readers may copy it
+    /// meanwhile, as the kernel's readers do a page under `PG_writeback`. A waiter's take-over
+    /// of a dead holder's word drops the bit with the holder (both in `HOLDER`).
+    pub fn begin_write_back(&self) {
+        // Release: what we (or the holders before us) wrote is seen by a reader that loads the
+        // word with the bit.
+        self.word.fetch_or(WRITING_BACK, Ordering::Release);
+    }
+
+    /// Ends [`Self::begin_write_back`]: the holder may change the frame again.
+    pub fn end_write_back(&self) {
+        // Relaxed + Release fence: the seqlock writer's side, as the lock's CAS (`cas_lock`):
+        // a reader whose copy sees a byte we write next sees the word changed in `unchanged`.
+        self.word.fetch_and(!WRITING_BACK, Ordering::Relaxed);
+        fence(Ordering::Release);
     }
 
     /// Whether nothing locked the frame since [`Self::stable`] returned `w`: an optimistic
@@ -158,7 +191,12 @@ impl FrameMeta {
         alive: impl Fn(u32) -> bool,
         give_up: impl Fn(u32) -> bool,
     ) -> Option<Acquired> {
-        lock_word::lock_unless(self, me, alive, give_up)
+        // A holder writing back is named with `WRITING_BACK` beside its id.
+        let id = |h: u32| h & !(WRITING_BACK as u32);
+        match lock_word::lock_unless(self, me, |h| alive(id(h)), |h| give_up(id(h)))? {
+            Acquired::OwnerDied(h) => Some(Acquired::OwnerDied(id(h))),
+            clean => Some(clean),
+        }
     }
 
     /// Releases the lock `me` holds; `changed` bumps the version (the bytes, the key or `VALID`
@@ -179,7 +217,7 @@ impl FrameMeta {
     /// The lock's holder, if any.
     pub fn holder(&self) -> Option<u32> {
         // Relaxed: a report, stale as soon as read.
-        match (self.word.load(Ordering::Relaxed) & HOLDER) as u32 {
+        match (self.word.load(Ordering::Relaxed) & HOLDER & !WRITING_BACK) as u32 {
             0 => None,
             h => Some(h),
         }
@@ -442,6 +480,40 @@ mod loom_models {
                 assert_eq!(copy, [version, version], "a validated copy is not its version's page");
             }
             assert_eq!(m.stable(), Some(1 << 32), "unlocked at version 1");
+        });
+    }
+
+    /// As above, with the holder writing the page back before it changes it: a reader may
+    /// copy the page while the write-back bit is up (`readable`), and a copy `unchanged`
+    /// accepts is still one version's page. Needs the Release fence after the bit goes down
+    /// (without it, a copy that saw a new word can pass the re-read) and the Release with
+    /// which it goes up (without it, a copy of the write-back's version may miss bytes).
+    #[test]
+    fn a_copy_during_a_write_back_is_one_versions_page() {
+        loom::model(|| {
+            futex::start(false);
+            let m = Arc::new(meta());
+            let page = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let reader = {
+                let (m, page) = (m.clone(), page.clone());
+                loom::thread::spawn(move || {
+                    let w = m.readable()?;
+                    // Relaxed: validated by `unchanged`.
+                    let copy = [page[0].load(Ordering::Relaxed), page[1].load(Ordering::Relaxed)];
+                    m.unchanged(w).then_some((w >> 32, copy))
+                })
+            };
+            assert_eq!(m.lock(1, |_| true), Acquired::Clean);
+            m.begin_write_back();
+            assert_eq!(m.holder(), Some(1), "the holder is named without the bit");
+            m.end_write_back();
+            // Relaxed: the fence after the bit's clearing and the unlock order these.
+            page[0].store(1, Ordering::Relaxed);
+            page[1].store(1, Ordering::Relaxed);
+            assert!(m.unlock(1, true));
+            if let Some((version, copy)) = reader.join().unwrap() {
+                assert_eq!(copy, [version, version], "a validated copy is not its version's page");
+            }
         });
     }
 }

@@ -3,9 +3,10 @@
 //! reach it, as the private engine infers it for its arrays (`io/device/gc_watch.rs`, whose
 //! per-device state lives here in the segment, fed by every process's write-backs).
 //!
-//! A device is a file's `st_dev` (an array file's page's: its device's backing file's), up to
+//! A device is a file's `st_dev` (an array file's page's: its device's backing file's; a
+//! simulated device's own number, `backing::device_number`), up to
 //! [`GC_DEVICES`] of them; files on further devices are never taken to be collecting. Only write-backs through `O_DIRECT` (whole pages, with
-//! `SharedConfig::direct_write_back`) are timed: a buffered one is a copy into the kernel's
+//! `SharedConfig::direct_write_back`) or to a simulated device are timed: a buffered one is a copy into the kernel's
 //! page cache, whose time says nothing of the device. Times are `CLOCK_MONOTONIC`
 //! nanoseconds, the same clock in every process. Every value is a hint (Relaxed atomics); a
 //! process that dies mid write-back leaves a slot that stops counting after a minute.
@@ -82,9 +83,15 @@ impl Inner {
             fds.get(&slot).and_then(|o| o.fd.array().map(|a| a.st_dev_of(super::frame::key_page(k))))
         };
         match dev {
-            Some(dev) => self.view.gc().find(dev).is_some_and(|d| d.collecting_at(now_ns())),
+            Some(dev) => self.device_collecting(dev),
             None => self.collecting(slot),
         }
+    }
+
+    /// Whether device `dev` (its number in the table, `backing::device_number`) is taken to
+    /// be collecting garbage now.
+    pub(crate) fn device_collecting(&self, dev: u64) -> bool {
+        self.view.gc().find(dev).is_some_and(|d| d.collecting_at(now_ns()))
     }
 
     /// Whether the device holding file `slot` is taken to be collecting garbage now.

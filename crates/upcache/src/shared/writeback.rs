@@ -178,7 +178,7 @@ impl Inner {
                 }
                 Target::Array(a) => {
                     for (dev, at, bufs) in a.writes(first, &bufs) {
-                        let (fd, direct) = (a.fd(dev), a.is_direct(dev));
+                        let (fd, direct) = (a.fd(dev), a.reaches_device(dev));
                         pieces.push(Piece { run: r, dev, fd, direct, fallback: None, at, bufs });
                     }
                 }
@@ -205,9 +205,16 @@ impl Inner {
                 g.map(|g| (g, dev, pages))
             })
             .collect();
+        // Readers copy the pages meanwhile: nothing of them changes until the writes end.
+        for &f in runs.iter().flat_map(|r| r.as_ref()) {
+            frames[f as usize].begin_write_back();
+        }
         let t0 = super::gc::now_ns();
         let gc_slots: Vec<_> = gc.iter().map(|(g, _, pages)| g.begin_at(*pages, t0)).collect();
-        let mut results = self.write_pieces(&pieces, runs.len() > 1);
+        let mut results = self.write_pieces(&pieces, runs.len() > 1, to);
+        for &f in runs.iter().flat_map(|r| r.as_ref()) {
+            frames[f as usize].end_write_back();
+        }
         if !gc.is_empty() {
             let now = super::gc::now_ns();
             for ((g, dev, pages), gc_slot) in gc.into_iter().zip(gc_slots) {
@@ -256,8 +263,14 @@ impl Inner {
 
     /// Writes every piece through its descriptor: at once through io_uring if
     /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
-    /// another.
-    fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool) -> Vec<std::io::Result<()>> {
+    /// another; an array's with simulated devices, through them (booked at once).
+    fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool, to: Target<'_>) -> Vec<std::io::Result<()>> {
+        if let Target::Array(a) = to {
+            if a.is_simulated() {
+                let writes: Vec<_> = pieces.iter().map(|p| (p.dev, p.at, &p.bufs[..])).collect();
+                return a.write_simulated(&writes);
+            }
+        }
         if runs && pieces.len() > 1 {
             if let Some(ring) = self.ring() {
                 let writes: Vec<_> = pieces.iter().map(|p| (p.fd, p.at, &p.bufs[..])).collect();

@@ -256,6 +256,8 @@ pub struct SimDevice {
     powered: AtomicBool,
     /// Power cuts so far: a write in flight across one is lost, and fails.
     cuts: AtomicU64,
+    /// This process's number for it (`SimDevice::id`).
+    id: u64,
 }
 
 /// A simulated write on its way: when it completes, and the power-cut count it started in.
@@ -269,6 +271,9 @@ impl std::fmt::Debug for SimDevice {
         f.debug_struct("SimDevice").field("config", &self.config).finish_non_exhaustive()
     }
 }
+
+/// The next device's `id`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// What a powered-off device answers.
 fn powered_off() -> io::Error {
@@ -297,7 +302,15 @@ impl SimDevice {
             epoch: now,
             powered: AtomicBool::new(true),
             cuts: AtomicU64::new(0),
+            // Relaxed: only unique, ordering nothing.
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
+    }
+
+    /// A number no other device of this process has had, to tell devices apart where they
+    /// share a file system (the shared engine's GC table, `shared/gc.rs`).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Its parameters.
