@@ -47,6 +47,7 @@ METRICS = {
     "p99us": (lambda r: r["lat_us"]["p99"], "{:8.0f}"),
     "read_p99us": (lambda r: (r.get("read_lat_us") or {}).get("p99", float("nan")), "{:10.0f}"),
     "read_p999us": (lambda r: (r.get("read_lat_us") or {}).get("p999", float("nan")), "{:11.0f}"),
+    "write_p999us": (lambda r: (r.get("write_lat_us") or {}).get("p999", float("nan")), "{:12.0f}"),
     "cpu_us/op": (lambda r: r["cpu_us_per_op"], "{:9.2f}"),
     "cpu_cores": (lambda r: r["cpu_seconds"] / r["seconds"], "{:9.2f}"),
     "hit%": (hit_ratio, "{:6.1f}"),
