@@ -66,7 +66,8 @@ pub(crate) struct FileEntry {
     pub writers: AtomicU32,
     /// The file's length as the cache sees it.
     pub len: AtomicU64,
-    /// The write sequence: odd while a change is in flight.
+    /// The write sequence: its low half odd while a change of the file's length or of pages
+    /// under its lock is in flight; its high half moved by range writers (`RANGE_STEP`).
     pub seq: AtomicU64,
     /// Dirty pages (never below the truth).
     pub dirty: AtomicU64,
@@ -252,18 +253,18 @@ impl FileEntry {
     }
 
     /// Marks the start of a range writer's change (the caller holds `lock` and a range slot):
-    /// the sequence moves on and keeps its parity.
+    /// the sequence's high half moves on (its low half, and its parity, stay).
     pub fn begin_range_change(&self) {
         // Release: a reader that reads the new value sees the slot held. Release fence: a
         // reader that sees any byte of the change sees the new value.
-        self.seq.fetch_add(2, Ordering::Release);
+        self.seq.fetch_add(RANGE_STEP, Ordering::Release);
         std::sync::atomic::fence(Ordering::Release);
     }
 
     /// Marks a range writer's end, before it frees its slot.
     pub fn end_range_change(&self) {
         // Release: the change is seen by whoever sees the value (or the slot freed after it).
-        self.seq.fetch_add(2, Ordering::Release);
+        self.seq.fetch_add(RANGE_STEP, Ordering::Release);
     }
 
     /// Whether a writer holds a range slot covering a page of `first..end`, for a reader that
@@ -308,6 +309,12 @@ impl FileEntry {
         }
     }
 }
+
+/// A range writer's step of a file's write sequence (`FileEntry::seq`): its high half, so
+/// that a read of one page, whose copy its frame's version validates against any writer of
+/// the page, is not retried for a range writer of other pages (it compares the low half
+/// only, which a change of the length moves). The low half's carry at 2^32 changes it too.
+pub(crate) const RANGE_STEP: u64 = 1 << 32;
 
 /// The file table holds the roots of the page trees (`tree.rs`), one per entry.
 impl super::tree::Entries for [FileEntry] {
