@@ -24,6 +24,7 @@
 //!   leaves one with its old key and bytes) is never used.
 
 use crate::frame::copy;
+use crate::shm::clients::MAX_CLIENT_ID;
 use crate::shm::lock_word::{self, LockWord, HOLDER, LOCK_HALF};
 use crate::shm::Acquired;
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
@@ -98,10 +99,10 @@ pub(crate) fn key_page(key: u64) -> u64 {
     key & (MAX_PAGES - 1)
 }
 
-/// Bit 30 of the lock half, beside the holder's id (client ids stay below 2^16): the holder
-/// is writing the frame back (`FrameMeta::begin_write_back`).
+/// Bit 30 of the lock half, beside the holder's id (client ids stay below it,
+/// `shm/clients.rs`): the holder is writing the frame back (`FrameMeta::begin_write_back`).
 const WRITING_BACK: u64 = 1 << 30;
-const _: () = assert!(WRITING_BACK & HOLDER != 0 && WRITING_BACK > 1 << 16);
+const _: () = assert!(WRITING_BACK & HOLDER != 0 && WRITING_BACK > MAX_CLIENT_ID as u64);
 
 /// A frame's metadata, 32 bytes, all zeros for a free frame.
 #[repr(C)]
@@ -376,6 +377,26 @@ mod tests {
 
     fn meta() -> FrameMeta {
         FrameMeta::free()
+    }
+
+    /// The write-back bit is told apart from every client id, the largest included: a frame
+    /// such a client holds is not readable unless it writes back, its holder is named without
+    /// the bit, and it unlocks once the write-back ends. (The bit was once inside the ids'
+    /// tenure bits, which made a writer's frame look written back to readers.)
+    #[test]
+    fn the_write_back_bit_is_told_from_every_client_id() {
+        for id in [1, MAX_CLIENT_ID] {
+            let m = meta();
+            assert_eq!(m.lock(id, |_| true), Acquired::Clean);
+            assert_eq!(m.readable(), None, "held to change, by {id:#x}");
+            m.begin_write_back();
+            assert_eq!(m.holder(), Some(id));
+            assert!(m.readable().is_some(), "written back");
+            m.end_write_back();
+            assert_eq!(m.readable(), None);
+            assert!(m.unlock(id, false), "unlocked by {id:#x}");
+            assert!(m.readable().is_some());
+        }
     }
 
     #[test]

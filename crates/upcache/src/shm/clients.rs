@@ -7,8 +7,9 @@
 //! and its high 32 bits the low bits of its start time (clock ticks after boot,
 //! `/proc/<pid>/stat`), so that a pid the kernel reused for another process does not pass for
 //! the dead one. The second counts the slot's reaps: an id is the slot's number (bits 0-19)
-//! with that count's low 11 bits (bits 20-30), so an id names one tenure of a slot and a lock
-//! word holding a reaped client's id never matches its slot's next taker.
+//! with that count's low 10 bits (bits 20-29), so an id names one tenure of a slot and a lock
+//! word holding a reaped client's id never matches its slot's next taker. Bit 30 is never in
+//! an id: a shared frame's lock word carries a flag there beside its holder's id.
 //!
 //! A process takes a free slot with one CAS ([`Clients::join`]) and frees it when it detaches
 //! ([`Clients::leave`]). A slot whose process died stays taken until whoever repaired what
@@ -32,7 +33,10 @@ use crate::error::{Error, ErrorKind, Result};
 const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// Bits of an id that hold the slot's reap count.
-const TENURE_MASK: u64 = (1 << 11) - 1;
+const TENURE_MASK: u64 = (1 << 10) - 1;
+/// The largest id: slot and tenure bits, below bit 30.
+pub(crate) const MAX_CLIENT_ID: u32 = (1 << (SLOT_BITS + TENURE_MASK.count_ones())) - 1;
+const _: () = assert!(MAX_CLIENT_ID < 1 << 30);
 
 /// A view of a client table placed in a segment region.
 pub struct Clients<'a> {

@@ -25,7 +25,7 @@
 //! holder ids are slots of a [`Clients`] table, which says whether a slot's process lives. The
 //! wait loop they share with the shared cache's frame locks is in `lock_word.rs`.
 
-mod clients;
+pub(crate) mod clients;
 pub(crate) mod futex;
 pub mod handoff;
 pub mod high_fd;
