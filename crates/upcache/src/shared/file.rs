@@ -1417,6 +1417,33 @@ impl<'a> FileLock<'a> {
         true
     }
 
+    /// Waits until a range slot is free (taking a dead holder's over and freeing it). Its
+    /// holders sleep on no shared word, so this polls: spins, then yields, then sleeps 50 us
+    /// between looks (a write's copy takes microseconds; one that waits for a device, far
+    /// longer).
+    fn wait_for_a_slot(&self) {
+        let inner = self.inner;
+        for round in 0u32.. {
+            for r in &self.e.ranges {
+                match r.lock.holder() {
+                    None => return,
+                    Some(h) if h != inner.me && !inner.alive(h) => {
+                        if r.lock.lock_unless(inner.me, |h| inner.alive(h), |_| false).is_some() {
+                            r.lock.unlock(inner.me);
+                        }
+                        return;
+                    }
+                    Some(_) => {}
+                }
+            }
+            match round {
+                0..64 => std::hint::spin_loop(),
+                64..128 => std::thread::yield_now(),
+                _ => std::thread::sleep(std::time::Duration::from_micros(50)),
+            }
+        }
+    }
+
     /// A range slot for pages `first..end`, held by us, once no range writer overlaps them;
     /// None if every slot is taken (the write then holds the file's lock instead).
     fn claim_range(&self, first: u64, end: u64) -> Option<RangeHeld<'a>> {
@@ -1439,12 +1466,18 @@ impl<'a> FileLock<'a> {
     }
 
     /// What a write of pages `first..end` holds while it copies: if `within` the length and
-    /// the range lock is on, a range slot for them, the file's lock let go; else (or with every
-    /// slot taken) the file's lock, every range writer done and the change begun.
+    /// the range lock is on, a range slot for them, the file's lock let go (with every slot
+    /// taken, the first to be freed); else the file's lock, every range writer done and the
+    /// change begun.
     fn hold(self, first: u64, end: u64, within: bool) -> WriteHold<'a> {
         if within && self.inner.techniques & technique::RANGE_LOCK != 0 {
-            if let Some(range) = self.claim_range(first, end) {
-                return WriteHold(Held::Range(range));
+            loop {
+                if let Some(range) = self.claim_range(first, end) {
+                    return WriteHold(Held::Range(range));
+                }
+                // Not every range writer: one stalled on its device (a page's write-back in a
+                // garbage collection) would hold up every writer queued on the file's lock.
+                self.wait_for_a_slot();
             }
         }
         self.quiesce(0, u64::MAX, &|_| false);
@@ -1687,6 +1720,49 @@ pub(super) mod tests {
         let mut page = vec![0u8; PAGE];
         fb.read_at(&mut page, 0).unwrap();
         assert_eq!(page, vec![9u8; PAGE]);
+    }
+
+    /// With every range slot taken, a write within the length takes the first slot freed; it
+    /// does not wait for every range writer (one stalled on its device would hold up every
+    /// writer queued on the file's lock): another client holds the four slots for pages 8 to
+    /// 11, frees one, and the write of page 0 lands while it holds the other three. (Waiting
+    /// for all of them, the write would wait for ever: the holder frees the rest only after
+    /// it; the loop's deadline turns that into a failure.)
+    #[test]
+    fn a_write_with_every_range_slot_taken_takes_the_first_slot_freed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 16 * PAGE]).unwrap();
+        let (a, b) = two_clients();
+        let fa = a.open_path(&p, true).unwrap();
+        let e = fa.entry();
+        let holder = b.inner.me;
+        for (i, r) in e.ranges.iter().enumerate() {
+            r.first.store(8 + i as u64, Ordering::Relaxed);
+            r.end.store(9 + i as u64, Ordering::Relaxed);
+            assert!(r.lock.try_lock(holder));
+        }
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| fa.write_at(&[3u8; PAGE], 0));
+            // Once it holds the file's lock, it finds every slot taken and waits.
+            while e.lock.holder() != Some(a.inner.me) {
+                std::thread::yield_now();
+            }
+            e.ranges[2].lock.unlock(holder);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !writer.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            let landed = writer.is_finished();
+            for i in [0, 1, 3] {
+                e.ranges[i].lock.unlock(holder);
+            }
+            assert_eq!(writer.join().unwrap().unwrap(), PAGE);
+            assert!(landed, "the write waited for every range writer");
+        });
+        let mut page = vec![0u8; PAGE];
+        fa.read_at(&mut page, 0).unwrap();
+        assert_eq!(page, vec![3u8; PAGE]);
     }
 
     /// A read of one page is not read again for a range writer of another page of the file
