@@ -28,6 +28,20 @@ fn fast(volatile: u64, seed: u64) -> Arc<SimDevice> {
     .unwrap()
 }
 
+/// A fast device whose writes start an episode of garbage collection of 2 s once 16 KiB were
+/// written since the last (writes wait for its end; reads do not).
+fn collecting_device() -> Arc<SimDevice> {
+    SimDevice::new(SimConfig {
+        read_latency: Duration::ZERO,
+        write_latency: Duration::ZERO,
+        gc_every: 4 * PAGE as u64,
+        gc_time: Duration::from_secs(2),
+        jitter_pct: 0,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
 /// A private shared cache of `frames` pages.
 fn cache(frames: u64) -> SharedCache {
     SharedCache::create_private(&SharedConfig { memory: frames * PAGE as u64, ..SharedConfig::default() })
@@ -190,17 +204,7 @@ fn gc_aware_eviction_spares_dirty_pages_of_a_collecting_device() {
     for rule in [CleanFirst::WhileGc, CleanFirst::Never] {
         let tmp = tempfile::tempdir().unwrap();
         let dirs = common::dirs(tmp.path(), 1);
-        // Writes start an episode of 2 s once 16 KiB were written since the last (writes wait
-        // for its end; reads do not).
-        let gc = SimDevice::new(SimConfig {
-            read_latency: Duration::ZERO,
-            write_latency: Duration::ZERO,
-            gc_every: 4 * PAGE as u64,
-            gc_time: Duration::from_secs(2),
-            jitter_pct: 0,
-            ..SimConfig::default()
-        })
-        .unwrap();
+        let gc = collecting_device();
         let config = SharedConfig {
             memory: 16 * PAGE as u64,
             policy: PolicyKind::Clock,
@@ -275,15 +279,7 @@ fn gc_aware_eviction_spares_dirty_pages_of_a_collecting_device() {
 fn a_page_being_written_back_reads_without_waiting_for_the_write() {
     let tmp = tempfile::tempdir().unwrap();
     let dirs = common::dirs(tmp.path(), 1);
-    let gc = SimDevice::new(SimConfig {
-        read_latency: Duration::ZERO,
-        write_latency: Duration::ZERO,
-        gc_every: 4 * PAGE as u64,
-        gc_time: Duration::from_secs(2),
-        jitter_pct: 0,
-        ..SimConfig::default()
-    })
-    .unwrap();
+    let gc = collecting_device();
     let cache = cache(64);
     let sims = [(0, gc.clone())];
     let array = SharedArray::create(&cache, spec(&dirs, &sims)).unwrap();

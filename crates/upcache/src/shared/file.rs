@@ -1765,21 +1765,23 @@ pub(super) mod tests {
         assert_eq!(page, vec![3u8; PAGE]);
     }
 
-    /// A read of one page is not read again for a range writer of another page of the file
-    /// (its frame's version covers it against the writers of its own page), so each read is
-    /// one lookup, one hit: another client writes page 0 all the while, and the reader's hits
-    /// are its reads of page 5, exactly. (Before, a read that met a write anywhere in the file
-    /// read its page again and counted a second hit.)
-    #[test]
-    fn a_one_page_read_is_not_read_again_for_a_writer_of_another_page() {
-        const READS: u64 = 20_000;
+    /// Calls `read` with client `b`'s open of a file of `pages` pages of 7s (after `first`
+    /// with it) at least `times` times and until client `a`, writing the file's first `len`
+    /// bytes, a new value each time, all the while, has written 10,000 times (so that they
+    /// overlap however the threads are scheduled); `b`.
+    fn beside_a_writer(
+        pages: usize,
+        len: usize,
+        times: u64,
+        first: impl FnOnce(&SharedFile),
+        mut read: impl FnMut(&SharedFile),
+    ) -> SharedCache {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        std::fs::write(&p, vec![7u8; 8 * PAGE]).unwrap();
+        std::fs::write(&p, vec![7u8; pages * PAGE]).unwrap();
         let (a, b) = two_clients_of(SharedConfig::default());
         let (w, r) = (a.open_path(&p, true).unwrap(), b.open_path(&p, false).unwrap());
-        let mut page = vec![0u8; PAGE];
-        r.read_at(&mut page, 5 * PAGE as u64).unwrap(); // the one miss
+        first(&r);
         let (done, writes) =
             (std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicU64::new(0));
         let start = std::sync::Barrier::new(2);
@@ -1789,20 +1791,48 @@ pub(super) mod tests {
                 let mut i = 0u8;
                 while !done.load(Ordering::Relaxed) {
                     i = i.wrapping_add(1);
-                    w.write_at(&[i; PAGE], 0).unwrap();
+                    w.write_at(&vec![i; len], 0).unwrap();
                     writes.fetch_add(1, Ordering::Relaxed);
                 }
             });
             start.wait();
             let _done = Done(&done);
-            for _ in 0..READS {
-                r.read_at(&mut page, 5 * PAGE as u64).unwrap();
-                assert!(page.iter().all(|&x| x == 7));
+            let mut n = 0;
+            while n < times || writes.load(Ordering::Relaxed) < 10_000 {
+                read(&r);
+                n += 1;
             }
         });
-        assert!(writes.load(Ordering::Relaxed) > 0, "the writer wrote meanwhile");
+        b
+    }
+
+    /// A read of one page is not read again for a range writer of another page of the file
+    /// (its frame's version covers it against the writers of its own page), so each read is
+    /// one lookup, one hit: another client writes page 0 all the while, and the reader's hits
+    /// are its reads of page 5, exactly. (Before, a read that met a write anywhere in the file
+    /// read its page again and counted a second hit.)
+    #[test]
+    fn a_one_page_read_is_not_read_again_for_a_writer_of_another_page() {
+        const READS: u64 = 20_000;
+        let mut page = vec![0u8; PAGE];
+        let read = |r: &SharedFile, page: &mut [u8]| {
+            r.read_at(page, 5 * PAGE as u64).unwrap();
+            assert!(page.iter().all(|&x| x == 7));
+        };
+        let mut other = vec![0u8; PAGE];
+        let mut reads = 0;
+        let b = beside_a_writer(
+            8,
+            PAGE,
+            READS,
+            |r| read(r, &mut other), // the one miss
+            |r| {
+                read(r, &mut page);
+                reads += 1;
+            },
+        );
         assert_eq!(READ_AGAIN.with(|c| c.get()), 0, "reads read again");
-        assert_eq!(b.own_counts(), (READS, 1), "(hits, misses) of the reader");
+        assert_eq!(b.own_counts(), (reads, 1), "(hits, misses) of the reader");
     }
 
     /// A read of several pages is still read again for a range writer meanwhile: another
@@ -1810,30 +1840,17 @@ pub(super) mod tests {
     /// both sees two values. (Comparing only the sequence's low half for it fails this.)
     #[test]
     fn a_read_across_pages_never_sees_half_of_a_write_across_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, vec![0u8; 4 * PAGE]).unwrap();
-        let (a, b) = two_clients_of(SharedConfig::default());
-        let (w, r) = (a.open_path(&p, true).unwrap(), b.open_path(&p, false).unwrap());
-        let done = std::sync::atomic::AtomicBool::new(false);
-        let start = std::sync::Barrier::new(2);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                start.wait();
-                let mut i = 0u8;
-                while !done.load(Ordering::Relaxed) {
-                    i = i.wrapping_add(1);
-                    w.write_at(&[i; 2 * PAGE], 0).unwrap();
-                }
-            });
-            start.wait();
-            let _done = Done(&done);
-            let mut both = vec![0u8; 2 * PAGE];
-            for _ in 0..50_000 {
+        let mut both = vec![0u8; 2 * PAGE];
+        beside_a_writer(
+            4,
+            2 * PAGE,
+            50_000,
+            |_| {},
+            |r| {
                 r.read_at(&mut both, 0).unwrap();
                 assert!(both.iter().all(|&x| x == both[0]), "half of a write");
-            }
-        });
+            },
+        );
     }
 
     /// With `SharedConfig::range_lock` off a write within the length holds the file's lock,
