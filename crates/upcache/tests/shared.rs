@@ -480,6 +480,10 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
         // The tree index holds the file's 144 cached pages in leaves of 64 and a root above.
         let tree = end.index_nodes.0 >= 3 && end.index_nodes.1 >= 1;
         assert!(tree || end.index_nodes == (0, 0), "{:?}", end.index_nodes);
+        // The counters as every report reads them: a leaf of 256 bytes, an inner node of 512,
+        // each with a state word of 24.
+        let (leaves, inners) = end.index_nodes;
+        assert_eq!(end.stats().index_bytes, leaves * (256 + 24) + inners * (512 + 24));
         (requests, ahead.loads, (end.write_back_requests, end.write_back_batches), end.written_back, tree)
     };
     let on = SharedConfig { readahead: 16 << 12, ..small() };

@@ -883,7 +883,8 @@ impl SharedStatus {
     /// These counts as the in-process engine's [`crate::Stats`], the one counter type that
     /// `upcache bench`, the C ABI's `upcache_get_stats` and Prometheus read: hits, misses,
     /// evictions, load requests and bytes (`read_ios`, `read_bytes`), write-back requests and
-    /// bytes, dirty pages and frames; the counts the shared cache does not keep are 0.
+    /// bytes, dirty pages, frames and the index's bytes; the counts the shared cache does not
+    /// keep are 0.
     pub fn stats(&self) -> crate::metrics::Stats {
         let bytes = |pages: u64| pages * frame::PAGE as u64;
         crate::metrics::Stats {
@@ -897,6 +898,9 @@ impl SharedStatus {
             writeback_bytes: bytes(self.written_back),
             dirty_pages: self.dirty,
             frames: self.frames,
+            // The tree index's nodes in use, each with its state word (`tree.rs`).
+            index_bytes: self.index_nodes.0 * (tree::LEAF_BYTES + tree::NODE_META_BYTES)
+                + self.index_nodes.1 * (tree::INNER_BYTES + tree::NODE_META_BYTES),
             ..crate::metrics::Stats::default()
         }
     }

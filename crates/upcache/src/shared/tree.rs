@@ -87,6 +87,11 @@ pub(crate) struct Inner {
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Leaf>() == 256 && std::mem::size_of::<Inner>() == 512);
 
+/// Bytes of a leaf, an inner node and a node's state word, for the index's size in reports.
+pub(crate) const LEAF_BYTES: u64 = std::mem::size_of::<Leaf>() as u64;
+pub(crate) const INNER_BYTES: u64 = std::mem::size_of::<Inner>() as u64;
+pub(crate) const NODE_META_BYTES: u64 = std::mem::size_of::<NodeMeta>() as u64;
+
 /// What a pool's nodes are: slots to zero before a node goes live.
 ///
 /// Under loom each slot is zeroed by a swap, not a store: loom 0.7 lets a plain store fall
