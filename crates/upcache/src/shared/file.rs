@@ -561,7 +561,7 @@ impl SharedFile {
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
     /// `want - 1` missing pages after it; a hit is noted for the clock hand as `touch` says, and
-    /// counted if `count` (a hit after a wait for the page's frame is counted as it is found).
+    /// counted if `count`.
     fn read_page(
         &self,
         page: u64,
@@ -603,7 +603,14 @@ impl SharedFile {
         // Missing, in flight or changing: take the frame's lock (loading the page if need be),
         // unless a stopped process holds it.
         let f = loop {
-            match self.inner.lock_page_loading(self.slot, page, want, &self.fd, &|h| self.other_stopped(h))? {
+            match self.inner.lock_page_loading(
+                self.slot,
+                page,
+                want,
+                &self.fd,
+                &|h| self.other_stopped(h),
+                count,
+            )? {
                 Some(f) => break f,
                 None if self.read_page_beside_stopped(page, in_page, dst)? => return Ok(()),
                 None => {}
@@ -1768,20 +1775,22 @@ pub(super) mod tests {
     /// Calls `read` with client `b`'s open of a file of `pages` pages of 7s (after `first`
     /// with it) at least `times` times and until client `a`, writing the file's first `len`
     /// bytes, a new value each time, all the while, has written 10,000 times (so that they
-    /// overlap however the threads are scheduled); `b`.
+    /// overlap however the threads are scheduled); the lookups `b` counted meanwhile (hits,
+    /// misses).
     fn beside_a_writer(
         pages: usize,
         len: usize,
         times: u64,
         first: impl FnOnce(&SharedFile),
         mut read: impl FnMut(&SharedFile),
-    ) -> SharedCache {
+    ) -> (u64, u64) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, vec![7u8; pages * PAGE]).unwrap();
         let (a, b) = two_clients_of(SharedConfig::default());
         let (w, r) = (a.open_path(&p, true).unwrap(), b.open_path(&p, false).unwrap());
         first(&r);
+        let before = b.own_counts();
         let (done, writes) =
             (std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicU64::new(0));
         let start = std::sync::Barrier::new(2);
@@ -1803,7 +1812,8 @@ pub(super) mod tests {
                 n += 1;
             }
         });
-        b
+        let after = b.own_counts();
+        (after.0 - before.0, after.1 - before.1)
     }
 
     /// A read of one page is not read again for a range writer of another page of the file
@@ -1821,36 +1831,45 @@ pub(super) mod tests {
         };
         let mut other = vec![0u8; PAGE];
         let mut reads = 0;
-        let b = beside_a_writer(
+        let counts = beside_a_writer(
             8,
             PAGE,
             READS,
-            |r| read(r, &mut other), // the one miss
+            |r| read(r, &mut other), // cached before the writer starts
             |r| {
                 read(r, &mut page);
                 reads += 1;
             },
         );
         assert_eq!(READ_AGAIN.with(|c| c.get()), 0, "reads read again");
-        assert_eq!(b.own_counts(), (reads, 1), "(hits, misses) of the reader");
+        assert_eq!(counts, (reads, 0), "(hits, misses) of the reader");
     }
 
     /// A read of several pages is still read again for a range writer meanwhile: another
     /// client writes pages 0 and 1 whole, one value each time, all the while, and no read of
-    /// both sees two values. (Comparing only the sequence's low half for it fails this.)
+    /// both sees two values (comparing only the sequence's low half for it fails this); each
+    /// page read counts as one lookup.
     #[test]
     fn a_read_across_pages_never_sees_half_of_a_write_across_them() {
         let mut both = vec![0u8; 2 * PAGE];
-        beside_a_writer(
+        let mut reads = 0;
+        let counts = beside_a_writer(
             4,
             2 * PAGE,
             50_000,
-            |_| {},
+            |r| {
+                let mut cold = vec![0u8; 2 * PAGE];
+                r.read_at(&mut cold, 0).unwrap(); // cached before the writer starts
+            },
             |r| {
                 r.read_at(&mut both, 0).unwrap();
                 assert!(both.iter().all(|&x| x == both[0]), "half of a write");
+                reads += 1;
             },
         );
+        assert!(READ_AGAIN.with(|c| c.get()) > 0, "reads read again: the count below proves something");
+        // Each page's lookup counted once however often its read was read again.
+        assert_eq!(counts, (2 * reads, 0), "(hits, misses) of the reader");
     }
 
     /// With `SharedConfig::range_lock` off a write within the length holds the file's lock,

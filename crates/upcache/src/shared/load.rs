@@ -26,9 +26,9 @@ use crate::error::{Error, Result};
 
 impl Inner {
     /// The frame holding page `first` of file `slot`, locked for us: as
-    /// `lock_page_unless(.., Fill::Read, give_up)`, but a miss loads up to `want - 1` missing
-    /// pages after it in the same `preadv` (at most [`RUN_PAGES`] in all), left cached and
-    /// unlocked. None if the page's frame is held by one `give_up` says not to wait for.
+    /// `lock_page_unless(.., Fill::Read, give_up, count)`, but a miss loads up to `want - 1`
+    /// missing pages after it in the same `preadv` (at most [`RUN_PAGES`] in all), left cached
+    /// and unlocked. None if the page's frame is held by one `give_up` says not to wait for.
     pub(crate) fn lock_page_loading(
         &self,
         slot: u32,
@@ -36,20 +36,21 @@ impl Inner {
         want: usize,
         fd: &Backing,
         give_up: &dyn Fn(u32) -> bool,
+        count: bool,
     ) -> Result<Option<u32>> {
         let want = want.clamp(1, RUN_PAGES);
         let k = self.key(slot, first);
         let index = self.index();
         if want == 1 || index.hint(k).is_some() {
             // Cached, or being loaded by someone: the single page's path, which waits for it.
-            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
+            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count);
         }
         let f = self.claim(k)?;
         match self.place_unless(f, k, give_up)? {
             Some(true) => {}
             Some(false) => {
                 self.free_frame(f);
-                return self.lock_page_unless(slot, first, fd, Fill::Read, give_up);
+                return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count);
             }
             None => {
                 self.free_frame(f);
@@ -60,7 +61,7 @@ impl Inner {
         match self.fill_published(&run, slot, first, fd) {
             Ok(()) => {}
             Err(e) if run.len() == 1 => return Err(e),
-            Err(_) => return self.lock_page_unless(slot, first, fd, Fill::Read, give_up),
+            Err(_) => return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count),
         }
         for &f in &run[1..] {
             self.view.frames()[f as usize].unlock(self.me, true);

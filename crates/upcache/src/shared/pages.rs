@@ -480,12 +480,12 @@ impl Inner {
         fd: &super::backing::Backing,
         fill: Fill,
     ) -> Result<u32> {
-        Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false)?.expect("never given up"))
+        Ok(self.lock_page_unless(slot, page, fd, fill, &|_| false, true)?.expect("never given up"))
     }
 
     /// As [`Self::lock_page`], but None once a wait for the page's frame, or for its index
     /// partition's lock, is over and `give_up` says so of its holder (a reader beside a
-    /// stopped process).
+    /// stopped process); a page found counts as a hit if `count` (a read's first pass).
     pub(crate) fn lock_page_unless(
         &self,
         slot: u32,
@@ -493,6 +493,7 @@ impl Inner {
         fd: &super::backing::Backing,
         fill: Fill,
         give_up: &dyn Fn(u32) -> bool,
+        count: bool,
     ) -> Result<Option<u32>> {
         let k = self.key(slot, page);
         let index = self.index();
@@ -511,7 +512,9 @@ impl Inner {
                 }
                 let m = &frames[f as usize];
                 if m.home() == k && m.flags() & VALID != 0 {
-                    self.count_hit();
+                    if count {
+                        self.count_hit();
+                    }
                     return Ok(Some(f));
                 }
                 self.tree_op(|| index.drop_stale(k, f));
