@@ -68,6 +68,8 @@ pub(crate) struct ArrayMeta {
     /// is ext4 or XFS (`device::fdatasync_flushes_device`), so that the log's `fdatasync`
     /// flushes the device's cache after the data written to its O_DIRECT backing files.
     pub(crate) log_shares_device: Vec<bool>,
+    /// By device: the `st_dev` of its directory's file system.
+    dir_devs: Vec<u64>,
     /// By device: the simulated SSD it is, if it is one (`ArraySpec::sims`).
     sims: Vec<Option<Arc<SimDevice>>>,
     /// Held by the one checkpoint running.
@@ -286,8 +288,8 @@ impl ArrayMeta {
         };
         let log_fs = fs_of(&meta_dir)?;
         let flushes = crate::io::device::fdatasync_flushes_device(&meta_dir);
-        let log_shares_device =
-            spec.dirs.iter().map(|d| fs_of(d).map(|f| flushes && f == log_fs)).collect::<Result<Vec<_>>>()?;
+        let dir_devs = spec.dirs.iter().map(|d| fs_of(d)).collect::<Result<Vec<_>>>()?;
+        let log_shares_device = dir_devs.iter().map(|&f| flushes && f == log_fs).collect();
         let log = NewLog::create(&meta_dir, array_id, generation)?;
         ns.catalog(generation).store(&spec.dirs[0])?;
         metalog::remove_logs_before(&meta_dir, array_id, generation)?;
@@ -298,6 +300,7 @@ impl ArrayMeta {
             metalog: MetaLog::new(log),
             meta_dir,
             log_shares_device,
+            dir_devs,
             sims,
             checkpointing: Mutex::new(()),
             checkpoint_running: AtomicBool::new(false),
@@ -333,8 +336,13 @@ impl ArrayMeta {
     }
 
     /// The simulated SSD device `dev` is, if it is one.
-    pub(crate) fn sim(&self, dev: usize) -> Option<Arc<SimDevice>> {
-        self.sims[dev].clone()
+    pub(crate) fn sim(&self, dev: usize) -> Option<&Arc<SimDevice>> {
+        self.sims[dev].as_ref()
+    }
+
+    /// The `st_dev` of device `dev`'s directory, where its backing files are.
+    pub(crate) fn dir_dev(&self, dev: usize) -> u64 {
+        self.dir_devs[dev]
     }
 
     /// Deletes file `id`'s backing files (its removal logged): one that cannot be is left

@@ -146,13 +146,8 @@ impl SharedArray {
     /// latency of the write-backs that reached it says (GC-aware eviction, `gc.rs`; as
     /// `Cache::devices_collecting`).
     pub fn devices_collecting(&self) -> Vec<bool> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = &self.meta;
-        (0..meta.dirs.len())
-            .map(|dev| {
-                let st_dev = || std::fs::metadata(&meta.dirs[dev]).map_or(0, |m| m.dev());
-                self.inner.device_collecting(super::backing::device_number(meta.sim(dev).as_deref(), st_dev))
-            })
+        (0..self.meta.dirs.len())
+            .map(|dev| self.inner.device_collecting(super::backing::device_number(&self.meta, dev)))
             .collect()
     }
 
@@ -172,7 +167,7 @@ impl SharedArray {
         let dirs = &self.meta.dirs;
         dirs.iter()
             .enumerate()
-            .map(|(i, dir)| device::open_backing(dir, i, id, create, true, self.meta.sim(i)))
+            .map(|(i, dir)| device::open_backing(dir, i, id, create, true, self.meta.sim(i).cloned()))
             .collect()
     }
 
@@ -568,7 +563,7 @@ mod tests {
         let inner = &cache.inner;
         let k = inner.key(f.slot(), 0);
         assert!(!inner.collecting_key(k));
-        let device = inner.view.gc().device(a.st_dev_of(0)).unwrap();
+        let device = inner.view.gc().device(a.device_number_of(0)).unwrap();
         let now = super::super::gc::now_ns();
         device.end_at(None, 1, 1_000_000_000, true, now); // 1 s a page: far past the baseline
         assert!(inner.collecting_key(k), "the sync's write-backs set a baseline");

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use super::frame::PAGE;
 use super::held::HeldFd;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::device::sim::SimDevice;
 use crate::io::device::{self, BackingFile};
 use crate::io::durable_len::DurableLen;
 use crate::io::engine::sim::SimRouted;
@@ -38,8 +37,6 @@ pub(crate) struct ArrayFile {
     pub(crate) id: u64,
     /// Its backing file on each device, in device order.
     devices: Vec<BackingFile>,
-    /// The `st_dev` of each, whose garbage collection its write-backs time (`gc.rs`).
-    st_devs: Vec<u64>,
     /// Its length as last logged durably (`io/durable_len.rs`).
     durable_len: DurableLen,
     /// Takes the I/O of the backing files on simulated SSDs to their devices
@@ -52,13 +49,14 @@ pub(crate) struct ArrayFile {
 /// any `st_dev` (the kernel's is 32 bits).
 const SIM_DEVICE_NUMBERS: u64 = 1 << 62;
 
-/// The number that stands for a device in the GC table (`gc.rs`): the `st_dev` of its file
-/// system, or, for simulated device `sim`, one of its own (simulated devices share a file
-/// system, tmpfs as a rule).
-pub(crate) fn device_number(sim: Option<&SimDevice>, st_dev: impl FnOnce() -> u64) -> u64 {
-    match sim {
+/// The number that stands for `array`'s device `dev` in the GC table (`gc.rs`), whose
+/// garbage collection write-backs to it time: the `st_dev` of its directory's file system,
+/// or, for a simulated device, one of its own (simulated devices share a file system, tmpfs
+/// as a rule).
+pub(crate) fn device_number(array: &ArrayMeta, dev: usize) -> u64 {
+    match array.sim(dev) {
         Some(sim) => SIM_DEVICE_NUMBERS + sim.id(),
-        None => st_dev(),
+        None => array.dir_dev(dev),
     }
 }
 
@@ -129,25 +127,23 @@ impl ArrayFile {
     /// Array file `id` of `array`, over its backing files `devices`, at length `len` as
     /// logged.
     pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
-        use std::os::unix::fs::MetadataExt;
-        // A device whose file cannot be stat'ed is timed as device 0's file system's.
-        let st_devs = devices
-            .iter()
-            .map(|b| device_number(b.sim(), || b.file().metadata().map_or(0, |m| m.dev())))
-            .collect();
         let simulated =
             devices.iter().any(|b| b.sim().is_some()).then(|| SimRouted::new(Arc::new(PsyncEngine)));
-        ArrayFile { array, id, devices, st_devs, durable_len: DurableLen::new(len), simulated }
+        ArrayFile { array, id, devices, durable_len: DurableLen::new(len), simulated }
     }
 
-    /// The `st_dev` of device `dev`'s backing file.
-    pub(crate) fn st_dev(&self, dev: usize) -> u64 {
-        self.st_devs[dev]
+    /// The GC table's number for the device page `page` lies on (`device_number`).
+    pub(crate) fn device_number_of(&self, page: u64) -> u64 {
+        device_number(&self.array, self.array.layout.locate(page).0)
     }
 
-    /// The `st_dev` of the backing file page `page` lies in.
-    pub(crate) fn st_dev_of(&self, page: u64) -> u64 {
-        self.st_devs[self.array.layout.locate(page).0]
+    /// The engine the backing files' I/O goes through where no ring is used: the simulated
+    /// devices' routing, else one syscall after another.
+    fn io(&self) -> &dyn IoEngine {
+        match &self.simulated {
+            Some(engine) => engine,
+            None => &PsyncEngine,
+        }
     }
 
     /// Its length as last logged (durably, but at open: the namespace's).
@@ -195,27 +191,20 @@ impl ArrayFile {
     }
 
     /// Whether a device of the array is a simulated SSD: its I/O goes through
-    /// [`Self::write_simulated`] and the loads' engine, not the descriptors.
+    /// [`Self::write_devices`] and the loads' engine, not the descriptors.
     pub(crate) fn is_simulated(&self) -> bool {
         self.simulated.is_some()
     }
 
-    /// Runs `writes` (device, byte offset, pages) through the simulated devices' engine,
-    /// booked on every device before the last is waited for, as a batch of real writes
-    /// overlaps (no device simulated: one write after another).
-    pub(crate) fn write_simulated(
-        &self,
-        writes: &[(usize, u64, &[IoSlice<'_>])],
-    ) -> Vec<std::io::Result<()>> {
+    /// Runs `writes` (device, byte offset, pages) through [`Self::io`]: a batch on simulated
+    /// devices is booked on every device before the last is waited for, as a batch of real
+    /// writes overlaps.
+    pub(crate) fn write_devices(&self, writes: &[(usize, u64, &[IoSlice<'_>])]) -> Vec<std::io::Result<()>> {
         let mut reqs: Vec<IoReq<'_, '_>> = writes
             .iter()
             .map(|&(dev, at, bufs)| IoReq::Write { file: &self.devices[dev], offset: at, bufs })
             .collect();
-        let results = match &self.simulated {
-            Some(engine) => engine.run_batch(&mut reqs),
-            None => PsyncEngine.run_batch(&mut reqs),
-        };
-        results.into_iter().map(|r| r.map(|_| ())).collect()
+        self.io().run_batch(&mut reqs).into_iter().map(|r| r.map(|_| ())).collect()
     }
 
     /// Fills `pages` (whole frames) with pages `first..` of the file: a read per device run
@@ -313,17 +302,9 @@ impl ArrayFile {
         #[repr(C, align(4096))]
         struct Page([u8; PAGE]);
         let mut page = Box::new(Page([0; PAGE]));
-        let mut read = [IoSliceMut::new(&mut page.0)];
-        let got = match &self.simulated {
-            Some(engine) => engine.read_vectored(b, at, &mut read)?,
-            None => crate::io::sys::preadv_all(b.file().as_raw_fd(), at, &mut read)?,
-        };
+        let got = self.io().read_vectored(b, at, &mut [IoSliceMut::new(&mut page.0)])?;
         page.0[from.min(got)..].fill(0);
-        let mut write = [IoSlice::new(&page.0)];
-        match &self.simulated {
-            Some(engine) => engine.write_vectored(b, at, &write),
-            None => crate::io::sys::pwritev_all(b.file().as_raw_fd(), at, &mut write),
-        }
+        self.io().write_vectored(b, at, &[IoSlice::new(&page.0)])
     }
 
     /// Whether device `dev`'s backing file may leave its flush to the metadata log's commit:
@@ -368,11 +349,8 @@ impl ArrayFile {
     /// `fdatasync` of backing file `b` (`BackingFile::sync_covering`); a simulated device's
     /// flush (its backing file is only its medium).
     fn sync_device(&self, b: &BackingFile) -> Result<()> {
-        b.sync_covering(|| match &self.simulated {
-            Some(engine) => engine.sync_data(b),
-            None => b.file().sync_data(),
-        })
-        .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
+        b.sync_covering(|| self.io().sync_data(b))
+            .map_err(|e| Error::io(format!("flush an array file's backing file on device {}", b.device()), e))
     }
 
     /// Makes what was written back durable, and the length `len()` (logged unless the file's

@@ -1452,7 +1452,7 @@ impl<'a> FileLock<'a> {
     }
 
     /// A range slot for pages `first..end`, held by us, once no range writer overlaps them;
-    /// None if every slot is taken (the write then holds the file's lock instead).
+    /// None if every slot is taken (`hold` then waits for one).
     fn claim_range(&self, first: u64, end: u64) -> Option<RangeHeld<'a>> {
         self.quiesce(first, end, &|_| false);
         let me = self.inner.me;

@@ -104,6 +104,11 @@ pub(crate) fn key_page(key: u64) -> u64 {
 const WRITING_BACK: u64 = 1 << 30;
 const _: () = assert!(WRITING_BACK & HOLDER != 0 && WRITING_BACK > MAX_CLIENT_ID as u64);
 
+/// The holder's id in a lock half (or in a word), without `WRITING_BACK`.
+fn holder_id(half: u64) -> u32 {
+    (half & HOLDER & !WRITING_BACK) as u32
+}
+
 /// A frame's metadata, 32 bytes, all zeros for a free frame.
 #[repr(C)]
 pub(crate) struct FrameMeta {
@@ -193,7 +198,7 @@ impl FrameMeta {
         give_up: impl Fn(u32) -> bool,
     ) -> Option<Acquired> {
         // A holder writing back is named with `WRITING_BACK` beside its id.
-        let id = |h: u32| h & !(WRITING_BACK as u32);
+        let id = |h: u32| holder_id(h.into());
         match lock_word::lock_unless(self, me, |h| alive(id(h)), |h| give_up(id(h)))? {
             Acquired::OwnerDied(h) => Some(Acquired::OwnerDied(id(h))),
             clean => Some(clean),
@@ -218,7 +223,7 @@ impl FrameMeta {
     /// The lock's holder, if any.
     pub fn holder(&self) -> Option<u32> {
         // Relaxed: a report, stale as soon as read.
-        match (self.word.load(Ordering::Relaxed) & HOLDER & !WRITING_BACK) as u32 {
+        match holder_id(self.word.load(Ordering::Relaxed)) {
             0 => None,
             h => Some(h),
         }

@@ -3,7 +3,7 @@
 //! reach it, as the private engine infers it for its arrays (`io/device/gc_watch.rs`, whose
 //! per-device state lives here in the segment, fed by every process's write-backs).
 //!
-//! A device is a file's `st_dev` (an array file's page's: its device's backing file's; a
+//! A device is a file's `st_dev` (an array file's page's: its device's directory's, or a
 //! simulated device's own number, `backing::device_number`), up to
 //! [`GC_DEVICES`] of them; files on further devices are never taken to be collecting. Only write-backs through `O_DIRECT` (whole pages, with
 //! `SharedConfig::direct_write_back`) or to a simulated device are timed: a buffered one is a copy into the kernel's
@@ -80,7 +80,7 @@ impl Inner {
         let slot = super::frame::key_slot(k);
         let dev = {
             let fds = self.fds.lock().unwrap_or_else(|p| p.into_inner());
-            fds.get(&slot).and_then(|o| o.fd.array().map(|a| a.st_dev_of(super::frame::key_page(k))))
+            fds.get(&slot).and_then(|o| o.fd.array().map(|a| a.device_number_of(super::frame::key_page(k))))
         };
         match dev {
             Some(dev) => self.device_collecting(dev),

@@ -200,7 +200,7 @@ impl Inner {
             .filter_map(|(dev, pages)| {
                 let g = match to {
                     Target::Os { .. } => self.gc_device(slot),
-                    Target::Array(a) => self.view.gc().device(a.st_dev(dev)),
+                    Target::Array(a) => self.view.gc().device(super::backing::device_number(&a.array, dev)),
                 };
                 g.map(|g| (g, dev, pages))
             })
@@ -268,7 +268,7 @@ impl Inner {
         if let Target::Array(a) = to {
             if a.is_simulated() {
                 let writes: Vec<_> = pieces.iter().map(|p| (p.dev, p.at, &p.bufs[..])).collect();
-                return a.write_simulated(&writes);
+                return a.write_devices(&writes);
             }
         }
         if runs && pieces.len() > 1 {
