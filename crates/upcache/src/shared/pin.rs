@@ -225,6 +225,9 @@ impl SharedFile {
             let hinted = use_hot.then(|| hot::get(cache, file, page)).flatten();
             let (found, from_hot) = (hinted.or_else(|| inner.index().hint(k)), hinted.is_some());
             if let Some(f) = found.filter(|&f| (f as usize) < view.n_frames) {
+                // The caller's line of the page on its way while the frame's word is (two
+                // misses overlapped).
+                crate::frame::prefetch(view.page(f).wrapping_add(offset as usize % PAGE));
                 let m = &view.frames()[f as usize];
                 if let Some(w) = m.stable() {
                     let flags = m.flags();
