@@ -1,15 +1,20 @@
-//! The service's passes that put the frames' bytes on huge pages (`crate::shm::huge`): what
-//! the kernel's khugepaged does for memory it may put on huge pages, done for the segment.
+//! The passes that put the frames' bytes on huge pages (`crate::shm::huge`): what the kernel's
+//! khugepaged does for memory it may put on huge pages, done for the segment by its service,
+//! or by a thread of the process whose cache it is ([`start_own`]).
 //!
 //! Processes touch chunks on small pages (`chunk.rs`); while the cache is warm a pass
 //! collapses those in use, a bounded number of chunks a pass, copying their pages. A collapse
 //! that meets a page in use (an `O_DIRECT` write-back's) gives up, and the next pass tries
 //! again.
 
-use super::frame::PAGE;
-use crate::shm::huge::{self, HUGE_PAGE};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use super::chunk::CHUNK_FRAMES;
+use super::frame::PAGE;
+use super::{Inner, SharedCache};
+use crate::shm::huge::{self, HUGE_PAGE};
 
 /// Collapses refused with EINVAL in a row, after which the kernel is taken never to collapse:
 /// EINVAL also stands for passing failures (`huge::collapse`).
@@ -84,6 +89,162 @@ impl Collapser {
         }
         pass
     }
+}
+
+/// Chunks of the frames' bytes a pass collapses at most (128 MiB, about half a second of the
+/// kernel's copying here) before it looks at the hand again.
+const HUGE_CHUNKS_A_PASS: usize = 64;
+/// How often a maker looks whether the clock hand is still.
+const HAND_POLL: Duration = Duration::from_millis(100);
+/// Flush intervals at most between passes that collapsed nothing (each such pass doubles the
+/// wait): a collapse without a free huge page compacts memory, and reclaims the service's
+/// cgroup when that is full.
+const IDLE_PASSES: u32 = 64;
+
+/// The maker of a cache's huge pages (`chunk.rs`, `SharedConfig::huge_pages`): while the clock
+/// hand is still (no process claimed a frame since the last look: the cache is warm), it
+/// collapses the chunks in use on small pages, as khugepaged does; till every chunk is huge or
+/// the kernel refuses (chunks never used keep it looking, 10 times a second, a pass over the
+/// chunk states every flush interval). A moving hand means a cache filling, whose processes a
+/// collapse would hold up (each waits for the chunk it touches), on memory slow to first touch
+/// here.
+pub(crate) struct Maker {
+    record: Collapser,
+    interval: Duration,
+    next_pass: Instant,
+    idle_passes: u32,
+    hand: u64,
+    /// The segment is a named file (a service's), for what to tell an administrator.
+    in_file: bool,
+}
+
+impl Maker {
+    /// The maker of `cache`'s huge pages; None if it has them off.
+    pub fn new(cache: &SharedCache, in_file: bool) -> Option<Maker> {
+        cache.config().huge_pages.then(|| Maker {
+            record: cache.huge_pages_record(),
+            interval: cache.inner.view.header().flush_interval(),
+            next_pass: Instant::now(),
+            idle_passes: 1,
+            hand: cache.hand(),
+            in_file,
+        })
+    }
+
+    /// A look at the hand, every [`HAND_POLL`]: a pass if the hand stood still since the last
+    /// look and one is due. False once no pass is wanted any more.
+    pub fn look(&mut self, cache: &SharedCache) -> bool {
+        let (was, now) = (self.hand, cache.hand());
+        self.hand = now;
+        if was != now || Instant::now() < self.next_pass {
+            return true;
+        }
+        let pass = cache.make_huge_pages(&mut self.record, HUGE_CHUNKS_A_PASS);
+        if self.record.refused() {
+            no_huge_pages(self.in_file);
+            return false;
+        }
+        let (huge, _, n) = cache.chunks();
+        if huge == n {
+            log::info!("upcache: every frame of the shared cache on huge pages");
+            return false;
+        }
+        self.idle_passes = match (pass.collapsed.len(), pass.left) {
+            (HUGE_CHUNKS_A_PASS, _) => 0, // more to do: at the next still look
+            (0, left) if left > 0 => (self.idle_passes * 2).clamp(1, IDLE_PASSES),
+            _ => 1,
+        };
+        self.next_pass = Instant::now() + self.interval * self.idle_passes;
+        true
+    }
+}
+
+/// The service's maker of huge pages, till `stop`.
+pub(crate) fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
+    let Some(mut maker) = Maker::new(cache, in_file) else { return };
+    // Relaxed: set before the unpark that ends a park.
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::park_timeout(HAND_POLL);
+        if !maker.look(cache) {
+            return;
+        }
+    }
+}
+
+/// For a cache of this process's own (`SharedCache::create_private`), which has no service: a
+/// thread of the process making its huge pages as a service would (as the in-process engine's
+/// frames are on transparent huge pages). It holds the cache only during a look, so dropping
+/// the cache ends it.
+pub(crate) fn start_own(inner: &Arc<Inner>) -> std::io::Result<Option<Arc<Looks>>> {
+    let cache = SharedCache { inner: inner.clone() };
+    let Some(maker) = Maker::new(&cache, false) else { return Ok(None) };
+    drop(cache);
+    let (weak, looks) = (Arc::downgrade(inner), Arc::new(Looks::default()));
+    let counted = looks.clone();
+    super::quiet::with_signals_blocked(|| {
+        std::thread::Builder::new().name("upcache-huge".into()).spawn(move || {
+            super::quiet::library_thread();
+            make_own(&weak, maker, &counted);
+        })
+    })?;
+    Ok(Some(looks))
+}
+
+fn make_own(weak: &Weak<Inner>, mut maker: Maker, looks: &Looks) {
+    loop {
+        std::thread::park_timeout(HAND_POLL);
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.forked() || inner.retired() {
+            return;
+        }
+        let more = maker.look(&SharedCache { inner });
+        looks.note();
+        if !more {
+            return;
+        }
+    }
+}
+
+/// The looks of a cache's own maker ([`start_own`]), counted for tests to wait on.
+#[derive(Default)]
+pub(crate) struct Looks {
+    count: Mutex<u64>,
+    looked: Condvar,
+}
+
+impl Looks {
+    fn note(&self) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.looked.notify_all();
+    }
+
+    /// Waits for `n` more looks; false if they did not come within `patience`.
+    #[cfg(test)]
+    pub fn wait_for(&self, n: u64, patience: Duration) -> bool {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let target = *count + n;
+        let (count, _) = self
+            .looked
+            .wait_timeout_while(count, patience, |c| *c < target)
+            .unwrap_or_else(|p| p.into_inner());
+        *count >= target
+    }
+}
+
+/// Says how an administrator can give the cache huge pages, as the kernel would not collapse
+/// its chunks (before Linux 6.1, where these settings give huge pages at faults instead; or
+/// shared memory's huge pages denied).
+fn no_huge_pages(in_file: bool) {
+    let how = if in_file {
+        "`mount -o remount,huge=within_size /dev/shm` (before Linux 6.1)"
+    } else {
+        "`echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled`"
+    };
+    log::info!(
+        "upcache: the kernel puts no shared memory on huge pages on request (MADV_COLLAPSE), so \
+         random hits pay for 4 KiB page translations (a seventh of warm reads here); {how} as \
+         root lets the cache have them"
+    );
 }
 
 #[cfg(all(test, not(loom)))]

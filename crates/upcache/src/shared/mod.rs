@@ -160,6 +160,8 @@ pub(crate) struct Inner {
     uring: std::sync::OnceLock<Option<crate::io::engine::UringEngine>>,
     /// The flusher thread of a cache this process made for itself (`create_private`).
     own_flusher: std::sync::OnceLock<Arc<own_flusher::OwnFlusher>>,
+    /// The looks of the huge page thread of such a cache, if it has huge pages (`huge.rs`).
+    own_huge: std::sync::OnceLock<Arc<huge::Looks>>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -198,7 +200,9 @@ impl SharedCache {
     /// process does the service's write-back instead (`own_flusher.rs`): every flush interval
     /// the files dirty past the expiry, and whenever the cache is past the background dirty
     /// ratio, files until a sixteenth below it. (A writer past the foreground ratio writes
-    /// back itself, `FlushKind::Background` too: only a service pauses writers.) It holds
+    /// back itself, `FlushKind::Background` too: only a service pauses writers.) With
+    /// `huge_pages`, another thread puts the chunks in use on huge pages once the cache is warm,
+    /// as the service does (`huge.rs`). It holds
     /// only this process's data, so a credential change keeps it
     /// ([`Self::forget_every_segment`] passes it over).
     pub fn create_private(config: &SharedConfig) -> Result<SharedCache> {
@@ -207,6 +211,11 @@ impl SharedCache {
         let flusher = own_flusher::OwnFlusher::start(&cache.inner)
             .map_err(|e| crate::error::Error::io("start the cache's flusher thread", e))?;
         let _ = cache.inner.own_flusher.set(flusher);
+        let looks = huge::start_own(&cache.inner)
+            .map_err(|e| crate::error::Error::io("start the cache's huge page thread", e))?;
+        if let Some(looks) = looks {
+            let _ = cache.inner.own_huge.set(looks);
+        }
         Ok(cache)
     }
 
@@ -291,6 +300,7 @@ impl SharedCache {
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
             own_flusher: std::sync::OnceLock::new(),
+            own_huge: std::sync::OnceLock::new(),
             uring: std::sync::OnceLock::new(),
         };
         if let Some(dead) = inherited {
@@ -1226,6 +1236,36 @@ mod tests {
             assert!(back == data, "the bytes as written");
             f.close().unwrap();
         }
+    }
+
+    /// A cache of the process's own has no service: its own thread puts the chunks in use on
+    /// huge pages once the hand stands still, every byte as written (as the in-process engine's
+    /// frames are on transparent huge pages); none with huge pages off.
+    #[test]
+    fn a_private_cache_puts_its_chunks_in_use_on_huge_pages_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(13) ^ (i >> 12)) as u8).collect();
+        let off =
+            SharedCache::create_private(&SharedConfig { memory: 8 << 20, huge_pages: false, ..small() });
+        assert!(off.unwrap().inner.own_huge.get().is_none(), "no thread with huge pages off");
+        let cache = SharedCache::create_private(&SharedConfig { memory: 8 << 20, ..small() }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        assert_eq!(cache.chunks(), (0, 2, 4), "the 2 chunks written, on small pages");
+        // A look under way may have read the hand mid-write; the next finds it where it is
+        // now, the one after it still: a pass.
+        let looks = cache.inner.own_huge.get().expect("the thread").clone();
+        assert!(looks.wait_for(3, std::time::Duration::from_secs(10)), "the thread looks");
+        if crate::shm::huge::kernel_collapses() {
+            assert_eq!(cache.chunks(), (2, 0, 4), "collapsed by the cache's own thread");
+            let mapped = cache.huge_page_bytes().unwrap();
+            assert!(mapped >= 4 << 20, "the written chunks on huge pages: {mapped}");
+        }
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
+        assert!(back == data, "the bytes as written");
     }
 
     /// The service keeps a lent descriptor only if it can write the file's pages back where

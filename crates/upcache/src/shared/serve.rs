@@ -216,7 +216,7 @@ pub fn serve(opts: &ServeOptions, ready: impl FnOnce(&SharedCache)) -> Result<bo
     let stop = AtomicBool::new(false);
     let alone = std::thread::scope(|s| {
         let flusher = s.spawn(|| flush(&cache, &lent, &asked, &stop));
-        let huge = s.spawn(|| make_huge(&cache, in_file, &stop));
+        let huge = s.spawn(|| super::huge::make_huge(&cache, in_file, &stop));
         let alone = serve_loop(opts, &cache, &listener, &lent, &|slot| {
             if let Some(slot) = slot {
                 let mut a = asked.lock().unwrap_or_else(|p| p.into_inner());
@@ -420,72 +420,6 @@ fn flush(
         cache.write_back_due(&files, &now);
         cache.write_back_next_to_go(&files, &mut hands);
     }
-}
-
-/// Chunks of the frames' bytes a pass of [`make_huge`] collapses at most (128 MiB, about half
-/// a second of the kernel's copying here) before it looks at the hand again.
-const HUGE_CHUNKS_A_PASS: usize = 64;
-/// How often the service looks whether the clock hand is still.
-const HAND_POLL: Duration = Duration::from_millis(100);
-/// Flush intervals at most between passes that collapsed nothing (each such pass doubles the
-/// wait): a collapse without a free huge page compacts memory, and reclaims the service's
-/// cgroup when that is full.
-const IDLE_PASSES: u32 = 64;
-
-/// The service's maker of huge pages (`chunk.rs`, `huge.rs`, `SharedConfig::huge_pages`): while
-/// the clock hand is still (no process claimed a frame since the last look: the cache is warm),
-/// it collapses the chunks in use on small pages, as khugepaged does; till every chunk is huge
-/// or the kernel refuses (chunks never used keep it looking, 10 times a second, a pass over
-/// the chunk states every flush interval). A moving hand means a cache filling, whose processes
-/// a collapse would hold up (each waits for the chunk it touches), on memory slow to first
-/// touch here.
-fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
-    if !cache.config().huge_pages {
-        return;
-    }
-    let interval = cache.inner.view.header().flush_interval();
-    let mut record = cache.huge_pages_record();
-    let (mut next_pass, mut idle_passes) = (std::time::Instant::now(), 1);
-    let mut hand = cache.hand();
-    // Relaxed: set before the unpark that ends a park.
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::park_timeout(HAND_POLL);
-        let (was, now) = (hand, cache.hand());
-        hand = now;
-        if was != now || std::time::Instant::now() < next_pass {
-            continue;
-        }
-        let pass = cache.make_huge_pages(&mut record, HUGE_CHUNKS_A_PASS);
-        if record.refused() {
-            return no_huge_pages(in_file);
-        }
-        let (huge, _, n) = cache.chunks();
-        if huge == n {
-            return log::info!("upcache serve: every frame on huge pages");
-        }
-        idle_passes = match (pass.collapsed.len(), pass.left) {
-            (HUGE_CHUNKS_A_PASS, _) => 0, // more to do: at the next still look
-            (0, left) if left > 0 => (idle_passes * 2).clamp(1, IDLE_PASSES),
-            _ => 1,
-        };
-        next_pass = std::time::Instant::now() + interval * idle_passes;
-    }
-}
-
-/// Says how an administrator can give the cache huge pages, as the kernel would not collapse
-/// its chunks (before Linux 6.1, where these settings give huge pages at faults instead; or
-/// shared memory's huge pages denied).
-fn no_huge_pages(in_file: bool) {
-    let how = if in_file {
-        "`mount -o remount,huge=within_size /dev/shm` (before Linux 6.1)"
-    } else {
-        "`echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled`"
-    };
-    log::info!(
-        "upcache serve: the kernel puts no shared memory on huge pages on request (MADV_COLLAPSE), \
-         so random hits pay for 4 KiB page translations (a seventh of warm reads here); {how} as \
-         root lets the cache have them"
-    );
 }
 
 /// Answers attaches, keeps lent descriptors, passes requests for write-back to the flusher
