@@ -121,6 +121,7 @@ impl Collector for CacheCollector {
 /// The counters of `upcache::Stats`, which both kinds of cache report.
 fn counts(e: &mut DescriptorEncoder<'_>, s: &Stats) -> std::fmt::Result {
     counter(e, "upcache_hits", "Page lookups that found the page resident", s.hits)?;
+    counter(e, "upcache_lock_free_hits", "Of those, pages copied with no lock and no pin", s.lock_free_hits)?;
     counter(e, "upcache_misses", "Page lookups that loaded or created the page", s.misses)?;
     counter(e, "upcache_evictions", "Pages evicted to make room", s.evictions)?;
     counter(e, "upcache_readahead_pages", "Pages loaded ahead of sequential readers", s.readahead_pages)?;
@@ -236,14 +237,17 @@ mod tests {
         let f = cache.open_path(&p, true).unwrap();
         let mut page = [0u8; 4096];
         for _ in 0..33 {
-            f.read_at(&mut page, 0).unwrap(); // a miss, then 32 hits
+            // A miss that loads page 1 too (read ahead), then 32 hits, copied lock-free.
+            f.read_at(&mut page, 0).unwrap();
         }
-        f.write_at(&[9; 10], 4096).unwrap(); // a miss, a dirty page
+        f.write_at(&[9; 10], 4096).unwrap(); // page 1 found: a dirty page
         publish_shared(cache.clone());
         let text = render();
         for want in [
             "upcache_hits_total 32",
-            "upcache_misses_total 2",
+            "upcache_lock_free_hits_total 32",
+            "upcache_misses_total 1",
+            "upcache_readahead_pages_total 1",
             "upcache_read_bytes_total 8192",
             "upcache_dirty_pages 1",
             "upcache_frames 256",

@@ -367,6 +367,48 @@ proptest! {
 /// A miss loads the read's missing pages in one run, within the length and never over a page
 /// already cached; a read that continues where its open's last one ended has pages after it
 /// read ahead (by the process's loaders: `shared/ahead.rs` tests how far), each page once.
+/// Counted as the in-process engine counts them: a cold read's own pages are misses, the
+/// pages loaded past it (its miss's run, the loaders' windows) are read ahead, no miss, and
+/// every page looked up counts once: those read ahead count hits when they are read.
+#[test]
+fn a_read_counts_its_own_pages_as_misses_and_its_readahead_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let data: Vec<u8> = (0..512u32 << 12).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&p, &data).unwrap();
+    let cache =
+        SharedCache::create(&SharedConfig { memory: 4 << 20, readahead: 16 << 12, ..small() }).unwrap();
+    let f = cache.open_path(&p, false).unwrap();
+    let (before, own) = (cache.status(), cache.own_counts());
+    // A new open's first read, from 0, is sequential: its miss loads the readahead too.
+    let mut buf = vec![0u8; 2 << 12];
+    f.read_at(&mut buf, 0).unwrap();
+    cache.wait_for_readahead();
+    let (s, counts) = (cache.status(), cache.own_counts());
+    assert_eq!((counts.0 - own.0, counts.1 - own.1), (0, 2), "two misses, no hit: {s:?}");
+    assert_eq!(s.misses - before.misses, 2);
+    let ahead = s.readahead_pages - before.readahead_pages;
+    assert!(ahead >= 14 && ahead == s.loads - before.loads - 2, "{ahead} read ahead: {s:?}");
+    assert_eq!(s.stats().readahead_pages, s.readahead_pages);
+    // The frames' words (32 bytes each) and the rest of the fixed metadata; not the frames.
+    assert!(s.metadata_bytes >= 1024 * 32 && s.metadata_bytes < 4 << 20, "{s:?}");
+    // Read now: 14 hits, no miss.
+    let mut rest = vec![0u8; 14 << 12];
+    f.read_at(&mut rest, 2 << 12).unwrap();
+    assert!(rest == data[2 << 12..16 << 12]);
+    let later = cache.own_counts();
+    assert_eq!((later.0 - counts.0, later.1 - counts.1), (14, 0));
+    // A read not where its open's last one ended (far past the windows read ahead) reads no
+    // more than its own pages, all misses.
+    let g = cache.open_path(&p, false).unwrap();
+    let mut own_only = vec![0u8; 8 << 12];
+    g.read_at(&mut own_only, 400 << 12).unwrap();
+    assert!(own_only == data[400 << 12..408 << 12]);
+    let (end, last) = (cache.status(), cache.own_counts());
+    assert_eq!((last.0 - later.0, last.1 - later.1), (0, 8));
+    assert_eq!(end.readahead_pages, s.readahead_pages, "nothing read ahead");
+}
+
 #[test]
 fn misses_load_runs_and_sequential_reads_load_ahead() {
     let dir = tempfile::tempdir().unwrap();
@@ -552,6 +594,8 @@ fn a_writer_s_dflush_of_scattered_pages_goes_in_batches_through_io_uring() {
         }
         let s = cache.status();
         assert!(s.writer_write_backs > 0, "{io:?}: {s:?}");
+        assert!(s.dflush_pages > 0 && s.dflush_pages <= s.written_back, "the writers' pages: {s:?}");
+        assert_eq!(s.stats().dflush_pages, s.dflush_pages);
         match io {
             upcache::IoKind::Uring => assert!(s.write_back_batches > 0, "no batch: {s:?}"),
             upcache::IoKind::Psync => assert_eq!(s.write_back_batches, 0, "{s:?}"),

@@ -518,8 +518,10 @@ impl SharedFile {
             own
         };
         let streamed = sequential && self.inner.streams();
+        // Pages below it were counted by a miss that loaded them (`lock_page_loading`).
+        let mut counted_to = 0;
         for c in chunks(offset, end, PAGE as u64) {
-            let want = (last - c.page) as usize;
+            let want = ((last - c.page) as usize, (own - c.page) as usize);
             // A stream's read that begins inside a page goes on reading the page its last
             // read ended in: read once still (the kernel's `pos_same_folio`).
             let touch = match streamed {
@@ -527,7 +529,9 @@ impl SharedFile {
                 true => Touch::Stream,
                 false => Touch::Reference,
             };
-            self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, touch, count)?;
+            let count = count && c.page >= counted_to;
+            let loaded = self.read_page(c.page, c.in_page, &mut buf[c.at..][..c.len], want, touch, count)?;
+            counted_to = counted_to.max(c.page + loaded as u64);
         }
         Ok((end - offset) as usize)
     }
@@ -554,23 +558,26 @@ impl SharedFile {
             if !self.inner.ahead.post(&self.inner, w) {
                 break;
             }
+            // Relaxed: a statistic.
+            self.inner.view.header().ahead_windows.fetch_add(1, Ordering::Relaxed);
             at = to;
         }
         stream.edge.store(at, Ordering::Relaxed);
     }
 
     /// Copies bytes of page `page` from `in_page` into `dst`; a miss loads the page and up to
-    /// `want - 1` missing pages after it; a hit is noted for the clock hand as `touch` says, and
-    /// counted if `count`.
+    /// `want.0 - 1` missing pages after it, the first `want.1` of them counted as misses, and
+    /// says how many it loaded; a hit is noted for the clock hand as `touch` says, and counted
+    /// if `count`.
     fn read_page(
         &self,
         page: u64,
         in_page: usize,
         dst: &mut [u8],
-        want: usize,
+        want: (usize, usize),
         touch: Touch,
         count: bool,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let view = &self.inner.view;
         let k = self.inner.key(self.slot, page);
         if let Some(f) = self.inner.index().hint(k) {
@@ -594,15 +601,16 @@ impl SharedFile {
                         }
                         if count {
                             self.inner.count_hit();
+                            self.inner.count_lock_free_hit();
                         }
-                        return Ok(());
+                        return Ok(0);
                     }
                 }
             }
         }
         // Missing, in flight or changing: take the frame's lock (loading the page if need be),
         // unless a stopped process holds it.
-        let f = loop {
+        let (f, loaded) = loop {
             match self.inner.lock_page_loading(
                 self.slot,
                 page,
@@ -611,15 +619,15 @@ impl SharedFile {
                 &|h| self.other_stopped(h),
                 count,
             )? {
-                Some(f) => break f,
-                None if self.read_page_beside_stopped(page, in_page, dst)? => return Ok(()),
+                Some(got) => break got,
+                None if self.read_page_beside_stopped(page, in_page, dst)? => return Ok(0),
                 None => {}
             }
         };
         // SAFETY: we hold the frame's lock; in bounds as above.
         unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
         view.frames()[f as usize].unlock(self.inner.me, false);
-        Ok(())
+        Ok(loaded)
     }
 
     /// Writes `buf` at `offset`: all of it, or, if an error stops it after some pages, how
@@ -925,7 +933,9 @@ impl SharedFile {
             let pages = inner.candidates_of(self.slot, gen, from, to);
             // Frames others hold locked are passed over, never waited for: their holder may
             // be a stopped process, and this writer's pages are elsewhere.
-            let _ = inner.write_back_listed(&pages, inner.target(&self.fd), false, Some(target));
+            let into = inner.target(&self.fd);
+            let _ =
+                super::writeback::as_writer(|| inner.write_back_listed(&pages, into, false, Some(target)));
             looked += to - from;
             // Relaxed: a threshold.
             if inner.view.header().dirty.load(Ordering::Relaxed) <= target {

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x15");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x16");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -335,6 +335,15 @@ pub(crate) struct Header {
     /// Dirty pages of sequential write streams handed to write-behind
     /// (`SharedFile::write_behind`).
     pub behind_pages: AtomicU64,
+    /// Pages the loaders read ahead of sequential readers (`load_window`): not misses; a
+    /// reader that finds one counts a hit.
+    pub ahead_pages: AtomicU64,
+    /// Readahead windows posted to the loaders (`SharedFile::read_ahead`).
+    pub ahead_windows: AtomicU64,
+    /// Pages writers wrote back themselves past the foreground ratio (dflush).
+    pub dflush_pages: AtomicU64,
+    /// Write-back requests that failed (their pages stayed dirty).
+    pub write_back_errors: AtomicU64,
     /// `SharedConfig::numa`: the nodes' CPUs, and their hands (`numa.rs`).
     pub numa: super::numa::NodeTable,
     /// `SharedConfig::numa` was the machine's (0), off (1) or described (2) (set before the
@@ -440,6 +449,8 @@ pub(crate) struct ClientCounters {
     pub tree_ops: AtomicU64,
     /// Pins the process's threads' hot indexes served (`pin.rs`).
     pub hot_hits: AtomicU64,
+    /// Of `hits`, pages copied by an optimistic read: no lock, no pin (`pages::count_hit`).
+    pub lock_free_hits: AtomicU64,
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.
@@ -894,6 +905,18 @@ impl View {
     #[inline]
     pub fn reserve(&self, f: usize) -> bool {
         self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).ensure(f * PAGE)
+    }
+
+    /// Bytes of the regions that are neither page frames nor the tree's nodes (counted in use
+    /// as the index's): frame words, file table, client table, ledgers, bucket heads or set
+    /// tags, fixed when the segment was made.
+    pub fn metadata_bytes(&self) -> u64 {
+        let index = [kind::PAGES, kind::LEAVES, kind::LEAF_META, kind::INNERS, kind::INNER_META];
+        (kind::HEADER..=kind::SET_TAGS)
+            .filter(|k| !index.contains(k))
+            .filter_map(|k| self.seg.region(k))
+            .map(|(_, len)| len as u64)
+            .sum()
     }
 
     /// Region `base` of `len` bytes, allocated a chunk at a time, with the marks of part

@@ -28,29 +28,35 @@ impl Inner {
     /// The frame holding page `first` of file `slot`, locked for us: as
     /// `lock_page_unless(.., Fill::Read, give_up, count)`, but a miss loads up to `want - 1`
     /// missing pages after it in the same `preadv` (at most [`RUN_PAGES`] in all), left cached
-    /// and unlocked. None if the page's frame is held by one `give_up` says not to wait for.
+    /// and unlocked, and says how many it loaded. None if the page's frame is held by one
+    /// `give_up` says not to wait for. Of the pages loaded, the first `own` are the caller's to
+    /// look up, counted as misses (it counts no hit for them), the rest as read ahead, as the
+    /// in-process engine counts a read's missing pages and its readahead.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn lock_page_loading(
         &self,
         slot: u32,
         first: u64,
-        want: usize,
+        (want, own): (usize, usize),
         fd: &Backing,
         give_up: &dyn Fn(u32) -> bool,
         count: bool,
-    ) -> Result<Option<u32>> {
+    ) -> Result<Option<(u32, usize)>> {
         let want = want.clamp(1, RUN_PAGES);
         let k = self.key(slot, first);
         let index = self.index();
         if want == 1 || index.hint(k).is_some() {
             // Cached, or being loaded by someone: the single page's path, which waits for it.
-            return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count);
+            return Ok(self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?.map(|f| (f, 0)));
         }
         let f = self.claim(k)?;
         match self.place_unless(f, k, give_up)? {
             Some(true) => {}
             Some(false) => {
                 self.free_frame(f);
-                return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count);
+                return Ok(self
+                    .lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?
+                    .map(|f| (f, 0)));
             }
             None => {
                 self.free_frame(f);
@@ -58,15 +64,19 @@ impl Inner {
             }
         }
         let run = self.gather_run(slot, first, f, want);
-        match self.fill_published(&run, slot, first, fd) {
+        match self.fill_published(&run, slot, first, fd, own.clamp(1, run.len())) {
             Ok(()) => {}
             Err(e) if run.len() == 1 => return Err(e),
-            Err(_) => return self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count),
+            Err(_) => {
+                return Ok(self
+                    .lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?
+                    .map(|f| (f, 0)));
+            }
         }
         for &f in &run[1..] {
             self.view.frames()[f as usize].unlock(self.me, true);
         }
-        Ok(Some(run[0]))
+        Ok(Some((run[0], run.len())))
     }
 
     /// Loads the missing pages of `pages` of file `slot` within its length (a window of
@@ -100,7 +110,7 @@ impl Inner {
                 }
             }
             let run = self.gather_run(slot, page, f, (end - page) as usize);
-            if self.fill_published(&run, slot, page, fd).is_err() {
+            if self.fill_published(&run, slot, page, fd, 0).is_err() {
                 return;
             }
             for &f in &run {
@@ -136,12 +146,19 @@ impl Inner {
     }
 
     /// Fills the frames of `run` (pages `first..` of `slot`, locked by us, in the index) and
-    /// marks them `VALID`, still locked; on an error frees them all.
-    fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &Backing) -> Result<()> {
-        let n = run.len() as u64;
+    /// marks them `VALID`, still locked; on an error frees them all. Its first `own` pages
+    /// are a reader's lookups, counted as misses; the rest as read ahead (which no one looked
+    /// up).
+    fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &Backing, own: usize) -> Result<()> {
+        let (n, ahead) = (own as u64, (run.len() - own) as u64);
         // Relaxed: statistics.
-        self.view.header().misses.fetch_add(n, Ordering::Relaxed);
-        self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            self.view.header().misses.fetch_add(n, Ordering::Relaxed);
+            self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
+        }
+        if ahead > 0 {
+            self.view.header().ahead_pages.fetch_add(ahead, Ordering::Relaxed);
+        }
         let direct = match self.fill_run(run, slot, first, fd) {
             Ok(direct) => direct,
             Err(e) => {
@@ -159,7 +176,7 @@ impl Inner {
             // Release: published with the bytes by the unlock.
             frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
         }
-        self.view.header().loads.fetch_add(n, Ordering::Relaxed);
+        self.view.header().loads.fetch_add(run.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -858,7 +858,11 @@ pub struct SharedStatus {
     /// Pins served by the pinning thread's hot index (`SharedConfig::hot_index`), without a
     /// page index lookup; among `hits`.
     pub hot_hits: u64,
-    /// Page lookups that found no frame and claimed one (loads and whole-page writes).
+    /// Pages copied by an optimistic read, with no lock and no pin; among `hits`.
+    pub lock_free_hits: u64,
+    /// Page lookups that found no frame and claimed one (loads and whole-page writes): a read's
+    /// pages a miss of it loaded count here, those it loaded past the read in
+    /// `readahead_pages`.
     pub misses: u64,
     /// Frames that held a page when the clock hand claimed them for another.
     pub evictions: u64,
@@ -887,19 +891,39 @@ pub struct SharedStatus {
     pub next_to_go_written: u64,
     /// Dirty pages of sequential write streams handed to write-behind (`SharedConfig::streams`).
     pub behind_pages: u64,
+    /// Pages loaded ahead of sequential readers (by a miss past its read, and by the loaders),
+    /// which no lookup counted as a miss.
+    pub readahead_pages: u64,
+    /// Readahead windows posted to the loaders.
+    pub readahead_windows: u64,
+    /// Pages writers wrote back themselves past the foreground dirty ratio (dflush).
+    pub dflush_pages: u64,
+    /// Write-back requests that failed (their pages stayed dirty, the error kept for syncs).
+    pub write_back_errors: u64,
+    /// Bytes of the segment's metadata, fixed when it was made: frame words, file table,
+    /// client table, ledgers, the hash's bucket heads or the sets' tags (the tree's nodes
+    /// in use are the index's, `index_nodes`).
+    pub metadata_bytes: u64,
 }
 
 impl SharedStatus {
     /// These counts as the in-process engine's [`crate::Stats`], the one counter type that
-    /// `upcache bench`, the C ABI's `upcache_get_stats` and Prometheus read: hits, misses,
-    /// evictions, load requests and bytes (`read_ios`, `read_bytes`), write-back requests and
-    /// bytes, dirty pages, frames and the index's bytes; the counts the shared cache does not
-    /// keep are 0.
+    /// `upcache bench`, the C ABI's `upcache_get_stats` and Prometheus read: hits (lock-free
+    /// and hot among them), misses, evictions, readahead, load requests and bytes (`read_ios`,
+    /// `read_bytes`), write-back requests, bytes and errors, dflush's pages, dirty pages,
+    /// frames, the metadata's and the index's bytes; the counts the shared cache does not keep
+    /// (background reclaim's, stream-ordered evictions) are 0.
     pub fn stats(&self) -> crate::metrics::Stats {
         let bytes = |pages: u64| pages * frame::PAGE as u64;
         crate::metrics::Stats {
             hits: self.hits,
             hot_hits: self.hot_hits,
+            lock_free_hits: self.lock_free_hits,
+            readahead_pages: self.readahead_pages,
+            readahead_windows: self.readahead_windows,
+            dflush_pages: self.dflush_pages,
+            writeback_errors: self.write_back_errors,
+            metadata_bytes: self.metadata_bytes,
             misses: self.misses,
             evictions: self.evictions,
             read_ios: self.load_requests,

@@ -65,6 +65,8 @@ thread_local! {
     static PENDING_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
     /// As `PENDING_HITS`, for the hot index's hits (`pin.rs`).
     static PENDING_HOT_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    /// As `PENDING_HITS`, for the hits of optimistic copies (`SharedFile::read_page`).
+    static PENDING_LOCK_FREE_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
 /// Counts a hit into `counter`, `HIT_BATCH` at a time (`pending`: this thread's pending
@@ -87,7 +89,7 @@ fn count_hit(pending: &'static std::thread::LocalKey<Cell<(usize, u64)>>, counte
 
 /// Adds this thread's pending hits to the counters they belong to.
 pub(crate) fn flush_pending_hits() {
-    for pending in [&PENDING_HITS, &PENDING_HOT_HITS] {
+    for pending in [&PENDING_HITS, &PENDING_HOT_HITS, &PENDING_LOCK_FREE_HITS] {
         pending.with(|p| {
             let (at, n) = p.replace((0, 0));
             if at != 0 && n > 0 {
@@ -110,6 +112,12 @@ impl Inner {
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
         count_hit(&PENDING_HITS, &self.view.counters_of(self.me).hits);
+    }
+
+    /// Counts a lookup whose page an optimistic copy read (no lock, no pin), among the hits
+    /// (`count_hit` counts it too).
+    pub(crate) fn count_lock_free_hit(&self) {
+        count_hit(&PENDING_LOCK_FREE_HITS, &self.view.counters_of(self.me).lock_free_hits);
     }
 
     /// Counts a pin the thread's hot index served (`pin.rs`).

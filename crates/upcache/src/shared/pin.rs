@@ -250,7 +250,9 @@ impl SharedFile {
             // Missing, in flight or changing: the page's frame locked (loaded if need be),
             // waiting for whoever holds it, a stopped process too (its write may be half
             // copied). A pin under the lock stands: the next holder's loads follow our unlock.
-            let Some(f) = inner.lock_page_loading(self.slot, page, 1, &self.fd, &|_| false, true)? else {
+            let Some((f, _)) =
+                inner.lock_page_loading(self.slot, page, (1, 1), &self.fd, &|_| false, true)?
+            else {
                 continue;
             };
             let m = &view.frames()[f as usize];

@@ -281,6 +281,12 @@ impl Inner {
             repairs: h.repairs.load(Ordering::Relaxed),
             hits: self.view.counters().iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
             hot_hits: self.view.counters().iter().map(|c| c.hot_hits.load(Ordering::Relaxed)).sum(),
+            lock_free_hits: self
+                .view
+                .counters()
+                .iter()
+                .map(|c| c.lock_free_hits.load(Ordering::Relaxed))
+                .sum(),
             misses: h.misses.load(Ordering::Relaxed),
             evictions: h.evictions.load(Ordering::Relaxed),
             load_requests: h.load_requests.load(Ordering::Relaxed),
@@ -295,6 +301,11 @@ impl Inner {
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
             behind_pages: h.behind_pages.load(Ordering::Relaxed),
+            readahead_pages: h.ahead_pages.load(Ordering::Relaxed),
+            readahead_windows: h.ahead_windows.load(Ordering::Relaxed),
+            dflush_pages: h.dflush_pages.load(Ordering::Relaxed),
+            write_back_errors: h.write_back_errors.load(Ordering::Relaxed),
+            metadata_bytes: self.view.metadata_bytes(),
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -19,6 +19,26 @@ use super::Inner;
 use crate::error::{Error, Result};
 use crate::io::engine::UringEngine;
 
+thread_local! {
+    /// Whether this thread writes back for a writer past the foreground ratio (dflush), whose
+    /// pages are counted apart ([`as_writer`]).
+    static BY_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, a writer's own write-back past the foreground ratio (dflush): the pages it
+/// writes back count as `dflush_pages`.
+pub(crate) fn as_writer<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BY_WRITER.set(false);
+        }
+    }
+    BY_WRITER.set(true);
+    let _reset = Reset;
+    f()
+}
+
 /// Dirty pages in a write-back's list per part written at once (`write_back_listed`): four
 /// runs, so that a small sync starts no thread.
 const SPLIT_PAGES: usize = 4 * RUN_PAGES;
@@ -244,6 +264,8 @@ impl Inner {
             let run = run.as_ref();
             if let Some(err) = failed {
                 e.record_error(err.raw_os_error().unwrap_or(libc::EIO) as u32);
+                // Relaxed: a counter.
+                self.view.header().write_back_errors.fetch_add(1, Ordering::Relaxed);
                 first = first.and(Err(Error::io("write back pages of a shared file", err)));
                 continue;
             }
@@ -257,6 +279,9 @@ impl Inner {
             // Relaxed: counters.
             self.view.header().dirty.fetch_sub(n, Ordering::Relaxed);
             self.view.header().written_back.fetch_add(n, Ordering::Relaxed);
+            if BY_WRITER.get() {
+                self.view.header().dflush_pages.fetch_add(n, Ordering::Relaxed);
+            }
         }
         first
     }
@@ -361,6 +386,7 @@ impl Inner {
             return self.write_back_sorted(&pages, to, wait, stop_at);
         }
         let part = pages.len().div_ceil(parts);
+        let by_writer = BY_WRITER.get();
         std::thread::scope(|s| {
             let others: Vec<_> = super::quiet::with_signals_blocked(|| {
                 pages[part..]
@@ -370,6 +396,7 @@ impl Inner {
                             .name("upcache-write-back".into())
                             .spawn_scoped(s, move || {
                                 super::quiet::library_thread();
+                                BY_WRITER.set(by_writer);
                                 self.write_back_sorted(p, to, wait, stop_at)
                             });
                         // No thread to be had: this one writes the part too.
