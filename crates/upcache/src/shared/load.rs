@@ -32,7 +32,6 @@ impl Inner {
     /// `give_up` says not to wait for. Of the pages loaded, the first `own` are the caller's to
     /// look up, counted as misses (it counts no hit for them), the rest as read ahead, as the
     /// in-process engine counts a read's missing pages and its readahead.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn lock_page_loading(
         &self,
         slot: u32,
@@ -45,18 +44,18 @@ impl Inner {
         let want = want.clamp(1, RUN_PAGES);
         let k = self.key(slot, first);
         let index = self.index();
+        // The single page's path, which waits for a page being loaded; it loads no run.
+        let one_page =
+            || Ok(self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?.map(|f| (f, 0)));
         if want == 1 || index.hint(k).is_some() {
-            // Cached, or being loaded by someone: the single page's path, which waits for it.
-            return Ok(self.lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?.map(|f| (f, 0)));
+            return one_page(); // cached, or being loaded by someone
         }
         let f = self.claim(k)?;
         match self.place_unless(f, k, give_up)? {
             Some(true) => {}
             Some(false) => {
                 self.free_frame(f);
-                return Ok(self
-                    .lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?
-                    .map(|f| (f, 0)));
+                return one_page();
             }
             None => {
                 self.free_frame(f);
@@ -67,11 +66,7 @@ impl Inner {
         match self.fill_published(&run, slot, first, fd, own.clamp(1, run.len())) {
             Ok(()) => {}
             Err(e) if run.len() == 1 => return Err(e),
-            Err(_) => {
-                return Ok(self
-                    .lock_page_unless(slot, first, fd, Fill::Read, give_up, count)?
-                    .map(|f| (f, 0)));
-            }
+            Err(_) => return one_page(),
         }
         for &f in &run[1..] {
             self.view.frames()[f as usize].unlock(self.me, true);
