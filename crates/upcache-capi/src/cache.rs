@@ -583,7 +583,7 @@ pub unsafe extern "C" fn upcache_get_stats(cache: *const upcache_cache, out: *mu
         // SAFETY: the function's contract.
         let stats = match unsafe { &cache_ref(cache)?.cache } {
             Backend::Private(c) => c.stats().into(),
-            Backend::Shared(c) => upcache_stats::from(c.status().stats()),
+            Backend::Shared(c) => upcache_stats::from(c.status().stats),
         };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { *out = stats };

@@ -141,7 +141,7 @@ fn counts(e: &mut DescriptorEncoder<'_>, s: &Stats) -> std::fmt::Result {
 /// own are in its `Cache::latencies`).
 fn shared(e: &mut DescriptorEncoder<'_>, cache: &SharedCache) -> std::fmt::Result {
     let s = cache.status();
-    counts(e, &s.stats())?;
+    counts(e, &s.stats)?;
     counter(e, "upcache_repairs", "Frames taken over from processes that died holding them", s.repairs)?;
     gauge(e, "upcache_cached_pages", "Frames holding a page", s.cached)?;
     gauge(e, "upcache_locked_frames", "Frames locked now (loads, writes, write-backs)", s.locked)?;
@@ -240,11 +240,11 @@ mod tests {
             // A miss that loads page 1 too (read ahead), then 32 hits, copied lock-free.
             f.read_at(&mut page, 0).unwrap();
         }
-        f.write_at(&[9; 10], 4096).unwrap(); // page 1 found: a dirty page
+        f.write_at(&[9; 10], 4096).unwrap(); // page 1 found (a hit): a dirty page
         publish_shared(cache.clone());
         let text = render();
         for want in [
-            "upcache_hits_total 32",
+            "upcache_hits_total 33",
             "upcache_lock_free_hits_total 32",
             "upcache_misses_total 1",
             "upcache_readahead_pages_total 1",

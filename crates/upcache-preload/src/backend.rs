@@ -34,11 +34,3 @@ pub(crate) fn close(file: File) -> Result<()> {
         Err(_) => Ok(()), // a write-back of every file holds it for a moment
     }
 }
-
-/// (hits, misses, bytes written back) for the statistics line: this process's lookups, and
-/// the bytes written back by every process (a page is written back by whichever process or
-/// service comes first; on a private cache, by this one).
-pub(crate) fn counts(cache: &SharedCache) -> (u64, u64, u64) {
-    let (hits, misses) = cache.own_counts();
-    (hits, misses, cache.written_back_bytes())
-}

@@ -19,7 +19,8 @@
 //!   The first process to find none there starts the service (`upcache serve`, forked).
 //! - `UPCACHE_IDLE`: seconds a service this process starts stays with nobody attached;
 //!   default 60.
-//! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit.
+//! - `UPCACHE_STATS`: a file that each process appends a line of counters to at exit (its
+//!   own, then the cache's `upcache::Stats` as `cache.<name>=`).
 //! - `UPCACHE_DIRECT`: 0 to read and write the files through the kernel's page cache (misses
 //!   then find pages other processes left there, for twice the memory): the default of
 //!   `UPCACHE_DIRECT_WRITE_BACK` and `UPCACHE_DIRECT_LOADS` then off; 1 (the default) leaves

@@ -764,9 +764,9 @@ impl Shim {
     fn report(&self) {
         let Some(path) = &self.settings.stats else { return };
         let c = &self.counters;
-        let (hits, misses, writeback_bytes) = crate::backend::counts(&self.cache);
-        let line = format!(
-            "pid={} opens={} uncached={} reopened={} demoted_opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={} writeback_bytes={}\n",
+        let (hits, misses) = self.cache.own_counts();
+        let mut line = format!(
+            "pid={} opens={} uncached={} reopened={} demoted_opens={} reads={} writes={} read_bytes={} write_bytes={} syncs={} hits={} misses={}",
             self.pid,
             c.opens.load(Ordering::Relaxed),
             c.uncached.load(Ordering::Relaxed),
@@ -779,8 +779,12 @@ impl Shim {
             c.syncs.load(Ordering::Relaxed),
             hits,
             misses,
-            writeback_bytes,
         );
+        // The cache's counts, of every process attached to it, as everything reports them.
+        for (name, value) in self.cache.status().stats.fields() {
+            line.push_str(&format!(" cache.{name}={value}"));
+        }
+        line.push('\n');
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -339,7 +339,7 @@ print(len(data))
 
 /// Cause 11: a process asking for another size than the running shared cache's is told so;
 /// the service shows in `ps` as itself, not as the program that started it; a process's
-/// UPCACHE_STATS line counts its hits; the service's log has dates; its status (text and
+/// UPCACHE_STATS line counts its hits, and the cache's counts follow; the service's log has dates; its status (text and
 /// JSON) gives its size and pid; the shim's default idle time is the service's.
 #[test]
 fn the_shared_cache_says_what_it_is() {
@@ -373,6 +373,12 @@ fn the_shared_cache_says_what_it_is() {
             );
             let line = std::fs::read_to_string(&stats).unwrap();
             assert!(common::field(&line, "hits") >= 1, "the second read hit the shared cache: {line}");
+            // Then the cache's counts, every process's, by the names of `upcache::Stats`.
+            let cached = |name: &str| common::field(&line, &format!("cache.{name}"));
+            assert!(cached("hits") >= common::field(&line, "hits") && cached("misses") >= 1, "{line}");
+            assert_eq!(cached("frames"), 16 << 8, "the cache's 16 MiB: {line}");
+            let names = upcache::Stats::default().fields().map(|(name, _)| format!(" cache.{name}="));
+            assert!(names.iter().all(|n| line.contains(n.as_str())), "every count: {line}");
             let json = upcache::shared::serve::status_json(&socket).unwrap();
             assert!(json.contains("\"memory_bytes\":16777216"), "{json}");
             let pid: u32 =

@@ -130,11 +130,11 @@ fn the_last_close_writes_back_and_a_later_open_finds_pages_warm_or_revalidates()
     f.read_at(&mut [0; 8192], 0).unwrap();
     f.close().unwrap();
     assert_eq!(&os_bytes(&p)[..11], &[2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1]);
-    let loads = c.status().loads;
+    let loads = c.status().stats.read_bytes / 4096;
     let f = c.open_path(&p, false).unwrap();
     let mut buf = vec![0; 8192];
     f.read_at(&mut buf, 0).unwrap();
-    assert_eq!(c.status().loads, loads, "both pages still cached: no load");
+    assert_eq!(c.status().stats.read_bytes / 4096, loads, "both pages still cached: no load");
     drop(f);
     // Changed without the cache while nobody had it open: the next open drops the old pages.
     std::fs::File::options().write(true).open(&p).unwrap().write_all_at(&[5; 4], 100).unwrap();
@@ -386,12 +386,14 @@ fn a_read_counts_its_own_pages_as_misses_and_its_readahead_apart() {
     cache.wait_for_readahead();
     let (s, counts) = (cache.status(), cache.own_counts());
     assert_eq!((counts.0 - own.0, counts.1 - own.1), (0, 2), "two misses, no hit: {s:?}");
-    assert_eq!(s.misses - before.misses, 2);
-    let ahead = s.readahead_pages - before.readahead_pages;
-    assert!(ahead >= 14 && ahead == s.loads - before.loads - 2, "{ahead} read ahead: {s:?}");
-    assert_eq!(s.stats().readahead_pages, s.readahead_pages);
+    assert_eq!(s.stats.misses - before.stats.misses, 2);
+    let ahead = s.stats.readahead_pages - before.stats.readahead_pages;
+    assert!(
+        ahead >= 14 && ahead == s.stats.read_bytes / 4096 - before.stats.read_bytes / 4096 - 2,
+        "{ahead} read ahead: {s:?}"
+    );
     // The frames' words (32 bytes each) and the rest of the fixed metadata; not the frames.
-    assert!(s.metadata_bytes >= 1024 * 32 && s.metadata_bytes < 4 << 20, "{s:?}");
+    assert!(s.stats.metadata_bytes >= 1024 * 32 && s.stats.metadata_bytes < 4 << 20, "{s:?}");
     // Read now: 14 hits, no miss.
     let mut rest = vec![0u8; 14 << 12];
     f.read_at(&mut rest, 2 << 12).unwrap();
@@ -406,7 +408,7 @@ fn a_read_counts_its_own_pages_as_misses_and_its_readahead_apart() {
     assert!(own_only == data[400 << 12..408 << 12]);
     let (end, last) = (cache.status(), cache.own_counts());
     assert_eq!((last.0 - later.0, last.1 - later.1), (0, 8));
-    assert_eq!(end.readahead_pages, s.readahead_pages, "nothing read ahead");
+    assert_eq!(end.stats.readahead_pages, s.stats.readahead_pages, "nothing read ahead");
 }
 
 #[test]
@@ -417,7 +419,7 @@ fn misses_load_runs_and_sequential_reads_load_ahead() {
     std::fs::write(&p, &data).unwrap();
     let cache = SharedCache::create(&SharedConfig { memory: 4 << 20, ..small() }).unwrap();
     let f = cache.open_path(&p, false).unwrap();
-    let loads = || cache.status().loads;
+    let loads = || cache.status().stats.read_bytes / 4096;
     let mut buf = vec![0u8; 64 << 10];
     // Not where the last read ended (0, for a new open): only the read's own 16 pages.
     f.read_at(&mut buf, 40 << 12).unwrap();
@@ -467,7 +469,7 @@ fn the_status_counts_hits_of_every_client_misses_and_evictions() {
     // No read continues where the last one of its open ended, so none reads ahead.
     fa.read_at(&mut page, 4096).unwrap();
     let first = a.status();
-    assert_eq!((first.misses, first.loads, first.hits), (1, 1, 0), "{first:?}");
+    assert_eq!((first.stats.misses, first.stats.read_bytes / 4096, first.stats.hits), (1, 1, 0), "{first:?}");
     // 64 hits from each client (threads add theirs 32 at a time), each on its own line.
     for f in [&fa, &fb] {
         for _ in 0..64 {
@@ -475,16 +477,24 @@ fn the_status_counts_hits_of_every_client_misses_and_evictions() {
         }
     }
     let hot = b.status();
-    assert_eq!((hot.hits, hot.misses), (128, 1), "both clients' hits, in either's status: {hot:?}");
+    assert_eq!(
+        (hot.stats.hits, hot.stats.misses),
+        (128, 1),
+        "both clients' hits, in either's status: {hot:?}"
+    );
     // Every page once, 5 pages apart: the cache fills, then each miss evicts one.
     for i in 0..512u64 {
         fa.read_at(&mut page, (1 + i * 5) % 512 * 4096).unwrap();
         assert_eq!(page[4095], 7);
     }
     let s = a.status();
-    assert_eq!(s.misses, 1 + 511, "page 1 was cached: {s:?}");
-    assert!(s.evictions >= 511 - 256, "{} evictions for 511 new pages in 256 frames", s.evictions);
-    assert!(s.evictions <= s.misses, "{s:?}");
+    assert_eq!(s.stats.misses, 1 + 511, "page 1 was cached: {s:?}");
+    assert!(
+        s.stats.evictions >= 511 - 256,
+        "{} evictions for 511 new pages in 256 frames",
+        s.stats.evictions
+    );
+    assert!(s.stats.evictions <= s.stats.misses, "{s:?}");
 }
 
 /// Each technique switch of `SharedConfig` changes what it should, and nothing a program
@@ -518,15 +528,21 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
         want[220 << 12..252 << 12].fill(9);
         assert_eq!(os_bytes(&p), want);
         let end = cache.status();
-        let requests = missed.load_requests - ahead.load_requests;
+        let requests = missed.stats.read_ios - ahead.stats.read_ios;
         // The tree index holds the file's 144 cached pages in leaves of 64 and a root above.
         let tree = end.index_nodes.0 >= 3 && end.index_nodes.1 >= 1;
         assert!(tree || end.index_nodes == (0, 0), "{:?}", end.index_nodes);
         // The counters as every report reads them: a leaf of 256 bytes, an inner node of 512,
         // each with a state word of 24.
         let (leaves, inners) = end.index_nodes;
-        assert_eq!(end.stats().index_bytes, leaves * (256 + 24) + inners * (512 + 24));
-        (requests, ahead.loads, (end.write_back_requests, end.write_back_batches), end.written_back, tree)
+        assert_eq!(end.stats.index_bytes, leaves * (256 + 24) + inners * (512 + 24));
+        (
+            requests,
+            ahead.stats.read_bytes / 4096,
+            (end.stats.writeback_ios, end.write_back_batches),
+            end.stats.writeback_bytes / 4096,
+            tree,
+        )
     };
     let on = SharedConfig { readahead: 16 << 12, ..small() };
     // The sync's two runs at once through io_uring.
@@ -594,8 +610,10 @@ fn a_writer_s_dflush_of_scattered_pages_goes_in_batches_through_io_uring() {
         }
         let s = cache.status();
         assert!(s.writer_write_backs > 0, "{io:?}: {s:?}");
-        assert!(s.dflush_pages > 0 && s.dflush_pages <= s.written_back, "the writers' pages: {s:?}");
-        assert_eq!(s.stats().dflush_pages, s.dflush_pages);
+        assert!(
+            s.stats.dflush_pages > 0 && s.stats.dflush_pages <= s.stats.writeback_bytes / 4096,
+            "the writers' pages: {s:?}"
+        );
         match io {
             upcache::IoKind::Uring => assert!(s.write_back_batches > 0, "no batch: {s:?}"),
             upcache::IoKind::Psync => assert_eq!(s.write_back_batches, 0, "{s:?}"),

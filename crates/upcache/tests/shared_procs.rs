@@ -386,7 +386,7 @@ fn past_the_foreground_ratio_dflush_writes_back_and_background_pauses_for_the_se
             }
             upcache::FlushKind::Background => {
                 assert!(s.writer_pauses > 0 && s.writer_write_backs == 0, "background: {s:?}");
-                assert_eq!(s.dflush_pages, 0, "no writer wrote back: {s:?}")
+                assert_eq!(s.stats.dflush_pages, 0, "no writer wrote back: {s:?}")
             }
         }
         drop(f);

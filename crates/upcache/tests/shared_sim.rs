@@ -159,11 +159,11 @@ fn injected_faults_are_clean_errors_and_lose_nothing() {
         for (_, s) in &sims {
             s.inject(Fault::EioAfter { op: FaultOp::Write, n: 1 });
         }
-        assert_eq!(cache.status().write_back_errors, 0);
+        assert_eq!(cache.status().stats.writeback_errors, 0);
         let e = f.sync_data().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io, "{e}");
-        assert!(cache.status().dirty > 0, "the failed pages stay dirty");
-        assert!(cache.status().stats().writeback_errors > 0, "the failed requests counted");
+        assert!(cache.status().stats.dirty_pages > 0, "the failed pages stay dirty");
+        assert!(cache.status().stats.writeback_errors > 0, "the failed requests counted");
         let mut back = vec![0u8; data.len()];
         f.read_at(&mut back, 0).unwrap();
         assert!(back == data, "cached data survives the failed write-back");
@@ -181,7 +181,7 @@ fn injected_faults_are_clean_errors_and_lose_nothing() {
             s.clear_faults();
         }
         f.sync_data().unwrap();
-        assert_eq!(cache.status().dirty, 0);
+        assert_eq!(cache.status().stats.dirty_pages, 0);
     }
     let cache = cache(128);
     let array = SharedArray::open(&cache, spec(&dirs, &sims)).unwrap();

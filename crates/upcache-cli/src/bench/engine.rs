@@ -832,7 +832,7 @@ impl Engine for SharedEngine {
     /// The shared cache's counters, as the in-process engine's (every process's, since the
     /// cache was made: the run's own, as its service starts with it).
     fn stats(&self) -> Option<Stats> {
-        Some(self.cache.as_ref()?.status().stats())
+        Some(self.cache.as_ref()?.status().stats)
     }
 
     fn teardown(mut self, keep: bool) -> Result<()> {

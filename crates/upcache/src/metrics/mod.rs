@@ -134,6 +134,35 @@ pub struct Stats {
     pub index_bytes: u64,
 }
 
+impl Stats {
+    /// Every counter with its field's name, in declaration order: what the shim's
+    /// `UPCACHE_STATS` line and `upcache serve --status` print, so that each reads the same
+    /// names as the JSON, the C ABI and Prometheus.
+    pub fn fields(&self) -> [(&'static str, u64); 19] {
+        [
+            ("hits", self.hits),
+            ("lock_free_hits", self.lock_free_hits),
+            ("misses", self.misses),
+            ("evictions", self.evictions),
+            ("reclaimed", self.reclaimed),
+            ("stream_evictions", self.stream_evictions),
+            ("readahead_pages", self.readahead_pages),
+            ("readahead_windows", self.readahead_windows),
+            ("hot_hits", self.hot_hits),
+            ("read_ios", self.read_ios),
+            ("read_bytes", self.read_bytes),
+            ("writeback_ios", self.writeback_ios),
+            ("writeback_bytes", self.writeback_bytes),
+            ("writeback_errors", self.writeback_errors),
+            ("dflush_pages", self.dflush_pages),
+            ("dirty_pages", self.dirty_pages),
+            ("frames", self.frames),
+            ("metadata_bytes", self.metadata_bytes),
+            ("index_bytes", self.index_bytes),
+        ]
+    }
+}
+
 impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lookups = self.hits + self.misses;
@@ -234,5 +263,23 @@ mod stats_tests {
         let json = serde_json::to_value(s).unwrap();
         assert_eq!((json["hits"].as_u64(), json["evictions"].as_u64()), (Some(7), Some(2)));
         assert_eq!(serde_json::from_value::<Stats>(json).unwrap(), s);
+    }
+
+    /// `fields` names every field, as serde does, each with its own value: a field added to
+    /// `Stats` and not to `fields` fails here.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn fields_name_every_field_with_its_value() {
+        let mut s = Stats::default();
+        let names: Vec<&str> = s.fields().iter().map(|(n, _)| *n).collect();
+        let mut json = serde_json::to_value(s).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            json[*name] = serde_json::json!(i as u64 + 1);
+        }
+        s = serde_json::from_value(json.clone()).unwrap();
+        let fields: Vec<(&str, u64)> = s.fields().to_vec();
+        let want: Vec<(&str, u64)> = names.iter().enumerate().map(|(i, n)| (*n, i as u64 + 1)).collect();
+        assert_eq!(fields, want);
+        assert_eq!(json.as_object().unwrap().len(), names.len(), "a field fields() does not name: {json}");
     }
 }

@@ -266,14 +266,14 @@ mod tests {
             "the read's readahead and the four windows after it"
         );
         assert!(ahead[256 + 4 * 64..].iter().all(|&c| !c), "nothing further");
-        assert_eq!(cache.status().load_requests, 5, "a request per window (the read's, at once)");
+        assert_eq!(cache.status().stats.read_ios, 5, "a request per window (the read's, at once)");
         // Read on to the end: each read keeps the windows ahead, up to the end and no further.
         for at in (buf.len()..data.len()).step_by(buf.len()) {
             assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
             assert_eq!(buf, data[at..at + buf.len()], "at {at}");
         }
         cache.wait_for_readahead();
-        assert_eq!(cache.status().loads, 768, "every page once, none past the end");
+        assert_eq!(cache.status().stats.read_bytes / 4096, 768, "every page once, none past the end");
 
         let off = SharedCache::create(&SharedConfig { readahead: 0, ..config }).unwrap();
         let f = off.open_path(&p, false).unwrap();

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x16");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x17");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -294,6 +294,8 @@ pub(crate) struct Header {
     pub misses: AtomicU64,
     /// Frames that held a page when the clock hand claimed them.
     pub evictions: AtomicU64,
+    /// Of those, frames holding a page a sequential stream read once (`STREAMED`).
+    pub stream_evictions: AtomicU64,
     /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
     pub files_lock: OwnerLock,
     /// `SharedConfig::dirty_ratios`, as f64 bits (set before the magic number, then fixed).

@@ -330,12 +330,12 @@ mod tests {
         std::fs::write(&p, vec![7u8; 100]).unwrap();
         let cache = SharedCache::create(&small()).unwrap();
         let f = cache.open_path(&p, true).unwrap();
-        let before = cache.status().load_requests;
+        let before = cache.status().stats.read_ios;
         f.write_at(&[1u8; 28], 3 * 4096 + 512).unwrap();
         f.write_at(&[2u8; 100], 5 * 4096 + 4000).unwrap();
-        assert_eq!(cache.status().load_requests, before, "pages 3, 5 and 6 lie past the end");
+        assert_eq!(cache.status().stats.read_ios, before, "pages 3, 5 and 6 lie past the end");
         f.write_at(&[3u8; 10], 10).unwrap();
-        assert_eq!(cache.status().load_requests, before + 1, "page 0 holds the file's bytes");
+        assert_eq!(cache.status().stats.read_ios, before + 1, "page 0 holds the file's bytes");
         let mut want = vec![0u8; 6 * 4096 + 4000 + 100 - 4096];
         want[..100].fill(7);
         want[10..20].fill(3);

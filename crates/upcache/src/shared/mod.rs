@@ -664,6 +664,7 @@ impl SharedCache {
 
     /// Counts for a status report.
     pub fn status(&self) -> SharedStatus {
+        pages::flush_pending_hits(); // the calling thread's own are in, as `own_counts` has them
         self.inner.status()
     }
 
@@ -831,49 +832,36 @@ impl Inner {
     }
 }
 
-/// What a shared cache holds now.
+/// What a shared cache holds now: its counts as every cache reports them ([`crate::Stats`], the
+/// one counter type that `upcache bench`, the C ABI's `upcache_get_stats`, Prometheus, the
+/// shim's `UPCACHE_STATS` and `upcache serve --status` read), and what only a shared cache has.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SharedStatus {
-    /// Frames in the cache.
-    pub frames: u64,
+    /// The counts of every process since the cache was made. Hits are added by each thread 32
+    /// at a time, so up to 31 a thread are not in yet. Among `misses` are a read's pages that
+    /// a miss of it loaded and whole-page writes; pages loaded past a read (by its miss's run
+    /// or the loaders) are `readahead_pages`. `read_ios` are the reads of the OS files that
+    /// loaded pages (one per run, or per page with `SharedConfig::bundling` off),
+    /// `writeback_ios` the writes (one per run, or per page with `run_merging` off).
+    /// `stream_evictions` are the evicted pages a sequential stream read once
+    /// (`SharedConfig::streams`); `reclaimed` is 0, as the clock hand claims frames at a miss,
+    /// with no reclaim ahead of it. `dirty_pages` counts the frames flagged dirty, and
+    /// `metadata_bytes` the segment's fixed regions (frame words, file table, client table,
+    /// ledgers, the hash's bucket heads or the sets' tags); the tree's nodes in use are
+    /// `index_bytes`.
+    pub stats: crate::metrics::Stats,
     /// Frames holding a page.
     pub cached: u64,
-    /// Frames holding a dirty page.
-    pub dirty: u64,
     /// Frames locked now (by a load, a write or a write-back in flight).
     pub locked: u64,
     /// Files in the file table.
     pub files: u64,
     /// Pids of the attached processes.
     pub clients: Vec<u32>,
-    /// Pages loaded (misses) since the cache was made.
-    pub loads: u64,
-    /// Pages written back since the cache was made.
-    pub written_back: u64,
     /// Frames taken over from processes that died holding them, and repaired.
     pub repairs: u64,
-    /// Page lookups that found the page cached, by every process since the cache was made
-    /// (each thread adds its hits 32 at a time, so up to 31 a thread are not in yet).
-    pub hits: u64,
-    /// Pins served by the pinning thread's hot index (`SharedConfig::hot_index`), without a
-    /// page index lookup; among `hits`.
-    pub hot_hits: u64,
-    /// Pages copied by an optimistic read, with no lock and no pin; among `hits`.
-    pub lock_free_hits: u64,
-    /// Page lookups that found no frame and claimed one (loads and whole-page writes): a read's
-    /// pages a miss of it loaded count here, those it loaded past the read in
-    /// `readahead_pages`.
-    pub misses: u64,
-    /// Frames that held a page when the clock hand claimed them for another.
-    pub evictions: u64,
-    /// Reads of the OS files that loaded pages: one per load run, or per page with
-    /// `SharedConfig::bundling` off.
-    pub load_requests: u64,
-    /// Writes to the OS files that wrote pages back: one per run, or per page with
-    /// `SharedConfig::run_merging` off.
-    pub write_back_requests: u64,
-    /// Write-backs that put several of those writes in the kernel's hands at once, through
-    /// io_uring (`SharedConfig::io`; 0 with psync).
+    /// Write-backs that put several writes in the kernel's hands at once, through io_uring
+    /// (`SharedConfig::io`; 0 with psync).
     pub write_back_batches: u64,
     /// The tree index's nodes in use: leaves, inner nodes (0 with the hash index).
     pub index_nodes: (u64, u64),
@@ -891,53 +879,6 @@ pub struct SharedStatus {
     pub next_to_go_written: u64,
     /// Dirty pages of sequential write streams handed to write-behind (`SharedConfig::streams`).
     pub behind_pages: u64,
-    /// Pages loaded ahead of sequential readers (by a miss past its read, and by the loaders),
-    /// which no lookup counted as a miss.
-    pub readahead_pages: u64,
-    /// Readahead windows posted to the loaders.
-    pub readahead_windows: u64,
-    /// Pages writers wrote back themselves past the foreground dirty ratio (dflush).
-    pub dflush_pages: u64,
-    /// Write-back requests that failed (their pages stayed dirty, the error kept for syncs).
-    pub write_back_errors: u64,
-    /// Bytes of the segment's metadata, fixed when it was made: frame words, file table,
-    /// client table, ledgers, the hash's bucket heads or the sets' tags (the tree's nodes
-    /// in use are the index's, `index_nodes`).
-    pub metadata_bytes: u64,
-}
-
-impl SharedStatus {
-    /// These counts as the in-process engine's [`crate::Stats`], the one counter type that
-    /// `upcache bench`, the C ABI's `upcache_get_stats` and Prometheus read: hits (lock-free
-    /// and hot among them), misses, evictions, readahead, load requests and bytes (`read_ios`,
-    /// `read_bytes`), write-back requests, bytes and errors, dflush's pages, dirty pages,
-    /// frames, the metadata's and the index's bytes; the counts the shared cache does not keep
-    /// (background reclaim's, stream-ordered evictions) are 0.
-    pub fn stats(&self) -> crate::metrics::Stats {
-        let bytes = |pages: u64| pages * frame::PAGE as u64;
-        crate::metrics::Stats {
-            hits: self.hits,
-            hot_hits: self.hot_hits,
-            lock_free_hits: self.lock_free_hits,
-            readahead_pages: self.readahead_pages,
-            readahead_windows: self.readahead_windows,
-            dflush_pages: self.dflush_pages,
-            writeback_errors: self.write_back_errors,
-            metadata_bytes: self.metadata_bytes,
-            misses: self.misses,
-            evictions: self.evictions,
-            read_ios: self.load_requests,
-            read_bytes: bytes(self.loads),
-            writeback_ios: self.write_back_requests,
-            writeback_bytes: bytes(self.written_back),
-            dirty_pages: self.dirty,
-            frames: self.frames,
-            // The tree index's nodes in use, each with its state word (`tree.rs`).
-            index_bytes: self.index_nodes.0 * (tree::LEAF_BYTES + tree::NODE_META_BYTES)
-                + self.index_nodes.1 * (tree::INNER_BYTES + tree::NODE_META_BYTES),
-            ..crate::metrics::Stats::default()
-        }
-    }
 }
 
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.

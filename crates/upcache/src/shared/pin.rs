@@ -463,7 +463,7 @@ mod tests {
                 assert!(buf.iter().all(|&x| x == page as u8), "round {round}, page {page}");
             }
         }
-        assert!(cache.status().evictions > 4 * 40, "the cache churned");
+        assert!(cache.status().stats.evictions > 4 * 40, "the cache churned");
         let m = &cache.inner.view.frames()[pinned.frame as usize];
         assert_eq!(m.home(), cache.inner.key(f.slot, 3), "the pinned frame still holds its page");
         assert!(pinned.iter().all(|&x| x == 3));
@@ -562,7 +562,7 @@ mod tests {
                 }
             }
             cache.own_counts(); // this thread's pending counts in
-            let hot = cache.status().hot_hits;
+            let hot = cache.status().stats.hot_hits;
             assert_eq!(hot, if hot_index { 16 } else { 0 }, "hot index {hot_index}");
             assert_eq!(cache.config().hot_index, hot_index);
         }
@@ -616,6 +616,6 @@ mod tests {
                 });
             }
         });
-        assert!(a.status().evictions > 0, "{:?}", a.status());
+        assert!(a.status().stats.evictions > 0, "{:?}", a.status());
     }
 }

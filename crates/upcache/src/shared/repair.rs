@@ -8,10 +8,12 @@
 //! partition is rebuilt from the frames' flags. The dead process's opens are subtracted from
 //! its files' open counts, and only then is its client slot freed.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::frame::{key_page, key_slot, DIRTY, PAGE, VALID};
-use super::{Inner, SharedStatus};
+use super::layout::ClientCounters;
+use super::{frame, tree, Inner, SharedStatus};
+use crate::metrics::Stats;
 use crate::shm::Acquired;
 
 impl Inner {
@@ -268,44 +270,50 @@ impl Inner {
     pub(crate) fn status(&self) -> SharedStatus {
         let frames = self.view.frames();
         let h = self.view.header();
+        let page_bytes = |pages: u64| pages * frame::PAGE as u64;
+        let forest = self.view.forest();
+        let index_nodes = (forest.leaves.live() as u64, forest.inners.live() as u64);
         // Relaxed (all): a report.
-        SharedStatus {
+        let sum = |count: fn(&ClientCounters) -> &AtomicU64| {
+            self.view.counters().iter().map(|c| count(c).load(Ordering::Relaxed)).sum()
+        };
+        let stats = Stats {
+            hits: sum(|c| &c.hits),
+            lock_free_hits: sum(|c| &c.lock_free_hits),
+            hot_hits: sum(|c| &c.hot_hits),
+            misses: h.misses.load(Ordering::Relaxed),
+            evictions: h.evictions.load(Ordering::Relaxed),
+            reclaimed: 0,
+            stream_evictions: h.stream_evictions.load(Ordering::Relaxed),
+            readahead_pages: h.ahead_pages.load(Ordering::Relaxed),
+            readahead_windows: h.ahead_windows.load(Ordering::Relaxed),
+            read_ios: h.load_requests.load(Ordering::Relaxed),
+            read_bytes: page_bytes(h.loads.load(Ordering::Relaxed)),
+            writeback_ios: h.write_back_requests.load(Ordering::Relaxed),
+            writeback_bytes: page_bytes(h.written_back.load(Ordering::Relaxed)),
+            writeback_errors: h.write_back_errors.load(Ordering::Relaxed),
+            dflush_pages: h.dflush_pages.load(Ordering::Relaxed),
+            dirty_pages: frames.iter().filter(|m| m.flags() & DIRTY != 0).count() as u64,
             frames: frames.len() as u64,
+            metadata_bytes: self.view.metadata_bytes(),
+            // The tree index's nodes in use, each with its state word (`tree.rs`).
+            index_bytes: index_nodes.0 * (tree::LEAF_BYTES + tree::NODE_META_BYTES)
+                + index_nodes.1 * (tree::INNER_BYTES + tree::NODE_META_BYTES),
+        };
+        SharedStatus {
+            stats,
             cached: frames.iter().filter(|m| m.flags() & VALID != 0).count() as u64,
-            dirty: frames.iter().filter(|m| m.flags() & DIRTY != 0).count() as u64,
             locked: frames.iter().filter(|m| m.holder().is_some()).count() as u64,
             files: self.view.files().iter().filter(|e| e.state.load(Ordering::Relaxed) != 0).count() as u64,
             clients: self.view.clients().pids(),
-            loads: h.loads.load(Ordering::Relaxed),
-            written_back: h.written_back.load(Ordering::Relaxed),
             repairs: h.repairs.load(Ordering::Relaxed),
-            hits: self.view.counters().iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
-            hot_hits: self.view.counters().iter().map(|c| c.hot_hits.load(Ordering::Relaxed)).sum(),
-            lock_free_hits: self
-                .view
-                .counters()
-                .iter()
-                .map(|c| c.lock_free_hits.load(Ordering::Relaxed))
-                .sum(),
-            misses: h.misses.load(Ordering::Relaxed),
-            evictions: h.evictions.load(Ordering::Relaxed),
-            load_requests: h.load_requests.load(Ordering::Relaxed),
-            write_back_requests: h.write_back_requests.load(Ordering::Relaxed),
             write_back_batches: h.write_back_batches.load(Ordering::Relaxed),
-            index_nodes: {
-                let forest = self.view.forest();
-                (forest.leaves.live() as u64, forest.inners.live() as u64)
-            },
+            index_nodes,
             index_full: h.index_full.load(Ordering::Relaxed),
             writer_write_backs: h.writer_write_backs.load(Ordering::Relaxed),
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
             behind_pages: h.behind_pages.load(Ordering::Relaxed),
-            readahead_pages: h.ahead_pages.load(Ordering::Relaxed),
-            readahead_windows: h.ahead_windows.load(Ordering::Relaxed),
-            dflush_pages: h.dflush_pages.load(Ordering::Relaxed),
-            write_back_errors: h.write_back_errors.load(Ordering::Relaxed),
-            metadata_bytes: self.view.metadata_bytes(),
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -636,34 +636,28 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
     let switch = |on: bool| (crate::units::on_off(on).to_string(), on.to_string());
     let pair = |a: String, b: String| (format!("{a},{b}"), format!("[{a},{b}]"));
     let clients: Vec<String> = s.clients.iter().map(u32::to_string).collect();
-    let fields = [
+    let st = &s.stats;
+    let head = [
         ("service_pid", count(std::process::id() as u64)),
         (
             "memory_bytes",
-            (format!("{} ({:.0} MiB)", cache.memory(), mb(s.frames)), cache.memory().to_string()),
+            (format!("{} ({:.0} MiB)", cache.memory(), mb(st.frames)), cache.memory().to_string()),
         ),
-        ("frames", count(s.frames)),
         (
             "cached",
             (
-                format!("{} ({:.1}%)", s.cached, 100.0 * s.cached as f64 / s.frames.max(1) as f64),
+                format!("{} ({:.1}%)", s.cached, 100.0 * s.cached as f64 / st.frames.max(1) as f64),
                 s.cached.to_string(),
             ),
         ),
-        ("dirty", count(s.dirty)),
         ("locked", count(s.locked)),
         ("files", count(s.files)),
-        ("hits", count(s.hits)),
-        ("misses", count(s.misses)),
-        ("hot_hits", count(s.hot_hits)),
-        ("lock_free_hits", count(s.lock_free_hits)),
-        ("hit_ratio", same(format!("{:.1}%", 100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64))),
-        ("evictions", count(s.evictions)),
-        ("loads", count(s.loads)),
-        ("written_back", count(s.written_back)),
+        ("hit_ratio", same(format!("{:.1}%", 100.0 * st.hits as f64 / (st.hits + st.misses).max(1) as f64))),
+    ];
+    // The counts every cache reports, by their names in `Stats`.
+    let counts = st.fields().map(|(n, v)| (n, count(v)));
+    let rest = [
         ("repairs", count(s.repairs)),
-        ("load_requests", count(s.load_requests)),
-        ("write_back_requests", count(s.write_back_requests)),
         ("write_back_batches", count(s.write_back_batches)),
         ("index", name(c.index.name())),
         ("set_ways", count(c.set_ways as u64)),
@@ -676,10 +670,6 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("writer_pauses", count(s.writer_pauses)),
         ("next_to_go_written", count(s.next_to_go_written)),
         ("behind_pages", count(s.behind_pages)),
-        ("readahead_pages", count(s.readahead_pages)),
-        ("readahead_windows", count(s.readahead_windows)),
-        ("dflush_pages", count(s.dflush_pages)),
-        ("write_back_errors", count(s.write_back_errors)),
         ("dirty_ratios", pair(c.dirty_ratios.0.to_string(), c.dirty_ratios.1.to_string())),
         ("dirty_expire_ms", count(c.dirty_expire.as_millis() as u64)),
         ("flush_interval_ms", count(c.flush_interval.as_millis() as u64)),
@@ -700,6 +690,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("readahead", count(c.readahead)),
         ("clients", (format!("{}: {:?}", s.clients.len(), s.clients), format!("[{}]", clients.join(",")))),
     ];
+    let fields = head.into_iter().chain(counts).chain(rest);
     fields.into_iter().map(|(n, (text, json))| (n, text, json)).collect()
 }
 
@@ -708,16 +699,16 @@ pub fn status(socket: &Path) -> Result<String> {
     ask(socket, b'S')
 }
 
-/// The status report of the service at `socket` as one JSON object (`service_pid`,
-/// `memory_bytes`, `frames`, `cached`, `dirty`, `locked`, `files`, `hits`, `misses`,
-/// `hot_hits`, `lock_free_hits`, `hit_ratio`, `evictions`, `loads`, `written_back`, `repairs`, `load_requests`,
-/// `write_back_requests`, `write_back_batches`, `index`, `set_ways`, `numa`, `index_nodes`, `index_full`, `flushers`,
-/// `flusher_files`, `writer_write_backs`, `writer_pauses`, `next_to_go_written`, `behind_pages`,
-/// `readahead_pages`, `readahead_windows`, `dflush_pages`, `write_back_errors`, `dirty_ratios`, `dirty_expire_ms`,
-/// `flush_interval_ms`, `range_lock`, `run_merging`, `bundling`, `direct_write_back`,
-/// `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`, `huge_pages`, `hot_index`,
-/// `huge_chunks` (the frames' 2 MiB chunks on huge pages, and those in use not known to be),
-/// `chunks` (their number), `readahead`, `clients`).
+/// The status report of the service at `socket` as one JSON object: `service_pid`,
+/// `memory_bytes`, `cached`, `locked`, `files`; every count of [`crate::Stats`] by its name
+/// (`hits`, `misses`, `evictions`, `read_bytes`, `writeback_bytes`, `dirty_pages`, `frames`, ...);
+/// the shared cache's own counts (`repairs`, `write_back_batches`, `index_nodes`, `index_full`,
+/// `flusher_files`, `writer_write_backs`, `writer_pauses`, `next_to_go_written`,
+/// `behind_pages`); its settings (`index`, `set_ways`, `numa`, `flushers`, `dirty_ratios`,
+/// `dirty_expire_ms`, `flush_interval_ms`, `range_lock`, `run_merging`, `bundling`,
+/// `direct_write_back`, `direct_loads`, `io`, `policy`, `clean_first`, `flush`, `streams`,
+/// `huge_pages`, `hot_index`, `readahead`); `huge_chunks` (the frames' 2 MiB chunks on huge
+/// pages, and those in use not known to be), `chunks` (their number) and `clients`.
 pub fn status_json(socket: &Path) -> Result<String> {
     ask(socket, b'J')
 }
@@ -1040,5 +1031,31 @@ mod tests {
         assert_eq!(utc(Duration::ZERO), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc(Duration::from_secs(951_868_799)), "2000-02-29T23:59:59.000Z");
         assert_eq!(utc(Duration::from_millis(1_795_815_000_250)), "2026-11-27T21:30:00.250Z");
+    }
+
+    /// The status reports every count of `Stats` under its own name, with the cache's value,
+    /// in the JSON and in the text.
+    #[test]
+    fn the_status_reports_the_stats_by_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 64 << 10]).unwrap();
+        let cache = SharedCache::create(&super::super::tests::small()).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let mut buf = vec![0u8; 8 << 10];
+        for at in [0, 4096, 0, 32 << 10] {
+            f.read_at(&mut buf, at).unwrap();
+        }
+        f.write_at(&[1u8; 4096], 8192).unwrap();
+        cache.wait_for_readahead();
+        let (json, text) = (json_of(&cache), status_text(&cache));
+        let stats = cache.status().stats;
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(stats.hits > 0 && stats.misses > 0 && stats.dirty_pages == 1, "{stats:?}");
+        for (name, value) in stats.fields() {
+            assert_eq!(json[name].as_u64(), Some(value), "{name} in {json}");
+            assert!(text.contains(&format!("\n{name} {value}\n")), "{name} {value} in:\n{text}");
+        }
+        drop(f);
     }
 }

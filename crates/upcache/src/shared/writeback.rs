@@ -567,7 +567,7 @@ mod tests {
         let (inner, entry) = (&cache.inner, f.entry());
         assert_eq!(entry.dirty.load(Ordering::Relaxed), pages as u64);
         let read_only = std::fs::File::open(&p).unwrap();
-        let before = cache.status().write_back_requests;
+        let before = cache.status().stats.writeback_ios;
         let listed = inner.dirty_candidates(f.slot());
         let to = Target::Os { fd: &read_only, direct: None };
         assert!(inner.write_back_listed(&listed, to, true, None).is_err());
@@ -575,11 +575,11 @@ mod tests {
         // Every run of each part tried: parts of 1026 and 1025 pages, in runs of 256 pages, a
         // part's five at once through io_uring.
         let status = cache.status();
-        assert_eq!(status.write_back_requests - before, 5 + 5);
+        assert_eq!(status.stats.writeback_ios - before, 5 + 5);
         assert_eq!(status.write_back_batches, 2);
         assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(libc::EBADF));
         f.sync_data().unwrap();
-        assert_eq!((entry.dirty.load(Ordering::Relaxed), cache.status().dirty), (0, 0));
+        assert_eq!((entry.dirty.load(Ordering::Relaxed), cache.status().stats.dirty_pages), (0, 0));
         assert!(std::fs::read(&p).unwrap() == data, "every page written back");
     }
 
