@@ -131,7 +131,8 @@ pub(crate) struct NodeMeta {
     state: AtomicU64,
     /// Whose node it is while live (`whose`): set before it goes live, fixed until it is free.
     whose: AtomicU64,
-    /// The next free node + 1 in the pool's stack.
+    /// The next free node + 1 in the pool's stack; `END` for none, 0 for the node after this
+    /// one (never stored: `Pool::init`).
     next: AtomicU32,
     _pad: u32,
 }
@@ -200,6 +201,19 @@ pub(crate) enum Insert {
     Broken,
 }
 
+/// A node's `next` at the end of its free stack (0 is "the node after it", `Pool::init`).
+const END: u32 = u32::MAX;
+
+/// The free stack's entry after node `idx` of a pool of `len` (a node + 1, 0 for the end),
+/// from the node's `next`.
+pub(super) fn next_in_stack(len: usize, idx: u32, next: u32) -> u32 {
+    match next {
+        0 if (idx as usize + 1) < len => idx + 2,
+        0 | END => 0,
+        n => n,
+    }
+}
+
 /// One pool of nodes and its free stack.
 pub(crate) struct Pool<'a, N> {
     pub nodes: &'a [N],
@@ -212,12 +226,11 @@ pub(crate) struct Pool<'a, N> {
 }
 
 impl<N: Slots> Pool<'_, N> {
-    /// Links every node into the free stack: at creation, before any process attaches.
+    /// Puts every node in the free stack: at creation, before any process attaches. A node
+    /// whose `next` was never stored (0, as the segment is made) is followed by the node after
+    /// it, so nothing is written but the head: linking a 1 GiB cache's 400,000 nodes one by one
+    /// touched 10 MiB, a sixth of its service's start.
     pub fn init(&self) {
-        for (i, m) in self.meta.iter().enumerate() {
-            // Relaxed: published with the segment's magic number.
-            m.next.store(if i + 1 < self.meta.len() { i as u32 + 2 } else { 0 }, Ordering::Relaxed);
-        }
         self.free.store(if self.meta.is_empty() { 0 } else { 1 }, Ordering::Relaxed);
     }
 
@@ -231,7 +244,7 @@ impl<N: Slots> Pool<'_, N> {
             let idx = (head as u32).checked_sub(1)?;
             let m = self.meta.get(idx as usize)?;
             // Relaxed: if the node was popped meanwhile, the head moved and the CAS fails.
-            let next = m.next.load(Ordering::Relaxed);
+            let next = next_in_stack(self.meta.len(), idx, m.next.load(Ordering::Relaxed));
             let new = ((head >> 32) + 1) << 32 | next as u64;
             match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
                 Ok(_) => break idx,
@@ -285,7 +298,7 @@ impl<N: Slots> Pool<'_, N> {
         let mut head = self.free.load(Ordering::Acquire);
         loop {
             // Relaxed: published by the head's Release CAS.
-            m.next.store(head as u32, Ordering::Relaxed);
+            m.next.store(if head as u32 == 0 { END } else { head as u32 }, Ordering::Relaxed);
             let new = ((head >> 32) + 1) << 32 | (idx as u64 + 1);
             match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Acquire) {
                 Ok(_) => return,

@@ -112,7 +112,7 @@ impl Arena {
                 );
                 n += 1;
                 assert!(n <= metas.len(), "the free stack has a cycle");
-                at = metas[i as usize].next.load(Ordering::Relaxed);
+                at = super::next_in_stack(metas.len(), i, metas[i as usize].next.load(Ordering::Relaxed));
             }
             n
         };
