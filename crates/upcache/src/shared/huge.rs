@@ -51,8 +51,14 @@ impl Collapser {
 
     /// Collapses up to `budget` chunks of `pages` (the frames' bytes, 2 MiB aligned in the
     /// mapping and the file) that `wanted` says want it and whose pages are all present, from
-    /// where the last pass stopped.
-    pub fn pass(&mut self, pages: *mut u8, budget: usize, wanted: impl Fn(usize) -> bool) -> Pass {
+    /// where the last pass stopped, while `still` holds (looked at before each collapse).
+    pub fn pass(
+        &mut self,
+        pages: *mut u8,
+        budget: usize,
+        wanted: impl Fn(usize) -> bool,
+        still: impl Fn() -> bool,
+    ) -> Pass {
         let mut pass = Pass::default();
         let n = self.chunks;
         let (mut tried, mut stop) = (0, self.refused());
@@ -66,6 +72,12 @@ impl Collapser {
             // SAFETY: chunk `c` lies inside the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
             let chunk = unsafe { pages.add(c * CHUNK_FRAMES * PAGE) };
             if stop || tried == budget || !huge::all_present(chunk, HUGE_PAGE, &mut resident) {
+                pass.left += 1;
+                continue;
+            }
+            if !still() {
+                // A process claims frames again: it would wait for the chunk it touches.
+                (stop, self.next) = (true, c);
                 pass.left += 1;
                 continue;
             }
@@ -275,7 +287,7 @@ mod tests {
             unsafe { other.add(i * PAGE + 5).write(i as u8 ^ 0x5a) };
         }
         let mut c = Collapser::new(len / PAGE);
-        let pass = c.pass(p, 8, |_| true);
+        let pass = c.pass(p, 8, |_| true, || true);
         if !crate::shm::huge::kernel_collapses() {
             assert!(pass.collapsed.is_empty());
             return;
@@ -290,7 +302,7 @@ mod tests {
         // The hole filled: the next pass takes the chunk.
         // SAFETY: inside the second mapping.
         unsafe { other.add((CHUNK_FRAMES + 7) * PAGE).write(1) };
-        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 0 });
+        assert_eq!(c.pass(p, 8, |c| c == 1, || true), Pass { collapsed: vec![1], left: 0 });
     }
 
     #[test]
@@ -304,11 +316,11 @@ mod tests {
             return;
         }
         assert_eq!(
-            c.pass(p, 3, |_| true),
+            c.pass(p, 3, |_| true, || true),
             Pass { collapsed: vec![0, 1, 2], left: 1 },
             "the short last chunk is no chunk"
         );
-        assert_eq!(c.pass(p, 3, |c| c == 3), Pass { collapsed: vec![3], left: 0 });
+        assert_eq!(c.pass(p, 3, |c| c == 3, || true), Pass { collapsed: vec![3], left: 0 });
     }
 
     #[test]
@@ -320,7 +332,28 @@ mod tests {
         if !crate::shm::huge::kernel_collapses() {
             return;
         }
-        assert_eq!(c.pass(p, 8, |c| c == 1), Pass { collapsed: vec![1], left: 0 });
-        assert_eq!(c.pass(p, 8, |c| c == 0), Pass { collapsed: vec![0], left: 0 });
+        assert_eq!(c.pass(p, 8, |c| c == 1, || true), Pass { collapsed: vec![1], left: 0 });
+        assert_eq!(c.pass(p, 8, |c| c == 0, || true), Pass { collapsed: vec![0], left: 0 });
+    }
+
+    /// A pass collapses only while `still` holds: the moment a process claims frames again it
+    /// stops, and the next pass begins at the chunk it did not take.
+    #[test]
+    fn a_pass_stops_when_the_hand_moves() {
+        let (_seg, p) = region(3 * HUGE);
+        // SAFETY: inside our mapping.
+        unsafe { std::ptr::write_bytes(p, 3, 3 * HUGE) };
+        let mut c = Collapser::new(3 * HUGE / PAGE);
+        if !crate::shm::huge::kernel_collapses() {
+            return;
+        }
+        let looks = std::cell::Cell::new(0);
+        let still = || {
+            looks.set(looks.get() + 1);
+            looks.get() == 1
+        };
+        assert_eq!(c.pass(p, 8, |_| true, still), Pass { collapsed: vec![0], left: 2 });
+        // From chunk 1 on (chunk 0, huge already, collapses again at once).
+        assert_eq!(c.pass(p, 8, |_| true, || true), Pass { collapsed: vec![1, 2, 0], left: 0 });
     }
 }

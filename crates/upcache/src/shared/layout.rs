@@ -909,6 +909,13 @@ impl View {
         self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).ensure(f * PAGE)
     }
 
+    /// Whether chunk `c` of the frames' bytes is allocated and mapped by this process
+    /// (`prepare.rs`).
+    pub fn chunk_ready(&self, c: usize) -> bool {
+        let f = c * CHUNK_FRAMES;
+        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).marks[c].allocated() && self.mapped.has(f)
+    }
+
     /// Bytes of the regions that are neither page frames nor the tree's nodes (counted in use
     /// as the index's): frame words, file table, client table, ledgers, bucket heads or set
     /// tags, fixed when the segment was made.
@@ -936,10 +943,20 @@ impl View {
     /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.
     #[cold]
     fn map_chunk_of(&self, f: usize) {
-        let c = f / CHUNK_FRAMES;
+        self.entered(f / CHUNK_FRAMES);
+        self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
+    }
+
+    /// Records chunk `c` in use (`chunk.rs`): a process touches it, or the hand has reached it.
+    pub fn entered(&self, c: usize) {
         if self.huge && c < self.n_frames / CHUNK_FRAMES {
             self.chunk(c).touched();
         }
+    }
+
+    /// Maps frame `f`'s chunk in this process before any use of it (`prepare.rs`), recording
+    /// nothing: the hand records it in use as it reaches it.
+    pub fn map_ahead(&self, f: usize) {
         self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
     }
 

@@ -50,6 +50,7 @@ mod own_flusher;
 mod pages;
 mod pin;
 mod pin_ledger;
+mod prepare;
 mod quiet;
 mod repair;
 pub mod serve;
@@ -162,6 +163,10 @@ pub(crate) struct Inner {
     own_flusher: std::sync::OnceLock<Arc<own_flusher::OwnFlusher>>,
     /// The looks of the huge page thread of such a cache, if it has huge pages (`huge.rs`).
     own_huge: std::sync::OnceLock<Arc<huge::Looks>>,
+    /// This process's preparer of chunks ahead of the clock hand (`prepare.rs`).
+    preparer: Arc<prepare::Preparer>,
+    /// This attachment, for the threads it starts (which hold it only while they work).
+    this: std::sync::Weak<Inner>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -281,7 +286,9 @@ impl SharedCache {
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
         let (background, foreground) = view.header().dirty_limits(view.n_frames);
-        let inner = Inner {
+        let inner = Arc::new_cyclic(|this| Inner {
+            this: this.clone(),
+            preparer: Arc::default(),
             before,
             view,
             me,
@@ -302,13 +309,13 @@ impl SharedCache {
             own_flusher: std::sync::OnceLock::new(),
             own_huge: std::sync::OnceLock::new(),
             uring: std::sync::OnceLock::new(),
-        };
+        });
         if let Some(dead) = inherited {
             inner.repair_inherited(dead);
         }
         // A newcomer clears up after anyone who died before it came.
         inner.repair_dead();
-        Ok(SharedCache { inner: Arc::new(inner) })
+        Ok(SharedCache { inner })
     }
 
     /// Attaches to `seg`, received from the service at `socket` over `service`, which stays
@@ -612,6 +619,7 @@ impl SharedCache {
         // Relaxed: a flag each call checks.
         inner.lost.store(true, Ordering::Relaxed);
         inner.ahead.stop();
+        inner.preparer.stop();
         inner.link.shut();
         inner.view.clients().leave(inner.me);
         if !inner.view.seg.forget() {
@@ -697,11 +705,13 @@ impl SharedCache {
     }
 
     /// The service's pass putting up to `budget` chunks of the frames' bytes on huge pages,
-    /// those in use and not known to be (`huge.rs`, `chunk.rs`); each it collapses is marked
-    /// huge.
+    /// those in use and not known to be (`huge.rs`, `chunk.rs`), while the clock hand stands
+    /// still; each it collapses is marked huge.
     pub(crate) fn make_huge_pages(&self, record: &mut huge::Collapser, budget: usize) -> huge::Pass {
-        let view = &self.inner.view;
-        let pass = record.pass(view.pages.as_ptr(), budget, |c| view.chunk(c).unfinished());
+        let (view, hand) = (&self.inner.view, self.hand());
+        // A pass of up to 64 collapses of 5 ms each here ends as soon as the hand moves.
+        let pass =
+            record.pass(view.pages.as_ptr(), budget, |c| view.chunk(c).unfinished(), || self.hand() == hand);
         for &c in &pass.collapsed {
             view.chunk(c).collapsed();
         }
@@ -1152,6 +1162,7 @@ impl Drop for Inner {
             return;
         }
         self.ahead.stop();
+        self.preparer.stop();
         if let Some(flusher) = self.own_flusher.get() {
             flusher.kick(); // it finds the cache gone, and ends
         }

@@ -6,6 +6,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::PAGE;
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, VALID};
+use super::layout::technique;
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::CleanFirst;
@@ -326,6 +327,10 @@ impl Inner {
     /// ages its reference.
     fn claim_at(&self, f: u32, late: bool, rule: CleanFirst) -> bool {
         let m = &self.view.frames()[f as usize];
+        // A set's hand turns over its own frames only, all allocated at the start.
+        if self.techniques & technique::SET_ASSOC == 0 {
+            self.passing(f as usize);
+        }
         // A frame of a chunk whose memory is not allocated yet has never been used.
         if m.holder().is_some() || !self.view.reserve(f as usize) {
             return false;

@@ -1,0 +1,179 @@
+//! Chunks of the frames' bytes made ready ahead of the clock hand. A claim that reaches a
+//! chunk whose memory is not allocated allocates it (`chunk.rs`: 2 MiB of the segment zeroed,
+//! about 0.5 ms here), and a process's first touch of a chunk maps it (`mapped.rs`, as long
+//! again), each in the path of the miss or write that claims there: fio's random reads into a
+//! fresh cache waited a millisecond at their 99th percentile where the kernel's, which
+//! allocates a page at a time, waited 0.2. As the hand passes a quarter of a chunk, it asks
+//! this process's preparer thread (started then) to allocate and map the next chunk, so the
+//! hand finds it ready. It holds the cache only while it prepares, so dropping the cache ends
+//! it; a chunk it has not reached yet is prepared by its claim, as before.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+use super::chunk::CHUNK_FRAMES;
+use super::Inner;
+
+/// Where in a chunk the hand asks for the next: early enough that the preparer is done before
+/// the hand gets there, late enough that a claim of the chunk's first frames has allocated it.
+pub(crate) const ASK_AT: usize = CHUNK_FRAMES / 4;
+
+#[derive(Default)]
+struct State {
+    /// The chunk to prepare next (only the latest asked for matters: the hand has moved on).
+    wanted: Option<usize>,
+    running: bool,
+    /// The thread is preparing a chunk.
+    busy: bool,
+    /// Set when the attachment goes: the thread ends, and none starts again.
+    stopped: bool,
+    /// The thread could not start: claims prepare their chunks themselves.
+    failed: bool,
+}
+
+/// A process's preparer thread and its request.
+#[derive(Default)]
+pub(crate) struct Preparer {
+    state: Mutex<State>,
+    /// Wakes the thread (a chunk asked for, or stop) and waiters for its idleness.
+    asked: Condvar,
+}
+
+impl Preparer {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing a panic interrupts leaves the state inconsistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks for chunk `c` of `inner`'s frames (whose preparer this is) to be allocated and
+    /// mapped, starting the thread if need be.
+    pub(crate) fn ask(self: &Arc<Self>, inner: &Weak<Inner>, c: usize) {
+        let mut s = self.state();
+        if s.stopped || s.failed {
+            return;
+        }
+        s.wanted = Some(c);
+        if !s.running {
+            let (me, inner) = (self.clone(), inner.clone());
+            let spawned = super::quiet::with_signals_blocked(|| {
+                std::thread::Builder::new().name("upcache-prepare".into()).spawn(move || {
+                    super::quiet::library_thread();
+                    run(&me, &inner);
+                })
+            });
+            match spawned {
+                Ok(_) => s.running = true,
+                Err(e) => {
+                    log::warn!("upcache: cannot start the shared cache's preparer thread ({e})");
+                    s.failed = true;
+                    return;
+                }
+            }
+        }
+        drop(s);
+        self.asked.notify_all();
+    }
+
+    /// Ends the thread (the attachment goes); none starts again.
+    pub(crate) fn stop(&self) {
+        self.state().stopped = true;
+        self.asked.notify_all();
+    }
+
+    /// The next chunk asked for, after the last was prepared; None once stopped.
+    fn next(&self) -> Option<usize> {
+        let mut s = self.state();
+        s.busy = false;
+        self.asked.notify_all();
+        loop {
+            if s.stopped {
+                s.running = false;
+                return None;
+            }
+            if let Some(c) = s.wanted.take() {
+                s.busy = true;
+                return Some(c);
+            }
+            s = self.asked.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Waits until no chunk is asked for or being prepared.
+    #[cfg(test)]
+    fn wait_idle(&self) {
+        let mut s = self.state();
+        while s.running && (s.busy || s.wanted.is_some()) {
+            s = self.asked.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+fn run(preparer: &Preparer, weak: &Weak<Inner>) {
+    while let Some(c) = preparer.next() {
+        let Some(inner) = weak.upgrade() else { break };
+        if inner.forked() || inner.retired() {
+            break;
+        }
+        inner.prepare_chunk(c);
+    }
+    preparer.stop();
+}
+
+impl Inner {
+    /// As the hand passes frame `f`: at a chunk's first frame, records the chunk in use (for the
+    /// huge-page passes: one prepared was mapped here with no touch of it); at [`ASK_AT`], asks
+    /// the preparer for the next chunk if it is not yet allocated or not mapped by this process.
+    #[inline]
+    pub(crate) fn passing(&self, f: usize) {
+        if f.is_multiple_of(CHUNK_FRAMES) {
+            self.view.entered(f / CHUNK_FRAMES);
+        } else if f % CHUNK_FRAMES == ASK_AT {
+            let next = f / CHUNK_FRAMES + 1;
+            if next * CHUNK_FRAMES < self.view.n_frames && !self.view.chunk_ready(next) {
+                self.preparer.ask(&self.this, next);
+            }
+        }
+    }
+
+    /// Allocates chunk `c` of the frames' bytes and maps it here, if it is not.
+    fn prepare_chunk(&self, c: usize) {
+        let f = c * CHUNK_FRAMES;
+        if f < self.view.n_frames && self.view.reserve(f) {
+            self.view.map_ahead(f);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::tests::small;
+    use super::super::{SharedCache, SharedConfig};
+    use super::*;
+
+    /// A fresh cache filled from its first frame: every chunk the hand reaches past the first
+    /// was allocated and mapped by the preparer before the hand got there.
+    #[test]
+    fn the_hand_finds_its_next_chunks_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let chunks = 4;
+        std::fs::write(&p, vec![5u8; chunks * CHUNK_FRAMES * 4096]).unwrap();
+        let config = SharedConfig { memory: (chunks * CHUNK_FRAMES * 4096) as u64, readahead: 0, ..small() };
+        let cache = SharedCache::create(&config).unwrap();
+        let inner = &cache.inner;
+        assert!(!inner.view.chunk_ready(1), "a fresh cache's chunks wait for their first use");
+        let f = cache.open_path(&p, false).unwrap();
+        let (mut page, mut read) = (vec![0u8; 4096], 0);
+        for c in 0..chunks - 1 {
+            // A miss each (no readahead), so the hand claims one frame a page, in order.
+            while read <= c * CHUNK_FRAMES + ASK_AT {
+                f.read_at(&mut page, (read * 4096) as u64).unwrap();
+                read += 1;
+            }
+            // The reads go on only once the preparer has done: asked at `ASK_AT`, it leaves
+            // the chunk ready, with no read of it.
+            inner.preparer.wait_idle();
+            assert!(inner.view.chunk_ready(c + 1), "chunk {} ready", c + 1);
+        }
+        assert_eq!(page, vec![5u8; 4096]);
+    }
+}
