@@ -909,11 +909,15 @@ impl View {
         self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).ensure(f * PAGE)
     }
 
-    /// Whether chunk `c` of the frames' bytes is allocated and mapped by this process
-    /// (`prepare.rs`).
-    pub fn chunk_ready(&self, c: usize) -> bool {
-        let f = c * CHUNK_FRAMES;
-        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).marks[c].allocated() && self.mapped.has(f)
+    /// Whether chunk `c` of the frames' bytes is allocated (`prepare.rs`).
+    pub fn chunk_allocated(&self, c: usize) -> bool {
+        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).marks[c].allocated()
+    }
+
+    /// Whether this process has mapped frame `f`'s chunk.
+    #[cfg(test)]
+    pub fn chunk_mapped(&self, f: usize) -> bool {
+        self.mapped.has(f)
     }
 
     /// Bytes of the regions that are neither page frames nor the tree's nodes (counted in use

@@ -121,14 +121,16 @@ fn run(preparer: &Preparer, weak: &Weak<Inner>) {
 impl Inner {
     /// As the hand passes frame `f`: at a chunk's first frame, records the chunk in use (for the
     /// huge-page passes: one prepared was mapped here with no touch of it); at [`ASK_AT`], asks
-    /// the preparer for the next chunk if it is not yet allocated or not mapped by this process.
+    /// the preparer for the next chunk if it is not yet allocated: a cache that grows. (A
+    /// chunk allocated long ago that this process has not mapped yet it maps at its first
+    /// touch, as before: a short-lived process would map chunks it never uses.)
     #[inline]
     pub(crate) fn passing(&self, f: usize) {
         if f.is_multiple_of(CHUNK_FRAMES) {
             self.view.entered(f / CHUNK_FRAMES);
         } else if f % CHUNK_FRAMES == ASK_AT {
             let next = f / CHUNK_FRAMES + 1;
-            if next * CHUNK_FRAMES < self.view.n_frames && !self.view.chunk_ready(next) {
+            if next * CHUNK_FRAMES < self.view.n_frames && !self.view.chunk_allocated(next) {
                 self.preparer.ask(&self.this, next);
             }
         }
@@ -160,7 +162,8 @@ mod tests {
         let config = SharedConfig { memory: (chunks * CHUNK_FRAMES * 4096) as u64, readahead: 0, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let inner = &cache.inner;
-        assert!(!inner.view.chunk_ready(1), "a fresh cache's chunks wait for their first use");
+        let ready = |c: usize| inner.view.chunk_allocated(c) && inner.view.chunk_mapped(c * CHUNK_FRAMES);
+        assert!(!ready(1), "a fresh cache's chunks wait for their first use");
         let f = cache.open_path(&p, false).unwrap();
         let (mut page, mut read) = (vec![0u8; 4096], 0);
         for c in 0..chunks - 1 {
@@ -172,7 +175,7 @@ mod tests {
             // The reads go on only once the preparer has done: asked at `ASK_AT`, it leaves
             // the chunk ready, with no read of it.
             inner.preparer.wait_idle();
-            assert!(inner.view.chunk_ready(c + 1), "chunk {} ready", c + 1);
+            assert!(ready(c + 1), "chunk {} allocated and mapped", c + 1);
         }
         assert_eq!(page, vec![5u8; 4096]);
     }
