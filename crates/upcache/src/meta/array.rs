@@ -121,10 +121,23 @@ fn lock_array(dir: &Path) -> Result<fs::File> {
         .truncate(false)
         .open(&path)
         .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-    // SAFETY: flock on an fd we own; no memory is involved.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
+    // A holder that just let go may not have yet: the last handle of an array closed on one
+    // thread can be dropped a few milliseconds later on another of ours that held it a moment
+    // (a background pass), and the kernel lets a lock go only when every reference to its
+    // description is; an open right after a close retries that long before it says Busy.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    let locked = loop {
+        // SAFETY: flock on an fd we own; no memory is involved.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            break Ok(());
+        }
         let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= deadline {
+            break Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    if let Err(e) = locked {
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             return Err(Error::with_source(
                 ErrorKind::Busy,

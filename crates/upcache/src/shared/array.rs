@@ -191,6 +191,12 @@ impl Drop for SharedArray {
         if let Err(e) = self.meta.checkpoint() {
             log::warn!("checkpointing an array's metadata: {e}");
         }
+        // The cache's flusher may be writing the array's files back, holding the metadata: the
+        // lock goes with this handle only once it is done, so that a reopen right after the
+        // last close finds the array free.
+        if let Some(flusher) = self.inner.own_flusher.get() {
+            flusher.wait_for_pass_under_way();
+        }
     }
 }
 

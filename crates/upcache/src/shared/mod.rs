@@ -114,7 +114,9 @@ fn background_low_water(background: u64) -> u64 {
 pub(crate) struct Inner {
     /// Our client slot's (hits, misses) when we took it: the slot's counters run on.
     before: (u64, u64),
-    view: View,
+    /// Shared with this process's preparer thread (`prepare.rs`), which must not keep the
+    /// attachment (its files, their locks) past its last handle.
+    view: Arc<View>,
     /// This process's client id.
     me: u32,
     /// Descriptors of the files this process has open, by slot, with how many of its
@@ -165,8 +167,6 @@ pub(crate) struct Inner {
     own_huge: std::sync::OnceLock<Arc<huge::Looks>>,
     /// This process's preparer of chunks ahead of the clock hand (`prepare.rs`).
     preparer: Arc<prepare::Preparer>,
-    /// This attachment, for the threads it starts (which hold it only while they work).
-    this: std::sync::Weak<Inner>,
 }
 
 /// Forks of this process image so far, counted in the child (`pthread_atfork`).
@@ -286,11 +286,10 @@ impl SharedCache {
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
         let (background, foreground) = view.header().dirty_limits(view.n_frames);
-        let inner = Arc::new_cyclic(|this| Inner {
-            this: this.clone(),
+        let inner = Arc::new(Inner {
             preparer: Arc::default(),
             before,
-            view,
+            view: Arc::new(view),
             me,
             fds: Mutex::new(HashMap::new()),
             lost: AtomicBool::new(false),

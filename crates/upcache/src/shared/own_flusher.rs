@@ -73,6 +73,13 @@ impl OwnFlusher {
         self.wait_for_passes(target, patience)
     }
 
+    /// Waits for the end of a pass under way, if one is: it holds descriptors of the files it
+    /// writes back, an array's lock with them (`SharedArray`'s drop).
+    pub(crate) fn wait_for_pass_under_way(&self) {
+        let begun = self.passes.lock().unwrap_or_else(|p| p.into_inner()).0;
+        self.wait_for_passes(begun, std::time::Duration::from_secs(3600));
+    }
+
     /// Passes ended.
     #[cfg(test)]
     pub(crate) fn passes(&self) -> u64 {

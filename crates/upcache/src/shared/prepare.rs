@@ -5,12 +5,14 @@
 //! fresh cache waited a millisecond at their 99th percentile where the kernel's, which
 //! allocates a page at a time, waited 0.2. As the hand passes a quarter of a chunk, it asks
 //! this process's preparer thread (started then) to allocate and map the next chunk, so the
-//! hand finds it ready. It holds the cache only while it prepares, so dropping the cache ends
-//! it; a chunk it has not reached yet is prepared by its claim, as before.
+//! hand finds it ready. It holds the segment's mapping only while it prepares, never the
+//! attachment (whose files hold locks a reopen takes at once), and ends with it; a chunk it
+//! has not reached yet is prepared by its claim, as before.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use super::chunk::CHUNK_FRAMES;
+use super::layout::View;
 use super::Inner;
 
 /// Where in a chunk the hand asks for the next: early enough that the preparer is done before
@@ -44,20 +46,20 @@ impl Preparer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Asks for chunk `c` of `inner`'s frames (whose preparer this is) to be allocated and
-    /// mapped, starting the thread if need be.
-    pub(crate) fn ask(self: &Arc<Self>, inner: &Weak<Inner>, c: usize) {
+    /// Asks for chunk `c` of `view`'s frames (the view of the attachment whose preparer this
+    /// is) to be allocated and mapped, starting the thread if need be.
+    pub(crate) fn ask(self: &Arc<Self>, view: &Arc<View>, c: usize) {
         let mut s = self.state();
         if s.stopped || s.failed {
             return;
         }
         s.wanted = Some(c);
         if !s.running {
-            let (me, inner) = (self.clone(), inner.clone());
+            let (me, view) = (self.clone(), Arc::downgrade(view));
             let spawned = super::quiet::with_signals_blocked(|| {
                 std::thread::Builder::new().name("upcache-prepare".into()).spawn(move || {
                     super::quiet::library_thread();
-                    run(&me, &inner);
+                    run(&me, &view);
                 })
             });
             match spawned {
@@ -73,9 +75,21 @@ impl Preparer {
         self.asked.notify_all();
     }
 
-    /// Ends the thread (the attachment goes); none starts again.
+    /// Ends the thread (the attachment goes), once it is done with the chunk it prepares, so
+    /// that the attachment's last handle unmaps the segment; none starts again.
     pub(crate) fn stop(&self) {
-        self.state().stopped = true;
+        let mut s = self.state();
+        s.stopped = true;
+        self.asked.notify_all();
+        while s.running {
+            s = self.asked.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The thread ends (it holds the view no more).
+    fn end(&self) {
+        let mut s = self.state();
+        (s.stopped, s.running) = (true, false);
         self.asked.notify_all();
     }
 
@@ -86,7 +100,6 @@ impl Preparer {
         self.asked.notify_all();
         loop {
             if s.stopped {
-                s.running = false;
                 return None;
             }
             if let Some(c) = s.wanted.take() {
@@ -107,15 +120,22 @@ impl Preparer {
     }
 }
 
-fn run(preparer: &Preparer, weak: &Weak<Inner>) {
-    while let Some(c) = preparer.next() {
-        let Some(inner) = weak.upgrade() else { break };
-        if inner.forked() || inner.retired() {
-            break;
+fn run(preparer: &Preparer, weak: &Weak<View>) {
+    /// Ends the thread however it ends: a panic must not leave a detach waiting for it.
+    struct End<'a>(&'a Preparer);
+    impl Drop for End<'_> {
+        fn drop(&mut self) {
+            self.0.end();
         }
-        inner.prepare_chunk(c);
     }
-    preparer.stop();
+    let _end = End(preparer);
+    while let Some(c) = preparer.next() {
+        let Some(view) = weak.upgrade() else { break };
+        let f = c * CHUNK_FRAMES;
+        if f < view.n_frames && view.reserve(f) {
+            view.map_ahead(f);
+        }
+    }
 }
 
 impl Inner {
@@ -131,16 +151,8 @@ impl Inner {
         } else if f % CHUNK_FRAMES == ASK_AT {
             let next = f / CHUNK_FRAMES + 1;
             if next * CHUNK_FRAMES < self.view.n_frames && !self.view.chunk_allocated(next) {
-                self.preparer.ask(&self.this, next);
+                self.preparer.ask(&self.view, next);
             }
-        }
-    }
-
-    /// Allocates chunk `c` of the frames' bytes and maps it here, if it is not.
-    fn prepare_chunk(&self, c: usize) {
-        let f = c * CHUNK_FRAMES;
-        if f < self.view.n_frames && self.view.reserve(f) {
-            self.view.map_ahead(f);
         }
     }
 }
