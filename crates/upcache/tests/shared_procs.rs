@@ -313,7 +313,7 @@ fn a_writer_past_the_background_ratio_has_the_service_write_back_at_once() {
     // 1024 frames: past 102 dirty the service is asked, past 921 the writer writes back. No
     // streams: past half the background ratio a sequential writer's runs are written behind
     // by its own loaders (`SharedFile::write_behind`), which is not the service's write-back
-    // (and could come before the ratio: this test failed once in this session's full runs).
+    // (and could come before the ratio, which made this test fail now and then).
     let config = SharedConfig { streams: false, ..asked_only((0.1, 0.9)) };
     let service = serve_at(&socket, config, Duration::from_millis(200));
     let file = dir.path().join("data");
