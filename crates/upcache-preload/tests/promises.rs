@@ -339,8 +339,9 @@ print(len(data))
 
 /// Cause 11: a process asking for another size than the running shared cache's is told so;
 /// the service shows in `ps` as itself, not as the program that started it; a process's
-/// UPCACHE_STATS line counts its hits, and the cache's counts follow; the service's log has dates; its status (text and
-/// JSON) gives its size and pid; the shim's default idle time is the service's.
+/// UPCACHE_STATS line counts its hits, and the cache's counts follow; the service's log has
+/// dates; its status (text and JSON) gives its size and pid; the shim's default idle time is
+/// the service's.
 #[test]
 fn the_shared_cache_says_what_it_is() {
     let tmp = tempfile::tempdir().unwrap();

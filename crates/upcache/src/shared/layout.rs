@@ -911,7 +911,7 @@ impl View {
 
     /// Whether chunk `c` of the frames' bytes is allocated (`prepare.rs`).
     pub fn chunk_allocated(&self, c: usize) -> bool {
-        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).marks[c].allocated()
+        self.chunk(c).allocated()
     }
 
     /// Whether this process has mapped frame `f`'s chunk.

@@ -214,15 +214,13 @@ impl Segment {
                 return Err(Error::new(ErrorKind::NoSpace, what));
             }
         }
-        // The header's and the regions' memory, each region's bytes only: the 2 MiB alignment
-        // between them is never touched (allocating it too made a 1 GiB cache's start twice as
-        // long), and `later`'s regions are their users' to allocate.
-        let page = |n: u64| n.next_multiple_of(4096);
-        let header = (0, page(std::mem::size_of::<Header>() as u64));
-        let eager = table[..regions.len()]
-            .iter()
-            .filter(|r| !later.contains(&r.kind))
-            .map(|r| (r.offset, page(r.len)));
+        // The header's and the regions' memory (whole pages: the kernel rounds), each region's
+        // bytes only: the 2 MiB alignment between them is never touched (allocating it too made
+        // a 1 GiB cache's start twice as long), and `later`'s regions are their users' to
+        // allocate.
+        let header = (0, std::mem::size_of::<Header>() as u64);
+        let eager =
+            table[..regions.len()].iter().filter(|r| !later.contains(&r.kind)).map(|r| (r.offset, r.len));
         for (at, len) in std::iter::once(header).chain(eager) {
             // SAFETY: as above.
             if unsafe { libc::fallocate(fd.as_raw_fd(), 0, at as libc::off_t, len as libc::off_t) } != 0 {
