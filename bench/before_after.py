@@ -9,6 +9,10 @@ machine's drift hits both alike; the table gives the medians and new/old.
     git worktree add /tmp/old <commit>
     (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p upcache-cli)
     bench/before_after.py --old /tmp/old-target/release/upcache --rounds 5
+
+`--old-engine`/`--new-engine` pick each side's engine (`upcache`, the in-process one, by
+default): `--old target/release/upcache --new-engine shared` sets the shared engine in a private
+cache beside the in-process one, the gate for running the library on it.
 """
 
 import argparse
@@ -54,8 +58,8 @@ ROWS = [
 ]
 
 
-def run(binary, flags, workdir):
-    cmd = [binary, "bench", "--engine", "upcache", "--json", "--dir", workdir] + flags
+def run(binary, engine, flags, workdir):
+    cmd = [binary, "bench", "--engine", engine, "--json", "--dir", workdir] + flags
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     reports = json.loads(out)
     return (reports if isinstance(reports, list) else [reports])[0]["iops"]
@@ -65,6 +69,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--old", required=True, help="the old build's upcache binary")
     ap.add_argument("--new", default=NEW, help="the new build's upcache binary [target/release/upcache]")
+    ap.add_argument("--old-engine", default="upcache", help="the old side's --engine [upcache]")
+    ap.add_argument("--new-engine", default="upcache", help="the new side's --engine [upcache]")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rows", default=",".join(r[0] for r in ROWS), help="comma-separated row names")
     ap.add_argument("--dir", default=None, help="where the data goes [a fresh temporary directory]")
@@ -75,10 +81,10 @@ def main():
     for i in range(args.rounds):
         for name, _, flags in rows:
             # Alternate which build goes first, so neither always runs on a warmer machine.
-            sides = [("old", args.old), ("new", args.new)]
-            for side, binary in sides if i % 2 == 0 else reversed(sides):
+            sides = [("old", args.old, args.old_engine), ("new", args.new, args.new_engine)]
+            for side, binary, engine in sides if i % 2 == 0 else reversed(sides):
                 with tempfile.TemporaryDirectory(dir=base) as d:
-                    got[(name, side)].append(run(binary, flags, d))
+                    got[(name, side)].append(run(binary, engine, flags, d))
         print(f"round {i + 1}/{args.rounds} done", flush=True)
     print(f"\n| row | what it exercises | old iops | new iops | new/old | old range | new range |")
     print("|---|---|---:|---:|---:|---|---|")

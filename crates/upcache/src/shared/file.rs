@@ -633,7 +633,7 @@ impl SharedFile {
     /// Writes `buf` at `offset`: all of it, or, if an error stops it after some pages, how
     /// many bytes were written.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        self.write_locked(buf, |_, _| Ok((offset, buf.len()))).map(|(n, _)| n)
+        self.write_locked(buf, Some(offset), |_, _| Ok((offset, buf.len()))).map(|(n, _)| n)
     }
 
     /// Appends `buf` at the end of the file, atomically with respect to every other writer in
@@ -657,7 +657,7 @@ impl SharedFile {
             md.len() > self.cached_len()
         };
         let mut past = false;
-        let written = self.write_locked(buf, |file, locked| {
+        let written = self.write_locked(buf, None, |file, locked| {
             let end = if grew || file.bypassed() { file.take_in_growth(locked)? } else { file.cached_len() };
             past = end >= limit && !buf.is_empty();
             Ok((end, (limit.saturating_sub(end)).min(buf.len() as u64) as usize))
@@ -668,10 +668,12 @@ impl SharedFile {
     /// Writes at the offset `at` picks (with the lock held: the end, for appends), of at most
     /// the bytes it allows. A write within the length holds a range slot instead of the file's
     /// lock while it copies (`FileLock::claim_range`); one that extends the file holds the
-    /// lock, all range writers done.
+    /// lock, all range writers done. A write at a given offset (`positional`) within the
+    /// length takes its slot with no lock at all where it can (`FileLock::claim_alone`).
     fn write_locked(
         &self,
         buf: &[u8],
+        positional: Option<u64>,
         at: impl FnOnce(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
     ) -> Result<(usize, u64)> {
         if !self.writable {
@@ -680,7 +682,14 @@ impl SharedFile {
         self.inner.check_service()?;
         self.look_outside_if_due();
         self.throttle(buf.len());
+        if let Some(offset) = positional {
+            if let Some(n) = self.write_alone(buf, offset)? {
+                return Ok((n, offset));
+            }
+        }
         let locked = FileLock::take_for_write(self);
+        #[cfg(test)]
+        tests::LOCKED_WRITES.with(|c| c.set(c.get() + 1));
         let (offset, allowed) = at(self, &locked)?;
         let buf = &buf[..allowed.min(buf.len())];
         if buf.is_empty() {
@@ -722,6 +731,24 @@ impl SharedFile {
         drop(_hold);
         self.write_behind(offset, n);
         Ok((n, offset))
+    }
+
+    /// [`Self::write_locked`]'s write with a range slot taken alone: None (nothing written) if
+    /// it is not within the length and reserved space, or the slot could not be had so.
+    fn write_alone(&self, buf: &[u8], offset: u64) -> Result<Option<usize>> {
+        if buf.is_empty() || self.inner.techniques & technique::RANGE_LOCK == 0 {
+            return Ok(None);
+        }
+        let Some(end) = offset.checked_add(buf.len() as u64).filter(|&end| end <= self.max_len) else {
+            return Ok(None);
+        };
+        let (first, last) = pages_of(offset, end);
+        let Some(hold) = FileLock::claim_alone(self, first, last, end) else { return Ok(None) };
+        let n = self.write_pages(buf, offset)?;
+        // The slot goes before the hand-over, as the locked way's.
+        drop(hold);
+        self.write_behind(offset, n);
+        Ok(Some(n))
     }
 
     /// StreamCache's stream write-back (seed 003 §4.2), with `SharedConfig::streams`: a
@@ -1400,6 +1427,7 @@ impl<'a> FileLock<'a> {
         let (inner, e) = (&*file.inner, file.entry());
         let died =
             matches!(e.lock.lock_unless(inner.me, |h| inner.alive(h), give_up)?, Acquired::OwnerDied(_));
+        super::ranges::after_locking();
         if died {
             e.repair_lock();
         }
@@ -1423,7 +1451,8 @@ impl<'a> FileLock<'a> {
         for r in &self.e.ranges {
             // The range changes only under the file's lock, which we hold; the wait below orders
             // what its writer did before us.
-            if r.lock.holder().is_none() || !r.covers(first, end) {
+            // Acquire (`held`): a slot found free, its last writer's work is seen.
+            if !r.lock.held() || !r.covers(first, end) {
                 continue;
             }
             if r.lock.lock_unless(inner.me, |h| inner.alive(h), give_up).is_none() {
@@ -1465,21 +1494,30 @@ impl<'a> FileLock<'a> {
     /// None if every slot is taken (`hold` then waits for one).
     fn claim_range(&self, first: u64, end: u64) -> Option<RangeHeld<'a>> {
         self.quiesce(first, end, &|_| false);
-        let me = self.inner.me;
-        for r in &self.e.ranges {
-            if r.lock.holder().is_some() {
-                continue;
-            }
-            // Relaxed: published by the lock's release as we let it go; only holders of the
-            // file's lock claim slots, so a free one stays free until our try.
-            r.first.store(first, Ordering::Relaxed);
-            r.end.store(end, Ordering::Relaxed);
-            if r.lock.try_lock(me) {
-                self.e.begin_range_change();
-                return Some(RangeHeld { inner: self.inner, e: self.e, slot: r });
-            }
+        let slot = super::ranges::claim_locked(&self.e.ranges, self.inner.me, first, end)?;
+        self.e.begin_range_change();
+        Some(RangeHeld { inner: self.inner, e: self.e, slot })
+    }
+
+    /// A range slot for pages `first..end` (bytes up to `end_byte`) taken with no lock
+    /// (`ranges::claim_alone`), for a write within the file's length and its reserved space
+    /// with nothing else under way: no truncate to finish, no bypass. None, nothing held,
+    /// otherwise: the caller takes the file's lock.
+    fn claim_alone(file: &'a SharedFile, first: u64, end: u64, end_byte: u64) -> Option<RangeHeld<'a>> {
+        let (inner, e) = (&*file.inner, file.entry());
+        let slot = super::ranges::claim_alone(&e.ranges, &e.lock, inner.me, first, end)?;
+        // Relaxed (all): changed only under the file's lock, which was free after our claim
+        // (its Acquire load saw its last holder's changes), and whose next holder waits for us.
+        let within = e.cut.load(Ordering::Relaxed) == 0
+            && !file.bypassed()
+            && end_byte <= e.len.load(Ordering::Relaxed)
+            && end_byte <= e.reserved.load(Ordering::Relaxed);
+        if !within {
+            slot.lock.unlock(inner.me);
+            return None;
         }
-        None
+        e.begin_range_change();
+        Some(RangeHeld { inner, e, slot })
     }
 
     /// What a write of pages `first..end` holds while it copies: if `within` the length and
@@ -1566,6 +1604,8 @@ pub(super) mod tests {
     thread_local! {
         /// This thread's reads whose pages were read again after a write moved the sequence.
         pub(super) static READ_AGAIN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        /// This thread's writes that took the file's lock.
+        pub(super) static LOCKED_WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
 
     /// Raises its flag when dropped: a writer looping until a reader is done stops when the
@@ -1715,6 +1755,71 @@ pub(super) mod tests {
             assert_eq!(a.repair_dead(), 1, "the child reaped");
             assert_eq!(leaky(), in_op, "died in a tree operation: {in_op}");
         }
+    }
+
+    /// A write within the length and the reserved space takes its range slot alone, with no
+    /// lock; one that extends the file, one that meets a slot held by another client, and one
+    /// while another client holds the file's lock take the file's lock (the last waits for it),
+    /// and every byte lands.
+    #[test]
+    fn a_write_within_the_length_takes_its_slot_without_the_files_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let (a, b) = two_clients();
+        let fa = a.open_path(&p, true).unwrap();
+        let fb = b.open_path(&p, true).unwrap();
+        let locked = |w: &dyn Fn()| {
+            let before = LOCKED_WRITES.with(|c| c.get());
+            w();
+            LOCKED_WRITES.with(|c| c.get()) - before
+        };
+        assert_eq!(locked(&|| assert_eq!(fa.write_at(&[1u8; 8 * PAGE], 0).unwrap(), 8 * PAGE)), 1, "extends");
+        assert_eq!(
+            locked(&|| assert_eq!(fa.write_at(&[2u8; PAGE], 2 * PAGE as u64).unwrap(), PAGE)),
+            0,
+            "within"
+        );
+        let held = {
+            let l = FileLock::take_for_write(&fb);
+            l.claim_range(4, 6).expect("a free slot")
+        };
+        assert_eq!(
+            locked(&|| assert_eq!(fa.write_at(&[3u8; 10], 7 * PAGE as u64).unwrap(), 10)),
+            0,
+            "beside"
+        );
+        std::thread::scope(|s| {
+            let meets =
+                s.spawn(|| locked(&|| assert_eq!(fa.write_at(&[4u8; 10], 5 * PAGE as u64).unwrap(), 10)));
+            // It backs off to the file's lock, then sleeps on the slot.
+            while !fa.entry().ranges.iter().any(|r| r.lock.contended()) && !meets.is_finished() {
+                std::thread::yield_now();
+            }
+            assert!(!meets.is_finished(), "a write went on over a held slot");
+            drop(held);
+            assert_eq!(meets.join().unwrap(), 1, "meets a held slot");
+        });
+        std::thread::scope(|s| {
+            let l = FileLock::take_for_write(&fb);
+            let waits = s.spawn(|| locked(&|| assert_eq!(fa.write_at(&[5u8; 10], 0).unwrap(), 10)));
+            while !fa.entry().lock.contended() && !waits.is_finished() {
+                std::thread::yield_now();
+            }
+            assert!(!waits.is_finished(), "a write went on beside the file lock's holder");
+            drop(l);
+            assert_eq!(waits.join().unwrap(), 1, "the file's lock held");
+        });
+        let mut want = vec![1u8; 8 * PAGE];
+        want[2 * PAGE..3 * PAGE].fill(2);
+        want[7 * PAGE..7 * PAGE + 10].fill(3);
+        want[5 * PAGE..5 * PAGE + 10].fill(4);
+        want[..10].fill(5);
+        let mut all = vec![0u8; 8 * PAGE];
+        assert_eq!(fb.read_at(&mut all, 0).unwrap(), 8 * PAGE);
+        assert!(all == want, "every byte as written");
+        fa.sync_data().unwrap();
+        assert!(std::fs::read(&p).unwrap() == want);
     }
 
     /// A range slot's holder that dies is taken over: its pages are written again by others,

@@ -28,28 +28,7 @@ pub(crate) const FREE: u32 = 0;
 /// Entry names a file.
 pub(crate) const LIVE: u32 = 1;
 
-/// Range slots per file: writers of disjoint parts of a file at once, in any processes.
-pub(crate) const RANGES: usize = 4;
-
-/// A writer's claim on pages `first..end` of a file (the range lock of F2FS's parallel writes,
-/// across processes): taken under the file's `lock`, which the writer then lets go, and held
-/// through the write. Its holder is named in `lock`, so a dead writer's slot is taken over.
-#[repr(C)]
-pub(crate) struct RangeSlot {
-    pub lock: OwnerLock,
-    pub _pad: u32,
-    pub first: AtomicU64,
-    pub end: AtomicU64,
-}
-
-impl RangeSlot {
-    /// Whether the slot's pages, as last claimed, meet `first..end` (whether it is held is the
-    /// caller's to ask, and how the pages are ordered: see the callers).
-    pub fn covers(&self, first: u64, end: u64) -> bool {
-        // Relaxed: see the callers.
-        self.first.load(Ordering::Relaxed) < end && self.end.load(Ordering::Relaxed) > first
-    }
-}
+pub(crate) use super::ranges::{RangeSlot, RANGES};
 
 /// One file's shared state: 320 bytes, five cache lines, all zeros when free. The first line
 /// holds what every write changes (the lock, the length, the sequence); the next two are

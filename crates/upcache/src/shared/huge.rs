@@ -1,6 +1,7 @@
 //! The passes that put the frames' bytes on huge pages (`crate::shm::huge`): what the kernel's
-//! khugepaged does for memory it may put on huge pages, done for the segment by its service,
-//! or by a thread of the process whose cache it is ([`start_own`]).
+//! khugepaged does for memory it may put on huge pages, done for the segment by its service.
+//! (A private cache's frames are its process's memory, on huge pages from their first touch:
+//! `Segment::make_private`.)
 //!
 //! Processes touch chunks on small pages (`chunk.rs`); while the cache is warm a pass
 //! collapses those in use, a bounded number of chunks a pass, copying their pages. A collapse
@@ -8,12 +9,11 @@
 //! again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::chunk::CHUNK_FRAMES;
 use super::frame::PAGE;
-use super::{Inner, SharedCache};
+use super::SharedCache;
 use crate::shm::huge::{self, HUGE_PAGE};
 
 /// Collapses refused with EINVAL in a row, after which the kernel is taken never to collapse:
@@ -180,66 +180,6 @@ pub(crate) fn make_huge(cache: &SharedCache, in_file: bool, stop: &AtomicBool) {
         if !maker.look(cache) {
             return;
         }
-    }
-}
-
-/// For a cache of this process's own (`SharedCache::create_private`), which has no service: a
-/// thread of the process making its huge pages as a service would (as the in-process engine's
-/// frames are on transparent huge pages). It holds the cache only during a look, so dropping
-/// the cache ends it.
-pub(crate) fn start_own(inner: &Arc<Inner>) -> std::io::Result<Option<Arc<Looks>>> {
-    let cache = SharedCache { inner: inner.clone() };
-    let Some(maker) = Maker::new(&cache, false) else { return Ok(None) };
-    drop(cache);
-    let (weak, looks) = (Arc::downgrade(inner), Arc::new(Looks::default()));
-    let counted = looks.clone();
-    super::quiet::with_signals_blocked(|| {
-        std::thread::Builder::new().name("upcache-huge".into()).spawn(move || {
-            super::quiet::library_thread();
-            make_own(&weak, maker, &counted);
-        })
-    })?;
-    Ok(Some(looks))
-}
-
-fn make_own(weak: &Weak<Inner>, mut maker: Maker, looks: &Looks) {
-    loop {
-        std::thread::park_timeout(HAND_POLL);
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.forked() || inner.retired() {
-            return;
-        }
-        let more = maker.look(&SharedCache { inner });
-        looks.note();
-        if !more {
-            return;
-        }
-    }
-}
-
-/// The looks of a cache's own maker ([`start_own`]), counted for tests to wait on.
-#[derive(Default)]
-pub(crate) struct Looks {
-    count: Mutex<u64>,
-    looked: Condvar,
-}
-
-impl Looks {
-    fn note(&self) {
-        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.looked.notify_all();
-    }
-
-    /// Waits for `n` more looks; false if they did not come within `patience`.
-    #[cfg(test)]
-    pub fn wait_for(&self, n: u64, patience: Duration) -> bool {
-        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
-        let target = *count + n;
-        let (count, _) = self
-            .looked
-            .wait_timeout_while(count, patience, |c| *c < target)
-            .unwrap_or_else(|p| p.into_inner());
-        *count >= target
     }
 }
 

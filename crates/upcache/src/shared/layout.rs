@@ -380,6 +380,9 @@ pub(crate) mod technique {
     pub const SET_ASSOC: u64 = 16384;
     /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
     pub const DFLUSH: u64 = 128;
+    /// The frames' bytes are their maker's private memory (`SharedCache::create_private`),
+    /// not in the segment's file: no other process may attach it.
+    pub const PRIVATE_FRAMES: u64 = 32768;
 }
 
 impl Header {
@@ -556,8 +559,10 @@ impl View {
     }
 
     /// A new segment as `config` says: a memfd, or a tmpfs file named `named` once it is
-    /// whole (`Segment::create_in_tmpfs`).
-    pub fn create(config: &SharedConfig, named: Option<&Path>) -> Result<View> {
+    /// whole (`Segment::create_in_tmpfs`). With `private`, the frames' bytes are this
+    /// process's anonymous memory (`Segment::make_private`), for a cache no other process
+    /// maps: on transparent huge pages at their first touch, as the in-process engine's.
+    pub fn create(config: &SharedConfig, named: Option<&Path>, private: bool) -> Result<View> {
         config.check()?;
         let frames = (config.memory / PAGE as u64) as usize;
         // As many as frames: twice as many shortened the chains of random writes, but the
@@ -579,6 +584,10 @@ impl View {
             Some(path) => Segment::create_in_tmpfs(path.parent().unwrap_or(Path::new("/")), &sizes, later)?,
             None => Segment::create("upcache-shared", &sizes)?,
         };
+        if private {
+            let (pages, len) = seg.region(kind::PAGES).expect("made above");
+            seg.make_private(pages.as_ptr(), len, config.huge_pages)?;
+        }
         let (h, _) = seg.region(kind::HEADER).expect("made above");
         // SAFETY: the header region is ours alone (no other process has the descriptor), zeroed,
         // aligned and large enough; its fields are atomics.
@@ -608,6 +617,7 @@ impl View {
             (config.io == IoKind::Uring, technique::URING),
             (config.hot_index, technique::HOT_INDEX),
             (config.index == IndexKind::SetAssoc, technique::SET_ASSOC),
+            (private, technique::PRIVATE_FRAMES),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
@@ -654,6 +664,12 @@ impl View {
         // Acquire: pairs with the creator's Release store.
         if header.magic.load(Ordering::Acquire) != MAGIC {
             return Err(bad("wrong magic number or format"));
+        }
+        if header.has(technique::PRIVATE_FRAMES) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a private cache's segment (its frames are its maker's memory): no other process attaches it",
+            ));
         }
         View::attach_unchecked(seg)
     }
@@ -711,7 +727,9 @@ impl View {
             mapped: Mapped::new(frames),
             chunk_parts: Self::chunk_parts(frames, n_leaves, n_inners),
             refused_until: AtomicU64::new(0),
-            huge: header.has(technique::HUGE_PAGES),
+            // A private cache's frames are on huge pages from their first touch: no chunk
+            // needs recording for a collapse.
+            huge: header.has(technique::HUGE_PAGES) && !header.has(technique::PRIVATE_FRAMES),
             set_ways: ways,
             n_sets: SetMap::count(frames, ways),
             seg,

@@ -52,6 +52,7 @@ mod pin;
 mod pin_ledger;
 mod prepare;
 mod quiet;
+mod ranges;
 mod repair;
 pub mod serve;
 mod set_flush;
@@ -163,8 +164,6 @@ pub(crate) struct Inner {
     uring: std::sync::OnceLock<Option<crate::io::engine::UringEngine>>,
     /// The flusher thread of a cache this process made for itself (`create_private`).
     own_flusher: std::sync::OnceLock<Arc<own_flusher::OwnFlusher>>,
-    /// The looks of the huge page thread of such a cache, if it has huge pages (`huge.rs`).
-    own_huge: std::sync::OnceLock<Arc<huge::Looks>>,
     /// This process's preparer of chunks ahead of the clock hand (`prepare.rs`).
     preparer: Arc<prepare::Preparer>,
 }
@@ -205,22 +204,19 @@ impl SharedCache {
     /// process does the service's write-back instead (`own_flusher.rs`): every flush interval
     /// the files dirty past the expiry, and whenever the cache is past the background dirty
     /// ratio, files until a sixteenth below it. (A writer past the foreground ratio writes
-    /// back itself, `FlushKind::Background` too: only a service pauses writers.) With
-    /// `huge_pages`, another thread puts the chunks in use on huge pages once the cache is warm,
-    /// as the service does (`huge.rs`). It holds
-    /// only this process's data, so a credential change keeps it
-    /// ([`Self::forget_every_segment`] passes it over).
+    /// back itself, `FlushKind::Background` too: only a service pauses writers.) Its frames
+    /// are this process's anonymous memory, as the in-process engine's: with `huge_pages`, on
+    /// transparent huge pages from their first touch (where the system gives them for memory
+    /// so advised), never copied to be collapsed. So its segment is no other process's to
+    /// attach ([`Self::attach`] refuses it). It holds only this process's data, so a
+    /// credential change keeps it ([`Self::forget_every_segment`] passes it over).
     pub fn create_private(config: &SharedConfig) -> Result<SharedCache> {
-        let cache = SharedCache::create(config)?;
+        let view = View::create(config, None, true)?;
+        let cache = SharedCache::join(view, link::Link::new(None, serve::DEFAULT_IDLE, None))?;
         cache.inner.view.seg.own_alone();
         let flusher = own_flusher::OwnFlusher::start(&cache.inner)
             .map_err(|e| crate::error::Error::io("start the cache's flusher thread", e))?;
         let _ = cache.inner.own_flusher.set(flusher);
-        let looks = huge::start_own(&cache.inner)
-            .map_err(|e| crate::error::Error::io("start the cache's huge page thread", e))?;
-        if let Some(looks) = looks {
-            let _ = cache.inner.own_huge.set(looks);
-        }
         Ok(cache)
     }
 
@@ -253,7 +249,10 @@ impl SharedCache {
     /// As [`Self::create`], with `named` the segment a new file at that path on a tmpfs, which
     /// outlives every process (`Segment::create_in_tmpfs`): the service's.
     pub(crate) fn create_in(config: &SharedConfig, named: Option<&Path>) -> Result<SharedCache> {
-        SharedCache::join(View::create(config, named)?, link::Link::new(None, serve::DEFAULT_IDLE, None))
+        SharedCache::join(
+            View::create(config, named, false)?,
+            link::Link::new(None, serve::DEFAULT_IDLE, None),
+        )
     }
 
     /// Attaches to the shared cache behind `fd` (a segment descriptor that its creator passed,
@@ -306,7 +305,6 @@ impl SharedCache {
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
             own_flusher: std::sync::OnceLock::new(),
-            own_huge: std::sync::OnceLock::new(),
             uring: std::sync::OnceLock::new(),
         });
         if let Some(dead) = inherited {
@@ -1213,34 +1211,38 @@ mod tests {
         }
     }
 
-    /// A cache of the process's own has no service: its own thread puts the chunks in use on
-    /// huge pages once the hand stands still, every byte as written (as the in-process engine's
-    /// frames are on transparent huge pages); none with huge pages off.
+    /// A cache of the process's own has its frames in its own memory, as the in-process
+    /// engine: on huge pages from their first touch where the system gives them to memory so
+    /// advised, with no chunk left for a collapse; none with huge pages off. No other process
+    /// can attach it: its frames are not in the segment.
     #[test]
-    fn a_private_cache_puts_its_chunks_in_use_on_huge_pages_itself() {
+    fn a_private_cache_has_its_frames_on_huge_pages_from_their_first_touch() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"").unwrap();
         let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(13) ^ (i >> 12)) as u8).collect();
-        let off =
-            SharedCache::create_private(&SharedConfig { memory: 8 << 20, huge_pages: false, ..small() });
-        assert!(off.unwrap().inner.own_huge.get().is_none(), "no thread with huge pages off");
-        let cache = SharedCache::create_private(&SharedConfig { memory: 8 << 20, ..small() }).unwrap();
-        let f = cache.open_path(&p, true).unwrap();
-        f.write_all_at(&data, 0).unwrap();
-        assert_eq!(cache.chunks(), (0, 2, 4), "the 2 chunks written, on small pages");
-        // A look under way may have read the hand mid-write; the next finds it where it is
-        // now, the one after it still: a pass.
-        let looks = cache.inner.own_huge.get().expect("the thread").clone();
-        assert!(looks.wait_for(3, std::time::Duration::from_secs(10)), "the thread looks");
-        if crate::shm::huge::kernel_collapses() {
-            assert_eq!(cache.chunks(), (2, 0, 4), "collapsed by the cache's own thread");
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| !s.contains("[never]"));
+        for huge_pages in [false, true] {
+            let cache = SharedCache::create_private(&SharedConfig { memory: 8 << 20, huge_pages, ..small() })
+                .unwrap();
+            let f = cache.open_path(&p, true).unwrap();
+            f.write_all_at(&data, 0).unwrap();
+            assert_eq!(cache.chunks(), (0, 0, 4), "no chunk waits for a collapse");
             let mapped = cache.huge_page_bytes().unwrap();
-            assert!(mapped >= 4 << 20, "the written chunks on huge pages: {mapped}");
+            if !huge_pages {
+                assert_eq!(mapped, 0, "huge pages off");
+            } else if thp {
+                assert!(mapped >= 4 << 20, "the written chunks on huge pages: {mapped}");
+            }
+            let mut back = vec![0u8; data.len()];
+            assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
+            assert!(back == data, "the bytes as written");
+            let fd = cache.segment_fd().try_clone_to_owned().unwrap();
+            let Err(err) = SharedCache::attach(fd) else { panic!("a private cache's segment attached") };
+            assert_eq!(err.kind(), crate::error::ErrorKind::InvalidInput, "{err}");
+            f.close().unwrap();
         }
-        let mut back = vec![0u8; data.len()];
-        assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
-        assert!(back == data, "the bytes as written");
     }
 
     /// The service keeps a lent descriptor only if it can write the file's pages back where

@@ -44,22 +44,25 @@ pub fn all_present(at: *mut u8, len: usize, resident: &mut Vec<u8>) -> bool {
 }
 
 /// Bytes of the mapping that holds `at` that this process maps with huge pages
-/// (`ShmemPmdMapped` in /proc/self/smaps); None if it cannot tell. For tests.
+/// (`ShmemPmdMapped` and `AnonHugePages` in /proc/self/smaps); None if it cannot tell. For
+/// tests.
 #[cfg(all(test, not(loom)))]
 pub(crate) fn mapped_huge(at: *const u8) -> Option<u64> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let at = at as u64;
-    let mut inside = false;
+    let (mut inside, mut found) = (false, None);
     for line in smaps.lines() {
         let head = line.split_whitespace().next().unwrap_or("");
         if let Some((lo, hi)) = head.split_once('-').filter(|_| !head.ends_with(':')) {
             let range = u64::from_str_radix(lo, 16).ok().zip(u64::from_str_radix(hi, 16).ok());
             inside = range.is_some_and(|(lo, hi)| (lo..hi).contains(&at));
-        } else if inside && head == "ShmemPmdMapped:" {
-            return line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb << 10);
+        } else if inside && (head == "ShmemPmdMapped:" || head == "AnonHugePages:") {
+            // Shared memory's huge pages, or a private cache's (`Segment::make_private`).
+            let kb = line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+            found = Some(found.unwrap_or(0) + (kb << 10));
         }
     }
-    None
+    found
 }
 
 /// Whether the running kernel is `major.minor` or later. For tests.

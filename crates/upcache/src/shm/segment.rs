@@ -66,6 +66,9 @@ pub struct Segment {
     /// The regions as checked when this mapping was made: the header in shared memory is
     /// never read again, so no peer that rewrites it can send us out of bounds.
     table: Vec<Region>,
+    /// The bytes (offset, length) that are this process's memory, not the segment's
+    /// ([`Self::make_private`]).
+    private: std::sync::OnceLock<(usize, usize)>,
 }
 
 // SAFETY: the segment is plain shared memory; who may touch which bytes is the business of the
@@ -409,7 +412,14 @@ impl Segment {
         unsafe { libc::madvise(raw, len, libc::MADV_HUGEPAGE) };
         let base = NonNull::new(raw.cast::<u8>()).expect("mmap returned null without MAP_FIXED");
         mapped().push(Mapped { base: base.as_ptr() as usize, len, fd: fd.as_raw_fd(), own_of: 0 });
-        Ok(Segment { fd, keeper: std::sync::Mutex::new(None), base, len, table: Vec::new() })
+        Ok(Segment {
+            fd,
+            keeper: std::sync::Mutex::new(None),
+            base,
+            len,
+            table: Vec::new(),
+            private: std::sync::OnceLock::new(),
+        })
     }
 
     fn header_ptr(&self) -> *mut Header {
@@ -434,6 +444,10 @@ impl Segment {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
         }
+        // Anonymous memory has nothing to allocate ahead: it is the process's, as its heap's.
+        if self.private.get().is_some_and(|&(p, plen)| offset >= p && offset + len <= p + plen) {
+            return Ok(());
+        }
         loop {
             // SAFETY: fallocate on our own descriptor, inside its size; no memory is involved.
             if unsafe { libc::fallocate(self.fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) }
@@ -446,6 +460,50 @@ impl Segment {
                 return Err(e);
             }
         }
+    }
+
+    /// Replaces the `len` bytes at `at` (a region of a segment made by this process, never
+    /// touched, page-aligned) by memory of this process alone, on transparent huge pages at
+    /// its first touch if `huge` (and the system gives them for memory so advised): for a
+    /// cache no other process maps, whose frames then fault in as the in-process engine's do,
+    /// with no copy to collapse them later. Those bytes are no longer in the segment's file:
+    /// a process that attached it would not see them, so its maker must not hand it out.
+    /// At most one range per segment.
+    pub fn make_private(&self, at: *const u8, len: usize, huge: bool) -> Result<()> {
+        let offset = (at as usize).wrapping_sub(self.base.as_ptr() as usize);
+        let page = 4096;
+        if !offset.is_multiple_of(page)
+            || !len.is_multiple_of(page)
+            || offset.checked_add(len).is_none_or(|end| end > self.len)
+        {
+            return Err(invalid("a private range outside the segment, or not page-aligned"));
+        }
+        if self.private.set((offset, len)).is_err() {
+            return Err(invalid("a segment already has its private range"));
+        }
+        // SAFETY: MAP_FIXED over `len` bytes inside our own mapping (checked above), which the
+        // caller has not touched and no other process maps yet: nothing there is lost, and
+        // pointers into it stay valid (to zeroed private memory).
+        let p = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(os_error(ErrorKind::NoSpace, "map a private cache's frames"));
+        }
+        let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        // SAFETY: advice on the range just mapped; it changes no byte. Refused (a kernel
+        // without THP), the pages are small.
+        if unsafe { libc::madvise(p, len, advice) } != 0 {
+            log::debug!("upcache: huge page advice refused: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// The segment's length in bytes, header included.
