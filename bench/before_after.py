@@ -12,7 +12,10 @@ machine's drift hits both alike; the table gives the medians and new/old.
 
 `--old-engine`/`--new-engine` pick each side's engine (`upcache`, the in-process one, by
 default): `--old target/release/upcache --new-engine shared` sets the shared engine in a private
-cache beside the in-process one, the gate for running the library on it.
+cache beside the in-process one, the gate for running the library on it. `--new-flags` adds
+flags to the new side's runs, `{dir}` standing for the run's directory: `--new-flags
+"--device-dirs {dir}/ssd0 --dirty-ratios 0.5,0.75"` puts the shared engine's files in an array
+of a private cache, with the in-process engine's dirty ratios.
 """
 
 import argparse
@@ -58,8 +61,9 @@ ROWS = [
 ]
 
 
-def run(binary, engine, flags, workdir):
-    cmd = [binary, "bench", "--engine", engine, "--json", "--dir", workdir] + flags
+def run(binary, engine, flags, workdir, extra=""):
+    extra = extra.replace("{dir}", workdir).split()
+    cmd = [binary, "bench", "--engine", engine, "--json", "--dir", workdir] + flags + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     reports = json.loads(out)
     return (reports if isinstance(reports, list) else [reports])[0]["iops"]
@@ -71,6 +75,7 @@ def main():
     ap.add_argument("--new", default=NEW, help="the new build's upcache binary [target/release/upcache]")
     ap.add_argument("--old-engine", default="upcache", help="the old side's --engine [upcache]")
     ap.add_argument("--new-engine", default="upcache", help="the new side's --engine [upcache]")
+    ap.add_argument("--new-flags", default="", help="more flags for the new side ({dir}: the run's directory)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rows", default=",".join(r[0] for r in ROWS), help="comma-separated row names")
     ap.add_argument("--dir", default=None, help="where the data goes [a fresh temporary directory]")
@@ -81,10 +86,10 @@ def main():
     for i in range(args.rounds):
         for name, _, flags in rows:
             # Alternate which build goes first, so neither always runs on a warmer machine.
-            sides = [("old", args.old, args.old_engine), ("new", args.new, args.new_engine)]
-            for side, binary, engine in sides if i % 2 == 0 else reversed(sides):
+            sides = [("old", args.old, args.old_engine, ""), ("new", args.new, args.new_engine, args.new_flags)]
+            for side, binary, engine, extra in sides if i % 2 == 0 else reversed(sides):
                 with tempfile.TemporaryDirectory(dir=base) as d:
-                    got[(name, side)].append(run(binary, engine, flags, d))
+                    got[(name, side)].append(run(binary, engine, flags, d, extra))
         print(f"round {i + 1}/{args.rounds} done", flush=True)
     print(f"\n| row | what it exercises | old iops | new iops | new/old | old range | new range |")
     print("|---|---|---:|---:|---:|---|---|")

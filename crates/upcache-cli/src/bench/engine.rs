@@ -710,27 +710,22 @@ enum SharedFiles {
         created: Vec<PathBuf>,
         /// The simulated devices (`--devices sim:N`).
         sims: Vec<Arc<SimDevice>>,
+        /// What a cold start makes the cache and opens the array with again.
+        config: Box<upcache::shared::SharedConfig>,
+        layout: (usize, u64, upcache::LayoutKind),
     },
 }
 
 impl SharedEngine {
     /// The files of an array in `o`'s device directories, on a private cache.
     fn array(s: &Setup) -> Result<Self> {
-        use upcache::shared::{ArraySpec, SharedArray, SharedCache};
+        use upcache::shared::SharedCache;
         let o = s.upcache;
         let (dirs, created) = device_dirs(o, &device_root(o, s.root))?;
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
         let sims = sim_devices(o, dirs.len())?;
-        let by_device: Vec<_> = sims.iter().cloned().enumerate().collect();
-        let spec = ArraySpec {
-            dirs: &dirs,
-            meta_dir: None,
-            page_size: o.page_size,
-            stripe_unit: o.stripe_unit,
-            kind: o.layout,
-            sims: &by_device,
-        };
-        let array = match SharedArray::create(&cache, spec) {
+        let layout = (o.page_size, o.stripe_unit, o.layout);
+        let array = match SharedEngine::open_array(&cache, &dirs, layout, &sims, true) {
             Ok(a) => a,
             Err(e) => {
                 remove_created_dirs(&created);
@@ -741,8 +736,49 @@ impl SharedEngine {
             .map(|i| array.create_file(&file_name(i)))
             .collect::<upcache::Result<Vec<_>>>()
             .context("create the array's files")?;
-        let kind = SharedFiles::Array { array: Some(array), dirs, created, sims };
+        let config = Box::new(o.shared.clone());
+        let kind = SharedFiles::Array { array: Some(array), dirs, created, sims, config, layout };
         Ok(SharedEngine { kind, files, cache: Some(cache), pin: o.api == Api::Pin })
+    }
+
+    fn open_array(
+        cache: &upcache::shared::SharedCache,
+        dirs: &[PathBuf],
+        (page_size, stripe_unit, kind): (usize, u64, upcache::LayoutKind),
+        sims: &[Arc<SimDevice>],
+        create: bool,
+    ) -> upcache::Result<upcache::shared::SharedArray> {
+        use upcache::shared::{ArraySpec, SharedArray};
+        let by_device: Vec<_> = sims.iter().cloned().enumerate().collect();
+        let spec = ArraySpec { dirs, meta_dir: None, page_size, stripe_unit, kind, sims: &by_device };
+        if create {
+            SharedArray::create(cache, spec)
+        } else {
+            SharedArray::open(cache, spec)
+        }
+    }
+
+    /// A cold start of an array's private cache: everything closed, a new cache made, the
+    /// array and its files opened again (as the in-process engine's `settle`), so that the
+    /// measured phase starts from an empty cache whose memory is untouched, as that engine's.
+    fn restart_array(&mut self) -> Result<()> {
+        let SharedFiles::Array { array, dirs, sims, config, layout, .. } = &mut self.kind else {
+            return Ok(());
+        };
+        let n = self.files.len();
+        self.files.clear();
+        drop(array.take());
+        drop(self.cache.take());
+        let cache =
+            upcache::shared::SharedCache::create_private(config).context("make a private shared cache")?;
+        let reopened =
+            SharedEngine::open_array(&cache, dirs, *layout, sims, false).context("reopen the array")?;
+        for i in 0..n {
+            self.files.push(reopened.open_file(&file_name(i), true).with_context(|| format!("reopen f{i}"))?);
+        }
+        *array = Some(reopened);
+        self.cache = Some(cache);
+        Ok(())
     }
 }
 
@@ -808,9 +844,12 @@ impl Engine for SharedEngine {
     fn settle(&mut self, warm: bool) -> Result<()> {
         for f in &self.files {
             f.sync_data()?;
-            if !warm {
+            if !warm && matches!(self.kind, SharedFiles::Plain(_)) {
                 f.evict(0, 0)?;
             }
+        }
+        if !warm {
+            self.restart_array()?;
         }
         Ok(())
     }

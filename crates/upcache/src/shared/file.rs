@@ -743,7 +743,15 @@ impl SharedFile {
             return Ok(None);
         };
         let (first, last) = pages_of(offset, end);
+        // A hit's two misses, the tree's leaf and then the frame's word, started before the
+        // claim and after it, so that they overlap it instead of following it (as the
+        // in-process engine's writer does).
+        let (inner, k) = (&*self.inner, self.inner.key(self.slot, first));
+        inner.index().prefetch(k);
         let Some(hold) = FileLock::claim_alone(self, first, last, end) else { return Ok(None) };
+        if let Some(f) = inner.index().hint(k).filter(|&f| (f as usize) < inner.view.n_frames) {
+            crate::frame::prefetch(&inner.view.frames()[f as usize] as *const _);
+        }
         let n = self.write_pages(buf, offset)?;
         // The slot goes before the hand-over, as the locked way's.
         drop(hold);

@@ -77,6 +77,14 @@ impl Index<'_> {
         }
     }
 
+    /// Starts fetching what a lookup of `key` reads last (the tree's leaf slot), for a caller
+    /// that looks it up after some other work. A hint; the hash and the sets do nothing.
+    pub fn prefetch(&self, key: u64) {
+        if let Index::Radix(t, _) = self {
+            t.prefetch(key_slot(key), key_gen(key), key_page(key));
+        }
+    }
+
     /// The frame that holds `key`, exactly as of some moment of the call (the hash takes the
     /// partition's lock for it; a tree's lookup is exact as it is: nodes in use are not freed
     /// under a process that has the file open).

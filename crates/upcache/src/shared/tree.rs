@@ -448,6 +448,30 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         f.checked_sub(1)
     }
 
+    /// Starts fetching the leaf slot of `page` in file `slot`'s tree of generation `gen`, for
+    /// a caller that looks it up after some other work (a writer, after its range slot), so
+    /// that the miss overlaps that work. A hint only: the inner nodes are read, nothing is
+    /// waited for at the leaf.
+    pub fn prefetch(&self, slot: u32, gen: u32, page: u64) {
+        // Acquire (root and slots): as `get`.
+        let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
+        let (Some((mut idx, _)), Some(below)) = (top, height.checked_sub(1)) else { return };
+        if g != gen & 0xff || page >> span(below) != 0 {
+            return;
+        }
+        for level in (1..height).rev() {
+            let Some(n) = self.inners.nodes.get(idx as usize) else { return };
+            let Some(i) = (n.slots[slot_of(level, page)].load(Ordering::Acquire) as u32).checked_sub(1)
+            else {
+                return;
+            };
+            idx = i;
+        }
+        if let Some(leaf) = self.leaves.nodes.get(idx as usize) {
+            crate::frame::prefetch(&leaf.slots[slot_of(0, page)] as *const _);
+        }
+    }
+
     /// Makes frame `f` page `page`'s in file `slot`'s tree of generation `gen` (the file is
     /// open, so that is its current one), unless another frame is.
     pub fn insert(&self, slot: u32, gen: u32, page: u64, f: u32) -> Insert {
