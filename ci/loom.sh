@@ -6,7 +6,8 @@
 # (shm/lock_word.rs) through OwnerLock (exclusion and wake-ups, take-over from a dead holder,
 # giving up on a stopped one: shm/owner_lock.rs) and the shared frame's version as a seqlock
 # (shared/frame.rs), the shared pin ledgers' handshake with a frame's changers
-# (shared/pin_ledger.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
+# (shared/pin_ledger.rs), the range slots' claims with no lock against each other and the
+# file lock's taker (shared/ranges.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
 # creation, a leaf's death against an insert into it, expansion against the old root's
 # emptying, a stale remove against a clear and the reuse of its nodes). Exhaustive up to the
 # preemption bound; seconds on 2 cores once built.

@@ -1214,7 +1214,7 @@ mod tests {
     /// A cache of the process's own has its frames in its own memory, as the in-process
     /// engine: on huge pages from their first touch where the system gives them to memory so
     /// advised, with no chunk left for a collapse; none with huge pages off. No other process
-    /// can attach it: its frames are not in the segment.
+    /// can attach it, and a forked child has none of them: its frames are not in the segment.
     #[test]
     fn a_private_cache_has_its_frames_on_huge_pages_from_their_first_touch() {
         let dir = tempfile::tempdir().unwrap();
@@ -1238,6 +1238,22 @@ mod tests {
             let mut back = vec![0u8; data.len()];
             assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
             assert!(back == data, "the bytes as written");
+            // A forked child finds zeros where the frames are: no copy of them is shared.
+            let pages = cache.inner.view.pages.as_ptr() as usize;
+            // SAFETY: the child reads its own mapping and leaves with _exit, touching nothing
+            // else (no allocation, no lock) in a copy of this multi-threaded process.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: the frames' first 4 KiB, mapped in the child (zeros, or a copy).
+                let zeros =
+                    unsafe { std::slice::from_raw_parts(pages as *const u8, 4096) }.iter().all(|&b| b == 0);
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(if zeros { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child; `status` is writable.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert_eq!(status, 0, "the child saw its parent's frames");
             let fd = cache.segment_fd().try_clone_to_owned().unwrap();
             let Err(err) = SharedCache::attach(fd) else { panic!("a private cache's segment attached") };
             assert_eq!(err.kind(), crate::error::ErrorKind::InvalidInput, "{err}");

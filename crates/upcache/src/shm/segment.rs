@@ -503,6 +503,13 @@ impl Segment {
         if unsafe { libc::madvise(p, len, advice) } != 0 {
             log::debug!("upcache: huge page advice refused: {}", std::io::Error::last_os_error());
         }
+        // A forked child gets zeros here, not a copy-on-write share: the child never uses its
+        // parent's private cache (it forgets it), and every write of the parent's while a
+        // child lived would otherwise copy the page (2 MiB, a huge one) first.
+        // SAFETY: advice on the range just mapped; it changes no byte of ours.
+        if unsafe { libc::madvise(p, len, libc::MADV_WIPEONFORK) } != 0 {
+            log::debug!("upcache: MADV_WIPEONFORK refused: {}", std::io::Error::last_os_error());
+        }
         Ok(())
     }
 
