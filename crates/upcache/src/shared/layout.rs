@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x17");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x18");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -40,6 +40,8 @@ mod kind {
     pub const CHUNKS: u32 = 15;
     pub const PINS: u32 = 16;
     pub const SET_TAGS: u32 = 17;
+    /// The frames emptied and not yet claimed again (`free.rs`).
+    pub const FREE: u32 = 18;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -351,6 +353,9 @@ pub(crate) struct Header {
     /// `SharedConfig::numa` was the machine's (0), off (1) or described (2) (set before the
     /// magic number).
     pub numa_mode: AtomicU32,
+    /// The free frames' stack (`free.rs`): its lock and its depth.
+    pub free_lock: OwnerLock,
+    pub free_count: AtomicU32,
 }
 
 /// Bits of the header's `techniques`.
@@ -496,6 +501,8 @@ pub(crate) struct View {
     huge: bool,
     /// The frames' tags in their sets (`index.rs`).
     set_tags: NonNull<AtomicU32>,
+    /// The free frames' stack's slots, one per frame (`free.rs`).
+    free: NonNull<AtomicU32>,
     /// `SharedConfig::set_ways`, and the sets they make of the frames.
     set_ways: usize,
     n_sets: usize,
@@ -531,7 +538,7 @@ impl View {
         ]
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 17] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 18] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -555,6 +562,7 @@ impl View {
             },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
+            RegionSpec { kind: kind::FREE, len: frames * 4 },
         ]
     }
 
@@ -692,7 +700,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 17];
+        let mut regions = [(NonNull::dangling(), 0usize); 18];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -718,6 +726,7 @@ impl View {
             chunks: regions[14].0.cast(),
             pins: regions[15].0.cast(),
             set_tags: regions[16].0.cast(),
+            free: regions[17].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -811,6 +820,14 @@ impl View {
     pub fn frames(&self) -> &[FrameMeta] {
         // SAFETY: `n_frames` metas (checked at attach), atomics only.
         unsafe { std::slice::from_raw_parts(self.frames.as_ptr(), self.n_frames) }
+    }
+
+    /// The free frames' stack (`free.rs`).
+    pub fn free_frames(&self) -> super::free::FreeFrames<'_> {
+        let h = self.header();
+        // SAFETY: `n_frames` slots (checked at attach), atomics only.
+        let slots = unsafe { std::slice::from_raw_parts(self.free.as_ptr(), self.n_frames) };
+        super::free::FreeFrames { lock: &h.free_lock, count: &h.free_count, slots }
     }
 
     /// Every client slot's counters.
@@ -943,7 +960,7 @@ impl View {
     /// tags, fixed when the segment was made.
     pub fn metadata_bytes(&self) -> u64 {
         let index = [kind::PAGES, kind::LEAVES, kind::LEAF_META, kind::INNERS, kind::INNER_META];
-        (kind::HEADER..=kind::SET_TAGS)
+        (kind::HEADER..=kind::FREE)
             .filter(|k| !index.contains(k))
             .filter_map(|k| self.seg.region(k))
             .map(|(_, len)| len as u64)

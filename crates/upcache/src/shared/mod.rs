@@ -34,6 +34,7 @@ mod chunk;
 mod file;
 mod files;
 mod frame;
+mod free;
 mod gc;
 mod held;
 mod holder;

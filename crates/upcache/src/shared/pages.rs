@@ -179,6 +179,44 @@ impl Inner {
     pub(crate) fn free_frame(&self, f: u32) {
         self.empty_frame(f);
         self.view.frames()[f as usize].unlock(self.me, true);
+        if self.pools_free_frames() {
+            self.view.free_frames().push(f, self.me, |h| self.alive(h), |h| self.stopped(h));
+        }
+    }
+
+    /// Whether emptied frames are listed for the next misses (`free.rs`): not with page sets
+    /// (a miss takes a frame of its page's set only) or NUMA partitions (of its node first).
+    fn pools_free_frames(&self) -> bool {
+        self.techniques & technique::SET_ASSOC == 0 && self.view.header().numa.count() == 1
+    }
+
+    /// A listed free frame, locked for us and emptied (as `claim_at`'s); None if the stack
+    /// is empty or gave only frames no longer free (claimed by the hand since, or listed
+    /// twice), a few at most.
+    fn claim_free(&self) -> Option<u32> {
+        let free = self.view.free_frames();
+        for _ in 0..8 {
+            if free.is_empty() {
+                return None;
+            }
+            let f = free.pop(self.me, |h| self.alive(h), |h| self.stopped(h))?;
+            let Some(m) = self.view.frames().get(f as usize) else { continue };
+            if m.holder().is_some() || !m.try_lock(self.me) {
+                continue;
+            }
+            if m.key() != 0
+                || m.home() != 0
+                || m.flags() != 0
+                || self.pinned(f)
+                || !self.view.reserve(f as usize)
+            {
+                m.unlock(self.me, false);
+                continue;
+            }
+            self.empty_frame(f);
+            return Some(f);
+        }
+        None
     }
 
     /// As `free_frame`, but keeps the lock. Waits for the frame's pins first.
@@ -293,6 +331,11 @@ impl Inner {
             let r = super::numa::frames_of(node, nodes, self.view.n_frames);
             Area { first: r.start, n: r.len() as u64, hand: Hand::Cache(&header.numa.hands[node]) }
         };
+        if areas == 1 && index.sets().is_none() {
+            if let Some(f) = self.claim_free() {
+                return Some(f);
+            }
+        }
         let rule = self.dirty_rule();
         let laps = if self.gclock() { 8 } else { 4 };
         let mut steps = 0;
@@ -672,6 +715,59 @@ mod tests {
             clean_first,
             ..small()
         }
+    }
+
+    /// Frames a drop of pages empties are claimed again by the next misses before the hand
+    /// moves on (`free.rs`): a file's 8 pages evicted, another file's 8 misses take their
+    /// frames, the hand where it was, every page read as it is on disk.
+    #[test]
+    fn frames_emptied_are_claimed_again_before_the_hand_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, vec![1u8; 8 * 4096]).unwrap();
+        std::fs::write(&b, (0..8 * 4096u32).map(|i| (i >> 12) as u8 + 2).collect::<Vec<u8>>()).unwrap();
+        let cache = SharedCache::create(&sixteen(PolicyKind::Clock, CleanFirst::Always)).unwrap();
+        let (fa, fb) = (cache.open_path(&a, false).unwrap(), cache.open_path(&b, false).unwrap());
+        let mut page = vec![0u8; 4096];
+        for p in 0..8 {
+            fa.read_at(&mut page, p * 4096).unwrap();
+        }
+        fa.evict(0, 0).unwrap();
+        let (hand, misses) = (cache.hand(), cache.status().stats.misses);
+        for p in 0..8 {
+            fb.read_at(&mut page, p * 4096).unwrap();
+            assert_eq!(page, vec![p as u8 + 2; 4096]);
+        }
+        assert_eq!(cache.status().stats.misses, misses + 8);
+        assert_eq!(cache.hand(), hand, "the misses took the emptied frames");
+        cache.check_index().unwrap();
+    }
+
+    /// A listed frame that is in use again (the hand claimed it, or it was listed twice) is
+    /// passed over by the miss that pops it: the page in it stays, and the miss takes the
+    /// hand's next frame.
+    #[test]
+    fn a_listed_frame_in_use_again_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, vec![1u8; 4096]).unwrap();
+        std::fs::write(&b, vec![2u8; 4096]).unwrap();
+        let cache = SharedCache::create(&sixteen(PolicyKind::Clock, CleanFirst::Always)).unwrap();
+        let (fa, fb) = (cache.open_path(&a, false).unwrap(), cache.open_path(&b, false).unwrap());
+        let mut page = vec![0u8; 4096];
+        fa.read_at(&mut page, 0).unwrap();
+        let inner = &cache.inner;
+        let f = inner.index().hint(inner.key(fa.slot(), 0)).expect("cached");
+        inner.view.free_frames().push(f, inner.me, |_| true, |_| false);
+        let hand = cache.hand();
+        fb.read_at(&mut page, 0).unwrap();
+        assert_eq!(page, vec![2u8; 4096]);
+        assert!(inner.view.free_frames().is_empty(), "popped");
+        assert_eq!(cache.hand(), hand + 1, "the hand's frame, not the listed one");
+        let misses = cache.status().stats.misses;
+        fa.read_at(&mut page, 0).unwrap();
+        assert_eq!(page, vec![1u8; 4096]);
+        assert_eq!(cache.status().stats.misses, misses, "the page in the listed frame stayed");
     }
 
     /// Set-associative placement (SAFS §4): each cached page's frame lies in its key's set,
