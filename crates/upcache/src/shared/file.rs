@@ -1457,9 +1457,10 @@ impl<'a> FileLock<'a> {
     fn quiesce(&self, first: u64, end: u64, give_up: &impl Fn(u32) -> bool) -> bool {
         let inner = self.inner;
         for r in &self.e.ranges {
-            // The range changes only under the file's lock, which we hold; the wait below orders
-            // what its writer did before us.
-            // Acquire (`held`): a slot found free, its last writer's work is seen.
+            // After `after_locking`'s fence, every slot whose writer goes on is seen here with
+            // its pages (one claimed alone that we miss sees our lock and backs off); the wait
+            // below orders what its writer did before us. Acquire (`held`): a slot found free,
+            // its last writer's work is seen.
             if !r.lock.held() || !r.covers(first, end) {
                 continue;
             }
