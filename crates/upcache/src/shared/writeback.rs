@@ -424,7 +424,11 @@ impl Inner {
     /// each, at 0.26x the private engine (bench/RESULTS.md). Under pressure a batch holds at
     /// most a run's worth of pages (`RUN_PAGES`), so that batching helps short runs without
     /// holding long ones locked together. While it holds runs not yet
-    /// written it waits for no frame: one that someone else holds has the runs written first.
+    /// written it waits for no frame. A sync leaves the frames others hold (another sync's
+    /// write-back under way, a writer) to the end, after its own runs are written, and then
+    /// waits only for those still dirty, as the in-process engine's sync does: two threads
+    /// syncing one file each waited for the other's write-back of every page it held, one
+    /// after another (`perf`: nearly every futex call of a write + sync workload).
     fn write_back_sorted(
         &self,
         pages: &[(u32, u64)],
@@ -432,7 +436,20 @@ impl Inner {
         wait: bool,
         stop_at: Option<u64>,
     ) -> Result<()> {
+        self.write_back_sorted_as(pages, to, wait, stop_at, wait)
+    }
+
+    /// [`Self::write_back_sorted`], leaving the frames others hold to a last pass if `defer`.
+    fn write_back_sorted_as(
+        &self,
+        pages: &[(u32, u64)],
+        to: Target<'_>,
+        wait: bool,
+        stop_at: Option<u64>,
+        defer: bool,
+    ) -> Result<()> {
         let frames = self.view.frames();
+        let mut held = Vec::new();
         let mut first = Ok(());
         let mut own = None;
         let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
@@ -452,8 +469,15 @@ impl Inner {
             let most = over.map_or(most, |over| over.min(most));
             let (f, k) = pages[i];
             i += 1;
-            if !self.lock_dirty(f, k, wait && batch.is_empty()) {
-                if !wait || batch.is_empty() || frames[f as usize].flags() & DIRTY == 0 {
+            if !self.lock_dirty(f, k, wait && batch.is_empty() && !defer) {
+                if !wait || frames[f as usize].flags() & DIRTY == 0 {
+                    continue;
+                }
+                if defer {
+                    held.push((f, k));
+                    continue;
+                }
+                if batch.is_empty() {
                     continue;
                 }
                 first = first.and(self.write_back_batch(&mut batch, to));
@@ -487,6 +511,9 @@ impl Inner {
         }
         if !batch.is_empty() {
             first = first.and(self.write_back_batch(&mut batch, to));
+        }
+        if !held.is_empty() {
+            first = first.and(self.write_back_sorted_as(&held, to, wait, stop_at, false));
         }
         first
     }
@@ -549,6 +576,41 @@ mod tests {
     use super::super::{SharedCache, SharedConfig};
     use super::Target;
     use std::sync::atomic::Ordering;
+
+    /// A sync leaves a dirty frame another holds to the end: with page 0's frame held by
+    /// another thread (as its sync's write-back would), the sync writes page 5 back first,
+    /// then waits for page 0 and writes it too, still dirty. (Waiting at page 0 first, page 5
+    /// would stay dirty until page 0 was let go, and the wait below would fail.)
+    #[test]
+    fn a_sync_writes_its_other_pages_before_it_waits_for_one_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 8 * 4096]).unwrap();
+        let cache = SharedCache::create(&SharedConfig { readahead: 0, ..small() }).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        f.write_at(&[1u8; 4096], 0).unwrap();
+        f.write_at(&[5u8; 4096], 5 * 4096).unwrap();
+        let inner = &cache.inner;
+        let frame = |page| inner.index().hint(inner.key(f.slot(), page)).expect("cached");
+        let (f0, f5) = (frame(0), frame(5));
+        let dirty = |fr: u32| inner.view.frames()[fr as usize].flags() & super::DIRTY != 0;
+        inner.lock_frame(f0);
+        std::thread::scope(|s| {
+            let sync = s.spawn(|| f.sync_data());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while dirty(f5) && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            let first = !dirty(f5);
+            assert!(dirty(f0) && !sync.is_finished(), "the sync waits for the held page");
+            inner.view.frames()[f0 as usize].unlock(inner.me, false);
+            sync.join().unwrap().unwrap();
+            assert!(first, "page 5 waited for the held page 0");
+        });
+        assert!(!dirty(f0) && !dirty(f5));
+        let disk = std::fs::read(&p).unwrap();
+        assert!(disk[..4096].iter().all(|&b| b == 1) && disk[5 * 4096..6 * 4096].iter().all(|&b| b == 5));
+    }
 
     /// A sync of more dirty pages than a part's goes in parts at once (`SPLIT_PAGES`, two
     /// flushers), each part's runs at once through io_uring: every page reaches the file. Through a descriptor that cannot write, every run fails, every page stays dirty,
