@@ -434,7 +434,24 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
 
     /// The frame file `slot`'s tree of generation `gen` has for `page`, with no lock: a hint.
     pub fn get(&self, slot: u32, gen: u32, page: u64) -> Option<u32> {
-        // Acquire (root and slots): a node reached comes with what its maker stored.
+        // Acquire: a node reached comes with what its maker stored.
+        self.leaf_slot(slot, gen, page)?.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Starts fetching the leaf slot of `page` in file `slot`'s tree of generation `gen`, for
+    /// a caller that looks it up after some other work (a writer, after its range slot), so
+    /// that the miss overlaps that work. A hint only: the inner nodes are read, nothing is
+    /// waited for at the leaf.
+    pub fn prefetch(&self, slot: u32, gen: u32, page: u64) {
+        if let Some(s) = self.leaf_slot(slot, gen, page) {
+            crate::frame::prefetch(s as *const _);
+        }
+    }
+
+    /// The leaf slot that holds `page`'s frame in file `slot`'s tree of generation `gen`, if
+    /// the walk reaches one (for `get` and `prefetch`: the slot is not read).
+    fn leaf_slot(&self, slot: u32, gen: u32, page: u64) -> Option<&AtomicU32> {
+        // Acquire (root and inner slots): a node reached comes with what its maker stored.
         let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
         let (mut idx, _) = top?;
         if g != gen & 0xff || page >> span(height.checked_sub(1)?) != 0 {
@@ -444,32 +461,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             let c = self.inners.nodes.get(idx as usize)?.slots[slot_of(level, page)].load(Ordering::Acquire);
             idx = (c as u32).checked_sub(1)?;
         }
-        let f = self.leaves.nodes.get(idx as usize)?.slots[slot_of(0, page)].load(Ordering::Acquire);
-        f.checked_sub(1)
-    }
-
-    /// Starts fetching the leaf slot of `page` in file `slot`'s tree of generation `gen`, for
-    /// a caller that looks it up after some other work (a writer, after its range slot), so
-    /// that the miss overlaps that work. A hint only: the inner nodes are read, nothing is
-    /// waited for at the leaf.
-    pub fn prefetch(&self, slot: u32, gen: u32, page: u64) {
-        // Acquire (root and slots): as `get`.
-        let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
-        let (Some((mut idx, _)), Some(below)) = (top, height.checked_sub(1)) else { return };
-        if g != gen & 0xff || page >> span(below) != 0 {
-            return;
-        }
-        for level in (1..height).rev() {
-            let Some(n) = self.inners.nodes.get(idx as usize) else { return };
-            let Some(i) = (n.slots[slot_of(level, page)].load(Ordering::Acquire) as u32).checked_sub(1)
-            else {
-                return;
-            };
-            idx = i;
-        }
-        if let Some(leaf) = self.leaves.nodes.get(idx as usize) {
-            crate::frame::prefetch(&leaf.slots[slot_of(0, page)] as *const _);
-        }
+        Some(&self.leaves.nodes.get(idx as usize)?.slots[slot_of(0, page)])
     }
 
     /// Makes frame `f` page `page`'s in file `slot`'s tree of generation `gen` (the file is
