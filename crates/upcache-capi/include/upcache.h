@@ -114,9 +114,11 @@ typedef struct upcache_shared_settings {
   // Whole pages written back through the file opened with O_DIRECT, past the kernel's page
   // cache (false: through a writer's descriptor).
   bool direct_write_back;
-  // GClock (SAFS): the clock hand passes a page over once per read, up to 4 (false:
-  // CLOCK, once).
-  bool gclock;
+  // The replacement policy by name, NUL-terminated: "clock" (or empty; the hand passes a
+  // page read since it last passed over once), "gclock" (SAFS: once per read, up to 4),
+  // "lru" or "lfu" (sampled), "sieve" or "s3fifo" (not with `set_ways` or NUMA
+  // partitions).
+  char policy[16];
   // Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
   // the first it finds, written back).
   bool clean_first;

@@ -169,9 +169,11 @@ pub struct upcache_shared_settings {
     /// Whole pages written back through the file opened with O_DIRECT, past the kernel's page
     /// cache (false: through a writer's descriptor).
     pub direct_write_back: bool,
-    /// GClock (SAFS): the clock hand passes a page over once per read, up to 4 (false:
-    /// CLOCK, once).
-    pub gclock: bool,
+    /// The replacement policy by name, NUL-terminated: "clock" (or empty; the hand passes a
+    /// page read since it last passed over once), "gclock" (SAFS: once per read, up to 4),
+    /// "lru" or "lfu" (sampled), "sieve" or "s3fifo" (not with `set_ways` or NUMA
+    /// partitions).
+    pub policy: [c_char; 16],
     /// Clean-first eviction: the clock hand passes dirty pages over for a lap (false: it takes
     /// the first it finds, written back).
     pub clean_first: bool,
@@ -208,9 +210,9 @@ pub struct upcache_shared_settings {
     pub numa: [c_char; 256],
 }
 
-/// `name` NUL-terminated in a settings' `numa`; None if it does not fit.
-fn numa_text(name: &str) -> Option<[c_char; 256]> {
-    let mut text = [0 as c_char; 256];
+/// `name` NUL-terminated in a settings' text field (`numa`, `policy`); None if it does not fit.
+fn text_field<const N: usize>(name: &str) -> Option<[c_char; N]> {
+    let mut text = [0 as c_char; N];
     if name.len() >= text.len() {
         return None;
     }
@@ -218,6 +220,13 @@ fn numa_text(name: &str) -> Option<[c_char; 256]> {
         *t = b as c_char;
     }
     Some(text)
+}
+
+/// A settings' text field up to its NUL (the whole field if it has none), as UTF-8.
+fn field_text(field: &[c_char], what: &str) -> Result<String, Fail> {
+    let bytes = field.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    String::from_utf8(bytes)
+        .map_err(|_| Fail { code: crate::error::UPCACHE_ECONFIG, msg: format!("{what} is not UTF-8") })
 }
 
 impl From<&SharedConfig> for upcache_shared_settings {
@@ -235,7 +244,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             lock_free_index: c.index == upcache::IndexKind::Radix,
             flushers: c.flushers,
             direct_write_back: c.direct_write_back,
-            gclock: c.policy == upcache::PolicyKind::GClock,
+            policy: text_field(c.policy.name()).expect("policy names are short"),
             clean_first: c.clean_first != upcache::CleanFirst::Never,
             gc_aware: c.clean_first == upcache::CleanFirst::WhileGc,
             dflush: c.flush == upcache::FlushKind::Direct,
@@ -247,7 +256,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             set_ways: if c.index == upcache::IndexKind::SetAssoc { c.set_ways } else { 0 },
             // A topology too long to say reads as "" (the machine's); `upcache_shared_settings_of`
             // refuses it instead.
-            numa: numa_text(&c.numa.name()).unwrap_or([0; 256]),
+            numa: text_field(&c.numa.name()).unwrap_or([0; 256]),
         }
     }
 }
@@ -256,13 +265,13 @@ impl upcache_shared_settings {
     /// The configuration these settings say; `InvalidConfig` for one out of its range.
     fn config(&self) -> Result<SharedConfig, Fail> {
         let s = self;
-        let numa: Vec<u8> = s.numa.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-        let numa = match std::str::from_utf8(&numa) {
-            Ok("") => upcache::shared::SharedNuma::Machine,
-            Ok(text) => text.parse()?,
-            Err(_) => {
-                return Err(Fail { code: crate::error::UPCACHE_ECONFIG, msg: "numa is not UTF-8".into() })
-            }
+        let numa = match field_text(&s.numa, "numa")?.as_str() {
+            "" => upcache::shared::SharedNuma::Machine,
+            text => text.parse()?,
+        };
+        let policy = match field_text(&s.policy, "policy")?.as_str() {
+            "" => upcache::PolicyKind::Clock,
+            text => text.parse()?,
         };
         let config = SharedConfig {
             memory: s.memory,
@@ -281,7 +290,7 @@ impl upcache_shared_settings {
             set_ways: if s.set_ways == 0 { SharedConfig::default().set_ways } else { s.set_ways },
             flushers: s.flushers,
             direct_write_back: s.direct_write_back,
-            policy: if s.gclock { upcache::PolicyKind::GClock } else { upcache::PolicyKind::Clock },
+            policy,
             clean_first: match (s.clean_first, s.gc_aware) {
                 (false, _) => upcache::CleanFirst::Never,
                 (true, false) => upcache::CleanFirst::Always,
@@ -385,7 +394,7 @@ pub unsafe extern "C" fn upcache_shared_settings_of(
             return Err(Fail::invalid("not an attachment to the shared cache"));
         };
         let config = shared.config();
-        if numa_text(&config.numa.name()).is_none() {
+        if text_field::<256>(&config.numa.name()).is_none() {
             return Err(Fail::invalid("its NUMA topology is too long for the settings' 255 bytes"));
         }
         // SAFETY: `out` is non-null and writable (checked, and the contract).

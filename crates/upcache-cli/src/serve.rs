@@ -78,9 +78,10 @@ pub struct ServeArgs {
     /// Frames per set with --index setassoc, 1 to 64 (as UPCACHE_SET_WAYS)
     #[arg(long, value_name = "N", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=64))]
     set_ways: u32,
-    /// The clock hand's rule: clock (a page read since the hand passed stays a lap) or gclock
-    /// (SAFS: a lap per read, up to 4) (as UPCACHE_POLICY)
-    #[arg(long, value_name = "clock|gclock", default_value = "clock")]
+    /// The replacement policy: clock (a page read since the hand passed stays a lap), gclock
+    /// (SAFS: a lap per read, up to 4), lru or lfu (sampled, LFU-DA), sieve or s3fifo (not
+    /// with --index setassoc or NUMA partitions) (as UPCACHE_POLICY)
+    #[arg(long, value_name = "clock|gclock|lru|lfu|sieve|s3fifo", default_value = "clock")]
     policy: upcache::PolicyKind,
     /// clean-first: the hand passes dirty pages over for a lap in search of a clean one; plain:
     /// it takes the first it finds, writing it back; gc-aware: it passes them over only while

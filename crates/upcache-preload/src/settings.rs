@@ -27,7 +27,7 @@ pub(crate) struct Settings {
     /// (frames per set, 1 to 64), UPCACHE_NUMA (machine|off|a described topology, as
     /// `upcache serve --numa`; the shared cache's only), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
-    /// (clock|gclock), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
+    /// (clock|gclock|lru|lfu|sieve|s3fifo), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off), UPCACHE_IO
     /// (uring|psync), UPCACHE_HOT_INDEX (on|off), and UPCACHE_DIRECT=0 (both direct settings
     /// off unless set): the settings of a cache the shim makes, as `upcache serve`'s flags (a

@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     struct upcache_shared_settings set = upcache_shared_settings_default();
     CHECK(set.memory == 256 << 20 && set.dirty_background == 0.25 && set.flush_interval_ms == 1000);
     CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
-    CHECK(!set.gclock && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
+    CHECK(strcmp(set.policy, "clock") == 0 && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
           set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index &&
           set.lock_free_index && set.set_ways == 0 && strcmp(set.numa, "machine") == 0);
     set.memory = 4 << 20;
@@ -54,9 +54,14 @@ int main(int argc, char **argv) {
     set.set_ways = 65;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
     set.set_ways = 8;
+    strcpy(set.policy, "nope");
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    /* S3-FIFO's queues order the whole cache: not with sets. */
+    strcpy(set.policy, "s3fifo");
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    strcpy(set.policy, "lfu");
     set.range_lock = false;
     set.bundling = false;
-    set.gclock = true;
     set.gc_aware = true;
     set.dflush = false;
     set.streams = false;
@@ -69,7 +74,7 @@ int main(int argc, char **argv) {
     CHECK(upcache_shared_settings_of(cache, &got) == UPCACHE_OK);
     CHECK(got.memory == 4 << 20 && got.dirty_background == 0.1 && got.dirty_foreground == 0.2 &&
           got.dirty_expire_ms == 5000 && got.flush_interval_ms == 250 && !got.range_lock &&
-          got.run_merging && !got.bundling && got.readahead == 64 << 10 && got.gclock && got.clean_first &&
+          got.run_merging && !got.bundling && got.readahead == 64 << 10 && strcmp(got.policy, "lfu") == 0 && got.clean_first &&
           got.gc_aware && !got.dflush && !got.streams && !got.huge_pages && !got.direct_loads &&
           !got.uring_write_back && !got.hot_index && !got.lock_free_index && got.set_ways == 8 &&
           strcmp(got.numa, "off") == 0);
@@ -89,7 +94,7 @@ int main(int argc, char **argv) {
         struct upcache_shared_settings its;
         CHECK(upcache_shared_settings_of(mine, &its) == UPCACHE_OK);
         CHECK(its.dirty_background == 0.1 && its.flush_interval_ms == 250 && its.memory == 4 << 20 &&
-              !its.range_lock && !its.bundling && its.readahead == 64 << 10 && its.gclock && !its.dflush);
+              !its.range_lock && !its.bundling && its.readahead == 64 << 10 && strcmp(its.policy, "lfu") == 0 && !its.dflush);
         struct upcache_file *h;
         CHECK(upcache_file_open_path(mine, path, false, &h) == UPCACHE_OK);
         char buf[16] = {0};

@@ -62,7 +62,7 @@ pub(super) struct Plan {
 /// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
 /// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
-/// `--flushers`, `--policy` (clock or gclock; clean-first, plain or gc-aware), `--flush`,
+/// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
 /// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin`, `--huge-pages` and
 /// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {

@@ -48,6 +48,7 @@ pub use gclock::GClockPolicy;
 pub use lfu::LfuPolicy;
 pub use lru::LruPolicy;
 pub use s3fifo::S3FifoPolicy;
+pub(crate) use sample::next_random;
 pub use sieve::SievePolicy;
 
 use crate::choice::choice;

@@ -30,7 +30,7 @@ pub(crate) fn reseed(seed: u64) {
 }
 
 /// A random number from this thread's xorshift generator.
-fn next_random() -> u64 {
+pub(crate) fn next_random() -> u64 {
     RNG.with(|r| {
         let mut x = r.get();
         if x == 0 {

@@ -595,8 +595,8 @@ impl SharedFile {
                     };
                     if m.unchanged(w) {
                         match touch {
-                            Touch::Reference => m.note_read(flags, self.inner.gclock(), false),
-                            Touch::Stream => m.note_read(flags, self.inner.gclock(), true),
+                            Touch::Reference => m.note_read(flags, self.inner.counts_hits(), false),
+                            Touch::Stream => m.note_read(flags, self.inner.counts_hits(), true),
                             Touch::Again => {}
                         }
                         if count {

@@ -236,19 +236,20 @@ impl FrameMeta {
     }
 
     /// Notes a read of the page, whose `flags` were read before it: `REFERENCED` for CLOCK;
-    /// under GClock (`gclock`), a hit counted too if it was set already, up to 3. A read that
+    /// where the policy counts hits (`count`: GClock, LFU, S3-FIFO), a hit counted too if it
+    /// was set already, up to 3. A read that
     /// continues a sequential stream (`streamed`) marks a page read for the first time only
     /// `STREAMED`, which the hand does not count: a page a scan reads once goes first (the
     /// kernel keeps such pages on its inactive list), one read again stays as any other.
     /// Stores only while something changes, so a hot page's line is not written at every read.
-    pub fn note_read(&self, flags: u32, gclock: bool, streamed: bool) {
+    pub fn note_read(&self, flags: u32, count: bool, streamed: bool) {
         if streamed && flags & (STREAMED | REFERENCED) == 0 {
             // Relaxed: a hint for the clock hand.
             self.flags.fetch_or(STREAMED, Ordering::Relaxed);
         } else if flags & REFERENCED == 0 {
             // Relaxed: a hint for the clock hand.
             self.flags.fetch_or(REFERENCED, Ordering::Relaxed);
-        } else if gclock && flags & HITS != HITS {
+        } else if count && flags & HITS != HITS {
             // Relaxed: as above. A CAS, not an add: two readers adding at once would carry
             // into the stamp.
             let _ = self.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x18");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x19");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -42,6 +42,10 @@ mod kind {
     pub const SET_TAGS: u32 = 17;
     /// The frames emptied and not yet claimed again (`free.rs`).
     pub const FREE: u32 = 18;
+    /// Each frame's replacement history and queue links (`policy/`).
+    pub const POLICY: u32 = 19;
+    /// S3-FIFO's ghost entries (`policy/ghost.rs`).
+    pub const GHOSTS: u32 = 20;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -130,10 +134,14 @@ pub struct SharedConfig {
     /// machine's nodes by default (one partition where it has one node); the set-associative
     /// index places pages by their sets instead.
     pub numa: super::numa::SharedNuma,
-    /// The clock hand's rule: [`PolicyKind::Clock`] (a page read since the hand last passed
-    /// is passed over once; the default) or [`PolicyKind::GClock`] (SAFS §4.2: each read
-    /// adds to a count of up to 3, and the hand passes a page over once per hit, so a page
-    /// read often outlives a scan). The other kinds are the private engine's alone.
+    /// The replacement policy (`policy/`): [`PolicyKind::Clock`] (a page read since the hand
+    /// last passed is passed over once; the default), [`PolicyKind::GClock`] (SAFS §4.2: each
+    /// read adds to a count of up to 3, and the hand passes a page over once per hit, so a
+    /// page read often outlives a scan), sampled [`PolicyKind::Lru`] and [`PolicyKind::Lfu`]
+    /// (LFU-DA), whose history is in the segment beside the frames, or [`PolicyKind::Sieve`]
+    /// and [`PolicyKind::S3Fifo`], whose queues are (not with the set-associative index or
+    /// NUMA partitions: one order of the whole cache). A hit only sets the frame's bits, as
+    /// under CLOCK, whatever the policy.
     pub policy: PolicyKind,
     /// Whether the hand passes dirty pages over for a lap in search of a clean one
     /// ([`CleanFirst::Always`], SAFS §4.2 and ScalaCache's clean-first eviction; the
@@ -259,9 +267,10 @@ impl SharedConfig {
                 crate::index::setassoc::MAX_WAYS
             ));
         }
-        if !matches!(self.policy, PolicyKind::Clock | PolicyKind::GClock) {
+        let queues = matches!(self.policy, PolicyKind::Sieve | PolicyKind::S3Fifo);
+        if queues && (self.index == IndexKind::SetAssoc || self.numa.nodes().len() > 1) {
             return invalid(format!(
-                "the shared cache's policy is clock or gclock, not {} (the private engine's alone)",
+                "{} keeps one order of the whole cache's pages: with the set-associative index or NUMA partitions the policy is clock, gclock, lru or lfu",
                 self.policy.name()
             ));
         }
@@ -356,39 +365,11 @@ pub(crate) struct Header {
     /// The free frames' stack (`free.rs`): its lock and its depth.
     pub free_lock: OwnerLock,
     pub free_count: AtomicU32,
+    /// The replacement policy's shared state, past CLOCK and GClock (`policy/`).
+    pub policy: super::policy::PolicyState,
 }
 
-/// Bits of the header's `techniques`.
-pub(crate) mod technique {
-    pub const RANGE_LOCK: u64 = 1;
-    pub const RUN_MERGING: u64 = 2;
-    pub const BUNDLING: u64 = 4;
-    /// The ccXArray index (`SharedConfig::index` radix); off, the hash chains.
-    pub const RADIX_INDEX: u64 = 8;
-    pub const DIRECT_WRITE_BACK: u64 = 16;
-    /// `SharedConfig::policy` GClock; off, CLOCK.
-    pub const GCLOCK: u64 = 32;
-    /// `SharedConfig::clean_first` Always; with `GC_AWARE`, WhileGc; neither, plain.
-    pub const CLEAN_FIRST: u64 = 64;
-    pub const GC_AWARE: u64 = 256;
-    /// `SharedConfig::streams`.
-    pub const STREAMS: u64 = 512;
-    /// `SharedConfig::huge_pages`.
-    pub const HUGE_PAGES: u64 = 1024;
-    /// `SharedConfig::direct_loads`.
-    pub const DIRECT_LOADS: u64 = 2048;
-    /// `SharedConfig::io` uring.
-    pub const URING: u64 = 4096;
-    /// `SharedConfig::hot_index`.
-    pub const HOT_INDEX: u64 = 8192;
-    /// The set-associative index (`SharedConfig::index` set-assoc).
-    pub const SET_ASSOC: u64 = 16384;
-    /// `SharedConfig::flush` Direct (dflush); off, writers pause for the service.
-    pub const DFLUSH: u64 = 128;
-    /// The frames' bytes are their maker's private memory (`SharedCache::create_private`),
-    /// not in the segment's file: no other process may attach it.
-    pub const PRIVATE_FRAMES: u64 = 32768;
-}
+pub(crate) use super::technique;
 
 impl Header {
     /// `SharedConfig::dirty_ratios`.
@@ -503,6 +484,9 @@ pub(crate) struct View {
     set_tags: NonNull<AtomicU32>,
     /// The free frames' stack's slots, one per frame (`free.rs`).
     free: NonNull<AtomicU32>,
+    /// Each frame's replacement history and links (`policy/`), and the ghost entries.
+    policy: NonNull<super::policy::PolicyFrame>,
+    ghosts: NonNull<AtomicU64>,
     /// `SharedConfig::set_ways`, and the sets they make of the frames.
     set_ways: usize,
     n_sets: usize,
@@ -538,7 +522,7 @@ impl View {
         ]
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 18] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 20] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -563,6 +547,8 @@ impl View {
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
             RegionSpec { kind: kind::FREE, len: frames * 4 },
+            RegionSpec { kind: kind::POLICY, len: frames * size_of::<super::policy::PolicyFrame>() },
+            RegionSpec { kind: kind::GHOSTS, len: super::policy::ghost::slots(frames) * 8 },
         ]
     }
 
@@ -626,6 +612,10 @@ impl View {
             (config.hot_index, technique::HOT_INDEX),
             (config.index == IndexKind::SetAssoc, technique::SET_ASSOC),
             (private, technique::PRIVATE_FRAMES),
+            (config.policy == PolicyKind::Lru, technique::LRU),
+            (config.policy == PolicyKind::Lfu, technique::LFU),
+            (config.policy == PolicyKind::Sieve, technique::SIEVE),
+            (config.policy == PolicyKind::S3Fifo, technique::S3FIFO),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
@@ -700,7 +690,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 18];
+        let mut regions = [(NonNull::dangling(), 0usize); 20];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -727,6 +717,8 @@ impl View {
             pins: regions[15].0.cast(),
             set_tags: regions[16].0.cast(),
             free: regions[17].0.cast(),
+            policy: regions[18].0.cast(),
+            ghosts: regions[19].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -823,6 +815,20 @@ impl View {
     }
 
     /// The free frames' stack (`free.rs`).
+    /// Each frame's replacement history and queue links (`policy/`).
+    pub fn policy_frames(&self) -> &[super::policy::PolicyFrame] {
+        // SAFETY: `n_frames` entries (checked at attach), atomics only.
+        unsafe { std::slice::from_raw_parts(self.policy.as_ptr(), self.n_frames) }
+    }
+
+    /// S3-FIFO's ghost entries (`policy/ghost.rs`).
+    pub fn ghosts(&self) -> &[AtomicU64] {
+        // SAFETY: `ghost::slots(n_frames)` words (checked at attach), atomics only.
+        unsafe {
+            std::slice::from_raw_parts(self.ghosts.as_ptr(), super::policy::ghost::slots(self.n_frames))
+        }
+    }
+
     pub fn free_frames(&self) -> super::free::FreeFrames<'_> {
         let h = self.header();
         // SAFETY: `n_frames` slots (checked at attach), atomics only.

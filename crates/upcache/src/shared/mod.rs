@@ -51,6 +51,7 @@ mod own_flusher;
 mod pages;
 mod pin;
 mod pin_ledger;
+mod policy;
 mod prepare;
 mod quiet;
 mod ranges;
@@ -58,6 +59,7 @@ mod repair;
 pub mod serve;
 mod set_flush;
 mod streams;
+pub(crate) mod technique;
 mod tree;
 mod writeback;
 
@@ -1057,11 +1059,7 @@ impl Inner {
             set_ways: h.set_ways(),
             // Relaxed: fixed before the magic number was published.
             numa: numa::SharedNuma::of(h.numa_mode.load(Ordering::Relaxed), &h.numa),
-            policy: if self.gclock() {
-                crate::policy::PolicyKind::GClock
-            } else {
-                crate::policy::PolicyKind::Clock
-            },
+            policy: self.policy_kind(),
             clean_first: self.dirty_rule(),
             streams: self.streams(),
             huge_pages: self.techniques & layout::technique::HUGE_PAGES != 0,
@@ -1599,7 +1597,16 @@ mod tests {
             SharedConfig { flush_interval: std::time::Duration::ZERO, ..ok.clone() },
             SharedConfig { flush_interval: std::time::Duration::from_secs(7200), ..ok.clone() },
             SharedConfig { dirty_expire: std::time::Duration::from_secs(7200), ..ok.clone() },
-            SharedConfig { policy: crate::policy::PolicyKind::S3Fifo, ..ok.clone() },
+            SharedConfig {
+                policy: crate::policy::PolicyKind::S3Fifo,
+                index: crate::index::IndexKind::SetAssoc,
+                ..ok.clone()
+            },
+            SharedConfig {
+                policy: crate::policy::PolicyKind::Sieve,
+                numa: numa::SharedNuma::Described(vec![vec![0], vec![1]]),
+                ..ok.clone()
+            },
         ] {
             let e = SharedCache::create(&bad).err().unwrap_or_else(|| panic!("{bad:?} was taken"));
             assert_eq!(e.kind(), crate::error::ErrorKind::InvalidConfig, "{bad:?}: {e}");
@@ -1615,6 +1622,10 @@ mod tests {
             ..ok
         };
         assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set);
+        for policy in crate::policy::PolicyKind::ALL {
+            let set = SharedConfig { policy, ..set.clone() };
+            assert_eq!(SharedCache::create(&set).unwrap().inner.config(), set, "{policy:?}");
+        }
     }
 
     /// A file of 4199 bytes of 7, and its page 1 (which holds the end) locked by us and

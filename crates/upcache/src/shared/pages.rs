@@ -32,6 +32,16 @@ enum Hand<'a> {
 }
 
 impl Area<'_> {
+    /// Whether the hand has not yet passed every frame once: the frames ahead of it have never
+    /// held a page.
+    fn first_lap(&self) -> bool {
+        // Relaxed (both): a hint; each frame is taken by CAS.
+        match self.hand {
+            Hand::Cache(h) => h.load(Ordering::Relaxed) < self.n,
+            Hand::Set(h) => (h.load(Ordering::Relaxed) as u64) < self.n,
+        }
+    }
+
     /// The hand's next frame.
     fn next(&self) -> u32 {
         // Relaxed (both): a hand only spreads claims; each frame is taken by CAS.
@@ -333,21 +343,37 @@ impl Inner {
         };
         if areas == 1 && index.sets().is_none() {
             if let Some(f) = self.claim_free() {
+                self.inserted(f, k, None);
                 return Some(f);
             }
         }
         let rule = self.dirty_rule();
-        let laps = if self.gclock() { 8 } else { 4 };
+        let ordered = self.order().is_some();
+        let laps = if self.counts_hits() { 8 } else { 4 };
         let mut steps = 0;
         let claimed = 'rounds: {
             for round in 0..rounds {
                 for a in (0..areas).map(area).filter(|a| a.n > 0) {
+                    if ordered {
+                        // A frame the hand has not passed yet has never held a page; then the
+                        // policy's victim (`policy/`); the hand's only if it found none.
+                        while a.first_lap() {
+                            steps += 1;
+                            let f = a.next();
+                            if self.claim_at(f, false, rule) {
+                                break 'rounds Some((f, None));
+                            }
+                        }
+                        if let Some(claimed) = self.claim_in_order(a.first, a.n as usize, rule) {
+                            break 'rounds Some(claimed);
+                        }
+                    }
                     // A GClock frame read often stays up to four laps (`FrameMeta::age`).
                     for step in 0..laps * a.n {
                         steps += 1;
                         let f = a.next();
                         if self.claim_at(f, step >= a.n, rule) {
-                            break 'rounds Some(f);
+                            break 'rounds Some((f, None));
                         }
                     }
                 }
@@ -361,7 +387,9 @@ impl Inner {
             // Relaxed: the cache-wide count of frames passed, a hint (`View::hand`).
             header.clock.fetch_add(steps, Ordering::Relaxed);
         }
-        claimed
+        let (f, evicted) = claimed?;
+        self.inserted(f, k, evicted);
+        Some(f)
     }
 
     /// Takes frame `f` for a claim if its chunk's memory is allocated (`View::reserve`) and it
@@ -400,18 +428,27 @@ impl Inner {
                 return false;
             }
         }
+        self.take(f).is_some()
+    }
+
+    /// Takes frame `f` if it is unlocked, clean, unpinned and not referenced (since the hand
+    /// or the policy last looked): emptied, locked for us. The key of the page it held (0 for
+    /// none), or None, left as it was.
+    pub(super) fn take(&self, f: u32) -> Option<u64> {
+        let m = &self.view.frames()[f as usize];
         if !m.try_lock(self.me) {
-            return false;
+            return None;
         }
         if m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f) {
             m.unlock(self.me, false);
-            return false;
+            return None;
         }
+        let old = m.key();
         if m.home() != 0 {
             // A victim whose index partition a stopped process holds is passed over.
             if !self.unindex_unless(f, &|h| self.stopped(h)) {
                 m.unlock(self.me, false);
-                return false;
+                return None;
             }
             let header = self.view.header();
             // Relaxed (both): statistics.
@@ -423,11 +460,11 @@ impl Inner {
         // The new page's bytes will differ: bumped now, so that a reader of the old page fails
         // even if our unlock says nothing changed.
         self.empty_frame(f);
-        true
+        Some(old)
     }
 
     /// Writes back dirty frame `f` if this process has its file open for writing.
-    fn write_back_victim(&self, f: u32) {
+    pub(super) fn write_back_victim(&self, f: u32) {
         let m = &self.view.frames()[f as usize];
         let k = m.key();
         if k == 0 {

@@ -234,7 +234,7 @@ impl SharedFile {
                     if m.home() == k && flags & VALID != 0 {
                         let slot = ledger.take(f).ok_or_else(|| self.busy())?;
                         if pin_ledger::confirm(m, w) {
-                            m.note_read(flags, inner.gclock(), false);
+                            m.note_read(flags, inner.counts_hits(), false);
                             inner.count_hit();
                             if from_hot {
                                 inner.count_hot_hit();
