@@ -53,6 +53,17 @@ fn set_associative() -> SharedConfig {
     SharedConfig { set_ways: 4, ..config(IndexKind::SetAssoc) }
 }
 
+/// S3-FIFO's queues in the segment, dirty victims taken where the queues give them (plain),
+/// and SIEVE's likewise: the queues' lock taken by every process's misses.
+fn queued(policy: upcache::PolicyKind) -> SharedConfig {
+    SharedConfig { policy, clean_first: upcache::CleanFirst::Never, ..config(IndexKind::Radix) }
+}
+
+/// Sampled LRU within sets of 4 frames (every frame of the set looked at).
+fn ranked_sets() -> SharedConfig {
+    SharedConfig { policy: upcache::PolicyKind::Lru, ..set_associative() }
+}
+
 /// SplitMix64: the sequences must be the same in the child that runs them and the parent that
 /// replays them.
 struct Rng(u64);
@@ -439,16 +450,33 @@ fn processes_sharing_a_cache_with_its_other_eviction_and_throttling_match_the_or
     run(seed(), 3000, switched());
 }
 
-/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: half on the defaults, a
-/// quarter with the other eviction and throttling, a quarter with small sets.
+/// The same with S3-FIFO's and SIEVE's queues, dirty victims written back where found.
+#[test]
+fn processes_sharing_a_cache_with_queued_policies_match_the_oracle() {
+    run(seed(), 1500, queued(upcache::PolicyKind::S3Fifo));
+    run(seed() ^ 3, 1500, queued(upcache::PolicyKind::Sieve));
+}
+
+/// The same with sampled LFU cache-wide, and sampled LRU within small sets.
+#[test]
+fn processes_sharing_a_cache_with_ranked_policies_match_the_oracle() {
+    run(seed(), 1500, SharedConfig { policy: upcache::PolicyKind::Lfu, ..config(IndexKind::Radix) });
+    run(seed() ^ 4, 1500, ranked_sets());
+}
+
+/// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: a third on the
+/// defaults, a sixth each with the other eviction and throttling, small sets, S3-FIFO's
+/// queues and LRU within sets.
 #[test]
 #[ignore = "the long soak: .ci/run runs it once, in release"]
 fn soak_processes_sharing_the_cache_match_the_oracle() {
     let total: usize =
         std::env::var("UPCACHE_SOAK_OPS").map_or(1_000_000, |v| v.parse().expect("UPCACHE_SOAK_OPS"));
     let seed = seed();
-    let quarter = total / 4;
-    run(seed, (total - 2 * quarter).div_ceil(PROCS), config(IndexKind::Radix));
-    run(seed ^ 1, quarter.div_ceil(PROCS), switched());
-    run(seed ^ 2, quarter.div_ceil(PROCS), set_associative());
+    let sixth = total / 6;
+    run(seed, (total - 4 * sixth).div_ceil(PROCS), config(IndexKind::Radix));
+    run(seed ^ 1, sixth.div_ceil(PROCS), switched());
+    run(seed ^ 2, sixth.div_ceil(PROCS), set_associative());
+    run(seed ^ 3, sixth.div_ceil(PROCS), queued(upcache::PolicyKind::S3Fifo));
+    run(seed ^ 4, sixth.div_ceil(PROCS), ranked_sets());
 }
