@@ -99,23 +99,23 @@ impl Collector for CacheCollector {
         };
         let (s, l): (Stats, Latencies) = (reader.stats(), reader.latencies());
         counts(&mut e, &s)?;
-        let sampled = format!("(one in {} per thread)", upcache::LATENCY_SAMPLE_EVERY);
-        histogram(&mut e, "upcache_read_latency_seconds", &format!("read_at latency {sampled}"), &l.read)?;
-        histogram(&mut e, "upcache_write_latency_seconds", &format!("write_at latency {sampled}"), &l.write)?;
-        histogram(&mut e, "upcache_sync_latency_seconds", "sync_data and sync_all latency", &l.sync)?;
-        per_device(
-            &mut e,
-            "upcache_device_read_latency_seconds",
-            "Device reads the cache waited for",
-            &l.device_read,
-        )?;
-        per_device(
-            &mut e,
-            "upcache_device_write_latency_seconds",
-            "Write-back batches per device",
-            &l.device_write,
-        )
+        latencies(&mut e, &l)
     }
+}
+
+/// The histograms of `upcache::Latencies`, which both kinds of cache report.
+fn latencies(e: &mut DescriptorEncoder<'_>, l: &Latencies) -> std::fmt::Result {
+    let sampled = format!("(one in {} per thread)", upcache::LATENCY_SAMPLE_EVERY);
+    histogram(e, "upcache_read_latency_seconds", &format!("read_at latency {sampled}"), &l.read)?;
+    histogram(e, "upcache_write_latency_seconds", &format!("write_at latency {sampled}"), &l.write)?;
+    histogram(e, "upcache_sync_latency_seconds", "sync_data and sync_all latency", &l.sync)?;
+    per_device(
+        e,
+        "upcache_device_read_latency_seconds",
+        "Device reads the cache waited for",
+        &l.device_read,
+    )?;
+    per_device(e, "upcache_device_write_latency_seconds", "Write-back batches per device", &l.device_write)
 }
 
 /// The counters of `upcache::Stats`, which both kinds of cache report.
@@ -146,7 +146,8 @@ fn shared(e: &mut DescriptorEncoder<'_>, cache: &SharedCache) -> std::fmt::Resul
     gauge(e, "upcache_cached_pages", "Frames holding a page", s.cached)?;
     gauge(e, "upcache_locked_frames", "Frames locked now (loads, writes, write-backs)", s.locked)?;
     gauge(e, "upcache_files", "Files in the file table", s.files)?;
-    gauge(e, "upcache_clients", "Processes attached (the service counts as one)", s.clients.len() as u64)
+    gauge(e, "upcache_clients", "Processes attached (the service counts as one)", s.clients.len() as u64)?;
+    latencies(e, &cache.latencies())
 }
 
 /// The text a scrape returns (no cache metrics while no cache is published).

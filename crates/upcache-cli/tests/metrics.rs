@@ -127,7 +127,7 @@ fn the_shared_cache_service_serves_its_metrics() {
             "--direct-write-back",
             "off",
             "--policy",
-            "gclock",
+            "s3fifo",
             "--clean-first",
             "plain",
             "--flush",
@@ -147,6 +147,12 @@ fn the_shared_cache_service_serves_its_metrics() {
         .unwrap();
     let addr = metrics_address(&mut BufReader::new(serve.stderr.take().unwrap()));
     let text = scrape(&addr);
+    // The shared cache's latency histograms, every process's, as a private cache's.
+    for want in
+        ["upcache_sync_latency_seconds_count 0", "upcache_device_read_latency_seconds_count{device=\"0\"} 0"]
+    {
+        assert!(text.contains(want), "{want:?} in:\n{text}");
+    }
     // The technique switches given to the service are the cache's.
     let status = Command::new(env!("CARGO_BIN_EXE_upcache"))
         .args(["serve", "--status", "--socket"])
@@ -159,7 +165,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "run_merging on\n",
         "bundling off\n",
         "direct_write_back off\n",
-        "policy gclock\n",
+        "policy s3fifo\n",
         "clean_first plain\n",
         "flush background\n",
         "streams off\n",
@@ -181,7 +187,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         ("range_lock", serde_json::json!(false)),
         ("hot_index", serde_json::json!(false)),
         ("hot_hits", serde_json::json!(0)),
-        ("policy", serde_json::json!("gclock")),
+        ("policy", serde_json::json!("s3fifo")),
         ("clean_first", serde_json::json!("plain")),
         ("flush", serde_json::json!("background")),
         ("readahead", serde_json::json!(65536)),

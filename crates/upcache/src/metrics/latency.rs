@@ -17,7 +17,9 @@ pub const BUCKETS: usize = 37;
 /// One in this many reads and writes of each thread is timed.
 pub const SAMPLE_EVERY: u32 = 64;
 
-/// A histogram being recorded.
+/// A histogram being recorded. `repr(C)`, all zeros empty: the shared cache keeps its
+/// histograms in its segment (`shared/latency.rs`).
+#[repr(C)]
 pub(crate) struct Histogram {
     buckets: [AtomicU64; BUCKETS],
     sum_ns: AtomicU64,
@@ -136,13 +138,7 @@ impl Latency {
     }
 
     pub(crate) fn snapshot(&self) -> Latencies {
-        Latencies {
-            read: self.read.snapshot(),
-            write: self.write.snapshot(),
-            sync: self.sync.snapshot(),
-            device_read: self.device_read.iter().map(Histogram::snapshot).collect(),
-            device_write: self.device_write.iter().map(Histogram::snapshot).collect(),
-        }
+        Latencies::of([&self.read, &self.write, &self.sync], &self.device_read, &self.device_write)
     }
 }
 
@@ -161,6 +157,19 @@ pub struct Latencies {
     pub device_read: Vec<LatencyHistogram>,
     /// Per device: write-back batches, once per run, as reads.
     pub device_write: Vec<LatencyHistogram>,
+}
+
+impl Latencies {
+    /// A snapshot of the (read, write, sync) histograms and the devices'.
+    pub(crate) fn of(ops: [&Histogram; 3], device_read: &[Histogram], device_write: &[Histogram]) -> Self {
+        Latencies {
+            read: ops[0].snapshot(),
+            write: ops[1].snapshot(),
+            sync: ops[2].snapshot(),
+            device_read: device_read.iter().map(Histogram::snapshot).collect(),
+            device_write: device_write.iter().map(Histogram::snapshot).collect(),
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

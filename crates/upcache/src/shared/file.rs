@@ -381,6 +381,13 @@ impl SharedFile {
 
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let t = crate::metrics::latency::sample();
+        let r = self.read_untimed(buf, offset);
+        self.inner.view.latencies().read.since(t);
+        r
+    }
+
+    fn read_untimed(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.inner.check_service()?;
         self.look_outside_if_due();
         let e = self.entry();
@@ -671,6 +678,18 @@ impl SharedFile {
     /// lock, all range writers done. A write at a given offset (`positional`) within the
     /// length takes its slot with no lock at all where it can (`FileLock::claim_alone`).
     fn write_locked(
+        &self,
+        buf: &[u8],
+        positional: Option<u64>,
+        at: impl FnOnce(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
+    ) -> Result<(usize, u64)> {
+        let t = crate::metrics::latency::sample();
+        let r = self.write_untimed(buf, positional, at);
+        self.inner.view.latencies().write.since(t);
+        r
+    }
+
+    fn write_untimed(
         &self,
         buf: &[u8],
         positional: Option<u64>,
@@ -1147,6 +1166,13 @@ impl SharedFile {
     /// the open description whose count is `seen` (from [`Self::errors_sample`]): for several
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
+        let t = std::time::Instant::now();
+        let r = self.sync_untimed(all, seen);
+        self.inner.view.latencies().sync.record(t.elapsed());
+        r
+    }
+
+    fn sync_untimed(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
         // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {

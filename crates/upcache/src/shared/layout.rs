@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x19");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1a");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -46,6 +46,8 @@ mod kind {
     pub const POLICY: u32 = 19;
     /// S3-FIFO's ghost entries (`policy/ghost.rs`).
     pub const GHOSTS: u32 = 20;
+    /// Every process's latency histograms (`latency.rs`).
+    pub const LATENCIES: u32 = 21;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -487,6 +489,7 @@ pub(crate) struct View {
     /// Each frame's replacement history and links (`policy/`), and the ghost entries.
     policy: NonNull<super::policy::PolicyFrame>,
     ghosts: NonNull<AtomicU64>,
+    latencies: NonNull<super::latency::LatencyTable>,
     /// `SharedConfig::set_ways`, and the sets they make of the frames.
     set_ways: usize,
     n_sets: usize,
@@ -522,7 +525,7 @@ impl View {
         ]
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 20] {
+    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 21] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -549,6 +552,7 @@ impl View {
             RegionSpec { kind: kind::FREE, len: frames * 4 },
             RegionSpec { kind: kind::POLICY, len: frames * size_of::<super::policy::PolicyFrame>() },
             RegionSpec { kind: kind::GHOSTS, len: super::policy::ghost::slots(frames) * 8 },
+            RegionSpec { kind: kind::LATENCIES, len: size_of::<super::latency::LatencyTable>() },
         ]
     }
 
@@ -690,7 +694,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 20];
+        let mut regions = [(NonNull::dangling(), 0usize); 21];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -719,6 +723,7 @@ impl View {
             free: regions[17].0.cast(),
             policy: regions[18].0.cast(),
             ghosts: regions[19].0.cast(),
+            latencies: regions[20].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -819,6 +824,13 @@ impl View {
     pub fn policy_frames(&self) -> &[super::policy::PolicyFrame] {
         // SAFETY: `n_frames` entries (checked at attach), atomics only.
         unsafe { std::slice::from_raw_parts(self.policy.as_ptr(), self.n_frames) }
+    }
+
+    /// Every process's latency histograms (`latency.rs`).
+    pub fn latencies(&self) -> &super::latency::LatencyTable {
+        // SAFETY: the region is large enough (checked at attach), aligned (regions start on
+        // 2 MiB) and holds atomics only, all zeros valid.
+        unsafe { self.latencies.as_ref() }
     }
 
     /// S3-FIFO's ghost entries (`policy/ghost.rs`).

@@ -238,6 +238,7 @@ impl Inner {
         // a read. Acquire: pairs with the length's Release stores (read again after the fence
         // below, as for a run read).
         let past_end = at >= self.view.files()[slot as usize].len.load(Ordering::Acquire);
+        let t = std::time::Instant::now();
         let (got, was_direct) = match fd {
             Backing::File(_) if past_end => (0, true),
             Backing::File(h) => self.read_os_run(&mut pages, at, h)?,
@@ -253,6 +254,10 @@ impl Inner {
                 (if past_end { 0 } else { run.len() * PAGE }, direct)
             }
         };
+        if !past_end {
+            let dev = fd.array().map_or(0, |a| a.array.layout.locate(first).0);
+            self.view.latencies().device(dev).0.record(t.elapsed());
+        }
         // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
         // length and then looks for frames past it (`drop_pages`), so either it finds ours or
         // we see its length here and zero past it.

@@ -40,6 +40,7 @@ mod held;
 mod holder;
 mod huge;
 mod index;
+mod latency;
 mod layout;
 mod link;
 mod load;
@@ -668,6 +669,15 @@ impl SharedCache {
             return; // the parent's loaders are not this process's
         }
         self.inner.ahead.wait_idle();
+    }
+
+    /// Every attached process's latency histograms since the cache was made, as
+    /// [`crate::Cache::latencies`] reports a private cache's: reads and writes (one in
+    /// [`crate::LATENCY_SAMPLE_EVERY`] per thread), syncs, and per device the loads and
+    /// write-back requests the cache waited for (an OS file's are device 0's; an array's go
+    /// to its devices; the devices up to the last that saw any).
+    pub fn latencies(&self) -> crate::metrics::latency::Latencies {
+        self.inner.view.latencies().snapshot()
     }
 
     /// Counts for a status report.

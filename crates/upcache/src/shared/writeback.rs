@@ -235,6 +235,10 @@ impl Inner {
         for &f in runs.iter().flat_map(|r| r.as_ref()) {
             frames[f as usize].end_write_back();
         }
+        let took = std::time::Duration::from_nanos(super::gc::now_ns().saturating_sub(t0));
+        for p in &pieces {
+            self.view.latencies().device(p.dev).1.record(took);
+        }
         if !gc.is_empty() {
             let now = super::gc::now_ns();
             for ((g, dev, pages), gc_slot) in gc.into_iter().zip(gc_slots) {
