@@ -56,6 +56,14 @@ impl Chunk {
         self.allocated.store(1, Ordering::Release);
     }
 
+    /// Records its memory given back (`Segment::discard`): untouched and not allocated, as
+    /// at the start.
+    pub fn released(&self) {
+        // Release (both): whoever sees the chunk unallocated allocates it again before a touch.
+        self.state.store(UNTOUCHED, Ordering::Release);
+        self.allocated.store(0, Ordering::Release);
+    }
+
     /// Records that a process touches the chunk, on small pages, if nothing was recorded.
     pub fn touched(&self) {
         // Relaxed (all): a hint; the bytes are the kernel's to keep whole.

@@ -815,7 +815,7 @@ impl SharedFile {
         // goes the kernel's ways.
         let from = from.max(to.saturating_sub(BEHIND_PAGES));
         // Relaxed: a threshold.
-        if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits.0 / 2 {
+        if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits().0 / 2 {
             // Left to the kernel's ways; the stream's next run begins here.
             stream.edge.store(to, Ordering::Relaxed);
             return;
@@ -949,7 +949,7 @@ impl SharedFile {
     fn throttle(&self, bytes: usize) {
         // Relaxed: a threshold.
         let dirty = self.inner.view.header().dirty.load(Ordering::Relaxed);
-        let (background, foreground) = self.inner.dirty_limits;
+        let (background, foreground) = self.inner.dirty_limits();
         if dirty > foreground {
             if self.inner.dflush() || !self.inner.pause_for_write_back() {
                 // Relaxed: a statistic.

@@ -20,7 +20,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1a");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1b");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -369,6 +369,17 @@ pub(crate) struct Header {
     pub free_count: AtomicU32,
     /// The replacement policy's shared state, past CLOCK and GClock (`policy/`).
     pub policy: super::policy::PolicyState,
+    /// Frames in use (`SharedCache::resize`), on a line of its own: read at every write's
+    /// dirty check and every claim, written only by a resize.
+    pub active: Active,
+    /// Held by a resize.
+    pub resize_lock: OwnerLock,
+}
+
+/// The frames in use: the first `frames` of the segment's.
+#[repr(C, align(64))]
+pub(crate) struct Active {
+    pub frames: AtomicU32,
 }
 
 pub(crate) use super::technique;
@@ -379,13 +390,6 @@ impl Header {
         // Relaxed: fixed before the magic number was published.
         let ratio = |i: usize| f64::from_bits(self.dirty_ratios[i].load(Ordering::Relaxed));
         (ratio(0), ratio(1))
-    }
-
-    /// The dirty frame counts past which the service writes dirty files back (background)
-    /// and a writer writes back its own first (foreground), of `frames`.
-    pub fn dirty_limits(&self, frames: usize) -> (usize, usize) {
-        let (bg, fg) = self.dirty_ratios();
-        ((bg * frames as f64) as usize, (fg * frames as f64) as usize)
     }
 
     pub fn dirty_expire(&self) -> Duration {
@@ -592,6 +596,7 @@ impl View {
         let header = unsafe { &*h.as_ptr().cast::<Header>() };
         // Relaxed: published by the Release store of the magic number.
         header.frames.store(frames as u32, Ordering::Relaxed);
+        header.active.frames.store(frames as u32, Ordering::Relaxed);
         header.files.store(config.files, Ordering::Relaxed);
         header.clients.store(config.clients, Ordering::Relaxed);
         header.buckets.store(buckets as u32, Ordering::Relaxed);
@@ -740,6 +745,13 @@ impl View {
             n_sets: SetMap::count(frames, ways),
             seg,
         })
+    }
+
+    /// Frames in use (`SharedCache::resize`): claims take frames below it only.
+    #[inline]
+    pub fn active(&self) -> usize {
+        // Acquire: pairs with a resize's stores.
+        (self.header().active.frames.load(Ordering::Acquire) as usize).clamp(1, self.n_frames)
     }
 
     pub fn header(&self) -> &Header {

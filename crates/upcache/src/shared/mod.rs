@@ -57,6 +57,7 @@ mod prepare;
 mod quiet;
 mod ranges;
 mod repair;
+mod resize;
 pub mod serve;
 mod set_flush;
 mod streams;
@@ -151,10 +152,8 @@ pub(crate) struct Inner {
     /// When this process last kicked the service's background write-back
     /// (`Inner::kick_write_back`, `files::coarse_ms`).
     kicked: AtomicU64,
-    /// The dirty frames past which a writer wakes the service's write-back (which writes files
-    /// back until a sixteenth below), and past which a writer writes its own back first (the
-    /// header's ratios, fixed too).
-    dirty_limits: (u64, u64),
+    /// The header's dirty ratios (fixed too), of the frames in use (`Inner::dirty_limits`).
+    dirty_ratios: (f64, f64),
     /// Where the service's last background pass over each file stopped (slot: the entry's
     /// generation and the page), where its next begins: the kernel's `writeback_index`.
     resume: Mutex<HashMap<u32, (u32, u64)>>,
@@ -288,7 +287,7 @@ impl SharedCache {
         // Relaxed: statistics; the slot's counts of the clients that held it before.
         let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
-        let (background, foreground) = view.header().dirty_limits(view.n_frames);
+        let dirty_ratios = view.header().dirty_ratios();
         let inner = Arc::new(Inner {
             preparer: Arc::default(),
             before,
@@ -303,7 +302,7 @@ impl SharedCache {
             alive_seen: (0..view_clients).map(|_| AtomicU64::new(0)).collect(),
             techniques,
             readahead_pages,
-            dirty_limits: (background as u64, foreground as u64),
+            dirty_ratios,
             kicked: AtomicU64::new(0),
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
@@ -405,7 +404,7 @@ impl SharedCache {
         let (files, header) = (inner.view.files(), inner.view.header());
         let expire = header.dirty_expire();
         // Relaxed: thresholds.
-        let crowded = header.dirty.load(Ordering::Relaxed) > inner.dirty_limits.0;
+        let crowded = header.dirty.load(Ordering::Relaxed) > inner.dirty_limits().0;
         let now = files::now_secs();
         let before = header.written_back.load(Ordering::Relaxed);
         // Relaxed (age): a hint.
@@ -424,7 +423,7 @@ impl SharedCache {
                 if asked.contains(slot) || expired(e) {
                     Some((*slot, fd, None))
                 } else {
-                    crowded.then_some((*slot, fd, Some(background_low_water(inner.dirty_limits.0))))
+                    crowded.then_some((*slot, fd, Some(background_low_water(inner.dirty_limits().0))))
                 }
             })
             .collect();
@@ -699,9 +698,10 @@ impl SharedCache {
         )
     }
 
-    /// The bytes of page frames the cache has (its size, whatever this process asked for).
+    /// The bytes of page frames the cache uses (its size, whatever this process asked for;
+    /// after a [`Self::resize`], the size it left, at most `config().memory`).
     pub fn memory(&self) -> u64 {
-        self.inner.view.n_frames as u64 * frame::PAGE as u64
+        self.inner.view.active() as u64 * frame::PAGE as u64
     }
 
     /// The cache's size and write-back settings, as its creator (its service) set them.
@@ -1000,7 +1000,7 @@ impl Inner {
         if files::coarse_ms() < self.unanswered_until.load(Ordering::Relaxed) {
             return false;
         }
-        let foreground = self.dirty_limits.1;
+        let foreground = self.dirty_limits().1;
         // Relaxed: a statistic.
         self.view.header().writer_pauses.fetch_add(1, Ordering::Relaxed);
         let (mut best, mut since) = (u64::MAX, std::time::Instant::now());
@@ -1080,6 +1080,14 @@ impl Inner {
                 crate::config::FlushKind::Background
             },
         }
+    }
+
+    /// The dirty frames past which a writer wakes the service's write-back (which writes files
+    /// back until a sixteenth below), and past which a writer writes its own back first: the
+    /// ratios of the frames in use, which a resize changes.
+    pub(crate) fn dirty_limits(&self) -> (u64, u64) {
+        let frames = self.view.active() as f64;
+        ((self.dirty_ratios.0 * frames) as u64, (self.dirty_ratios.1 * frames) as u64)
     }
 
     /// Whether the service writes whole pages back with O_DIRECT (`Lent`).
@@ -1517,7 +1525,7 @@ mod tests {
         f.write_at(&vec![9u8; crowd * 4096], 0).unwrap();
         assert_eq!(cache.write_back_due(&lent(&q), &[]), 0, "another file's descriptor");
         expire(3600);
-        let low_water = background_low_water(cache.inner.dirty_limits.0);
+        let low_water = background_low_water(cache.inner.dirty_limits().0);
         assert_eq!(cache.write_back_due(&lent(&p), &[]), crowd as u64 - low_water, "a crowded cache");
         // Relaxed: this thread's own writes.
         assert_eq!(cache.inner.view.header().dirty.load(Ordering::Relaxed), low_water);
@@ -1583,7 +1591,7 @@ mod tests {
             // Relaxed: this thread's own writes.
             let dirty = cache.inner.view.header().dirty.load(Ordering::Relaxed) as usize;
             let written = cache.write_back_due(&lent, &[]) as usize;
-            let low_water = background_low_water(cache.inner.dirty_limits.0) as usize;
+            let low_water = background_low_water(cache.inner.dirty_limits().0) as usize;
             (frames, crowd, dirty, written, low_water)
         };
         let (frames, crowd, dirty, written, low_water) = outcome(DEFAULT_SHARED_DIRTY_RATIOS);

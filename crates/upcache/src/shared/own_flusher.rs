@@ -244,7 +244,7 @@ mod tests {
         // back past it, down to a sixteenth below, and a pass that ended while the writer went
         // on may leave it anywhere up to the ratio (where a pass does nothing).
         assert!(flusher.wait_for_pass(Duration::from_secs(10)));
-        let background = cache.inner.dirty_limits.0;
+        let background = cache.inner.dirty_limits().0;
         // Relaxed: a count, nobody writes now.
         let now = cache.inner.view.header().dirty.load(Ordering::Relaxed);
         assert!(now <= background, "{now} dirty of {frames}, background {background}");

@@ -217,6 +217,7 @@ impl Inner {
             if m.key() != 0
                 || m.home() != 0
                 || m.flags() != 0
+                || f as usize >= self.view.active()
                 || self.pinned(f)
                 || !self.view.reserve(f as usize)
             {
@@ -335,7 +336,7 @@ impl Inner {
                 return Area { first: r.start, n: r.len() as u64, hand: Hand::Set(&sets.hands[s]) };
             }
             if nodes == 1 {
-                return Area { first: 0, n: self.view.n_frames as u64, hand: Hand::Cache(&header.clock) };
+                return Area { first: 0, n: self.view.active() as u64, hand: Hand::Cache(&header.clock) };
             }
             let node = (here + i) % nodes;
             let r = super::numa::frames_of(node, nodes, self.view.n_frames);
@@ -398,6 +399,10 @@ impl Inner {
     /// ages its reference.
     fn claim_at(&self, f: u32, late: bool, rule: CleanFirst) -> bool {
         let m = &self.view.frames()[f as usize];
+        // Past a resize's new size (the hand's area was computed before it): not allocated again.
+        if f as usize >= self.view.active() {
+            return false;
+        }
         // A set's hand turns over its own frames only, all allocated at the start.
         if self.techniques & technique::SET_ASSOC == 0 {
             self.passing(f as usize);
@@ -439,7 +444,9 @@ impl Inner {
         if !m.try_lock(self.me) {
             return None;
         }
-        if m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f) {
+        // A frame a resize took out of use (`resize.rs`), after our look at it.
+        if f as usize >= self.view.active() || m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f)
+        {
             m.unlock(self.me, false);
             return None;
         }

@@ -294,7 +294,7 @@ impl Inner {
             writeback_errors: h.write_back_errors.load(Ordering::Relaxed),
             dflush_pages: h.dflush_pages.load(Ordering::Relaxed),
             dirty_pages: frames.iter().filter(|m| m.flags() & DIRTY != 0).count() as u64,
-            frames: frames.len() as u64,
+            frames: self.view.active() as u64,
             metadata_bytes: self.view.metadata_bytes(),
             // The tree index's nodes in use, each with its state word (`tree.rs`).
             index_bytes: index_nodes.0 * (tree::LEAF_BYTES + tree::NODE_META_BYTES)

@@ -462,6 +462,33 @@ impl Segment {
         }
     }
 
+    /// Gives the memory of the `len` bytes at `at` (inside the mapping, page-aligned) back to
+    /// the system: they read as zeros after, and are allocated again by `allocate` or a touch.
+    /// For frames a smaller cache no longer uses (`SharedCache::resize`).
+    pub fn discard(&self, at: *const u8, len: usize) -> std::io::Result<()> {
+        let offset = (at as usize).wrapping_sub(self.base.as_ptr() as usize);
+        if offset.checked_add(len).is_none_or(|end| end > self.len) || !offset.is_multiple_of(4096) {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        }
+        if self.private.get().is_some_and(|&(p, plen)| offset >= p && offset + len <= p + plen) {
+            // SAFETY: advice on our own private range, inside the mapping; the caller uses
+            // none of its bytes.
+            if unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate on our own descriptor, inside its size; the caller uses none of
+        // those bytes, and every mapping of them reads zeros after.
+        if unsafe { libc::fallocate(self.fd.as_raw_fd(), mode, offset as libc::off_t, len as libc::off_t) }
+            != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Replaces the `len` bytes at `at` (a region of a segment made by this process, never
     /// touched, page-aligned) by memory of this process alone, on transparent huge pages at
     /// its first touch if `huge` (and the system gives them for memory so advised): for a

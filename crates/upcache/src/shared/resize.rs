@@ -1,0 +1,307 @@
+//! Online resizing of a shared cache (SAFS §4.1 resizes its set-associative cache; this is
+//! the cache-wide placement's): the frames in use are the segment's first `active`
+//! (`View::active`), and claims take frames below it only (`Inner::take` looks again under
+//! the frame's lock). A smaller size is stored first, then every frame past it is emptied, its
+//! dirty page written back first, and the whole 2 MiB chunks past it given back to the
+//! system (`Segment::discard`); a larger one (up to the memory the cache was made with) is
+//! stored and the frames it adds listed free (`free.rs`), so the next misses take them first.
+//!
+//! # Invariants
+//! - A claim that locked a frame at or past `active` lets it go: a shrink stores `active`
+//!   (SeqCst) before it locks the frames past it, so a claim that locks one after the shrink
+//!   did sees the new size, and one that locked it before is waited out and its page emptied.
+//! - Only a resize changes `active`, under `Header::resize_lock`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::chunk::CHUNK_FRAMES;
+use super::frame::{key_slot, DIRTY, PAGE};
+use super::technique;
+use super::{Inner, SharedCache};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The fewest frames a resize leaves: 64 KiB, the smallest cache.
+const MIN_FRAMES: usize = 16;
+/// How long a shrink waits for pinned pages, and for dirty ones this process cannot write to
+/// be written back by their writers or the service, before it gives up.
+const SHRINK_PATIENCE: Duration = Duration::from_secs(2);
+
+impl SharedCache {
+    /// Changes how much of its memory the cache uses, while every process's I/O runs:
+    /// `bytes` rounded down to whole pages, between 64 KiB and the memory it was made with.
+    /// Shrinking empties the frames past the new size (writing dirty pages back first) and
+    /// gives their memory back; it fails with `Busy`, the size unchanged, if pinned pages, or
+    /// dirty pages of files this process cannot write that no writer or the service wrote
+    /// back, stay there for 2 s. `Unsupported` with the set-associative index or NUMA
+    /// partitions, whose frames are placed by set or node. Returns the bytes of frames now in
+    /// use.
+    pub fn resize(&self, bytes: u64) -> Result<u64> {
+        let inner = &self.inner;
+        inner.check_service()?;
+        let view = &inner.view;
+        if inner.techniques & technique::SET_ASSOC != 0 || view.header().numa.count() > 1 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "a shared cache with the set-associative index or NUMA partitions places its frames by set or node: it is not resized",
+            ));
+        }
+        let want = ((bytes / PAGE as u64) as usize).clamp(MIN_FRAMES.min(view.n_frames), view.n_frames);
+        let lock = &view.header().resize_lock;
+        // A resizer that died left the size it stored and some frames past it emptied: the
+        // next resize goes on from there.
+        lock.lock(inner.me, |h| inner.alive(h));
+        let old = view.active();
+        let done = if want >= old {
+            view.header().active.frames.store(want as u32, Ordering::SeqCst);
+            // Listed free, so the next misses take them first (whatever the policy's order,
+            // which has never seen them).
+            for f in old as u32..want as u32 {
+                let m = &view.frames()[f as usize];
+                if m.key() == 0 && m.home() == 0 {
+                    view.free_frames().push(f, inner.me, |h| inner.alive(h), |h| inner.stopped(h));
+                }
+            }
+            Ok(())
+        } else {
+            inner.shrink(old, want)
+        };
+        lock.unlock(inner.me);
+        done.map(|()| (view.active() * PAGE) as u64)
+    }
+}
+
+impl Inner {
+    /// Takes the frames from `new` on out of use (`old` before).
+    fn shrink(&self, old: usize, new: usize) -> Result<()> {
+        let view = &self.view;
+        // SeqCst: before our locks of the frames past it (the module's invariant).
+        view.header().active.frames.store(new as u32, Ordering::SeqCst);
+        // Past the old size too: a resizer that died may have left pages there.
+        let mut left: Vec<u32> = (new as u32..view.n_frames as u32).collect();
+        let deadline = Instant::now() + SHRINK_PATIENCE;
+        loop {
+            left.retain(|&f| !self.vacate(f));
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                view.header().active.frames.store(old as u32, Ordering::SeqCst);
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{} frames past the new size hold pinned pages, or dirty ones this process cannot write",
+                        left.len()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let chunks = view.n_frames.div_ceil(CHUNK_FRAMES);
+        for c in new.div_ceil(CHUNK_FRAMES)..chunks {
+            let chunk = view.chunk(c);
+            if !chunk.allocated() {
+                continue;
+            }
+            let frames = (view.n_frames - c * CHUNK_FRAMES).min(CHUNK_FRAMES);
+            // The memory is given back where the system lets us; a refusal only keeps it.
+            if view.seg.discard(view.page((c * CHUNK_FRAMES) as u32), frames * PAGE).is_ok() {
+                chunk.released();
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties frame `f`, past the frames in use: true once it holds no page. A dirty page is
+    /// written back first (by us if we can write its file, else asked of the service), a
+    /// pinned one waited for (false until then).
+    fn vacate(&self, f: u32) -> bool {
+        let m = &self.view.frames()[f as usize];
+        if m.key() == 0 && m.home() == 0 && m.holder().is_none() {
+            return true;
+        }
+        let k = m.key();
+        if m.flags() & DIRTY != 0 && k != 0 && self.writable_fd(key_slot(k)).is_none() {
+            self.ask_write_back(key_slot(k));
+            return false;
+        }
+        self.write_back_victim(f);
+        self.lock_frame(f);
+        if m.flags() & DIRTY != 0 || self.pinned(f) {
+            m.unlock(self.me, false);
+            return false;
+        }
+        if m.key() != 0 {
+            // Relaxed: statistics.
+            self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        self.empty_frame(f);
+        m.unlock(self.me, true);
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::{tests::small, SharedCache, SharedConfig};
+    use crate::error::ErrorKind;
+    use crate::policy::PolicyKind;
+
+    /// 64 frames; no readahead; no write-back before the cache is full of dirty pages.
+    fn sixty_four(policy: PolicyKind) -> SharedConfig {
+        SharedConfig { memory: 64 * 4096, readahead: 0, dirty_ratios: (0.99, 1.0), policy, ..small() }
+    }
+
+    /// A shrink empties every frame past the new size, writing its dirty pages back first,
+    /// and misses then take frames below it only; growing back, they take the others again.
+    /// Every byte written is read back, and on disk after a sync. Through a cache whose frames
+    /// are in its segment and a private one, with the clock hand and S3-FIFO's queues.
+    #[test]
+    fn a_smaller_cache_keeps_no_page_past_its_frames_and_loses_no_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"").unwrap();
+        std::fs::write(&b, (0..96 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+        let data: Vec<u8> = (0..48 * 4096u32).map(|i| (i.wrapping_mul(31) >> 7) as u8).collect();
+        for (policy, private) in
+            [(PolicyKind::Clock, false), (PolicyKind::S3Fifo, false), (PolicyKind::Clock, true)]
+        {
+            let what = format!("{policy:?}, private {private}");
+            let config = sixty_four(policy);
+            let cache =
+                if private { SharedCache::create_private(&config) } else { SharedCache::create(&config) }
+                    .unwrap();
+            let (fa, fb) = (cache.open_path(&a, true).unwrap(), cache.open_path(&b, false).unwrap());
+            fa.write_all_at(&data, 0).unwrap();
+            let mut page = vec![0u8; 4096];
+            for p in 0..16 {
+                fb.read_at(&mut page, p * 4096).unwrap();
+            }
+            assert_eq!(cache.resize(24 * 4096 + 100).unwrap(), 24 * 4096, "{what}");
+            assert_eq!((cache.memory(), cache.status().stats.frames), (24 * 4096, 24), "{what}");
+            assert_eq!(cache.config().memory, 64 * 4096, "{what}: made with");
+            let frames = cache.inner.view.frames();
+            let past = |from: usize| frames[from..].iter().filter(|m| m.key() != 0 || m.home() != 0).count();
+            assert_eq!(past(24), 0, "{what}: pages past the new size");
+            for p in 0..96 {
+                fb.read_at(&mut page, p * 4096).unwrap();
+                assert_eq!(page, vec![p as u8; 4096], "{what}: b's page {p}");
+                assert_eq!(past(24), 0, "{what}: a miss took a frame past the new size");
+            }
+            let mut back = vec![0u8; data.len()];
+            fa.read_at(&mut back, 0).unwrap();
+            assert!(back == data, "{what}: a's bytes after the shrink");
+            assert_eq!(
+                cache.resize(1 << 30).unwrap(),
+                64 * 4096,
+                "{what}: at most the memory it was made with"
+            );
+            for p in 0..96 {
+                fb.read_at(&mut page, p * 4096).unwrap();
+            }
+            assert!(past(24) > 0, "{what}: grown, the misses took the frames past 24 again");
+            fa.sync_data().unwrap();
+            assert!(std::fs::read(&a).unwrap() == data, "{what}: a on disk");
+            cache.check_index().unwrap();
+            assert_eq!(cache.resize(0).unwrap(), 16 * 4096, "{what}: 64 KiB at least");
+        }
+    }
+
+    /// A pinned page past the new size keeps a shrink from finishing: `Busy`, the size as it
+    /// was, the page still there; unpinned, the shrink goes through. Not with page sets.
+    #[test]
+    fn a_pinned_page_past_the_new_size_fails_a_shrink_that_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, (0..64 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+        let cache = SharedCache::create(&sixty_four(PolicyKind::Clock)).unwrap();
+        let f = cache.open_path(&p, false).unwrap();
+        let mut page = vec![0u8; 4096];
+        for i in 0..64 {
+            f.read_at(&mut page, i * 4096).unwrap();
+        }
+        let pinned = f.pin(63 * 4096).unwrap();
+        let e = cache.resize(16 * 4096).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+        assert_eq!(cache.inner.view.active(), 64);
+        assert_eq!(pinned[..], vec![63u8; 4096][..]);
+        drop(pinned);
+        assert_eq!(cache.resize(16 * 4096).unwrap(), 16 * 4096);
+        let sets = SharedConfig {
+            index: crate::index::IndexKind::SetAssoc,
+            set_ways: 8,
+            ..sixty_four(PolicyKind::Clock)
+        };
+        let e = SharedCache::create(&sets).unwrap().resize(16 * 4096).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    }
+
+    /// Resizes back and forth while three threads read and write a file twice the cache: no
+    /// read sees a page torn, every page ends as its last write left it, and after
+    /// the last shrink no frame past the size holds a page.
+    #[test]
+    fn resizes_under_readers_and_writers_lose_and_tear_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, (0..128 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+        let cache =
+            SharedCache::create(&SharedConfig { dirty_ratios: (0.5, 0.75), ..sixty_four(PolicyKind::Lru) })
+                .unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let ops = std::sync::atomic::AtomicU64::new(0);
+        let last: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let (cache, p, stop, ops) = (&cache, &p, &stop, &ops);
+                    s.spawn(move || {
+                        let f = cache.open_path(p, true).unwrap();
+                        let (mut x, mut written, mut page) = (t + 0x5eed, Vec::new(), vec![0u8; 4096]);
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let pg = (x >> 8) % 128;
+                            if x % 3 == 0 && pg % 3 == t {
+                                let v = (x >> 40) as u8;
+                                f.write_at(&[v; 4096], pg * 4096).unwrap();
+                                written.push((pg, v));
+                            } else {
+                                f.read_at(&mut page, pg * 4096).unwrap();
+                                assert!(page.iter().all(|&b| b == page[0]), "page {pg} torn");
+                            }
+                        }
+                        f.sync_data().unwrap();
+                        written
+                    })
+                })
+                .collect();
+            for i in 0..60u64 {
+                // Each resize after the threads did 300 more operations.
+                let until = ops.load(std::sync::atomic::Ordering::Relaxed) + 300;
+                while ops.load(std::sync::atomic::Ordering::Relaxed) < until {
+                    std::thread::yield_now();
+                }
+                let bytes = if i % 2 == 0 { (16 + i % 7) * 4096 } else { 64 * 4096 };
+                match cache.resize(bytes) {
+                    Ok(n) => assert_eq!(n, bytes),
+                    Err(e) => assert_eq!(e.kind(), ErrorKind::Busy, "{e}"),
+                }
+            }
+            assert_eq!(cache.resize(20 * 4096).unwrap(), 20 * 4096);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut want: Vec<u8> = (0..128).map(|p| p as u8).collect();
+        for (pg, v) in last.into_iter().flatten() {
+            want[pg as usize] = v;
+        }
+        let bytes = std::fs::read(&p).unwrap();
+        for (pg, &v) in want.iter().enumerate() {
+            assert!(bytes[pg * 4096..(pg + 1) * 4096].iter().all(|&b| b == v), "page {pg} on disk");
+        }
+        let frames = cache.inner.view.frames();
+        assert!(frames[20..].iter().all(|m| m.key() == 0 && m.home() == 0), "a page past the size");
+        cache.check_index().unwrap();
+    }
+}
