@@ -193,9 +193,13 @@ fn the_shared_cache_service_serves_its_metrics() {
         ("readahead", serde_json::json!(65536)),
         ("dirty_ratios", serde_json::json!([0.25, 0.5])),
         ("memory_bytes", serde_json::json!(4 << 20)),
+        ("memory_made_bytes", serde_json::json!(4 << 20)),
+        ("free_frames", serde_json::json!(0)),
     ] {
         assert_eq!(json[field], want, "{field} in {json}");
     }
+    assert_eq!(json["sync_latency_us"]["count"], serde_json::json!(0), "{json}");
+    assert!(status.contains("sync_latency_us p50 0.0 p99 0.0 (of 0)\n"), "{status}");
     // SIGTERM stops it as idleness does: it exits, and its cache's file goes with it (nothing
     // in it was dirty, nobody else attached).
     let file = upcache::shared::serve::segment_file(&socket);

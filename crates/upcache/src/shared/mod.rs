@@ -899,6 +899,9 @@ pub struct SharedStatus {
     pub next_to_go_written: u64,
     /// Dirty pages of sequential write streams handed to write-behind (`SharedConfig::streams`).
     pub behind_pages: u64,
+    /// Frames emptied and listed for the next misses (`free.rs`; a hint: some may have been
+    /// taken by the hand since).
+    pub free_frames: u64,
 }
 
 /// `path` (an entry's recorded path) opened for writing back, if it is still the entry's file.

@@ -314,6 +314,7 @@ impl Inner {
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
             behind_pages: h.behind_pages.load(Ordering::Relaxed),
+            free_frames: h.free_count.load(Ordering::Relaxed) as u64,
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -628,7 +628,16 @@ fn json_of(cache: &SharedCache) -> String {
 
 /// The status's fields, in order: name, value as text, value as JSON.
 fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
-    let (s, c, chunks) = (cache.status(), cache.inner.config(), cache.chunks());
+    let (s, c, chunks, l) = (cache.status(), cache.inner.config(), cache.chunks(), cache.latencies());
+    // A histogram's median and 99th percentile (bucket bounds), in microseconds, and count.
+    let quantiles = |h: &crate::metrics::latency::LatencyHistogram| {
+        let us = |q: f64| h.quantile(q).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        let (p50, p99, n) = (us(0.5), us(0.99), h.count());
+        (
+            format!("p50 {p50:.1} p99 {p99:.1} (of {n})"),
+            format!("{{\"p50\":{p50},\"p99\":{p99},\"count\":{n}}}"),
+        )
+    };
     let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
     let same = |v: String| (v.clone(), v);
     let count = |v: u64| same(v.to_string());
@@ -643,6 +652,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
             "memory_bytes",
             (format!("{} ({:.0} MiB)", cache.memory(), mb(st.frames)), cache.memory().to_string()),
         ),
+        ("memory_made_bytes", count(c.memory)),
         (
             "cached",
             (
@@ -657,6 +667,10 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
     // The counts every cache reports, by their names in `Stats`.
     let counts = st.fields().map(|(n, v)| (n, count(v)));
     let rest = [
+        ("free_frames", count(s.free_frames)),
+        ("read_latency_us", quantiles(&l.read)),
+        ("write_latency_us", quantiles(&l.write)),
+        ("sync_latency_us", quantiles(&l.sync)),
         ("repairs", count(s.repairs)),
         ("write_back_batches", count(s.write_back_batches)),
         ("index", name(c.index.name())),
