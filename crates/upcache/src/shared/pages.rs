@@ -250,7 +250,7 @@ impl Inner {
 
     /// Takes frame `f` (locked by us) out of the index; false, left in, once a wait for its
     /// partition's lock is over and `give_up` says so of the holder.
-    fn unindex_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
+    pub(super) fn unindex_unless(&self, f: u32, give_up: &dyn Fn(u32) -> bool) -> bool {
         self.tree_op(|| self.index().unplace(f, self.me, &|h| self.alive(h), give_up))
     }
 
@@ -440,12 +440,20 @@ impl Inner {
     /// or the policy last looked): emptied, locked for us. The key of the page it held (0 for
     /// none), or None, left as it was.
     pub(super) fn take(&self, f: u32) -> Option<u64> {
+        self.take_holding(f, None)
+    }
+
+    /// As [`Self::take`], only if the frame still holds page key `want` when it is.
+    pub(super) fn take_holding(&self, f: u32, want: Option<u64>) -> Option<u64> {
         let m = &self.view.frames()[f as usize];
         if !m.try_lock(self.me) {
             return None;
         }
         // A frame a resize took out of use (`resize.rs`), after our look at it.
-        if f as usize >= self.view.active() || m.flags() & (DIRTY | REFERENCED | HITS) != 0 || self.pinned(f)
+        if f as usize >= self.view.active()
+            || want.is_some_and(|k| m.key() != k)
+            || m.flags() & (DIRTY | REFERENCED | HITS) != 0
+            || self.pinned(f)
         {
             m.unlock(self.me, false);
             return None;

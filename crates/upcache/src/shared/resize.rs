@@ -2,8 +2,8 @@
 //! the cache-wide placement's): the frames in use are the segment's first `active`
 //! (`View::active`), and claims take frames below it only (`Inner::take` looks again under
 //! the frame's lock). A smaller size is stored first, then every frame past it is emptied, its
-//! dirty page written back first, and the whole 2 MiB chunks past it given back to the
-//! system (`Segment::discard`); a larger one (up to the memory the cache was made with) is
+//! dirty page written back first, and, in a private cache, the whole 2 MiB chunks past it
+//! given back to the system (`Segment::discard`); a larger one (up to the memory the cache was made with) is
 //! stored and the frames it adds listed free (`free.rs`), so the next misses take them first.
 //!
 //! # Invariants
@@ -23,15 +23,17 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// The fewest frames a resize leaves: 64 KiB, the smallest cache.
 const MIN_FRAMES: usize = 16;
-/// How long a shrink waits for pinned pages, and for dirty ones this process cannot write to
-/// be written back by their writers or the service, before it gives up.
+/// How long a shrink waits for pinned pages, for dirty ones this process cannot write to be
+/// written back by their writers or the service, and for frames or index partitions stopped
+/// processes hold, before it gives up.
 const SHRINK_PATIENCE: Duration = Duration::from_secs(2);
 
 impl SharedCache {
     /// Changes how much of its memory the cache uses, while every process's I/O runs:
     /// `bytes` rounded down to whole pages, between 64 KiB and the memory it was made with.
-    /// Shrinking empties the frames past the new size (writing dirty pages back first) and
-    /// gives their memory back; it fails with `Busy`, the size unchanged, if pinned pages, or
+    /// Shrinking empties the frames past the new size (writing dirty pages back first) and,
+    /// in a private cache ([`SharedCache::create_private`]), gives their memory back (a
+    /// segment's file keeps it: its frames may still be read by optimistic readers); it fails with `Busy`, the size unchanged, if pinned pages, or
     /// dirty pages of files this process cannot write that no writer or the service wrote
     /// back, stay there for 2 s. `Unsupported` with the set-associative index or NUMA
     /// partitions, whose frames are placed by set or node. Returns the bytes of frames now in
@@ -52,8 +54,9 @@ impl SharedCache {
         // next resize goes on from there.
         lock.lock(inner.me, |h| inner.alive(h));
         let old = view.active();
-        let done = if want >= old {
-            view.header().active.frames.store(want as u32, Ordering::SeqCst);
+        // Growing, frames past the new size may still hold pages a resizer that died left.
+        let done = inner.set_size(old, want);
+        if done.is_ok() && want > old {
             // Listed free, so the next misses take them first (whatever the policy's order,
             // which has never seen them).
             for f in old as u32..want as u32 {
@@ -62,22 +65,19 @@ impl SharedCache {
                     view.free_frames().push(f, inner.me, |h| inner.alive(h), |h| inner.stopped(h));
                 }
             }
-            Ok(())
-        } else {
-            inner.shrink(old, want)
-        };
+        }
         lock.unlock(inner.me);
         done.map(|()| (view.active() * PAGE) as u64)
     }
 }
 
 impl Inner {
-    /// Takes the frames from `new` on out of use (`old` before).
-    fn shrink(&self, old: usize, new: usize) -> Result<()> {
+    /// Makes `new` the frames in use (`old` before) and empties every frame past it (past the
+    /// old size too: a resizer that died may have left pages there).
+    fn set_size(&self, old: usize, new: usize) -> Result<()> {
         let view = &self.view;
         // SeqCst: before our locks of the frames past it (the module's invariant).
         view.header().active.frames.store(new as u32, Ordering::SeqCst);
-        // Past the old size too: a resizer that died may have left pages there.
         let mut left: Vec<u32> = (new as u32..view.n_frames as u32).collect();
         let deadline = Instant::now() + SHRINK_PATIENCE;
         loop {
@@ -96,6 +96,13 @@ impl Inner {
                 ));
             }
             std::thread::sleep(Duration::from_millis(1));
+        }
+        // Only a private cache's memory is given back: an optimistic reader that found a frame
+        // before it was emptied may still copy from it (and fail its version check after),
+        // and a read of a hole punched in a segment's file would allocate a page there again,
+        // or raise SIGBUS on a full tmpfs; anonymous memory given back reads as zeros.
+        if !view.header().has(technique::PRIVATE_FRAMES) {
+            return Ok(());
         }
         let chunks = view.n_frames.div_ceil(CHUNK_FRAMES);
         for c in new.div_ceil(CHUNK_FRAMES)..chunks {
@@ -117,17 +124,24 @@ impl Inner {
     /// pinned one waited for (false until then).
     fn vacate(&self, f: u32) -> bool {
         let m = &self.view.frames()[f as usize];
-        if m.key() == 0 && m.home() == 0 && m.holder().is_none() {
-            return true;
-        }
         let k = m.key();
-        if m.flags() & DIRTY != 0 && k != 0 && self.writable_fd(key_slot(k)).is_none() {
-            self.ask_write_back(key_slot(k));
+        if m.flags() & DIRTY != 0 && k != 0 {
+            if self.writable_fd(key_slot(k)).is_none() {
+                self.ask_write_back(key_slot(k));
+                return false;
+            }
+            self.write_back_victim(f);
+        }
+        // Locked even if it looks empty: a claim that locked it before our store of the size
+        // may be filling it (the module's invariant). A stopped holder is not waited for.
+        if !self.lock_frame_unless(f, &|h| self.stopped(h)) {
             return false;
         }
-        self.write_back_victim(f);
-        self.lock_frame(f);
-        if m.flags() & DIRTY != 0 || self.pinned(f) {
+        if m.key() == 0 && m.home() == 0 {
+            m.unlock(self.me, false);
+            return true;
+        }
+        if m.flags() & DIRTY != 0 || self.pinned(f) || !self.unindex_unless(f, &|h| self.stopped(h)) {
             m.unlock(self.me, false);
             return false;
         }
@@ -236,72 +250,75 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     }
 
-    /// Resizes back and forth while three threads read and write a file twice the cache: no
+    /// Resizes back and forth while three threads read and write a file twice the cache, with
+    /// sampled LRU and with S3-FIFO's queues: no
     /// read sees a page torn, every page ends as its last write left it, and after
     /// the last shrink no frame past the size holds a page.
     #[test]
     fn resizes_under_readers_and_writers_lose_and_tear_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, (0..128 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
-        let cache =
-            SharedCache::create(&SharedConfig { dirty_ratios: (0.5, 0.75), ..sixty_four(PolicyKind::Lru) })
-                .unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let ops = std::sync::atomic::AtomicU64::new(0);
-        let last: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..3u64)
-                .map(|t| {
-                    let (cache, p, stop, ops) = (&cache, &p, &stop, &ops);
-                    s.spawn(move || {
-                        let f = cache.open_path(p, true).unwrap();
-                        let (mut x, mut written, mut page) = (t + 0x5eed, Vec::new(), vec![0u8; 4096]);
-                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                            ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            let pg = (x >> 8) % 128;
-                            if x % 3 == 0 && pg % 3 == t {
-                                let v = (x >> 40) as u8;
-                                f.write_at(&[v; 4096], pg * 4096).unwrap();
-                                written.push((pg, v));
-                            } else {
-                                f.read_at(&mut page, pg * 4096).unwrap();
-                                assert!(page.iter().all(|&b| b == page[0]), "page {pg} torn");
+        for policy in [PolicyKind::Lru, PolicyKind::S3Fifo] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("f");
+            std::fs::write(&p, (0..128 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+            let cache =
+                SharedCache::create(&SharedConfig { dirty_ratios: (0.5, 0.75), ..sixty_four(policy) })
+                    .unwrap();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let ops = std::sync::atomic::AtomicU64::new(0);
+            let last: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
+                let workers: Vec<_> = (0..3u64)
+                    .map(|t| {
+                        let (cache, p, stop, ops) = (&cache, &p, &stop, &ops);
+                        s.spawn(move || {
+                            let f = cache.open_path(p, true).unwrap();
+                            let (mut x, mut written, mut page) = (t + 0x5eed, Vec::new(), vec![0u8; 4096]);
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                x ^= x << 13;
+                                x ^= x >> 7;
+                                x ^= x << 17;
+                                let pg = (x >> 8) % 128;
+                                if x % 3 == 0 && pg % 3 == t {
+                                    let v = (x >> 40) as u8;
+                                    f.write_at(&[v; 4096], pg * 4096).unwrap();
+                                    written.push((pg, v));
+                                } else {
+                                    f.read_at(&mut page, pg * 4096).unwrap();
+                                    assert!(page.iter().all(|&b| b == page[0]), "page {pg} torn");
+                                }
                             }
-                        }
-                        f.sync_data().unwrap();
-                        written
+                            f.sync_data().unwrap();
+                            written
+                        })
                     })
-                })
-                .collect();
-            for i in 0..60u64 {
-                // Each resize after the threads did 300 more operations.
-                let until = ops.load(std::sync::atomic::Ordering::Relaxed) + 300;
-                while ops.load(std::sync::atomic::Ordering::Relaxed) < until {
-                    std::thread::yield_now();
+                    .collect();
+                for i in 0..60u64 {
+                    // Each resize after the threads did 300 more operations.
+                    let until = ops.load(std::sync::atomic::Ordering::Relaxed) + 300;
+                    while ops.load(std::sync::atomic::Ordering::Relaxed) < until {
+                        std::thread::yield_now();
+                    }
+                    let bytes = if i % 2 == 0 { (16 + i % 7) * 4096 } else { 64 * 4096 };
+                    match cache.resize(bytes) {
+                        Ok(n) => assert_eq!(n, bytes),
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::Busy, "{e}"),
+                    }
                 }
-                let bytes = if i % 2 == 0 { (16 + i % 7) * 4096 } else { 64 * 4096 };
-                match cache.resize(bytes) {
-                    Ok(n) => assert_eq!(n, bytes),
-                    Err(e) => assert_eq!(e.kind(), ErrorKind::Busy, "{e}"),
-                }
+                assert_eq!(cache.resize(20 * 4096).unwrap(), 20 * 4096);
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                workers.into_iter().map(|w| w.join().unwrap()).collect()
+            });
+            let mut want: Vec<u8> = (0..128).map(|p| p as u8).collect();
+            for (pg, v) in last.into_iter().flatten() {
+                want[pg as usize] = v;
             }
-            assert_eq!(cache.resize(20 * 4096).unwrap(), 20 * 4096);
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
-        });
-        let mut want: Vec<u8> = (0..128).map(|p| p as u8).collect();
-        for (pg, v) in last.into_iter().flatten() {
-            want[pg as usize] = v;
+            let bytes = std::fs::read(&p).unwrap();
+            for (pg, &v) in want.iter().enumerate() {
+                assert!(bytes[pg * 4096..(pg + 1) * 4096].iter().all(|&b| b == v), "page {pg} on disk");
+            }
+            let frames = cache.inner.view.frames();
+            assert!(frames[20..].iter().all(|m| m.key() == 0 && m.home() == 0), "a page past the size");
+            cache.check_index().unwrap();
         }
-        let bytes = std::fs::read(&p).unwrap();
-        for (pg, &v) in want.iter().enumerate() {
-            assert!(bytes[pg * 4096..(pg + 1) * 4096].iter().all(|&b| b == v), "page {pg} on disk");
-        }
-        let frames = cache.inner.view.frames();
-        assert!(frames[20..].iter().all(|m| m.key() == 0 && m.home() == 0), "a page past the size");
-        cache.check_index().unwrap();
     }
 }

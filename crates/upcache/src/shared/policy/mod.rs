@@ -166,12 +166,13 @@ impl Inner {
                 _ => q.pick_s3fifo(frames, defer, &mut deferred),
             };
             q.state.lock.unlock(self.me);
-            let (f, small) = picked?;
-            let k = frames[f as usize].key();
+            let Some((f, k, small)) = picked else { break };
             if frames[f as usize].flags() & super::frame::DIRTY != 0 {
                 self.write_back_victim(f);
             }
-            if let Some(old) = self.take(f) {
+            // Only the page picked: another miss may have taken the frame and put a new page
+            // in it since the queues' lock was let go.
+            if let Some(old) = self.take_holding(f, Some(k)) {
                 return Some((f, (small && old != 0).then_some(old)));
             }
             // Taken meanwhile, pinned or used again: under S3-FIFO, rotated to the newest end
@@ -183,16 +184,18 @@ impl Inner {
                 }
             }
         }
-        let f = deferred?;
+        let (f, k) = deferred?;
         self.write_back_victim(f);
-        self.take(f).map(|_| (f, None))
+        self.take_holding(f, Some(k)).map(|_| (f, None))
     }
 
     /// The queues, locked for us: rebuilt if we took the lock over from a dead holder; None if
     /// the holder is stopped.
     fn lock_queues(&self) -> Option<queues::Queues<'_>> {
         let state = &self.view.header().policy;
-        let q = queues::Queues { state, frames: self.view.policy_frames(), ghost: self.ghost() };
+        let active = self.view.active();
+        let q =
+            queues::Queues { state, frames: self.view.policy_frames(), ghost: self.ghost(active), active };
         match state.lock.lock_unless(self.me, |h| self.alive(h), |h| self.stopped(h))? {
             Acquired::Clean => {}
             Acquired::OwnerDied(_) => {
@@ -204,13 +207,10 @@ impl Inner {
         Some(q)
     }
 
-    fn ghost(&self) -> ghost::Ghost<'_> {
-        let n = self.view.n_frames;
-        ghost::Ghost {
-            slots: self.view.ghosts(),
-            seq: &self.view.header().policy.ghost_seq,
-            capacity: n * 9 / 10,
-        }
+    /// The ghost, remembering 0.9x the `active` frames in use.
+    fn ghost(&self, active: usize) -> ghost::Ghost<'_> {
+        let seq = &self.view.header().policy.ghost_seq;
+        ghost::Ghost { slots: self.view.ghosts(), seq, capacity: active * 9 / 10 }
     }
 
     fn sampled(&self) -> sampled::Sampled<'_> {

@@ -24,6 +24,8 @@ pub(crate) struct Queues<'a> {
     pub state: &'a PolicyState,
     pub frames: &'a [PolicyFrame],
     pub ghost: Ghost<'a>,
+    /// The frames in use (`View::active`): S3-FIFO's small queue holds a tenth of them.
+    pub active: usize,
 }
 
 // Relaxed (every load and store below): under the policy's lock, whose release publishes them.
@@ -127,7 +129,7 @@ impl Queues<'_> {
         }
     }
 
-    /// SIEVE's candidate: from the hand (the oldest end at first) towards the newest, wrapping,
+    /// SIEVE's candidate and its page's key: from the hand (the oldest end at first) towards the newest, wrapping,
     /// the first frame not used since the hand last passed (one used loses its bits and
     /// stays where it is). Locked frames are passed; a dirty one `defer` passes over is
     /// noted in `deferred` (the first). The hand is left past the candidate.
@@ -135,8 +137,8 @@ impl Queues<'_> {
         &self,
         meta: &[FrameMeta],
         defer: &dyn Fn(u64) -> bool,
-        deferred: &mut Option<u32>,
-    ) -> Option<(u32, bool)> {
+        deferred: &mut Option<(u32, u64)>,
+    ) -> Option<(u32, u64, bool)> {
         // Two passes: the first may only clear bits.
         for _ in 0..2 * self.len(FIRST).min(self.frames.len()) + 1 {
             let at = match get(&self.state.hand) {
@@ -159,15 +161,15 @@ impl Queues<'_> {
                 continue;
             }
             if flags & DIRTY != 0 && defer(m.key()) {
-                deferred.get_or_insert(f);
+                deferred.get_or_insert((f, m.key()));
                 continue;
             }
-            return Some((f, false));
+            return Some((f, m.key(), false));
         }
         None
     }
 
-    /// S3-FIFO's candidate and whether the small queue gave it: from the small queue's old end
+    /// S3-FIFO's candidate, its page's key and whether the small queue gave it: from the small queue's old end
     /// while it holds a tenth of the frames or more, else from main's. A small-queue page used
     /// since it came moves to main; a main page used goes round again with one use less (of
     /// `MAX_USES` at most, as the private engine's counts).
@@ -177,9 +179,9 @@ impl Queues<'_> {
         &self,
         meta: &[FrameMeta],
         defer: &dyn Fn(u64) -> bool,
-        deferred: &mut Option<u32>,
-    ) -> Option<(u32, bool)> {
-        let small_target = (self.frames.len() / 10).max(1);
+        deferred: &mut Option<(u32, u64)>,
+    ) -> Option<(u32, u64, bool)> {
+        let small_target = (self.active / 10).max(1);
         let (mut stuck_small, mut stuck_main) = (0, 0);
         // A main frame may go round once per use (3 at most) and a small one moves once.
         let budget = 5 * (self.len(FIRST) + self.len(MAIN)).min(self.frames.len()) + 2;
@@ -218,14 +220,14 @@ impl Queues<'_> {
             let dirty = flags & DIRTY != 0 && defer(m.key());
             if m.holder().is_some() || dirty {
                 if dirty {
-                    deferred.get_or_insert(f);
+                    deferred.get_or_insert((f, m.key()));
                 }
                 self.unlink(f);
                 self.push_newest(f, q);
                 *(if q == FIRST { &mut stuck_small } else { &mut stuck_main }) += 1;
                 continue;
             }
-            return Some((f, q == FIRST));
+            return Some((f, m.key(), q == FIRST));
         }
         None
     }

@@ -31,8 +31,16 @@ pub(super) fn inserted(s: Sampled<'_>, f: u32, order: Order) {
         p.rank.store(now, Ordering::Relaxed);
     } else {
         p.uses.store(1, Ordering::Relaxed);
-        p.rank.store(s.clock.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
+        p.rank.store(s.clock.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
+}
+
+/// Where LFU priority `p` stands against the age `now`, as a rank (lower evicted first).
+/// Priorities and the age wrap (the age rises by about one a lap of evictions, so a cache
+/// running for days passes 2^32), so a priority counts by its distance from the age: up to
+/// 2^31 below it (long unused) to 2^31 above (used often).
+fn lfu_rank(p: u32, now: u32) -> u32 {
+    (p.wrapping_sub(now) as i32 as i64 - i32::MIN as i64) as u32
 }
 
 /// Frame `f`'s rank, lower evicted first, once the uses its bits show are in its history.
@@ -54,11 +62,12 @@ fn rank(s: &Sampled<'_>, m: &FrameMeta, f: u32, order: Order) -> u32 {
         u32::MAX - if age > u32::MAX / 2 { 0 } else { age }
     } else {
         if uses > 0 {
-            let n = p.uses.load(Ordering::Relaxed).saturating_add(uses);
+            // At most 2^30 uses: a priority stays within reach of the age's distance.
+            let n = p.uses.load(Ordering::Relaxed).saturating_add(uses).min(1 << 30);
             p.uses.store(n, Ordering::Relaxed);
-            p.rank.store(now.saturating_add(n), Ordering::Relaxed);
+            p.rank.store(now.wrapping_add(n), Ordering::Relaxed);
         }
-        p.rank.load(Ordering::Relaxed)
+        lfu_rank(p.rank.load(Ordering::Relaxed), now)
     }
 }
 
@@ -83,7 +92,12 @@ pub(super) fn claim(
             let at = if n <= SAMPLES { i } else { (random() % n as u64) as usize };
             let f = (first + at) as u32;
             let m = &frames[f as usize];
-            if m.holder().is_some() || failed.contains(&f) || !inner.view.reserve(f as usize) {
+            // Past a resize's new size (the area was measured before it): not allocated again.
+            if m.holder().is_some()
+                || failed.contains(&f)
+                || f as usize >= inner.view.active()
+                || !inner.view.reserve(f as usize)
+            {
                 continue;
             }
             let r = rank(&s, m, f, order);
@@ -97,18 +111,18 @@ pub(super) fn claim(
                 best = Some((f, r));
             }
         }
-        let Some((f, r)) = best else { continue };
-        if taken(inner, &s, f, r, order) {
+        let Some((f, _)) = best else { continue };
+        if taken(inner, &s, f, order) {
             return Some(f);
         }
         failed[attempt] = f;
     }
-    let (f, r) = deferred?;
-    taken(inner, &s, f, r, order).then_some(f)
+    let (f, _) = deferred?;
+    taken(inner, &s, f, order).then_some(f)
 }
 
-/// Takes frame `f` of rank `r`, written back first if dirty; LFU's age rises to its rank.
-fn taken(inner: &Inner, s: &Sampled<'_>, f: u32, r: u32, order: Order) -> bool {
+/// Takes frame `f`, written back first if dirty; LFU's age rises to its priority.
+fn taken(inner: &Inner, s: &Sampled<'_>, f: u32, order: Order) -> bool {
     if inner.view.frames()[f as usize].flags() & DIRTY != 0 {
         inner.write_back_victim(f);
     }
@@ -116,8 +130,30 @@ fn taken(inner: &Inner, s: &Sampled<'_>, f: u32, r: u32, order: Order) -> bool {
         return false;
     }
     if order == Order::Lfu {
-        // Relaxed: a hint, as in `inserted`.
-        s.clock.fetch_max(r, Ordering::Relaxed);
+        // The age rises to the victim's priority, if that is ahead of it (wrapping, as
+        // `lfu_rank`). Relaxed: a hint, as in `inserted`.
+        let priority = s.frames[f as usize].rank.load(Ordering::Relaxed);
+        let _ = s.clock.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |age| {
+            ((priority.wrapping_sub(age) as i32) > 0).then_some(priority)
+        });
     }
     true
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::lfu_rank;
+
+    /// An LFU priority ranks by its distance from the age, across the age's wrap: below it
+    /// first, then at it, then above it, wherever the age is.
+    #[test]
+    fn lfu_ranks_hold_their_order_across_the_ages_wrap() {
+        for now in [0u32, 1000, u32::MAX - 2, u32::MAX, 1 << 31] {
+            let ranks: Vec<u32> = [-1000i64, -1, 0, 1, 5, 1 << 20]
+                .iter()
+                .map(|d| lfu_rank((now as i64 + d) as u32, now))
+                .collect();
+            assert!(ranks.windows(2).all(|w| w[0] < w[1]), "age {now}: {ranks:?}");
+        }
+    }
 }
