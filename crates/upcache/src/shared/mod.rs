@@ -1198,6 +1198,67 @@ mod tests {
         SharedConfig { memory: 1 << 20, files: 4, clients: 4, ..SharedConfig::default() }
     }
 
+    /// A stress of the other modules' tests: `workers` threads over the `pages` pages of
+    /// `path` (each one byte throughout, page p's p at first), each reading any page, which
+    /// must never be torn, and writing its own (p % workers its number), `own_ops` times each
+    /// or, with None, until `during` (run meanwhile, given the count of every thread's
+    /// operations) returns; then each syncs, and every page on disk is as its last write left
+    /// it.
+    pub(super) fn stress_own_pages(
+        cache: &SharedCache,
+        path: &std::path::Path,
+        pages: u64,
+        workers: u64,
+        own_ops: Option<u64>,
+        during: impl FnOnce(&AtomicU64),
+    ) {
+        std::fs::write(path, (0..pages * 4096).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
+        let (stop, ops) = (AtomicBool::new(false), AtomicU64::new(0));
+        let last: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..workers)
+                .map(|t| {
+                    let (stop, ops) = (&stop, &ops);
+                    s.spawn(move || {
+                        let f = cache.open_path(path, true).unwrap();
+                        let (mut x, mut written, mut page) =
+                            (0x9e37_79b9_7f4a_7c15u64 ^ (t + 1), Vec::new(), [0u8; 4096]);
+                        for i in 0.. {
+                            if own_ops.map_or(stop.load(Ordering::Relaxed), |n| i >= n) {
+                                break;
+                            }
+                            ops.fetch_add(1, Ordering::Relaxed);
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let p = (x >> 8) % pages;
+                            if x.is_multiple_of(4) && p % workers == t {
+                                let v = (x >> 40) as u8;
+                                f.write_at(&[v; 4096], p * 4096).unwrap();
+                                written.push((p, v));
+                            } else {
+                                f.read_at(&mut page, p * 4096).unwrap();
+                                assert!(page.iter().all(|&b| b == page[0]), "page {p} torn");
+                            }
+                        }
+                        f.sync_data().unwrap();
+                        written
+                    })
+                })
+                .collect();
+            during(&ops);
+            stop.store(true, Ordering::Relaxed);
+            threads.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut want: Vec<u8> = (0..pages).map(|p| p as u8).collect();
+        for (p, v) in last.into_iter().flatten() {
+            want[p as usize] = v;
+        }
+        let bytes = std::fs::read(path).unwrap();
+        for (p, &v) in want.iter().enumerate() {
+            assert!(bytes[p * 4096..(p + 1) * 4096].iter().all(|&b| b == v), "page {p} on disk");
+        }
+    }
+
     /// Huge pages (`chunk.rs`): chunks written are in use on small pages until the service's
     /// pass collapses them; then they are huge, every byte as written. Off, no chunk is
     /// recorded (on a memfd, where nothing else gives huge pages).

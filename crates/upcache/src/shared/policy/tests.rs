@@ -2,7 +2,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::super::{tests::small, SharedCache, SharedConfig, SharedFile};
+use super::super::tests::{small, stress_own_pages};
+use super::super::{SharedCache, SharedConfig, SharedFile};
 use crate::policy::simulate::Simulator;
 use crate::policy::{CleanFirst, PolicyKind};
 
@@ -189,50 +190,11 @@ fn a_dead_holder_of_the_queues_leaves_every_cached_page_listed_once() {
 #[test]
 fn threads_reading_and_writing_through_each_policy_lose_and_tear_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let path = file_of(dir.path(), "f", 64, 0);
+    let path = dir.path().join("f");
     for kind in [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Sieve, PolicyKind::S3Fifo] {
         let cache = sixteen(kind);
-        let last: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let (cache, path) = (&cache, &path);
-                    s.spawn(move || {
-                        let f = cache.open_path(path, true).unwrap();
-                        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
-                        let mut written = Vec::new();
-                        let mut page = vec![0u8; 4096];
-                        for _ in 0..1500 {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            let p = (x >> 8) % 64;
-                            if x.is_multiple_of(4) && p % 4 == t {
-                                let v = (x >> 32) as u8;
-                                f.write_at(&[v; 4096], p * 4096).unwrap();
-                                written.push((p, v));
-                            } else {
-                                f.read_at(&mut page, p * 4096).unwrap();
-                                assert!(page.iter().all(|&b| b == page[0]), "{kind:?}: page {p} torn");
-                            }
-                        }
-                        f.sync_data().unwrap();
-                        written
-                    })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
-        });
-        let mut want: Vec<u8> = (0..64).map(|p| p as u8).collect();
-        for (p, v) in last.into_iter().flatten() {
-            want[p as usize] = v;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for (p, &v) in want.iter().enumerate() {
-            assert!(bytes[p * 4096..(p + 1) * 4096].iter().all(|&b| b == v), "{kind:?}: page {p}");
-        }
+        stress_own_pages(&cache, &path, 64, 4, Some(1500), |_| {});
         assert_eq!(cache.inner.view.header().policy.lock.holder(), None, "{kind:?}");
         cache.check_index().unwrap();
-        // The next policy starts from the file as on disk.
-        std::fs::write(&path, (0..64 * 4096u64).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
     }
 }
