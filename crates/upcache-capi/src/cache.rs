@@ -469,6 +469,34 @@ pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
     })
 }
 
+/// Changes how much of its memory the cache uses, while I/O runs, and stores the bytes of
+/// frames now in use in `*in_use` (if not NULL). A shared cache (`upcache_attach`,
+/// `upcache_create_private`): `bytes` rounded down to whole pages, between 64 KiB and the
+/// memory it was made with; shrinking writes back and drops the pages past the new size, and
+/// fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there;
+/// `UPCACHE_EUNSUPPORTED` with page sets or NUMA partitions. An array (`upcache_create`,
+/// `upcache_open`): only with the set-associative index (`UPCACHE_EUNSUPPORTED` otherwise),
+/// rounded to whole page sets.
+///
+/// # Safety
+/// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`/`upcache_create_private`;
+/// `in_use` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_resize(cache: *mut upcache_cache, bytes: u64, in_use: *mut u64) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let now = match &unsafe { cache_ref(cache) }?.cache {
+            Backend::Private(c) => c.resize(bytes)?,
+            Backend::Shared(c) => c.resize(bytes)?,
+        };
+        if !in_use.is_null() {
+            // SAFETY: non-null, so writable (the function's contract).
+            unsafe { *in_use = now };
+        }
+        Ok(())
+    })
+}
+
 /// Removes file `name` (its handles must be closed).
 ///
 /// # Safety

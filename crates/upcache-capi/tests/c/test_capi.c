@@ -79,6 +79,8 @@ int main(int argc, char **argv) {
     CHECK(upcache_create(cfg, &cache) == UPCACHE_OK);
     upcache_cache *again = NULL;
     CHECK(upcache_create(cfg, &again) == UPCACHE_EEXIST && again == NULL);
+    /* An array resizes with the set-associative index only. */
+    CHECK(upcache_resize(cache, 1 << 20, NULL) == UPCACHE_EUNSUPPORTED);
 
     upcache_file *f = NULL;
     CHECK(upcache_file_create(cache, "data", &f) == UPCACHE_OK);

@@ -4,7 +4,8 @@
  * reads those bytes and writes its own, which the first reads back; array calls on a shared
  * handle are refused; the shared cache's counters come through upcache_get_stats. Then a cache
  * of this process alone (upcache_create_private) with its own settings, a NUMA topology
- * described among them, writes a file back at its close.
+ * described among them, writes a file back at its close; and one of one partition resized
+ * while a file is open.
  * Usage: test_shared DIR */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,10 +161,25 @@ int main(int argc, char **argv) {
     CHECK(upcache_file_open_path(priv, own_path, true, &o) == UPCACHE_OK);
     CHECK(upcache_pwrite(o, "of this process", 15, 9000) == 15);
     CHECK(upcache_file_create(priv, "array-file", &g) == UPCACHE_EINVAL);
+    /* Frames placed per NUMA node are not resized. */
+    CHECK(upcache_resize(priv, 64 << 10, NULL) == UPCACHE_EUNSUPPORTED);
     CHECK(upcache_file_close(o) == UPCACHE_OK && upcache_close(priv) == UPCACHE_OK);
     os = fopen(own_path, "rb");
     CHECK(os && fseek(os, 9000, SEEK_SET) == 0 && fread(buf, 1, 15, os) == 15 && memcmp(buf, "of this process", 15) == 0);
     fclose(os);
+
+    /* One partition: resized while a file is open, down to 64 KiB (its dirty page written
+     * back) and up to the memory it was made with again, the bytes kept. */
+    strcpy(own.numa, "off");
+    CHECK(upcache_create_private(&own, &priv) == UPCACHE_OK);
+    CHECK(upcache_file_open_path(priv, own_path, true, &o) == UPCACHE_OK);
+    CHECK(upcache_pwrite(o, "resized", 7, 20000) == 7);
+    uint64_t in_use = 0;
+    CHECK(upcache_resize(priv, 1000, &in_use) == UPCACHE_OK && in_use == 64 << 10);
+    CHECK(upcache_get_stats(priv, &st) == UPCACHE_OK && st.frames == 16);
+    CHECK(upcache_resize(priv, 1ull << 40, &in_use) == UPCACHE_OK && in_use == 2 << 20);
+    CHECK(upcache_pread(o, buf, 7, 20000) == 7 && memcmp(buf, "resized", 7) == 0);
+    CHECK(upcache_file_close(o) == UPCACHE_OK && upcache_close(priv) == UPCACHE_OK);
     printf("shared cache ok\n");
     return 0;
 }
