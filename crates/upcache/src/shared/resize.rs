@@ -33,11 +33,12 @@ impl SharedCache {
     /// `bytes` rounded down to whole pages, between 64 KiB and the memory it was made with.
     /// Shrinking empties the frames past the new size (writing dirty pages back first) and,
     /// in a private cache ([`SharedCache::create_private`]), gives their memory back (a
-    /// segment's file keeps it: its frames may still be read by optimistic readers); it fails with `Busy`, the size unchanged, if pinned pages, or
-    /// dirty pages of files this process cannot write that no writer or the service wrote
-    /// back, stay there for 2 s. `Unsupported` with the set-associative index or NUMA
-    /// partitions, whose frames are placed by set or node. Returns the bytes of frames now in
-    /// use.
+    /// segment's file keeps it: its frames may still be read by optimistic readers). It
+    /// fails with `Busy`, the size unchanged, if pinned pages, dirty pages of files this
+    /// process cannot write that no writer or the service wrote back, or frames stopped
+    /// processes hold, stay there for 2 s. `Unsupported` with the set-associative index or
+    /// NUMA partitions, whose frames are placed by set or node. Returns the bytes of frames
+    /// now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
         let inner = &self.inner;
         inner.check_service()?;
