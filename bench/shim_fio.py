@@ -159,8 +159,9 @@ def warm_randread(data, sides):
 
 def zipf_randread(data, sides):
     """IOPS of 2 processes reading 4 KiB at Zipf 0.99 offsets of a 1 GiB file, 4x the shim's
-    cache, from cold: the replacement policy's workload (`--serve "--policy s3fifo" --off
-    "--policy clock"` sets one against the other). The kernel side caches the whole file (this
+    cache, from cold: the replacement policy's workload (`--off "--policy s3fifo"` sets S3-FIFO
+    against the service's default, CLOCK; `--serve` and `--off` flags both reach the off side's
+    service, so one flag may not be in both). The kernel side caches the whole file (this
     machine's memory is not capped), so only the shim sides compare."""
     out = {}
     path = os.path.join(data, "zipf.dat")

@@ -190,8 +190,13 @@ impl Inner {
         self.empty_frame(f);
         self.view.frames()[f as usize].unlock(self.me, true);
         if self.pools_free_frames() {
-            self.view.free_frames().push(f, self.me, |h| self.alive(h), |h| self.stopped(h));
+            self.list_free(f);
         }
+    }
+
+    /// Lists frame `f` on the free stack for the next misses (`free.rs`).
+    pub(super) fn list_free(&self, f: u32) {
+        self.view.free_frames().push(f, self.me, |h| self.alive(h), |h| self.stopped(h));
     }
 
     /// Whether emptied frames are listed for the next misses (`free.rs`): not with page sets
@@ -418,14 +423,7 @@ impl Inner {
         if flags & DIRTY != 0 {
             // Clean-first passes dirty frames over for a lap (gc-aware only while their
             // device collects); plain takes this one if it can write it back.
-            let defer = match rule {
-                CleanFirst::Always => true,
-                CleanFirst::Never => false,
-                CleanFirst::WhileGc => {
-                    let k = m.key();
-                    k != 0 && self.collecting_key(k)
-                }
-            };
+            let defer = self.defers(rule, m.key());
             if !defer || late {
                 self.write_back_victim(f);
             }
@@ -434,6 +432,25 @@ impl Inner {
             }
         }
         self.take(f).is_some()
+    }
+
+    /// Whether `rule` passes over a dirty frame holding page key `k` in search of a clean one:
+    /// clean-first always, gc-aware while `k`'s device collects, plain never.
+    pub(super) fn defers(&self, rule: CleanFirst, k: u64) -> bool {
+        match rule {
+            CleanFirst::Always => true,
+            CleanFirst::Never => false,
+            CleanFirst::WhileGc => k != 0 && self.collecting_key(k),
+        }
+    }
+
+    /// [`Self::take_holding`] after writing frame `f` back if it is dirty (and this process
+    /// can write its file): a policy's victim that no rule passed over.
+    pub(super) fn take_written(&self, f: u32, want: Option<u64>) -> Option<u64> {
+        if self.view.frames()[f as usize].flags() & DIRTY != 0 {
+            self.write_back_victim(f);
+        }
+        self.take_holding(f, want)
     }
 
     /// Takes frame `f` if it is unlocked, clean, unpinned and not referenced (since the hand

@@ -63,7 +63,7 @@ impl SharedCache {
             for f in old as u32..want as u32 {
                 let m = &view.frames()[f as usize];
                 if m.key() == 0 && m.home() == 0 {
-                    view.free_frames().push(f, inner.me, |h| inner.alive(h), |h| inner.stopped(h));
+                    inner.list_free(f);
                 }
             }
         }

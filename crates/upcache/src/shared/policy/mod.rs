@@ -143,11 +143,7 @@ impl Inner {
         rule: CleanFirst,
     ) -> Option<(u32, Option<u64>)> {
         let order = self.order()?;
-        let defer = |k: u64| match rule {
-            CleanFirst::Always => true,
-            CleanFirst::Never => false,
-            CleanFirst::WhileGc => k != 0 && self.collecting_key(k),
-        };
+        let defer = |k: u64| self.defers(rule, k);
         match order {
             Order::Lru | Order::Lfu => sampled::claim(self, first, n, order, &defer).map(|f| (f, None)),
             Order::Sieve | Order::S3Fifo => self.claim_queued(order, &defer),
@@ -167,12 +163,9 @@ impl Inner {
             };
             q.state.lock.unlock(self.me);
             let Some((f, k, small)) = picked else { break };
-            if frames[f as usize].flags() & super::frame::DIRTY != 0 {
-                self.write_back_victim(f);
-            }
             // Only the page picked: another miss may have taken the frame and put a new page
             // in it since the queues' lock was let go.
-            if let Some(old) = self.take_holding(f, Some(k)) {
+            if let Some(old) = self.take_written(f, Some(k)) {
                 return Some((f, (small && old != 0).then_some(old)));
             }
             // Taken meanwhile, pinned or used again: under S3-FIFO, rotated to the newest end
@@ -185,8 +178,7 @@ impl Inner {
             }
         }
         let (f, k) = deferred?;
-        self.write_back_victim(f);
-        self.take_holding(f, Some(k)).map(|_| (f, None))
+        self.take_written(f, Some(k)).map(|_| (f, None))
     }
 
     /// The queues, locked for us: rebuilt if we took the lock over from a dead holder; None if

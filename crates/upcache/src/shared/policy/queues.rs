@@ -129,9 +129,9 @@ impl Queues<'_> {
         }
     }
 
-    /// SIEVE's candidate and its page's key: from the hand (the oldest end at first) towards the newest, wrapping,
-    /// the first frame not used since the hand last passed (one used loses its bits and
-    /// stays where it is). Locked frames are passed; a dirty one `defer` passes over is
+    /// SIEVE's candidate and its page's key: from the hand (the oldest end at first) towards
+    /// the newest, wrapping, the first frame not used since the hand last passed (one used
+    /// loses its bits and stays where it is). Locked frames are passed; a dirty one `defer` passes over is
     /// noted in `deferred` (the first). The hand is left past the candidate.
     pub fn pick_sieve(
         &self,
@@ -169,8 +169,9 @@ impl Queues<'_> {
         None
     }
 
-    /// S3-FIFO's candidate, its page's key and whether the small queue gave it: from the small queue's old end
-    /// while it holds a tenth of the frames or more, else from main's. A small-queue page used
+    /// S3-FIFO's candidate, its page's key and whether the small queue gave it: from the
+    /// small queue's old end while it holds a tenth of the frames in use or more, else from
+    /// main's. A small-queue page used
     /// since it came moves to main; a main page used goes round again with one use less (of
     /// `MAX_USES` at most, as the private engine's counts).
     /// Locked frames, and dirty ones `defer` passes over (the first noted in `deferred`), go

@@ -123,10 +123,7 @@ pub(super) fn claim(
 
 /// Takes frame `f`, written back first if dirty; LFU's age rises to its priority.
 fn taken(inner: &Inner, s: &Sampled<'_>, f: u32, order: Order) -> bool {
-    if inner.view.frames()[f as usize].flags() & DIRTY != 0 {
-        inner.write_back_victim(f);
-    }
-    if inner.take(f).is_none() {
+    if inner.take_written(f, None).is_none() {
         return false;
     }
     if order == Order::Lfu {
