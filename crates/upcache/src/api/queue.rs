@@ -484,7 +484,13 @@ fn attempt(cache: &CacheInner, req: &mut Request, to: &mut Loader<'_>, scratch: 
         }
         // Claimed together, so their frames come in order (`cache/batch.rs`).
         scratch.claimed.clear();
-        let failed = cache.claim_missing(file, scratch.missing.iter().copied(), &mut scratch.claimed).err();
+        let mut failed =
+            cache.claim_missing(file, scratch.missing.iter().copied(), &mut scratch.claimed).err();
+        if failed.as_ref().is_some_and(|e| e.kind() == ErrorKind::CacheFull) && !scratch.claimed.is_empty() {
+            // The batch stopped rather than wait with frames in hand: load those, then come
+            // back for the rest.
+            failed = None;
+        }
         for &(page, id) in &scratch.claimed {
             req.pins[(page - first) as usize] = PagePin { page, id, loading: true };
         }

@@ -47,7 +47,8 @@ pub(crate) trait Placement: Send + Sync {
 
     /// [`Self::claim`] for each of `pages` (ascending) that has no entry in the file's index,
     /// appending what this thread published to `out`; stops at the first error, what was
-    /// claimed before stays.
+    /// claimed before stays. Once it holds frames it may stop with `CacheFull` rather than
+    /// wait for busy ones (two batches must not wait on each other's frames).
     fn claim_missing(
         &self,
         cache: &CacheInner,

@@ -7,7 +7,7 @@
 
 use super::{EvictionRetries, Placement};
 use crate::cache::CacheInner;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::{FrameId, PageKey};
 use crate::index::setassoc::{Claim, Merge, SetAssocIndex, SetPolicy, SetTable};
@@ -24,8 +24,16 @@ impl SetPlacement {
         SetPlacement { sets: Arc::new(SetTable::new(frames, ways, policy)) }
     }
 
-    /// A frame for `page` in its set.
-    fn claim_in_set(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
+    /// A frame for `page` in its set. A claimer `holding` frames it has not loaded yet fails
+    /// with `CacheFull` at once on a set whose every frame is busy: the busy frames may be
+    /// another batch's, itself waiting on one of ours.
+    fn claim_in_set(
+        &self,
+        cache: &CacheInner,
+        file: &FileInner,
+        page: u64,
+        holding: bool,
+    ) -> Result<Option<FrameId>> {
         let mut retries = EvictionRetries::default();
         let id = loop {
             match self.sets.claim(file.id, page, &cache.frames) {
@@ -38,6 +46,12 @@ impl SetPlacement {
                     break frame;
                 }
                 Claim::Dirty(victim) => retries.write_back(cache, victim)?,
+                Claim::Full(_) if holding => {
+                    return Err(Error::new(
+                        ErrorKind::CacheFull,
+                        format!("page {page}'s set is busy while this batch holds frames"),
+                    ))
+                }
                 Claim::Full(busy) => retries.wait_for(cache, busy),
             }
             retries
@@ -55,7 +69,7 @@ impl Placement for SetPlacement {
     }
 
     fn claim(&self, cache: &CacheInner, file: &FileInner, page: u64) -> Result<Option<FrameId>> {
-        self.claim_in_set(cache, file, page)
+        self.claim_in_set(cache, file, page, false)
     }
 
     fn claim_missing(
@@ -67,11 +81,12 @@ impl Placement for SetPlacement {
     ) -> Result<()> {
         // A page's set chooses its frame: nothing to sort. Each page is looked at just before
         // its claim, since a claim before it may have evicted it from their shared set.
+        let before = out.len();
         for page in pages {
             if file.index.peek(page).is_some() {
                 continue;
             }
-            if let Some(id) = self.claim_in_set(cache, file, page)? {
+            if let Some(id) = self.claim_in_set(cache, file, page, out.len() > before)? {
                 out.push((page, id));
             }
         }
