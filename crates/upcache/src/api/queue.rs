@@ -33,23 +33,9 @@ use crate::cache::CacheInner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::FileInner;
 use crate::frame::FrameId;
+pub use crate::io::completion::{Completion, MAX_DEPTH};
 use crate::io::engine::{EngineQueue, InlineQueue, QueueCompletion};
 use crate::sync::{Arc, Ordering};
-
-/// Deepest queue: more requests in flight than this gain nothing on any device.
-pub const MAX_DEPTH: usize = 4096;
-
-/// A finished request: its tag, the bytes read or written (a read is short at end of file)
-/// or its error, and its buffer back.
-#[derive(Debug)]
-pub struct Completion {
-    /// The tag given at submission.
-    pub tag: u64,
-    /// Bytes moved, or the error.
-    pub result: Result<usize>,
-    /// The buffer given at submission; for a read, holding the bytes read.
-    pub buf: Vec<u8>,
-}
 
 /// A page of a read and the frame pinned for it (`FrameId::MAX`: none).
 #[derive(Clone, Copy)]

@@ -1,6 +1,7 @@
 //! Everything between page frames and the devices: where a page lives ([`layout`]), the
 //! backing files on each device ([`device`]) and how bytes move ([`engine`]).
 
+pub mod completion;
 pub mod device;
 pub(crate) mod durable_len;
 pub mod engine;

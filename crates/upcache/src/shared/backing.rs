@@ -179,6 +179,11 @@ impl ArrayFile {
         self.devices[dev].file().as_raw_fd()
     }
 
+    /// Whether its devices are simulated (their I/O books time on them, `io/engine/sim.rs`).
+    pub(crate) fn simulated(&self) -> bool {
+        self.simulated.is_some()
+    }
+
     /// Whether device `dev`'s backing file is written past the kernel's page cache.
     pub(crate) fn is_direct(&self, dev: usize) -> bool {
         self.devices[dev].is_direct()

@@ -72,7 +72,7 @@ pub struct SharedFile {
     /// The path it was opened at, for messages.
     pub(super) name: String,
     /// Its file system's largest file (at most the 2^48 bytes a key can address).
-    max_len: u64,
+    pub(super) max_len: u64,
     /// The write-back errors this open has reported (`FileEntry::unseen_error`).
     seen: std::sync::atomic::AtomicU64,
     /// This open's read streams: a read that continues one gets readahead (`read_pages`).
@@ -585,36 +585,10 @@ impl SharedFile {
         touch: Touch,
         count: bool,
     ) -> Result<usize> {
-        let view = &self.inner.view;
-        let k = self.inner.key(self.slot, page);
-        if let Some(f) = self.inner.index().hint(k) {
-            let m = &view.frames()[f as usize];
-            // A page being written back is read too.
-            if let Some(w) = m.readable() {
-                let flags = m.flags();
-                if m.home() == k && flags & VALID != 0 {
-                    // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a
-                    // frame being written or reused may change under the copy, a data race by
-                    // the letter of the memory model, as in every seqlock; the bytes are plain
-                    // integers, land only in `dst`, and are kept only if `unchanged` holds.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len())
-                    };
-                    if m.unchanged(w) {
-                        match touch {
-                            Touch::Reference => m.note_read(flags, self.inner.counts_hits(), false),
-                            Touch::Stream => m.note_read(flags, self.inner.counts_hits(), true),
-                            Touch::Again => {}
-                        }
-                        if count {
-                            self.inner.count_hit();
-                            self.inner.count_lock_free_hit();
-                        }
-                        return Ok(0);
-                    }
-                }
-            }
+        if self.copy_hit(page, in_page, dst, touch, count) {
+            return Ok(0);
         }
+        let view = &self.inner.view;
         // Missing, in flight or changing: take the frame's lock (loading the page if need be),
         // unless a stopped process holds it.
         let (f, loaded) = loop {
@@ -635,6 +609,71 @@ impl SharedFile {
         unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
         view.frames()[f as usize].unlock(self.inner.me, false);
         Ok(loaded)
+    }
+
+    /// Copies bytes of page `page` from `in_page` into `dst` if its frame is valid and stays
+    /// unchanged across the copy (lock-free); a hit is noted as `touch` says and counted if
+    /// `count`. False, `dst` to be ignored, otherwise: missing, being loaded or changing.
+    fn copy_hit(&self, page: u64, in_page: usize, dst: &mut [u8], touch: Touch, count: bool) -> bool {
+        let view = &self.inner.view;
+        let k = self.inner.key(self.slot, page);
+        let Some(f) = self.inner.index().hint(k) else { return false };
+        let m = &view.frames()[f as usize];
+        // A page being written back is read too.
+        let Some(w) = m.readable() else { return false };
+        let flags = m.flags();
+        if m.home() != k || flags & VALID == 0 {
+            return false;
+        }
+        // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a frame being
+        // written or reused may change under the copy, a data race by the letter of the
+        // memory model, as in every seqlock; the bytes are plain integers, land only in `dst`,
+        // and are kept only if `unchanged` holds.
+        unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+        if !m.unchanged(w) {
+            return false;
+        }
+        match touch {
+            Touch::Reference => m.note_read(flags, self.inner.counts_hits(), false),
+            Touch::Stream => m.note_read(flags, self.inner.counts_hits(), true),
+            Touch::Again => {}
+        }
+        if count {
+            self.inner.count_hit();
+            self.inner.count_lock_free_hit();
+        }
+        true
+    }
+
+    /// `read_at` if every page of the range is cached and no writer is at work on it: the
+    /// bytes read, else None with nothing waited for (an I/O queue holding loads must not
+    /// sleep on others, `queue.rs`). Hits are counted if `count`.
+    pub(crate) fn read_cached(&self, buf: &mut [u8], offset: u64, count: bool) -> Result<Option<usize>> {
+        self.inner.check_service()?;
+        let e = self.entry();
+        let end = offset.saturating_add(buf.len() as u64);
+        let (first, last) = pages_of(offset, end);
+        let compared = if last - first <= 1 { files::RANGE_STEP - 1 } else { u64::MAX };
+        // Acquire: as in `read_untimed`.
+        let seq = e.seq.load(Ordering::Acquire);
+        if seq & 1 == 1 || e.ranges_overlap(first, last) {
+            return Ok(None);
+        }
+        if self.bypassed() {
+            return bypass::read(&self.fd, buf, offset, &self.name).map(Some);
+        }
+        let end = end.min(self.cached_len());
+        if offset >= end {
+            return Ok(Some(0));
+        }
+        for c in chunks(offset, end, PAGE as u64) {
+            if !self.copy_hit(c.page, c.in_page, &mut buf[c.at..][..c.len], Touch::Reference, count) {
+                return Ok(None);
+            }
+        }
+        // Acquire fence, then Relaxed: as in `read_untimed`.
+        fence(Ordering::Acquire);
+        Ok((e.seq.load(Ordering::Relaxed) & compared == seq & compared).then_some((end - offset) as usize))
     }
 
     /// Writes `buf` at `offset`: all of it, or, if an error stops it after some pages, how

@@ -145,24 +145,36 @@ impl Inner {
     /// are a reader's lookups, counted as misses; the rest as read ahead (which no one looked
     /// up).
     fn fill_published(&self, run: &[u32], slot: u32, first: u64, fd: &Backing, own: usize) -> Result<()> {
-        let (n, ahead) = (own as u64, (run.len() - own) as u64);
-        // Relaxed: statistics.
-        if n > 0 {
-            self.view.header().misses.fetch_add(n, Ordering::Relaxed);
-            self.view.counters_of(self.me).misses.fetch_add(n, Ordering::Relaxed);
-        }
-        if ahead > 0 {
-            self.view.header().ahead_pages.fetch_add(ahead, Ordering::Relaxed);
-        }
-        let direct = match self.fill_run(run, slot, first, fd) {
-            Ok(direct) => direct,
+        self.count_loading(own, run.len() - own);
+        match self.fill_run(run, slot, first, fd) {
+            Ok(direct) => {
+                self.mark_loaded(run, direct);
+                Ok(())
+            }
             Err(e) => {
                 for &f in run {
                     self.free_frame(f);
                 }
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// Counts `own` pages loaded for a reader's lookups as misses and `ahead` as read ahead.
+    pub(crate) fn count_loading(&self, own: usize, ahead: usize) {
+        // Relaxed: statistics.
+        if own > 0 {
+            self.view.header().misses.fetch_add(own as u64, Ordering::Relaxed);
+            self.view.counters_of(self.me).misses.fetch_add(own as u64, Ordering::Relaxed);
+        }
+        if ahead > 0 {
+            self.view.header().ahead_pages.fetch_add(ahead as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks the frames of `run`, filled (and locked by us), `VALID`; `direct` as `fill_run`
+    /// says.
+    pub(crate) fn mark_loaded(&self, run: &[u32], direct: bool) {
         let frames = self.view.frames();
         for &f in run {
             if !direct {
@@ -171,8 +183,8 @@ impl Inner {
             // Release: published with the bytes by the unlock.
             frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
         }
+        // Relaxed: a statistic.
         self.view.header().loads.fetch_add(run.len() as u64, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index: false if
@@ -217,7 +229,7 @@ impl Inner {
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and tries once to put it in the
     /// index.
-    fn place_once(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Placed {
+    pub(crate) fn place_once(&self, f: u32, k: u64, give_up: &dyn Fn(u32) -> bool) -> Placed {
         // Release: a lock-free lookup that reaches the frame sees its key.
         self.view.frames()[f as usize].key.store(k, Ordering::Release);
         self.tree_op(|| self.index().place(k, f, self.me, &|h| self.alive(h), give_up))
@@ -258,6 +270,13 @@ impl Inner {
             let dev = fd.array().map_or(0, |a| a.array.layout.locate(first).0);
             self.view.latencies().device(dev).0.record(t.elapsed());
         }
+        self.zero_past(&mut pages, slot, at, got);
+        Ok(was_direct)
+    }
+
+    /// Zeros the bytes of `pages` (frames locked by us, in the index, read from byte `at` of
+    /// `slot`'s file) past the `got` bytes read and past the cached length.
+    pub(crate) fn zero_past(&self, pages: &mut [&mut [u8]], slot: u32, at: u64, got: usize) {
         // SeqCst: the frames are in the index (their keys stored before); a truncate stores the
         // length and then looks for frames past it (`drop_pages`), so either it finds ours or
         // we see its length here and zero past it.
@@ -268,7 +287,6 @@ impl Inner {
             let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
             p[from..].fill(0);
         }
-        Ok(was_direct)
     }
 
     /// Reads pages from byte `at` of OS file `fd` into `pages` (one `preadv`, or one `pread`

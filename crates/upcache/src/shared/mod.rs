@@ -54,6 +54,7 @@ mod pin;
 mod pin_ledger;
 mod policy;
 mod prepare;
+mod queue;
 mod quiet;
 mod ranges;
 mod repair;
@@ -82,6 +83,7 @@ pub use array::SharedArray;
 pub use file::SharedFile;
 pub use held::{hold_for_fork, locks_noted, note_lock, program_closed, ForkHold};
 pub use pin::{SharedPageMut, SharedPageRef};
+pub use queue::SharedQueue;
 pub use quiet::on_library_thread;
 
 /// The shared cache's page size: its frames, its counts of pages and bytes.
@@ -668,6 +670,13 @@ impl SharedCache {
             return; // the parent's loaders are not this process's
         }
         self.inner.ahead.wait_idle();
+    }
+
+    /// An asynchronous queue of reads and writes onto this cache, `depth` requests deep
+    /// (1 to [`crate::io::completion::MAX_DEPTH`]); its loads go through an io_uring of its own
+    /// (`SharedConfig::uring`), each read copies when its pages are in (`queue.rs`).
+    pub fn queue(&self, depth: usize) -> Result<SharedQueue> {
+        SharedQueue::new(self.inner.clone(), depth)
     }
 
     /// Every attached process's latency histograms since the cache was made, as

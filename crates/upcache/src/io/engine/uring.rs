@@ -451,11 +451,7 @@ impl IoEngine for UringEngine {
     }
 
     fn queue(&self, depth: usize) -> Option<io::Result<Box<dyn EngineQueue>>> {
-        let entries = depth.clamp(8, 4096).next_power_of_two() as u32;
-        Some(
-            Ring::new(entries, self.fixed)
-                .map(|ring| Box::new(UringQueue::new(ring)) as Box<dyn EngineQueue>),
-        )
+        Some(UringQueue::open(depth, self.fixed).map(|q| Box::new(q) as Box<dyn EngineQueue>))
     }
 }
 
@@ -564,6 +560,13 @@ const DOORBELL: u64 = u64::MAX;
 unsafe impl Send for UringQueue {}
 
 impl UringQueue {
+    /// A queue on a ring of its own for `depth` reads in flight (frames registered as
+    /// `fixed` says, the engine's).
+    fn open(depth: usize, fixed: Option<Fixed>) -> io::Result<Self> {
+        let entries = depth.clamp(8, 4096).next_power_of_two() as u32;
+        Ring::new(entries, fixed).map(UringQueue::new)
+    }
+
     fn new(ring: Ring) -> Self {
         UringQueue {
             ring,
@@ -575,6 +578,62 @@ impl UringQueue {
             cqes: Vec::new(),
             doorbell: None,
             doorbell_failed: false,
+        }
+    }
+
+    /// A queue on a ring of its own for `depth` reads in flight into any memory (no fixed
+    /// buffers): the shared cache's I/O queue.
+    pub(crate) fn plain(depth: usize) -> io::Result<Self> {
+        Self::open(depth, None)
+    }
+
+    /// [`EngineQueue::push_read`] on descriptor `fd` (the shared cache's files have no
+    /// `BackingFile`).
+    ///
+    /// # Safety
+    /// As `push_read`'s, and `fd` must stay open until the completion is reaped.
+    pub(crate) unsafe fn push_read_fd(
+        &mut self,
+        fd: RawFd,
+        offset: u64,
+        bufs: &[*mut u8],
+        len: usize,
+        tag: u64,
+    ) {
+        if bufs.len() > MAX_IOV {
+            // Too many buffers for one request: run it here, reported at the next reap.
+            let mut slices: Vec<IoSliceMut<'_>> = bufs
+                .iter()
+                // SAFETY: the caller gave us the buffers until we report `tag`.
+                .map(|&b| IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, len) }))
+                .collect();
+            let r = preadv_all(fd, offset, &mut slices);
+            self.ready.push((tag, r));
+            return;
+        }
+        // Never more in the kernel than the completion queue holds, so it cannot overflow.
+        while self.in_kernel >= self.ring.cq_capacity() {
+            self.collect(1);
+        }
+        let i = self.slot(tag, fd, offset, bufs, len);
+        // The iovecs' heap array stays put (and in `slots`) until the completion.
+        let e = self.ring.entry(fd, offset, &self.slots[i].iov, false, i as u64);
+        // SAFETY: push_read's caller keeps the buffers valid until we report the completion,
+        // and the entry's iovec array (for a vectored read) lives in the slot until then.
+        match unsafe { self.ring.push(&e) } {
+            Ok(()) => {
+                self.in_kernel += 1;
+                if self.ring.uring.submission().len() >= self.submit_batch {
+                    if let Err(err) = self.ring.enter(0) {
+                        // The entries stay queued; the next reap submits them.
+                        log::debug!("io_uring submit failed, retried at the next reap: {err}");
+                    }
+                }
+            }
+            Err(err) => {
+                self.ready.push((tag, Err(err)));
+                self.free.push(i);
+            }
         }
     }
 
@@ -642,42 +701,8 @@ impl UringQueue {
 
 impl EngineQueue for UringQueue {
     unsafe fn push_read(&mut self, file: &BackingFile, offset: u64, bufs: &[*mut u8], len: usize, tag: u64) {
-        let fd = file.as_raw_fd();
-        if bufs.len() > MAX_IOV {
-            // Too many buffers for one request: run it here, reported at the next reap.
-            let mut slices: Vec<IoSliceMut<'_>> = bufs
-                .iter()
-                // SAFETY: the caller gave us the buffers until we report `tag`.
-                .map(|&b| IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, len) }))
-                .collect();
-            let r = preadv_all(fd, offset, &mut slices);
-            self.ready.push((tag, r));
-            return;
-        }
-        // Never more in the kernel than the completion queue holds, so it cannot overflow.
-        while self.in_kernel >= self.ring.cq_capacity() {
-            self.collect(1);
-        }
-        let i = self.slot(tag, fd, offset, bufs, len);
-        // The iovecs' heap array stays put (and in `slots`) until the completion.
-        let e = self.ring.entry(fd, offset, &self.slots[i].iov, false, i as u64);
-        // SAFETY: push_read's caller keeps the buffers valid until we report the completion,
-        // and the entry's iovec array (for a vectored read) lives in the slot until then.
-        match unsafe { self.ring.push(&e) } {
-            Ok(()) => {
-                self.in_kernel += 1;
-                if self.ring.uring.submission().len() >= self.submit_batch {
-                    if let Err(err) = self.ring.enter(0) {
-                        // The entries stay queued; the next reap submits them.
-                        log::debug!("io_uring submit failed, retried at the next reap: {err}");
-                    }
-                }
-            }
-            Err(err) => {
-                self.ready.push((tag, Err(err)));
-                self.free.push(i);
-            }
-        }
+        // SAFETY: our caller's promise, passed on.
+        unsafe { self.push_read_fd(file.as_raw_fd(), offset, bufs, len, tag) }
     }
 
     fn reap(&mut self, min: usize, out: &mut Vec<QueueCompletion>) {
