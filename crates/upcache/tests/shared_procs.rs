@@ -876,3 +876,52 @@ fn a_set_associative_cache_allocates_its_frames_at_once() {
     drop((attached, private));
     assert!(service.join().unwrap());
 }
+
+/// Submits 32 reads of 64 KiB each of the file in its argument on a queue, then kills itself
+/// with the loads in flight, their frames locked under its client id.
+#[test]
+#[ignore = "the queue of the killed-queue test, run by it"]
+fn queue_loader_entry() {
+    let a = args();
+    let cache = inherited();
+    let f = std::sync::Arc::new(cache.open_path(Path::new(&a[0]), false).unwrap());
+    let mut q = cache.queue(32).unwrap();
+    for i in 0..32u64 {
+        q.read(&f, i * (64 << 10), vec![0; 64 << 10], i).unwrap();
+    }
+    println!("submitted {}", q.in_flight());
+    // SAFETY: raise on our own process: it ends here, its loads unreaped.
+    unsafe { libc::raise(libc::SIGKILL) };
+}
+
+/// A process killed with its queue's loads in flight (10 times): another process reads every
+/// byte of the file through the cache, the dead one's locked frames repaired on the way.
+#[test]
+fn a_process_killed_with_queued_loads_leaves_no_page_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("q");
+    let bytes: Vec<u8> = (0..2u32 << 20).map(|i| (i / 4099) as u8 ^ i as u8).collect();
+    std::fs::write(&file, &bytes).unwrap();
+    let cache = SharedCache::create(&SharedConfig { memory: 4 << 20, ..config() }).unwrap();
+    let f = cache.open_path(&file, false).unwrap();
+    for round in 0..10 {
+        f.evict(0, 0).unwrap();
+        let (mut cmd, fd) = child(&cache, "queue_loader_entry", &file.display().to_string());
+        let mut c = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        drop(fd);
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("submitted") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "round {round}: the child ended first");
+        }
+        assert_eq!(line.trim(), "submitted 32", "round {round}");
+        let status = c.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        // Its loads' frames are still locked under its id.
+        assert!(cache.status().locked > 0, "round {round}: nothing left locked by the dead queue");
+        let mut got = vec![0u8; bytes.len()];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), bytes.len());
+        assert!(got == bytes, "round {round}: the bytes read after the kill");
+    }
+}
