@@ -556,9 +556,9 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--api", "async", "--dry-run"]);
+    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--prefault", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--alloc, --api async"), "{err}");
+    assert!(!out.status.success() && err.contains("--alloc, --prefault"), "{err}");
     let out = upcache(&["bench", "--compare", "upcache,shared", "--alloc", "global", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.contains("note: --alloc set the upcache engine only"), "{err}");
@@ -585,6 +585,42 @@ fn the_shared_engine_refuses_flags_it_would_ignore() {
     again.extend(flags_of(config));
     let second = json(&ok(&again.iter().map(String::as_str).collect::<Vec<_>>()));
     assert_eq!(&second["config"], config);
+}
+
+/// `--api async` runs each thread's queue on the shared cache (`SharedCache::queue`): cold
+/// random reads of a file twice the cache, 16 in flight per thread, all of them served, their
+/// misses loaded in the queues' requests.
+#[test]
+fn the_shared_engine_runs_queues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let run = json(&ok(&[
+        "bench",
+        "--engine",
+        "shared",
+        "--api",
+        "async",
+        "--iodepth",
+        "16",
+        "--rw",
+        "randread",
+        "--size",
+        "8m",
+        "--cache",
+        "4m",
+        "--ops",
+        "3000",
+        "--threads",
+        "2",
+        "--readahead",
+        "0",
+        "--json",
+        "--dir",
+        dir,
+    ]));
+    assert_eq!(run["config"]["api"], "async", "{}", run["config"]);
+    assert_eq!(run["ops"], serde_json::json!(3000), "{run}");
+    assert!(run["read_ios"].as_u64().is_some_and(|n| n > 100), "{run}");
 }
 
 /// The shared engine takes the technique flags its cache has (`--range-lock`,

@@ -363,15 +363,7 @@ impl AsyncIo for UpcacheQueue<'_> {
 
     fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
         self.queue.wait(min, &mut self.done);
-        out.extend(self.done.drain(..).map(|c| {
-            let len = c.buf.len();
-            let r = match c.result {
-                Ok(n) if n == len => Ok(()),
-                Ok(n) => Err(anyhow::anyhow!("short transfer: {n} of {len} bytes")),
-                Err(e) => Err(e.into()),
-            };
-            (c.tag, r, c.buf)
-        }));
+        out.extend(self.done.drain(..).map(completed));
     }
 }
 
@@ -695,10 +687,43 @@ impl<const DIRECT: bool> Engine for PlainEngine<DIRECT> {
 /// private shared cache (a service takes no array files yet).
 pub struct SharedEngine {
     kind: SharedFiles,
-    files: Vec<upcache::shared::SharedFile>,
+    /// Shared with the threads' queues' requests (`--api async`).
+    files: Vec<Arc<upcache::shared::SharedFile>>,
     cache: Option<upcache::shared::SharedCache>,
     /// Reads pin pages instead of copying (`--api pin`).
     pin: bool,
+    /// Threads run queues (`--api async`) that submit in batches of this many reads.
+    queued: Option<usize>,
+}
+
+/// A shared cache's queue over the engine's files.
+struct SharedQueueIo<'a> {
+    queue: upcache::shared::SharedQueue,
+    files: &'a [Arc<upcache::shared::SharedFile>],
+    done: Vec<upcache::Completion>,
+}
+
+impl AsyncIo for SharedQueueIo<'_> {
+    fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()> {
+        let f = &self.files[file];
+        Ok(if write { self.queue.write(f, offset, buf, tag) } else { self.queue.read(f, offset, buf, tag) }?)
+    }
+
+    fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
+        self.queue.wait(min, &mut self.done);
+        out.extend(self.done.drain(..).map(completed));
+    }
+}
+
+/// A queue's completion as the workers count it: a short transfer is an error.
+fn completed(c: upcache::Completion) -> AsyncDone {
+    let len = c.buf.len();
+    let r = match c.result {
+        Ok(n) if n == len => Ok(()),
+        Ok(n) => Err(anyhow::anyhow!("short transfer: {n} of {len} bytes")),
+        Err(e) => Err(e.into()),
+    };
+    (c.tag, r, c.buf)
 }
 
 /// Where the shared engine's files are.
@@ -733,12 +758,13 @@ impl SharedEngine {
             }
         };
         let files = (0..s.files)
-            .map(|i| array.create_file(&file_name(i)))
+            .map(|i| array.create_file(&file_name(i)).map(Arc::new))
             .collect::<upcache::Result<Vec<_>>>()
             .context("create the array's files")?;
         let config = Box::new(o.shared.clone());
         let kind = SharedFiles::Array { array: Some(array), dirs, created, sims, config, layout };
-        Ok(SharedEngine { kind, files, cache: Some(cache), pin: o.api == Api::Pin })
+        let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
+        Ok(SharedEngine { kind, files, cache: Some(cache), pin, queued })
     }
 
     fn open_array(
@@ -774,7 +800,8 @@ impl SharedEngine {
         let reopened =
             SharedEngine::open_array(&cache, dirs, *layout, sims, false).context("reopen the array")?;
         for i in 0..n {
-            self.files.push(reopened.open_file(&file_name(i), true).with_context(|| format!("reopen f{i}"))?);
+            let f = reopened.open_file(&file_name(i), true).with_context(|| format!("reopen f{i}"))?;
+            self.files.push(Arc::new(f));
         }
         *array = Some(reopened);
         self.cache = Some(cache);
@@ -795,11 +822,12 @@ impl Engine for SharedEngine {
         let files = plain
             .paths
             .iter()
-            .map(|p| cache.open_path(p, true))
+            .map(|p| cache.open_path(p, true).map(Arc::new))
             .collect::<upcache::Result<Vec<_>>>()
             .context("open through the shared cache")?;
-        let pin = s.upcache.api == Api::Pin;
-        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin })
+        let o = s.upcache;
+        let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
+        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin, queued })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -874,8 +902,18 @@ impl Engine for SharedEngine {
         Some(self.cache.as_ref()?.status().stats)
     }
 
+    fn queue(&self, depth: usize) -> Result<Option<Box<dyn AsyncIo + '_>>> {
+        let Some(batch) = self.queued else { return Ok(None) };
+        let cache = self.cache.as_ref().expect("the cache is open");
+        let mut queue = cache.queue(depth).context("make a shared queue")?;
+        queue.set_submit_batch(batch);
+        Ok(Some(Box::new(SharedQueueIo { queue, files: &self.files, done: Vec::new() })))
+    }
+
     fn teardown(mut self, keep: bool) -> Result<()> {
         for f in self.files.drain(..) {
+            // The threads' queues, and their requests' handles, ended with the run.
+            let f = Arc::try_unwrap(f).map_err(|_| anyhow::anyhow!("a shared file still in a queue"))?;
             f.close()?;
         }
         match &mut self.kind {

@@ -63,14 +63,13 @@ pub(super) struct Plan {
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
 /// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
 /// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin`, `--huge-pages` and
+/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--huge-pages` and
 /// `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
         ("--meta-dir", a.meta_dir.is_some()),
         ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
-        ("--api async", a.api == engine::Api::Async),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),

@@ -181,6 +181,14 @@ impl SharedQueue {
         self.depth
     }
 
+    /// Hands loads to the kernel once `n` are queued (default 1: each at once), rather than
+    /// only when waiting, as `IoQueue::set_submit_batch`.
+    pub fn set_submit_batch(&mut self, n: usize) {
+        if let Ring::Uring(q) = &mut self.ring {
+            q.set_submit_batch(n);
+        }
+    }
+
     /// Requests submitted and not yet returned by `wait`.
     pub fn in_flight(&self) -> usize {
         self.requests.len() - self.free.len() + self.done.len()
