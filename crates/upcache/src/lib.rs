@@ -96,8 +96,8 @@ use internals::{alloc, file, frame, index, io, meta, policy, shm};
 
 pub use alloc::AllocKind;
 pub use api::{
-    AsyncIo, Cache, Completion, File, FileCursor, IoFuture, IoQueue, PageMut, PageRef, StatsReader,
-    SyncFuture,
+    AioEngine, AsyncIo, Cache, Completion, File, FileCursor, InProcess, IoFuture, IoQueue, OnShared, PageMut,
+    PageRef, StatsReader, SyncFuture,
 };
 pub use config::{
     Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,

@@ -111,37 +111,7 @@ fn one_tokio_task_keeps_64_in_flight_and_reads_what_it_wrote() {
     f.set_len(BLOCKS * 4096).unwrap();
     let aio = cache.async_io(64).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let version = rt.block_on(async {
-        // Block b holds the byte v of its last write v (0: never written).
-        let mut version = vec![0u8; BLOCKS as usize];
-        let mut in_flight = FuturesUnordered::new();
-        // Blocks with a request in flight: a read and a write of one block are never in
-        // flight together, so every read has one right answer.
-        let mut busy = std::collections::HashSet::new();
-        let (mut issued, mut x) = (0u32, 0x2545_F491_4F6C_DD1Du64);
-        while issued < 10_000 || !in_flight.is_empty() {
-            while issued < 10_000 && in_flight.len() < 64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let b = x % BLOCKS;
-                if !busy.insert(b) {
-                    continue;
-                }
-                let v = (x & 1 == 0).then(|| (issued % 250 + 1) as u8);
-                if let Some(v) = v {
-                    version[b as usize] = v;
-                }
-                in_flight.push(op(&aio, &f, b, v, version[b as usize]));
-                issued += 1;
-            }
-            let (b, r) = in_flight.next().await.expect("requests in flight");
-            r.unwrap_or_else(|e| panic!("block {b}: {e}"));
-            busy.remove(&b);
-        }
-        aio.sync_data(&f).await.unwrap();
-        version
-    });
+    let version = rt.block_on(random_blocks(&aio, &f, BLOCKS));
     drop(aio);
     drop(f);
     cache.close().unwrap();
@@ -154,10 +124,74 @@ fn one_tokio_task_keeps_64_in_flight_and_reads_what_it_wrote() {
     }
 }
 
+/// One task keeps 64 reads and writes of `aio` in flight over 10,000 random blocks of 4 KiB
+/// among the `blocks` of `f`, checking every read against the last write of its block, then
+/// syncs; the version each block was last written with (0: never).
+async fn random_blocks<E: upcache::AioEngine>(
+    aio: &upcache::AsyncIo<E>,
+    f: &E::File,
+    blocks: u64,
+) -> Vec<u8> {
+    // Block b holds the byte v of its last write v (0: never written).
+    let mut version = vec![0u8; blocks as usize];
+    let mut in_flight = FuturesUnordered::new();
+    // Blocks with a request in flight: a read and a write of one block are never in
+    // flight together, so every read has one right answer.
+    let mut busy = std::collections::HashSet::new();
+    let (mut issued, mut x) = (0u32, 0x2545_F491_4F6C_DD1Du64);
+    while issued < 10_000 || !in_flight.is_empty() {
+        while issued < 10_000 && in_flight.len() < 64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let b = x % blocks;
+            if !busy.insert(b) {
+                continue;
+            }
+            let v = (x & 1 == 0).then(|| (issued % 250 + 1) as u8);
+            if let Some(v) = v {
+                version[b as usize] = v;
+            }
+            in_flight.push(op(aio, f, b, v, version[b as usize]));
+            issued += 1;
+        }
+        let (b, r) = in_flight.next().await.expect("requests in flight");
+        r.unwrap_or_else(|e| panic!("block {b}: {e}"));
+        busy.remove(&b);
+    }
+    aio.sync_data(f).await.unwrap();
+    version
+}
+
+/// The same on a shared cache (`AsyncIo::on_shared`), its reads loaded by the driver's
+/// `SharedQueue`: every read sees the last write of its block; the file on disk holds them.
+#[test]
+fn futures_on_a_shared_cache_keep_64_in_flight_and_read_what_they_wrote() {
+    const BLOCKS: u64 = 2048;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("blocks");
+    std::fs::write(&path, vec![0u8; (BLOCKS * 4096) as usize]).unwrap();
+    let config = upcache::shared::SharedConfig { memory: 2 << 20, ..Default::default() };
+    let cache = upcache::shared::SharedCache::create_private(&config).unwrap();
+    let f = Arc::new(cache.open_path(&path, true).unwrap());
+    let aio = upcache::AsyncIo::on_shared(&cache, 64).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let version = rt.block_on(random_blocks(&aio, &f, BLOCKS));
+    let other = upcache::shared::SharedCache::create_private(&config).unwrap();
+    let mine = Arc::new(other.open_path(&path, false).unwrap());
+    let refused = rt.block_on(aio.read(&mine, 0, vec![7; 10]));
+    assert_eq!((refused.0.unwrap_err().kind(), refused.1), (upcache::ErrorKind::InvalidInput, vec![7; 10]));
+    drop(aio);
+    let disk = std::fs::read(&path).unwrap();
+    for (b, &v) in version.iter().enumerate() {
+        assert!(disk[b * 4096..][..4096].iter().all(|&x| x == v), "block {b} on disk");
+    }
+}
+
 /// Writes `write` (a version) to block `b`, or reads it and checks it holds `expect`.
-async fn op(
-    aio: &upcache::AsyncIo,
-    f: &upcache::File,
+async fn op<E: upcache::AioEngine>(
+    aio: &upcache::AsyncIo<E>,
+    f: &E::File,
     b: u64,
     write: Option<u8>,
     expect: u8,

@@ -1,4 +1,6 @@
-//! Futures for reads, writes and syncs that any executor can poll ([`AsyncIo`]).
+//! Futures for reads, writes and syncs that any executor can poll ([`AsyncIo`]), on a
+//! [`crate::Cache`] or a [`SharedCache`] ([`AsyncIo::on_shared`]): one driver, over either
+//! engine's queue ([`IoQueue`], [`SharedQueue`]).
 //!
 //! # How a request completes
 //! A future hands its request to the `AsyncIo`'s driver thread through an inbox and returns
@@ -27,8 +29,136 @@ use std::thread::JoinHandle;
 
 use super::file::File;
 use super::queue::{Completion, IoQueue};
-use crate::cache::CacheInner;
 use crate::error::{Error, Result};
+use crate::shared::{SharedCache, SharedFile, SharedQueue};
+
+/// Which engine an [`AsyncIo`] drives: [`InProcess`] (a [`crate::Cache`]'s [`File`]s) or
+/// [`OnShared`] (a [`SharedCache`]'s `Arc<SharedFile>`s). Sealed: the two are all there is.
+pub trait AioEngine: sealed::Engine {}
+
+/// An [`AsyncIo`] of a [`crate::Cache`]: its futures take [`File`]s.
+#[derive(Debug)]
+pub struct InProcess;
+
+/// An [`AsyncIo`] of a [`SharedCache`] ([`AsyncIo::on_shared`]): its futures take
+/// `Arc<SharedFile>`s, and its reads load on a [`SharedQueue`].
+#[derive(Debug)]
+pub struct OnShared;
+
+impl AioEngine for InProcess {}
+impl AioEngine for OnShared {}
+
+mod sealed {
+    use super::*;
+
+    /// What the driver needs of an engine: its file handle, its queue, and the checks the
+    /// queue would make, made at submission so the buffer goes back with the error.
+    pub trait Engine: Send + Sync + 'static {
+        type File: Clone + Send + Sync + 'static;
+        type Queue: Send + 'static;
+        /// Whether `file` is open in the cache the driver was started on (`cache`, its
+        /// address), and the range within the largest file.
+        fn check(cache: usize, file: &Self::File, offset: u64, len: usize) -> Result<()>;
+        fn read(q: &mut Self::Queue, file: &Self::File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()>;
+        fn write(q: &mut Self::Queue, file: &Self::File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()>;
+        fn wait(q: &mut Self::Queue, min: usize, out: &mut Vec<Completion>) -> usize;
+        fn in_flight(q: &Self::Queue) -> usize;
+        fn depth(q: &Self::Queue) -> usize;
+        fn set_doorbell(q: &mut Self::Queue, fd: std::os::fd::RawFd);
+        fn doorbell_works(q: &mut Self::Queue) -> bool;
+        fn sync(file: &Self::File, all: bool) -> Result<()>;
+    }
+
+    impl Engine for InProcess {
+        type File = File;
+        type Queue = IoQueue;
+        fn check(cache: usize, file: &File, offset: u64, len: usize) -> Result<()> {
+            if crate::sync::Arc::as_ptr(file.cache()) as usize != cache {
+                return Err(Error::new(
+                    crate::error::ErrorKind::InvalidInput,
+                    format!("{file:?} belongs to another cache"),
+                ));
+            }
+            super::super::file::end_of(offset, len).map(|_| ())
+        }
+        fn read(q: &mut IoQueue, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+            q.read(file, offset, buf, tag)
+        }
+        fn write(q: &mut IoQueue, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+            q.write(file, offset, buf, tag)
+        }
+        fn wait(q: &mut IoQueue, min: usize, out: &mut Vec<Completion>) -> usize {
+            q.wait(min, out)
+        }
+        fn in_flight(q: &IoQueue) -> usize {
+            q.in_flight()
+        }
+        fn depth(q: &IoQueue) -> usize {
+            q.depth()
+        }
+        fn set_doorbell(q: &mut IoQueue, fd: std::os::fd::RawFd) {
+            q.set_doorbell(fd)
+        }
+        fn doorbell_works(q: &mut IoQueue) -> bool {
+            q.doorbell_works()
+        }
+        fn sync(file: &File, all: bool) -> Result<()> {
+            if all {
+                file.sync_all()
+            } else {
+                file.sync_data()
+            }
+        }
+    }
+
+    impl Engine for OnShared {
+        type File = Arc<SharedFile>;
+        type Queue = SharedQueue;
+        fn check(cache: usize, file: &Arc<SharedFile>, offset: u64, len: usize) -> Result<()> {
+            file.check_queued(cache, offset, len)
+        }
+        fn read(
+            q: &mut SharedQueue,
+            file: &Arc<SharedFile>,
+            offset: u64,
+            buf: Vec<u8>,
+            tag: u64,
+        ) -> Result<()> {
+            q.read(file, offset, buf, tag)
+        }
+        fn write(
+            q: &mut SharedQueue,
+            file: &Arc<SharedFile>,
+            offset: u64,
+            buf: Vec<u8>,
+            tag: u64,
+        ) -> Result<()> {
+            q.write(file, offset, buf, tag)
+        }
+        fn wait(q: &mut SharedQueue, min: usize, out: &mut Vec<Completion>) -> usize {
+            q.wait(min, out)
+        }
+        fn in_flight(q: &SharedQueue) -> usize {
+            q.in_flight()
+        }
+        fn depth(q: &SharedQueue) -> usize {
+            q.depth()
+        }
+        fn set_doorbell(q: &mut SharedQueue, fd: std::os::fd::RawFd) {
+            q.set_doorbell(fd)
+        }
+        fn doorbell_works(q: &mut SharedQueue) -> bool {
+            q.doorbell_works()
+        }
+        fn sync(file: &Arc<SharedFile>, all: bool) -> Result<()> {
+            if all {
+                file.sync_all()
+            } else {
+                file.sync_data()
+            }
+        }
+    }
+}
 
 /// Asynchronous reads, writes and syncs as [`Future`]s, for tokio, async-std or any
 /// executor: each is woken from the completion, and none blocks the thread that polls it.
@@ -68,12 +198,17 @@ use crate::error::{Error, Result};
 /// assert_eq!((read?, &buf[..]), (5, &b"hello"[..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone)]
-pub struct AsyncIo {
-    handle: Arc<Handle>,
+pub struct AsyncIo<E: AioEngine = InProcess> {
+    handle: Arc<Handle<E>>,
 }
 
-impl std::fmt::Debug for AsyncIo {
+impl<E: AioEngine> Clone for AsyncIo<E> {
+    fn clone(&self) -> Self {
+        AsyncIo { handle: self.handle.clone() }
+    }
+}
+
+impl<E: AioEngine> std::fmt::Debug for AsyncIo<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncIo").field("depth", &self.handle.depth).finish()
     }
@@ -166,18 +301,17 @@ impl<T: Stopped> Drop for Completer<T> {
 }
 
 /// A request for the driver.
-struct Op {
+struct Op<F> {
     write: bool,
-    file: File,
+    file: F,
     offset: u64,
     buf: Vec<u8>,
     done: Completer<IoResult>,
 }
 
 /// The driver's inbox.
-#[derive(Default)]
-struct Inbox {
-    ops: VecDeque<Op>,
+struct Inbox<F> {
+    ops: VecDeque<Op<F>>,
     /// The last `AsyncIo` is gone: finish what is queued and running, then stop.
     closing: bool,
     /// The driver sleeps in its queue's wait (ring the doorbell to wake it), not on `ready`.
@@ -187,27 +321,39 @@ struct Inbox {
 }
 
 /// A sync for the syncer: the file, whether metadata too (`sync_all`), and its completer.
-type SyncOp = (File, bool, Completer<Result<()>>);
+type SyncOp<F> = (F, bool, Completer<Result<()>>);
 
 /// The syncer's inbox.
-#[derive(Default)]
-struct SyncInbox {
-    files: VecDeque<SyncOp>,
+struct SyncInbox<F> {
+    files: VecDeque<SyncOp<F>>,
     closing: bool,
     /// The syncer is gone (it panicked): syncs fail at once.
     dead: bool,
 }
 
-struct Shared {
-    inbox: Mutex<Inbox>,
+// Not derived: a derive would ask `F: Default`.
+impl<F> Default for Inbox<F> {
+    fn default() -> Self {
+        Inbox { ops: VecDeque::new(), closing: false, in_ring: false, dead: false }
+    }
+}
+
+impl<F> Default for SyncInbox<F> {
+    fn default() -> Self {
+        SyncInbox { files: VecDeque::new(), closing: false, dead: false }
+    }
+}
+
+struct Shared<F> {
+    inbox: Mutex<Inbox<F>>,
     ready: Condvar,
-    syncs: Mutex<SyncInbox>,
+    syncs: Mutex<SyncInbox<F>>,
     sync_ready: Condvar,
     /// The eventfd that ends the driver's wait in its ring.
     doorbell: OwnedFd,
 }
 
-impl Shared {
+impl<F> Shared<F> {
     fn ring(&self) {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a live u64 to our own open eventfd.
@@ -216,14 +362,15 @@ impl Shared {
 }
 
 /// Owned by every `AsyncIo` clone; the last one's drop stops the threads.
-struct Handle {
-    shared: Arc<Shared>,
-    cache: crate::sync::Arc<CacheInner>,
+struct Handle<E: AioEngine> {
+    shared: Arc<Shared<E::File>>,
+    /// The cache's address, which files must match (`Engine::check`).
+    cache: usize,
     depth: usize,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Drop for Handle {
+impl<E: AioEngine> Drop for Handle<E> {
     fn drop(&mut self) {
         lock(&self.shared.inbox).closing = true;
         self.shared.ready.notify_one();
@@ -248,9 +395,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl AsyncIo {
-    /// Starts the driver (with `queue`, `depth` requests in flight) and the syncer.
-    pub(crate) fn start(cache: crate::sync::Arc<CacheInner>, mut queue: IoQueue) -> Result<AsyncIo> {
+impl AsyncIo<OnShared> {
+    /// [`crate::Cache::async_io`] for a shared cache: reads, writes and syncs of its files
+    /// as `Future`s, up to `depth` reads and writes in flight (1 to 4096) on a
+    /// [`SharedQueue`] (`SharedCache::queue`) of the driver thread's.
+    pub fn on_shared(cache: &SharedCache, depth: usize) -> Result<Self> {
+        AsyncIo::start(cache.address(), cache.queue(depth)?)
+    }
+}
+
+impl<E: AioEngine> AsyncIo<E> {
+    /// Starts the driver (with `queue`, `depth` requests in flight) and the syncer, for files
+    /// of the cache at address `cache`.
+    pub(crate) fn start(cache: usize, mut queue: E::Queue) -> Result<Self> {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
         // Blocking: kernels before 5.8 completed a ring's read of a non-blocking eventfd with
         // EAGAIN instead of waiting for a write.
@@ -260,8 +417,8 @@ impl AsyncIo {
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let doorbell = unsafe { OwnedFd::from_raw_fd(fd) };
-        queue.set_doorbell(doorbell.as_raw_fd());
-        let depth = queue.depth();
+        E::set_doorbell(&mut queue, doorbell.as_raw_fd());
+        let depth = E::depth(&queue);
         let shared = Arc::new(Shared {
             inbox: Mutex::default(),
             ready: Condvar::new(),
@@ -277,11 +434,11 @@ impl AsyncIo {
         };
         let driver = {
             let shared = shared.clone();
-            spawn("upcache-aio", Box::new(move || drive(&shared, queue)))?
+            spawn("upcache-aio", Box::new(move || drive::<E>(&shared, queue)))?
         };
         let syncer = {
             let shared = shared.clone();
-            spawn("upcache-aio-sync", Box::new(move || sync_loop(&shared)))
+            spawn("upcache-aio-sync", Box::new(move || sync_loop::<E>(&shared)))
         };
         let mut handle = Handle { shared, cache, depth, threads: vec![driver] };
         handle.threads.push(syncer?); // on failure, the handle's drop stops the driver
@@ -295,40 +452,32 @@ impl AsyncIo {
 
     /// Reads up to `buf.len()` bytes at `offset` of `file` (short at end of file, as
     /// [`File::read_at`]); resolves to the count or the error, and the buffer.
-    pub fn read(&self, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+    pub fn read(&self, file: &E::File, offset: u64, buf: Vec<u8>) -> IoFuture {
         self.submit(false, file, offset, buf)
     }
 
     /// Writes all of `buf` at `offset` of `file` into the cache (as [`File::write_at`]);
     /// resolves to the count or the error, and the buffer.
-    pub fn write(&self, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+    pub fn write(&self, file: &E::File, offset: u64, buf: Vec<u8>) -> IoFuture {
         self.submit(true, file, offset, buf)
     }
 
     /// Makes `file`'s written data durable, as [`File::sync_data`], reporting write-back
     /// errors to `file`'s open description.
-    pub fn sync_data(&self, file: &File) -> SyncFuture {
+    pub fn sync_data(&self, file: &E::File) -> SyncFuture {
         self.sync(file, false)
     }
 
     /// As [`AsyncIo::sync_data`], with metadata too ([`File::sync_all`]).
-    pub fn sync_all(&self, file: &File) -> SyncFuture {
+    pub fn sync_all(&self, file: &E::File) -> SyncFuture {
         self.sync(file, true)
     }
 
-    fn submit(&self, write: bool, file: &File, offset: u64, buf: Vec<u8>) -> IoFuture {
+    fn submit(&self, write: bool, file: &E::File, offset: u64, buf: Vec<u8>) -> IoFuture {
         let slot = Slot::new();
         let done = Completer(Some(slot.clone()));
         // What the queue would refuse, refused here with the buffer given back.
-        let refused = if !crate::sync::Arc::ptr_eq(file.cache(), &self.handle.cache) {
-            Some(Error::new(
-                crate::error::ErrorKind::InvalidInput,
-                format!("{file:?} belongs to another cache"),
-            ))
-        } else {
-            super::file::end_of(offset, buf.len()).err()
-        };
-        if let Some(e) = refused {
+        if let Err(e) = E::check(self.handle.cache, file, offset, buf.len()) {
             done.complete((Err(e), buf));
             return IoFuture { slot };
         }
@@ -349,7 +498,7 @@ impl AsyncIo {
         IoFuture { slot }
     }
 
-    fn sync(&self, file: &File, all: bool) -> SyncFuture {
+    fn sync(&self, file: &E::File, all: bool) -> SyncFuture {
         let slot = Slot::new();
         let done = Completer(Some(slot.clone()));
         let shared = &self.handle.shared;
@@ -397,7 +546,7 @@ impl Future for SyncFuture {
 /// The driver: moves requests from the inbox onto the queue while it has room, sleeps in
 /// the queue's wait (woken by completions or the doorbell) while requests are in flight,
 /// and on the inbox's condvar while none are.
-fn drive(shared: &Shared, mut queue: IoQueue) {
+fn drive<E: AioEngine>(shared: &Shared<E::File>, mut queue: E::Queue) {
     // On any way out, a panic included: later requests fail at once, queued ones fail now
     // (their completers drop), and so do those in flight (`slots` drops as we unwind).
     let _dead = MarkDead(|| {
@@ -408,7 +557,7 @@ fn drive(shared: &Shared, mut queue: IoQueue) {
         };
         drop(queued);
     });
-    let depth = queue.depth();
+    let depth = E::depth(&queue);
     let mut slots: Vec<Option<Completer<IoResult>>> = (0..depth).map(|_| None).collect();
     let mut free: Vec<u64> = (0..depth as u64).rev().collect();
     let mut done: Vec<Completion> = Vec::with_capacity(depth);
@@ -416,14 +565,14 @@ fn drive(shared: &Shared, mut queue: IoQueue) {
     loop {
         // Armed now, or not possible (checked each time: a doorbell that failed is not
         // armed again, and submitters must then wake the condvar).
-        let ring_works = queue.doorbell_works();
+        let ring_works = E::doorbell_works(&mut queue);
         {
             let mut inbox = lock(&shared.inbox);
             inbox.in_ring = false;
             loop {
                 let room = free.len().min(inbox.ops.len());
                 batch.extend(inbox.ops.drain(..room));
-                if !batch.is_empty() || queue.in_flight() > 0 {
+                if !batch.is_empty() || E::in_flight(&queue) > 0 {
                     break;
                 }
                 if inbox.closing {
@@ -440,9 +589,9 @@ fn drive(shared: &Shared, mut queue: IoQueue) {
             let tag = free.pop().expect("no more requests taken than free tags");
             let Op { write, file, offset, buf, done: completer } = op;
             let submitted = if write {
-                queue.write(&file, offset, buf, tag)
+                E::write(&mut queue, &file, offset, buf, tag)
             } else {
-                queue.read(&file, offset, buf, tag)
+                E::read(&mut queue, &file, offset, buf, tag)
             };
             match submitted {
                 Ok(()) => slots[tag as usize] = Some(completer),
@@ -453,7 +602,7 @@ fn drive(shared: &Shared, mut queue: IoQueue) {
                 }
             }
         }
-        queue.wait(1, &mut done);
+        E::wait(&mut queue, 1, &mut done);
         for c in done.drain(..) {
             let completer = slots[c.tag as usize].take().expect("a completion of a request in flight");
             free.push(c.tag);
@@ -472,7 +621,7 @@ impl<F: FnMut()> Drop for MarkDead<F> {
 }
 
 /// The syncer: runs syncs in arrival order.
-fn sync_loop(shared: &Shared) {
+fn sync_loop<E: AioEngine>(shared: &Shared<E::File>) {
     let _dead = MarkDead(|| {
         let queued = {
             let mut syncs = lock(&shared.syncs);
@@ -494,6 +643,6 @@ fn sync_loop(shared: &Shared) {
                 inbox = shared.sync_ready.wait(inbox).unwrap_or_else(|e| e.into_inner());
             }
         };
-        completer.complete(if all { file.sync_all() } else { file.sync_data() });
+        completer.complete(E::sync(&file, all));
     }
 }

@@ -299,7 +299,10 @@ impl Cache {
     /// (and one for its syncs), shared by its clones; make one and clone it.
     pub fn async_io(&self, depth: usize) -> Result<AsyncIo> {
         self.inner.check_range_lock("async_io")?;
-        AsyncIo::start(self.inner.clone(), IoQueue::new(self.inner.clone(), depth)?)
+        AsyncIo::start(
+            crate::sync::Arc::as_ptr(&self.inner) as usize,
+            IoQueue::new(self.inner.clone(), depth)?,
+        )
     }
 
     /// Frames pinned right now, by any thread, queue or readahead in flight. Scans every

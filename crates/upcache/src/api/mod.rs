@@ -8,7 +8,7 @@ mod pin;
 mod queue;
 mod std_io;
 
-pub use aio::{AsyncIo, IoFuture, SyncFuture};
+pub use aio::{AioEngine, AsyncIo, InProcess, IoFuture, OnShared, SyncFuture};
 pub use cache::{Cache, StatsReader};
 pub use file::File;
 pub use pin::{PageMut, PageRef};

@@ -679,6 +679,12 @@ impl SharedCache {
         SharedQueue::new(self.inner.clone(), depth)
     }
 
+    /// This attachment's address, which its files' queues check them against
+    /// (`SharedFile::check_queued`).
+    pub(crate) fn address(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// Every attached process's latency histograms since the cache was made, as
     /// [`crate::Cache::latencies`] reports a private cache's: reads and writes (one in
     /// [`crate::LATENCY_SAMPLE_EVERY`] per thread), syncs, and per device the loads and

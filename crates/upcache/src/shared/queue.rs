@@ -135,7 +135,13 @@ pub struct SharedQueue {
     filled: Vec<(usize, Result<bool>)>,
     reaped: Vec<QueueCompletion>,
     ptrs: Vec<*mut u8>,
+    /// An eventfd whose write ends a `wait` early (`set_doorbell`), and whether it rang.
+    doorbell: Option<RawFd>,
+    rang: bool,
 }
+
+/// The ring tag of the doorbell's read (loads are tagged by their index in `loads`).
+const DOORBELL_TAG: u64 = u64::MAX;
 
 // SAFETY: `ptrs` holds frame addresses only while `start_loads` runs, on the queue's thread;
 // the ring is not tied to the thread that made it (`UringQueue` is `Send`).
@@ -173,6 +179,8 @@ impl SharedQueue {
             filled: Vec::new(),
             reaped: Vec::new(),
             ptrs: Vec::new(),
+            doorbell: None,
+            rang: false,
         })
     }
 
@@ -186,6 +194,21 @@ impl SharedQueue {
     pub fn set_submit_batch(&mut self, n: usize) {
         if let Ring::Uring(q) = &mut self.ring {
             q.set_submit_batch(n);
+        }
+    }
+
+    /// Lets a write to eventfd `fd` end a [`Self::wait`] early, even before `min`
+    /// completions, where the ring can watch it (io_uring): the Future API's driver sleeps in
+    /// `wait` and is woken so by new submissions. `fd` must stay open while this queue lives.
+    pub(crate) fn set_doorbell(&mut self, fd: RawFd) {
+        self.doorbell = Some(fd);
+    }
+
+    /// Whether a doorbell set here can end a wait (else a wait ends only with completions).
+    pub(crate) fn doorbell_works(&mut self) -> bool {
+        match (self.doorbell, &mut self.ring) {
+            (Some(fd), Ring::Uring(q)) => q.arm_doorbell(fd, DOORBELL_TAG),
+            _ => false,
         }
     }
 
@@ -228,11 +251,14 @@ impl SharedQueue {
     /// Waits until at least `min` requests (at most as many as are in flight) have
     /// completed, and appends every completed one to `out`. Returns how many it appended.
     pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> usize {
+        // A doorbell (crate-internal, `set_doorbell`) ends a wait early only if it rings
+        // during this one.
+        self.rang = false;
         let mut got = 0;
         loop {
             got += self.done.len();
             out.extend(self.done.drain(..));
-            if got >= min || self.in_flight() == 0 {
+            if got >= min || self.in_flight() == 0 || std::mem::take(&mut self.rang) {
                 return got;
             }
             // Every live request is loading, pending or done.
@@ -251,18 +277,7 @@ impl SharedQueue {
     }
 
     fn admit(&self, file: &SharedFile, offset: u64, len: usize) -> Result<()> {
-        if !Arc::ptr_eq(&file.inner, &self.inner) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "the file is open in another cache than this queue's",
-            ));
-        }
-        if offset.checked_add(len as u64).is_none_or(|end| end > file.max_len) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("{len} bytes at {offset} of {} pass its file system's largest file", file.name),
-            ));
-        }
+        file.check_queued(Arc::as_ptr(&self.inner) as usize, offset, len)?;
         if self.in_flight() >= self.depth {
             return Err(Error::new(
                 ErrorKind::Busy,
@@ -465,6 +480,10 @@ impl SharedQueue {
         let mut reaped = std::mem::take(&mut self.reaped);
         self.ring.reap(min, &mut reaped);
         for (tag, r) in reaped.drain(..) {
+            if tag == DOORBELL_TAG {
+                self.rang = true;
+                continue;
+            }
             self.in_kernel -= 1;
             self.end_load(tag as usize, r);
         }
@@ -554,6 +573,26 @@ fn continues(fd: &Backing, first: u64, page: u64) -> bool {
             let ((d0, at0), (d, at)) = (layout.locate(first), layout.locate(page));
             d == d0 && at == at0 + (page - first) * PAGE as u64
         }
+    }
+}
+
+impl SharedFile {
+    /// Whether a queue of the cache at `cache` (its `Inner`'s address) may take a request for
+    /// `len` bytes at `offset` of this file: open in that cache, within its largest file.
+    pub(crate) fn check_queued(&self, cache: usize, offset: u64, len: usize) -> Result<()> {
+        if Arc::as_ptr(&self.inner) as usize != cache {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "the file is open in another cache than the queue's",
+            ));
+        }
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.max_len) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{len} bytes at {offset} of {} pass its file system's largest file", self.name),
+            ));
+        }
+        Ok(())
     }
 }
 
