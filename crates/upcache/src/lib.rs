@@ -97,7 +97,7 @@ use internals::{alloc, file, frame, index, io, meta, policy, shm};
 pub use alloc::AllocKind;
 pub use api::{
     AioEngine, AsyncIo, Cache, Completion, File, FileCursor, InProcess, IoFuture, IoQueue, OnShared, PageMut,
-    PageRef, StatsReader, SyncFuture,
+    PageRef, Positioned, StatsReader, SyncFuture,
 };
 pub use config::{
     Config, FlushKind, DEFAULT_DIRTY_EXPIRE, DEFAULT_DIRTY_RATIOS, DEFAULT_READAHEAD, MAX_DEVICES,

@@ -13,4 +13,4 @@ pub use cache::{Cache, StatsReader};
 pub use file::File;
 pub use pin::{PageMut, PageRef};
 pub use queue::{Completion, IoQueue};
-pub use std_io::FileCursor;
+pub use std_io::{FileCursor, Positioned};

@@ -1,28 +1,88 @@
-//! std's I/O traits on [`File`], so an upcache file can stand in for `std::fs::File` in
-//! generic code: [`FileExt`] for positioned reads and writes (pread/pwrite), and
-//! [`Read`]/[`Write`]/[`Seek`] through a [`FileCursor`], which owns the position that a
-//! `File` (shared by clones and threads, like an fd used only with pread) does not have.
+//! std's I/O traits on [`File`] and [`SharedFile`], so an upcache file can stand in for
+//! `std::fs::File` in generic code: [`FileExt`] for positioned reads and writes
+//! (pread/pwrite), and [`Read`]/[`Write`]/[`Seek`] through a [`FileCursor`], which owns the
+//! position that a file (shared by clones and threads, like an fd used only with pread) does
+//! not have.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use super::file::File;
+use crate::shared::SharedFile;
 
-impl FileExt for File {
+/// `FileExt` for each engine's file, by its inherent calls.
+macro_rules! file_ext {
+    ($file:ty) => {
+        impl FileExt for $file {
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+                Ok(<$file>::read_at(self, buf, offset)?)
+            }
+
+            fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+                Ok(<$file>::write_at(self, buf, offset)?)
+            }
+
+            fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+                Ok(<$file>::read_exact_at(self, buf, offset)?)
+            }
+
+            fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+                Ok(<$file>::write_all_at(self, buf, offset)?)
+            }
+        }
+    };
+}
+
+file_ext!(File);
+file_ext!(SharedFile);
+
+/// A file a [`FileCursor`] can move over: either engine's ([`File`], or a [`SharedFile`] in
+/// an `Arc`, so the cursor can share it).
+pub trait Positioned: sealed::Sealed {
+    /// As [`FileExt::read_at`].
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// As [`FileExt::write_at`].
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// The file's length now.
+    fn size(&self) -> u64;
+    /// Its name, for messages.
+    fn name(&self) -> &str;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::File {}
+    impl Sealed for std::sync::Arc<super::SharedFile> {}
+}
+
+impl Positioned for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         Ok(File::read_at(self, buf, offset)?)
     }
-
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         Ok(File::write_at(self, buf, offset)?)
     }
-
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        Ok(File::read_exact_at(self, buf, offset)?)
+    fn size(&self) -> u64 {
+        File::len(self)
     }
+    fn name(&self) -> &str {
+        File::name(self)
+    }
+}
 
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        Ok(File::write_all_at(self, buf, offset)?)
+impl Positioned for Arc<SharedFile> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        Ok(SharedFile::read_at(self, buf, offset)?)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        Ok(SharedFile::write_at(self, buf, offset)?)
+    }
+    fn size(&self) -> u64 {
+        SharedFile::len(self)
+    }
+    fn name(&self) -> &str {
+        SharedFile::name(self)
     }
 }
 
@@ -45,19 +105,22 @@ impl FileExt for File {
 /// assert_eq!(s, "world");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A [`SharedFile`]'s cursor is `FileCursor::new(Arc<SharedFile>)`.
 #[derive(Debug, Clone)]
-pub struct FileCursor {
-    file: File,
+pub struct FileCursor<F: Positioned = File> {
+    file: F,
     pos: u64,
 }
 
-impl FileCursor {
-    pub(crate) fn new(file: File) -> Self {
+impl<F: Positioned> FileCursor<F> {
+    /// A cursor over `file` at position 0.
+    pub fn new(file: F) -> Self {
         FileCursor { file, pos: 0 }
     }
 
     /// The file.
-    pub fn file(&self) -> &File {
+    pub fn file(&self) -> &F {
         &self.file
     }
 
@@ -67,22 +130,22 @@ impl FileCursor {
     }
 
     /// The file, giving up the position.
-    pub fn into_inner(self) -> File {
+    pub fn into_inner(self) -> F {
         self.file
     }
 }
 
-impl Read for FileCursor {
+impl<F: Positioned> Read for FileCursor<F> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = File::read_at(&self.file, buf, self.pos)?;
+        let n = self.file.read_at(buf, self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }
 }
 
-impl Write for FileCursor {
+impl<F: Positioned> Write for FileCursor<F> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = File::write_at(&self.file, buf, self.pos)?;
+        let n = self.file.write_at(buf, self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }
@@ -92,11 +155,11 @@ impl Write for FileCursor {
     }
 }
 
-impl Seek for FileCursor {
+impl<F: Positioned> Seek for FileCursor<F> {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         let (base, delta) = match to {
             SeekFrom::Start(n) => (n, 0),
-            SeekFrom::End(d) => (self.file.len(), d),
+            SeekFrom::End(d) => (self.file.size(), d),
             SeekFrom::Current(d) => (self.pos, d),
         };
         match base.checked_add_signed(delta) {
@@ -200,5 +263,28 @@ mod tests {
         a.read_exact(&mut x).unwrap();
         b.read_exact(&mut y).unwrap();
         assert_eq!((x[0], y[0], a.position(), b.position()), (2, 1, 12, 1));
+    }
+
+    /// The same generic code on a shared cache's files: `FileExt` on a `SharedFile`, and a
+    /// cursor over an `Arc<SharedFile>`.
+    #[test]
+    fn a_shared_file_stands_in_for_std_s_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::shared::SharedConfig { memory: 1 << 20, ..Default::default() };
+        let cache = crate::shared::SharedCache::create_private(&config).unwrap();
+        let (pa, pb) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&pa, b"").unwrap();
+        std::fs::write(&pb, b"").unwrap();
+        let a = cache.open_path(&pa, true).unwrap();
+        let b = Arc::new(cache.open_path(&pb, true).unwrap());
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        a.write_all_at(&data, 0).unwrap();
+        assert_eq!(copy_with_file_ext(&a, &*b, data.len()).unwrap(), data);
+        let e = FileExt::read_exact_at(&a, &mut vec![0; data.len()], 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        b.set_len(0).unwrap();
+        let mut ours = FileCursor::new(b.clone());
+        assert_eq!(steps(&mut ours).unwrap(), steps(&mut io::Cursor::new(Vec::new())).unwrap());
+        assert_eq!(b.len(), 5002);
     }
 }

@@ -1323,6 +1323,25 @@ impl SharedFile {
         self.writable
     }
 
+    /// Reads exactly `buf.len()` bytes at `offset`; `UnexpectedEof` if the file ends first.
+    pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => {
+                    return Err(Error::new(
+                        ErrorKind::UnexpectedEof,
+                        format!("end of file {} at {offset}", self.name),
+                    ))
+                }
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes all of `buf` at `offset`.
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         let n = self.write_at(buf, offset)?;
