@@ -19,8 +19,17 @@
 //!
 //! # A kill
 //! A process killed with loads in flight leaves their frames locked under its client id; the
-//! repair of a dead client's frames frees them (`repair.rs`), as for a reader killed in its
-//! `preadv`.
+//! repair of a dead client's frames frees them (`repair.rs`). The kernel may finish a dead
+//! process's io_uring reads after it is gone (exit waits for only some of them), and a frame
+//! repaired meanwhile may hold another page by then: so the ring reads into page-aligned
+//! memory of the queue's own ([`Bounce`]), copied into the frames at the reap, and a late read
+//! lands in the dead process's memory, never in the segment. (A blocking `preadv`, the
+//! readers' own, ends before its thread dies.)
+//!
+//! # One thread, one queue
+//! Loads in flight are locked in this process's name: this thread too must not make a
+//! blocking call on the cache (a read, a write, another queue's) that may need one of those
+//! pages before it reaps them, or it waits for itself.
 //!
 //! # A write
 //! Writes go to the cache, so a write is done when submitted: the queue first reaps its loads
@@ -56,24 +65,73 @@ struct Request {
     /// smaller than the requests in flight), it reads the blocking way instead of loading
     /// again, so two requests cannot evict each other's pages for ever.
     loaded: bool,
+    /// Its failed tries while pending (`PENDING_TRIES`).
+    tries: u32,
     error: Option<Error>,
 }
 
 /// A load in flight: frames locked by us, in the index, for pages `first..` of the request's
-/// file, read back to back from byte `at` of descriptor `fd` (the OS file, or an array
-/// device's backing file).
+/// file, read back to back (from the OS file, or an array device's backing file) into
+/// `bounce`, if the read went to the ring.
 struct Load {
     request: usize,
     first: u64,
     frames: Vec<u32>,
     dev: usize,
-    /// Read through `O_DIRECT` (the OS file's direct descriptor, or an array device's).
-    direct: bool,
+    bounce: Option<Bounce>,
     /// The descriptor is the OS file's `O_DIRECT` one: a refusal (`EINVAL`) is retried the
     /// usual way.
     os_direct: bool,
     queued: Instant,
 }
+
+/// Page-aligned memory of this process's own for a ring's read of `pages` pages (aligned for
+/// `O_DIRECT`): see "A kill" above.
+struct Bounce {
+    at: std::ptr::NonNull<u8>,
+    pages: usize,
+}
+
+// SAFETY: the memory is owned by the value alone (allocated in `new`, freed in `drop`); the
+// kernel writes into it only while its load is in flight, and the load's owner never reads it
+// until the reap: nothing ties it to a thread.
+unsafe impl Send for Bounce {}
+
+impl Bounce {
+    fn layout(pages: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(pages * PAGE, PAGE).expect("a run's size fits")
+    }
+
+    fn new(pages: usize) -> Bounce {
+        let layout = Self::layout(pages);
+        // SAFETY: the layout's size is at least one page, not zero.
+        let at = unsafe { std::alloc::alloc(layout) };
+        let at = std::ptr::NonNull::new(at).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Bounce { at, pages }
+    }
+
+    /// Page `i`'s address.
+    fn page(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.pages);
+        // SAFETY: within the allocation (`i < pages`).
+        unsafe { self.at.as_ptr().add(i * PAGE) }
+    }
+}
+
+impl Drop for Bounce {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; no read is in flight into it (a load's
+        // bounce drops after its reap, and a queue's drop reaps every load first).
+        unsafe { std::alloc::dealloc(self.at.as_ptr(), Self::layout(self.pages)) }
+    }
+}
+
+/// Bounces kept for reuse per size class (pages, a power of two), at most this many each.
+const SPARE_BOUNCES: usize = 64;
+
+/// Pending requests' failed retries before a wait ends every load and reads them the blocking
+/// way: loads kept in flight by new submissions must not hold a pending request back for ever.
+const PENDING_TRIES: u32 = 64;
 
 /// Where the loads' reads go: the queue's own ring, or, without io_uring (or with
 /// `SharedConfig::uring` off), a `preadv` at once, reported at the next reap.
@@ -134,18 +192,20 @@ pub struct SharedQueue {
     /// Loads filled at once (past the end, simulated devices), ended at the next reap.
     filled: Vec<(usize, Result<bool>)>,
     reaped: Vec<QueueCompletion>,
-    ptrs: Vec<*mut u8>,
+    /// Bounces of finished loads, by size class (`log2` of the pages).
+    spare: Vec<Vec<Bounce>>,
+    /// Files whose look for outside changes was put off while loads were in flight
+    /// (`SharedFile::look_outside_if_due`), looked at when none are.
+    owed: Vec<Arc<SharedFile>>,
     /// An eventfd whose write ends a `wait` early (`set_doorbell`), and whether it rang.
     doorbell: Option<RawFd>,
     rang: bool,
+    /// Being dropped: reaped loads end, but no request is tried again.
+    closing: bool,
 }
 
 /// The ring tag of the doorbell's read (loads are tagged by their index in `loads`).
 const DOORBELL_TAG: u64 = u64::MAX;
-
-// SAFETY: `ptrs` holds frame addresses only while `start_loads` runs, on the queue's thread;
-// the ring is not tied to the thread that made it (`UringQueue` is `Send`).
-unsafe impl Send for SharedQueue {}
 
 impl SharedQueue {
     pub(crate) fn new(inner: Arc<Inner>, depth: usize) -> Result<Self> {
@@ -178,9 +238,11 @@ impl SharedQueue {
             in_kernel: 0,
             filled: Vec::new(),
             reaped: Vec::new(),
-            ptrs: Vec::new(),
+            spare: Vec::new(),
+            owed: Vec::new(),
             doorbell: None,
             rang: false,
+            closing: false,
         })
     }
 
@@ -225,15 +287,29 @@ impl SharedQueue {
         if self.in_kernel == 0 {
             // It may take the file's lock: only while we hold no loads.
             file.look_outside_if_due();
+        } else if !self.owed.iter().any(|f| Arc::ptr_eq(f, file)) {
+            self.owed.push(file.clone());
         }
         let slot = self.free.pop().unwrap_or_else(|| {
             self.requests.push(None);
             self.requests.len() - 1
         });
         let file = file.clone();
-        self.requests[slot] =
-            Some(Request { tag, file, offset, buf, loads: 0, counted: false, loaded: false, error: None });
+        let req = Request {
+            tag,
+            file,
+            offset,
+            buf,
+            loads: 0,
+            counted: false,
+            loaded: false,
+            tries: 0,
+            error: None,
+        };
+        self.requests[slot] = Some(req);
         self.try_finish(slot);
+        // Loads filled at once end now: readers elsewhere need not wait for our next reap.
+        self.end_filled_loads();
         Ok(())
     }
 
@@ -263,16 +339,51 @@ impl SharedQueue {
             }
             // Every live request is loading, pending or done.
             debug_assert!(self.in_kernel > 0 || !self.pending.is_empty(), "a request lost");
-            if self.pending.is_empty() {
+            if self.in_kernel > 0 {
+                // Pending requests are tried again after each reap: they often wait on a
+                // load just ended (another request of ours loading the same page).
                 self.reap(1);
-                continue;
+                if !self.stalled() {
+                    continue;
+                }
+                // Some pending request keeps failing while new loads keep ours in flight:
+                // end every load (a wait for the devices only), so that we hold nothing
+                // anyone waits for, and read it the blocking way below.
+                self.quiesce();
             }
-            // Pending requests wait for others: first end every load of ours (a wait for the
-            // devices only), so that we hold nothing anyone waits for.
-            self.quiesce();
-            for slot in std::mem::take(&mut self.pending) {
-                self.finish_blocking(slot);
+            self.look_owed();
+            if !self.retry_pending() {
+                // Nothing of ours is in flight, so nobody waits for us.
+                for slot in std::mem::take(&mut self.pending) {
+                    self.finish_blocking(slot);
+                }
             }
+        }
+    }
+
+    /// Whether a pending request failed `PENDING_TRIES` tries.
+    fn stalled(&self) -> bool {
+        self.pending.iter().any(|&s| self.requests[s].as_ref().is_some_and(|r| r.tries >= PENDING_TRIES))
+    }
+
+    /// Tries every pending request once; true if any finished or started loads.
+    fn retry_pending(&mut self) -> bool {
+        let (done, loads) = (self.done.len(), self.in_kernel);
+        for slot in std::mem::take(&mut self.pending) {
+            if let Some(r) = self.requests[slot].as_mut() {
+                r.tries += 1;
+            }
+            self.try_finish(slot);
+        }
+        self.end_filled_loads();
+        self.done.len() > done || self.in_kernel > loads
+    }
+
+    /// The looks for outside changes put off while loads were in flight; only with none.
+    fn look_owed(&mut self) {
+        debug_assert_eq!(self.in_kernel, 0);
+        for f in std::mem::take(&mut self.owed) {
+            f.look_outside_if_due();
         }
     }
 
@@ -291,7 +402,7 @@ impl SharedQueue {
     /// or leaves it pending.
     fn try_finish(&mut self, slot: usize) {
         let req = self.requests[slot].as_mut().expect("a live request");
-        if req.loads > 0 {
+        if req.loads > 0 || self.closing {
             return;
         }
         let copied = match req.error.take() {
@@ -308,11 +419,9 @@ impl SharedQueue {
                 Ok(0) => self.pending.push(slot),
                 Ok(_) => self.requests[slot].as_mut().expect("a live request").loaded = true,
                 Err(e) => {
-                    let req = self.requests[slot].as_mut().expect("a live request");
-                    match req.loads {
-                        0 => self.complete(slot, Err(e)),
-                        _ => req.error = Some(e),
-                    }
+                    // Only a claim with nothing of ours in flight fails so: nothing started.
+                    debug_assert_eq!(self.requests[slot].as_ref().map(|r| r.loads), Some(0));
+                    self.complete(slot, Err(e))
                 }
             },
         }
@@ -419,19 +528,13 @@ impl SharedQueue {
             Backing::File(_) if past_end => None,
             Backing::File(h) => {
                 let direct = if inner.direct_loads() { h.direct_read() } else { None };
-                Some((
-                    direct.map_or(h.as_raw_fd(), |d| d.as_raw_fd()),
-                    at,
-                    0,
-                    direct.is_some(),
-                    direct.is_some(),
-                ))
+                Some((direct.map_or(h.as_raw_fd(), |d| d.as_raw_fd()), at, 0, direct.is_some()))
             }
             // Simulated devices book their time in the request; not on a ring.
             Backing::Array(a) if past_end || a.simulated() => None,
             Backing::Array(a) => {
                 let (dev, dev_at) = a.array.layout.locate(first);
-                Some((a.fd(dev), dev_at, dev, a.is_direct(dev), false))
+                Some((a.fd(dev), dev_at, dev, false))
             }
         };
         let tag = self.free_loads.pop().unwrap_or_else(|| {
@@ -440,44 +543,54 @@ impl SharedQueue {
         });
         self.requests[slot].as_mut().expect("a live request").loads += 1;
         self.in_kernel += 1;
-        let Some((fd, dev_at, dev, direct, os_direct)) = target else {
-            // Past the end (zeros, no read) or a simulated array: filled here, ended at the
-            // next reap (as an inline ring's reads), not within this request's attempt.
+        let queued = Instant::now();
+        let Some((fd, dev_at, dev, os_direct)) = target else {
+            // Past the end (zeros, no read) or a simulated array: filled here (a blocking
+            // read, into the frames), ended once this attempt is over (`end_filled_loads`).
             let r = inner.fill_run(&frames, file.slot, first, &file.fd);
-            self.loads[tag] = Some(Load {
-                request: slot,
-                first,
-                frames,
-                dev: 0,
-                direct: false,
-                os_direct: false,
-                queued: Instant::now(),
-            });
+            let load = Load { request: slot, first, frames, dev: 0, bounce: None, os_direct: false, queued };
+            self.loads[tag] = Some(load);
             self.filled.push((tag, r));
             return;
         };
         // Relaxed: a counter.
         inner.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
-        self.ptrs.clear();
-        self.ptrs.extend(frames.iter().map(|&f| inner.view.page(f)));
+        let bounce = self.bounce(frames.len());
+        let ptrs: Vec<*mut u8> = (0..frames.len()).map(|i| bounce.page(i)).collect();
         self.loads[tag] =
-            Some(Load { request: slot, first, frames, dev, direct, os_direct, queued: Instant::now() });
-        // SAFETY: the frames are locked by us until the load ends (`end_load`), and the file's
-        // descriptors live in the request's `file` until then too (a drop reaps first).
-        unsafe { self.ring.push(fd, dev_at, &self.ptrs, tag as u64) };
-        self.ptrs.clear();
+            Some(Load { request: slot, first, frames, dev, bounce: Some(bounce), os_direct, queued });
+        // SAFETY: the bounce is the load's own until the reap (`end_load`) and the file's
+        // descriptors live in the request's `file` until then (a drop reaps first).
+        unsafe { self.ring.push(fd, dev_at, &ptrs, tag as u64) };
     }
 
-    /// Reaps at least `min` loads and ends them.
+    /// A bounce of at least `pages` pages: a spare one of its size class, or a new one.
+    fn bounce(&mut self, pages: usize) -> Bounce {
+        let class = pages.next_power_of_two();
+        let i = class.trailing_zeros() as usize;
+        self.spare.get_mut(i).and_then(Vec::pop).unwrap_or_else(|| Bounce::new(class))
+    }
+
+    /// Keeps `bounce` for a later load, up to `SPARE_BOUNCES` of its class.
+    fn keep_bounce(&mut self, bounce: Bounce) {
+        let i = bounce.pages.trailing_zeros() as usize;
+        if self.spare.len() <= i {
+            self.spare.resize_with(i + 1, Vec::new);
+        }
+        if self.spare[i].len() < SPARE_BOUNCES {
+            self.spare[i].push(bounce);
+        }
+    }
+
+    /// Reaps at least `min` loads and ends them, then tries pending requests again.
     fn reap(&mut self, min: usize) {
-        let filled = std::mem::take(&mut self.filled);
-        // Loads filled at once count towards `min`: then only what is ready.
-        let min = if filled.is_empty() { min } else { 0 };
-        for (tag, r) in filled {
-            self.in_kernel -= 1;
-            self.end_filled(tag, r);
+        self.end_filled_loads();
+        if self.in_kernel == 0 {
+            return; // only filled loads were left: no sleep on the ring (or its doorbell)
         }
         let mut reaped = std::mem::take(&mut self.reaped);
+        // Armed before sleeping, so a submitter can end the sleep.
+        self.doorbell_works();
         self.ring.reap(min, &mut reaped);
         for (tag, r) in reaped.drain(..) {
             if tag == DOORBELL_TAG {
@@ -488,11 +601,27 @@ impl SharedQueue {
             self.end_load(tag as usize, r);
         }
         self.reaped = reaped;
+        self.end_filled_loads();
+        if !self.pending.is_empty() && !self.closing {
+            self.retry_pending();
+        }
     }
 
-    /// Ends load `tag`, whose read returned `read` (bytes read, short at a file's end).
+    /// Ends the loads filled at once (`push_run`), and those their requests' tries fill.
+    fn end_filled_loads(&mut self) {
+        while !self.filled.is_empty() {
+            for (tag, r) in std::mem::take(&mut self.filled) {
+                self.in_kernel -= 1;
+                self.end_filled(tag, r);
+            }
+        }
+    }
+
+    /// Ends load `tag`, whose read into its bounce returned `read` (bytes read, short at a
+    /// file's end): the bytes copied into its frames, the rest zeroed.
     fn end_load(&mut self, tag: usize, read: std::io::Result<usize>) {
-        let load = self.loads[tag].as_ref().expect("a load in flight");
+        let load = self.loads[tag].as_mut().expect("a load in flight");
+        let bounce = load.bounce.take().expect("a ring's load has a bounce");
         let (inner, file) =
             (&*self.inner, &self.requests[load.request].as_ref().expect("a live request").file);
         let filled = match read {
@@ -505,8 +634,14 @@ impl SharedQueue {
                     // the frames are distinct, so the slices do not overlap.
                     .map(|&f| unsafe { std::slice::from_raw_parts_mut(inner.view.page(f), PAGE) })
                     .collect();
+                for (i, p) in pages.iter_mut().enumerate().take(got.div_ceil(PAGE)) {
+                    // SAFETY: the read is over (reaped), so the bounce's page is ours to read;
+                    // it does not overlap the frame.
+                    unsafe { std::ptr::copy_nonoverlapping(bounce.page(i), p.as_mut_ptr(), PAGE) };
+                }
                 inner.zero_past(&mut pages, file.slot, load.first * PAGE as u64, got);
-                Ok(load.direct)
+                // Copied by the CPU: the frames' lines are in its cache.
+                Ok(false)
             }
             // A file system that refuses the alignment is read the usual way, from then on.
             Err(e) if load.os_direct && e.raw_os_error() == Some(libc::EINVAL) => {
@@ -517,11 +652,13 @@ impl SharedQueue {
             }
             Err(e) => Err(Error::io(format!("read pages of {}", file.name), e)),
         };
+        self.keep_bounce(bounce);
         self.end_filled(tag, filled);
     }
 
-    /// Ends load `tag` whose frames are filled (`Ok(direct)`) or not (the error): valid and
-    /// unlocked, or freed; then tries its request again once its loads are all in.
+    /// Ends load `tag` whose frames are filled (`Ok(direct)`: as `fill_run` says) or not (the
+    /// error): valid and unlocked, or freed; then tries its request again once its loads are
+    /// all in.
     fn end_filled(&mut self, tag: usize, filled: Result<bool>) {
         let load = self.loads[tag].take().expect("a load");
         self.free_loads.push(tag);
@@ -558,7 +695,9 @@ impl SharedQueue {
 
 impl Drop for SharedQueue {
     fn drop(&mut self) {
-        // The kernel may still write into frames we hold: let every read end first.
+        // The kernel may still write into our bounces: let every read end (and its frames
+        // be unlocked) first.
+        self.closing = true;
         self.quiesce();
     }
 }
@@ -747,6 +886,39 @@ mod tests {
             assert_eq!(c.result.unwrap(), 75_000);
             assert!(c.buf == bytes[at..at + 75_000], "read {}", c.tag);
         }
+    }
+
+    /// A ring's read lands in the queue's own memory (its bounce), and only the reap copies
+    /// it into the frames: a read the kernel finishes after the process died never touches
+    /// the segment. (Reads through `psync` happen at the push, which shows it before a reap.)
+    #[test]
+    fn device_reads_land_in_the_queue_s_memory_and_reach_frames_at_the_reap() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let bytes = pattern(64 << 10, 7);
+        std::fs::write(&p, &bytes).unwrap();
+        let config = SharedConfig { io: IoKind::Psync, direct_loads: false, ..small() };
+        let cache = SharedCache::create_private(&config).unwrap();
+        let f = Arc::new(cache.open_path(&p, false).unwrap());
+        let mut q = cache.queue(4).unwrap();
+        q.read(&f, 0, vec![0; 4 * PAGE], 1).unwrap();
+        let load = q.loads.iter().flatten().next().expect("a load in flight");
+        assert_eq!(load.frames.len(), 4);
+        let bounce = load.bounce.as_ref().expect("read into a bounce");
+        for (i, &fr) in load.frames.iter().enumerate() {
+            // SAFETY: reads of pages the test's queue holds locked; nothing writes them.
+            let (frame, read) = unsafe {
+                (
+                    std::slice::from_raw_parts(cache.inner.view.page(fr), PAGE),
+                    std::slice::from_raw_parts(bounce.page(i), PAGE),
+                )
+            };
+            assert!(read == &bytes[i * PAGE..][..PAGE], "page {i} read into the bounce");
+            assert!(frame.iter().all(|&b| b == 0), "frame of page {i} written before the reap");
+        }
+        let c = reap_all(&mut q).pop().unwrap();
+        assert_eq!(c.result.unwrap(), 4 * PAGE);
+        assert!(c.buf == bytes[..4 * PAGE]);
     }
 
     #[test]
