@@ -382,12 +382,18 @@ impl SharedFile {
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let t = crate::metrics::latency::sample();
-        let r = self.read_untimed(buf, offset);
+        let r = self.read_untimed(buf, offset, true);
         self.inner.view.latencies().read.since(t);
         r
     }
 
-    fn read_untimed(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    /// `read_at` for a queue's request whose lookups were counted already (`queue.rs`).
+    pub(crate) fn read_uncounted(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.read_untimed(buf, offset, false)
+    }
+
+    /// Counts each page's lookup (a hit or a miss) if `count`.
+    fn read_untimed(&self, buf: &mut [u8], offset: u64, count: bool) -> Result<usize> {
         self.inner.check_service()?;
         self.look_outside_if_due();
         let e = self.entry();
@@ -397,7 +403,7 @@ impl SharedFile {
         // A read of one page compares the sequence's low half only (`files::RANGE_STEP`).
         let compared = if last - first <= 1 { files::RANGE_STEP - 1 } else { u64::MAX };
         // Each page's lookup counts once (a hit or a miss), in the first pass that reads it.
-        let mut count = true;
+        let mut count = count;
         for _ in 0..OPTIMISTIC_TRIES {
             // Acquire: the writes before an even value are seen by our copy.
             let seq = e.seq.load(Ordering::Acquire);
