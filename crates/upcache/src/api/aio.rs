@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use super::file::File;
 use super::queue::{Completion, IoQueue};
 use crate::error::{Error, Result};
+#[cfg(not(loom))]
 use crate::shared::{SharedCache, SharedFile, SharedQueue};
 
 /// Which engine an [`AsyncIo`] drives: [`InProcess`] (a [`crate::Cache`]'s [`File`]s) or
@@ -46,6 +47,8 @@ pub struct InProcess;
 pub struct OnShared;
 
 impl AioEngine for InProcess {}
+// The shared cache is left out of loom builds.
+#[cfg(not(loom))]
 impl AioEngine for OnShared {}
 
 mod sealed {
@@ -111,6 +114,7 @@ mod sealed {
         }
     }
 
+    #[cfg(not(loom))]
     impl Engine for OnShared {
         type File = Arc<SharedFile>;
         type Queue = SharedQueue;
@@ -395,6 +399,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[cfg(not(loom))]
 impl AsyncIo<OnShared> {
     /// [`crate::Cache::async_io`] for a shared cache: reads, writes and syncs of its files
     /// as `Future`s, up to `depth` reads and writes in flight (1 to 4096) on a

@@ -6,9 +6,12 @@
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
+#[cfg(not(loom))]
 use std::sync::Arc;
 
 use super::file::File;
+// The shared cache is left out of loom builds.
+#[cfg(not(loom))]
 use crate::shared::SharedFile;
 
 /// `FileExt` for each engine's file, by its inherent calls.
@@ -35,6 +38,7 @@ macro_rules! file_ext {
 }
 
 file_ext!(File);
+#[cfg(not(loom))]
 file_ext!(SharedFile);
 
 /// A file a [`FileCursor`] can move over: either engine's ([`File`], or a [`SharedFile`] in
@@ -53,6 +57,7 @@ pub trait Positioned: sealed::Sealed {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::File {}
+    #[cfg(not(loom))]
     impl Sealed for std::sync::Arc<super::SharedFile> {}
 }
 
@@ -71,6 +76,7 @@ impl Positioned for File {
     }
 }
 
+#[cfg(not(loom))]
 impl Positioned for Arc<SharedFile> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         Ok(SharedFile::read_at(self, buf, offset)?)

@@ -48,6 +48,8 @@ pub use gclock::GClockPolicy;
 pub use lfu::LfuPolicy;
 pub use lru::LruPolicy;
 pub use s3fifo::S3FifoPolicy;
+// The shared cache's sampled policies use it; loom builds leave that cache out.
+#[cfg(not(loom))]
 pub(crate) use sample::next_random;
 pub use sieve::SievePolicy;
 
