@@ -473,10 +473,10 @@ pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
 /// frames now in use in `*in_use` (if not NULL). A shared cache (`upcache_attach`,
 /// `upcache_create_private`): `bytes` rounded down to whole pages, between 64 KiB and the
 /// memory it was made with; shrinking writes back and drops the pages past the new size, and
-/// fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there;
-/// `UPCACHE_EUNSUPPORTED` with page sets or NUMA partitions. An array (`upcache_create`,
-/// `upcache_open`): only with the set-associative index (`UPCACHE_EUNSUPPORTED` otherwise),
-/// rounded to whole page sets.
+/// fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
+/// sets, in whole ways of every set (down to one); `UPCACHE_EUNSUPPORTED` with NUMA
+/// partitions. An array (`upcache_create`, `upcache_open`): only with the set-associative
+/// index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
 ///
 /// # Safety
 /// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`/`upcache_create_private`;

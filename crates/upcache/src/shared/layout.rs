@@ -376,10 +376,12 @@ pub(crate) struct Header {
     pub resize_lock: OwnerLock,
 }
 
-/// The frames in use: the first `frames` of the segment's.
+/// The frames in use: the first `frames` of the segment's; with page sets, the first `ways`
+/// of each set (0: all), `frames` in all.
 #[repr(C, align(64))]
 pub(crate) struct Active {
     pub frames: AtomicU32,
+    pub ways: AtomicU32,
 }
 
 pub(crate) use super::technique;

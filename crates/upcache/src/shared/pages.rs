@@ -222,7 +222,7 @@ impl Inner {
             if m.key() != 0
                 || m.home() != 0
                 || m.flags() != 0
-                || f as usize >= self.view.active()
+                || !self.in_use(f)
                 || self.pinned(f)
                 || !self.view.reserve(f as usize)
             {
@@ -338,7 +338,9 @@ impl Inner {
             if let Some(sets) = index.sets() {
                 let s = sets.set_of(k);
                 let r = sets.frames_of(s);
-                return Area { first: r.start, n: r.len() as u64, hand: Hand::Set(&sets.hands[s]) };
+                // Its ways in use only (`resize.rs`).
+                let n = r.len().min(self.active_ways()) as u64;
+                return Area { first: r.start, n, hand: Hand::Set(&sets.hands[s]) };
             }
             if nodes == 1 {
                 return Area { first: 0, n: self.view.active() as u64, hand: Hand::Cache(&header.clock) };
@@ -405,7 +407,7 @@ impl Inner {
     fn claim_at(&self, f: u32, late: bool, rule: CleanFirst) -> bool {
         let m = &self.view.frames()[f as usize];
         // Past a resize's new size (the hand's area was computed before it): not allocated again.
-        if f as usize >= self.view.active() {
+        if !self.in_use(f) {
             return false;
         }
         // A set's hand turns over its own frames only, all allocated at the start.
@@ -467,7 +469,7 @@ impl Inner {
             return None;
         }
         // A frame a resize took out of use (`resize.rs`), after our look at it.
-        if f as usize >= self.view.active()
+        if !self.in_use(f)
             || want.is_some_and(|k| m.key() != k)
             || m.flags() & (DIRTY | REFERENCED | HITS) != 0
             || self.pinned(f)

@@ -1,16 +1,18 @@
-//! Online resizing of a shared cache (SAFS §4.1 resizes its set-associative cache; this is
-//! the cache-wide placement's): the frames in use are the segment's first `active`
-//! (`View::active`), and claims take frames below it only (`Inner::take` looks again under
-//! the frame's lock). A smaller size is stored first, then every frame past it is emptied, its
-//! dirty page written back first, and, in a private cache, the whole 2 MiB chunks past it
-//! given back to the system (`Segment::discard`); a larger one (up to the memory the cache was made with) is
-//! stored and the frames it adds listed free (`free.rs`), so the next misses take them first.
+//! Online resizing of a shared cache (SAFS §4.1): the frames in use are the segment's first
+//! `active` (`View::active`); with page sets, the first ways of each set (`Active::ways`:
+//! a page keeps its set, whose associativity shrinks, where SAFS splits and merges sets), and
+//! claims take frames in use only (`Inner::in_use`, looked at again under the frame's lock). A
+//! smaller size is stored first, then every frame out of use is emptied, its dirty page
+//! written back first, and, in a private cache without sets, the whole 2 MiB chunks past the
+//! size given back to the system (`Segment::discard`); a larger one (up to the memory the
+//! cache was made with) is stored and the frames it adds listed free (`free.rs`; a set's hand
+//! finds its own), so the next misses take them first.
 //!
 //! # Invariants
-//! - A claim that locked a frame at or past `active` lets it go: a shrink stores `active`
-//!   (SeqCst) before it locks the frames past it, so a claim that locks one after the shrink
-//!   did sees the new size, and one that locked it before is waited out and its page emptied.
-//! - Only a resize changes `active`, under `Header::resize_lock`.
+//! - A claim that locked a frame out of use lets it go: a shrink stores the size (SeqCst)
+//!   before it locks the frames out of use, so a claim that locks one after the shrink did
+//!   sees the new size, and one that locked it before is waited out and its page emptied.
+//! - Only a resize changes the size, under `Header::resize_lock`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -21,7 +23,8 @@ use super::technique;
 use super::{Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
 
-/// The fewest frames a resize leaves: 64 KiB, the smallest cache.
+/// The fewest frames a resize leaves: 64 KiB, the smallest cache (with page sets, one way of
+/// each set at least).
 const MIN_FRAMES: usize = 16;
 /// How long a shrink waits for pinned pages, for dirty ones this process cannot write to be
 /// written back by their writers or the service, and for frames or index partitions stopped
@@ -36,17 +39,18 @@ impl SharedCache {
     /// segment's file keeps it: its frames may still be read by optimistic readers). It
     /// fails with `Busy`, the size unchanged, if pinned pages, dirty pages of files this
     /// process cannot write that no writer or the service wrote back, or frames stopped
-    /// processes hold, stay there for 2 s. `Unsupported` with the set-associative index or
-    /// NUMA partitions, whose frames are placed by set or node. Returns the bytes of frames
-    /// now in use.
+    /// processes hold, stay there for 2 s. With page sets the size is in whole ways of every
+    /// set (a page stays in its set; the sets' associativity is what changes), down to one.
+    /// `Unsupported` with NUMA partitions, whose frames are placed by node. Returns the bytes
+    /// of frames now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
         let inner = &self.inner;
         inner.check_service()?;
         let view = &inner.view;
-        if inner.techniques & technique::SET_ASSOC != 0 || view.header().numa.count() > 1 {
+        if view.header().numa.count() > 1 {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                "a shared cache with the set-associative index or NUMA partitions places its frames by set or node: it is not resized",
+                "a shared cache with NUMA partitions places its frames by node: it is not resized",
             ));
         }
         let want = ((bytes / PAGE as u64) as usize).clamp(MIN_FRAMES.min(view.n_frames), view.n_frames);
@@ -55,9 +59,12 @@ impl SharedCache {
         // next resize goes on from there.
         lock.lock(inner.me, |h| inner.alive(h));
         let old = view.active();
-        // Growing, frames past the new size may still hold pages a resizer that died left.
-        let done = inner.set_size(old, want);
-        if done.is_ok() && want > old {
+        let done = match inner.set_ways() {
+            Some(ways) => inner.set_set_ways(ways, want),
+            // Growing, frames past the new size may still hold pages a resizer that died left.
+            None => inner.set_size(old, want),
+        };
+        if done.is_ok() && want > old && inner.set_ways().is_none() {
             // Listed free, so the next misses take them first (whatever the policy's order,
             // which has never seen them).
             for f in old as u32..want as u32 {
@@ -73,30 +80,59 @@ impl SharedCache {
 }
 
 impl Inner {
+    /// Whether frame `f` is in use: below the size, or, with page sets, among the ways in use
+    /// of its set (`Active::ways`).
+    pub(crate) fn in_use(&self, f: u32) -> bool {
+        match self.set_ways() {
+            Some(ways) => (f as usize % ways) < self.active_ways(),
+            None => (f as usize) < self.view.active(),
+        }
+    }
+
+    /// The ways of each set in use (all of them without a resize; `usize::MAX` without sets).
+    pub(crate) fn active_ways(&self) -> usize {
+        // Acquire: pairs with a resize's stores.
+        match self.view.header().active.ways.load(Ordering::Acquire) {
+            0 => usize::MAX,
+            w => w as usize,
+        }
+    }
+
+    /// With page sets, the ways of a set (a whole one's); None without.
+    fn set_ways(&self) -> Option<usize> {
+        (self.techniques & technique::SET_ASSOC != 0).then(|| self.view.header().set_ways() as usize)
+    }
+
+    /// With page sets of `ways` ways: makes the first `want / sets` ways of each set (at least
+    /// one) the frames in use, and empties every other frame (those a resizer that died left
+    /// too).
+    fn set_set_ways(&self, ways: usize, want: usize) -> Result<()> {
+        let view = &self.view;
+        let n = view.n_frames;
+        let sets = n.div_ceil(ways);
+        let keep = (want / sets).clamp(1, ways);
+        let (old_ways, old_frames) = (view.header().active.ways.load(Ordering::Acquire), view.active());
+        // Frames in use: `keep` of each whole set, and of the last (which may be smaller).
+        let frames = (0..n).filter(|f| f % ways < keep).count();
+        // SeqCst: before our locks of the frames out of use (the module's invariant).
+        view.header().active.ways.store(keep as u32, Ordering::SeqCst);
+        view.header().active.frames.store(frames as u32, Ordering::SeqCst);
+        let left: Vec<u32> = (0..n as u32).filter(|&f| f as usize % ways >= keep).collect();
+        self.vacate_all(left).inspect_err(|_| {
+            view.header().active.ways.store(old_ways, Ordering::SeqCst);
+            view.header().active.frames.store(old_frames as u32, Ordering::SeqCst);
+        })
+    }
+
     /// Makes `new` the frames in use (`old` before) and empties every frame past it (past the
     /// old size too: a resizer that died may have left pages there).
     fn set_size(&self, old: usize, new: usize) -> Result<()> {
         let view = &self.view;
         // SeqCst: before our locks of the frames past it (the module's invariant).
         view.header().active.frames.store(new as u32, Ordering::SeqCst);
-        let mut left: Vec<u32> = (new as u32..view.n_frames as u32).collect();
-        let deadline = Instant::now() + SHRINK_PATIENCE;
-        loop {
-            left.retain(|&f| !self.vacate(f));
-            if left.is_empty() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                view.header().active.frames.store(old as u32, Ordering::SeqCst);
-                return Err(Error::new(
-                    ErrorKind::Busy,
-                    format!(
-                        "{} frames past the new size hold pinned pages, or dirty ones this process cannot write",
-                        left.len()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if let Err(e) = self.vacate_all((new as u32..view.n_frames as u32).collect()) {
+            view.header().active.frames.store(old as u32, Ordering::SeqCst);
+            return Err(e);
         }
         // Only a private cache's memory is given back: an optimistic reader that found a frame
         // before it was emptied may still copy from it (and fail its version check after),
@@ -120,7 +156,29 @@ impl Inner {
         Ok(())
     }
 
-    /// Empties frame `f`, past the frames in use: true once it holds no page. A dirty page is
+    /// Empties the frames of `left`, out of use, within `SHRINK_PATIENCE`; `Busy` if some
+    /// stay held (the caller restores the size).
+    fn vacate_all(&self, mut left: Vec<u32>) -> Result<()> {
+        let deadline = Instant::now() + SHRINK_PATIENCE;
+        loop {
+            left.retain(|&f| !self.vacate(f));
+            if left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{} frames past the new size hold pinned pages, or dirty ones this process cannot write",
+                        left.len()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Empties frame `f`, out of the frames in use: true once it holds no page. A dirty page is
     /// written back first (by us if we can write its file, else asked of the service), a
     /// pinned one waited for (false until then).
     fn vacate(&self, f: u32) -> bool {
@@ -169,10 +227,16 @@ mod tests {
         SharedConfig { memory: 64 * 4096, readahead: 0, dirty_ratios: (0.99, 1.0), policy, ..small() }
     }
 
-    /// A shrink empties every frame past the new size, writing its dirty pages back first,
-    /// and misses then take frames below it only; growing back, they take the others again.
-    /// Every byte written is read back, and on disk after a sync. Through a cache whose frames
-    /// are in its segment and a private one, with the clock hand and S3-FIFO's queues.
+    /// With `set_ways` ways per set: 8 sets of 8 in `sixty_four`'s frames.
+    fn in_sets(config: SharedConfig) -> SharedConfig {
+        SharedConfig { index: crate::index::IndexKind::SetAssoc, set_ways: 8, ..config }
+    }
+
+    /// A shrink empties every frame past the new size (with page sets, every way of a set past
+    /// the ways kept), writing its dirty pages back first, and misses then take frames in use
+    /// only; growing back, they take the others again. Every byte written is read back, and on
+    /// disk after a sync. Through a cache whose frames are in its segment and a private one,
+    /// with the clock hand, S3-FIFO's queues, and sets under CLOCK and LRU.
     #[test]
     fn a_smaller_cache_keeps_no_page_past_its_frames_and_loses_no_byte() {
         let dir = tempfile::tempdir().unwrap();
@@ -180,11 +244,15 @@ mod tests {
         std::fs::write(&a, b"").unwrap();
         std::fs::write(&b, (0..96 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
         let data: Vec<u8> = (0..48 * 4096u32).map(|i| (i.wrapping_mul(31) >> 7) as u8).collect();
-        for (policy, private) in
-            [(PolicyKind::Clock, false), (PolicyKind::S3Fifo, false), (PolicyKind::Clock, true)]
-        {
-            let what = format!("{policy:?}, private {private}");
-            let config = sixty_four(policy);
+        for (policy, private, sets) in [
+            (PolicyKind::Clock, false, false),
+            (PolicyKind::S3Fifo, false, false),
+            (PolicyKind::Clock, true, false),
+            (PolicyKind::Clock, false, true),
+            (PolicyKind::Lru, true, true),
+        ] {
+            let what = format!("{policy:?}, private {private}, sets {sets}");
+            let config = if sets { in_sets(sixty_four(policy)) } else { sixty_four(policy) };
             let cache =
                 if private { SharedCache::create_private(&config) } else { SharedCache::create(&config) }
                     .unwrap();
@@ -198,7 +266,11 @@ mod tests {
             assert_eq!((cache.memory(), cache.status().stats.frames), (24 * 4096, 24), "{what}");
             assert_eq!(cache.config().memory, 64 * 4096, "{what}: made with");
             let frames = cache.inner.view.frames();
-            let past = |from: usize| frames[from..].iter().filter(|m| m.key() != 0 || m.home() != 0).count();
+            // Out of use at 24 frames: past the 24th, or, in 8 sets of 8, past each set's 3rd.
+            let out = |f: usize| if sets { f % 8 >= 3 } else { f >= 24 };
+            let past = |_: usize| {
+                frames.iter().enumerate().filter(|(f, m)| out(*f) && (m.key() != 0 || m.home() != 0)).count()
+            };
             assert_eq!(past(24), 0, "{what}: pages past the new size");
             for p in 0..96 {
                 fb.read_at(&mut page, p * 4096).unwrap();
@@ -225,7 +297,7 @@ mod tests {
     }
 
     /// A pinned page past the new size keeps a shrink from finishing: `Busy`, the size as it
-    /// was, the page still there; unpinned, the shrink goes through. Not with page sets.
+    /// was, the page still there; unpinned, the shrink goes through. Not with NUMA partitions.
     #[test]
     fn a_pinned_page_past_the_new_size_fails_a_shrink_that_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -244,25 +316,24 @@ mod tests {
         assert_eq!(pinned[..], vec![63u8; 4096][..]);
         drop(pinned);
         assert_eq!(cache.resize(16 * 4096).unwrap(), 16 * 4096);
-        let sets = SharedConfig {
-            index: crate::index::IndexKind::SetAssoc,
-            set_ways: 8,
-            ..sixty_four(PolicyKind::Clock)
-        };
-        let e = SharedCache::create(&sets).unwrap().resize(16 * 4096).unwrap_err();
+        let nodes = super::super::numa::SharedNuma::Described(vec![vec![0], vec![1]]);
+        let numa = SharedConfig { numa: nodes, ..sixty_four(PolicyKind::Clock) };
+        let e = SharedCache::create(&numa).unwrap().resize(16 * 4096).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     }
 
     /// Resizes back and forth while three threads read and write a file twice the cache, with
-    /// sampled LRU and with S3-FIFO's queues: no
+    /// sampled LRU, with S3-FIFO's queues, and with LRU in sets: no
     /// read sees a page torn, every page ends as its last write left it, and after
     /// the last shrink no frame past the size holds a page.
     #[test]
     fn resizes_under_readers_and_writers_lose_and_tear_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        for policy in [PolicyKind::Lru, PolicyKind::S3Fifo] {
+        for (policy, sets) in [(PolicyKind::Lru, false), (PolicyKind::S3Fifo, false), (PolicyKind::Lru, true)]
+        {
             let config = SharedConfig { dirty_ratios: (0.5, 0.75), ..sixty_four(policy) };
+            let config = if sets { in_sets(config) } else { config };
             let cache = SharedCache::create(&config).unwrap();
             stress_own_pages(&cache, &p, 128, 3, None, |ops| {
                 for i in 0..60u64 {
@@ -271,16 +342,20 @@ mod tests {
                     while ops.load(Ordering::Relaxed) < until {
                         std::thread::yield_now();
                     }
-                    let bytes = if i % 2 == 0 { (16 + i % 7) * 4096 } else { 64 * 4096 };
+                    // In sets, whole ways of the 8 sets: 16 to 40 frames.
+                    let bytes =
+                        if i % 2 == 0 { (16 + (i % 7) * if sets { 8 } else { 1 }) * 4096 } else { 64 * 4096 };
                     match cache.resize(bytes) {
                         Ok(n) => assert_eq!(n, bytes),
                         Err(e) => assert_eq!(e.kind(), ErrorKind::Busy, "{e}"),
                     }
                 }
-                assert_eq!(cache.resize(20 * 4096).unwrap(), 20 * 4096);
+                assert_eq!(cache.resize(24 * 4096).unwrap(), 24 * 4096);
             });
             let frames = cache.inner.view.frames();
-            assert!(frames[20..].iter().all(|m| m.key() == 0 && m.home() == 0), "a page past the size");
+            let out = |f: usize| if sets { f % 8 >= 3 } else { f >= 24 };
+            let left = frames.iter().enumerate().filter(|(f, m)| out(*f) && (m.key() != 0 || m.home() != 0));
+            assert_eq!(left.count(), 0, "a page past the size");
             cache.check_index().unwrap();
         }
     }

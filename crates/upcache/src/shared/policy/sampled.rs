@@ -95,7 +95,7 @@ pub(super) fn claim(
             // Past a resize's new size (the area was measured before it): not allocated again.
             if m.holder().is_some()
                 || failed.contains(&f)
-                || f as usize >= inner.view.active()
+                || !inner.in_use(f)
                 || !inner.view.reserve(f as usize)
             {
                 continue;
