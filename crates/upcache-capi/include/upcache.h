@@ -278,7 +278,7 @@ int32_t upcache_sync(struct upcache_cache *cache);
 // `upcache_create_private`): `bytes` rounded down to whole pages, between 64 KiB and the
 // memory it was made with; shrinking writes back and drops the pages past the new size, and
 // fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
-// sets, in whole ways of every set (down to one); `UPCACHE_EUNSUPPORTED` with NUMA
+// sets, in whole ways of every set; `UPCACHE_EUNSUPPORTED` with NUMA
 // partitions. An array (`upcache_create`, `upcache_open`): only with the set-associative
 // index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
 //

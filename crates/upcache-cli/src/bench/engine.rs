@@ -348,24 +348,36 @@ pub struct UpcacheEngine {
     sims: Vec<Arc<SimDevice>>,
 }
 
-/// An upcache `IoQueue` over the engine's files.
-struct UpcacheQueue<'a> {
-    queue: upcache::IoQueue,
-    files: &'a [upcache::File],
-    done: Vec<upcache::Completion>,
+/// A queue over an engine's files (the two engines' queues have the same calls).
+macro_rules! queue_io {
+    ($(#[$doc:meta])* $name:ident, $queue:ty, $file:ty) => {
+        $(#[$doc])*
+        struct $name<'a> {
+            queue: $queue,
+            files: &'a [$file],
+            done: Vec<upcache::Completion>,
+        }
+
+        impl AsyncIo for $name<'_> {
+            fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()> {
+                let f = &self.files[file];
+                Ok(if write { self.queue.write(f, offset, buf, tag) } else { self.queue.read(f, offset, buf, tag) }?)
+            }
+
+            fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
+                self.queue.wait(min, &mut self.done);
+                out.extend(self.done.drain(..).map(completed));
+            }
+        }
+    };
 }
 
-impl AsyncIo for UpcacheQueue<'_> {
-    fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()> {
-        let f = &self.files[file];
-        Ok(if write { self.queue.write(f, offset, buf, tag) } else { self.queue.read(f, offset, buf, tag) }?)
-    }
-
-    fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
-        self.queue.wait(min, &mut self.done);
-        out.extend(self.done.drain(..).map(completed));
-    }
-}
+queue_io!(
+    /// An upcache `IoQueue` over the engine's files.
+    UpcacheQueue,
+    upcache::IoQueue,
+    upcache::File
+);
 
 /// Files the library keeps in each device directory besides the backing files (which
 /// `remove_file` deletes) and the metadata logs (`is_metadata_log`). The library has no
@@ -696,24 +708,12 @@ pub struct SharedEngine {
     queued: Option<usize>,
 }
 
-/// A shared cache's queue over the engine's files.
-struct SharedQueueIo<'a> {
-    queue: upcache::shared::SharedQueue,
-    files: &'a [Arc<upcache::shared::SharedFile>],
-    done: Vec<upcache::Completion>,
-}
-
-impl AsyncIo for SharedQueueIo<'_> {
-    fn submit(&mut self, file: usize, offset: u64, buf: Vec<u8>, write: bool, tag: u64) -> Result<()> {
-        let f = &self.files[file];
-        Ok(if write { self.queue.write(f, offset, buf, tag) } else { self.queue.read(f, offset, buf, tag) }?)
-    }
-
-    fn wait(&mut self, min: usize, out: &mut Vec<AsyncDone>) {
-        self.queue.wait(min, &mut self.done);
-        out.extend(self.done.drain(..).map(completed));
-    }
-}
+queue_io!(
+    /// A shared cache's queue over the engine's files.
+    SharedQueueIo,
+    upcache::shared::SharedQueue,
+    Arc<upcache::shared::SharedFile>
+);
 
 /// A queue's completion as the workers count it: a short transfer is an error.
 fn completed(c: upcache::Completion) -> AsyncDone {

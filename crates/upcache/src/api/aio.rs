@@ -72,6 +72,40 @@ mod sealed {
         fn sync(file: &Self::File, all: bool) -> Result<()>;
     }
 
+    /// The calls both engines' queues and files have alike, passed on.
+    macro_rules! forward_to_queue {
+        ($queue:ty, $file:ty) => {
+            fn read(q: &mut $queue, file: &$file, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+                q.read(file, offset, buf, tag)
+            }
+            fn write(q: &mut $queue, file: &$file, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
+                q.write(file, offset, buf, tag)
+            }
+            fn wait(q: &mut $queue, min: usize, out: &mut Vec<Completion>) -> usize {
+                q.wait(min, out)
+            }
+            fn in_flight(q: &$queue) -> usize {
+                q.in_flight()
+            }
+            fn depth(q: &$queue) -> usize {
+                q.depth()
+            }
+            fn set_doorbell(q: &mut $queue, fd: std::os::fd::RawFd) {
+                q.set_doorbell(fd)
+            }
+            fn doorbell_works(q: &mut $queue) -> bool {
+                q.doorbell_works()
+            }
+            fn sync(file: &$file, all: bool) -> Result<()> {
+                if all {
+                    file.sync_all()
+                } else {
+                    file.sync_data()
+                }
+            }
+        };
+    }
+
     impl Engine for InProcess {
         type File = File;
         type Queue = IoQueue;
@@ -84,34 +118,7 @@ mod sealed {
             }
             super::super::file::end_of(offset, len).map(|_| ())
         }
-        fn read(q: &mut IoQueue, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
-            q.read(file, offset, buf, tag)
-        }
-        fn write(q: &mut IoQueue, file: &File, offset: u64, buf: Vec<u8>, tag: u64) -> Result<()> {
-            q.write(file, offset, buf, tag)
-        }
-        fn wait(q: &mut IoQueue, min: usize, out: &mut Vec<Completion>) -> usize {
-            q.wait(min, out)
-        }
-        fn in_flight(q: &IoQueue) -> usize {
-            q.in_flight()
-        }
-        fn depth(q: &IoQueue) -> usize {
-            q.depth()
-        }
-        fn set_doorbell(q: &mut IoQueue, fd: std::os::fd::RawFd) {
-            q.set_doorbell(fd)
-        }
-        fn doorbell_works(q: &mut IoQueue) -> bool {
-            q.doorbell_works()
-        }
-        fn sync(file: &File, all: bool) -> Result<()> {
-            if all {
-                file.sync_all()
-            } else {
-                file.sync_data()
-            }
-        }
+        forward_to_queue!(IoQueue, File);
     }
 
     #[cfg(not(loom))]
@@ -121,46 +128,7 @@ mod sealed {
         fn check(cache: usize, file: &Arc<SharedFile>, offset: u64, len: usize) -> Result<()> {
             file.check_queued(cache, offset, len)
         }
-        fn read(
-            q: &mut SharedQueue,
-            file: &Arc<SharedFile>,
-            offset: u64,
-            buf: Vec<u8>,
-            tag: u64,
-        ) -> Result<()> {
-            q.read(file, offset, buf, tag)
-        }
-        fn write(
-            q: &mut SharedQueue,
-            file: &Arc<SharedFile>,
-            offset: u64,
-            buf: Vec<u8>,
-            tag: u64,
-        ) -> Result<()> {
-            q.write(file, offset, buf, tag)
-        }
-        fn wait(q: &mut SharedQueue, min: usize, out: &mut Vec<Completion>) -> usize {
-            q.wait(min, out)
-        }
-        fn in_flight(q: &SharedQueue) -> usize {
-            q.in_flight()
-        }
-        fn depth(q: &SharedQueue) -> usize {
-            q.depth()
-        }
-        fn set_doorbell(q: &mut SharedQueue, fd: std::os::fd::RawFd) {
-            q.set_doorbell(fd)
-        }
-        fn doorbell_works(q: &mut SharedQueue) -> bool {
-            q.doorbell_works()
-        }
-        fn sync(file: &Arc<SharedFile>, all: bool) -> Result<()> {
-            if all {
-                file.sync_all()
-            } else {
-                file.sync_data()
-            }
-        }
+        forward_to_queue!(SharedQueue, Arc<SharedFile>);
     }
 }
 

@@ -401,22 +401,8 @@ impl File {
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
-    pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
-        while !buf.is_empty() {
-            match self.read_at(buf, offset)? {
-                0 => {
-                    return Err(Error::new(
-                        ErrorKind::UnexpectedEof,
-                        format!("end of file {:?} at {offset}", self.file.name),
-                    ))
-                }
-                n => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-            }
-        }
-        Ok(())
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        crate::file::read_exact(buf, offset, &self.file.name, |b, at| self.read_at(b, at))
     }
 
     /// Writes all of `buf` at `offset`.

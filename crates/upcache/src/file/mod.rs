@@ -11,6 +11,28 @@
 //! (It does not let a partial write of a page past the end skip reading it: see `Fill::Read`.)
 
 pub(crate) mod chunk;
+
+/// Reads exactly `buf.len()` bytes at `offset` with `read_at` (a file's, by either engine),
+/// until a short read says the file (`name`) ends first: `UnexpectedEof`.
+pub(crate) fn read_exact(
+    mut buf: &mut [u8],
+    mut offset: u64,
+    name: &str,
+    mut read_at: impl FnMut(&mut [u8], u64) -> Result<usize>,
+) -> Result<()> {
+    while !buf.is_empty() {
+        match read_at(buf, offset)? {
+            0 => {
+                return Err(Error::new(ErrorKind::UnexpectedEof, format!("end of file {name:?} at {offset}")))
+            }
+            n => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
 pub mod range_lock;
 pub mod stream;
 pub(crate) mod streams;

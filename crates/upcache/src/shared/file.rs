@@ -1330,22 +1330,8 @@ impl SharedFile {
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`; `UnexpectedEof` if the file ends first.
-    pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
-        while !buf.is_empty() {
-            match self.read_at(buf, offset)? {
-                0 => {
-                    return Err(Error::new(
-                        ErrorKind::UnexpectedEof,
-                        format!("end of file {} at {offset}", self.name),
-                    ))
-                }
-                n => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-            }
-        }
-        Ok(())
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        crate::file::read_exact(buf, offset, &self.name, |b, at| self.read_at(b, at))
     }
 
     /// Writes all of `buf` at `offset`.

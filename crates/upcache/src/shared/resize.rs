@@ -40,9 +40,9 @@ impl SharedCache {
     /// fails with `Busy`, the size unchanged, if pinned pages, dirty pages of files this
     /// process cannot write that no writer or the service wrote back, or frames stopped
     /// processes hold, stay there for 2 s. With page sets the size is in whole ways of every
-    /// set (a page stays in its set; the sets' associativity is what changes), down to one.
-    /// `Unsupported` with NUMA partitions, whose frames are placed by node. Returns the bytes
-    /// of frames now in use.
+    /// set (a page stays in its set; the sets' associativity is what changes): as many as
+    /// fit, 64 KiB at least. `Unsupported` with NUMA partitions, whose frames are placed by
+    /// node. Returns the bytes of frames now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
         let inner = &self.inner;
         inner.check_service()?;
@@ -103,17 +103,23 @@ impl Inner {
         (self.techniques & technique::SET_ASSOC != 0).then(|| self.view.header().set_ways() as usize)
     }
 
-    /// With page sets of `ways` ways: makes the first `want / sets` ways of each set (at least
-    /// one) the frames in use, and empties every other frame (those a resizer that died left
-    /// too).
+    /// With page sets of `ways` ways: makes the first ways of each set the frames in use, as
+    /// many as fit in `want` frames (64 KiB at least), and empties every other frame (those a
+    /// resizer that died left too).
     fn set_set_ways(&self, ways: usize, want: usize) -> Result<()> {
         let view = &self.view;
         let n = view.n_frames;
-        let sets = n.div_ceil(ways);
-        let keep = (want / sets).clamp(1, ways);
+        // Frames in use with `k` ways kept: `k` of each whole set, and of the last (which may
+        // be smaller).
+        let (full, rest) = (n / ways, n % ways);
+        let frames_with = |k: usize| full * k + k.min(rest);
+        // The most ways whose frames fit in `want` (all of them for the whole size), but no
+        // fewer than make the smallest cache.
+        let least = (1..=ways).find(|&k| frames_with(k) >= MIN_FRAMES.min(n)).unwrap_or(ways);
+        let keep = (1..=ways).rev().find(|&k| frames_with(k) <= want).unwrap_or(1).max(least);
         let (old_ways, old_frames) = (view.header().active.ways.load(Ordering::Acquire), view.active());
-        // Frames in use: `keep` of each whole set, and of the last (which may be smaller).
-        let frames = (0..n).filter(|f| f % ways < keep).count();
+        let frames = frames_with(keep);
+        debug_assert_eq!(frames, (0..n).filter(|f| f % ways < keep).count());
         // SeqCst: before our locks of the frames out of use (the module's invariant).
         view.header().active.ways.store(keep as u32, Ordering::SeqCst);
         view.header().active.frames.store(frames as u32, Ordering::SeqCst);
@@ -169,7 +175,7 @@ impl Inner {
                 return Err(Error::new(
                     ErrorKind::Busy,
                     format!(
-                        "{} frames past the new size hold pinned pages, or dirty ones this process cannot write",
+                        "{} frames out of use at the new size hold pinned pages, or dirty ones this process cannot write",
                         left.len()
                     ),
                 ));
@@ -296,6 +302,23 @@ mod tests {
         }
     }
 
+    /// Frames that are no multiple of the ways (64 in sets of 12: 5 whole and one of 4): a
+    /// resize keeps the most ways that fit, and the whole size is every way of every set,
+    /// so a cache grows back to all its frames.
+    #[test]
+    fn page_sets_of_any_size_resize_to_whole_ways_and_back_to_all_frames() {
+        let config = SharedConfig { set_ways: 12, ..in_sets(sixty_four(PolicyKind::Clock)) };
+        let cache = SharedCache::create(&config).unwrap();
+        assert_eq!(cache.resize(64 * 4096).unwrap(), 64 * 4096, "the whole size: every way");
+        // 7 ways: 5 * 7 + 4 (the last set has 4) = 39 frames; 8 ways would be 44.
+        assert_eq!(cache.resize(40 * 4096).unwrap(), 39 * 4096);
+        assert_eq!(cache.inner.active_ways(), 7);
+        // 64 KiB at least: 3 ways, 5 * 3 + 3 = 18 frames (2 ways would be 12).
+        assert_eq!(cache.resize(0).unwrap(), 18 * 4096);
+        assert_eq!(cache.resize(1 << 30).unwrap(), 64 * 4096, "grown back to every frame");
+        assert!((0..64).all(|f| cache.inner.in_use(f)));
+    }
+
     /// A pinned page past the new size keeps a shrink from finishing: `Busy`, the size as it
     /// was, the page still there; unpinned, the shrink goes through. Not with NUMA partitions.
     #[test]
@@ -342,7 +365,7 @@ mod tests {
                     while ops.load(Ordering::Relaxed) < until {
                         std::thread::yield_now();
                     }
-                    // In sets, whole ways of the 8 sets: 16 to 40 frames.
+                    // In sets, whole ways of the 8 sets: 16 to 64 frames.
                     let bytes =
                         if i % 2 == 0 { (16 + (i % 7) * if sets { 8 } else { 1 }) * 4096 } else { 64 * 4096 };
                     match cache.resize(bytes) {

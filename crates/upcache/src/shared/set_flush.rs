@@ -30,7 +30,8 @@ impl SharedCache {
                 continue;
             }
             let set = sets.frames_of(s);
-            let n = set.len() as u32;
+            // Its ways in use only, as its claims (`resize.rs`).
+            let n = set.len().min(inner.active_ways()) as u32;
             for i in 0..(n / 2).max(1) {
                 let f = set.start as u32 + hand.wrapping_add(i) % n;
                 let m = &frames[f as usize];

@@ -100,7 +100,9 @@ pub(super) fn claim(
             {
                 continue;
             }
-            let r = rank(&s, m, f, order);
+            // An emptied frame (a way a resize gave back) keeps the rank of its last page:
+            // it goes first, whatever that was.
+            let r = if m.key() == 0 && m.home() == 0 { 0 } else { rank(&s, m, f, order) };
             if m.flags() & DIRTY != 0 && defer(m.key()) {
                 if deferred.is_none_or(|(_, d)| r < d) {
                     deferred = Some((f, r));
