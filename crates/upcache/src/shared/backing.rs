@@ -13,6 +13,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
+use super::bounce::Bounce;
 use super::frame::PAGE;
 use super::held::HeldFd;
 use crate::error::{Error, ErrorKind, Result};
@@ -223,7 +224,10 @@ impl ArrayFile {
         bundled: bool,
     ) -> std::io::Result<()> {
         let runs = self.device_runs(first, pages.len(), bundled);
-        let results: Vec<std::io::Result<usize>> = {
+        let ring = ring.filter(|_| self.simulated.is_none() && runs.len() > 1);
+        let results: Vec<std::io::Result<usize>> = if let Some(ring) = ring {
+            Self::read_bounced(&runs, pages, |reads| ring.read_batch(reads), |r| self.fd(r.dev))
+        } else {
             let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
             let mut rest: &mut [&mut [u8]] = pages;
             let mut taken = 0;
@@ -246,12 +250,7 @@ impl ArrayFile {
                     .zip(bufs.iter_mut())
                     .map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..]))
                     .collect();
-                match ring.filter(|_| reads.len() > 1) {
-                    Some(ring) => ring.read_batch(&mut reads),
-                    None => {
-                        reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect()
-                    }
-                }
+                reads.iter_mut().map(|(fd, at, b)| crate::io::sys::preadv_all(*fd, *at, b)).collect()
             }
         };
         // Past a device file's end, a hole: zeros, counted on the pages themselves (a short
@@ -263,6 +262,45 @@ impl ArrayFile {
             }
         }
         Ok(())
+    }
+
+    /// `runs` (of `pages`) read by `batch` (a ring's, which may end after a kill: `bounce.rs`)
+    /// into a bounce, then copied into the frames: each run's bytes read, or its error.
+    fn read_bounced(
+        runs: &[DeviceRun],
+        pages: &mut [&mut [u8]],
+        batch: impl FnOnce(&mut [(RawFd, u64, &mut [IoSliceMut<'_>])]) -> Vec<std::io::Result<usize>>,
+        fd: impl Fn(&DeviceRun) -> RawFd,
+    ) -> Vec<std::io::Result<usize>> {
+        let mut bounce = Bounce::new(pages.len());
+        let results = {
+            let mut rest: Vec<&mut [u8]> = Vec::with_capacity(pages.len());
+            let base = bounce.page(0);
+            for i in 0..pages.len() {
+                // SAFETY: page `i` of the bounce, which we own; the pages do not overlap.
+                rest.push(unsafe { std::slice::from_raw_parts_mut(base.add(i * PAGE), PAGE) });
+            }
+            let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
+            let mut left: &mut [&mut [u8]] = &mut rest;
+            let mut taken = 0;
+            for r in runs {
+                let (mine, after) = std::mem::take(&mut left).split_at_mut(r.pages.end - taken);
+                taken = r.pages.end;
+                left = after;
+                bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
+            }
+            let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
+                runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (fd(r), r.at, &mut b[..])).collect();
+            batch(&mut reads)
+        };
+        for (r, got) in runs.iter().zip(&results) {
+            let Ok(got) = got else { continue };
+            // The pages the read reached; the rest are zeroed by the caller.
+            for p in r.pages.clone().take(got.div_ceil(PAGE)) {
+                pages[p].copy_from_slice(bounce.page_mut(p));
+            }
+        }
+        results
     }
 
     /// The writes of a run of whole frames `bufs` holding pages `first..` of the file: one

@@ -29,6 +29,7 @@
 mod ahead;
 mod array;
 mod backing;
+mod bounce;
 mod bypass;
 mod chunk;
 mod file;

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::backing::Backing;
+use super::bounce::Bounce;
 use super::frame::{PAGE, RUN_PAGES};
 use super::index::Placed;
 use super::layout::technique;
@@ -83,47 +84,6 @@ struct Load {
     /// usual way.
     os_direct: bool,
     queued: Instant,
-}
-
-/// Page-aligned memory of this process's own for a ring's read of `pages` pages (aligned for
-/// `O_DIRECT`): see "A kill" above.
-struct Bounce {
-    at: std::ptr::NonNull<u8>,
-    pages: usize,
-}
-
-// SAFETY: the memory is owned by the value alone (allocated in `new`, freed in `drop`); the
-// kernel writes into it only while its load is in flight, and the load's owner never reads it
-// until the reap: nothing ties it to a thread.
-unsafe impl Send for Bounce {}
-
-impl Bounce {
-    fn layout(pages: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(pages * PAGE, PAGE).expect("a run's size fits")
-    }
-
-    fn new(pages: usize) -> Bounce {
-        let layout = Self::layout(pages);
-        // SAFETY: the layout's size is at least one page, not zero.
-        let at = unsafe { std::alloc::alloc(layout) };
-        let at = std::ptr::NonNull::new(at).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Bounce { at, pages }
-    }
-
-    /// Page `i`'s address.
-    fn page(&self, i: usize) -> *mut u8 {
-        debug_assert!(i < self.pages);
-        // SAFETY: within the allocation (`i < pages`).
-        unsafe { self.at.as_ptr().add(i * PAGE) }
-    }
-}
-
-impl Drop for Bounce {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; no read is in flight into it (a load's
-        // bounce drops after its reap, and a queue's drop reaps every load first).
-        unsafe { std::alloc::dealloc(self.at.as_ptr(), Self::layout(self.pages)) }
-    }
 }
 
 /// Bounces kept for reuse per size class (pages, a power of two), at most this many each.

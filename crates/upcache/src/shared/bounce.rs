@@ -1,0 +1,56 @@
+//! Page-aligned memory of a process's own that an io_uring read lands in before its pages are
+//! copied into frames. At exit the kernel waits for only some of a process's io_uring
+//! requests (those on io_uring files), so an `O_DIRECT` read of a process killed while it
+//! waited may complete after it is gone; by then a repairer may have given its frames to
+//! other pages. Read into a bounce, such a late read lands in the dead process's memory and
+//! never in the segment. (A blocking `preadv` ends before its thread dies.)
+
+use super::frame::PAGE;
+
+/// Page-aligned memory of this process's own for a ring's read of `pages` pages (aligned for
+/// `O_DIRECT`).
+pub(crate) struct Bounce {
+    at: std::ptr::NonNull<u8>,
+    pub(crate) pages: usize,
+}
+
+// SAFETY: the memory is owned by the value alone (allocated in `new`, freed in `drop`); the
+// kernel writes into it only while its load is in flight, and the load's owner never reads it
+// until the reap: nothing ties it to a thread.
+unsafe impl Send for Bounce {}
+
+impl Bounce {
+    fn layout(pages: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(pages * PAGE, PAGE).expect("a run's size fits")
+    }
+
+    pub(crate) fn new(pages: usize) -> Bounce {
+        assert!(pages > 0, "a bounce of no page");
+        let layout = Self::layout(pages);
+        // SAFETY: the layout's size is at least one page, not zero.
+        let at = unsafe { std::alloc::alloc(layout) };
+        let at = std::ptr::NonNull::new(at).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Bounce { at, pages }
+    }
+
+    /// Page `i` as a slice, for a read into it.
+    pub(crate) fn page_mut(&mut self, i: usize) -> &mut [u8] {
+        // SAFETY: page `i` of the allocation, which `&mut self` makes ours alone.
+        unsafe { std::slice::from_raw_parts_mut(self.page(i), PAGE) }
+    }
+
+    /// Page `i`'s address.
+    pub(crate) fn page(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.pages);
+        // SAFETY: within the allocation (`i < pages`).
+        unsafe { self.at.as_ptr().add(i * PAGE) }
+    }
+}
+
+impl Drop for Bounce {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; no read is in flight into it (its owner
+        // drops it only once the read is reaped: a queue's load, `Backing::load`'s batch).
+        unsafe { std::alloc::dealloc(self.at.as_ptr(), Self::layout(self.pages)) }
+    }
+}
