@@ -80,8 +80,8 @@ struct Request {
 ///
 /// Reads in flight hold their pages locked, so threads that need those pages wait for this
 /// queue to reap them: reap promptly. The owning thread too: a blocking call on the cache
-/// (a read, a write, another queue's) between a submission and its reap may wait for itself. Dropping the queue ends its reads and drops what they
-/// hold; their completions are lost.
+/// (a read, a write, another queue's) between a submission and its reap may wait for itself.
+/// Dropping the queue ends its reads and drops what they hold; their completions are lost.
 pub struct IoQueue {
     ring: Box<dyn EngineQueue>,
     cache: Arc<CacheInner>,

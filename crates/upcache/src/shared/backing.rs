@@ -226,17 +226,9 @@ impl ArrayFile {
         let runs = self.device_runs(first, pages.len(), bundled);
         let ring = ring.filter(|_| self.simulated.is_none() && runs.len() > 1);
         let results: Vec<std::io::Result<usize>> = if let Some(ring) = ring {
-            Self::read_bounced(&runs, pages, |reads| ring.read_batch(reads), |r| self.fd(r.dev))
+            self.read_bounced(&runs, pages, ring)
         } else {
-            let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
-            let mut rest: &mut [&mut [u8]] = pages;
-            let mut taken = 0;
-            for r in &runs {
-                let (mine, after) = std::mem::take(&mut rest).split_at_mut(r.pages.end - taken);
-                taken = r.pages.end;
-                rest = after;
-                bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
-            }
+            let mut bufs = run_slices(&runs, pages);
             if let Some(engine) = &self.simulated {
                 let mut reqs: Vec<IoReq<'_, '_>> = runs
                     .iter()
@@ -264,40 +256,27 @@ impl ArrayFile {
         Ok(())
     }
 
-    /// `runs` (of `pages`) read by `batch` (a ring's, which may end after a kill: `bounce.rs`)
+    /// `runs` (of `pages`) read by `ring`'s batch (which may end after a kill: `bounce.rs`)
     /// into a bounce, then copied into the frames: each run's bytes read, or its error.
     fn read_bounced(
+        &self,
         runs: &[DeviceRun],
         pages: &mut [&mut [u8]],
-        batch: impl FnOnce(&mut [(RawFd, u64, &mut [IoSliceMut<'_>])]) -> Vec<std::io::Result<usize>>,
-        fd: impl Fn(&DeviceRun) -> RawFd,
+        ring: &UringEngine,
     ) -> Vec<std::io::Result<usize>> {
         let mut bounce = Bounce::new(pages.len());
         let results = {
-            let mut rest: Vec<&mut [u8]> = Vec::with_capacity(pages.len());
-            let base = bounce.page(0);
-            for i in 0..pages.len() {
-                // SAFETY: page `i` of the bounce, which we own; the pages do not overlap.
-                rest.push(unsafe { std::slice::from_raw_parts_mut(base.add(i * PAGE), PAGE) });
-            }
-            let mut bufs: Vec<Vec<IoSliceMut<'_>>> = Vec::with_capacity(runs.len());
-            let mut left: &mut [&mut [u8]] = &mut rest;
-            let mut taken = 0;
-            for r in runs {
-                let (mine, after) = std::mem::take(&mut left).split_at_mut(r.pages.end - taken);
-                taken = r.pages.end;
-                left = after;
-                bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
-            }
+            let mut into = bounce.pages_mut();
+            let mut bufs = run_slices(runs, &mut into);
             let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> =
-                runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (fd(r), r.at, &mut b[..])).collect();
-            batch(&mut reads)
+                runs.iter().zip(bufs.iter_mut()).map(|(r, b)| (self.fd(r.dev), r.at, &mut b[..])).collect();
+            ring.read_batch(&mut reads)
         };
         for (r, got) in runs.iter().zip(&results) {
             let Ok(got) = got else { continue };
             // The pages the read reached; the rest are zeroed by the caller.
             for p in r.pages.clone().take(got.div_ceil(PAGE)) {
-                pages[p].copy_from_slice(bounce.page_mut(p));
+                pages[p].copy_from_slice(bounce.page_bytes(p));
             }
         }
         results
@@ -454,4 +433,19 @@ impl ArrayFile {
         meta.checkpoint_if_wanted();
         Ok(())
     }
+}
+
+/// `pages` cut into one vector of buffers per run of `runs` (which cover them in order), for a
+/// vectored read each.
+fn run_slices<'a>(runs: &[DeviceRun], pages: &'a mut [&mut [u8]]) -> Vec<Vec<IoSliceMut<'a>>> {
+    let mut bufs = Vec::with_capacity(runs.len());
+    let mut rest: &mut [&mut [u8]] = pages;
+    let mut taken = 0;
+    for r in runs {
+        let (mine, after) = std::mem::take(&mut rest).split_at_mut(r.pages.end - taken);
+        taken = r.pages.end;
+        rest = after;
+        bufs.push(mine.iter_mut().map(|p| IoSliceMut::new(p)).collect());
+    }
+    bufs
 }

@@ -33,10 +33,20 @@ impl Bounce {
         Bounce { at, pages }
     }
 
-    /// Page `i` as a slice, for a read into it.
-    pub(crate) fn page_mut(&mut self, i: usize) -> &mut [u8] {
-        // SAFETY: page `i` of the allocation, which `&mut self` makes ours alone.
-        unsafe { std::slice::from_raw_parts_mut(self.page(i), PAGE) }
+    /// Its pages, for a read into them (no read may be in flight into it meanwhile).
+    pub(crate) fn pages_mut(&mut self) -> Vec<&mut [u8]> {
+        // SAFETY: the whole allocation, which `&mut self` makes ours alone; no read is in
+        // flight into it (the caller's promise).
+        let all = unsafe { std::slice::from_raw_parts_mut(self.at.as_ptr(), self.pages * PAGE) };
+        all.chunks_mut(PAGE).collect()
+    }
+
+    /// Page `i`'s bytes, once no read is in flight into it.
+    pub(crate) fn page_bytes(&self, i: usize) -> &[u8] {
+        assert!(i < self.pages, "page {i} of a bounce of {}", self.pages);
+        // SAFETY: within the allocation; no read is in flight into it (the caller's promise),
+        // so nothing writes it while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.page(i), PAGE) }
     }
 
     /// Page `i`'s address.

@@ -675,7 +675,7 @@ impl SharedCache {
 
     /// An asynchronous queue of reads and writes onto this cache, `depth` requests deep
     /// (1 to [`crate::io::completion::MAX_DEPTH`]); its loads go through an io_uring of its own
-    /// (`SharedConfig::uring`), each read copies when its pages are in (`queue.rs`).
+    /// (`SharedConfig::io`), each read copies when its pages are in (`queue.rs`).
     pub fn queue(&self, depth: usize) -> Result<SharedQueue> {
         SharedQueue::new(self.inner.clone(), depth)
     }

@@ -94,17 +94,17 @@ const SPARE_BOUNCES: usize = 64;
 const PENDING_TRIES: u32 = 64;
 
 /// Where the loads' reads go: the queue's own ring, or, without io_uring (or with
-/// `SharedConfig::uring` off), a `preadv` at once, reported at the next reap.
+/// `SharedConfig::io` psync), a `preadv` at once, reported at the next reap.
 enum Ring {
     Uring(Box<UringQueue>),
     Inline(Vec<QueueCompletion>),
 }
 
 impl Ring {
-    /// Queues a read of `bufs` (whole frames) at `at` of `fd`, reported under `tag`.
+    /// Queues a read of `bufs` (whole pages of a bounce) at `at` of `fd`, reported under `tag`.
     ///
     /// # Safety
-    /// The frames must be ours (locked) and `fd` open until the completion is reaped.
+    /// The pages must be ours alone and `fd` open until the completion is reaped.
     unsafe fn push(&mut self, fd: RawFd, at: u64, bufs: &[*mut u8], tag: u64) {
         match self {
             // SAFETY: our caller's promise, passed on.
@@ -112,7 +112,7 @@ impl Ring {
             Ring::Inline(ready) => {
                 let mut slices: Vec<std::io::IoSliceMut<'_>> = bufs
                     .iter()
-                    // SAFETY: the caller holds the frames locked: their bytes are ours.
+                    // SAFETY: the caller's pages, ours alone until the reap.
                     .map(|&b| std::io::IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, PAGE) }))
                     .collect();
                 ready.push((tag, crate::io::sys::preadv_all(fd, at, &mut slices)));
@@ -595,10 +595,9 @@ impl SharedQueue {
                     // the frames are distinct, so the slices do not overlap.
                     .map(|&f| unsafe { std::slice::from_raw_parts_mut(inner.view.page(f), PAGE) })
                     .collect();
+                // The read is over (reaped): the bounce's pages are ours to read.
                 for (i, p) in pages.iter_mut().enumerate().take(got.div_ceil(PAGE)) {
-                    // SAFETY: the read is over (reaped), so the bounce's page is ours to read;
-                    // it does not overlap the frame.
-                    unsafe { std::ptr::copy_nonoverlapping(bounce.page(i), p.as_mut_ptr(), PAGE) };
+                    p.copy_from_slice(bounce.page_bytes(i));
                 }
                 inner.zero_past(&mut pages, file.slot, load.first * PAGE as u64, got);
                 // Copied by the CPU: the frames' lines are in its cache.
@@ -867,13 +866,10 @@ mod tests {
         assert_eq!(load.frames.len(), 4);
         let bounce = load.bounce.as_ref().expect("read into a bounce");
         for (i, &fr) in load.frames.iter().enumerate() {
-            // SAFETY: reads of pages the test's queue holds locked; nothing writes them.
-            let (frame, read) = unsafe {
-                (
-                    std::slice::from_raw_parts(cache.inner.view.page(fr), PAGE),
-                    std::slice::from_raw_parts(bounce.page(i), PAGE),
-                )
-            };
+            // SAFETY: a read of a frame the test's queue holds locked; nothing writes it.
+            let frame = unsafe { std::slice::from_raw_parts(cache.inner.view.page(fr), PAGE) };
+            // The psync read is over (done at the push).
+            let read = bounce.page_bytes(i);
             assert!(read == &bytes[i * PAGE..][..PAGE], "page {i} read into the bounce");
             assert!(frame.iter().all(|&b| b == 0), "frame of page {i} written before the reap");
         }
