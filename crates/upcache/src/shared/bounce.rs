@@ -1,14 +1,16 @@
 //! Page-aligned memory of a process's own that an io_uring read lands in before its pages are
-//! copied into frames. At exit the kernel waits for only some of a process's io_uring
-//! requests (those on io_uring files), so an `O_DIRECT` read of a process killed while it
-//! waited may complete after it is gone; by then a repairer may have given its frames to
-//! other pages. Read into a bounce, such a late read lands in the dead process's memory and
-//! never in the segment. (A blocking `preadv` ends before its thread dies.)
+//! copied into frames, and that write-back's io_uring writes take their pages from. At exit
+//! the kernel waits for only some of a process's io_uring requests (those on io_uring files),
+//! so an `O_DIRECT` request of a process killed while it waited may complete after it is
+//! gone; by then a repairer may have given its frames to other pages. Through a bounce, such
+//! a late read lands in the dead process's memory, and a late write writes the bytes it was
+//! given, never what the segment holds then. (A blocking `preadv`/`pwritev` ends before its
+//! thread dies.)
 
 use super::frame::PAGE;
 
-/// Page-aligned memory of this process's own for a ring's read of `pages` pages (aligned for
-/// `O_DIRECT`).
+/// Page-aligned memory of this process's own for a ring's read or write of `pages` pages
+/// (aligned for `O_DIRECT`).
 pub(crate) struct Bounce {
     at: std::ptr::NonNull<u8>,
     pub(crate) pages: usize,
@@ -59,8 +61,9 @@ impl Bounce {
 
 impl Drop for Bounce {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; no read is in flight into it (its owner
-        // drops it only once the read is reaped: a queue's load, `Backing::load`'s batch).
+        // SAFETY: allocated in `new` with this layout; no request is in flight on it (its owner
+        // drops it only once the request is reaped: a queue's load, `Backing::load`'s batch,
+        // write-back's batch).
         unsafe { std::alloc::dealloc(self.at.as_ptr(), Self::layout(self.pages)) }
     }
 }

@@ -302,13 +302,39 @@ impl Inner {
         }
         if runs && pieces.len() > 1 {
             if let Some(ring) = self.ring() {
-                let writes: Vec<_> = pieces.iter().map(|p| (p.fd, p.at, &p.bufs[..])).collect();
                 // Relaxed: a counter.
                 self.view.header().write_back_batches.fetch_add(1, Ordering::Relaxed);
-                return ring.write_batch(&writes);
+                return Self::write_bounced(ring, pieces);
             }
         }
         pieces.iter().map(|p| crate::io::sys::pwritev_all(p.fd, p.at, &mut p.bufs.clone())).collect()
+    }
+
+    /// Writes `pieces` at once through `ring` from a copy in a bounce (`bounce.rs`): at exit the
+    /// kernel waits for only some of a process's io_uring requests, so a write of a process
+    /// killed in `io_uring_enter` may read its buffers after it is gone. Taken from the frames,
+    /// it could write another page's bytes at this one's offset once a repairer has written the
+    /// page back and given its frame away; taken from the bounce, it writes the bytes it had.
+    fn write_bounced(ring: &UringEngine, pieces: &[Piece<'_>]) -> Vec<std::io::Result<()>> {
+        let pages = pieces.iter().map(|p| p.bufs.len()).sum();
+        let mut bounce = super::bounce::Bounce::new(pages);
+        let mut copies = bounce.pages_mut().into_iter();
+        let copied: Vec<Vec<IoSlice<'_>>> = pieces
+            .iter()
+            .map(|p| {
+                p.bufs
+                    .iter()
+                    .zip(copies.by_ref())
+                    .map(|(from, to)| {
+                        let to = &mut to[..from.len()];
+                        to.copy_from_slice(from);
+                        IoSlice::new(to)
+                    })
+                    .collect()
+            })
+            .collect();
+        let writes: Vec<_> = pieces.iter().zip(&copied).map(|(p, bufs)| (p.fd, p.at, &bufs[..])).collect();
+        ring.write_batch(&writes)
     }
 
     /// The rings write-back goes through (`SharedConfig::io` uring), made at first use; None
