@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::backing::{ArrayFile, Backing};
 use super::file::SharedFile;
+#[cfg(test)]
 use super::frame::PAGE;
 use super::{files, Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
@@ -208,13 +209,14 @@ fn check(cache: &SharedCache, spec: &ArraySpec<'_>) -> Result<()> {
             "array files are cached only by a private shared cache: a service takes no array files yet",
         ));
     }
-    if spec.page_size != PAGE {
+    let page = cache.page_size();
+    if spec.page_size != page {
         return Err(Error::new(
             ErrorKind::InvalidConfig,
-            format!("the shared cache's pages are {PAGE} bytes; the array asks for {}", spec.page_size),
+            format!("the shared cache's pages are {page} bytes; the array asks for {}", spec.page_size),
         ));
     }
-    if spec.dirs.is_empty() || spec.stripe_unit == 0 || !spec.stripe_unit.is_multiple_of(PAGE as u64) {
+    if spec.dirs.is_empty() || spec.stripe_unit == 0 || !spec.stripe_unit.is_multiple_of(page as u64) {
         return Err(Error::new(
             ErrorKind::InvalidConfig,
             "an array needs at least one device directory and a stripe unit of whole pages",

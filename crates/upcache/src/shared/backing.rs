@@ -14,8 +14,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use super::bounce::Bounce;
-use super::frame::PAGE;
 use super::held::HeldFd;
+use super::page_size::PageSize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::{self, BackingFile};
 use crate::io::durable_len::DurableLen;
@@ -157,16 +157,21 @@ impl ArrayFile {
         self.devices[0].file()
     }
 
+    /// The size of its pages (the cache's, checked at the array's making).
+    fn page_size(&self) -> PageSize {
+        PageSize::new(self.array.layout.page_size() as usize).expect("a page size the cache took")
+    }
+
     /// The run of `count` pages from page `first`, cut where the next page is not right after
     /// the last on the same device (at stripe-unit boundaries), or, unless `merge`, at every
     /// page.
     pub(crate) fn device_runs(&self, first: u64, count: usize, merge: bool) -> Vec<DeviceRun> {
-        let layout = &self.array.layout;
+        let (layout, page) = (&self.array.layout, self.page_size().bytes());
         let mut runs: Vec<DeviceRun> = Vec::new();
         for i in 0..count {
             let (dev, at) = layout.locate(first + i as u64);
             match runs.last_mut() {
-                Some(r) if merge && r.dev == dev && r.at + ((i - r.pages.start) * PAGE) as u64 == at => {
+                Some(r) if merge && r.dev == dev && r.at + ((i - r.pages.start) * page) as u64 == at => {
                     r.pages.end = i + 1
                 }
                 _ => runs.push(DeviceRun { dev, at, pages: i..i + 1 }),
@@ -247,10 +252,11 @@ impl ArrayFile {
         };
         // Past a device file's end, a hole: zeros, counted on the pages themselves (a short
         // read advanced the slices it was given).
+        let page = self.page_size().bytes();
         for (r, got) in runs.iter().zip(results) {
             let got = got?;
             for (i, p) in pages[r.pages.clone()].iter_mut().enumerate() {
-                p[got.saturating_sub(i * PAGE).min(PAGE)..].fill(0);
+                p[got.saturating_sub(i * page).min(page)..].fill(0);
             }
         }
         Ok(())
@@ -264,7 +270,7 @@ impl ArrayFile {
         pages: &mut [&mut [u8]],
         ring: &UringEngine,
     ) -> Vec<std::io::Result<usize>> {
-        let mut bounce = Bounce::new(pages.len());
+        let mut bounce = Bounce::new(pages.len(), self.page_size());
         let results = {
             let mut into = bounce.pages_mut();
             let mut bufs = run_slices(runs, &mut into);
@@ -275,7 +281,7 @@ impl ArrayFile {
         for (r, got) in runs.iter().zip(&results) {
             let Ok(got) = got else { continue };
             // The pages the read reached; the rest are zeroed by the caller.
-            for p in r.pages.clone().take(got.div_ceil(PAGE)) {
+            for p in r.pages.clone().take(got.div_ceil(bounce.page_len())) {
                 pages[p].copy_from_slice(bounce.page_bytes(p));
             }
         }
@@ -295,7 +301,7 @@ impl ArrayFile {
     /// it (growth changes none). The bytes past `len` in its last page are the cache's to
     /// zero: the page is written back whole (`SharedFile::cut_to`).
     pub(crate) fn set_len(&self, len: u64) -> std::io::Result<()> {
-        let pages = len.div_ceil(PAGE as u64);
+        let pages = self.page_size().pages_in(len);
         for (dev, b) in self.devices.iter().enumerate() {
             let want = self.array.layout.device_len(dev, pages);
             if b.file().metadata()?.len() > want {
@@ -311,22 +317,23 @@ impl ArrayFile {
     /// shows zeros there.
     pub(crate) fn recover(&self, len: u64) -> std::io::Result<()> {
         self.set_len(len)?;
-        let from = (len % PAGE as u64) as usize;
+        let size = self.page_size();
+        let from = size.in_page(len);
         if from == 0 {
             return Ok(());
         }
-        let (dev, at) = self.array.layout.locate(len / PAGE as u64);
+        let (dev, at) = self.array.layout.locate(size.page_of(len));
         let b = &self.devices[dev];
         if b.file().metadata()?.len() <= at {
             return Ok(()); // a hole: zeros already
         }
-        // A page-aligned buffer, as O_DIRECT wants.
-        #[repr(C, align(4096))]
-        struct Page([u8; PAGE]);
-        let mut page = Box::new(Page([0; PAGE]));
-        let got = self.io().read_vectored(b, at, &mut [IoSliceMut::new(&mut page.0)])?;
-        page.0[from.min(got)..].fill(0);
-        self.io().write_vectored(b, at, &[IoSlice::new(&page.0)])
+        // Page-aligned, as O_DIRECT wants.
+        let mut bounce = Bounce::new(1, size);
+        let mut pages = bounce.pages_mut();
+        let page = &mut pages[0];
+        let got = self.io().read_vectored(b, at, &mut [IoSliceMut::new(page)])?;
+        page[from.min(got)..].fill(0);
+        self.io().write_vectored(b, at, &[IoSlice::new(page)])
     }
 
     /// Whether device `dev`'s backing file may leave its flush to the metadata log's commit:
@@ -344,7 +351,7 @@ impl ArrayFile {
     /// appended to and near the end of their windows of zeros, to extend ahead
     /// ([`Self::zero_ahead`]).
     pub(crate) fn appending(&self, len: u64) -> Vec<usize> {
-        let pages = len.div_ceil(PAGE as u64);
+        let pages = self.page_size().pages_in(len);
         (0..self.devices.len())
             .filter(|&dev| {
                 self.may_defer(dev)
@@ -359,7 +366,7 @@ impl ArrayFile {
     /// syncs have no metadata to commit. Counts as a change, so the sync that follows
     /// `fdatasync`s the backing file.
     pub(crate) fn zero_ahead(&self, dev: usize, len: u64) {
-        let data_end = self.array.layout.device_len(dev, len.div_ceil(PAGE as u64));
+        let data_end = self.array.layout.device_len(dev, self.page_size().pages_in(len));
         let b = &self.devices[dev];
         if b.zeros().near_end(data_end) {
             if let Err(e) = b.zeros().extend(b.file(), data_end) {

@@ -18,13 +18,13 @@
 //! new cache's service does not allocate all of its frames and index nodes (a leaf per frame
 //! at worst) before the first program may use it ([`Lazy`]).
 
-use super::frame::PAGE;
 use crate::shm::huge::HUGE_PAGE;
 use crate::shm::Segment;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Frames in a chunk: one huge page.
-pub(crate) const CHUNK_FRAMES: usize = HUGE_PAGE / PAGE;
+/// Frames of 4 KiB in a chunk: one huge page.
+#[cfg(test)]
+pub(crate) const CHUNK_FRAMES: usize = HUGE_PAGE / super::frame::PAGE;
 
 const UNTOUCHED: u32 = 0;
 const HUGE: u32 = 2;

@@ -21,10 +21,12 @@ use super::ahead;
 use super::backing::Backing;
 use super::bypass;
 use super::files::{self, OsFile, Slot};
+#[cfg(test)]
 use super::frame::PAGE;
 use super::frame::{DIRTY, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
+use super::page_size::PageSize;
 use super::pages::Fill;
 use super::streams::{Followed, Stream, Streams};
 use super::{Inner, OpenFd};
@@ -99,6 +101,12 @@ fn open_error(path: &Path, e: std::io::Error) -> Error {
 }
 
 impl SharedFile {
+    /// The size of the cache's pages.
+    #[inline]
+    pub(crate) fn page_size(&self) -> PageSize {
+        self.inner.view.page_size
+    }
+
     pub(crate) fn open(inner: Arc<Inner>, path: &Path, write: bool, name: String) -> Result<SharedFile> {
         let fd = std::fs::OpenOptions::new()
             .read(true)
@@ -130,7 +138,7 @@ impl SharedFile {
         if !md.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "only regular files are cached"));
         }
-        if md.size() > super::frame::MAX_PAGES * PAGE as u64 {
+        if md.size() > super::frame::MAX_PAGES * inner.view.page_size.bytes() as u64 {
             return Err(Error::new(
                 ErrorKind::FileTooLarge,
                 format!("{name}: past the 256 TiB a key can address"),
@@ -205,12 +213,15 @@ impl SharedFile {
         };
         table.unlock(inner.me);
         let largest = match fd.os() {
-            Some(os) => {
-                crate::io::device::largest_file(os, crate::file::MAX_FILE_SIZE, PAGE as u64, md.blksize())
-            }
+            Some(os) => crate::io::device::largest_file(
+                os,
+                crate::file::MAX_FILE_SIZE,
+                inner.view.page_size.bytes() as u64,
+                md.blksize(),
+            ),
             None => crate::file::MAX_FILE_SIZE,
         };
-        let max_len = largest.min(super::frame::MAX_PAGES * PAGE as u64);
+        let max_len = largest.min(super::frame::MAX_PAGES * inner.view.page_size.bytes() as u64);
         if let (true, Some(os)) = (write, fd.os()) {
             inner.lend_fd(slot, os);
         }
@@ -369,7 +380,7 @@ impl SharedFile {
         // Release: see `bypassed`. Before the pages go, and before the sequence ends the
         // change, so a reader whose copy overlapped this retries and sees it.
         e.bypass.store(1, Ordering::Release);
-        self.inner.drop_pages(self.slot, 0, e.page_end());
+        self.inner.drop_pages(self.slot, 0, e.page_end(self.page_size()));
         drop(locked);
         Ok(())
     }
@@ -398,7 +409,7 @@ impl SharedFile {
         self.look_outside_if_due();
         let e = self.entry();
         let end = offset.saturating_add(buf.len() as u64);
-        let (first, last) = pages_of(offset, end);
+        let (first, last) = pages_of(offset, end, self.page_size());
         let stream = self.streams.follow(offset, end);
         // A read of one page compares the sequence's low half only (`files::RANGE_STEP`).
         let compared = if last - first <= 1 { files::RANGE_STEP - 1 } else { u64::MAX };
@@ -476,7 +487,7 @@ impl SharedFile {
         } else {
             // Claimed for a write not yet copied in, or being loaded: the page is what the OS
             // file holds.
-            let at = page * PAGE as u64 + in_page as u64;
+            let at = self.page_size().start(page) + in_page as u64;
             let n = bypass::read(&self.fd, dst, at, &self.name)?;
             dst[n..].fill(0);
         }
@@ -497,7 +508,7 @@ impl SharedFile {
         if index.hint(k).is_some() {
             return Ok(false);
         }
-        let n = bypass::read(&self.fd, dst, page * PAGE as u64 + in_page as u64, &self.name)?;
+        let n = bypass::read(&self.fd, dst, self.page_size().start(page) + in_page as u64, &self.name)?;
         dst[n..].fill(0);
         // Acquire fence: the read comes before the re-checks.
         fence(Ordering::Acquire);
@@ -518,10 +529,10 @@ impl SharedFile {
         if offset >= end {
             return Ok(0);
         }
-        let (own, pages) = (end.div_ceil(PAGE as u64), len.div_ceil(PAGE as u64));
+        let (own, pages) = (self.page_size().pages_in(end), self.page_size().pages_in(len));
         let ahead = self.inner.readahead_pages;
         let last = if sequential && ahead > 0 {
-            let last = (offset / PAGE as u64 + ahead).min(pages).max(own);
+            let last = (self.page_size().page_of(offset) + ahead).min(pages).max(own);
             let window = self.inner.ahead_window();
             if window > 0 && loaders {
                 self.read_ahead(self.streams.get(stream), last, window, pages);
@@ -533,12 +544,12 @@ impl SharedFile {
         let streamed = sequential && self.inner.streams();
         // Pages below it were counted by a miss that loaded them (`lock_page_loading`).
         let mut counted_to = 0;
-        for c in chunks(offset, end, PAGE as u64) {
+        for c in chunks(offset, end, self.page_size().bytes() as u64) {
             let want = ((last - c.page) as usize, (own - c.page) as usize);
             // A stream's read that begins inside a page goes on reading the page its last
             // read ended in: read once still (the kernel's `pos_same_folio`).
             let touch = match streamed {
-                true if c.in_page != 0 && c.page == offset / PAGE as u64 => Touch::Again,
+                true if c.in_page != 0 && c.page == self.page_size().page_of(offset) => Touch::Again,
                 true => Touch::Stream,
                 false => Touch::Reference,
             };
@@ -631,7 +642,7 @@ impl SharedFile {
         if m.home() != k || flags & VALID == 0 {
             return false;
         }
-        // SAFETY: in bounds (`in_page + dst.len() <= PAGE`). A seqlock read: a frame being
+        // SAFETY: in bounds (`in_page + dst.len() <= page size`). A seqlock read: a frame being
         // written or reused may change under the copy, a data race by the letter of the
         // memory model, as in every seqlock; the bytes are plain integers, land only in `dst`,
         // and are kept only if `unchanged` holds.
@@ -658,7 +669,7 @@ impl SharedFile {
         self.inner.check_service()?;
         let e = self.entry();
         let end = offset.saturating_add(buf.len() as u64);
-        let (first, last) = pages_of(offset, end);
+        let (first, last) = pages_of(offset, end, self.page_size());
         let compared = if last - first <= 1 { files::RANGE_STEP - 1 } else { u64::MAX };
         // Acquire: as in `read_untimed`.
         let seq = e.seq.load(Ordering::Acquire);
@@ -672,7 +683,7 @@ impl SharedFile {
         if offset >= end {
             return Ok(Some(0));
         }
-        for c in chunks(offset, end, PAGE as u64) {
+        for c in chunks(offset, end, self.page_size().bytes() as u64) {
             if !self.copy_hit(c.page, c.in_page, &mut buf[c.at..][..c.len], Touch::Reference, count) {
                 return Ok(None);
             }
@@ -785,9 +796,9 @@ impl SharedFile {
         let end = offset + buf.len() as u64;
         // Within the length: the pages only, beside writers of other parts of the file; past it
         // the length moves, so the whole file.
-        let (first, last) = pages_of(offset, end);
+        let (first, last) = pages_of(offset, end, self.page_size());
         let _hold = locked.hold(first, last, end <= len);
-        if offset / PAGE as u64 > len / PAGE as u64 {
+        if self.page_size().page_of(offset) > self.page_size().page_of(len) {
             self.settle_end_page(len);
         }
         let n = self.write_pages(buf, offset)?;
@@ -806,7 +817,7 @@ impl SharedFile {
         let Some(end) = offset.checked_add(buf.len() as u64).filter(|&end| end <= self.max_len) else {
             return Ok(None);
         };
-        let (first, last) = pages_of(offset, end);
+        let (first, last) = pages_of(offset, end, self.page_size());
         // A hit's two misses, the tree's leaf and then the frame's word, started before the
         // claim and after it, so that they overlap it instead of following it (as the
         // in-process engine's writer does).
@@ -846,10 +857,10 @@ impl SharedFile {
         let stream = self.write_streams.get(followed.stream);
         if !followed.sequential {
             // A stream begins here: nothing before it is its to write behind.
-            stream.edge.store(offset / PAGE as u64, Ordering::Relaxed);
+            stream.edge.store(self.page_size().page_of(offset), Ordering::Relaxed);
             return;
         }
-        let (from, to) = (stream.edge.load(Ordering::Relaxed), end / PAGE as u64);
+        let (from, to) = (stream.edge.load(Ordering::Relaxed), self.page_size().page_of(end));
         // A run, or a sixteenth of a cache too small for runs to matter.
         let run = (RUN_PAGES as u64).min((self.inner.view.n_frames as u64 / 16).max(1));
         if to < from.saturating_add(run) {
@@ -898,7 +909,7 @@ impl SharedFile {
         }
         self.inner.check_service()?;
         self.look_outside_if_due();
-        self.throttle(PAGE);
+        self.throttle(self.page_size().bytes());
         let locked = FileLock::take_for_write(self);
         if self.bypassed() {
             return Err(Error::new(ErrorKind::Unsupported, format!("{} is no longer cached", self.name)));
@@ -910,9 +921,9 @@ impl SharedFile {
                 format!("pin_mut at {offset} of {}: at or past its end ({len})", self.name),
             ));
         }
-        let page = offset / PAGE as u64;
-        let start = page * PAGE as u64;
-        let bytes = (len - start).min(PAGE as u64) as usize;
+        let page = self.page_size().page_of(offset);
+        let start = self.page_size().start(page);
+        let bytes = (len - start).min(self.page_size().bytes() as u64) as usize;
         // Space for the page on the file system (a hole's write-back would find none).
         if self.reserve(start, bytes)? < bytes {
             return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
@@ -930,10 +941,10 @@ impl SharedFile {
     /// `repair.rs`) instead of showing through. With the file's lock held (so `old`, the length,
     /// is stable), no frame's.
     fn settle_end_page(&self, old: u64) {
-        if old.is_multiple_of(PAGE as u64) {
+        if self.page_size().in_page(old) == 0 {
             return;
         }
-        if let Some(f) = self.inner.lock_cached(self.slot, old / PAGE as u64) {
+        if let Some(f) = self.inner.lock_cached(self.slot, self.page_size().page_of(old)) {
             self.inner.view.frames()[f as usize].unlock(self.inner.me, false);
         }
     }
@@ -945,14 +956,21 @@ impl SharedFile {
         let e = self.entry();
         // Relaxed: changed only under the file's lock, which we hold.
         let reserved = e.reserved.load(Ordering::Relaxed);
-        let (fits, r) = reserve::for_write(reserved, offset, len, PAGE as u64, self.max_len, |from, to| {
-            let _own = self.inner.own_change(self.slot, self.fd.os());
-            match self.fd.os() {
-                Some(os) => reserve::set_aside(os, from, to),
-                // An array file's space is its devices': taken as its pages are written back.
-                None => Ok(()),
-            }
-        })
+        let (fits, r) = reserve::for_write(
+            reserved,
+            offset,
+            len,
+            self.page_size().bytes() as u64,
+            self.max_len,
+            |from, to| {
+                let _own = self.inner.own_change(self.slot, self.fd.os());
+                match self.fd.os() {
+                    Some(os) => reserve::set_aside(os, from, to),
+                    // An array file's space is its devices': taken as its pages are written back.
+                    None => Ok(()),
+                }
+            },
+        )
         .map_err(|err| Error::io(format!("write {len} bytes at {offset} of {}", self.name), err))?;
         e.reserved.store(r, Ordering::Relaxed);
         Ok(fits)
@@ -962,8 +980,8 @@ impl SharedFile {
         let view = &self.inner.view;
         let e = self.entry();
         let mut done = 0;
-        for c in chunks(offset, offset + buf.len() as u64, PAGE as u64) {
-            let fill = if c.len == PAGE { Fill::Overwrite } else { Fill::Read };
+        for c in chunks(offset, offset + buf.len() as u64, self.page_size().bytes() as u64) {
+            let fill = if c.len == self.page_size().bytes() { Fill::Overwrite } else { Fill::Read };
             let f = match self.inner.lock_page(self.slot, c.page, &self.fd, fill) {
                 Ok(f) => f,
                 Err(err) if done == 0 => return Err(err),
@@ -973,7 +991,7 @@ impl SharedFile {
             self.inner.mark_dirty(f);
             let src = &buf[c.at..][..c.len];
             let m = &view.frames()[f as usize];
-            // SAFETY: we hold the frame's lock; `in_page + len <= PAGE`.
+            // SAFETY: we hold the frame's lock; `in_page + len <=` the page size.
             unsafe { m.copy_in(src, view.page(f).add(c.in_page)) };
             // Release: published with the bytes by the unlock.
             m.flags.fetch_or(VALID, Ordering::Release);
@@ -999,7 +1017,7 @@ impl SharedFile {
             if self.inner.dflush() || !self.inner.pause_for_write_back() {
                 // Relaxed: a statistic.
                 self.inner.view.header().writer_write_backs.fetch_add(1, Ordering::Relaxed);
-                self.dflush(dirty, bytes.div_ceil(PAGE) as u64);
+                self.dflush(dirty, self.page_size().pages_in(bytes as u64));
             }
         } else if dirty > background && self.writable {
             // At most one message per process per few milliseconds, so this is mostly a load.
@@ -1086,9 +1104,9 @@ impl SharedFile {
             drop(own);
             // Pages past the old end are left only by a truncate killed half-way: their
             // bytes would show through the extension.
-            let past = old.div_ceil(PAGE as u64);
-            if e.page_end() > past {
-                self.inner.drop_pages(self.slot, past, e.page_end());
+            let past = self.page_size().pages_in(old);
+            if e.page_end(self.page_size()) > past {
+                self.inner.drop_pages(self.slot, past, e.page_end(self.page_size()));
             }
             e.raise_len(new);
             return Ok(());
@@ -1109,10 +1127,10 @@ impl SharedFile {
         e.reserved.fetch_min(new, Ordering::Relaxed);
         // Pages go before the OS file is cut: a write-back in flight holds its frame's lock, so
         // once every frame past the end is dropped none can grow the file again.
-        self.inner.drop_pages(self.slot, new.div_ceil(PAGE as u64), e.page_end());
-        if !new.is_multiple_of(PAGE as u64) {
+        self.inner.drop_pages(self.slot, self.page_size().pages_in(new), e.page_end(self.page_size()));
+        if self.page_size().in_page(new) != 0 {
             let view = &self.inner.view;
-            let page = new / PAGE as u64;
+            let page = self.page_size().page_of(new);
             // An array file's device keeps the bytes past the cut in that page until the page
             // is written back whole: it is loaded if missing, and left dirty. (An OS file's
             // truncate zeros them itself.)
@@ -1121,10 +1139,10 @@ impl SharedFile {
                 None => self.inner.lock_cached(self.slot, page),
             };
             if let Some(f) = f {
-                let from = (new % PAGE as u64) as usize;
+                let from = self.page_size().in_page(new);
                 self.inner.wait_unpinned(f);
-                // SAFETY: we hold the frame's lock; `from < PAGE`.
-                unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, PAGE - from) };
+                // SAFETY: we hold the frame's lock; `from <` the page size.
+                unsafe { std::ptr::write_bytes(view.page(f).add(from), 0, self.page_size().bytes() - from) };
                 if self.fd.array().is_some() {
                     self.inner.mark_dirty(f);
                 }
@@ -1393,10 +1411,10 @@ impl SharedFile {
         locked.quiesce(0, u64::MAX, &|_| false);
         let _changing = locked.changing();
         let view = &self.inner.view;
-        let tail = old / PAGE as u64;
+        let tail = self.page_size().page_of(old);
         // The page the old end cuts: written back (up to the old end) before it is dropped,
         // or its zeros past the old end would later cover the new bytes.
-        if !old.is_multiple_of(PAGE as u64) {
+        if self.page_size().in_page(old) != 0 {
             if let Some(f) = self.inner.lock_cached(self.slot, tail) {
                 let m = &view.frames()[f as usize];
                 let r = if m.flags() & DIRTY != 0 {
@@ -1416,7 +1434,7 @@ impl SharedFile {
                 }
             }
         }
-        self.inner.drop_pages(self.slot, tail, old.div_ceil(PAGE as u64));
+        self.inner.drop_pages(self.slot, tail, self.page_size().pages_in(old));
         self.entry().raise_len(os);
         Ok(os)
     }
@@ -1425,8 +1443,8 @@ impl SharedFile {
     /// end), as POSIX_FADV_DONTNEED does.
     pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
         let end = if len == 0 { u64::MAX } else { offset.saturating_add(len) };
-        let last = (end / PAGE as u64).min(self.cached_len().div_ceil(PAGE as u64));
-        for (f, k) in self.inner.candidates(self.slot, offset.div_ceil(PAGE as u64), last) {
+        let last = (self.page_size().page_of(end)).min(self.page_size().pages_in(self.cached_len()));
+        for (f, k) in self.inner.candidates(self.slot, self.page_size().pages_in(offset), last) {
             let m = &self.inner.view.frames()[f as usize];
             if m.flags() & DIRTY == 0 && m.try_lock(self.inner.me) {
                 if m.home() == k && m.flags() & DIRTY == 0 {
@@ -1461,9 +1479,9 @@ impl SharedFile {
     }
 }
 
-/// The pages bytes `offset..end` lie in: `first..last`, `last` excluded.
-fn pages_of(offset: u64, end: u64) -> (u64, u64) {
-    (offset / PAGE as u64, end.div_ceil(PAGE as u64))
+/// The pages (of `size`) bytes `offset..end` lie in: `first..last`, `last` excluded.
+fn pages_of(offset: u64, end: u64, size: PageSize) -> (u64, u64) {
+    (size.page_of(offset), size.pages_in(end))
 }
 
 /// A file's lock, held; released (and a change ended) on drop, a panic's unwinding included,

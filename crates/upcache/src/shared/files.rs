@@ -50,9 +50,9 @@ pub(crate) struct FileEntry {
     pub seq: AtomicU64,
     /// Dirty pages (never below the truth).
     pub dirty: AtomicU64,
-    /// Pages the file may have cached: at least its largest length's pages since the entry
-    /// was filled, raised before the length, never lowered, so the pages a truncate killed
-    /// half-way left past the length are still below it.
+    /// The bytes whose pages the file may have cached: at least its largest length since the
+    /// entry was filled, raised before the length, never lowered, so the pages a truncate
+    /// killed half-way left past the length are still below it.
     pub high: AtomicU64,
     /// Where the OS file's space is reserved up to (`io/reserve.rs`), changed under `lock`.
     pub reserved: AtomicU64,
@@ -269,14 +269,14 @@ impl FileEntry {
             return;
         }
         // Release (both): a reader that sees the length sees the bytes written before.
-        self.high.fetch_max(len.div_ceil(super::frame::PAGE as u64), Ordering::Release);
+        self.high.fetch_max(len, Ordering::Release);
         self.len.fetch_max(len, Ordering::Release);
     }
 
-    /// The end of the pages the file may have cached.
-    pub fn page_end(&self) -> u64 {
+    /// The end of the pages (of `size`) the file may have cached.
+    pub fn page_end(&self, size: super::page_size::PageSize) -> u64 {
         // Acquire: pairs with `raise_len`.
-        self.high.load(Ordering::Acquire)
+        size.pages_in(self.high.load(Ordering::Acquire))
     }
 
     /// Repairs the entry after taking its lock from a dead writer: its change, cut short,
@@ -420,7 +420,7 @@ pub(crate) fn fill(e: &FileEntry, os: &OsFile) {
     e.own_at.store(0, Ordering::Relaxed);
     e.cut.store(0, Ordering::Relaxed);
     e.asked.store(0, Ordering::Relaxed);
-    e.high.store(os.size.div_ceil(super::frame::PAGE as u64), Ordering::Relaxed);
+    e.high.store(os.size, Ordering::Relaxed);
     // Release: the length is read lock-free by readers of the file.
     e.len.store(os.size, Ordering::Release);
     e.state.store(LIVE, Ordering::Release);

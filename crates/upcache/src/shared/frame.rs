@@ -32,9 +32,10 @@ use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(target_endian = "little"))]
 compile_error!("the shared frame word's futex is its low half, first in memory on little-endian targets");
 
-/// The shared cache's page size.
+/// The default page size, in tests of caches made with it (`page_size.rs`).
+#[cfg(test)]
 pub(crate) const PAGE: usize = 4096;
-/// Pages in a load or write-back run at most: 1 MiB, one system call.
+/// Pages in a load or write-back run at most: 1 MiB of 4 KiB pages, one system call.
 pub(crate) const RUN_PAGES: usize = 256;
 
 /// The bytes hold the page's contents as cached (or being written).

@@ -11,8 +11,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::chunk::CHUNK_FRAMES;
-use super::frame::PAGE;
 use super::SharedCache;
 use crate::shm::huge::{self, HUGE_PAGE};
 
@@ -38,10 +36,10 @@ pub(crate) struct Pass {
 }
 
 impl Collapser {
-    /// For `n_frames` frames; a last chunk short of 2 MiB is never collapsed (the region after
-    /// it is not the frames').
-    pub fn new(n_frames: usize) -> Self {
-        Collapser { chunks: n_frames / CHUNK_FRAMES, next: 0, refusals: 0 }
+    /// For the frames' `chunks` whole chunks; a last chunk short of 2 MiB is never collapsed
+    /// (the region after it is not the frames').
+    pub fn new(chunks: usize) -> Self {
+        Collapser { chunks, next: 0, refusals: 0 }
     }
 
     /// Whether the kernel is taken never to collapse ([`REFUSALS`]); no pass tries again.
@@ -69,8 +67,8 @@ impl Collapser {
             if !wanted(c) {
                 continue;
             }
-            // SAFETY: chunk `c` lies inside the frames' bytes (`c < n_frames / CHUNK_FRAMES`).
-            let chunk = unsafe { pages.add(c * CHUNK_FRAMES * PAGE) };
+            // SAFETY: chunk `c` lies inside the frames' bytes (`c < chunks`, whole ones).
+            let chunk = unsafe { pages.add(c * HUGE_PAGE) };
             if stop || tried == budget || !huge::all_present(chunk, HUGE_PAGE, &mut resident) {
                 pass.left += 1;
                 continue;
@@ -201,6 +199,8 @@ fn no_huge_pages(in_file: bool) {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::chunk::CHUNK_FRAMES;
+    use super::super::frame::PAGE;
     use super::*;
     use crate::shm::{RegionSpec, Segment};
     use std::os::fd::AsFd;
@@ -226,7 +226,7 @@ mod tests {
             // SAFETY: inside the second mapping.
             unsafe { other.add(i * PAGE + 5).write(i as u8 ^ 0x5a) };
         }
-        let mut c = Collapser::new(len / PAGE);
+        let mut c = Collapser::new(len / HUGE);
         let pass = c.pass(p, 8, |_| true, || true);
         if !crate::shm::huge::kernel_collapses() {
             assert!(pass.collapsed.is_empty());
@@ -251,7 +251,7 @@ mod tests {
         let (_seg, p) = region(len);
         // SAFETY: inside our mapping.
         unsafe { std::ptr::write_bytes(p, 7, len) };
-        let mut c = Collapser::new(len / PAGE);
+        let mut c = Collapser::new(len / HUGE);
         if !crate::shm::huge::kernel_collapses() {
             return;
         }
@@ -268,7 +268,7 @@ mod tests {
         let (_seg, p) = region(2 * HUGE);
         // SAFETY: inside our mapping.
         unsafe { std::ptr::write_bytes(p, 1, 2 * HUGE) };
-        let mut c = Collapser::new(2 * HUGE / PAGE);
+        let mut c = Collapser::new(2);
         if !crate::shm::huge::kernel_collapses() {
             return;
         }
@@ -283,7 +283,7 @@ mod tests {
         let (_seg, p) = region(3 * HUGE);
         // SAFETY: inside our mapping.
         unsafe { std::ptr::write_bytes(p, 3, 3 * HUGE) };
-        let mut c = Collapser::new(3 * HUGE / PAGE);
+        let mut c = Collapser::new(3);
         if !crate::shm::huge::kernel_collapses() {
             return;
         }

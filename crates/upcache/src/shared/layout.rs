@@ -5,11 +5,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::chunk::{chunks_of, Chunk, Lazy, CHUNK_FRAMES};
+use super::chunk::{chunks_of, Chunk, Lazy};
 use super::files::FileEntry;
-use super::frame::{FrameMeta, PAGE, RUN_PAGES};
+use super::frame::{FrameMeta, RUN_PAGES};
 use super::index::{Index, PageMap, SetMap, PARTITIONS};
 use super::mapped::Mapped;
+use super::page_size::PageSize;
 use super::pin_ledger::{Ledger, PIN_SLOTS};
 use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
 use crate::config::FlushKind;
@@ -20,7 +21,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1c");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1d");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -67,7 +68,7 @@ const MAX_WRITE_BACK_PERIOD: Duration = Duration::from_secs(3600);
 /// cache (its service) sets them; every process attached to it follows them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SharedConfig {
-    /// Memory for pages, in bytes (a multiple of 4 KiB, at least 64 KiB).
+    /// Memory for pages, in bytes (a multiple of the page size, at least 64 KiB).
     pub memory: u64,
     /// Files cached at once.
     pub files: u32,
@@ -93,7 +94,8 @@ pub struct SharedConfig {
     /// batched I/O). Off, one `pread` per page.
     pub bundling: bool,
     /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
-    /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
+    /// pages, at most 256 pages ([`MAX_SHARED_READAHEAD`] with 4 KiB pages); 0 turns
+    /// readahead off.
     pub readahead: u64,
     /// The service's flushers, 1 to [`MAX_SHARED_FLUSHERS`]: the files due for write-back at
     /// a pass are written back by as many threads at once (ScaleCache's parallel write-back,
@@ -175,6 +177,10 @@ pub struct SharedConfig {
     /// it pinned last ([`SharedFile::pin`](super::SharedFile::pin)), so a repeat pin skips the
     /// page index. Off, every pin looks the page up.
     pub hot_index: bool,
+    /// The size of a page and its frame: a power of two from 4 KiB (the default) to 64 KiB,
+    /// as [`Config::with_page_size`](crate::Config::with_page_size). A load, a write-back and
+    /// a pin are of whole pages.
+    pub page_size: usize,
 }
 
 /// The most flushers a shared cache's service runs.
@@ -186,8 +192,9 @@ pub const MAX_SHARED_FLUSHERS: u32 = 8;
 /// another.
 pub(crate) const WRITE_BACK_DEPTH: usize = 32;
 
-/// The largest readahead of the shared cache: one load run (1 MiB).
-pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * PAGE) as u64;
+/// The largest readahead of a shared cache of 4 KiB pages: one load run (1 MiB); of larger
+/// pages, one run of as many pages.
+pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * 4096) as u64;
 
 impl Default for SharedConfig {
     fn default() -> Self {
@@ -215,6 +222,7 @@ impl Default for SharedConfig {
             streams: true,
             huge_pages: true,
             hot_index: true,
+            page_size: PageSize::DEFAULT.bytes(),
         }
     }
 }
@@ -223,10 +231,19 @@ impl SharedConfig {
     /// An `InvalidConfig` error if a setting is out of its range.
     pub fn check(&self) -> Result<()> {
         let invalid = |m: String| Err(Error::new(ErrorKind::InvalidConfig, m));
-        if self.memory < 64 << 10 || !self.memory.is_multiple_of(PAGE as u64) {
-            return invalid("shared cache memory must be a multiple of 4 KiB and at least 64 KiB".into());
+        let Some(page) = PageSize::new(self.page_size) else {
+            return invalid(format!(
+                "shared cache page size must be a power of two from 4 KiB to 64 KiB, got {}",
+                self.page_size
+            ));
+        };
+        if self.memory < 64 << 10 || !self.memory.is_multiple_of(page.bytes() as u64) {
+            return invalid(format!(
+                "shared cache memory must be a multiple of the page size ({}) and at least 64 KiB",
+                page.bytes()
+            ));
         }
-        if self.memory / PAGE as u64 > u32::MAX as u64 / 2 {
+        if self.memory / page.bytes() as u64 > u32::MAX as u64 / 2 {
             return invalid("shared cache memory too large".into());
         }
         if self.files == 0 || self.files >= 1 << 20 || self.clients == 0 || self.clients > 1 << 16 {
@@ -277,11 +294,9 @@ impl SharedConfig {
             ));
         }
         self.numa.check()?;
-        if self.readahead > MAX_SHARED_READAHEAD {
-            return invalid(format!(
-                "shared cache readahead {} bytes is more than {MAX_SHARED_READAHEAD}",
-                self.readahead
-            ));
+        let most = (RUN_PAGES * page.bytes()) as u64;
+        if self.readahead > most {
+            return invalid(format!("shared cache readahead {} bytes is more than {most}", self.readahead));
         }
         Ok(())
     }
@@ -345,6 +360,8 @@ pub(crate) struct Header {
     pub gc: super::gc::GcTable,
     /// `SharedConfig::set_ways` (set before the magic number, then fixed).
     set_ways: AtomicU32,
+    /// `SharedConfig::page_size`'s power of two (as above).
+    page_shift: AtomicU32,
     /// Pages the service wrote back as a set's hand was about to reach them (`set_flush.rs`).
     pub next_to_go_written: AtomicU64,
     /// Dirty pages of sequential write streams handed to write-behind
@@ -475,6 +492,8 @@ pub(crate) struct View {
     /// them), then their slots, `PIN_SLOTS` words each (`pin_ledger.rs`).
     pins: NonNull<AtomicU32>,
     pub n_frames: usize,
+    /// `SharedConfig::page_size`.
+    pub page_size: PageSize,
     pub n_files: usize,
     n_clients: usize,
     n_buckets: usize,
@@ -522,16 +541,23 @@ impl View {
 
     /// Marks in the chunks region (`chunk.rs`): of the frames' bytes' chunks, then of the
     /// leaves', then of the inner nodes'.
-    fn chunk_parts(frames: usize, leaves: usize, inners: usize) -> [usize; 3] {
+    fn chunk_parts(frames: usize, page: PageSize, leaves: usize, inners: usize) -> [usize; 3] {
         use std::mem::size_of;
         [
-            chunks_of(frames * PAGE),
+            chunks_of(frames * page.bytes()),
             chunks_of(leaves * size_of::<Leaf>()),
             chunks_of(inners * size_of::<Inner>()),
         ]
     }
 
-    fn sizes(frames: usize, files: usize, clients: usize, buckets: usize, ways: usize) -> [RegionSpec; 21] {
+    fn sizes(
+        frames: usize,
+        page: PageSize,
+        files: usize,
+        clients: usize,
+        buckets: usize,
+        ways: usize,
+    ) -> [RegionSpec; 21] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -542,7 +568,7 @@ impl View {
             RegionSpec { kind: kind::HEADS, len: buckets * 4 },
             RegionSpec { kind: kind::PARTITIONS, len: PARTITIONS * 4 },
             RegionSpec { kind: kind::FRAMES, len: frames * size_of::<FrameMeta>() },
-            RegionSpec { kind: kind::PAGES, len: frames * PAGE },
+            RegionSpec { kind: kind::PAGES, len: frames * page.bytes() },
             RegionSpec { kind: kind::COUNTERS, len: clients * size_of::<ClientCounters>() },
             RegionSpec { kind: kind::PATHS, len: files * PATH_WORDS * 8 },
             RegionSpec { kind: kind::LEAVES, len: leaves * size_of::<Leaf>() },
@@ -551,7 +577,8 @@ impl View {
             RegionSpec { kind: kind::INNER_META, len: inners * size_of::<NodeMeta>() },
             RegionSpec {
                 kind: kind::CHUNKS,
-                len: Self::chunk_parts(frames, leaves, inners).iter().sum::<usize>() * size_of::<Chunk>(),
+                len: Self::chunk_parts(frames, page, leaves, inners).iter().sum::<usize>()
+                    * size_of::<Chunk>(),
             },
             RegionSpec { kind: kind::PINS, len: (Self::used_words(clients) + clients * PIN_SLOTS) * 4 },
             RegionSpec { kind: kind::SET_TAGS, len: SetMap::count(frames, ways) * SetMap::stride(ways) * 4 },
@@ -568,12 +595,14 @@ impl View {
     /// maps: on transparent huge pages at their first touch, as the in-process engine's.
     pub fn create(config: &SharedConfig, named: Option<&Path>, private: bool) -> Result<View> {
         config.check()?;
-        let frames = (config.memory / PAGE as u64) as usize;
+        let page = PageSize::new(config.page_size).expect("checked");
+        let frames = (config.memory / page.bytes() as u64) as usize;
         // As many as frames: twice as many shortened the chains of random writes, but the
         // larger array cost warm random reads 4% (bench/RESULTS.md, issue 34).
         let buckets = frames.next_power_of_two().max(PARTITIONS);
         let sizes = Self::sizes(
             frames,
+            page,
             config.files as usize,
             config.clients as usize,
             buckets,
@@ -630,7 +659,8 @@ impl View {
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
-        header.readahead_pages.store(config.readahead / PAGE as u64, Ordering::Relaxed);
+        header.readahead_pages.store(config.readahead / page.bytes() as u64, Ordering::Relaxed);
+        header.page_shift.store(page.shift(), Ordering::Relaxed);
         header.flushers.store(config.flushers, Ordering::Relaxed);
         header.set_ways.store(config.set_ways, Ordering::Relaxed);
         header.numa.set(&config.numa.nodes());
@@ -643,12 +673,13 @@ impl View {
         let view = View::attach_unchecked(seg)?;
         // Before any frame is touched: a page's node is fixed at its first fault.
         if !sets {
-            super::numa::bind_frames(&view.header().numa, view.pages.as_ptr(), frames);
+            super::numa::bind_frames(&view.header().numa, view.pages.as_ptr(), frames, page);
         } else {
             // Allocated whole (above, for a tmpfs file; now, for a memfd).
             if named.is_none() {
-                view.seg.allocate(view.pages.as_ptr(), frames * PAGE).map_err(|e| {
-                    Error::io(format!("allocate {} bytes for a set-associative cache", frames * PAGE), e)
+                let bytes = frames * page.bytes();
+                view.seg.allocate(view.pages.as_ptr(), bytes).map_err(|e| {
+                    Error::io(format!("allocate {bytes} bytes for a set-associative cache"), e)
                 })?;
             }
             (0..view.chunk_parts[0]).for_each(|c| view.chunk(c).set_allocated());
@@ -696,7 +727,9 @@ impl View {
             return Err(bad("bad sizes in the header"));
         }
         let ways = header.set_ways() as usize;
-        let specs = Self::sizes(frames, files, clients, buckets, ways);
+        let page = PageSize::from_shift(header.page_shift.load(Ordering::Relaxed))
+            .ok_or_else(|| bad("bad page size in the header"))?;
+        let specs = Self::sizes(frames, page, files, clients, buckets, ways);
         if (n(&header.leaves), n(&header.inners)) != Self::pools(frames, files) {
             return Err(bad("bad index pool sizes in the header"));
         }
@@ -734,11 +767,12 @@ impl View {
             n_leaves,
             n_inners,
             n_frames: frames,
+            page_size: page,
             n_files: files,
             n_clients: clients,
             n_buckets: buckets,
-            mapped: Mapped::new(frames),
-            chunk_parts: Self::chunk_parts(frames, n_leaves, n_inners),
+            mapped: Mapped::new(frames, page),
+            chunk_parts: Self::chunk_parts(frames, page, n_leaves, n_inners),
             refused_until: AtomicU64::new(0),
             // A private cache's frames are on huge pages from their first touch: no chunk
             // needs recording for a collapse.
@@ -959,7 +993,7 @@ impl View {
         }
     }
 
-    /// The state of chunk `c` of the frames' bytes (`c < n_frames.div_ceil(CHUNK_FRAMES)`;
+    /// The state of chunk `c` of the frames' bytes (`c < n_frames.div_ceil(page_size.chunk_frames())`;
     /// the huge-page states of whole chunks only).
     pub fn chunk(&self, c: usize) -> &Chunk {
         assert!(c < self.chunk_parts[0]);
@@ -973,7 +1007,8 @@ impl View {
     /// chunks not yet allocated meanwhile.
     #[inline]
     pub fn reserve(&self, f: usize) -> bool {
-        self.lazy(self.pages.as_ptr(), self.n_frames * PAGE, 0).ensure(f * PAGE)
+        let page = self.page_size.bytes();
+        self.lazy(self.pages.as_ptr(), self.n_frames * page, 0).ensure(f * page)
     }
 
     /// Whether chunk `c` of the frames' bytes is allocated (`prepare.rs`).
@@ -1014,13 +1049,13 @@ impl View {
     /// Records frame `f`'s chunk touched (`chunk.rs`), then maps it.
     #[cold]
     fn map_chunk_of(&self, f: usize) {
-        self.entered(f / CHUNK_FRAMES);
+        self.entered(f / self.page_size.chunk_frames());
         self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
     }
 
     /// Records chunk `c` in use (`chunk.rs`): a process touches it, or the hand has reached it.
     pub fn entered(&self, c: usize) {
-        if self.huge && c < self.n_frames / CHUNK_FRAMES {
+        if self.huge && c < self.n_frames / self.page_size.chunk_frames() {
             self.chunk(c).touched();
         }
     }
@@ -1037,14 +1072,15 @@ impl View {
     /// (most systems), so each process asks for its own, which costs no copy.
     #[cold]
     fn map_huge_of(&self, f: usize) {
-        let c = f / CHUNK_FRAMES;
-        if c >= self.n_frames / CHUNK_FRAMES {
+        let chunk = self.page_size.chunk_frames();
+        let c = f / chunk;
+        if c >= self.n_frames / chunk {
             self.mapped.mark_huge(c); // a short last chunk never is one: not asked again
             return;
         }
         if self.chunk(c).huge() && self.mapped.mark_huge(c) {
             // SAFETY: chunk `c` lies inside the frames' bytes, 2 MiB aligned in the mapping.
-            let at = unsafe { self.pages.as_ptr().add(c * CHUNK_FRAMES * PAGE) };
+            let at = unsafe { self.pages.as_ptr().add(c * crate::shm::huge::HUGE_PAGE) };
             // A failure leaves this process's small mappings, as before.
             let _ = crate::shm::huge::collapse(at);
         }
@@ -1065,7 +1101,7 @@ impl View {
         if self.huge && !self.mapped.has_huge(f as usize) {
             self.map_huge_of(f as usize);
         }
-        // SAFETY: in bounds of the pages region (`n_frames * PAGE` bytes, checked at attach).
-        unsafe { self.pages.as_ptr().add(f as usize * PAGE) }
+        // SAFETY: in bounds of the pages region (`n_frames` pages, checked at attach).
+        unsafe { self.pages.as_ptr().add((f as usize) << self.page_size.shift()) }
     }
 }

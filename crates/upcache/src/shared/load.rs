@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
 use super::backing::Backing;
-use super::frame::{key_page, PAGE, RUN_PAGES, VALID};
+use super::frame::{key_page, RUN_PAGES, VALID};
 use super::held::HeldFd;
 use super::index::Placed;
 use super::layout::technique;
@@ -81,8 +81,8 @@ impl Inner {
     pub(crate) fn load_window(&self, slot: u32, pages: std::ops::Range<u64>, fd: &Backing) {
         let index = self.index();
         // Relaxed: a bound; `fill_run` zeros what a truncate meanwhile cut.
-        let end =
-            pages.end.min(self.view.files()[slot as usize].len.load(Ordering::Relaxed).div_ceil(PAGE as u64));
+        let len = self.view.files()[slot as usize].len.load(Ordering::Relaxed);
+        let end = pages.end.min(self.view.page_size.pages_in(len));
         let mut page = pages.start;
         while page < end && !self.retired() {
             let k = self.key(slot, page);
@@ -241,11 +241,12 @@ impl Inner {
     /// it read through `O_DIRECT` (the device wrote the frames: their lines are in no CPU's
     /// cache, so a write into them streams, `FrameMeta::loaded`).
     pub(crate) fn fill_run(&self, run: &[u32], slot: u32, first: u64, fd: &Backing) -> Result<bool> {
-        // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write; the frames
+        let (size, page) = (self.view.page_size, self.view.page_size.bytes());
+        // SAFETY: we hold each frame's lock, so its page's bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
         let mut pages: Vec<&mut [u8]> =
-            run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), PAGE) }).collect();
-        let at = first * PAGE as u64;
+            run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), page) }).collect();
+        let at = size.start(first);
         // A run past the end (a new file's first pages, partly written) reads as zeros without
         // a read. Acquire: pairs with the length's Release stores (read again after the fence
         // below, as for a run read).
@@ -263,7 +264,7 @@ impl Inner {
                         .map_err(|e| Error::io("read pages of an array file", e))?;
                 }
                 let direct = (0..run.len() as u64).all(|i| a.is_direct(a.array.layout.locate(first + i).0));
-                (if past_end { 0 } else { run.len() * PAGE }, direct)
+                (if past_end { 0 } else { run.len() * page }, direct)
             }
         };
         if !past_end {
@@ -283,8 +284,9 @@ impl Inner {
         fence(Ordering::SeqCst);
         let len = self.view.files()[slot as usize].len.load(Ordering::SeqCst);
         let valid = (got as u64).min(len.saturating_sub(at));
+        let page = self.view.page_size.bytes() as u64;
         for (i, p) in pages.iter_mut().enumerate() {
-            let from = valid.saturating_sub((i * PAGE) as u64).min(PAGE as u64) as usize;
+            let from = valid.saturating_sub(i as u64 * page).min(page) as usize;
             p[from..].fill(0);
         }
     }
@@ -328,7 +330,7 @@ impl Inner {
             for p in pages.iter_mut() {
                 let n = read(at + got as u64, &mut [IoSliceMut::new(p)])?;
                 got += n;
-                if n < PAGE {
+                if n < p.len() {
                     break;
                 }
             }

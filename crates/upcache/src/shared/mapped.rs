@@ -14,9 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::frame::PAGE;
-
-use super::chunk::CHUNK_FRAMES;
+use super::page_size::PageSize;
 /// `MADV_POPULATE_WRITE`, not in every libc crate's list yet.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
@@ -24,8 +22,8 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 struct ChunkBits(Box<[AtomicU64]>);
 
 impl ChunkBits {
-    fn new(n_frames: usize) -> Self {
-        ChunkBits((0..n_frames.div_ceil(CHUNK_FRAMES).div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    fn new(chunks: usize) -> Self {
+        ChunkBits((0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
     }
 
     /// Whether chunk `c`'s bit is set.
@@ -47,17 +45,25 @@ impl ChunkBits {
 pub(crate) struct Mapped {
     bits: ChunkBits,
     huge: ChunkBits,
+    page: PageSize,
 }
 
 impl Mapped {
-    pub fn new(n_frames: usize) -> Self {
-        Mapped { bits: ChunkBits::new(n_frames), huge: ChunkBits::new(n_frames) }
+    pub fn new(n_frames: usize, page: PageSize) -> Self {
+        let chunks = n_frames.div_ceil(page.chunk_frames());
+        Mapped { bits: ChunkBits::new(chunks), huge: ChunkBits::new(chunks), page }
+    }
+
+    /// Frame `f`'s chunk.
+    #[inline]
+    fn chunk_of(&self, f: usize) -> usize {
+        f / self.page.chunk_frames()
     }
 
     /// Whether this process mapped frame `f`'s chunk as a huge page.
     #[inline]
     pub fn has_huge(&self, f: usize) -> bool {
-        self.huge.has(f / CHUNK_FRAMES)
+        self.huge.has(self.chunk_of(f))
     }
 
     /// Marks chunk `c` mapped as a huge page; whether this thread was the first to (the others
@@ -69,31 +75,34 @@ impl Mapped {
     /// Whether this process has asked for frame `f`'s chunk's mapping.
     #[inline]
     pub fn has(&self, f: usize) -> bool {
-        self.bits.has(f / CHUNK_FRAMES)
+        self.bits.has(self.chunk_of(f))
     }
 
     /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if no
     /// thread of this process has yet.
     #[cold]
     pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) {
-        let c = f / CHUNK_FRAMES;
+        let c = self.chunk_of(f);
         // The first thread to mark the chunk maps it; the others go on (a page they touch first
         // faults in, as without this): threads that start together and take frames of one
         // chunk would otherwise all map it at once, each page contended by all.
         if !self.bits.mark(c) {
             return;
         }
-        let first = c * CHUNK_FRAMES;
-        let len = (n_frames - first).min(CHUNK_FRAMES) * PAGE;
+        let (chunk, page) = (self.page.chunk_frames(), self.page.bytes());
+        let first = c * chunk;
+        let len = (n_frames - first).min(chunk) * page;
         // SAFETY: the chunk lies inside the frames' bytes, mapped for as long as the view
         // lives; the advice maps its pages (as a write to each would) and changes no byte.
         // A failure only leaves the pages to fault in one by one.
-        unsafe { libc::madvise(pages.add(first * PAGE).cast(), len, MADV_POPULATE_WRITE) };
+        unsafe { libc::madvise(pages.add(first * page).cast(), len, MADV_POPULATE_WRITE) };
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::chunk::CHUNK_FRAMES;
+    use super::super::frame::PAGE;
     use super::*;
 
     /// Resident pages of `len` bytes at `p`, as this process maps them.
@@ -121,7 +130,7 @@ mod tests {
         };
         assert_ne!(p, libc::MAP_FAILED);
         let p = p.cast::<u8>();
-        let m = Mapped::new(n);
+        let m = Mapped::new(n, PageSize::DEFAULT);
         assert_eq!(resident(p, len), 0);
         m.map(p, n, CHUNK_FRAMES + 3);
         assert!(m.has(CHUNK_FRAMES + 511) && !m.has(0));

@@ -50,6 +50,7 @@ mod named;
 mod numa;
 mod outside;
 mod own_flusher;
+mod page_size;
 mod pages;
 mod pin;
 mod pin_ledger;
@@ -87,8 +88,9 @@ pub use pin::{SharedPageMut, SharedPageRef};
 pub use queue::SharedQueue;
 pub use quiet::on_library_thread;
 
-/// The shared cache's page size: its frames, its counts of pages and bytes.
-pub const PAGE_SIZE: usize = frame::PAGE;
+/// The shared cache's default page size (`SharedConfig::page_size`; a cache's own is
+/// [`SharedCache::page_size`]).
+pub const PAGE_SIZE: usize = page_size::PageSize::DEFAULT.bytes();
 use layout::View;
 pub use layout::{
     SharedConfig, DEFAULT_FLUSH_INTERVAL, DEFAULT_SHARED_DIRTY_RATIOS, MAX_SHARED_FLUSHERS,
@@ -363,7 +365,12 @@ impl SharedCache {
     /// Bytes written back since the cache was made, by every process.
     pub fn written_back_bytes(&self) -> u64 {
         // Relaxed: a count.
-        self.inner.view.header().written_back.load(Ordering::Relaxed) * frame::PAGE as u64
+        self.inner.view.header().written_back.load(Ordering::Relaxed) * self.page_size() as u64
+    }
+
+    /// The size of the cache's pages (`SharedConfig::page_size`): its frames', its counts'.
+    pub fn page_size(&self) -> usize {
+        self.inner.view.page_size.bytes()
     }
 
     /// The service's side of a lent descriptor: true if `fd` is file `slot`'s, open for
@@ -717,7 +724,7 @@ impl SharedCache {
     /// The bytes of page frames the cache uses (its size, whatever this process asked for;
     /// after a [`Self::resize`], the size it left, at most `config().memory`).
     pub fn memory(&self) -> u64 {
-        self.inner.view.active() as u64 * frame::PAGE as u64
+        self.inner.view.active() as u64 * self.page_size() as u64
     }
 
     /// The cache's size and write-back settings, as its creator (its service) set them.
@@ -727,7 +734,8 @@ impl SharedCache {
 
     /// A record of the frames' chunks made huge, for [`Self::make_huge_pages`].
     pub(crate) fn huge_pages_record(&self) -> huge::Collapser {
-        huge::Collapser::new(self.inner.view.n_frames)
+        let view = &self.inner.view;
+        huge::Collapser::new(view.n_frames / view.page_size.chunk_frames())
     }
 
     /// The service's pass putting up to `budget` chunks of the frames' bytes on huge pages,
@@ -759,7 +767,7 @@ impl SharedCache {
     /// and how many there are (`chunk.rs`).
     pub fn chunks(&self) -> (u64, u64, u64) {
         let view = &self.inner.view;
-        let n = view.n_frames / chunk::CHUNK_FRAMES;
+        let n = view.n_frames / view.page_size.chunk_frames();
         let (mut huge, mut small) = (0, 0);
         for c in 0..n {
             huge += u64::from(view.chunk(c).huge());
@@ -806,7 +814,7 @@ impl Inner {
                 lent.remove(&slot);
             } else if std::os::unix::fs::MetadataExt::nlink(&md) == 0 && e.opens.load(Ordering::Relaxed) == 0
             {
-                self.drop_pages(slot, 0, e.page_end());
+                self.drop_pages(slot, 0, e.page_end(self.view.page_size));
                 e.state.store(files::FREE, Ordering::Release);
                 lent.remove(&slot);
             } else if idle(e) && e.dirty.load(Ordering::Acquire) == 0 {
@@ -1060,7 +1068,7 @@ impl Inner {
         let v = &self.view;
         let h = v.header();
         SharedConfig {
-            memory: (v.n_frames * frame::PAGE) as u64,
+            memory: (v.n_frames * v.page_size.bytes()) as u64,
             files: v.n_files as u32,
             clients: v.n_clients() as u32,
             dirty_ratios: h.dirty_ratios(),
@@ -1069,7 +1077,7 @@ impl Inner {
             range_lock: h.has(layout::technique::RANGE_LOCK),
             run_merging: h.has(layout::technique::RUN_MERGING),
             bundling: h.has(layout::technique::BUNDLING),
-            readahead: h.readahead_pages() * frame::PAGE as u64,
+            readahead: h.readahead_pages() * v.page_size.bytes() as u64,
             flushers: h.flushers(),
             direct_write_back: self.direct_write_back(),
             direct_loads: self.direct_loads(),
@@ -1093,6 +1101,7 @@ impl Inner {
             streams: self.streams(),
             huge_pages: self.techniques & layout::technique::HUGE_PAGES != 0,
             hot_index: self.hot_index(),
+            page_size: v.page_size.bytes(),
             flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {

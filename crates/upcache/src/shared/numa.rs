@@ -248,7 +248,12 @@ pub(crate) fn frames_of(node: usize, nodes: usize, frames: usize) -> std::ops::R
 /// memory, for the nodes this machine has (a described node it lacks keeps the default
 /// policy); before any page is touched. A refusal is logged: the frames stay where the
 /// kernel puts them.
-pub(crate) fn bind_frames(table: &NodeTable, pages: *mut u8, frames: usize) {
+pub(crate) fn bind_frames(
+    table: &NodeTable,
+    pages: *mut u8,
+    frames: usize,
+    page: super::page_size::PageSize,
+) {
     let n = table.count();
     if n == 1 {
         return;
@@ -261,8 +266,8 @@ pub(crate) fn bind_frames(table: &NodeTable, pages: *mut u8, frames: usize) {
         let r = unsafe {
             libc::syscall(
                 libc::SYS_mbind,
-                pages.add(range.start * super::frame::PAGE),
-                range.len() * super::frame::PAGE,
+                pages.add(range.start * page.bytes()),
+                range.len() * page.bytes(),
                 libc::MPOL_PREFERRED,
                 &mask as *const libc::c_ulong,
                 libc::c_ulong::BITS as libc::c_ulong,

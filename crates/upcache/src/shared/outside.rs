@@ -30,7 +30,9 @@ use std::sync::atomic::Ordering;
 use super::file::SharedFile;
 use super::files::coarse_ms;
 use super::files::{FileEntry, OsFile};
-use super::frame::{DIRTY, PAGE};
+use super::frame::DIRTY;
+#[cfg(test)]
+use super::frame::PAGE;
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -208,7 +210,8 @@ impl SharedFile {
                 // holds zeros past the length, which a longer length would show and write
                 // back over the other program's bytes), and the change stays to take in: by a
                 // process that can write the pages back, or once this one can.
-                let end = e.page_end().max(self.cached_len().div_ceil(PAGE as u64));
+                let size = self.inner.view.page_size;
+                let end = e.page_end(size).max(size.pages_in(self.cached_len()));
                 self.inner.drop_clean_pages(self.slot(), 0, end);
                 log::warn!(
                     "shared cache: {}: changed without the cache; dirty pages wait to be written back ({err})",
@@ -220,8 +223,8 @@ impl SharedFile {
         }
         let md = self.os_metadata().map_err(failed)?;
         let old = self.cached_len();
-        let high = e.page_end();
-        self.inner.drop_clean_pages(self.slot(), 0, high.max(old.div_ceil(PAGE as u64)));
+        let size = self.inner.view.page_size;
+        self.inner.drop_clean_pages(self.slot(), 0, e.page_end(size).max(size.pages_in(old)));
         // Acquire: pairs with the intent's Release store: the OS file may still hold what a
         // truncate not finished cuts.
         let cut = e.cut.load(Ordering::Acquire);
@@ -229,7 +232,7 @@ impl SharedFile {
         // Written back and dropped, nothing of the file is cached: the OS file's length is its.
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_clean_pages`.
         e.len.store(os, Ordering::SeqCst);
-        e.high.fetch_max(os.div_ceil(PAGE as u64), Ordering::Release);
+        e.high.fetch_max(os, Ordering::Release);
         // Relaxed: changed only under the file's lock, which we hold. Space is reserved (for
         // write-backs that must not fail for room) from the OS file's size on, as at a first
         // open.

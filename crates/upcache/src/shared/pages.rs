@@ -4,7 +4,6 @@
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use super::frame::PAGE;
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, VALID};
 use super::layout::technique;
 use super::Inner;
@@ -544,7 +543,7 @@ impl Inner {
         let e = &self.view.files()[slot as usize];
         // Relaxed (gen): see `key`. Acquire (len): pairs with the length's Release stores; a
         // write extends it before it unlocks its frame, so every dirty page lies below it.
-        (e.gen.load(Ordering::Relaxed), e.len.load(Ordering::Acquire).div_ceil(PAGE as u64))
+        (e.gen.load(Ordering::Relaxed), self.view.page_size.pages_in(e.len.load(Ordering::Acquire)))
     }
 
     /// The frames that held pages `from..to` of file `slot`, with their keys, each to be

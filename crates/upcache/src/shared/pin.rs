@@ -18,7 +18,9 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
 
-use super::frame::{key_page, PAGE, VALID};
+#[cfg(test)]
+use super::frame::PAGE;
+use super::frame::{key_page, VALID};
 use super::pin_ledger::{self, Ledger};
 use super::{Inner, SharedFile};
 use crate::error::{Error, ErrorKind, Result};
@@ -213,7 +215,7 @@ impl SharedFile {
             ));
         }
         let (view, ledger) = (&inner.view, inner.own_ledger());
-        let page = offset / PAGE as u64;
+        let page = view.page_size.page_of(offset);
         let k = inner.key(self.slot, page);
         // The hot index's tags: this attachment's pages, and the key without its page.
         let (cache, file) = (view.pages.as_ptr() as usize, k - key_page(k));
@@ -227,7 +229,7 @@ impl SharedFile {
             if let Some(f) = found.filter(|&f| (f as usize) < view.n_frames) {
                 // The caller's line of the page on its way while the frame's word is (two
                 // misses overlapped).
-                crate::frame::prefetch(view.page(f).wrapping_add(offset as usize % PAGE));
+                crate::frame::prefetch(view.page(f).wrapping_add(view.page_size.in_page(offset)));
                 let m = &view.frames()[f as usize];
                 if let Some(w) = m.stable() {
                     let flags = m.flags();
@@ -279,8 +281,9 @@ impl SharedFile {
             self.inner.own_ledger().free(slot);
             return Err(self.past_end(offset));
         }
-        let start = offset - offset % PAGE as u64;
-        let len = (len - start).min(PAGE as u64) as usize;
+        let size = self.inner.view.page_size;
+        let start = size.start(size.page_of(offset));
+        let len = (len - start).min(size.bytes() as u64) as usize;
         Ok(SharedPageRef { file: self, frame, slot, len, offset: start })
     }
 

@@ -11,13 +11,15 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
-use super::chunk::CHUNK_FRAMES;
 use super::layout::View;
 use super::Inner;
 
-/// Where in a chunk the hand asks for the next: early enough that the preparer is done before
-/// the hand gets there, late enough that a claim of the chunk's first frames has allocated it.
-pub(crate) const ASK_AT: usize = CHUNK_FRAMES / 4;
+/// Where in a chunk of `chunk` frames the hand asks for the next: early enough that the
+/// preparer is done before the hand gets there, late enough that a claim of the chunk's first
+/// frames has allocated it.
+pub(crate) const fn ask_at(chunk: usize) -> usize {
+    chunk / 4
+}
 
 #[derive(Default)]
 struct State {
@@ -131,7 +133,7 @@ fn run(preparer: &Preparer, weak: &Weak<View>) {
     let _end = End(preparer);
     while let Some(c) = preparer.next() {
         let Some(view) = weak.upgrade() else { break };
-        let f = c * CHUNK_FRAMES;
+        let f = c * view.page_size.chunk_frames();
         if f < view.n_frames && view.reserve(f) {
             view.map_ahead(f);
         }
@@ -140,17 +142,18 @@ fn run(preparer: &Preparer, weak: &Weak<View>) {
 
 impl Inner {
     /// As the hand passes frame `f`: at a chunk's first frame, records the chunk in use (for the
-    /// huge-page passes: one prepared was mapped here with no touch of it); at [`ASK_AT`], asks
+    /// huge-page passes: one prepared was mapped here with no touch of it); at [`ask_at`], asks
     /// the preparer for the next chunk if it is not yet allocated: a cache that grows. (A
     /// chunk allocated long ago that this process has not mapped yet it maps at its first
     /// touch, as before: a short-lived process would map chunks it never uses.)
     #[inline]
     pub(crate) fn passing(&self, f: usize) {
-        if f.is_multiple_of(CHUNK_FRAMES) {
-            self.view.entered(f / CHUNK_FRAMES);
-        } else if f % CHUNK_FRAMES == ASK_AT {
-            let next = f / CHUNK_FRAMES + 1;
-            if next * CHUNK_FRAMES < self.view.n_frames && !self.view.chunk_allocated(next) {
+        let chunk = self.view.page_size.chunk_frames();
+        if f.is_multiple_of(chunk) {
+            self.view.entered(f / chunk);
+        } else if f % chunk == ask_at(chunk) {
+            let next = f / chunk + 1;
+            if next * chunk < self.view.n_frames && !self.view.chunk_allocated(next) {
                 self.preparer.ask(&self.view, next);
             }
         }
@@ -159,6 +162,7 @@ impl Inner {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::chunk::CHUNK_FRAMES;
     use super::super::tests::small;
     use super::super::{SharedCache, SharedConfig};
     use super::*;
@@ -180,7 +184,7 @@ mod tests {
         let (mut page, mut read) = (vec![0u8; 4096], 0);
         for c in 0..chunks - 1 {
             // A miss each (no readahead), so the hand claims one frame a page, in order.
-            while read <= c * CHUNK_FRAMES + ASK_AT {
+            while read <= c * CHUNK_FRAMES + ask_at(CHUNK_FRAMES) {
                 f.read_at(&mut page, (read * 4096) as u64).unwrap();
                 read += 1;
             }

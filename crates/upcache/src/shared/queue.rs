@@ -43,7 +43,9 @@ use std::time::Instant;
 
 use super::backing::Backing;
 use super::bounce::Bounce;
-use super::frame::{PAGE, RUN_PAGES};
+#[cfg(test)]
+use super::frame::PAGE;
+use super::frame::RUN_PAGES;
 use super::index::Placed;
 use super::layout::technique;
 use super::{Inner, SharedFile};
@@ -101,19 +103,20 @@ enum Ring {
 }
 
 impl Ring {
-    /// Queues a read of `bufs` (whole pages of a bounce) at `at` of `fd`, reported under `tag`.
+    /// Queues a read of `bufs` (whole pages of `page` bytes of a bounce) at `at` of `fd`,
+    /// reported under `tag`.
     ///
     /// # Safety
     /// The pages must be ours alone and `fd` open until the completion is reaped.
-    unsafe fn push(&mut self, fd: RawFd, at: u64, bufs: &[*mut u8], tag: u64) {
+    unsafe fn push(&mut self, fd: RawFd, at: u64, bufs: &[*mut u8], page: usize, tag: u64) {
         match self {
             // SAFETY: our caller's promise, passed on.
-            Ring::Uring(q) => unsafe { q.push_read_fd(fd, at, bufs, PAGE, tag) },
+            Ring::Uring(q) => unsafe { q.push_read_fd(fd, at, bufs, page, tag) },
             Ring::Inline(ready) => {
                 let mut slices: Vec<std::io::IoSliceMut<'_>> = bufs
                     .iter()
                     // SAFETY: the caller's pages, ours alone until the reap.
-                    .map(|&b| std::io::IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, PAGE) }))
+                    .map(|&b| std::io::IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(b, page) }))
                     .collect();
                 ready.push((tag, crate::io::sys::preadv_all(fd, at, &mut slices)));
             }
@@ -416,7 +419,8 @@ impl SharedQueue {
         let inner = &*inner;
         let index = inner.index();
         let bundled = inner.techniques & technique::BUNDLING != 0;
-        let (first, last) = (offset / PAGE as u64, end.div_ceil(PAGE as u64));
+        let size = inner.view.page_size;
+        let (first, last) = (size.page_of(offset), size.pages_in(end));
         let mut started = 0;
         let mut run: Vec<u32> = Vec::new();
         let mut run_first = first;
@@ -482,7 +486,7 @@ impl SharedQueue {
         let inner = self.inner.clone();
         let inner = &*inner;
         inner.count_loading(frames.len(), 0);
-        let at = first * PAGE as u64;
+        let at = inner.view.page_size.start(first);
         // Acquire: pairs with the length's Release stores (`fill_run`).
         let past_end = at >= inner.view.files()[file.slot as usize].len.load(Ordering::Acquire);
         let target = match &*file.fd {
@@ -522,14 +526,15 @@ impl SharedQueue {
             Some(Load { request: slot, first, frames, dev, bounce: Some(bounce), os_direct, queued });
         // SAFETY: the bounce is the load's own until the reap (`end_load`) and the file's
         // descriptors live in the request's `file` until then (a drop reaps first).
-        unsafe { self.ring.push(fd, dev_at, &ptrs, tag as u64) };
+        unsafe { self.ring.push(fd, dev_at, &ptrs, self.inner.view.page_size.bytes(), tag as u64) };
     }
 
     /// A bounce of at least `pages` pages: a spare one of its size class, or a new one.
     fn bounce(&mut self, pages: usize) -> Bounce {
         let class = pages.next_power_of_two();
         let i = class.trailing_zeros() as usize;
-        self.spare.get_mut(i).and_then(Vec::pop).unwrap_or_else(|| Bounce::new(class))
+        let size = self.inner.view.page_size;
+        self.spare.get_mut(i).and_then(Vec::pop).unwrap_or_else(|| Bounce::new(class, size))
     }
 
     /// Keeps `bounce` for a later load, up to `SPARE_BOUNCES` of its class.
@@ -588,18 +593,19 @@ impl SharedQueue {
         let filled = match read {
             Ok(got) => {
                 inner.view.latencies().device(load.dev).0.record(load.queued.elapsed());
+                let size = inner.view.page_size;
                 let mut pages: Vec<&mut [u8]> = load
                     .frames
                     .iter()
-                    // SAFETY: we hold each frame's lock, so its PAGE bytes are ours to write;
+                    // SAFETY: we hold each frame's lock, so its page's bytes are ours to write;
                     // the frames are distinct, so the slices do not overlap.
-                    .map(|&f| unsafe { std::slice::from_raw_parts_mut(inner.view.page(f), PAGE) })
+                    .map(|&f| unsafe { std::slice::from_raw_parts_mut(inner.view.page(f), size.bytes()) })
                     .collect();
                 // The read is over (reaped): the bounce's pages are ours to read.
-                for (i, p) in pages.iter_mut().enumerate().take(got.div_ceil(PAGE)) {
+                for (i, p) in pages.iter_mut().enumerate().take(got.div_ceil(size.bytes())) {
                     p.copy_from_slice(bounce.page_bytes(i));
                 }
-                inner.zero_past(&mut pages, file.slot, load.first * PAGE as u64, got);
+                inner.zero_past(&mut pages, file.slot, size.start(load.first), got);
                 // Copied by the CPU: the frames' lines are in its cache.
                 Ok(false)
             }
@@ -670,7 +676,7 @@ fn continues(fd: &Backing, first: u64, page: u64) -> bool {
         Backing::Array(a) => {
             let layout = &a.array.layout;
             let ((d0, at0), (d, at)) = (layout.locate(first), layout.locate(page));
-            d == d0 && at == at0 + (page - first) * PAGE as u64
+            d == d0 && at == at0 + (page - first) * layout.page_size()
         }
     }
 }

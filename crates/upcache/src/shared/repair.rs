@@ -10,9 +10,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::frame::{key_page, key_slot, DIRTY, PAGE, VALID};
+use super::frame::{key_page, key_slot, DIRTY, VALID};
 use super::layout::ClientCounters;
-use super::{frame, tree, Inner, SharedStatus};
+use super::{tree, Inner, SharedStatus};
 use crate::metrics::Stats;
 use crate::shm::Acquired;
 
@@ -33,7 +33,7 @@ impl Inner {
         // Acquire: pairs with the length's Release stores.
         let len =
             if k != 0 { self.view.files()[key_slot(k) as usize].len.load(Ordering::Acquire) } else { 0 };
-        let start = key_page(k) * PAGE as u64;
+        let (start, page) = (self.view.page_size.start(key_page(k)), self.view.page_size.bytes());
         let published = k != 0 && start < len;
         if m.flags() & VALID != 0 && k != 0 && m.home() == k && !published && self.pinned(f) {
             // A page past the length that a live process holds pinned: a truncation killed
@@ -55,10 +55,10 @@ impl Inner {
             // write raises the length after a page's copy, before its unlock, and nobody else
             // writes in a page we hold), so it goes back to the zeros everything past the
             // length reads as. Readers that began before it must not pass.
-            if len < start + PAGE as u64 {
+            if len < start + page as u64 {
                 let from = (len - start) as usize;
-                // SAFETY: we hold the frame's lock (taken from the dead); `from < PAGE`.
-                unsafe { std::ptr::write_bytes(self.view.page(f).add(from), 0, PAGE - from) };
+                // SAFETY: we hold the frame's lock (taken from the dead); `from < page`.
+                unsafe { std::ptr::write_bytes(self.view.page(f).add(from), 0, page - from) };
             }
             m.bump();
         }
@@ -270,7 +270,7 @@ impl Inner {
     pub(crate) fn status(&self) -> SharedStatus {
         let frames = self.view.frames();
         let h = self.view.header();
-        let page_bytes = |pages: u64| pages * frame::PAGE as u64;
+        let page_bytes = |pages: u64| pages * self.view.page_size.bytes() as u64;
         let forest = self.view.forest();
         let index_nodes = (forest.leaves.live() as u64, forest.inners.live() as u64);
         // Relaxed (all): a report.

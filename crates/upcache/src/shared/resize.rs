@@ -17,8 +17,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::chunk::CHUNK_FRAMES;
-use super::frame::{key_slot, DIRTY, PAGE};
+use super::frame::{key_slot, DIRTY};
 use super::technique;
 use super::{Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
@@ -53,7 +52,8 @@ impl SharedCache {
                 "a shared cache with NUMA partitions places its frames by node: it is not resized",
             ));
         }
-        let want = ((bytes / PAGE as u64) as usize).clamp(MIN_FRAMES.min(view.n_frames), view.n_frames);
+        let want = ((bytes / view.page_size.bytes() as u64) as usize)
+            .clamp(MIN_FRAMES.min(view.n_frames), view.n_frames);
         let lock = &view.header().resize_lock;
         // A resizer that died left the size it stored and some frames past it emptied: the
         // next resize goes on from there.
@@ -75,7 +75,7 @@ impl SharedCache {
             }
         }
         lock.unlock(inner.me);
-        done.map(|()| (view.active() * PAGE) as u64)
+        done.map(|()| (view.active() * view.page_size.bytes()) as u64)
     }
 }
 
@@ -147,15 +147,16 @@ impl Inner {
         if !view.header().has(technique::PRIVATE_FRAMES) {
             return Ok(());
         }
-        let chunks = view.n_frames.div_ceil(CHUNK_FRAMES);
-        for c in new.div_ceil(CHUNK_FRAMES)..chunks {
+        let per = view.page_size.chunk_frames();
+        let chunks = view.n_frames.div_ceil(per);
+        for c in new.div_ceil(per)..chunks {
             let chunk = view.chunk(c);
             if !chunk.allocated() {
                 continue;
             }
-            let frames = (view.n_frames - c * CHUNK_FRAMES).min(CHUNK_FRAMES);
+            let frames = (view.n_frames - c * per).min(per);
             // The memory is given back where the system lets us; a refusal only keeps it.
-            if view.seg.discard(view.page((c * CHUNK_FRAMES) as u32), frames * PAGE).is_ok() {
+            if view.seg.discard(view.page((c * per) as u32), frames * view.page_size.bytes()).is_ok() {
                 chunk.released();
             }
         }

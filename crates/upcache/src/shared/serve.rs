@@ -638,7 +638,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
             format!("{{\"p50\":{p50},\"p99\":{p99},\"count\":{n}}}"),
         )
     };
-    let mb = |frames: u64| frames as f64 * 4096.0 / (1 << 20) as f64;
+    let mb = |frames: u64| frames as f64 * cache.page_size() as f64 / (1 << 20) as f64;
     let same = |v: String| (v.clone(), v);
     let count = |v: u64| same(v.to_string());
     let name = |v: &str| (v.to_string(), format!("\"{v}\""));

@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use super::backing::{ArrayFile, Backing};
-use super::frame::{key_page, key_slot, DIRTY, PAGE, RUN_PAGES};
+use super::frame::{key_page, key_slot, DIRTY, RUN_PAGES};
 use super::layout::{technique, WRITE_BACK_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
@@ -140,19 +140,21 @@ impl Inner {
         // Acquire: pairs with the length's Release stores.
         let len = e.len.load(Ordering::Acquire);
         let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(runs.len());
+        let size = self.view.page_size;
+        let page = size.bytes();
         for (r, run) in runs.iter().enumerate() {
             let run = run.as_ref();
-            let at = key_page(frames[run[0] as usize].key()) * PAGE as u64;
+            let at = size.start(key_page(frames[run[0] as usize].key()));
             let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(run.len());
             for (i, &f) in run.iter().enumerate() {
-                let n = len.saturating_sub(at + (i * PAGE) as u64).min(PAGE as u64) as usize;
+                let n = len.saturating_sub(at + (i * page) as u64).min(page as u64) as usize;
                 if n == 0 {
                     break; // past the length (cut meanwhile): nothing of it to write
                 }
                 // An array file's pages go whole, the last one's bytes past the length zeros
                 // (`backing.rs`).
-                let n = if matches!(to, Target::Array(_)) { PAGE } else { n };
-                // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= PAGE`.
+                let n = if matches!(to, Target::Array(_)) { page } else { n };
+                // SAFETY: we hold the frame's lock, so no one writes its bytes; `n <= page`.
                 bufs.push(IoSlice::new(unsafe { std::slice::from_raw_parts(self.view.page(f), n) }));
             }
             if bufs.is_empty() {
@@ -160,14 +162,14 @@ impl Inner {
             }
             // Relaxed: a counter.
             self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
-            let first = at / PAGE as u64;
+            let first = size.page_of(at);
             match to {
                 Target::Os { fd, direct } => {
                     // The whole pages through `direct`: frames are page-aligned in memory and
                     // runs start at a page of the file, aligned as O_DIRECT wants on block
                     // sizes up to a page. The last page, cut by the length, the buffered way.
                     let whole = match direct {
-                        Some(_) => bufs.iter().take_while(|b| b.len() == PAGE).count(),
+                        Some(_) => bufs.iter().take_while(|b| b.len() == page).count(),
                         None => 0,
                     };
                     let tail = bufs.split_off(whole);
@@ -184,7 +186,7 @@ impl Inner {
                         });
                     }
                     if !tail.is_empty() {
-                        let at = at + (whole * PAGE) as u64;
+                        let at = at + (whole * page) as u64;
                         pieces.push(Piece {
                             run: r,
                             dev: 0,
@@ -248,7 +250,7 @@ impl Inner {
         }
         if let Target::Array(a) = to {
             for p in &pieces {
-                a.written(p.dev, p.at, p.at + (p.bufs.len() * PAGE) as u64);
+                a.written(p.dev, p.at, p.at + (p.bufs.len() * page) as u64);
             }
         }
         let mut failed: Vec<Option<std::io::Error>> = runs.iter().map(|_| None).collect();
@@ -304,7 +306,7 @@ impl Inner {
             if let Some(ring) = self.ring() {
                 // Relaxed: a counter.
                 self.view.header().write_back_batches.fetch_add(1, Ordering::Relaxed);
-                return Self::write_bounced(ring, pieces);
+                return Self::write_bounced(ring, pieces, self.view.page_size);
             }
         }
         pieces.iter().map(|p| crate::io::sys::pwritev_all(p.fd, p.at, &mut p.bufs.clone())).collect()
@@ -315,9 +317,13 @@ impl Inner {
     /// killed in `io_uring_enter` may read its buffers after it is gone. Taken from the frames,
     /// it could write another page's bytes at this one's offset once a repairer has written the
     /// page back and given its frame away; taken from the bounce, it writes the bytes it had.
-    fn write_bounced(ring: &UringEngine, pieces: &[Piece<'_>]) -> Vec<std::io::Result<()>> {
+    fn write_bounced(
+        ring: &UringEngine,
+        pieces: &[Piece<'_>],
+        size: super::page_size::PageSize,
+    ) -> Vec<std::io::Result<()>> {
         let pages = pieces.iter().map(|p| p.bufs.len()).sum();
-        let mut bounce = super::bounce::Bounce::new(pages);
+        let mut bounce = super::bounce::Bounce::new(pages, size);
         let mut copies = bounce.pages_mut().into_iter();
         let copied: Vec<Vec<IoSlice<'_>>> = pieces
             .iter()
