@@ -464,6 +464,19 @@ fn processes_sharing_a_cache_with_ranked_policies_match_the_oracle() {
     run(seed() ^ 4, 1500, ranked_sets());
 }
 
+/// The same on pages of 16 KiB (the tree index, 32 frames: the default's bytes) and of 64 KiB
+/// (sets of 4 frames, 16 frames): reads, writes, pins and cuts within and across larger pages.
+#[test]
+fn processes_sharing_a_cache_of_larger_pages_match_the_oracle() {
+    let larger = |page_size: usize, frames: u64, base: SharedConfig| SharedConfig {
+        page_size,
+        memory: frames * page_size as u64,
+        ..base
+    };
+    run(seed(), 1500, larger(16 << 10, 32, config(IndexKind::Radix)));
+    run(seed() ^ 5, 1500, larger(64 << 10, 16, set_associative()));
+}
+
 /// At least `UPCACHE_SOAK_OPS` (default 1,000,000) operations in all: a third on the
 /// defaults, a sixth each with the other eviction and throttling, small sets, S3-FIFO's
 /// queues and LRU within sets.
