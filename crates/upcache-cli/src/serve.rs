@@ -112,6 +112,10 @@ pub struct ServeArgs {
     /// (as UPCACHE_READAHEAD)
     #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = crate::size::parse_size)]
     readahead: u64,
+    /// The size of a page and its frame: a power of two from 4 KiB to 64 KiB. Loads,
+    /// write-backs and pins are of whole pages
+    #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = crate::size::parse_size)]
+    page_size: u64,
     /// Seconds with nobody attached before the service exits (as the shim's UPCACHE_IDLE)
     #[arg(long, default_value_t = serve::DEFAULT_IDLE.as_secs())]
     idle: u64,
@@ -167,6 +171,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             huge_pages: args.huge_pages,
             hot_index: args.hot_index,
             io: args.io,
+            page_size: args.page_size.min(usize::MAX as u64) as usize,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

@@ -140,6 +140,8 @@ fn the_shared_cache_service_serves_its_metrics() {
             "off",
             "--hot-index",
             "off",
+            "--page-size",
+            "16k",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -173,6 +175,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         "direct_loads off\n",
         "hot_index off\n",
         "readahead 65536\n",
+        "page_size 16384\n",
     ] {
         assert!(status.contains(want), "{want:?} in:\n{status}");
     }
@@ -194,6 +197,7 @@ fn the_shared_cache_service_serves_its_metrics() {
         ("dirty_ratios", serde_json::json!([0.25, 0.5])),
         ("memory_bytes", serde_json::json!(4 << 20)),
         ("memory_made_bytes", serde_json::json!(4 << 20)),
+        ("page_size", serde_json::json!(16384)),
         ("free_frames", serde_json::json!(0)),
     ] {
         assert_eq!(json[field], want, "{field} in {json}");
@@ -210,7 +214,7 @@ fn the_shared_cache_service_serves_its_metrics() {
     assert!(file.as_ref().is_none_or(|f| !f.exists()), "{file:?} left behind");
     let samples = parse(&text);
     for (name, want) in
-        [("upcache_frames", Some(1024.0)), ("upcache_clients", Some(1.0)), ("upcache_hits_total", None)]
+        [("upcache_frames", Some(256.0)), ("upcache_clients", Some(1.0)), ("upcache_hits_total", None)]
     {
         let got = samples.get(name).unwrap_or_else(|| panic!("{name} missing from:\n{text}"));
         if let Some(want) = want {

@@ -706,6 +706,8 @@ pub struct SharedEngine {
     pin: bool,
     /// Threads run queues (`--api async`) that submit in batches of this many reads.
     queued: Option<usize>,
+    /// The cache's page size (`--page-size`).
+    page_size: u64,
 }
 
 queue_io!(
@@ -764,7 +766,8 @@ impl SharedEngine {
         let config = Box::new(o.shared.clone());
         let kind = SharedFiles::Array { array: Some(array), dirs, created, sims, config, layout };
         let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
-        Ok(SharedEngine { kind, files, cache: Some(cache), pin, queued })
+        let page_size = cache.page_size() as u64;
+        Ok(SharedEngine { kind, files, cache: Some(cache), pin, queued, page_size })
     }
 
     fn open_array(
@@ -827,7 +830,8 @@ impl Engine for SharedEngine {
             .context("open through the shared cache")?;
         let o = s.upcache;
         let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
-        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin, queued })
+        let page_size = cache.page_size() as u64;
+        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin, queued, page_size })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -842,7 +846,7 @@ impl Engine for SharedEngine {
     fn read(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
         if self.pin {
             // As the in-process engine's `--api pin`: one byte of each page, in place.
-            let page = upcache::shared::PAGE_SIZE as u64;
+            let page = self.page_size;
             let (end, mut pos, mut i) = (offset + buf.len() as u64, offset, 0);
             while pos < end {
                 let pinned = self.files[file].pin(pos)?;

@@ -63,12 +63,11 @@ pub(super) struct Plan {
 /// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
 /// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
 /// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--huge-pages` and
-/// `--direct-loads`, its alone (`shared_config`).
+/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--page-size`,
+/// `--huge-pages` and `--direct-loads`, its alone (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
         ("--meta-dir", a.meta_dir.is_some()),
-        ("--page-size", a.page_size.is_some_and(|p| p != 4096)),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
@@ -102,6 +101,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         direct_loads: a.direct_loads.unwrap_or(d.direct_loads),
         hot_index: a.hot_index.unwrap_or(d.hot_index),
         io: a.io.unwrap_or(d.io),
+        page_size: a.page_size.map_or(d.page_size, |p| p.min(usize::MAX as u64) as usize),
         ..d
     }
 }
@@ -128,7 +128,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
              (--engine upcache); the shared engine takes --cache, --devices (sim:N too), --sim, \
              --device-dirs, --stripe-unit, --layout, --io, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
-             --streams, --hot-index, --api pin, --huge-pages and --direct-loads"
+             --streams, --hot-index, --api pin|async, --page-size, --huge-pages and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }

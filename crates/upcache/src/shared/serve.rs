@@ -653,6 +653,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
             (format!("{} ({:.0} MiB)", cache.memory(), mb(st.frames)), cache.memory().to_string()),
         ),
         ("memory_made_bytes", count(c.memory)),
+        ("page_size", count(c.page_size as u64)),
         (
             "cached",
             (
