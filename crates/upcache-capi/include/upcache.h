@@ -153,6 +153,8 @@ typedef struct upcache_shared_settings {
   // or each node's CPUs, as "0-3,8;4-7" (a topology described, for testing on a machine of
   // one node).
   char numa[256];
+  // The size of a page and its frame, a power of two from 4096 to 65536 (0: 4096).
+  uint32_t page_size;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

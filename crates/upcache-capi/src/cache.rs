@@ -208,6 +208,8 @@ pub struct upcache_shared_settings {
     /// or each node's CPUs, as "0-3,8;4-7" (a topology described, for testing on a machine of
     /// one node).
     pub numa: [c_char; 256],
+    /// The size of a page and its frame, a power of two from 4096 to 65536 (0: 4096).
+    pub page_size: u32,
 }
 
 /// `name` NUL-terminated in a settings' text field (`numa`, `policy`); None if it does not fit.
@@ -257,6 +259,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             // A topology too long to say reads as "" (the machine's); `upcache_shared_settings_of`
             // refuses it instead.
             numa: text_field(&c.numa.name()).unwrap_or([0; 256]),
+            page_size: c.page_size.min(u32::MAX as usize) as u32,
         }
     }
 }
@@ -303,6 +306,11 @@ impl upcache_shared_settings {
             io: if s.uring_write_back { upcache::IoKind::Uring } else { upcache::IoKind::Psync },
             hot_index: s.hot_index,
             numa,
+            page_size: if s.page_size == 0 {
+                SharedConfig::default().page_size
+            } else {
+                s.page_size as usize
+            },
             ..SharedConfig::default()
         };
         config.check()?;

@@ -831,7 +831,14 @@ impl Engine for SharedEngine {
         let o = s.upcache;
         let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
         let page_size = cache.page_size() as u64;
-        Ok(SharedEngine { kind: SharedFiles::Plain(plain), files, cache: Some(cache), pin, queued, page_size })
+        Ok(SharedEngine {
+            kind: SharedFiles::Plain(plain),
+            files,
+            cache: Some(cache),
+            pin,
+            queued,
+            page_size,
+        })
     }
 
     fn read_all(&self, file: usize, buf: &mut [u8], offset: u64) -> Result<()> {
