@@ -58,6 +58,7 @@ pub(crate) struct CacheSettings {
     pub huge_pages: Option<bool>,
     pub hot_index: Option<bool>,
     pub io: Option<upcache::IoKind>,
+    pub page_size: Option<u64>,
 }
 
 impl CacheSettings {
@@ -105,6 +106,7 @@ impl CacheSettings {
             huge_pages: var("UPCACHE_HUGE_PAGES", upcache::parse_on_off)?,
             hot_index: var("UPCACHE_HOT_INDEX", upcache::parse_on_off)?,
             io: var("UPCACHE_IO", choice)?,
+            page_size: var("UPCACHE_PAGE_SIZE", upcache::parse_size)?,
         })
     }
 
@@ -131,6 +133,7 @@ impl CacheSettings {
             huge_pages: self.huge_pages.unwrap_or(config.huge_pages),
             hot_index: self.hot_index.unwrap_or(config.hot_index),
             io: self.io.unwrap_or(config.io),
+            page_size: self.page_size.map_or(config.page_size, |p| p.min(usize::MAX as u64) as usize),
             ..config
         }
     }
@@ -188,6 +191,9 @@ impl CacheSettings {
         }
         if let Some(io) = self.io.filter(|io| *io != config.io) {
             asked.push(format!("UPCACHE_IO for {}", io.name()));
+        }
+        if let Some(p) = self.page_size.filter(|p| *p != config.page_size as u64) {
+            asked.push(format!("UPCACHE_PAGE_SIZE for {p} bytes"));
         }
         (!asked.is_empty()).then(|| asked.join(", "))
     }

@@ -145,7 +145,8 @@ fn a_shim_that_cannot_start_passes_everything_through() {
 }
 
 /// UPCACHE_DIRTY_RATIOS, UPCACHE_DIRTY_EXPIRE, UPCACHE_FLUSH_INTERVAL and the technique
-/// switches (UPCACHE_RANGE_LOCK, UPCACHE_BUNDLING, UPCACHE_READAHEAD) set the service the shim
+/// switches (UPCACHE_RANGE_LOCK, UPCACHE_BUNDLING, UPCACHE_READAHEAD) and UPCACHE_PAGE_SIZE
+/// set the service the shim
 /// starts, as `upcache serve`'s flags do (its status says so); a process attaching later with
 /// other values follows the running service's, and is told so.
 #[test]
@@ -171,6 +172,7 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
             .env("UPCACHE_RANGE_LOCK", range_lock)
             .env("UPCACHE_BUNDLING", "off")
             .env("UPCACHE_READAHEAD", "64k")
+            .env("UPCACHE_PAGE_SIZE", "16k")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -192,6 +194,7 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
         "\"run_merging\":true",
         "\"bundling\":false",
         "\"readahead\":65536",
+        "\"page_size\":16384",
     ] {
         assert!(status.contains(want), "{want} in {status}");
     }
@@ -219,7 +222,7 @@ fn write_back_settings_reach_the_service_the_shim_starts() {
 /// The kernel as the oracle: random sequences of opens, closes, dups, reads and writes (plain,
 /// positioned and vectored), seeks, truncations, fallocate, syncs, stats and DONTNEED advice
 /// on 3 files through up to 8 descriptors (`tests/c/shim_diff.c`), with a cache of 64 pages
-/// (far smaller than the files), must print the same results, data checksums and final OS
+/// (far smaller than the files; of 4 KiB, and of 16 KiB every third seed), must print the same results, data checksums and final OS
 /// files with the shim as without it. (It found that O_RDONLY | O_TRUNC truncates, and a
 /// short O_DIRECT read racing a write-back past the end of the file.)
 #[test]
@@ -240,9 +243,12 @@ fn random_operations_give_the_kernels_results() {
             let _ = std::fs::remove_file(&stats);
             if with_shim {
                 common::shimmed(&mut cmd, &shim, &dir, "256K").env("UPCACHE_STATS", &stats);
-                // Every other seed on a private cache.
+                // Every other seed on a private cache; every third on 64 pages of 16 KiB.
                 if seed % 2 == 0 {
                     cmd.env("UPCACHE_SHARED", "0");
+                }
+                if seed % 3 == 0 {
+                    cmd.env("UPCACHE_PAGE_SIZE", "16K").env("UPCACHE_MEMORY", "1M");
                 }
             }
             let out = cmd.output().unwrap();
