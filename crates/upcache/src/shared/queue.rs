@@ -734,20 +734,23 @@ mod tests {
     /// pages and past the end), then a few writes through the queue and beside it: every read
     /// returns what a plain file would, on a cache far smaller than the file (reads wait for
     /// frames, and loads of one round evict another's pages), with io_uring and without, with
-    /// `O_DIRECT` loads and without; the file holds the last bytes written.
+    /// `O_DIRECT` loads and without, on 16 frames of 16 KiB; the file holds the last bytes
+    /// written.
     #[test]
     fn queued_reads_and_writes_match_an_oracle() {
-        for (io, memory, direct_loads) in [
-            (IoKind::Uring, 1 << 20, true),
-            (IoKind::Psync, 64 << 10, false),
-            (IoKind::Uring, 64 << 10, false),
+        for (io, memory, direct_loads, page_size) in [
+            (IoKind::Uring, 1 << 20, true, PAGE),
+            (IoKind::Psync, 64 << 10, false, PAGE),
+            (IoKind::Uring, 64 << 10, false, PAGE),
+            (IoKind::Uring, 256 << 10, true, 16 << 10),
         ] {
             let dir = tempfile::tempdir().unwrap();
             let p = dir.path().join("f");
             let mut oracle = pattern(600 << 10, 3);
             std::fs::write(&p, &oracle).unwrap();
             let cache =
-                SharedCache::create_private(&SharedConfig { memory, io, direct_loads, ..small() }).unwrap();
+                SharedCache::create_private(&SharedConfig { memory, io, direct_loads, page_size, ..small() })
+                    .unwrap();
             let f = Arc::new(cache.open_path(&p, true).unwrap());
             let mut q = cache.queue(16).unwrap();
             let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ memory;
@@ -823,20 +826,26 @@ mod tests {
     }
 
     /// An array file's pages come from each device's backing file, a read per device run,
-    /// through a cache of a few frames.
+    /// through a cache of a few frames (of 4 KiB, and of 16 KiB).
     #[test]
     fn an_array_file_is_read_from_its_devices() {
+        an_array_file_is_read_from_its_devices_in_pages_of(PAGE);
+        an_array_file_is_read_from_its_devices_in_pages_of(16 << 10);
+    }
+
+    fn an_array_file_is_read_from_its_devices_in_pages_of(page: usize) {
         let root = tempfile::tempdir().unwrap();
         let dirs: Vec<std::path::PathBuf> = (0..3).map(|i| root.path().join(format!("ssd{i}"))).collect();
         let spec = ArraySpec {
             dirs: &dirs,
             meta_dir: None,
-            page_size: PAGE,
-            stripe_unit: 4 * PAGE as u64,
+            page_size: page,
+            stripe_unit: 4 * page as u64,
             kind: LayoutKind::Stripe,
             sims: &[],
         };
-        let cache = SharedCache::create_private(&SharedConfig { memory: 64 << 10, ..small() }).unwrap();
+        let config = SharedConfig { memory: 16 * page as u64, page_size: page, ..small() };
+        let cache = SharedCache::create_private(&config).unwrap();
         let array = SharedArray::create(&cache, spec).unwrap();
         let f = Arc::new(array.create_file("a").unwrap());
         let bytes = pattern(300 << 10, 9);

@@ -22,8 +22,8 @@ use super::technique;
 use super::{Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
 
-/// The fewest frames a resize leaves: 64 KiB, the smallest cache (with page sets, one way of
-/// each set at least).
+/// The fewest frames a resize leaves: 64 KiB of 4 KiB pages, the smallest cache (with page
+/// sets, one way of each set at least).
 const MIN_FRAMES: usize = 16;
 /// How long a shrink waits for pinned pages, for dirty ones this process cannot write to be
 /// written back by their writers or the service, and for frames or index partitions stopped
@@ -32,7 +32,7 @@ const SHRINK_PATIENCE: Duration = Duration::from_secs(2);
 
 impl SharedCache {
     /// Changes how much of its memory the cache uses, while every process's I/O runs:
-    /// `bytes` rounded down to whole pages, between 64 KiB and the memory it was made with.
+    /// `bytes` rounded down to whole pages, between 16 frames and the memory it was made with.
     /// Shrinking empties the frames past the new size (writing dirty pages back first) and,
     /// in a private cache ([`SharedCache::create_private`]), gives their memory back (a
     /// segment's file keeps it: its frames may still be read by optimistic readers). It
@@ -40,7 +40,7 @@ impl SharedCache {
     /// process cannot write that no writer or the service wrote back, or frames stopped
     /// processes hold, stay there for 2 s. With page sets the size is in whole ways of every
     /// set (a page stays in its set; the sets' associativity is what changes): as many as
-    /// fit, 64 KiB at least. `Unsupported` with NUMA partitions, whose frames are placed by
+    /// fit, 16 frames at least. `Unsupported` with NUMA partitions, whose frames are placed by
     /// node. Returns the bytes of frames now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
         let inner = &self.inner;
@@ -104,7 +104,7 @@ impl Inner {
     }
 
     /// With page sets of `ways` ways: makes the first ways of each set the frames in use, as
-    /// many as fit in `want` frames (64 KiB at least), and empties every other frame (those a
+    /// many as fit in `want` frames (16 at least), and empties every other frame (those a
     /// resizer that died left too).
     fn set_set_ways(&self, ways: usize, want: usize) -> Result<()> {
         let view = &self.view;
@@ -301,6 +301,32 @@ mod tests {
             cache.check_index().unwrap();
             assert_eq!(cache.resize(0).unwrap(), 16 * 4096, "{what}: 64 KiB at least");
         }
+    }
+
+    /// Pages of 16 KiB: a resize counts their frames (a private cache of 64, to 24, to all,
+    /// to the 16 frames at least), and every byte written stays through it.
+    #[test]
+    fn a_cache_of_larger_pages_resizes_in_its_frames() {
+        const PAGE: u64 = 16 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let config =
+            SharedConfig { page_size: PAGE as usize, memory: 64 * PAGE, ..sixty_four(PolicyKind::Clock) };
+        let cache = SharedCache::create_private(&config).unwrap();
+        let f = cache.open_path(&p, true).unwrap();
+        let data: Vec<u8> = (0..100 * PAGE as u32).map(|i| (i.wrapping_mul(29) >> 9) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        assert_eq!(cache.resize(24 * PAGE + 100).unwrap(), 24 * PAGE);
+        assert_eq!(cache.status().stats.frames, 24);
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len());
+        assert!(back == data, "the bytes after the shrink");
+        assert_eq!(cache.resize(1 << 30).unwrap(), 64 * PAGE);
+        assert_eq!(cache.resize(0).unwrap(), 16 * PAGE, "16 frames at least");
+        f.sync_data().unwrap();
+        assert!(std::fs::read(&p).unwrap() == data, "on disk");
+        cache.check_index().unwrap();
     }
 
     /// Frames that are no multiple of the ways (64 in sets of 12: 5 whole and one of 4): a
