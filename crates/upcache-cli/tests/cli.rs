@@ -623,6 +623,55 @@ fn the_shared_engine_runs_queues() {
     assert!(run["read_ios"].as_u64().is_some_and(|n| n > 100), "{run}");
 }
 
+/// The shared engine's array logs its metadata in `--meta-dir` (a directory of its own
+/// inside), as the in-process engine's: kept with `--keep`, the logs are there and the device
+/// directory holds none.
+#[test]
+fn the_shared_engine_logs_its_array_s_metadata_in_the_meta_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, meta) = (tmp.path().join("data"), tmp.path().join("meta"));
+    std::fs::create_dir_all(&meta).unwrap();
+    let run = json(&ok(&[
+        "bench",
+        "--engine",
+        "shared",
+        "--rw",
+        "write",
+        "--size",
+        "1m",
+        "--cache",
+        "4m",
+        "--ops",
+        "64",
+        "--fsync",
+        "8",
+        "--meta-dir",
+        meta.to_str().unwrap(),
+        "--keep",
+        "--json",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(run["ops"], serde_json::json!(64), "{run}");
+    let logs = |root: &Path| -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut todo = vec![root.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if e.path().is_dir() {
+                    todo.push(e.path());
+                } else if name.contains(".metalog.") {
+                    found.push(e.path());
+                }
+            }
+        }
+        found
+    };
+    assert!(!logs(&meta).is_empty(), "no log in {}", meta.display());
+    assert!(logs(&dir).is_empty(), "a log among the devices: {:?}", logs(&dir));
+}
+
 /// The shared engine takes the technique flags its cache has (`--range-lock`,
 /// `--run-merging`, `--bundling`, `--readahead`, `--dirty-ratios`), and each changes the run:
 /// a sequential read of 8 MiB loads in runs of 128 to 256 pages with bundling on, a page per

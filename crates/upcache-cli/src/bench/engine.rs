@@ -740,6 +740,8 @@ enum SharedFiles {
         /// What a cold start makes the cache and opens the array with again.
         config: Box<upcache::shared::SharedConfig>,
         layout: (usize, u64, upcache::LayoutKind),
+        /// The metadata log's directory (`--meta-dir`), one of our own inside it.
+        meta: Option<PathBuf>,
     },
 }
 
@@ -748,11 +750,16 @@ impl SharedEngine {
     fn array(s: &Setup) -> Result<Self> {
         use upcache::shared::SharedCache;
         let o = s.upcache;
-        let (dirs, created) = device_dirs(o, &device_root(o, s.root))?;
+        let (dirs, mut created) = device_dirs(o, &device_root(o, s.root))?;
+        // As the in-process engine's: a directory of its own inside --meta-dir.
+        let meta = o.meta_dir.as_ref().map(|m| m.join(format!("upcache-bench-{}", std::process::id())));
+        if let Some(m) = &meta {
+            created.extend(create_dirs(m)?);
+        }
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
         let sims = sim_devices(o, dirs.len())?;
         let layout = (o.page_size, o.stripe_unit, o.layout);
-        let array = match SharedEngine::open_array(&cache, &dirs, layout, &sims, true) {
+        let array = match SharedEngine::open_array(&cache, &dirs, layout, meta.as_deref(), &sims, true) {
             Ok(a) => a,
             Err(e) => {
                 remove_created_dirs(&created);
@@ -764,7 +771,7 @@ impl SharedEngine {
             .collect::<upcache::Result<Vec<_>>>()
             .context("create the array's files")?;
         let config = Box::new(o.shared.clone());
-        let kind = SharedFiles::Array { array: Some(array), dirs, created, sims, config, layout };
+        let kind = SharedFiles::Array { array: Some(array), dirs, created, sims, config, layout, meta };
         let (pin, queued) = (o.api == Api::Pin, (o.api == Api::Async).then_some(o.iodepth_batch));
         let page_size = cache.page_size() as u64;
         Ok(SharedEngine { kind, files, cache: Some(cache), pin, queued, page_size })
@@ -774,12 +781,13 @@ impl SharedEngine {
         cache: &upcache::shared::SharedCache,
         dirs: &[PathBuf],
         (page_size, stripe_unit, kind): (usize, u64, upcache::LayoutKind),
+        meta_dir: Option<&Path>,
         sims: &[Arc<SimDevice>],
         create: bool,
     ) -> upcache::Result<upcache::shared::SharedArray> {
         use upcache::shared::{ArraySpec, SharedArray};
         let by_device: Vec<_> = sims.iter().cloned().enumerate().collect();
-        let spec = ArraySpec { dirs, meta_dir: None, page_size, stripe_unit, kind, sims: &by_device };
+        let spec = ArraySpec { dirs, meta_dir, page_size, stripe_unit, kind, sims: &by_device };
         if create {
             SharedArray::create(cache, spec)
         } else {
@@ -791,7 +799,7 @@ impl SharedEngine {
     /// array and its files opened again (as the in-process engine's `settle`), so that the
     /// measured phase starts from an empty cache whose memory is untouched, as that engine's.
     fn restart_array(&mut self) -> Result<()> {
-        let SharedFiles::Array { array, dirs, sims, config, layout, .. } = &mut self.kind else {
+        let SharedFiles::Array { array, dirs, sims, config, layout, meta, .. } = &mut self.kind else {
             return Ok(());
         };
         let n = self.files.len();
@@ -800,8 +808,8 @@ impl SharedEngine {
         drop(self.cache.take());
         let cache =
             upcache::shared::SharedCache::create_private(config).context("make a private shared cache")?;
-        let reopened =
-            SharedEngine::open_array(&cache, dirs, *layout, sims, false).context("reopen the array")?;
+        let reopened = SharedEngine::open_array(&cache, dirs, *layout, meta.as_deref(), sims, false)
+            .context("reopen the array")?;
         for i in 0..n {
             let f = reopened.open_file(&file_name(i), true).with_context(|| format!("reopen f{i}"))?;
             self.files.push(Arc::new(f));
@@ -815,7 +823,8 @@ impl SharedEngine {
 impl Engine for SharedEngine {
     fn setup(s: &Setup) -> Result<Self> {
         use upcache::shared::serve;
-        if s.upcache.devices > 1 || s.upcache.device_dirs.is_some() || s.upcache.sim.is_some() {
+        let o = s.upcache;
+        if o.devices > 1 || o.device_dirs.is_some() || o.sim.is_some() || o.meta_dir.is_some() {
             return SharedEngine::array(s);
         }
         let plain = PlainFiles::create(s, false)?;
@@ -935,7 +944,7 @@ impl Engine for SharedEngine {
                     plain.remove()?;
                 }
             }
-            SharedFiles::Array { array, dirs, created, .. } => {
+            SharedFiles::Array { array, dirs, created, meta, .. } => {
                 let array = array.take().expect("the array is open");
                 if !keep {
                     for name in array.list() {
@@ -946,6 +955,9 @@ impl Engine for SharedEngine {
                 drop(self.cache.take());
                 if !keep {
                     remove_array_files(dirs);
+                    if let Some(m) = meta {
+                        remove_metadata_logs(m);
+                    }
                     remove_created_dirs(created);
                 }
             }

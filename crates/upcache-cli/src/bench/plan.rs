@@ -64,10 +64,10 @@ pub(super) struct Plan {
 /// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
 /// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
 /// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--page-size`,
-/// `--huge-pages` and `--direct-loads`, its alone (`shared_config`).
+/// `--meta-dir` (its array's log), `--huge-pages` and `--direct-loads`, its alone
+/// (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
-        ("--meta-dir", a.meta_dir.is_some()),
         ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
@@ -128,7 +128,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
              (--engine upcache); the shared engine takes --cache, --devices (sim:N too), --sim, \
              --device-dirs, --stripe-unit, --layout, --io, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
-             --streams, --hot-index, --api pin|async, --page-size, --huge-pages and --direct-loads"
+             --streams, --hot-index, --api pin|async, --page-size, --meta-dir, --huge-pages and \
+             --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
