@@ -54,9 +54,16 @@ fn set_associative() -> SharedConfig {
 }
 
 /// S3-FIFO's queues in the segment, dirty victims taken where the queues give them (plain),
-/// and SIEVE's likewise: the queues' lock taken by every process's misses.
+/// and SIEVE's likewise: the queues' lock taken by every process's misses; frames from the
+/// two-layer allocator's lists, which every process's misses and freed frames share (with no
+/// service here, no background reclaim: `shared/pool.rs`'s tests have it).
 fn queued(policy: upcache::PolicyKind) -> SharedConfig {
-    SharedConfig { policy, clean_first: upcache::CleanFirst::Never, ..config(IndexKind::Radix) }
+    SharedConfig {
+        policy,
+        clean_first: upcache::CleanFirst::Never,
+        alloc: upcache::AllocKind::TwoLayer,
+        ..config(IndexKind::Radix)
+    }
 }
 
 /// Sampled LRU within sets of 4 frames (every frame of the set looked at).
@@ -473,7 +480,8 @@ fn processes_sharing_a_cache_of_larger_pages_match_the_oracle() {
         memory: frames * page_size as u64,
         ..base
     };
-    run(seed(), 1500, larger(16 << 10, 32, config(IndexKind::Radix)));
+    let two_layer = SharedConfig { alloc: upcache::AllocKind::TwoLayer, ..config(IndexKind::Radix) };
+    run(seed(), 1500, larger(16 << 10, 32, two_layer));
     run(seed() ^ 5, 1500, larger(64 << 10, 16, set_associative()));
 }
 

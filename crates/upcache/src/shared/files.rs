@@ -118,6 +118,8 @@ pub(crate) struct FileEntry {
     pub looked: AtomicU64,
     /// Writers of parts of the file within its length (`RangeSlot`).
     pub ranges: [RangeSlot; RANGES],
+    /// The file's own list of free frames, the two-layer allocator's second layer (`pool.rs`).
+    pub spare: super::pool::FreeList,
 }
 
 const _: () = assert!(std::mem::size_of::<FileEntry>() == 320);

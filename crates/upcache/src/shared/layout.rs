@@ -13,6 +13,7 @@ use super::mapped::Mapped;
 use super::page_size::PageSize;
 use super::pin_ledger::{Ledger, PIN_SLOTS};
 use super::tree::{Forest, Inner, Leaf, NodeMeta, Pool};
+use crate::alloc::AllocKind;
 use crate::config::FlushKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::index::IndexKind;
@@ -181,6 +182,15 @@ pub struct SharedConfig {
     /// as [`Config::with_page_size`](crate::Config::with_page_size). A load, a write-back and
     /// a pin are of whole pages.
     pub page_size: usize,
+    /// Where a miss finds a frame with no page before the clock hand's: [`AllocKind::TwoLayer`]
+    /// (StreamCache's two-layer memory management, seed 003 §4.3, `pool.rs`: a pool of free
+    /// frames in per-CPU regions, a small list per file refilled from it in batches, and
+    /// background reclaim by the flushers evicting clean pages into the pool while it is
+    /// short) or [`AllocKind::Global`] (one stack of the frames emptied by truncates,
+    /// removals and evictions asked for; misses run the hand themselves). Not with the
+    /// set-associative index or NUMA partitions, whose misses take their set's or node's
+    /// frames.
+    pub alloc: AllocKind,
 }
 
 /// The most flushers a shared cache's service runs.
@@ -223,6 +233,7 @@ impl Default for SharedConfig {
             huge_pages: true,
             hot_index: true,
             page_size: PageSize::DEFAULT.bytes(),
+            alloc: AllocKind::Global,
         }
     }
 }
@@ -285,6 +296,13 @@ impl SharedConfig {
                 self.set_ways,
                 crate::index::setassoc::MAX_WAYS
             ));
+        }
+        if self.alloc == AllocKind::TwoLayer
+            && (self.index == IndexKind::SetAssoc || self.numa.nodes().len() > 1)
+        {
+            return invalid(
+                "the two-layer allocator pools frames for the whole cache: with the set-associative index or NUMA partitions the allocator is global (a miss takes its set's or node's frames)".into(),
+            );
         }
         let queues = matches!(self.policy, PolicyKind::Sieve | PolicyKind::S3Fifo);
         if queues && (self.index == IndexKind::SetAssoc || self.numa.nodes().len() > 1) {
@@ -386,6 +404,12 @@ pub(crate) struct Header {
     pub free_count: AtomicU32,
     /// The replacement policy's shared state, past CLOCK and GClock (`policy/`).
     pub policy: super::policy::PolicyState,
+    /// The two-layer allocator's pool (`pool.rs`): its regions in use (set before the magic
+    /// number), and the regions.
+    n_regions: AtomicU32,
+    pub regions: [super::pool::Region; super::pool::MAX_REGIONS],
+    /// Pages background reclaim evicted into the pool.
+    pub reclaimed: AtomicU64,
     /// Frames in use (`SharedCache::resize`), on a line of its own: read at every write's
     /// dirty check and every claim, written only by a resize.
     pub active: Active,
@@ -656,11 +680,14 @@ impl View {
             (config.policy == PolicyKind::Lfu, technique::LFU),
             (config.policy == PolicyKind::Sieve, technique::SIEVE),
             (config.policy == PolicyKind::S3Fifo, technique::S3FIFO),
+            (config.alloc == AllocKind::TwoLayer, technique::TWO_LAYER),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
         header.readahead_pages.store(config.readahead / page.bytes() as u64, Ordering::Relaxed);
         header.page_shift.store(page.shift(), Ordering::Relaxed);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        header.n_regions.store(cpus.clamp(1, super::pool::MAX_REGIONS) as u32, Ordering::Relaxed);
         header.flushers.store(config.flushers, Ordering::Relaxed);
         header.set_ways.store(config.set_ways, Ordering::Relaxed);
         header.numa.set(&config.numa.nodes());
@@ -887,6 +914,17 @@ impl View {
         unsafe {
             std::slice::from_raw_parts(self.ghosts.as_ptr(), super::policy::ghost::slots(self.n_frames))
         }
+    }
+
+    /// The two-layer allocator's pool (`pool.rs`): its regions, and the frames' link words
+    /// (the `FREE` region, which the stack of `free_frames` uses without it).
+    pub fn pool(&self) -> super::pool::Pool<'_> {
+        let h = self.header();
+        // Relaxed: fixed before the magic number was published.
+        let n = (h.n_regions.load(Ordering::Relaxed) as usize).clamp(1, super::pool::MAX_REGIONS);
+        // SAFETY: `n_frames` words (checked at attach), atomics only.
+        let links = unsafe { std::slice::from_raw_parts(self.free.as_ptr(), self.n_frames) };
+        super::pool::Pool { regions: &h.regions[..n], links }
     }
 
     pub fn free_frames(&self) -> super::free::FreeFrames<'_> {

@@ -55,6 +55,7 @@ mod pages;
 mod pin;
 mod pin_ledger;
 mod policy;
+mod pool;
 mod prepare;
 mod queue;
 mod quiet;
@@ -888,8 +889,8 @@ pub struct SharedStatus {
     /// loaded pages (one per run, or per page with `SharedConfig::bundling` off),
     /// `writeback_ios` the writes (one per run, or per page with `run_merging` off).
     /// `stream_evictions` are the evicted pages a sequential stream read once
-    /// (`SharedConfig::streams`); `reclaimed` is 0, as the clock hand claims frames at a miss,
-    /// with no reclaim ahead of it. `dirty_pages` counts the frames flagged dirty, and
+    /// (`SharedConfig::streams`); `reclaimed` the pages background reclaim evicted into the
+    /// two-layer allocator's pool (0 with the global one, whose misses run the clock hand). `dirty_pages` counts the frames flagged dirty, and
     /// `metadata_bytes` the segment's fixed regions (frame words, file table, client table,
     /// ledgers, the hash's bucket heads or the sets' tags); the tree's nodes in use are
     /// `index_bytes`.
@@ -996,7 +997,8 @@ impl Inner {
     }
 
     /// Wakes the service's background write-back, for a writer past the background ratio (the
-    /// kernel's writers wake its flusher so): it writes back files until the cache is below
+    /// kernel's writers wake its flusher so), and its reclaim, for a miss that found the
+    /// two-layer allocator's pool short (`Inner::reclaim`): it writes back files until the cache is below
     /// the ratio by a margin ([`background_low_water`]). At most one message per process per
     /// [`KICK_EVERY_MS`]: a writer past the ratio kicks at every write.
     pub(crate) fn kick_write_back(&self) {
@@ -1102,6 +1104,11 @@ impl Inner {
             huge_pages: self.techniques & layout::technique::HUGE_PAGES != 0,
             hot_index: self.hot_index(),
             page_size: v.page_size.bytes(),
+            alloc: if self.two_layer() {
+                crate::alloc::AllocKind::TwoLayer
+            } else {
+                crate::alloc::AllocKind::Global
+            },
             flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {
@@ -1154,6 +1161,11 @@ impl Inner {
     /// Whether pages a sequential stream reads once are no reference (`SharedConfig::streams`).
     pub(crate) fn streams(&self) -> bool {
         self.techniques & layout::technique::STREAMS != 0
+    }
+
+    /// Whether misses take frames from the two-layer allocator's lists (`pool.rs`).
+    pub(crate) fn two_layer(&self) -> bool {
+        self.techniques & layout::technique::TWO_LAYER != 0
     }
 
     /// Whether pins look at the thread's hot index first (`SharedConfig::hot_index`).

@@ -115,6 +115,7 @@ fn run(weak: &Weak<Inner>, me: &OwnFlusher) {
         let lent = lent(&cache.inner);
         cache.write_back_due(&lent, &asked);
         cache.write_back_next_to_go(&lent, &mut hands);
+        cache.inner.reclaim();
         drop((lent, cache));
         me.passes.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
         me.passed.notify_all();

@@ -6,6 +6,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, VALID};
 use super::layout::technique;
+use super::pool;
 use super::Inner;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::CleanFirst;
@@ -186,16 +187,43 @@ impl Inner {
     /// Frees frame `f`, which we hold locked: out of the index, its dirty page (if any)
     /// uncounted and forgotten, no page, unlocked.
     pub(crate) fn free_frame(&self, f: u32) {
+        let k = self.view.frames()[f as usize].key();
         self.empty_frame(f);
         self.view.frames()[f as usize].unlock(self.me, true);
         if self.pools_free_frames() {
-            self.list_free(f);
+            self.list_free_of(f, (k != 0).then(|| key_slot(k)));
         }
     }
 
-    /// Lists frame `f` on the free stack for the next misses (`free.rs`).
+    /// Lists frame `f` (empty, unlocked) for the next misses: in the two-layer allocator's
+    /// pool (`pool.rs`), else on the free stack (`free.rs`).
     pub(super) fn list_free(&self, f: u32) {
-        self.view.free_frames().push(f, self.me, |h| self.alive(h), |h| self.stopped(h));
+        self.list_free_of(f, None);
+    }
+
+    /// As `list_free`, for a frame that held a page of file `slot`: with the two-layer
+    /// allocator, on the file's own list while it holds fewer than the high mark (StreamCache
+    /// §4.3: freed pages stay with their file for its next misses), else in the pool.
+    fn list_free_of(&self, f: u32, slot: Option<u32>) {
+        if !self.two_layer() {
+            self.view.free_frames().push(f, self.me, |h| self.alive(h), |h| self.stopped(h));
+            return;
+        }
+        self.as_taker(|who| {
+            let pool = self.view.pool();
+            let (_, high) = pool::marks(self.view.active());
+            let spare = slot.and_then(|s| self.view.files().get(s as usize)).map(|e| &e.spare);
+            match spare.filter(|s| s.len() < high) {
+                Some(s) => s.give(pool.links, &[f], who),
+                None => pool.give(&[f], who),
+            };
+        });
+    }
+
+    /// Runs `f` as a taker of the two-layer allocator's list locks (`pool.rs`).
+    pub(super) fn as_taker<R>(&self, f: impl FnOnce(&pool::Taker<'_>) -> R) -> R {
+        let (alive, stopped) = (|h| self.alive(h), |h| self.stopped(h));
+        f(&pool::Taker { me: self.me, alive: &alive, give_up: &stopped })
     }
 
     /// Whether emptied frames are listed for the next misses (`free.rs`): not with page sets
@@ -204,34 +232,119 @@ impl Inner {
         self.techniques & technique::SET_ASSOC == 0 && self.view.header().numa.count() == 1
     }
 
-    /// A listed free frame, locked for us and emptied (as `claim_at`'s); None if the stack
-    /// is empty or gave only frames no longer free (claimed by the hand since, or listed
-    /// twice), a few at most.
-    fn claim_free(&self) -> Option<u32> {
+    /// A listed free frame for page key `k`, locked for us and emptied (as `claim_at`'s):
+    /// from `k`'s file's own list or the pool with the two-layer allocator, else from the free
+    /// stack; None if they are empty or gave only frames no longer free (claimed by the hand
+    /// since, or listed twice), a few at most.
+    fn claim_free(&self, k: u64) -> Option<u32> {
+        if self.two_layer() {
+            return self.claim_spare(key_slot(k));
+        }
         let free = self.view.free_frames();
         for _ in 0..8 {
             if free.is_empty() {
                 return None;
             }
             let f = free.pop(self.me, |h| self.alive(h), |h| self.stopped(h))?;
-            let Some(m) = self.view.frames().get(f as usize) else { continue };
-            if m.holder().is_some() || !m.try_lock(self.me) {
-                continue;
+            if let Some(f) = self.take_listed(f) {
+                return Some(f);
             }
-            if m.key() != 0
-                || m.home() != 0
-                || m.flags() != 0
-                || !self.in_use(f)
-                || self.pinned(f)
-                || !self.view.reserve(f as usize)
-            {
-                m.unlock(self.me, false);
-                continue;
-            }
-            self.empty_frame(f);
-            return Some(f);
         }
         None
+    }
+
+    /// Frame `f`, found on a list of free frames, locked for us and emptied if it is still
+    /// free: no page, in use, unpinned, its memory allocated.
+    fn take_listed(&self, f: u32) -> Option<u32> {
+        let m = self.view.frames().get(f as usize)?;
+        if m.holder().is_some() || !m.try_lock(self.me) {
+            return None;
+        }
+        if m.key() != 0
+            || m.home() != 0
+            || m.flags() != 0
+            || !self.in_use(f)
+            || self.pinned(f)
+            || !self.view.reserve(f as usize)
+        {
+            m.unlock(self.me, false);
+            return None;
+        }
+        self.empty_frame(f);
+        Some(f)
+    }
+
+    /// The two-layer allocator's frame for a miss of file `slot` (`pool.rs`): from the file's
+    /// own list; an empty one takes the low mark's frames from the pool at once (this CPU's
+    /// region first). A pool found short wakes the flushers, whose passes reclaim into it.
+    fn claim_spare(&self, slot: u32) -> Option<u32> {
+        let spare = &self.view.files().get(slot as usize)?.spare;
+        let pool = self.view.pool();
+        self.as_taker(|who| {
+            for _ in 0..8 {
+                let mut got = spare.take(pool.links, 1, who);
+                if got.is_empty() {
+                    let (low, _) = pool::marks(self.view.active());
+                    got = pool.take(low, who);
+                    if pool::pressure(pool.pooled(), self.view.active()) != crate::alloc::Pressure::None {
+                        self.kick_write_back();
+                    }
+                    let first = got.pop()?;
+                    spare.give(pool.links, &got, who);
+                    got = vec![first];
+                }
+                if let Some(f) = got.pop().and_then(|f| self.take_listed(f)) {
+                    return Some(f);
+                }
+            }
+            None
+        })
+    }
+
+    /// The two-layer allocator's background reclaim (`pool.rs`; the flushers' passes): while
+    /// the pool holds fewer than 1/32 of the frames in use, evicts clean, unreferenced pages
+    /// into it as the hand (or the policy) picks them, up to twice that; under 1/128 it first
+    /// halves every file's own list back into the pool (StreamCache §4.3's urgent level). The
+    /// pages it evicted.
+    pub(crate) fn reclaim(&self) -> u64 {
+        use crate::alloc::{Pressure, LOW_DIVISOR};
+        if !self.two_layer() || !self.pools_free_frames() {
+            return 0;
+        }
+        let pool = self.view.pool();
+        let active = self.view.active();
+        let level = pool::pressure(pool.pooled(), active);
+        if level == Pressure::None {
+            return 0;
+        }
+        self.as_taker(|who| {
+            if level == Pressure::Urgent {
+                for e in self.view.files().iter().filter(|e| e.spare.len() > 1) {
+                    let half = e.spare.take(pool.links, e.spare.len() / 2, who);
+                    pool.give(&half, who);
+                }
+            }
+            let target = 2 * active / LOW_DIVISOR;
+            let (mut batch, mut evicted, mut misses) = (Vec::new(), 0, 0);
+            while pool.pooled() + batch.len() < target && misses < 4 {
+                let Some((f, old)) = self.hand_claim() else {
+                    misses += 1;
+                    continue;
+                };
+                self.forget_evicted(old);
+                self.view.frames()[f as usize].unlock(self.me, true);
+                batch.push(f);
+                evicted += 1;
+                if batch.len() == pool::RECLAIM_BATCH {
+                    pool.give(&batch, who);
+                    batch.clear();
+                }
+            }
+            pool.give(&batch, who);
+            // Relaxed: a counter.
+            self.view.header().reclaimed.fetch_add(evicted, Ordering::Relaxed);
+            evicted
+        })
     }
 
     /// As `free_frame`, but keeps the lock. Waits for the frame's pins first.
@@ -349,11 +462,38 @@ impl Inner {
             Area { first: r.start, n: r.len() as u64, hand: Hand::Cache(&header.numa.hands[node]) }
         };
         if areas == 1 && index.sets().is_none() {
-            if let Some(f) = self.claim_free() {
+            if let Some(f) = self.claim_free(k) {
                 self.inserted(f, k, None);
                 return Some(f);
             }
         }
+        let (f, evicted) = self.hand_claim_in(rounds, areas, &area)?;
+        self.inserted(f, k, evicted);
+        Some(f)
+    }
+
+    /// The clock hand's (or the policy's) victim over the whole cache, one round, emptied
+    /// and locked for us, with the key S3-FIFO remembers for it: reclaim's, in a cache with
+    /// neither page sets nor NUMA partitions.
+    fn hand_claim(&self) -> Option<(u32, Option<u64>)> {
+        let header = self.view.header();
+        let area =
+            |_: usize| Area { first: 0, n: self.view.active() as u64, hand: Hand::Cache(&header.clock) };
+        self.hand_claim_in(1, 1, &area)
+    }
+
+    /// A claim's victim over `rounds` rounds of the `areas` that `area` gives (a set, NUMA
+    /// nodes, the cache), emptied and locked for us, with the key S3-FIFO remembers for it;
+    /// not a listed free frame.
+    fn hand_claim_in<'a>(
+        &'a self,
+        rounds: usize,
+        areas: usize,
+        area: &dyn Fn(usize) -> Area<'a>,
+    ) -> Option<(u32, Option<u64>)> {
+        let index = self.index();
+        let header = self.view.header();
+        let nodes = header.numa.count();
         let rule = self.dirty_rule();
         let ordered = self.order().is_some();
         let laps = if self.counts_hits() { 8 } else { 4 };
@@ -394,9 +534,7 @@ impl Inner {
             // Relaxed: the cache-wide count of frames passed, a hint (`View::hand`).
             header.clock.fetch_add(steps, Ordering::Relaxed);
         }
-        let (f, evicted) = claimed?;
-        self.inserted(f, k, evicted);
-        Some(f)
+        claimed
     }
 
     /// Takes frame `f` for a claim if its chunk's memory is allocated (`View::reserve`) and it

@@ -283,7 +283,7 @@ impl Inner {
             hot_hits: sum(|c| &c.hot_hits),
             misses: h.misses.load(Ordering::Relaxed),
             evictions: h.evictions.load(Ordering::Relaxed),
-            reclaimed: 0,
+            reclaimed: h.reclaimed.load(Ordering::Relaxed),
             stream_evictions: h.stream_evictions.load(Ordering::Relaxed),
             readahead_pages: h.ahead_pages.load(Ordering::Relaxed),
             readahead_windows: h.ahead_windows.load(Ordering::Relaxed),
@@ -314,7 +314,12 @@ impl Inner {
             writer_pauses: h.writer_pauses.load(Ordering::Relaxed),
             next_to_go_written: h.next_to_go_written.load(Ordering::Relaxed),
             behind_pages: h.behind_pages.load(Ordering::Relaxed),
-            free_frames: h.free_count.load(Ordering::Relaxed) as u64,
+            free_frames: if self.two_layer() {
+                let spares: usize = self.view.files().iter().map(|e| e.spare.len()).sum();
+                (self.view.pool().pooled() + spares) as u64
+            } else {
+                h.free_count.load(Ordering::Relaxed) as u64
+            },
             flusher_files: h.flusher_files[..h.flushers() as usize]
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))

@@ -401,7 +401,10 @@ pub fn stop_on_signals() {
 /// `dirty_writeback_centisecs`), the write-back of files dirty for long or of a crowded cache
 /// (`SharedCache::write_back_due`), through the descriptors writers lent; at once, for the
 /// files a process asked for (`asked`, emptied by each pass); then, with the set-associative
-/// index, the dirty pages the sets' hands reach next (`SharedCache::write_back_next_to_go`).
+/// index, the dirty pages the sets' hands reach next (`SharedCache::write_back_next_to_go`);
+/// and, with the two-layer allocator, reclaim into its pool while it is short
+/// (`Inner::reclaim`), which a miss that finds it short asks for as a writer asks for
+/// write-back.
 fn flush(
     cache: &SharedCache,
     lent: &Mutex<HashMap<u32, Arc<Lent>>>,
@@ -419,6 +422,7 @@ fn flush(
             lent.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, f)| (*s, f.clone())).collect();
         cache.write_back_due(&files, &now);
         cache.write_back_next_to_go(&files, &mut hands);
+        cache.inner.reclaim();
     }
 }
 

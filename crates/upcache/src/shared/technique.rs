@@ -35,3 +35,5 @@ pub const LRU: u64 = 1 << 16;
 pub const LFU: u64 = 1 << 17;
 pub const SIEVE: u64 = 1 << 18;
 pub const S3FIFO: u64 = 1 << 19;
+/// `SharedConfig::alloc` two-layer (`pool.rs`); off, one stack of emptied frames (`free.rs`).
+pub const TWO_LAYER: u64 = 1 << 20;

@@ -133,6 +133,16 @@ impl Inner {
         }
     }
 
+    /// A victim evicted into the free pool rather than to a claim (`Inner::reclaim`): S3-FIFO
+    /// remembers its key `evicted` in the ghost, as `inserted` does for a claim's.
+    pub(crate) fn forget_evicted(&self, evicted: Option<u64>) {
+        let Some(old) = evicted else { return };
+        if let Some(q) = self.lock_queues() {
+            q.ghost.insert(old);
+            q.state.lock.unlock(self.me);
+        }
+    }
+
     /// The policy's victim among `n` frames from `first` (a set's, or the cache's), emptied and
     /// locked for us, with the key to remember for it (S3-FIFO's small queue); None if it
     /// found none it could take.
