@@ -155,6 +155,10 @@ typedef struct upcache_shared_settings {
   char numa[256];
   // The size of a page and its frame, a power of two from 4096 to 65536 (0: 4096).
   uint32_t page_size;
+  // StreamCache's two-layer allocator: free frames pooled per CPU and listed per file, the
+  // service reclaiming clean pages into the pool while it is short (false: one stack of
+  // emptied frames; misses run the clock hand). Not with `set_ways` or NUMA partitions.
+  bool two_layer_alloc;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -210,6 +210,10 @@ pub struct upcache_shared_settings {
     pub numa: [c_char; 256],
     /// The size of a page and its frame, a power of two from 4096 to 65536 (0: 4096).
     pub page_size: u32,
+    /// StreamCache's two-layer allocator: free frames pooled per CPU and listed per file, the
+    /// service reclaiming clean pages into the pool while it is short (false: one stack of
+    /// emptied frames; misses run the clock hand). Not with `set_ways` or NUMA partitions.
+    pub two_layer_alloc: bool,
 }
 
 /// `name` NUL-terminated in a settings' text field (`numa`, `policy`); None if it does not fit.
@@ -260,6 +264,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             // refuses it instead.
             numa: text_field(&c.numa.name()).unwrap_or([0; 256]),
             page_size: c.page_size.min(u32::MAX as usize) as u32,
+            two_layer_alloc: c.alloc == upcache::AllocKind::TwoLayer,
         }
     }
 }
@@ -311,6 +316,7 @@ impl upcache_shared_settings {
             } else {
                 s.page_size as usize
             },
+            alloc: if s.two_layer_alloc { upcache::AllocKind::TwoLayer } else { upcache::AllocKind::Global },
             ..SharedConfig::default()
         };
         config.check()?;

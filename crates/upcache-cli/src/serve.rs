@@ -112,6 +112,12 @@ pub struct ServeArgs {
     /// (as UPCACHE_READAHEAD)
     #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = crate::size::parse_size)]
     readahead: u64,
+    /// Where a miss finds a free frame: twolayer (StreamCache: per-CPU regions of a pool and a
+    /// list per file, refilled in batches; the flusher reclaims clean pages into the pool
+    /// while it is short) or global (one stack of emptied frames; misses run the clock hand)
+    /// (as UPCACHE_ALLOC)
+    #[arg(long, value_name = "KIND", default_value = "global")]
+    alloc: upcache::AllocKind,
     /// The size of a page and its frame: a power of two from 4 KiB to 64 KiB. Loads,
     /// write-backs and pins are of whole pages
     #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = crate::size::parse_size)]
@@ -172,6 +178,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             hot_index: args.hot_index,
             io: args.io,
             page_size: args.page_size.min(usize::MAX as u64) as usize,
+            alloc: args.alloc,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

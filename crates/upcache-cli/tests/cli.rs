@@ -623,6 +623,42 @@ fn the_shared_engine_runs_queues() {
     assert!(run["read_ios"].as_u64().is_some_and(|n| n > 100), "{run}");
 }
 
+/// `--alloc twolayer` gives the shared cache StreamCache's allocator: random reads of a file
+/// four times the cache have the service reclaim frames into its pool ahead of the misses;
+/// the global one (the shared cache's default) reclaims none.
+#[test]
+fn the_shared_engine_takes_the_two_layer_allocator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let run = |alloc: &[&str]| {
+        let args = [
+            "bench",
+            "--engine",
+            "shared",
+            "--rw",
+            "randread",
+            "--size",
+            "16m",
+            "--cache",
+            "4m",
+            "--ops",
+            "20000",
+            "--readahead",
+            "0",
+            "--json",
+            "--dir",
+            dir,
+        ];
+        json(&ok(&[&args[..], alloc].concat()))
+    };
+    let two = run(&["--alloc", "twolayer"]);
+    assert_eq!(two["config"]["alloc"], "twolayer", "{}", two["config"]);
+    assert!(two["reclaimed"].as_u64().is_some_and(|n| n > 0), "{two}");
+    let global = run(&[]);
+    assert_eq!(global["config"]["alloc"], "global", "{}", global["config"]);
+    assert_eq!(global["reclaimed"], serde_json::json!(0), "{global}");
+}
+
 /// The shared engine's array logs its metadata in `--meta-dir` (a directory of its own
 /// inside), as the in-process engine's: kept with `--keep`, the logs are there and the device
 /// directory holds none.

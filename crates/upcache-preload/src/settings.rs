@@ -59,6 +59,7 @@ pub(crate) struct CacheSettings {
     pub hot_index: Option<bool>,
     pub io: Option<upcache::IoKind>,
     pub page_size: Option<u64>,
+    pub alloc: Option<upcache::AllocKind>,
 }
 
 impl CacheSettings {
@@ -107,6 +108,7 @@ impl CacheSettings {
             hot_index: var("UPCACHE_HOT_INDEX", upcache::parse_on_off)?,
             io: var("UPCACHE_IO", choice)?,
             page_size: var("UPCACHE_PAGE_SIZE", upcache::parse_size)?,
+            alloc: var("UPCACHE_ALLOC", choice)?,
         })
     }
 
@@ -134,6 +136,7 @@ impl CacheSettings {
             hot_index: self.hot_index.unwrap_or(config.hot_index),
             io: self.io.unwrap_or(config.io),
             page_size: self.page_size.map_or(config.page_size, |p| p.min(usize::MAX as u64) as usize),
+            alloc: self.alloc.unwrap_or(config.alloc),
             ..config
         }
     }
@@ -191,6 +194,9 @@ impl CacheSettings {
         }
         if let Some(io) = self.io.filter(|io| *io != config.io) {
             asked.push(format!("UPCACHE_IO for {}", io.name()));
+        }
+        if let Some(a) = self.alloc.filter(|a| *a != config.alloc) {
+            asked.push(format!("UPCACHE_ALLOC for {}", a.name()));
         }
         if let Some(p) = self.page_size.filter(|p| *p != config.page_size as u64) {
             asked.push(format!("UPCACHE_PAGE_SIZE for {p} bytes"));

@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
     CHECK(set.range_lock && set.run_merging && set.bundling && set.readahead == 1 << 20);
     CHECK(strcmp(set.policy, "clock") == 0 && set.clean_first && !set.gc_aware && set.dflush && set.streams &&
           set.huge_pages && set.direct_loads && set.uring_write_back && set.hot_index &&
-          set.lock_free_index && set.set_ways == 0 && strcmp(set.numa, "machine") == 0 && set.page_size == 4096);
+          set.lock_free_index && set.set_ways == 0 && strcmp(set.numa, "machine") == 0 && set.page_size == 4096 &&
+          !set.two_layer_alloc);
     set.memory = 4 << 20;
     set.dirty_background = 0.6;
     set.dirty_foreground = 0.5;
@@ -64,6 +65,10 @@ int main(int argc, char **argv) {
     set.page_size = 3000;
     CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
     set.page_size = 8192;
+    /* The two-layer allocator pools the whole cache's frames: not with sets. */
+    set.two_layer_alloc = true;
+    CHECK(upcache_attach_with(sock, &set, &cache) == UPCACHE_ECONFIG);
+    set.two_layer_alloc = false;
     set.range_lock = false;
     set.bundling = false;
     set.gc_aware = true;

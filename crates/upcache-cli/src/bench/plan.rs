@@ -64,11 +64,10 @@ pub(super) struct Plan {
 /// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
 /// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
 /// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--page-size`,
-/// `--meta-dir` (its array's log), `--huge-pages` and `--direct-loads`, its alone
+/// `--meta-dir` (its array's log), `--alloc`, `--huge-pages` and `--direct-loads`, its alone
 /// (`shared_config`).
 fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
-        ("--alloc", a.alloc.is_some_and(|x| x != Default::default())),
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
         ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),
@@ -102,6 +101,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         hot_index: a.hot_index.unwrap_or(d.hot_index),
         io: a.io.unwrap_or(d.io),
         page_size: a.page_size.map_or(d.page_size, |p| p.min(usize::MAX as u64) as usize),
+        alloc: a.alloc.unwrap_or(d.alloc),
         ..d
     }
 }
@@ -128,8 +128,8 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
              (--engine upcache); the shared engine takes --cache, --devices (sim:N too), --sim, \
              --device-dirs, --stripe-unit, --layout, --io, --range-lock, --run-merging, \
              --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
-             --streams, --hot-index, --api pin|async, --page-size, --meta-dir, --huge-pages and \
-             --direct-loads"
+             --streams, --hot-index, --api pin|async, --page-size, --meta-dir, --alloc, --huge-pages \
+             and --direct-loads"
         );
         eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
     }
@@ -323,7 +323,7 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
             allow_buffered: a.allow_buffered,
             prefault: a.prefault,
             index: a.index.unwrap_or_default(),
-            alloc: a.alloc.unwrap_or_default(),
+            alloc: if shared_only { shared.alloc } else { a.alloc.unwrap_or_default() },
             layout: a.layout.unwrap_or_default(),
             api: a.api,
             iodepth: a.iodepth as usize,
