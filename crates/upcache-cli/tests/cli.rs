@@ -556,12 +556,13 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out = upcache(&["bench", "--engine", "shared", "--alloc", "global", "--prefault", "--dry-run"]);
+    let out =
+        upcache(&["bench", "--engine", "shared", "--io-threads", "per-device", "--prefault", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--alloc, --prefault"), "{err}");
-    let out = upcache(&["bench", "--compare", "upcache,shared", "--alloc", "global", "--dry-run"]);
+    assert!(!out.status.success() && err.contains("--io-threads, --prefault"), "{err}");
+    let out = upcache(&["bench", "--compare", "upcache,shared", "--io-threads", "per-device", "--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("note: --alloc set the upcache engine only"), "{err}");
+    assert!(out.status.success() && err.contains("note: --io-threads set the upcache engine only"), "{err}");
     let out = upcache(&["bench", "--engine", "shared", "--api", "pin", "--hot-index", "off", "--dry-run"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Every policy is the shared cache's too; SIEVE's and S3-FIFO's queues order the whole
