@@ -23,7 +23,7 @@ use super::bypass;
 use super::files::{self, OsFile, Slot};
 #[cfg(test)]
 use super::frame::PAGE;
-use super::frame::{DIRTY, RUN_PAGES, VALID};
+use super::frame::{DIRTY, VALID};
 use super::held::HeldFd;
 use super::layout::technique;
 use super::page_size::PageSize;
@@ -45,10 +45,9 @@ const AHEAD_WINDOWS: u64 = 4;
 /// Numbers this process's opens, so the loaders' windows name theirs.
 static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Pages of its file a dflush lists at a time (`SharedFile::dflush`): four runs.
-const DFLUSH_WINDOW: u64 = 4 * RUN_PAGES as u64;
-/// Pages a write-behind window holds at most (`SharedFile::write_behind`): four runs.
-const BEHIND_PAGES: u64 = 4 * RUN_PAGES as u64;
+/// Runs of its file's pages a dflush lists at a time (`SharedFile::dflush`), and a
+/// write-behind window holds at most (`SharedFile::write_behind`).
+const WINDOW_RUNS: u64 = 4;
 /// Windows a dflush looks at, at most.
 const DFLUSH_WINDOWS: u64 = 4;
 
@@ -838,7 +837,7 @@ impl SharedFile {
     /// write that continues one of this open's sequential write streams (it starts where that
     /// stream's last write ended; a single write, however long, makes none; `Streams`, up to
     /// 4 at once, so writers taking turns on one descriptor each keep theirs) hands the stream's whole
-    /// pages written since the last hand-over, once they make a run ([`RUN_PAGES`], or a
+    /// pages written since the last hand-over, once they make a run (`PageSize::run_pages`, or a
     /// sixteenth of a smaller cache), to the process's loader threads, which write them back
     /// (`Inner::write_behind`) while the writer goes on, if more of the cache than half its
     /// background dirty ratio is dirty. So a stream's pages are written back in order, in
@@ -862,14 +861,15 @@ impl SharedFile {
         }
         let (from, to) = (stream.edge.load(Ordering::Relaxed), self.page_size().page_of(end));
         // A run, or a sixteenth of a cache too small for runs to matter.
-        let run = (RUN_PAGES as u64).min((self.inner.view.n_frames as u64 / 16).max(1));
+        let run_pages = self.page_size().run_pages() as u64;
+        let run = run_pages.min((self.inner.view.n_frames as u64 / 16).max(1));
         if to < from.saturating_add(run) {
             return;
         }
         // At most a few runs a window: threads writing through one open at once may mix
         // their streams' ends, and the loaders may have refused windows; what is left before
         // goes the kernel's ways.
-        let from = from.max(to.saturating_sub(BEHIND_PAGES));
+        let from = from.max(to.saturating_sub(WINDOW_RUNS * run_pages));
         // Relaxed: a threshold.
         if self.inner.view.header().dirty.load(Ordering::Relaxed) <= self.inner.dirty_limits().0 / 2 {
             // Left to the kernel's ways; the stream's next run begins here.
@@ -1033,7 +1033,8 @@ impl SharedFile {
     /// the file for its next sync.
     fn dflush(&self, dirty: u64, pages: u64) {
         let inner = &self.inner;
-        let target = dirty.saturating_sub((2 * pages).max(RUN_PAGES as u64));
+        let window = WINDOW_RUNS * self.page_size().run_pages() as u64;
+        let target = dirty.saturating_sub((2 * pages).max(self.page_size().run_pages() as u64));
         let (gen, end) = inner.file_extent(self.slot);
         // Relaxed: this open's hint.
         let mut from = self.dflush_from.load(Ordering::Relaxed);
@@ -1042,11 +1043,11 @@ impl SharedFile {
         // At most `DFLUSH_WINDOWS` windows a call: a file whose dirty pages are few and far
         // between, or keep failing, costs each write a bounded look; the next goes on.
         // Acquire (the file's count): pairs with `mark_dirty`'s count.
-        while looked < end.min(DFLUSH_WINDOWS * DFLUSH_WINDOW) && e.dirty.load(Ordering::Acquire) > 0 {
+        while looked < end.min(DFLUSH_WINDOWS * window) && e.dirty.load(Ordering::Acquire) > 0 {
             if from >= end {
                 from = 0;
             }
-            let to = end.min(from + DFLUSH_WINDOW);
+            let to = end.min(from + window);
             let pages = inner.candidates_of(self.slot, gen, from, to);
             // Frames others hold locked are passed over, never waited for: their holder may
             // be a stopped process, and this writer's pages are elsewhere.
@@ -1312,7 +1313,8 @@ impl SharedFile {
         view.holds(inner.me)[self.slot as usize]
             .fetch_sub(1 | (self.writable as u32) << 16, Ordering::Relaxed);
         e.writers.fetch_sub(self.writable as u32, Ordering::Relaxed);
-        if e.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
+        let last = e.opens.fetch_sub(1, Ordering::Relaxed) == 1;
+        if last {
             let os = match &*self.fd {
                 Backing::File(h) => h.metadata().ok().map(|md| OsFile::of(&md)),
                 // Its device 0's file, at its logged length: as the next open will see it.
@@ -1334,6 +1336,11 @@ impl SharedFile {
             }
         }
         table.unlock(inner.me);
+        if last {
+            // Its own free frames back to the pool, for every file (the in-process engine's
+            // `file_closed`): a file read once would keep them idle.
+            inner.drain_spare(self.slot);
+        }
         r.and(synced)
     }
 

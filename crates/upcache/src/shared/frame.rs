@@ -35,8 +35,9 @@ compile_error!("the shared frame word's futex is its low half, first in memory o
 /// The default page size, in tests of caches made with it (`page_size.rs`).
 #[cfg(test)]
 pub(crate) const PAGE: usize = 4096;
-/// Pages in a load or write-back run at most: 1 MiB of 4 KiB pages, one system call.
-pub(crate) const RUN_PAGES: usize = 256;
+/// Pages in a run of 4 KiB pages at most (`PageSize::run_pages` of the default), in tests.
+#[cfg(test)]
+pub(crate) const RUN_PAGES: usize = super::page_size::RUN_BYTES / 4096;
 
 /// The bytes hold the page's contents as cached (or being written).
 pub(crate) const VALID: u32 = 1;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::chunk::{chunks_of, Chunk, Lazy};
 use super::files::FileEntry;
-use super::frame::{FrameMeta, RUN_PAGES};
+use super::frame::FrameMeta;
 use super::index::{Index, PageMap, SetMap, PARTITIONS};
 use super::mapped::Mapped;
 use super::page_size::PageSize;
@@ -22,7 +22,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1d");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1e");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -69,7 +69,7 @@ const MAX_WRITE_BACK_PERIOD: Duration = Duration::from_secs(3600);
 /// cache (its service) sets them; every process attached to it follows them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SharedConfig {
-    /// Memory for pages, in bytes (a multiple of the page size, at least 64 KiB).
+    /// Memory for pages, in bytes (a multiple of the page size, at least 16 pages).
     pub memory: u64,
     /// Files cached at once.
     pub files: u32,
@@ -95,8 +95,7 @@ pub struct SharedConfig {
     /// batched I/O). Off, one `pread` per page.
     pub bundling: bool,
     /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
-    /// pages, at most 256 pages ([`MAX_SHARED_READAHEAD`] with 4 KiB pages); 0 turns
-    /// readahead off.
+    /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
     pub readahead: u64,
     /// The service's flushers, 1 to [`MAX_SHARED_FLUSHERS`]: the files due for write-back at
     /// a pass are written back by as many threads at once (ScaleCache's parallel write-back,
@@ -193,6 +192,9 @@ pub struct SharedConfig {
     pub alloc: AllocKind,
 }
 
+/// The fewest frames a shared cache has (64 KiB of 4 KiB pages).
+const MIN_SHARED_FRAMES: u64 = 16;
+
 /// The most flushers a shared cache's service runs.
 pub const MAX_SHARED_FLUSHERS: u32 = 8;
 
@@ -202,9 +204,8 @@ pub const MAX_SHARED_FLUSHERS: u32 = 8;
 /// another.
 pub(crate) const WRITE_BACK_DEPTH: usize = 32;
 
-/// The largest readahead of a shared cache of 4 KiB pages: one load run (1 MiB); of larger
-/// pages, one run of as many pages.
-pub const MAX_SHARED_READAHEAD: u64 = (RUN_PAGES * 4096) as u64;
+/// The largest readahead of the shared cache: one load run (1 MiB).
+pub const MAX_SHARED_READAHEAD: u64 = super::page_size::RUN_BYTES as u64;
 
 impl Default for SharedConfig {
     fn default() -> Self {
@@ -248,9 +249,11 @@ impl SharedConfig {
                 self.page_size
             ));
         };
-        if self.memory < 64 << 10 || !self.memory.is_multiple_of(page.bytes() as u64) {
+        if self.memory / (page.bytes() as u64) < MIN_SHARED_FRAMES
+            || !self.memory.is_multiple_of(page.bytes() as u64)
+        {
             return invalid(format!(
-                "shared cache memory must be a multiple of the page size ({}) and at least 64 KiB",
+                "shared cache memory must be a multiple of the page size ({}) and at least {MIN_SHARED_FRAMES} pages",
                 page.bytes()
             ));
         }
@@ -312,9 +315,11 @@ impl SharedConfig {
             ));
         }
         self.numa.check()?;
-        let most = (RUN_PAGES * page.bytes()) as u64;
-        if self.readahead > most {
-            return invalid(format!("shared cache readahead {} bytes is more than {most}", self.readahead));
+        if self.readahead > MAX_SHARED_READAHEAD {
+            return invalid(format!(
+                "shared cache readahead {} bytes is more than {MAX_SHARED_READAHEAD}",
+                self.readahead
+            ));
         }
         Ok(())
     }

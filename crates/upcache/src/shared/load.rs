@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
 use super::backing::Backing;
-use super::frame::{key_page, RUN_PAGES, VALID};
+use super::frame::{key_page, VALID};
 use super::held::HeldFd;
 use super::index::Placed;
 use super::layout::technique;
@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 impl Inner {
     /// The frame holding page `first` of file `slot`, locked for us: as
     /// `lock_page_unless(.., Fill::Read, give_up, count)`, but a miss loads up to `want - 1`
-    /// missing pages after it in the same `preadv` (at most [`RUN_PAGES`] in all), left cached
+    /// missing pages after it in the same `preadv` (at most `PageSize::run_pages` in all), left cached
     /// and unlocked, and says how many it loaded. None if the page's frame is held by one
     /// `give_up` says not to wait for. Of the pages loaded, the first `own` are the caller's to
     /// look up, counted as misses (it counts no hit for them), the rest as read ahead, as the
@@ -41,7 +41,7 @@ impl Inner {
         give_up: &dyn Fn(u32) -> bool,
         count: bool,
     ) -> Result<Option<(u32, usize)>> {
-        let want = want.clamp(1, RUN_PAGES);
+        let want = want.clamp(1, self.view.page_size.run_pages());
         let k = self.key(slot, first);
         let index = self.index();
         // The single page's path, which waits for a page being loaded; it loads no run.
@@ -116,10 +116,10 @@ impl Inner {
     }
 
     /// Frame `f` (locked by us, page `first` of `slot` in the index) and frames for the
-    /// missing pages after it, up to `want` pages in all (at most [`RUN_PAGES`]), taken only
+    /// missing pages after it, up to `want` pages in all (at most `PageSize::run_pages`), taken only
     /// if free now and put in the index, locked.
     fn gather_run(&self, slot: u32, first: u64, f: u32, want: usize) -> Vec<u32> {
-        let want = want.clamp(1, RUN_PAGES);
+        let want = want.clamp(1, self.view.page_size.run_pages());
         let index = self.index();
         let mut run = Vec::with_capacity(want);
         run.push(f);

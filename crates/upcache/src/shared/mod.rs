@@ -116,6 +116,9 @@ const THROTTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1)
 /// (`Inner::kick_write_back`), in milliseconds.
 const KICK_EVERY_MS: u64 = 10;
 
+/// Attachments made by this process: each one's number (`Inner::attachment`).
+static ATTACHMENTS: AtomicU64 = AtomicU64::new(0);
+
 /// Where the service's background write-back stops: the background limit less a sixteenth,
 /// so that a writer past it does not wake the service at every page it dirties.
 fn background_low_water(background: u64) -> u64 {
@@ -131,6 +134,9 @@ pub(crate) struct Inner {
     view: Arc<View>,
     /// This process's client id.
     me: u32,
+    /// This attachment's number in the process, never reused (`ATTACHMENTS`): what a
+    /// thread's pending hits name (`pages.rs`).
+    attachment: u64,
     /// Descriptors of the files this process has open, by slot, with how many of its
     /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
     fds: Mutex<HashMap<u32, OpenFd>>,
@@ -310,6 +316,8 @@ impl SharedCache {
             readahead_pages,
             dirty_ratios,
             kicked: AtomicU64::new(0),
+            // Relaxed: a unique number.
+            attachment: ATTACHMENTS.fetch_add(1, Ordering::Relaxed) + 1,
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
@@ -705,14 +713,14 @@ impl SharedCache {
 
     /// Counts for a status report.
     pub fn status(&self) -> SharedStatus {
-        pages::flush_pending_hits(); // the calling thread's own are in, as `own_counts` has them
+        self.inner.flush_pending_hits(); // the calling thread's own are in, as `own_counts` has them
         self.inner.status()
     }
 
     /// This process's own page lookups since it attached: (hits, misses), the calling
     /// thread's pending hits included (other threads' last few may not be in yet).
     pub fn own_counts(&self) -> (u64, u64) {
-        pages::flush_pending_hits();
+        self.inner.flush_pending_hits();
         let c = self.inner.view.counters_of(self.inner.me);
         let (hits, misses) = self.inner.before;
         // Relaxed: statistics.
@@ -1299,6 +1307,28 @@ mod tests {
     /// Huge pages (`chunk.rs`): chunks written are in use on small pages until the service's
     /// pass collapses them; then they are huge, every byte as written. Off, no chunk is
     /// recorded (on a memfd, where nothing else gives huge pages).
+    /// A thread's hits pending for a cache it dropped are never added through the old
+    /// counter's address: a cache made next may map the same addresses (and a status of it
+    /// counted them as its own, or wrote into unmapped memory).
+    #[test]
+    fn hits_pending_for_a_dropped_cache_go_nowhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![1u8; 4096]).unwrap();
+        for _ in 0..4 {
+            let a = SharedCache::create_private(&small()).unwrap();
+            let f = a.open_path(&p, false).unwrap();
+            let mut page = vec![0u8; 4096];
+            for _ in 0..5 {
+                f.read_at(&mut page, 0).unwrap();
+            }
+            drop((f, a));
+            let b = SharedCache::create_private(&small()).unwrap();
+            assert_eq!(b.status().stats.hits, 0, "a dropped cache's pending hits counted in another");
+            assert_eq!(b.own_counts(), (0, 0));
+        }
+    }
+
     #[test]
     fn chunks_in_use_are_collapsed_into_huge_pages_with_their_bytes() {
         let dir = tempfile::tempdir().unwrap();

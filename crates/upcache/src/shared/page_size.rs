@@ -5,6 +5,9 @@
 
 use crate::shm::huge::HUGE_PAGE;
 
+/// The bytes of a load or write-back run at most.
+pub(crate) const RUN_BYTES: usize = 1 << 20;
+
 /// A page size, as its power of two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PageSize {
@@ -61,6 +64,13 @@ impl PageSize {
         len.div_ceil(self.bytes() as u64)
     }
 
+    /// Pages in a load or write-back run at most: 1 MiB, one system call (256 pages of 4 KiB,
+    /// 16 of 64 KiB).
+    #[inline]
+    pub const fn run_pages(self) -> usize {
+        RUN_BYTES >> self.shift
+    }
+
     /// Frames in a 2 MiB chunk.
     #[inline]
     pub const fn chunk_frames(self) -> usize {
@@ -78,6 +88,7 @@ mod tests {
             let p = PageSize::new(bytes).unwrap();
             assert_eq!((p.bytes(), PageSize::from_shift(p.shift())), (bytes, Some(p)));
             assert_eq!(p.chunk_frames() * bytes, HUGE_PAGE);
+            assert_eq!(p.run_pages() * bytes, RUN_BYTES);
         }
         for bytes in [0, 1, 2048, 3000, 12288, 128 << 10] {
             assert_eq!(PageSize::new(bytes), None, "{bytes}");

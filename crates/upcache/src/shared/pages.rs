@@ -72,19 +72,19 @@ pub(crate) enum Fill {
 const HIT_BATCH: u64 = 32;
 
 thread_local! {
-    /// The hit counter this thread counts into and its hits not yet added to it.
-    static PENDING_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    /// The attachment (`Inner::attachment`) this thread counts hits for and its hits not yet
+    /// added to its counter.
+    static PENDING_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// As `PENDING_HITS`, for the hot index's hits (`pin.rs`).
-    static PENDING_HOT_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    static PENDING_HOT_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// As `PENDING_HITS`, for the hits of optimistic copies (`SharedFile::read_page`).
-    static PENDING_LOCK_FREE_HITS: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    static PENDING_LOCK_FREE_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// Counts a hit into `counter`, `HIT_BATCH` at a time (`pending`: this thread's pending
-/// count for that kind of hit). A thread's last hits (fewer than a batch) are left out, as
-/// are those pending when it moves to another cache's counter.
-fn count_hit(pending: &'static std::thread::LocalKey<Cell<(usize, u64)>>, counter: &AtomicU64) {
-    let at = counter as *const AtomicU64 as usize;
+/// Counts a hit of attachment `at` into its `counter`, `HIT_BATCH` at a time (`pending`:
+/// this thread's pending count for that kind of hit). A thread's last hits (fewer than a
+/// batch) are left out, as are those pending when it moves to another attachment.
+fn count_hit(pending: &'static std::thread::LocalKey<Cell<(u64, u64)>>, counter: &AtomicU64, at: u64) {
     pending.with(|p| {
         let (last, n) = p.get();
         let n = if last == at { n + 1 } else { 1 };
@@ -98,23 +98,27 @@ fn count_hit(pending: &'static std::thread::LocalKey<Cell<(usize, u64)>>, counte
     });
 }
 
-/// Adds this thread's pending hits to the counters they belong to.
-pub(crate) fn flush_pending_hits() {
-    for pending in [&PENDING_HITS, &PENDING_HOT_HITS, &PENDING_LOCK_FREE_HITS] {
-        pending.with(|p| {
-            let (at, n) = p.replace((0, 0));
-            if at != 0 && n > 0 {
-                // SAFETY: `at` is the address of a client counter in a segment this process
-                // still maps (an attachment's mapping lives until the process leaves the
-                // cache, and the thread counted into it while attached).
-                let counter = unsafe { &*(at as *const AtomicU64) };
-                counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
-            }
-        });
-    }
-}
-
 impl Inner {
+    /// Adds this thread's pending hits of this attachment to its counters. Pending hits of
+    /// another attachment are left pending: they are known by the attachment's number, not
+    /// by a counter's address, which a cache dropped and another made may share.
+    pub(crate) fn flush_pending_hits(&self) {
+        let c = self.view.counters_of(self.me);
+        for (pending, counter) in [
+            (&PENDING_HITS, &c.hits),
+            (&PENDING_HOT_HITS, &c.hot_hits),
+            (&PENDING_LOCK_FREE_HITS, &c.lock_free_hits),
+        ] {
+            pending.with(|p| {
+                let (at, n) = p.get();
+                if at == self.attachment && n > 0 {
+                    counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
+                    p.set((at, 0));
+                }
+            });
+        }
+    }
+
     /// The page index, as the cache was made with (`SharedConfig::index`).
     pub(crate) fn index(&self) -> super::index::Index<'_> {
         self.view.index(self.techniques)
@@ -122,18 +126,18 @@ impl Inner {
 
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
-        count_hit(&PENDING_HITS, &self.view.counters_of(self.me).hits);
+        count_hit(&PENDING_HITS, &self.view.counters_of(self.me).hits, self.attachment);
     }
 
     /// Counts a lookup whose page an optimistic copy read (no lock, no pin), among the hits
     /// (`count_hit` counts it too).
     pub(crate) fn count_lock_free_hit(&self) {
-        count_hit(&PENDING_LOCK_FREE_HITS, &self.view.counters_of(self.me).lock_free_hits);
+        count_hit(&PENDING_LOCK_FREE_HITS, &self.view.counters_of(self.me).lock_free_hits, self.attachment);
     }
 
     /// Counts a pin the thread's hot index served (`pin.rs`).
     pub(crate) fn count_hot_hit(&self) {
-        count_hit(&PENDING_HOT_HITS, &self.view.counters_of(self.me).hot_hits);
+        count_hit(&PENDING_HOT_HITS, &self.view.counters_of(self.me).hot_hits, self.attachment);
     }
 
     /// The key of page `page` of file `slot` in its entry's current generation (stable while
@@ -220,6 +224,17 @@ impl Inner {
         });
     }
 
+    /// Moves file `slot`'s own free frames to the pool (the two-layer allocator's; its last
+    /// close, or an entry freed).
+    pub(crate) fn drain_spare(&self, slot: u32) {
+        let Some(e) = self.view.files().get(slot as usize).filter(|e| e.spare.len() > 0) else { return };
+        let pool = self.view.pool();
+        self.as_taker(|who| {
+            let frames = e.spare.take(pool.links, usize::MAX, who);
+            pool.give(&frames, who);
+        });
+    }
+
     /// Runs `f` as a taker of the two-layer allocator's list locks (`pool.rs`).
     pub(super) fn as_taker<R>(&self, f: impl FnOnce(&pool::Taker<'_>) -> R) -> R {
         let (alive, stopped) = (|h| self.alive(h), |h| self.stopped(h));
@@ -303,9 +318,9 @@ impl Inner {
 
     /// The two-layer allocator's background reclaim (`pool.rs`; the flushers' passes): while
     /// the pool holds fewer than 1/32 of the frames in use, evicts clean, unreferenced pages
-    /// into it as the hand (or the policy) picks them, up to twice that; under 1/128 it first
-    /// halves every file's own list back into the pool (StreamCache §4.3's urgent level). The
-    /// pages it evicted.
+    /// into it as the hand (or the policy) picks them, up to twice that or a lap of the hand;
+    /// under 1/128 it first halves every file's own list back into the pool (StreamCache
+    /// §4.3's urgent level). The frames it listed.
     pub(crate) fn reclaim(&self) -> u64 {
         use crate::alloc::{Pressure, LOW_DIVISOR};
         if !self.two_layer() || !self.pools_free_frames() {
@@ -325,25 +340,33 @@ impl Inner {
                 }
             }
             let target = 2 * active / LOW_DIVISOR;
-            let (mut batch, mut evicted, mut misses) = (Vec::new(), 0, 0);
-            while pool.pooled() + batch.len() < target && misses < 4 {
+            // Bounded: the hand may give frames no list takes (pinned or dirty ones keep it
+            // turning, free ones are listed already), a lap at most.
+            let (mut batch, mut listed, mut misses, mut steps) = (Vec::new(), 0, 0, 0);
+            while pool.pooled() + batch.len() < target && misses < 4 && steps < active {
+                steps += 1;
                 let Some((f, old)) = self.hand_claim() else {
                     misses += 1;
                     continue;
                 };
                 self.forget_evicted(old);
                 self.view.frames()[f as usize].unlock(self.me, true);
+                // A free frame on a list already (the hand takes them as any): no gain.
+                // Relaxed: a hint; a list's push claims the word by CAS.
+                if pool.links[f as usize].load(Ordering::Relaxed) != 0 {
+                    misses += 1;
+                    continue;
+                }
                 batch.push(f);
-                evicted += 1;
                 if batch.len() == pool::RECLAIM_BATCH {
-                    pool.give(&batch, who);
+                    listed += pool.give(&batch, who) as u64;
                     batch.clear();
                 }
             }
-            pool.give(&batch, who);
+            listed += pool.give(&batch, who) as u64;
             // Relaxed: a counter.
-            self.view.header().reclaimed.fetch_add(evicted, Ordering::Relaxed);
-            evicted
+            self.view.header().reclaimed.fetch_add(listed, Ordering::Relaxed);
+            listed
         })
     }
 

@@ -12,9 +12,10 @@
 //! 0 while it is not, so a frame is on one list at most: a push claims its word by CAS from 0.
 //! A list's head is `first + 1` (all zeros: empty). Entries are hints: a frame the hand took
 //! while listed, or listed and then given a page, is skipped by whoever pops it (taken only
-//! by its lock, and only if still empty). A list whose lock is taken from a dead holder is
-//! emptied: its frames keep their `LISTED` words and are found by the hand, never listed
-//! again (a loss of pooling, not of frames).
+//! by its lock, and only if still empty). Every step of a push or a pop leaves a whole list,
+//! so a list whose lock is taken from a dead holder is walked and counted again; the frame the
+//! dead was moving keeps a `LISTED` word on no list, found by the hand and never listed again
+//! (a frame's pooling lost per death, not the frame).
 
 use crate::shm::{Acquired, OwnerLock};
 use crate::sync::{AtomicU32, Ordering};
@@ -60,18 +61,43 @@ impl FreeList {
     }
 
     /// Takes the lock; false if its holder is one not to wait for. Taken from a dead holder,
-    /// the list is emptied (its half-made change is not trusted).
-    fn enter(&self, who: &Taker<'_>) -> bool {
+    /// the list is walked and counted again: each step of `give` and `take` leaves a whole
+    /// list (the head moved after a frame's word is set, before it is cleared), so a death
+    /// loses at most the frame it was moving, marked and on no list.
+    fn enter(&self, links: &[AtomicU32], who: &Taker<'_>) -> bool {
         match self.lock.lock_unless(who.me, who.alive, who.give_up) {
             None => false,
             Some(Acquired::Clean) => true,
             Some(Acquired::OwnerDied(_)) => {
-                // Relaxed (both): under the lock, whose release publishes them.
-                self.head.store(0, Ordering::Relaxed);
-                self.count.store(0, Ordering::Relaxed);
+                self.recount(links);
                 true
             }
         }
+    }
+
+    /// Counts the list from its head, cut at a word that is not a listed frame's (none
+    /// should be) and after as many steps as there are frames (a loop, as above).
+    fn recount(&self, links: &[AtomicU32]) {
+        // Relaxed (all): under the lock.
+        let (mut n, mut at, mut last) = (0u32, self.head.load(Ordering::Relaxed), None::<&AtomicU32>);
+        while at != 0 {
+            let word = links.get(at as usize - 1).filter(|w| w.load(Ordering::Relaxed) & LISTED != 0);
+            match word {
+                Some(w) if (n as usize) < links.len() => {
+                    n += 1;
+                    at = w.load(Ordering::Relaxed) & !LISTED;
+                    last = Some(w);
+                }
+                _ => {
+                    match last {
+                        Some(w) => w.store(LISTED, Ordering::Relaxed),
+                        None => self.head.store(0, Ordering::Relaxed),
+                    }
+                    break;
+                }
+            }
+        }
+        self.count.store(n, Ordering::Relaxed);
     }
 
     fn leave(&self, who: &Taker<'_>) {
@@ -81,53 +107,50 @@ impl FreeList {
     /// Lists `frames` (empty, not listed elsewhere: a frame already listed stays where it
     /// is); how many it listed.
     pub fn give(&self, links: &[AtomicU32], frames: &[u32], who: &Taker<'_>) -> usize {
-        if frames.is_empty() || !self.enter(who) {
+        if frames.is_empty() || !self.enter(links, who) {
             return 0;
         }
-        // Relaxed (all list words): under the lock. The link CAS is Relaxed too: it only
-        // claims the word against another list's push, and the lists' locks order the rest.
-        let mut head = self.head.load(Ordering::Relaxed);
         let mut n = 0;
         for &f in frames {
             let Some(link) = links.get(f as usize) else { continue };
+            // Relaxed (all): under the lock, whose release publishes them. The link's CAS only
+            // claims the word against another list's push.
+            let head = self.head.load(Ordering::Relaxed);
             if link.compare_exchange(0, LISTED | head, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-                head = f + 1;
+                self.head.store(f + 1, Ordering::Relaxed);
+                self.count.store(self.count.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
                 n += 1;
             }
         }
-        self.head.store(head, Ordering::Relaxed);
-        self.count.store(self.count.load(Ordering::Relaxed).saturating_add(n), Ordering::Relaxed);
         self.leave(who);
-        n as usize
+        n
     }
 
     /// Takes up to `most` frames off the list, the last listed first.
     pub fn take(&self, links: &[AtomicU32], most: usize, who: &Taker<'_>) -> Vec<u32> {
         let mut got = Vec::new();
-        if most == 0 || self.len() == 0 || !self.enter(who) {
+        if most == 0 || self.len() == 0 || !self.enter(links, who) {
             return got;
         }
         // Relaxed (all): under the lock, as in `give`.
-        let mut head = self.head.load(Ordering::Relaxed);
-        while got.len() < most && head != 0 {
-            let f = head - 1;
-            let Some(link) = links.get(f as usize) else {
-                head = 0; // a word a peer corrupted: the rest is not trusted
-                break;
-            };
-            let word = link.load(Ordering::Relaxed);
-            if word & LISTED == 0 {
-                head = 0; // as above
+        while got.len() < most {
+            let head = self.head.load(Ordering::Relaxed);
+            if head == 0 {
                 break;
             }
-            link.store(0, Ordering::Relaxed);
-            head = word & !LISTED;
+            let f = head - 1;
+            let word = links.get(f as usize).map_or(0, |w| w.load(Ordering::Relaxed));
+            if word & LISTED == 0 {
+                // A word no list should have: the rest is not trusted.
+                self.head.store(0, Ordering::Relaxed);
+                self.count.store(0, Ordering::Relaxed);
+                break;
+            }
+            self.head.store(word & !LISTED, Ordering::Relaxed);
+            self.count.store(self.count.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+            links[f as usize].store(0, Ordering::Relaxed);
             got.push(f);
         }
-        let left =
-            if head == 0 { 0 } else { self.count.load(Ordering::Relaxed).saturating_sub(got.len() as u32) };
-        self.head.store(head, Ordering::Relaxed);
-        self.count.store(left, Ordering::Relaxed);
         self.leave(who);
         got
     }
@@ -219,24 +242,40 @@ mod tests {
         assert_eq!(a.give(&links, &[99], &who(1)), 0, "a frame past the links");
     }
 
-    /// A list whose lock a dead client held is emptied by its taker (its frames stay marked,
-    /// listed no more); a corrupted link ends a take there.
+    /// A list whose lock a dead client held is counted again by its taker and kept whole,
+    /// whichever step the death cut: mid-push, the frame being listed is on no list and
+    /// stays marked; mid-pop, the frame being taken likewise. A word in the chain that no
+    /// list should have ends a take, and a recount cuts the list there.
     #[test]
-    fn a_dead_holder_s_list_is_emptied_and_a_bad_link_ends_a_take() {
-        let links: Vec<AtomicU32> = (0..8).map(|_| AtomicU32::new(0)).collect();
+    fn a_dead_holder_s_list_is_counted_again_and_a_bad_link_ends_a_take() {
+        let links: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
         let list = FreeList::default();
+        let dead = |me: u32| Taker { me, alive: &|h| h != 5, give_up: &|_| false };
         list.give(&links, &[1, 2, 3], &who(1));
+        // A push of 4 cut after its word was set, before the head moved; the count a peer's
+        // half-made change left.
+        links[4].store(LISTED | 4, Ordering::SeqCst);
+        list.count.store(9, Ordering::SeqCst);
         assert!(list.lock.try_lock(5));
-        let dead = Taker { me: 1, alive: &|h| h != 5, give_up: &|_| false };
-        assert_eq!(list.take(&links, 10, &dead), Vec::<u32>::new());
+        assert_eq!(list.take(&links, 1, &dead(1)), vec![3], "recounted, then taken");
+        assert_eq!(list.len(), 2);
+        assert_eq!(list.give(&links, &[4], &who(1)), 0, "4 stays marked, on no list");
+        // A pop of 2 cut after the head moved past it, before its word was cleared.
+        list.head.store(1 + 1, Ordering::SeqCst);
+        assert!(list.lock.try_lock(5));
+        assert_eq!(list.take(&links, 10, &dead(1)), vec![1]);
+        assert_eq!(list.give(&links, &[2], &who(1)), 0, "2 stays marked");
+        // A bad word in the chain: a take ends there, and so does a recount.
+        assert_eq!(list.give(&links, &[6, 7, 8], &who(1)), 3);
+        links[7].store(0, Ordering::SeqCst);
+        assert_eq!(list.take(&links, 10, &who(1)), vec![8], "the rest dropped");
         assert_eq!(list.len(), 0);
-        assert_eq!(list.give(&links, &[2], &who(1)), 0, "still marked: found by the hand only");
-        assert_eq!(list.give(&links, &[4, 5], &who(1)), 2);
-        links[4].store(0, Ordering::SeqCst); // 5 -> 4, and 4's word lost
-        assert_eq!(list.take(&links, 10, &who(1)), vec![5]);
-        assert_eq!(list.len(), 0, "the rest dropped");
+        assert_eq!(list.give(&links, &[9, 10, 11], &who(1)), 3);
+        links[10].store(0, Ordering::SeqCst);
+        assert!(list.lock.try_lock(5));
+        assert_eq!(list.take(&links, 10, &dead(1)), vec![11], "cut after 11 by the recount");
         let stopped = Taker { me: 1, alive: &|_| true, give_up: &|h| h == 6 };
-        list.give(&links, &[6], &who(1));
+        list.give(&links, &[12], &who(1));
         assert!(list.lock.try_lock(6));
         assert_eq!(list.take(&links, 1, &stopped), Vec::<u32>::new(), "a stopped holder is passed by");
     }
@@ -323,6 +362,33 @@ mod in_a_cache {
         let g = global.open_path(&p, false).unwrap();
         assert_eq!(g.read_at(&mut all, 0).unwrap(), bytes.len());
         assert_eq!((global.inner.reclaim(), global.status().stats.reclaimed), (0, 0));
+    }
+
+    /// A file's last close gives its own list back to the pool: a file read once keeps no
+    /// free frames idle.
+    #[test]
+    fn a_files_last_close_gives_its_list_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![3u8; 4096]).unwrap();
+        let cache = SharedCache::create_private(&two_layer(1024)).unwrap();
+        let inner = &cache.inner;
+        let pool = inner.view.pool();
+        let f = cache.open_path(&p, false).unwrap();
+        let spare = &inner.view.files()[f.slot() as usize].spare;
+        let g = cache.open_path(&p, false).unwrap();
+        // Frames for the pool, and one miss that takes a batch of them into the file's list.
+        let frames: Vec<u32> = (100..200).collect();
+        inner.as_taker(|who| pool.give(&frames, who));
+        let mut page = vec![0u8; 4096];
+        f.read_at(&mut page, 0).unwrap();
+        let listed = spare.len();
+        assert!(listed > 0);
+        let pooled = pool.pooled();
+        f.close().unwrap();
+        assert_eq!(spare.len(), listed, "another open is left");
+        g.close().unwrap();
+        assert_eq!((spare.len(), pool.pooled()), (0, pooled + listed));
     }
 
     /// Under the urgent threshold reclaim first halves every file's list into the pool.

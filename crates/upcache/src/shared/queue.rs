@@ -45,7 +45,6 @@ use super::backing::Backing;
 use super::bounce::Bounce;
 #[cfg(test)]
 use super::frame::PAGE;
-use super::frame::RUN_PAGES;
 use super::index::Placed;
 use super::layout::technique;
 use super::{Inner, SharedFile};
@@ -429,7 +428,7 @@ impl SharedQueue {
             // A run is pages in a row, read back to back: a page skipped ends it.
             let joins = page == run_first + run.len() as u64
                 && bundled
-                && run.len() < RUN_PAGES
+                && run.len() < size.run_pages()
                 && continues(&file.fd, run_first, page);
             if !joins && !run.is_empty() {
                 self.push_run(slot, &file, run_first, std::mem::take(&mut run));

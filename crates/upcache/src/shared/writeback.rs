@@ -1,7 +1,7 @@
 //! Writing dirty frames back to their files, in runs: the dirty pages of a file that follow
-//! each other are locked together and written with one `pwritev` of up to [`RUN_PAGES`]
-//! pages (the merged write-back runs of ScalaCache's batched I/O and the private engine's
-//! `io/`), instead of a system call per page.
+//! each other are locked together and written with one `pwritev` of up to a run (1 MiB,
+//! `PageSize::run_pages`; the merged write-back runs of ScalaCache's batched I/O and the
+//! private engine's `io/`), instead of a system call per page.
 //!
 //! With `SharedConfig::run_merging` off, each page is a run of its own.
 //!
@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use super::backing::{ArrayFile, Backing};
-use super::frame::{key_page, key_slot, DIRTY, RUN_PAGES};
+use super::frame::{key_page, key_slot, DIRTY};
 use super::layout::{technique, WRITE_BACK_DEPTH};
 use super::Inner;
 use crate::error::{Error, Result};
@@ -39,9 +39,9 @@ pub(crate) fn as_writer<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Dirty pages in a write-back's list per part written at once (`write_back_listed`): four
-/// runs, so that a small sync starts no thread.
-const SPLIT_PAGES: usize = 4 * RUN_PAGES;
+/// Runs of dirty pages in a write-back's list per part written at once
+/// (`write_back_listed`), so that a small sync starts no thread.
+const SPLIT_RUNS: usize = 4;
 
 /// What the service writes a file back through: the descriptor a writer lent it, and with
 /// `SharedConfig::direct_write_back` the file opened again with `O_DIRECT` (a description of
@@ -397,7 +397,7 @@ impl Inner {
     /// by someone else is skipped (the service's flusher: a stopped process holding one must
     /// not stall it). With `stop_at`, it stops before a run once the cache has no more dirty
     /// pages than that (background write-back, as the kernel's stops below its threshold).
-    /// Past [`SPLIT_PAGES`] dirty pages, a sync's list (`wait`) or one written under dirty
+    /// Past [`SPLIT_RUNS`] runs of dirty pages, a sync's list (`wait`) or one written under dirty
     /// pressure (`stop_at`: writers outrun the device) is cut into `SharedConfig::flushers`
     /// parts written at once, one on this thread and each other on a thread of its own
     /// (ScaleCache's parallel write-back within a file: a device takes more of its speed at a
@@ -415,7 +415,9 @@ impl Inner {
             pages.iter().copied().filter(|&(f, _)| frames[f as usize].flags() & DIRTY != 0).collect();
         pages.sort_unstable_by_key(|&(_, k)| k);
         let parts = match wait || stop_at.is_some() {
-            true => (self.view.header().flushers() as usize).min(pages.len().div_ceil(SPLIT_PAGES)).max(1),
+            true => (self.view.header().flushers() as usize)
+                .min(pages.len().div_ceil(SPLIT_RUNS * self.view.page_size.run_pages()))
+                .max(1),
             false => 1,
         };
         if parts == 1 {
@@ -458,7 +460,7 @@ impl Inner {
     /// io_uring (`SharedConfig::io`), other write-backs' one at a time: a random writer past
     /// the foreground ratio waited for one O_DIRECT write after another, a device round trip
     /// each, at 0.26x the private engine (bench/RESULTS.md). Under pressure a batch holds at
-    /// most a run's worth of pages (`RUN_PAGES`), so that batching helps short runs without
+    /// most a run's worth of pages (`PageSize::run_pages`), so that batching helps short runs without
     /// holding long ones locked together. While it holds runs not yet
     /// written it waits for no frame. A sync leaves the frames others hold (another sync's
     /// write-back under way, a writer) to the end, after its own runs are written, and then
@@ -488,7 +490,8 @@ impl Inner {
         let mut held = Vec::new();
         let mut first = Ok(());
         let mut own = None;
-        let most = if self.techniques & technique::RUN_MERGING != 0 { RUN_PAGES } else { 1 };
+        let most =
+            if self.techniques & technique::RUN_MERGING != 0 { self.view.page_size.run_pages() } else { 1 };
         let depth = if (wait || stop_at.is_some()) && self.ring().is_some() { WRITE_BACK_DEPTH } else { 1 };
         let mut batch: Vec<Vec<u32>> = Vec::with_capacity(depth);
         let mut batched = 0;
@@ -540,7 +543,9 @@ impl Inner {
             batch.push(run);
             // Under dirty pressure a batch is also cut at a run's worth of pages: long runs went
             // 32 MiB at a time, locked until all were written, and the writers' p99 tripled.
-            if batch.len() == depth || (stop_at.is_some() && batched >= RUN_PAGES as u64) {
+            if batch.len() == depth
+                || (stop_at.is_some() && batched >= self.view.page_size.run_pages() as u64)
+            {
                 first = first.and(self.write_back_batch(&mut batch, to));
                 batched = 0;
             }
@@ -659,7 +664,7 @@ mod tests {
         let config = SharedConfig { memory: 16 << 20, flushers: 2, ..small() };
         let cache = SharedCache::create(&config).unwrap();
         let f = cache.open_path(&p, true).unwrap();
-        let pages = 2 * super::SPLIT_PAGES + 3;
+        let pages = 2 * super::SPLIT_RUNS * super::super::frame::RUN_PAGES + 3;
         let data: Vec<u8> = (0..pages * 4096).map(|i| (i / 4096 * 7 + i % 251) as u8).collect();
         f.write_all_at(&data, 0).unwrap();
         let (inner, entry) = (&cache.inner, f.entry());
