@@ -281,17 +281,18 @@ int32_t upcache_sync(struct upcache_cache *cache);
 
 // Changes how much of its memory the cache uses, while I/O runs, and stores the bytes of
 // frames now in use in `*in_use` (if not NULL). A shared cache (`upcache_attach`,
-// `upcache_create_private`): `bytes` rounded down to whole pages, between 64 KiB and the
+// `upcache_create_private`): `bytes` rounded down to whole pages, between 16 pages and the
 // memory it was made with; shrinking writes back and drops the pages past the new size, and
 // fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
-// sets, in whole ways of every set; `UPCACHE_EUNSUPPORTED` with NUMA
-// partitions. An array (`upcache_create`, `upcache_open`): only with the set-associative
+// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array (`upcache_create`, `upcache_open`): only with the set-associative
 // index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
 //
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`/`upcache_create_private`;
 // `in_use` is NULL or writable.
-int32_t upcache_resize(struct upcache_cache *cache, uint64_t bytes, uint64_t *in_use);
+int32_t upcache_resize(struct upcache_cache *cache,
+                       uint64_t bytes,
+                       uint64_t *in_use);
 
 // Removes file `name` (its handles must be closed).
 //

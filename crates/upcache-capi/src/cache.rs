@@ -485,11 +485,10 @@ pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
 
 /// Changes how much of its memory the cache uses, while I/O runs, and stores the bytes of
 /// frames now in use in `*in_use` (if not NULL). A shared cache (`upcache_attach`,
-/// `upcache_create_private`): `bytes` rounded down to whole pages, between 64 KiB and the
+/// `upcache_create_private`): `bytes` rounded down to whole pages, between 16 pages and the
 /// memory it was made with; shrinking writes back and drops the pages past the new size, and
 /// fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
-/// sets, in whole ways of every set; `UPCACHE_EUNSUPPORTED` with NUMA
-/// partitions. An array (`upcache_create`, `upcache_open`): only with the set-associative
+/// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array (`upcache_create`, `upcache_open`): only with the set-associative
 /// index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
 ///
 /// # Safety

@@ -169,8 +169,9 @@ int main(int argc, char **argv) {
     CHECK(upcache_file_open_path(priv, own_path, true, &o) == UPCACHE_OK);
     CHECK(upcache_pwrite(o, "of this process", 15, 9000) == 15);
     CHECK(upcache_file_create(priv, "array-file", &g) == UPCACHE_EINVAL);
-    /* Frames placed per NUMA node are not resized. */
-    CHECK(upcache_resize(priv, 64 << 10, NULL) == UPCACHE_EUNSUPPORTED);
+    /* Frames placed per NUMA node: each node keeps its share, its dirty page written back. */
+    uint64_t numa_in_use = 0;
+    CHECK(upcache_resize(priv, 64 << 10, &numa_in_use) == UPCACHE_OK && numa_in_use == 64 << 10);
     CHECK(upcache_file_close(o) == UPCACHE_OK && upcache_close(priv) == UPCACHE_OK);
     os = fopen(own_path, "rb");
     CHECK(os && fseek(os, 9000, SEEK_SET) == 0 && fread(buf, 1, 15, os) == 15 && memcmp(buf, "of this process", 15) == 0);

@@ -244,6 +244,25 @@ pub(crate) fn frames_of(node: usize, nodes: usize, frames: usize) -> std::ops::R
     node * frames / nodes..(node + 1) * frames / nodes
 }
 
+/// The node whose frames (of `frames` among `nodes`) frame `f` is in.
+pub(crate) fn node_of_frame(f: usize, nodes: usize, frames: usize) -> usize {
+    let mut node = (f * nodes / frames.max(1)).min(nodes - 1);
+    while node + 1 < nodes && frames_of(node + 1, nodes, frames).start <= f {
+        node += 1;
+    }
+    while node > 0 && frames_of(node, nodes, frames).start > f {
+        node -= 1;
+    }
+    node
+}
+
+/// Node `node`'s frames in use while `active` of the cache's `frames` are (`SharedCache::
+/// resize`): the first of its own, as many as its share of `active`.
+pub(crate) fn active_of(node: usize, nodes: usize, frames: usize, active: usize) -> std::ops::Range<usize> {
+    let all = frames_of(node, nodes, frames);
+    all.start..all.start + frames_of(node, nodes, active).len().min(all.len())
+}
+
 /// Binds each node's part of the frames' bytes (`pages`, `frames` pages) to that node's
 /// memory, for the nodes this machine has (a described node it lacks keeps the default
 /// policy); before any page is touched. A refusal is logged: the frames stay where the
@@ -326,6 +345,16 @@ mod tests {
         assert_eq!((table.node_of(7), table.node_of(300)), (1, 0), "unnamed CPUs: modulo");
         assert_eq!(table.cpus(1), vec![1, 65]);
         assert_eq!((frames_of(0, 2, 101), frames_of(1, 2, 101)), (0..50, 50..101));
+        for (nodes, frames) in [(1, 7), (2, 101), (3, 10), (3, 7), (5, 64)] {
+            for f in 0..frames {
+                let node = node_of_frame(f, nodes, frames);
+                assert!(frames_of(node, nodes, frames).contains(&f), "{f} of {frames} in {nodes} nodes");
+            }
+            for active in 1..=frames {
+                let used: usize = (0..nodes).map(|n| active_of(n, nodes, frames, active).len()).sum();
+                assert_eq!(used, active, "{active} of {frames} in {nodes} nodes");
+            }
+        }
     }
 }
 

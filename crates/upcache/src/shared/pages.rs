@@ -243,7 +243,7 @@ impl Inner {
 
     /// Whether emptied frames are listed for the next misses (`free.rs`): not with page sets
     /// (a miss takes a frame of its page's set only) or NUMA partitions (of its node first).
-    fn pools_free_frames(&self) -> bool {
+    pub(crate) fn pools_free_frames(&self) -> bool {
         self.techniques & technique::SET_ASSOC == 0 && self.view.header().numa.count() == 1
     }
 
@@ -481,7 +481,8 @@ impl Inner {
                 return Area { first: 0, n: self.view.active() as u64, hand: Hand::Cache(&header.clock) };
             }
             let node = (here + i) % nodes;
-            let r = super::numa::frames_of(node, nodes, self.view.n_frames);
+            // Its frames in use only (`resize.rs`).
+            let r = super::numa::active_of(node, nodes, self.view.n_frames, self.view.active());
             Area { first: r.start, n: r.len() as u64, hand: Hand::Cache(&header.numa.hands[node]) }
         };
         if areas == 1 && index.sets().is_none() {

@@ -40,18 +40,13 @@ impl SharedCache {
     /// process cannot write that no writer or the service wrote back, or frames stopped
     /// processes hold, stay there for 2 s. With page sets the size is in whole ways of every
     /// set (a page stays in its set; the sets' associativity is what changes): as many as
-    /// fit, 16 frames at least. `Unsupported` with NUMA partitions, whose frames are placed by
-    /// node. Returns the bytes of frames now in use.
+    /// fit, 16 frames at least. With NUMA partitions each node keeps its share of the size,
+    /// its first frames (a private cache's memory out of use is kept). Returns the bytes of
+    /// frames now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
         let inner = &self.inner;
         inner.check_service()?;
         let view = &inner.view;
-        if view.header().numa.count() > 1 {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "a shared cache with NUMA partitions places its frames by node: it is not resized",
-            ));
-        }
         let want = ((bytes / view.page_size.bytes() as u64) as usize)
             .clamp(MIN_FRAMES.min(view.n_frames), view.n_frames);
         let lock = &view.header().resize_lock;
@@ -64,7 +59,7 @@ impl SharedCache {
             // Growing, frames past the new size may still hold pages a resizer that died left.
             None => inner.set_size(old, want),
         };
-        if done.is_ok() && want > old && inner.set_ways().is_none() {
+        if done.is_ok() && want > old && inner.pools_free_frames() {
             // Listed free, so the next misses take them first (whatever the policy's order,
             // which has never seen them).
             for f in old as u32..want as u32 {
@@ -80,12 +75,18 @@ impl SharedCache {
 }
 
 impl Inner {
-    /// Whether frame `f` is in use: below the size, or, with page sets, among the ways in use
-    /// of its set (`Active::ways`).
+    /// Whether frame `f` is in use: below the size; with page sets, among the ways in use of
+    /// its set (`Active::ways`); with NUMA partitions, among the first of its node's frames,
+    /// as many as its share of the size (`numa::active_of`).
     pub(crate) fn in_use(&self, f: u32) -> bool {
-        match self.set_ways() {
-            Some(ways) => (f as usize % ways) < self.active_ways(),
-            None => (f as usize) < self.view.active(),
+        let (f, view) = (f as usize, &self.view);
+        match (self.set_ways(), view.header().numa.count()) {
+            (Some(ways), _) => (f % ways) < self.active_ways(),
+            (None, 1) => f < view.active(),
+            (None, nodes) => {
+                let node = super::numa::node_of_frame(f, nodes, view.n_frames);
+                super::numa::active_of(node, nodes, view.n_frames, view.active()).contains(&f)
+            }
         }
     }
 
@@ -136,15 +137,18 @@ impl Inner {
         let view = &self.view;
         // SeqCst: before our locks of the frames past it (the module's invariant).
         view.header().active.frames.store(new as u32, Ordering::SeqCst);
-        if let Err(e) = self.vacate_all((new as u32..view.n_frames as u32).collect()) {
+        // Past it; with NUMA partitions, past each node's share of it.
+        let left = (0..view.n_frames as u32).filter(|&f| !self.in_use(f)).collect();
+        if let Err(e) = self.vacate_all(left) {
             view.header().active.frames.store(old as u32, Ordering::SeqCst);
             return Err(e);
         }
         // Only a private cache's memory is given back: an optimistic reader that found a frame
         // before it was emptied may still copy from it (and fail its version check after),
         // and a read of a hole punched in a segment's file would allocate a page there again,
-        // or raise SIGBUS on a full tmpfs; anonymous memory given back reads as zeros.
-        if !view.header().has(technique::PRIVATE_FRAMES) {
+        // or raise SIGBUS on a full tmpfs; anonymous memory given back reads as zeros. (With
+        // NUMA partitions the frames out of use are each node's last: kept.)
+        if !view.header().has(technique::PRIVATE_FRAMES) || view.header().numa.count() > 1 {
             return Ok(());
         }
         let per = view.page_size.chunk_frames();
@@ -251,15 +255,23 @@ mod tests {
         std::fs::write(&a, b"").unwrap();
         std::fs::write(&b, (0..96 * 4096u32).map(|i| (i >> 12) as u8).collect::<Vec<u8>>()).unwrap();
         let data: Vec<u8> = (0..48 * 4096u32).map(|i| (i.wrapping_mul(31) >> 7) as u8).collect();
-        for (policy, private, sets) in [
-            (PolicyKind::Clock, false, false),
-            (PolicyKind::S3Fifo, false, false),
-            (PolicyKind::Clock, true, false),
-            (PolicyKind::Clock, false, true),
-            (PolicyKind::Lru, true, true),
+        // Sets: 8 of 8; NUMA: two nodes of 32 frames each.
+        let (plain, sets, numa) = (0, 1, 2);
+        for (policy, private, kind) in [
+            (PolicyKind::Clock, false, plain),
+            (PolicyKind::S3Fifo, false, plain),
+            (PolicyKind::Clock, true, plain),
+            (PolicyKind::Clock, false, sets),
+            (PolicyKind::Lru, true, sets),
+            (PolicyKind::GClock, false, numa),
+            (PolicyKind::Lfu, true, numa),
         ] {
-            let what = format!("{policy:?}, private {private}, sets {sets}");
-            let config = if sets { in_sets(sixty_four(policy)) } else { sixty_four(policy) };
+            let what = format!("{policy:?}, private {private}, kind {kind}");
+            let config = match kind {
+                1 => in_sets(sixty_four(policy)),
+                2 => SharedConfig { numa: "0;1".parse().unwrap(), ..sixty_four(policy) },
+                _ => sixty_four(policy),
+            };
             let cache =
                 if private { SharedCache::create_private(&config) } else { SharedCache::create(&config) }
                     .unwrap();
@@ -273,8 +285,13 @@ mod tests {
             assert_eq!((cache.memory(), cache.status().stats.frames), (24 * 4096, 24), "{what}");
             assert_eq!(cache.config().memory, 64 * 4096, "{what}: made with");
             let frames = cache.inner.view.frames();
-            // Out of use at 24 frames: past the 24th, or, in 8 sets of 8, past each set's 3rd.
-            let out = |f: usize| if sets { f % 8 >= 3 } else { f >= 24 };
+            // Out of use at 24 frames: past the 24th; in 8 sets of 8, past each set's 3rd; in
+            // two nodes of 32, past each node's 12th.
+            let out = |f: usize| match kind {
+                1 => f % 8 >= 3,
+                2 => f % 32 >= 12,
+                _ => f >= 24,
+            };
             let past = |_: usize| {
                 frames.iter().enumerate().filter(|(f, m)| out(*f) && (m.key() != 0 || m.home() != 0)).count()
             };
@@ -347,7 +364,7 @@ mod tests {
     }
 
     /// A pinned page past the new size keeps a shrink from finishing: `Busy`, the size as it
-    /// was, the page still there; unpinned, the shrink goes through. Not with NUMA partitions.
+    /// was, the page still there; unpinned, the shrink goes through.
     #[test]
     fn a_pinned_page_past_the_new_size_fails_a_shrink_that_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -366,10 +383,6 @@ mod tests {
         assert_eq!(pinned[..], vec![63u8; 4096][..]);
         drop(pinned);
         assert_eq!(cache.resize(16 * 4096).unwrap(), 16 * 4096);
-        let nodes = super::super::numa::SharedNuma::Described(vec![vec![0], vec![1]]);
-        let numa = SharedConfig { numa: nodes, ..sixty_four(PolicyKind::Clock) };
-        let e = SharedCache::create(&numa).unwrap().resize(16 * 4096).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     }
 
     /// Resizes back and forth while three threads read and write a file twice the cache, with
