@@ -80,6 +80,9 @@ typedef struct upcache_file upcache_file;
 // An opaque pinned page.
 typedef struct upcache_page upcache_page;
 
+// An opaque queue.
+typedef struct upcache_queue upcache_queue;
+
 // The shared cache's size, write-back settings and technique switches, as `upcache serve`'s
 // flags; they take effect when `upcache_attach_with` starts the service (a running one keeps
 // its own). Start from `upcache_shared_settings_default()`.
@@ -204,6 +207,12 @@ typedef struct upcache_stats {
   uint64_t index_bytes;
 } upcache_stats;
 
+// A finished request: its tag, and the bytes it moved or a negative `UPCACHE_E*` code.
+typedef struct upcache_completion {
+  uint64_t tag;
+  int64_t result;
+} upcache_completion;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -264,7 +273,7 @@ int32_t upcache_create(const struct upcache_config *config, struct upcache_cache
 int32_t upcache_open(const struct upcache_config *config, struct upcache_cache **out);
 
 // Writes everything back, makes it durable and closes the cache. Fails with
-// `UPCACHE_EBUSY` while file handles are open on it, and with the sync's error if the data
+// `UPCACHE_EBUSY` while file handles or queues are open on it, and with the sync's error if the data
 // could not be made durable: in both cases nothing is closed and no data is dropped (close
 // the files, or clear the device's fault, and call again).
 //
@@ -487,6 +496,67 @@ int32_t upcache_pin(struct upcache_file *file,
 // `page` is from `upcache_pin`, not unpinned before, and no other thread uses it during or
 // after the call.
 int32_t upcache_unpin(struct upcache_page *page);
+
+// Makes a queue of `cache` that keeps up to `depth` (1 to 4096) requests in flight, into
+// `*out`. The cache does not close while it is open (`UPCACHE_EBUSY`, as with files).
+//
+// # Safety
+// `cache` is a live cache handle; `out` is writable.
+int32_t upcache_queue_new(struct upcache_cache *cache, uint32_t depth, struct upcache_queue **out);
+
+// Submits a read of up to `len` bytes at `offset` of `file` into `buf`, reported under `tag`
+// by `upcache_queue_wait`, which fills `buf` (as pread(2): fewer bytes at the end of the
+// file). `buf` must stay valid and untouched until then; `tag` must differ from every read
+// in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests are in
+// flight: wait for some first.
+//
+// # Safety
+// `queue` and `file` are live; `buf` is writable for `len` bytes until the read's completion
+// is returned.
+int32_t upcache_queue_read(struct upcache_queue *queue,
+                           struct upcache_file *file,
+                           void *buf,
+                           uintptr_t len,
+                           uint64_t offset,
+                           uint64_t tag);
+
+// Submits a write of `len` bytes of `buf` at `offset` of `file`, reported under `tag`. The
+// bytes are taken at once (`buf` is free when this returns); the write goes to the cache, so
+// its completion is ready for the next wait.
+//
+// # Safety
+// `queue` and `file` are live; `buf` is readable for `len` bytes.
+int32_t upcache_queue_write(struct upcache_queue *queue,
+                            struct upcache_file *file,
+                            const void *buf,
+                            uintptr_t len,
+                            uint64_t offset,
+                            uint64_t tag);
+
+// Requests submitted whose completions `upcache_queue_wait` has not returned yet.
+//
+// # Safety
+// `queue` is live.
+int64_t upcache_queue_in_flight(struct upcache_queue *queue);
+
+// Waits until at least `min` requests (at most as many as are in flight) have completed,
+// and stores up to `max` completions in `out` (a read's bytes are in its buffer by then);
+// the count stored, or a negative code. Completions past `max` are kept for the next wait.
+//
+// # Safety
+// `queue` is live; `out` is writable for `max` completions.
+int64_t upcache_queue_wait(struct upcache_queue *queue,
+                           uintptr_t min,
+                           struct upcache_completion *out,
+                           uintptr_t max);
+
+// Waits for every request in flight (their buffers filled, their completions dropped) and
+// frees the queue.
+//
+// # Safety
+// `queue` is from `upcache_queue_new`, not freed before, and no other thread uses it during
+// or after the call.
+int32_t upcache_queue_free(struct upcache_queue *queue);
 
 // "MAJOR.MINOR.PATCH" of the running library, NUL-terminated, static (never freed).
 const char *upcache_version(void);

@@ -438,7 +438,7 @@ pub unsafe extern "C" fn upcache_open(config: *const upcache_config, out: *mut *
 }
 
 /// Writes everything back, makes it durable and closes the cache. Fails with
-/// `UPCACHE_EBUSY` while file handles are open on it, and with the sync's error if the data
+/// `UPCACHE_EBUSY` while file handles or queues are open on it, and with the sync's error if the data
 /// could not be made durable: in both cases nothing is closed and no data is dropped (close
 /// the files, or clear the device's fault, and call again).
 ///
@@ -453,7 +453,10 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
         // (opens on a cache being closed are the caller's race, as with close(2)).
         let open = c.open_files.load(Ordering::SeqCst);
         if open > 0 {
-            return Err(Fail { code: UPCACHE_EBUSY, msg: format!("{open} file handle(s) still open") });
+            return Err(Fail {
+                code: UPCACHE_EBUSY,
+                msg: format!("{open} file or queue handle(s) still open"),
+            });
         }
         if let Backend::Private(cache) = &c.cache {
             cache.sync()?;

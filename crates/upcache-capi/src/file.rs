@@ -26,10 +26,10 @@ pub(crate) struct FileHandle {
     pub(crate) pins: Arc<AtomicUsize>,
 }
 
-/// A file of either kind of cache (the shared one's boxed: its open's state is the larger).
+/// A file of either kind of cache (the shared one's shared with the queues that read it).
 pub(crate) enum AnyFile {
     Private(File),
-    Shared(Box<SharedFile>),
+    Shared(Arc<SharedFile>),
 }
 
 macro_rules! either {
@@ -203,7 +203,7 @@ pub unsafe extern "C" fn upcache_file_open_path(
                         .map_err(|e| upcache::Error::io(format!("create {path}"), e))?;
                 }
                 let p = std::path::Path::new(path);
-                AnyFile::Shared(Box::new(match cache.open_path(p, true) {
+                AnyFile::Shared(Arc::new(match cache.open_path(p, true) {
                     Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => cache.open_path(p, false),
                     r => r,
                 }?))
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn upcache_file_close(file: *mut upcache_file) -> i32 {
 }
 
 /// Checks a buffer argument: a null pointer is only allowed with length 0.
-fn buffer_ok(p: *const c_void, len: usize) -> Result<(), Fail> {
+pub(crate) fn buffer_ok(p: *const c_void, len: usize) -> Result<(), Fail> {
     if len > isize::MAX as usize {
         return Err(Fail::invalid("length over SSIZE_MAX"));
     }

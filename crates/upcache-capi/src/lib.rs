@@ -1,8 +1,8 @@
 //! The C ABI of upcache: `include/upcache.h` (generated from this crate by cbindgen).
 //!
 //! Conventions:
-//! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`, `upcache_page`) are opaque
-//!   pointers made by `*_new`, `upcache_create`/`upcache_open`,
+//! - Handles (`upcache_config`, `upcache_cache`, `upcache_file`, `upcache_page`,
+//!   `upcache_queue`) are opaque pointers made by `*_new`, `upcache_create`/`upcache_open`,
 //!   `upcache_file_create`/`upcache_file_open` and `upcache_pin`, and given back by the
 //!   matching `*_free`/`*_close`/`upcache_unpin`. NULL is reported as `UPCACHE_EINVAL`.
 //!   Each handle starts with a tag that every call checks, which catches a handle of another
@@ -14,7 +14,8 @@
 //! - No panic crosses the boundary: every entry point catches one and reports
 //!   `UPCACHE_EPANIC`.
 //! - Cache and file handles may be used from any thread, and shared by threads (not across
-//!   their close). A config is set up by one thread, then read by any.
+//!   their close). A config is set up by one thread, then read by any; a queue is used by
+//!   one thread at a time.
 
 #![allow(non_camel_case_types)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -24,6 +25,7 @@ mod config;
 mod error;
 mod file;
 mod pin;
+mod queue;
 mod version;
 
 pub use cache::*;
@@ -31,4 +33,5 @@ pub use config::*;
 pub use error::*;
 pub use file::*;
 pub use pin::*;
+pub use queue::*;
 pub use version::*;

@@ -18,6 +18,8 @@ static int failures = 0;
         }                                                                            \
     } while (0)
 
+#include "queue_check.h"
+
 static unsigned char pattern(uint64_t i, unsigned seed) { return (unsigned char)((i * 131u + seed * 7u) >> 3); }
 
 enum { THREADS = 4, SLICE = 256 * 1024 };
@@ -174,6 +176,8 @@ int main(int argc, char **argv) {
     CHECK(upcache_unpin(pg) == UPCACHE_OK);
     CHECK(upcache_size(f, &size) == UPCACHE_OK);
     CHECK(upcache_pin(f, size, &pdata, &plen, NULL, &pg) == UPCACHE_EINVAL);
+    /* The queue: writes and reads in flight at once, past the threads' slices. */
+    queue_round_trip(cache, f, size + 5000);
     CHECK(upcache_file_close(f) == UPCACHE_OK);
 
     /* Plain-file mode: an OS file outside the array, through the cache. */

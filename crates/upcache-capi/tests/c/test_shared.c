@@ -23,6 +23,8 @@
         }                                                                         \
     } while (0)
 
+#include "queue_check.h"
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     char sock[4096], path[4096];
@@ -140,6 +142,8 @@ int main(int argc, char **argv) {
     CHECK(upcache_get_stats(cache, &st) == UPCACHE_OK);
     CHECK(st.frames == 512 && st.misses >= 1 && st.hits >= 32 && st.dirty_pages >= 1);
     CHECK(st.lock_free_hits >= 32 && st.lock_free_hits <= st.hits && st.metadata_bytes > 0);
+    /* The queue on the shared cache: its reads load on the queue's own ring. */
+    queue_round_trip(cache, f, 1 << 20);
     CHECK(upcache_fdatasync(f) == UPCACHE_OK);
     CHECK(upcache_file_close(f) == UPCACHE_OK);
     CHECK(upcache_sync(cache) == UPCACHE_OK);

@@ -1,0 +1,298 @@
+//! `upcache_queue`: asynchronous reads and writes, up to a depth in flight, for C
+//! (`Cache::queue`'s `IoQueue` on an array, `SharedCache::queue`'s `SharedQueue` on a shared
+//! cache). A queue is used by one thread at a time.
+
+use crate::cache::{cache_ref, upcache_cache, Backend};
+use crate::error::{guard, status, Fail};
+use crate::file::{file_ref, upcache_file, AnyFile};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use upcache::Completion;
+
+/// An opaque queue.
+pub struct upcache_queue {
+    _opaque: [u8; 0],
+}
+
+/// A finished request: its tag, and the bytes it moved or a negative `UPCACHE_E*` code.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct upcache_completion {
+    pub tag: u64,
+    pub result: i64,
+}
+
+/// Either engine's queue.
+enum AnyQueue {
+    Private(upcache::IoQueue),
+    Shared(upcache::shared::SharedQueue),
+}
+
+/// What an `upcache_queue` points to.
+#[repr(C)]
+struct QueueHandle {
+    /// First, at the same offset in every handle kind, read before anything else.
+    tag: u64,
+    queue: AnyQueue,
+    /// The caller's buffer of each read in flight, by its tag: the queue reads into a buffer
+    /// of its own, copied there at the completion.
+    reads: HashMap<u64, (*mut u8, usize)>,
+    /// Completions the caller's array had no room for, given first by the next wait.
+    ready: VecDeque<upcache_completion>,
+    /// The cache handle's count of open handles: the cache does not close under the queue.
+    open_files: Arc<AtomicUsize>,
+}
+
+const QUEUE_TAG: u64 = 0x7563_7175_6575_6521; // "ucqueue!"
+const DEAD: u64 = 0;
+
+/// # Safety
+/// `p` is null or from `upcache_queue_new`.
+unsafe fn queue_mut<'a>(p: *mut upcache_queue) -> Result<&'a mut QueueHandle, Fail> {
+    // SAFETY: the caller's contract: null or a handle, every kind `repr(C)` with the tag first.
+    if unsafe { crate::error::tag_of(p.cast_const().cast()) } != Some(QUEUE_TAG) {
+        return Err(Fail::invalid(if p.is_null() { "queue is null" } else { "not a live upcache_queue" }));
+    }
+    // SAFETY: the tag says it is a live queue, used by one thread at a time (the contract).
+    Ok(unsafe { &mut *p.cast::<QueueHandle>() })
+}
+
+/// Makes a queue of `cache` that keeps up to `depth` (1 to 4096) requests in flight, into
+/// `*out`. The cache does not close while it is open (`UPCACHE_EBUSY`, as with files).
+///
+/// # Safety
+/// `cache` is a live cache handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_new(
+    cache: *mut upcache_cache,
+    depth: u32,
+    out: *mut *mut upcache_queue,
+) -> i32 {
+    status(|| {
+        if out.is_null() {
+            return Err(Fail::invalid("out is null"));
+        }
+        // SAFETY: the function's contract.
+        let c = unsafe { cache_ref(cache) }?;
+        let queue = match &c.cache {
+            Backend::Private(cache) => AnyQueue::Private(cache.queue(depth as usize)?),
+            Backend::Shared(cache) => AnyQueue::Shared(cache.queue(depth as usize)?),
+        };
+        // SeqCst: see `upcache_close`.
+        c.open_files.fetch_add(1, Ordering::SeqCst);
+        let handle = Box::new(QueueHandle {
+            tag: QUEUE_TAG,
+            queue,
+            reads: HashMap::new(),
+            ready: VecDeque::new(),
+            open_files: c.open_files.clone(),
+        });
+        // SAFETY: `out` is non-null and writable (checked, and the contract).
+        unsafe { *out = Box::into_raw(handle).cast::<upcache_queue>() };
+        Ok(())
+    })
+}
+
+/// Submits a request of `file` to the queue, of the same kind of cache.
+fn submit(
+    q: &mut QueueHandle,
+    file: &AnyFile,
+    offset: u64,
+    buf: Vec<u8>,
+    tag: u64,
+    write: bool,
+) -> Result<(), Fail> {
+    let r = match (&mut q.queue, file) {
+        (AnyQueue::Private(q), AnyFile::Private(f)) if write => q.write(f, offset, buf, tag),
+        (AnyQueue::Private(q), AnyFile::Private(f)) => q.read(f, offset, buf, tag),
+        (AnyQueue::Shared(q), AnyFile::Shared(f)) if write => q.write(f, offset, buf, tag),
+        (AnyQueue::Shared(q), AnyFile::Shared(f)) => q.read(f, offset, buf, tag),
+        _ => return Err(Fail::invalid("the file is not of the queue's cache")),
+    };
+    Ok(r?)
+}
+
+/// Submits a read of up to `len` bytes at `offset` of `file` into `buf`, reported under `tag`
+/// by `upcache_queue_wait`, which fills `buf` (as pread(2): fewer bytes at the end of the
+/// file). `buf` must stay valid and untouched until then; `tag` must differ from every read
+/// in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests are in
+/// flight: wait for some first.
+///
+/// # Safety
+/// `queue` and `file` are live; `buf` is writable for `len` bytes until the read's completion
+/// is returned.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_read(
+    queue: *mut upcache_queue,
+    file: *mut upcache_file,
+    buf: *mut c_void,
+    len: usize,
+    offset: u64,
+    tag: u64,
+) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let q = unsafe { queue_mut(queue) }?;
+        // SAFETY: the function's contract.
+        let f = unsafe { file_ref(file) }?;
+        crate::file::buffer_ok(buf, len)?;
+        if q.reads.contains_key(&tag) {
+            return Err(Fail::invalid(format!("a read tagged {tag} is in flight")));
+        }
+        submit(q, &f.file, offset, vec![0; len], tag, false)?;
+        q.reads.insert(tag, (buf.cast::<u8>(), len));
+        Ok(())
+    })
+}
+
+/// Submits a write of `len` bytes of `buf` at `offset` of `file`, reported under `tag`. The
+/// bytes are taken at once (`buf` is free when this returns); the write goes to the cache, so
+/// its completion is ready for the next wait.
+///
+/// # Safety
+/// `queue` and `file` are live; `buf` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_write(
+    queue: *mut upcache_queue,
+    file: *mut upcache_file,
+    buf: *const c_void,
+    len: usize,
+    offset: u64,
+    tag: u64,
+) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let q = unsafe { queue_mut(queue) }?;
+        // SAFETY: the function's contract.
+        let f = unsafe { file_ref(file) }?;
+        crate::file::buffer_ok(buf, len)?;
+        let bytes = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null and readable for `len` bytes (checked, and the contract).
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
+        };
+        submit(q, &f.file, offset, bytes, tag, true)
+    })
+}
+
+/// Requests submitted whose completions `upcache_queue_wait` has not returned yet.
+///
+/// # Safety
+/// `queue` is live.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_in_flight(queue: *mut upcache_queue) -> i64 {
+    guard(i64::from, || {
+        // SAFETY: the function's contract.
+        let q = unsafe { queue_mut(queue) }?;
+        let n = match &q.queue {
+            AnyQueue::Private(q) => q.in_flight(),
+            AnyQueue::Shared(q) => q.in_flight(),
+        };
+        Ok((n + q.ready.len()) as i64)
+    })
+}
+
+/// Waits until at least `min` requests (at most as many as are in flight) have completed,
+/// and stores up to `max` completions in `out` (a read's bytes are in its buffer by then);
+/// the count stored, or a negative code. Completions past `max` are kept for the next wait.
+///
+/// # Safety
+/// `queue` is live; `out` is writable for `max` completions.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_wait(
+    queue: *mut upcache_queue,
+    min: usize,
+    out: *mut upcache_completion,
+    max: usize,
+) -> i64 {
+    guard(i64::from, || {
+        // SAFETY: the function's contract.
+        let q = unsafe { queue_mut(queue) }?;
+        if out.is_null() && max > 0 {
+            return Err(Fail::invalid("out is null"));
+        }
+        let want = min.saturating_sub(q.ready.len());
+        if want > 0 || q.ready.is_empty() {
+            let mut done: Vec<Completion> = Vec::new();
+            match &mut q.queue {
+                AnyQueue::Private(iq) => iq.wait(want, &mut done),
+                AnyQueue::Shared(sq) => sq.wait(want, &mut done),
+            };
+            for c in done {
+                let finished = finish(&mut q.reads, c);
+                q.ready.push_back(finished);
+            }
+        }
+        let n = q.ready.len().min(max);
+        for (i, c) in q.ready.drain(..n).enumerate() {
+            // SAFETY: `out` is writable for `max` > `i` completions (the contract).
+            unsafe { out.add(i).write(c) };
+        }
+        Ok(n as i64)
+    })
+}
+
+/// The completion of `c`, a read's bytes copied into the caller's buffer.
+fn finish(reads: &mut HashMap<u64, (*mut u8, usize)>, c: Completion) -> upcache_completion {
+    let result = match c.result {
+        Ok(n) => {
+            if let Some((to, len)) = reads.remove(&c.tag) {
+                let n = n.min(len).min(c.buf.len());
+                if n > 0 {
+                    // SAFETY: the caller's buffer of this read, writable for `len` >= `n`
+                    // bytes until its completion is returned (`upcache_queue_read`'s
+                    // contract); the queue's own buffer is another allocation.
+                    unsafe { std::ptr::copy_nonoverlapping(c.buf.as_ptr(), to, n) };
+                }
+            }
+            n as i64
+        }
+        Err(e) => {
+            reads.remove(&c.tag);
+            i64::from(Fail::from(e).code)
+        }
+    };
+    upcache_completion { tag: c.tag, result }
+}
+
+/// Waits for every request in flight (their buffers filled, their completions dropped) and
+/// frees the queue.
+///
+/// # Safety
+/// `queue` is from `upcache_queue_new`, not freed before, and no other thread uses it during
+/// or after the call.
+#[no_mangle]
+pub unsafe extern "C" fn upcache_queue_free(queue: *mut upcache_queue) -> i32 {
+    status(|| {
+        // SAFETY: the function's contract.
+        let q = unsafe { queue_mut(queue) }?;
+        let mut done = Vec::new();
+        loop {
+            let left = match &mut q.queue {
+                AnyQueue::Private(iq) => {
+                    iq.wait(usize::MAX, &mut done);
+                    iq.in_flight()
+                }
+                AnyQueue::Shared(sq) => {
+                    sq.wait(usize::MAX, &mut done);
+                    sq.in_flight()
+                }
+            };
+            for c in done.drain(..) {
+                finish(&mut q.reads, c);
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        // SAFETY: allocated by `Box::into_raw` in `upcache_queue_new`, freed only here.
+        let mut handle = unsafe { Box::from_raw(queue.cast::<QueueHandle>()) };
+        handle.tag = DEAD;
+        // SeqCst: see `upcache_close`.
+        handle.open_files.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
