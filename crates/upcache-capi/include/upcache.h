@@ -506,9 +506,9 @@ int32_t upcache_queue_new(struct upcache_cache *cache, uint32_t depth, struct up
 
 // Submits a read of up to `len` bytes at `offset` of `file` into `buf`, reported under `tag`
 // by `upcache_queue_wait`, which fills `buf` (as pread(2): fewer bytes at the end of the
-// file). `buf` must stay valid and untouched until then; `tag` must differ from every read
-// in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests are in
-// flight: wait for some first.
+// file). `buf` must stay valid and untouched until then; `tag` must differ from every
+// request in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests
+// are in flight or completed and not yet returned by a wait: wait for some first.
 //
 // # Safety
 // `queue` and `file` are live; `buf` is writable for `len` bytes until the read's completion
@@ -522,7 +522,7 @@ int32_t upcache_queue_read(struct upcache_queue *queue,
 
 // Submits a write of `len` bytes of `buf` at `offset` of `file`, reported under `tag`. The
 // bytes are taken at once (`buf` is free when this returns); the write goes to the cache, so
-// its completion is ready for the next wait.
+// its completion is ready for the next wait. Fails as `upcache_queue_read`.
 //
 // # Safety
 // `queue` and `file` are live; `buf` is readable for `len` bytes.

@@ -36,9 +36,10 @@ struct QueueHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
     queue: AnyQueue,
-    /// The caller's buffer of each read in flight, by its tag: the queue reads into a buffer
-    /// of its own, copied there at the completion.
-    reads: HashMap<u64, (*mut u8, usize)>,
+    depth: usize,
+    /// Every request in flight by its tag (unique among them), with a read's buffer of the
+    /// caller's: the queue reads into a buffer of its own, copied there at the completion.
+    tags: HashMap<u64, Option<(*mut u8, usize)>>,
     /// Completions the caller's array had no room for, given first by the next wait.
     ready: VecDeque<upcache_completion>,
     /// The cache handle's count of open handles: the cache does not close under the queue.
@@ -85,7 +86,8 @@ pub unsafe extern "C" fn upcache_queue_new(
         let handle = Box::new(QueueHandle {
             tag: QUEUE_TAG,
             queue,
-            reads: HashMap::new(),
+            depth: depth as usize,
+            tags: HashMap::new(),
             ready: VecDeque::new(),
             open_files: c.open_files.clone(),
         });
@@ -95,15 +97,36 @@ pub unsafe extern "C" fn upcache_queue_new(
     })
 }
 
-/// Submits a request of `file` to the queue, of the same kind of cache.
+/// Submits a request of `file` to the queue, of the same kind of cache: a read into `to`
+/// (the caller's buffer, `len` bytes), or a write of `bytes`.
 fn submit(
     q: &mut QueueHandle,
     file: &AnyFile,
     offset: u64,
-    buf: Vec<u8>,
+    request: Request<'_>,
     tag: u64,
-    write: bool,
 ) -> Result<(), Fail> {
+    if q.tags.contains_key(&tag) {
+        return Err(Fail::invalid(format!("a request tagged {tag} is in flight")));
+    }
+    // Completions kept for the next wait count: the depth is of what the caller has not had back.
+    if q.tags.len() + q.ready.len() >= q.depth {
+        return Err(Fail {
+            code: crate::error::UPCACHE_EBUSY,
+            msg: format!("{} requests in flight (the depth)", q.depth),
+        });
+    }
+    let (buf, write, read_into) = match request {
+        Request::Read { to, len } => {
+            let mut buf = Vec::new();
+            // A length no allocation can hold is an error, not an abort.
+            buf.try_reserve_exact(len)
+                .map_err(|_| Fail::invalid(format!("no memory for a read of {len} bytes")))?;
+            buf.resize(len, 0);
+            (buf, false, Some((to, len)))
+        }
+        Request::Write(bytes) => (bytes.to_vec(), true, None),
+    };
     let r = match (&mut q.queue, file) {
         (AnyQueue::Private(q), AnyFile::Private(f)) if write => q.write(f, offset, buf, tag),
         (AnyQueue::Private(q), AnyFile::Private(f)) => q.read(f, offset, buf, tag),
@@ -111,14 +134,22 @@ fn submit(
         (AnyQueue::Shared(q), AnyFile::Shared(f)) => q.read(f, offset, buf, tag),
         _ => return Err(Fail::invalid("the file is not of the queue's cache")),
     };
-    Ok(r?)
+    r?;
+    q.tags.insert(tag, read_into);
+    Ok(())
+}
+
+/// What a submission asks for.
+enum Request<'a> {
+    Read { to: *mut u8, len: usize },
+    Write(&'a [u8]),
 }
 
 /// Submits a read of up to `len` bytes at `offset` of `file` into `buf`, reported under `tag`
 /// by `upcache_queue_wait`, which fills `buf` (as pread(2): fewer bytes at the end of the
-/// file). `buf` must stay valid and untouched until then; `tag` must differ from every read
-/// in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests are in
-/// flight: wait for some first.
+/// file). `buf` must stay valid and untouched until then; `tag` must differ from every
+/// request in flight on the queue (`UPCACHE_EINVAL`). `UPCACHE_EBUSY` while `depth` requests
+/// are in flight or completed and not yet returned by a wait: wait for some first.
 ///
 /// # Safety
 /// `queue` and `file` are live; `buf` is writable for `len` bytes until the read's completion
@@ -138,18 +169,13 @@ pub unsafe extern "C" fn upcache_queue_read(
         // SAFETY: the function's contract.
         let f = unsafe { file_ref(file) }?;
         crate::file::buffer_ok(buf, len)?;
-        if q.reads.contains_key(&tag) {
-            return Err(Fail::invalid(format!("a read tagged {tag} is in flight")));
-        }
-        submit(q, &f.file, offset, vec![0; len], tag, false)?;
-        q.reads.insert(tag, (buf.cast::<u8>(), len));
-        Ok(())
+        submit(q, &f.file, offset, Request::Read { to: buf.cast::<u8>(), len }, tag)
     })
 }
 
 /// Submits a write of `len` bytes of `buf` at `offset` of `file`, reported under `tag`. The
 /// bytes are taken at once (`buf` is free when this returns); the write goes to the cache, so
-/// its completion is ready for the next wait.
+/// its completion is ready for the next wait. Fails as `upcache_queue_read`.
 ///
 /// # Safety
 /// `queue` and `file` are live; `buf` is readable for `len` bytes.
@@ -168,13 +194,13 @@ pub unsafe extern "C" fn upcache_queue_write(
         // SAFETY: the function's contract.
         let f = unsafe { file_ref(file) }?;
         crate::file::buffer_ok(buf, len)?;
-        let bytes = if len == 0 {
-            Vec::new()
+        let bytes: &[u8] = if len == 0 {
+            &[]
         } else {
             // SAFETY: non-null and readable for `len` bytes (checked, and the contract).
-            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
         };
-        submit(q, &f.file, offset, bytes, tag, true)
+        submit(q, &f.file, offset, Request::Write(bytes), tag)
     })
 }
 
@@ -222,7 +248,7 @@ pub unsafe extern "C" fn upcache_queue_wait(
                 AnyQueue::Shared(sq) => sq.wait(want, &mut done),
             };
             for c in done {
-                let finished = finish(&mut q.reads, c);
+                let finished = finish(&mut q.tags, c);
                 q.ready.push_back(finished);
             }
         }
@@ -236,10 +262,11 @@ pub unsafe extern "C" fn upcache_queue_wait(
 }
 
 /// The completion of `c`, a read's bytes copied into the caller's buffer.
-fn finish(reads: &mut HashMap<u64, (*mut u8, usize)>, c: Completion) -> upcache_completion {
+fn finish(tags: &mut HashMap<u64, Option<(*mut u8, usize)>>, c: Completion) -> upcache_completion {
+    let read_into = tags.remove(&c.tag).flatten();
     let result = match c.result {
         Ok(n) => {
-            if let Some((to, len)) = reads.remove(&c.tag) {
+            if let Some((to, len)) = read_into {
                 let n = n.min(len).min(c.buf.len());
                 if n > 0 {
                     // SAFETY: the caller's buffer of this read, writable for `len` >= `n`
@@ -250,10 +277,7 @@ fn finish(reads: &mut HashMap<u64, (*mut u8, usize)>, c: Completion) -> upcache_
             }
             n as i64
         }
-        Err(e) => {
-            reads.remove(&c.tag);
-            i64::from(Fail::from(e).code)
-        }
+        Err(e) => i64::from(Fail::from(e).code),
     };
     upcache_completion { tag: c.tag, result }
 }
@@ -282,7 +306,7 @@ pub unsafe extern "C" fn upcache_queue_free(queue: *mut upcache_queue) -> i32 {
                 }
             };
             for c in done.drain(..) {
-                finish(&mut q.reads, c);
+                finish(&mut q.tags, c);
             }
             if left == 0 {
                 break;

@@ -256,11 +256,14 @@ pub(crate) fn node_of_frame(f: usize, nodes: usize, frames: usize) -> usize {
     node
 }
 
-/// Node `node`'s frames in use while `active` of the cache's `frames` are (`SharedCache::
-/// resize`): the first of its own, as many as its share of `active`.
+/// Node `node`'s frames in use while `active` (at most `frames`) of the cache's `frames` are
+/// (`SharedCache::resize`): the first of its own, its range's share of `active`. The shares
+/// never pass a node's frames and add up to `active`: the ends' shares telescope.
 pub(crate) fn active_of(node: usize, nodes: usize, frames: usize, active: usize) -> std::ops::Range<usize> {
     let all = frames_of(node, nodes, frames);
-    all.start..all.start + frames_of(node, nodes, active).len().min(all.len())
+    let (frames, active) = (frames.max(1) as u128, active.min(frames) as u128);
+    let share = |at: usize| (at as u128 * active / frames) as usize;
+    all.start..all.start + (share(all.end) - share(all.start))
 }
 
 /// Binds each node's part of the frames' bytes (`pages`, `frames` pages) to that node's
@@ -345,7 +348,7 @@ mod tests {
         assert_eq!((table.node_of(7), table.node_of(300)), (1, 0), "unnamed CPUs: modulo");
         assert_eq!(table.cpus(1), vec![1, 65]);
         assert_eq!((frames_of(0, 2, 101), frames_of(1, 2, 101)), (0..50, 50..101));
-        for (nodes, frames) in [(1, 7), (2, 101), (3, 10), (3, 7), (5, 64)] {
+        for (nodes, frames) in [(1, 7), (2, 101), (3, 10), (3, 7), (5, 64), (5, 18), (7, 17), (8, 21)] {
             for f in 0..frames {
                 let node = node_of_frame(f, nodes, frames);
                 assert!(frames_of(node, nodes, frames).contains(&f), "{f} of {frames} in {nodes} nodes");
@@ -353,6 +356,10 @@ mod tests {
             for active in 1..=frames {
                 let used: usize = (0..nodes).map(|n| active_of(n, nodes, frames, active).len()).sum();
                 assert_eq!(used, active, "{active} of {frames} in {nodes} nodes");
+                for n in 0..nodes {
+                    let (of, all) = (active_of(n, nodes, frames, active), frames_of(n, nodes, frames));
+                    assert!(of.start == all.start && of.end <= all.end, "node {n}: {of:?} of {all:?}");
+                }
             }
         }
     }

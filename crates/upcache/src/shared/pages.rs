@@ -462,7 +462,8 @@ impl Inner {
             (None, n) => {
                 let here = header.numa.here();
                 let fresh = (0..n).map(|i| (here + i) % n).find(|&node| {
-                    let frames = super::numa::frames_of(node, n, self.view.n_frames).len() as u64;
+                    let (all, active) = (self.view.n_frames, self.view.active());
+                    let frames = super::numa::active_of(node, n, all, active).len() as u64;
                     // Relaxed: a hint; a hand past its frames has been round them once.
                     header.numa.hands[node].load(Ordering::Relaxed) < frames
                 });

@@ -153,7 +153,11 @@ impl Inner {
             self.view.entered(f / chunk);
         } else if f % chunk == ask_at(chunk) {
             let next = f / chunk + 1;
-            if next * chunk < self.view.n_frames && !self.view.chunk_allocated(next) {
+            // Not a chunk out of use (past a resize's size, or a node's share of it).
+            if next * chunk < self.view.n_frames
+                && self.in_use((next * chunk) as u32)
+                && !self.view.chunk_allocated(next)
+            {
                 self.preparer.ask(&self.view, next);
             }
         }

@@ -159,6 +159,10 @@ pub struct SharedQueue {
     /// Files whose look for outside changes was put off while loads were in flight
     /// (`SharedFile::look_outside_if_due`), looked at when none are.
     owed: Vec<Arc<SharedFile>>,
+    /// Files of requests finished while loads were in flight, let go when none are: the last
+    /// handle of a file closes it, which may write back and take the file table's lock, and a
+    /// queue holding loads waits for no one.
+    retired: Vec<Arc<SharedFile>>,
     /// An eventfd whose write ends a `wait` early (`set_doorbell`), and whether it rang.
     doorbell: Option<RawFd>,
     rang: bool,
@@ -202,6 +206,7 @@ impl SharedQueue {
             reaped: Vec::new(),
             spare: Vec::new(),
             owed: Vec::new(),
+            retired: Vec::new(),
             doorbell: None,
             rang: false,
             closing: false,
@@ -347,6 +352,7 @@ impl SharedQueue {
         for f in std::mem::take(&mut self.owed) {
             f.look_outside_if_due();
         }
+        self.retired.clear();
     }
 
     fn admit(&self, file: &SharedFile, offset: u64, len: usize) -> Result<()> {
@@ -402,6 +408,10 @@ impl SharedQueue {
         let req = self.requests[slot].take().expect("a live request");
         self.free.push(slot);
         self.done.push_back(Completion { tag: req.tag, result, buf: req.buf });
+        // Only the last handle closes (another thread's drop of its own closes in its own).
+        if self.in_kernel > 0 && Arc::strong_count(&req.file) == 1 {
+            self.retired.push(req.file);
+        }
     }
 
     /// Claims frames for the missing pages of request `slot`'s range and queues their reads,
@@ -664,6 +674,7 @@ impl Drop for SharedQueue {
         // be unlocked) first.
         self.closing = true;
         self.quiesce();
+        self.retired.clear();
     }
 }
 

@@ -1,7 +1,8 @@
 //! Online resizing of a shared cache (SAFS §4.1): the frames in use are the segment's first
 //! `active` (`View::active`); with page sets, the first ways of each set (`Active::ways`:
-//! a page keeps its set, whose associativity shrinks, where SAFS splits and merges sets), and
-//! claims take frames in use only (`Inner::in_use`, looked at again under the frame's lock). A
+//! a page keeps its set, whose associativity shrinks, where SAFS splits and merges sets); with
+//! NUMA partitions, the first of each node's frames, its share of `active`
+//! (`numa::active_of`). Claims take frames in use only (`Inner::in_use`, looked at again under the frame's lock). A
 //! smaller size is stored first, then every frame out of use is emptied, its dirty page
 //! written back first, and, in a private cache without sets, the whole 2 MiB chunks past the
 //! size given back to the system (`Segment::discard`); a larger one (up to the memory the
