@@ -36,7 +36,7 @@ compile_error!("the shared frame word's futex is its low half, first in memory o
 #[cfg(test)]
 pub(crate) const PAGE: usize = 4096;
 /// Pages in a run of 4 KiB pages at most (`PageSize::run_pages` of the default), in tests.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(crate) const RUN_PAGES: usize = super::page_size::RUN_BYTES / 4096;
 
 /// The bytes hold the page's contents as cached (or being written).
