@@ -45,6 +45,21 @@ pub enum Pressure {
     Urgent,
 }
 
+impl Pressure {
+    /// The level with `free` frames free of `frames`: low under 1/32 ([`LOW_DIVISOR`]),
+    /// urgent under 1/128 ([`URGENT_DIVISOR`]). Both engines' allocators (the shared one's
+    /// pool too) measure it so.
+    pub fn of(free: usize, frames: usize) -> Pressure {
+        if free < frames / URGENT_DIVISOR {
+            Pressure::Urgent
+        } else if free < frames / LOW_DIVISOR {
+            Pressure::Low
+        } else {
+            Pressure::None
+        }
+    }
+}
+
 /// The allocator of a cache.
 pub enum FrameAllocator {
     /// See [`global::GlobalFree`].
@@ -114,14 +129,7 @@ impl FrameAllocator {
     /// The current pressure level, from the pooled count against thresholds of `frames`
     /// (per-file caches, at most `high` frames each, are not counted).
     pub fn pressure(&self, frames: usize) -> Pressure {
-        let free = self.pooled();
-        if free < frames / URGENT_DIVISOR {
-            Pressure::Urgent
-        } else if free < frames / LOW_DIVISOR {
-            Pressure::Low
-        } else {
-            Pressure::None
-        }
+        Pressure::of(self.pooled(), frames)
     }
 }
 

@@ -301,7 +301,9 @@ impl Inner {
                 if got.is_empty() {
                     let (low, _) = pool::marks(self.view.active());
                     got = pool.take(low, who);
-                    if pool::pressure(pool.pooled(), self.view.active()) != crate::alloc::Pressure::None {
+                    if crate::alloc::Pressure::of(pool.pooled(), self.view.active())
+                        != crate::alloc::Pressure::None
+                    {
                         self.kick_write_back();
                     }
                     let first = got.pop()?;
@@ -328,7 +330,7 @@ impl Inner {
         }
         let pool = self.view.pool();
         let active = self.view.active();
-        let level = pool::pressure(pool.pooled(), active);
+        let level = Pressure::of(pool.pooled(), active);
         if level == Pressure::None {
             return 0;
         }

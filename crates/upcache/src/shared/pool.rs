@@ -203,19 +203,6 @@ pub(crate) fn marks(frames: usize) -> (usize, usize) {
     (low, 2 * low)
 }
 
-/// How short of free frames a cache of `frames` in use is, with `pooled` in the pool: low
-/// under 1/32 (3%), urgent under 1/128, as the in-process engine's (`alloc::Pressure`).
-pub(crate) fn pressure(pooled: usize, frames: usize) -> crate::alloc::Pressure {
-    use crate::alloc::{Pressure, LOW_DIVISOR, URGENT_DIVISOR};
-    if pooled < frames / URGENT_DIVISOR {
-        Pressure::Urgent
-    } else if pooled < frames / LOW_DIVISOR {
-        Pressure::Low
-    } else {
-        Pressure::None
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -300,7 +287,7 @@ mod tests {
         assert_eq!(marks(1 << 20), (50, 100));
         use crate::alloc::Pressure;
         assert_eq!(
-            [pressure(0, 1280), pressure(20, 1280), pressure(40, 1280)],
+            [Pressure::of(0, 1280), Pressure::of(20, 1280), Pressure::of(40, 1280)],
             [Pressure::Urgent, Pressure::Low, Pressure::None]
         );
     }
