@@ -30,6 +30,22 @@ enum AnyQueue {
     Shared(upcache::shared::SharedQueue),
 }
 
+impl AnyQueue {
+    fn in_flight(&self) -> usize {
+        match self {
+            AnyQueue::Private(q) => q.in_flight(),
+            AnyQueue::Shared(q) => q.in_flight(),
+        }
+    }
+
+    fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> usize {
+        match self {
+            AnyQueue::Private(q) => q.wait(min, out),
+            AnyQueue::Shared(q) => q.wait(min, out),
+        }
+    }
+}
+
 /// What an `upcache_queue` points to.
 #[repr(C)]
 struct QueueHandle {
@@ -213,11 +229,7 @@ pub unsafe extern "C" fn upcache_queue_in_flight(queue: *mut upcache_queue) -> i
     guard(i64::from, || {
         // SAFETY: the function's contract.
         let q = unsafe { queue_mut(queue) }?;
-        let n = match &q.queue {
-            AnyQueue::Private(q) => q.in_flight(),
-            AnyQueue::Shared(q) => q.in_flight(),
-        };
-        Ok((n + q.ready.len()) as i64)
+        Ok((q.queue.in_flight() + q.ready.len()) as i64)
     })
 }
 
@@ -243,10 +255,7 @@ pub unsafe extern "C" fn upcache_queue_wait(
         let want = min.saturating_sub(q.ready.len());
         if want > 0 || q.ready.is_empty() {
             let mut done: Vec<Completion> = Vec::new();
-            match &mut q.queue {
-                AnyQueue::Private(iq) => iq.wait(want, &mut done),
-                AnyQueue::Shared(sq) => sq.wait(want, &mut done),
-            };
+            q.queue.wait(want, &mut done);
             for c in done {
                 let finished = finish(&mut q.tags, c);
                 q.ready.push_back(finished);
@@ -294,22 +303,11 @@ pub unsafe extern "C" fn upcache_queue_free(queue: *mut upcache_queue) -> i32 {
         // SAFETY: the function's contract.
         let q = unsafe { queue_mut(queue) }?;
         let mut done = Vec::new();
-        loop {
-            let left = match &mut q.queue {
-                AnyQueue::Private(iq) => {
-                    iq.wait(usize::MAX, &mut done);
-                    iq.in_flight()
-                }
-                AnyQueue::Shared(sq) => {
-                    sq.wait(usize::MAX, &mut done);
-                    sq.in_flight()
-                }
-            };
+        // A wait for more than are in flight returns once none is.
+        while q.queue.in_flight() > 0 {
+            q.queue.wait(usize::MAX, &mut done);
             for c in done.drain(..) {
                 finish(&mut q.tags, c);
-            }
-            if left == 0 {
-                break;
             }
         }
         // SAFETY: allocated by `Box::into_raw` in `upcache_queue_new`, freed only here.

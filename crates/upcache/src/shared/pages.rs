@@ -8,6 +8,8 @@ use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, V
 use super::layout::technique;
 use super::pool;
 use super::Inner;
+use crate::alloc::two_layer::Marks;
+use crate::alloc::Pressure;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::CleanFirst;
 use crate::shm::Acquired;
@@ -215,7 +217,7 @@ impl Inner {
         }
         self.as_taker(|who| {
             let pool = self.view.pool();
-            let (_, high) = pool::marks(self.view.active());
+            let high = Marks::for_frames(self.view.active()).high;
             let spare = slot.and_then(|s| self.view.files().get(s as usize)).map(|e| &e.spare);
             match spare.filter(|s| s.len() < high) {
                 Some(s) => s.give(pool.links, &[f], who),
@@ -299,11 +301,9 @@ impl Inner {
             for _ in 0..8 {
                 let mut got = spare.take(pool.links, 1, who);
                 if got.is_empty() {
-                    let (low, _) = pool::marks(self.view.active());
+                    let low = Marks::for_frames(self.view.active()).low;
                     got = pool.take(low, who);
-                    if crate::alloc::Pressure::of(pool.pooled(), self.view.active())
-                        != crate::alloc::Pressure::None
-                    {
+                    if Pressure::of(pool.pooled(), self.view.active()) != Pressure::None {
                         self.kick_write_back();
                     }
                     let first = got.pop()?;
@@ -324,7 +324,7 @@ impl Inner {
     /// under 1/128 it first halves every file's own list back into the pool (StreamCache
     /// §4.3's urgent level). The frames it listed.
     pub(crate) fn reclaim(&self) -> u64 {
-        use crate::alloc::{Pressure, LOW_DIVISOR};
+        use crate::alloc::LOW_DIVISOR;
         if !self.two_layer() || !self.pools_free_frames() {
             return 0;
         }

@@ -1,9 +1,10 @@
 //! StreamCache's two-layer memory management (seed 003 §4.3) in the segment, for
 //! `SharedConfig::alloc` two-layer: a pool of free frames in regions, one per CPU (up to
 //! [`MAX_REGIONS`]), each a list under its own lock; and per file a small list of its own
-//! (`FileEntry::spare`). A miss takes a frame from its file's list; an empty one is refilled
-//! with `low` frames at once from the region of the CPU the miss runs on, then from the
-//! others (`Inner::claim_spare`). Background reclaim (`Inner::reclaim`, the flushers) keeps the
+//! (`FileEntry::spare`), up to the high mark. A miss takes a frame from its file's list; an
+//! empty one is refilled with the low mark's frames at once (the marks are the in-process
+//! engine's, `alloc::two_layer::Marks::for_frames`) from the region of the CPU the miss runs
+//! on, then from the others (`Inner::claim_spare`). Background reclaim (`Inner::reclaim`, the flushers) keeps the
 //! pool above a low threshold by evicting clean pages into it, and under an urgent one halves
 //! every file's list back into the pool, so misses seldom run the clock hand themselves.
 //!
@@ -195,14 +196,6 @@ impl Pool<'_> {
     }
 }
 
-/// Frames a file's list takes from the pool at once, and the most it keeps (StreamCache's
-/// `low_mark` and `high_mark`, 50 and 100, scaled down for small caches as the in-process
-/// engine's `Marks::for_frames`).
-pub(crate) fn marks(frames: usize) -> (usize, usize) {
-    let low = (frames / 64).clamp(1, 50);
-    (low, 2 * low)
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -283,8 +276,9 @@ mod tests {
         assert!(got[..2].iter().all(|&f| f as usize / 2 == here), "{got:?}: region {here}'s first");
         assert_eq!(pool.pooled(), 5);
         assert_eq!(pool.take(10, &who(1)).len(), 5);
-        assert_eq!(marks(100), (1, 2));
-        assert_eq!(marks(1 << 20), (50, 100));
+        use crate::alloc::two_layer::Marks;
+        let marks = |frames| (Marks::for_frames(frames).low, Marks::for_frames(frames).high);
+        assert_eq!((marks(100), marks(1 << 20)), ((1, 2), (50, 100)));
         use crate::alloc::Pressure;
         assert_eq!(
             [Pressure::of(0, 1280), Pressure::of(20, 1280), Pressure::of(40, 1280)],
@@ -331,7 +325,7 @@ mod in_a_cache {
         assert!(pool.pooled() >= target && evicted >= target, "pooled {} of {target}", pool.pooled());
         assert_eq!(cache.status().stats.reclaimed - before, evicted as u64);
         assert_eq!(inner.reclaim(), 0, "nothing more while the pool is full enough");
-        let (low, _) = super::marks(1024);
+        let low = crate::alloc::two_layer::Marks::for_frames(1024).low;
         let pooled = pool.pooled();
         f.read_at(&mut page, 1500 * 4096).unwrap();
         assert_eq!(page[..], bytes[1500 * 4096..1501 * 4096]);
