@@ -162,6 +162,9 @@ typedef struct upcache_shared_settings {
   // service reclaiming clean pages into the pool while it is short (false: one stack of
   // emptied frames; misses run the clock hand). Not with `set_ways` or NUMA partitions.
   bool two_layer_alloc;
+  // Every frame made resident as the cache is made, so that no miss pays the first touch
+  // of its frame (false: a frame's memory is taken at its first use).
+  bool prefault;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -214,6 +214,9 @@ pub struct upcache_shared_settings {
     /// service reclaiming clean pages into the pool while it is short (false: one stack of
     /// emptied frames; misses run the clock hand). Not with `set_ways` or NUMA partitions.
     pub two_layer_alloc: bool,
+    /// Every frame made resident as the cache is made, so that no miss pays the first touch
+    /// of its frame (false: a frame's memory is taken at its first use).
+    pub prefault: bool,
 }
 
 /// `name` NUL-terminated in a settings' text field (`numa`, `policy`); None if it does not fit.
@@ -265,6 +268,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             numa: text_field(&c.numa.name()).unwrap_or([0; 256]),
             page_size: c.page_size.min(u32::MAX as usize) as u32,
             two_layer_alloc: c.alloc == upcache::AllocKind::TwoLayer,
+            prefault: c.prefault,
         }
     }
 }
@@ -317,6 +321,7 @@ impl upcache_shared_settings {
                 s.page_size as usize
             },
             alloc: if s.two_layer_alloc { upcache::AllocKind::TwoLayer } else { upcache::AllocKind::Global },
+            prefault: s.prefault,
             ..SharedConfig::default()
         };
         config.check()?;

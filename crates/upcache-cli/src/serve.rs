@@ -122,6 +122,10 @@ pub struct ServeArgs {
     /// write-backs and pins are of whole pages
     #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = crate::size::parse_size)]
     page_size: u64,
+    /// Make every frame resident as the cache is made (allocated and mapped): no miss pays
+    /// the first touch of its frame, and the memory is taken at once (as UPCACHE_PREFAULT)
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = upcache::parse_on_off, action = clap::ArgAction::Set)]
+    prefault: bool,
     /// Seconds with nobody attached before the service exits (as the shim's UPCACHE_IDLE)
     #[arg(long, default_value_t = serve::DEFAULT_IDLE.as_secs())]
     idle: u64,
@@ -179,6 +183,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             io: args.io,
             page_size: args.page_size.min(usize::MAX as u64) as usize,
             alloc: args.alloc,
+            prefault: args.prefault,
             ..SharedConfig::default()
         },
         idle: Duration::from_secs(args.idle),

@@ -549,20 +549,54 @@ fn a_report_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The shared engine takes only some of the in-process engine's technique flags (issue 34):
-/// alone it refuses the others, naming each, rather than running without them, and a policy
-/// its cache has not (s3fifo, lru) even beside the upcache engine; beside the upcache
-/// engine the others set that engine, and a note says so; a shared run's config (every
+/// The shared engine takes every technique flag of the in-process engine's (issue 34); those
+/// of an array's I/O (per-device I/O threads, buffered backing files) only where its files
+/// are an array, refused for its plain OS files, naming each, rather than ignored; its
+/// array's I/O goes through the per-device threads asked for. A shared run's config (every
 /// setting, the in-process engine's at their defaults) passed back runs again.
 #[test]
 fn the_shared_engine_refuses_flags_it_would_ignore() {
-    let out =
-        upcache(&["bench", "--engine", "shared", "--io-threads", "per-device", "--prefault", "--dry-run"]);
+    let out = upcache(&[
+        "bench",
+        "--engine",
+        "shared",
+        "--io-threads",
+        "per-device",
+        "--allow-buffered",
+        "--dry-run",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--io-threads, --prefault"), "{err}");
-    let out = upcache(&["bench", "--compare", "upcache,shared", "--io-threads", "per-device", "--dry-run"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("note: --io-threads set the upcache engine only"), "{err}");
+    assert!(!out.status.success() && err.contains("--io-threads, --allow-buffered"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    for (threads, engine) in [("none", "psync"), ("per-device", "psync+threads")] {
+        let run = [
+            "bench",
+            "--engine",
+            "shared",
+            "--devices",
+            "2",
+            "--io",
+            "psync",
+            "--io-threads",
+            threads,
+            "--prefault",
+            "--rw",
+            "randread",
+            "--size",
+            "1m",
+            "--cache",
+            "16m",
+            "--ops",
+            "512",
+            "--json",
+            "--dir",
+            dir,
+        ];
+        let report = json(&ok(&run));
+        assert_eq!(report["io"], engine, "{report}");
+        assert_eq!(report["config"]["io-threads"], threads, "{}", report["config"]);
+    }
     let out = upcache(&["bench", "--engine", "shared", "--api", "pin", "--hot-index", "off", "--dry-run"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Every policy is the shared cache's too; SIEVE's and S3-FIFO's queues order the whole

@@ -29,7 +29,7 @@ pub(crate) struct Settings {
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY
     /// (clock|gclock|lru|lfu|sieve|s3fifo), UPCACHE_CLEAN_FIRST (clean-first|plain|gc-aware), UPCACHE_FLUSH
     /// (dflush|background), UPCACHE_STREAMS and UPCACHE_HUGE_PAGES (on|off), UPCACHE_IO
-    /// (uring|psync), UPCACHE_HOT_INDEX (on|off), and UPCACHE_DIRECT=0 (both direct settings
+    /// (uring|psync), UPCACHE_HOT_INDEX and UPCACHE_PREFAULT (on|off), and UPCACHE_DIRECT=0 (both direct settings
     /// off unless set): the settings of a cache the shim makes, as `upcache serve`'s flags (a
     /// shared cache's service the shim starts, or a private cache); unset, the cache's
     /// defaults.
@@ -60,6 +60,7 @@ pub(crate) struct CacheSettings {
     pub io: Option<upcache::IoKind>,
     pub page_size: Option<u64>,
     pub alloc: Option<upcache::AllocKind>,
+    pub prefault: Option<bool>,
 }
 
 impl CacheSettings {
@@ -109,6 +110,7 @@ impl CacheSettings {
             io: var("UPCACHE_IO", choice)?,
             page_size: var("UPCACHE_PAGE_SIZE", upcache::parse_size)?,
             alloc: var("UPCACHE_ALLOC", choice)?,
+            prefault: var("UPCACHE_PREFAULT", upcache::parse_on_off)?,
         })
     }
 
@@ -137,6 +139,7 @@ impl CacheSettings {
             io: self.io.unwrap_or(config.io),
             page_size: self.page_size.map_or(config.page_size, |p| p.min(usize::MAX as u64) as usize),
             alloc: self.alloc.unwrap_or(config.alloc),
+            prefault: self.prefault.unwrap_or(config.prefault),
             ..config
         }
     }
@@ -163,6 +166,7 @@ impl CacheSettings {
             ("UPCACHE_STREAMS", self.streams, config.streams),
             ("UPCACHE_HUGE_PAGES", self.huge_pages, config.huge_pages),
             ("UPCACHE_HOT_INDEX", self.hot_index, config.hot_index),
+            ("UPCACHE_PREFAULT", self.prefault, config.prefault),
         ] {
             if let Some(b) = asked_for.filter(|b| *b != has) {
                 asked.push(format!("{name} for {}", upcache::on_off(b)));

@@ -379,6 +379,8 @@ fn shared_array(root: &Path) -> upcache::shared::SharedArray {
         stripe_unit: 2 * 4096,
         kind: upcache::LayoutKind::Stripe,
         sims: &[],
+        allow_buffered: false,
+        io_threads: upcache::SubmitKind::Caller,
     };
     SharedArray::open(&cache, spec).unwrap()
 }

@@ -57,6 +57,8 @@ fn spec<'a>(dirs: &'a [PathBuf], sims: &'a [(usize, Arc<SimDevice>)]) -> ArraySp
         stripe_unit: 2 * PAGE as u64,
         kind: LayoutKind::Stripe,
         sims,
+        allow_buffered: false,
+        io_threads: upcache::SubmitKind::Caller,
     }
 }
 

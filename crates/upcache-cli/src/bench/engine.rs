@@ -728,6 +728,17 @@ fn completed(c: upcache::Completion) -> AsyncDone {
     (c.tag, r, c.buf)
 }
 
+/// How the shared engine's array is laid out and reached: page size, stripe unit, layout,
+/// buffered backing files allowed, who submits its I/O.
+#[derive(Clone, Copy)]
+struct ArrayShape {
+    page_size: usize,
+    stripe_unit: u64,
+    kind: upcache::LayoutKind,
+    allow_buffered: bool,
+    io_threads: upcache::SubmitKind,
+}
+
 /// Where the shared engine's files are.
 enum SharedFiles {
     Plain(PlainFiles),
@@ -739,7 +750,7 @@ enum SharedFiles {
         sims: Vec<Arc<SimDevice>>,
         /// What a cold start makes the cache and opens the array with again.
         config: Box<upcache::shared::SharedConfig>,
-        layout: (usize, u64, upcache::LayoutKind),
+        layout: ArrayShape,
         /// The metadata log's directory (`--meta-dir`), one of our own inside it.
         meta: Option<PathBuf>,
     },
@@ -758,7 +769,13 @@ impl SharedEngine {
         }
         let cache = SharedCache::create_private(&o.shared).context("make a private shared cache")?;
         let sims = sim_devices(o, dirs.len())?;
-        let layout = (o.page_size, o.stripe_unit, o.layout);
+        let layout = ArrayShape {
+            page_size: o.page_size,
+            stripe_unit: o.stripe_unit,
+            kind: o.layout,
+            allow_buffered: o.allow_buffered,
+            io_threads: o.io_threads,
+        };
         let array = match SharedEngine::open_array(&cache, &dirs, layout, meta.as_deref(), &sims, true) {
             Ok(a) => a,
             Err(e) => {
@@ -780,14 +797,23 @@ impl SharedEngine {
     fn open_array(
         cache: &upcache::shared::SharedCache,
         dirs: &[PathBuf],
-        (page_size, stripe_unit, kind): (usize, u64, upcache::LayoutKind),
+        shape: ArrayShape,
         meta_dir: Option<&Path>,
         sims: &[Arc<SimDevice>],
         create: bool,
     ) -> upcache::Result<upcache::shared::SharedArray> {
         use upcache::shared::{ArraySpec, SharedArray};
         let by_device: Vec<_> = sims.iter().cloned().enumerate().collect();
-        let spec = ArraySpec { dirs, meta_dir, page_size, stripe_unit, kind, sims: &by_device };
+        let spec = ArraySpec {
+            dirs,
+            meta_dir,
+            page_size: shape.page_size,
+            stripe_unit: shape.stripe_unit,
+            kind: shape.kind,
+            sims: &by_device,
+            allow_buffered: shape.allow_buffered,
+            io_threads: shape.io_threads,
+        };
         if create {
             SharedArray::create(cache, spec)
         } else {
@@ -913,6 +939,14 @@ impl Engine for SharedEngine {
         match &self.kind {
             SharedFiles::Array { sims, .. } => summed_sim_stats(sims),
             SharedFiles::Plain(_) => None,
+        }
+    }
+
+    /// An array's engine (its per-device threads too); plain files' write-back engine.
+    fn io_name(&self) -> Option<&'static str> {
+        match &self.kind {
+            SharedFiles::Array { array, .. } => array.as_ref().map(|a| a.io_engine()),
+            SharedFiles::Plain(_) => Some(self.cache.as_ref()?.config().io.name()),
         }
     }
 

@@ -56,26 +56,31 @@ pub(super) struct Plan {
     pub(super) upcache: UpcacheOpts,
 }
 
-/// The flags given other than their defaults that set the in-process engine's techniques and
-/// layout, none of which the shared engine takes yet: with it alone they fail the run rather
-/// than being ignored. (Defaults pass, so that a shared run's reported config, which names
-/// every setting, runs again.) The shared engine takes `--range-lock`, `--run-merging`,
-/// `--bundling`, `--readahead`, `--dirty-ratios`, `--index` (radix, sharded or setassoc,
-/// `--set-ways`; in-set replacement is its `--policy`), `--numa`,
-/// `--flushers`, `--policy` (any kind; clean-first, plain or gc-aware), `--flush`,
-/// `--streams` (stream-aware eviction there), `--hot-index`, `--api pin|async`, `--page-size`,
-/// `--meta-dir` (its array's log), `--alloc`, `--huge-pages` and `--direct-loads`, its alone
-/// (`shared_config`).
-fn in_process_only_flags(a: &BenchArgs) -> Vec<&'static str> {
+/// The flags given other than their defaults that set how an array's backing files are
+/// reached: the shared engine's files are an array only with `--devices` more than 1,
+/// `--device-dirs`, `--sim` or `--meta-dir` (`SharedEngine::setup`); its plain OS files
+/// would run without them, so such a run fails instead (its OS files fall back to their
+/// descriptors where `O_DIRECT` is refused, and their I/O is the caller's).
+fn array_only_flags(a: &BenchArgs) -> Vec<&'static str> {
     [
         ("--io-threads", a.io_threads.is_some_and(|t| t != Default::default())),
-        ("--set-policy", a.set_policy.is_some_and(|p| p != Default::default())),
         ("--allow-buffered", a.allow_buffered),
-        ("--prefault", a.prefault),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect()
+}
+
+/// The shared cache's policy that replaces pages inside a set as `p` does in the in-process
+/// engine's sets (the shared cache's sets take `SharedConfig::policy`).
+fn set_policy_kind(p: upcache::SetPolicy) -> upcache::PolicyKind {
+    use upcache::{PolicyKind, SetPolicy};
+    match p {
+        SetPolicy::GClock => PolicyKind::GClock,
+        SetPolicy::Clock => PolicyKind::Clock,
+        SetPolicy::Lru => PolicyKind::Lru,
+        SetPolicy::Lfu => PolicyKind::Lfu,
+    }
 }
 
 /// The shared engine's settings from the flags it takes; the shared cache's own defaults for
@@ -92,7 +97,12 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         set_ways: a.set_ways.map_or(d.set_ways, |w| w.min(u32::MAX as u64) as u32),
         numa: a.numa.clone().unwrap_or(d.numa),
         flushers: a.flushers.map_or(d.flushers, |f| f.min(u32::MAX as u64) as u32),
-        policy: a.policy.map_or(d.policy, |p| p.0),
+        // In the sets of its set-associative index, `--set-policy` (given) replaces pages, as
+        // in the in-process engine's.
+        policy: match a.set_policy.filter(|p| *p != Default::default()) {
+            Some(p) if a.index == Some(upcache::IndexKind::SetAssoc) => set_policy_kind(p),
+            _ => a.policy.map_or(d.policy, |p| p.0),
+        },
         clean_first: a.policy.map_or(d.clean_first, |p| p.1),
         flush: a.flush.unwrap_or(d.flush),
         streams: a.streams.unwrap_or(d.streams),
@@ -102,6 +112,7 @@ fn shared_config(a: &BenchArgs) -> SharedConfig {
         io: a.io.unwrap_or(d.io),
         page_size: a.page_size.map_or(d.page_size, |p| p.min(usize::MAX as u64) as usize),
         alloc: a.alloc.unwrap_or(d.alloc),
+        prefault: a.prefault,
         ..d
     }
 }
@@ -119,20 +130,20 @@ pub(super) fn resolve(mut a: BenchArgs) -> Result<Plan> {
     for (i, e) in engines.iter().enumerate() {
         ensure!(!engines[..i].contains(e), "--compare lists {} twice", e.name());
     }
-    let ignored = in_process_only_flags(&a);
-    if engines.contains(&EngineKind::Shared) && !ignored.is_empty() {
-        let flags = ignored.join(", ");
-        ensure!(
-            engines.contains(&EngineKind::Upcache),
-            "the shared engine takes none of {flags} yet (issue 34): they set the in-process engine \
-             (--engine upcache); the shared engine takes --cache, --devices (sim:N too), --sim, \
-             --device-dirs, --stripe-unit, --layout, --io, --range-lock, --run-merging, \
-             --bundling, --readahead, --dirty-ratios, --index, --set-ways, --numa, --flushers, --policy, --flush, \
-             --streams, --hot-index, --api pin|async, --page-size, --meta-dir, --alloc, --huge-pages \
-             and --direct-loads"
-        );
-        eprintln!("note: {flags} set the upcache engine only; the shared engine takes none of them yet");
-    }
+    ensure!(
+        a.set_policy.is_none_or(|p| p == Default::default()) || a.index == Some(upcache::IndexKind::SetAssoc),
+        "--set-policy is the replacement inside the page sets of --index setassoc"
+    );
+    let shared_array =
+        a.devices.is_some_and(|(n, sim)| n > 1 || sim) || a.device_dirs.is_some() || a.meta_dir.is_some();
+    let array_only = array_only_flags(&a);
+    ensure!(
+        !engines.contains(&EngineKind::Shared) || shared_array || array_only.is_empty(),
+        "{} set how an array's backing files are reached: the shared engine's files are an array \
+         with --devices N (more than 1, or sim:N), --device-dirs or --meta-dir, plain OS files \
+         otherwise",
+        array_only.join(", ")
+    );
     ensure!(
         a.direct_loads != Some(false) || engines.contains(&EngineKind::Shared),
         "--direct-loads off sets the shared engine only (--engine shared): the in-process engine's \
@@ -485,4 +496,43 @@ pub(super) fn header(p: &Plan, base: &Path) -> String {
         }
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn plan(flags: &[&str]) -> Result<Plan> {
+        resolve(Bench::try_parse_from([&["bench"], flags].concat())?.args)
+    }
+
+    /// Each of the in-process engine's flags reaches the shared cache too (issue 34): a set
+    /// policy replaces pages in its sets, prefault its config; those of an array's I/O are
+    /// refused for plain OS files, which would run without them.
+    #[test]
+    fn the_shared_engine_takes_every_technique_flag() {
+        let p = plan(&["--engine", "shared", "--index", "setassoc", "--set-policy", "lru"]).unwrap();
+        assert_eq!(p.upcache.shared.policy, upcache::PolicyKind::Lru);
+        let p = plan(&["--engine", "shared", "--index", "setassoc"]).unwrap();
+        assert_eq!(p.upcache.shared.policy, SharedConfig::default().policy);
+        let err = plan(&["--engine", "shared", "--set-policy", "lfu"]).unwrap_err().to_string();
+        assert!(err.contains("--set-policy"), "{err}");
+        assert!(plan(&["--engine", "shared", "--prefault"]).unwrap().upcache.shared.prefault);
+        assert!(!plan(&["--engine", "shared"]).unwrap().upcache.shared.prefault);
+        for flags in [&["--io-threads", "per-device"][..], &["--allow-buffered"]] {
+            let err = plan(&[&["--engine", "shared"], flags].concat()).unwrap_err().to_string();
+            assert!(err.contains(flags[0]), "{err}");
+            for array in [&["--devices", "2"][..], &["--devices", "sim:1"], &["--device-dirs", "/a"]] {
+                plan(&[&["--engine", "shared"], flags, array].concat()).unwrap();
+            }
+            plan(&[&["--engine", "upcache"], flags].concat()).unwrap();
+        }
+    }
 }

@@ -47,6 +47,8 @@ fn spec_of(config: &Config) -> ArraySpec<'_> {
         stripe_unit: config.stripe_unit,
         kind: config.layout,
         sims: &config.sim_devices,
+        allow_buffered: config.allow_buffered,
+        io_threads: config.submit,
     }
 }
 

@@ -89,24 +89,10 @@ impl Arena {
         Ok(Arena { base, size, page_size, count, contiguous })
     }
 
-    /// Makes every frame resident now (`Config::with_prefault`): MADV_POPULATE_WRITE, or a
-    /// write to each page where the kernel predates it (Linux 5.14).
+    /// Makes every frame resident now (`Config::with_prefault`, [`populate`]).
     pub fn prefault(&self) -> std::io::Result<()> {
-        // SAFETY: advice on exactly the arena's mapping; it changes no byte.
-        let rc = unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_POPULATE_WRITE) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(e);
-        }
-        for at in (0..self.size).step_by(4096) {
-            // SAFETY: inside the mapping; a zero over the zeros of a frame no page owns yet
-            // (the caller prefaults before any frame is handed out) changes nothing.
-            unsafe { std::ptr::write_volatile(self.base.as_ptr().add(at), 0) };
-        }
-        Ok(())
+        // SAFETY: exactly the arena's mapping, before any frame is handed out.
+        unsafe { populate(self.base.as_ptr(), self.size) }
     }
 
     /// Bytes per frame.
@@ -164,6 +150,39 @@ impl Drop for Arena {
     }
 }
 
+/// Makes the `len` bytes at `base` resident and writable now: MADV_POPULATE_WRITE, or a write
+/// to each 4 KiB page where the kernel predates it (Linux 5.14).
+///
+/// # Safety
+/// `base..base + len` is a writable mapping of the caller's whose bytes no one uses yet: the
+/// fallback writes a zero over each page's first byte (a zero over the zeros of memory not
+/// yet handed out).
+pub unsafe fn populate(base: *mut u8, len: usize) -> std::io::Result<()> {
+    // SAFETY: advice on the caller's mapping (the contract); it changes no byte.
+    let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
+    }
+    for at in (0..len).step_by(4096) {
+        // SAFETY: inside the mapping, whose bytes no one uses yet (the contract).
+        unsafe { std::ptr::write_volatile(base.add(at), 0) };
+    }
+    Ok(())
+}
+
+/// 4 KiB pages of the `len` bytes at `p` resident in this process (mincore), for tests.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn resident_pages(p: *mut u8, len: usize) -> usize {
+    let mut v = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `p..p + len` is a page-aligned mapping of the caller's; `v` has a byte per page.
+    assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -182,23 +201,15 @@ mod tests {
         assert!([8192, HUGE_PAGE].contains(&a.contiguous_bytes()));
     }
 
-    /// Pages of `len` bytes at `p` that are resident (mincore).
-    fn resident(p: *mut u8, len: usize) -> usize {
-        let mut v = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: `p..p + len` is a page-aligned mapping we own; `v` has a byte per page.
-        assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
-        v.iter().filter(|&&b| b & 1 != 0).count()
-    }
-
     #[test]
     fn prefault_makes_every_frame_resident_and_zero() {
         let fresh = Arena::new(512, 4096).unwrap();
         let (p, len) = fresh.region();
-        assert!(resident(p, len) < len / 4096, "a new arena is not all resident");
+        assert!(resident_pages(p, len) < len / 4096, "a new arena is not all resident");
         let a = Arena::new(512, 4096).unwrap();
         a.prefault().unwrap();
         let (p, len) = a.region();
-        assert_eq!(resident(p, len), len / 4096);
+        assert_eq!(resident_pages(p, len), len / 4096);
         // SAFETY: the whole arena, which nobody else uses.
         assert!(unsafe { std::slice::from_raw_parts(p, len) }.iter().all(|&b| b == 0));
     }

@@ -53,6 +53,12 @@ pub struct ArraySpec<'a> {
     /// Devices that are simulated SSDs (`io/device/sim.rs`), by index: their backing files
     /// hold the device's data and their I/O goes through it. Empty: none.
     pub sims: &'a [(usize, Arc<SimDevice>)],
+    /// Where a device's file system refuses `O_DIRECT`, open its backing files buffered
+    /// (through the kernel's page cache) rather than fail (`Config::with_allow_buffered`).
+    pub allow_buffered: bool,
+    /// Who submits the backing files' I/O: the thread that needs it, or one thread per
+    /// device (SAFS §3.1, `Config::with_io_threads`).
+    pub io_threads: crate::io::engine::SubmitKind,
 }
 
 /// An open array's metadata (module docs). Its lock is held for its life.
@@ -476,6 +482,8 @@ mod tests {
             stripe_unit: 4096,
             kind: LayoutKind::Stripe,
             sims: &[],
+            allow_buffered: false,
+            io_threads: crate::io::engine::SubmitKind::Caller,
         };
         let meta = ArrayMeta::create(spec).unwrap();
         let open = |id| Ok(vec![crate::io::device::open_backing(&dirs[0], 0, id, true, true, None)?]);

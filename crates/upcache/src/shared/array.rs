@@ -18,10 +18,11 @@ use super::backing::{ArrayFile, Backing};
 use super::file::SharedFile;
 #[cfg(test)]
 use super::frame::PAGE;
-use super::{files, Inner, SharedCache};
+use super::{files, technique, Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::validate_name;
 use crate::io::device;
+use crate::io::engine::{IoEngine, IoKind, SubmitKind};
 use crate::meta::array::{ArrayMeta, ArraySpec};
 
 /// An array opened on a private [`SharedCache`]: its files are read and written through the
@@ -33,7 +34,17 @@ use crate::meta::array::{ArrayMeta, ArraySpec};
 /// let dirs = [tmp.path().join("ssd0"), tmp.path().join("ssd1")];
 /// let cache = SharedCache::create_private(&SharedConfig { memory: 4 << 20, ..SharedConfig::default() })?;
 /// let kind = upcache::LayoutKind::Stripe;
-/// let spec = ArraySpec { dirs: &dirs, meta_dir: None, page_size: 4096, stripe_unit: 128 << 10, kind, sims: &[] };
+/// let io_threads = upcache::SubmitKind::Caller; // or PerDevice: a thread per device
+/// let spec = ArraySpec {
+///     dirs: &dirs,
+///     meta_dir: None,
+///     page_size: 4096,
+///     stripe_unit: 128 << 10,
+///     kind,
+///     sims: &[],
+///     allow_buffered: false,
+///     io_threads,
+/// };
 /// let array = SharedArray::create(&cache, spec)?;
 /// let f = array.create_file("log")?;
 /// f.write_all_at(b"striped over two devices", 0)?;
@@ -46,6 +57,11 @@ use crate::meta::array::{ArrayMeta, ArraySpec};
 pub struct SharedArray {
     inner: Arc<Inner>,
     meta: Arc<ArrayMeta>,
+    /// Its backing files may be buffered where `O_DIRECT` is refused (`ArraySpec`).
+    allow_buffered: bool,
+    /// Its per-device I/O threads, if asked for (`ArraySpec::io_threads`), which its files'
+    /// I/O goes through.
+    threads: Option<Arc<dyn IoEngine>>,
     /// Files opened since the array was: the first open of each cuts its backing files to its
     /// logged length, which a crash may have left pages past.
     recovered: Mutex<HashSet<u64>>,
@@ -57,28 +73,46 @@ impl SharedArray {
     /// attached to a service, and `InvalidConfig` for pages of another size than the cache's.
     pub fn create(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
         check(cache, &spec)?;
-        SharedArray::over(cache, ArrayMeta::create(spec)?)
+        SharedArray::over(cache, ArrayMeta::create(spec)?, &spec)
     }
 
     /// Opens an existing array on `cache`, as [`Self::create`] says; `NotAnArray` or
     /// `LayoutMismatch` if its directories hold no such array.
     pub fn open(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
         check(cache, &spec)?;
-        SharedArray::over(cache, ArrayMeta::open(spec)?)
+        SharedArray::over(cache, ArrayMeta::open(spec)?, &spec)
     }
 
     /// Opens the array in `spec`'s directories, or makes one if the first holds none.
     pub fn open_or_create(cache: &SharedCache, spec: ArraySpec<'_>) -> Result<SharedArray> {
         check(cache, &spec)?;
-        SharedArray::over(cache, ArrayMeta::open_or_create(spec)?)
+        SharedArray::over(cache, ArrayMeta::open_or_create(spec)?, &spec)
     }
 
-    fn over(cache: &SharedCache, meta: ArrayMeta) -> Result<SharedArray> {
+    fn over(cache: &SharedCache, meta: ArrayMeta, spec: &ArraySpec<'_>) -> Result<SharedArray> {
+        let threads = (spec.io_threads == SubmitKind::PerDevice).then(|| {
+            let io =
+                if cache.inner.techniques & technique::URING != 0 { IoKind::Uring } else { IoKind::Psync };
+            io.build(None, meta.dirs.len(), SubmitKind::PerDevice)
+        });
         Ok(SharedArray {
             inner: cache.inner.clone(),
             meta: Arc::new(meta),
+            allow_buffered: spec.allow_buffered,
+            threads,
             recovered: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// The engine its files' I/O goes through, as [`Cache::io_engine`](crate::Cache::io_engine)
+    /// names it: "uring" (runs of several reads, and write-back's, through io_uring), "psync",
+    /// or, with per-device I/O threads, "uring+threads" or "psync+threads".
+    pub fn io_engine(&self) -> &'static str {
+        match &self.threads {
+            Some(t) => t.name(),
+            None if self.inner.techniques & technique::URING != 0 => "uring",
+            None => "psync",
+        }
     }
 
     /// Creates an empty file, open for writing. Fails with `AlreadyExists` if the name is
@@ -90,7 +124,8 @@ impl SharedArray {
         let (id, devices) = meta.create_file(&mut ns, name, |id| self.backing_files(id, true))?;
         self.lock_recovered().insert(id);
         // Under the namespace's lock, as `open_file`.
-        let created = self.adopt(ArrayFile::new(meta.clone(), id, devices, 0), name, true);
+        let created =
+            self.adopt(ArrayFile::new(meta.clone(), id, devices, 0, self.threads.clone()), name, true);
         drop(ns);
         created
     }
@@ -103,7 +138,7 @@ impl SharedArray {
         let ns = crate::sync::lock(&self.meta.namespace);
         let e = ns.entry(name)?;
         let devices = self.backing_files(e.id, false)?;
-        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len);
+        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.threads.clone());
         if self.lock_recovered().insert(e.id) {
             if let Err(err) = file.recover(e.len) {
                 self.lock_recovered().remove(&e.id);
@@ -162,13 +197,16 @@ impl SharedArray {
         self.recovered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// File `id`'s backing file on every device, created if `create`: `O_DIRECT` where the
-    /// file system allows it; a simulated device's, its medium (buffered).
+    /// File `id`'s backing file on every device, created if `create`: `O_DIRECT` (buffered
+    /// where the file system refuses it, if allowed); a simulated device's, its medium
+    /// (buffered).
     fn backing_files(&self, id: u64, create: bool) -> Result<Vec<device::BackingFile>> {
         let dirs = &self.meta.dirs;
         dirs.iter()
             .enumerate()
-            .map(|(i, dir)| device::open_backing(dir, i, id, create, true, self.meta.sim(i).cloned()))
+            .map(|(i, dir)| {
+                device::open_backing(dir, i, id, create, self.allow_buffered, self.meta.sim(i).cloned())
+            })
             .collect()
     }
 
@@ -267,7 +305,16 @@ mod tests {
     }
 
     fn spec(dirs: &[PathBuf], kind: LayoutKind) -> ArraySpec<'_> {
-        ArraySpec { dirs, meta_dir: None, page_size: PAGE, stripe_unit: STRIPE, kind, sims: &[] }
+        ArraySpec {
+            dirs,
+            meta_dir: None,
+            page_size: PAGE,
+            stripe_unit: STRIPE,
+            kind,
+            sims: &[],
+            allow_buffered: false,
+            io_threads: SubmitKind::Caller,
+        }
     }
 
     /// A private cache of 64 KiB (16 frames): an array file of a few hundred KiB goes through
@@ -361,6 +408,66 @@ mod tests {
                 let f = array.open_file("data", false).unwrap();
                 assert_eq!(f.len(), oracle.len() as u64);
                 assert_eq!(read_all(&f), oracle, "{kind:?} n {n}: after the reopen");
+            }
+        }
+    }
+
+    /// Voluntary context switches of this process's threads named `name` (each wait of an
+    /// I/O thread for its next request is one).
+    fn waits_of_threads_named(name: &str) -> u64 {
+        let mut waits = 0;
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() != name {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:"));
+            waits += line.and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).unwrap_or(0);
+        }
+        waits
+    }
+
+    /// Per-device I/O threads (SAFS §3.1, `ArraySpec::io_threads`) take an array's I/O, under
+    /// either engine: the array names them as the in-process engine does, each device's
+    /// thread serves the loads and write-backs of its device, and what went through them
+    /// reads back after a reopen on an empty cache (a tiny one: evictions all along).
+    #[test]
+    fn per_device_io_threads_take_an_arrays_io() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for io in IoKind::ALL {
+            for submit in SubmitKind::ALL {
+                let root = tempfile::tempdir().unwrap();
+                let dirs = dirs(root.path(), 2);
+                let spec = ArraySpec { io_threads: submit, ..spec(&dirs, LayoutKind::Stripe) };
+                let config = SharedConfig { memory: 64 << 10, io, ..small() };
+                let want = match (io, submit) {
+                    (IoKind::Uring, SubmitKind::Caller) => "uring",
+                    (IoKind::Psync, SubmitKind::Caller) => "psync",
+                    (IoKind::Uring, SubmitKind::PerDevice) => "uring+threads",
+                    (IoKind::Psync, SubmitKind::PerDevice) => "psync+threads",
+                };
+                {
+                    let cache = SharedCache::create_private(&config).unwrap();
+                    let array = SharedArray::create(&cache, spec).unwrap();
+                    assert_eq!(array.io_engine(), want);
+                    let f = array.create_file("f").unwrap();
+                    f.write_all_at(&data, 0).unwrap();
+                    f.sync_data().unwrap();
+                    f.close().unwrap();
+                }
+                let cache = SharedCache::create_private(&config).unwrap();
+                let array = SharedArray::open(&cache, spec).unwrap();
+                let before = [0, 1].map(|d| waits_of_threads_named(&format!("upcache-io-{d}")));
+                let f = array.open_file("f", false).unwrap();
+                assert_eq!(read_all(&f), data, "{want}");
+                if submit == SubmitKind::PerDevice {
+                    for (d, before) in before.into_iter().enumerate() {
+                        let waits = waits_of_threads_named(&format!("upcache-io-{d}")) - before;
+                        // 73 pages, 36 or 37 of them on each device, loaded a run at a time.
+                        assert!(waits >= 4, "{want}: device {d}'s thread waited {waits} times");
+                    }
+                }
             }
         }
     }

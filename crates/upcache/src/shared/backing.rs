@@ -40,10 +40,11 @@ pub(crate) struct ArrayFile {
     devices: Vec<BackingFile>,
     /// Its length as last logged durably (`io/durable_len.rs`).
     durable_len: DurableLen,
-    /// Takes the I/O of the backing files on simulated SSDs to their devices
-    /// (`io/engine/sim.rs`), the others' one request after another; None where no device is
-    /// simulated (the descriptors themselves, io_uring).
-    simulated: Option<SimRouted>,
+    /// The engine the backing files' I/O goes through, where not through the descriptors
+    /// themselves (and io_uring): the array's per-device I/O threads (SAFS §3.1,
+    /// `ArraySpec::io_threads`), and, where a device is a simulated SSD, the routing of its
+    /// files' I/O to it (`io/engine/sim.rs`) over them (or one request after another).
+    routed: Option<Arc<dyn IoEngine>>,
 }
 
 /// Where the numbers that stand for simulated devices in the GC table (`gc.rs`) begin: past
@@ -126,11 +127,21 @@ impl Backing {
 
 impl ArrayFile {
     /// Array file `id` of `array`, over its backing files `devices`, at length `len` as
-    /// logged.
-    pub(crate) fn new(array: Arc<ArrayMeta>, id: u64, devices: Vec<BackingFile>, len: u64) -> ArrayFile {
-        let simulated =
-            devices.iter().any(|b| b.sim().is_some()).then(|| SimRouted::new(Arc::new(PsyncEngine)));
-        ArrayFile { array, id, devices, durable_len: DurableLen::new(len), simulated }
+    /// logged; its I/O through `threads`, the array's per-device I/O threads, if it has them.
+    pub(crate) fn new(
+        array: Arc<ArrayMeta>,
+        id: u64,
+        devices: Vec<BackingFile>,
+        len: u64,
+        threads: Option<Arc<dyn IoEngine>>,
+    ) -> ArrayFile {
+        let routed = if devices.iter().any(|b| b.sim().is_some()) {
+            let under = threads.unwrap_or_else(|| Arc::new(PsyncEngine));
+            Some(Arc::new(SimRouted::new(under)) as Arc<dyn IoEngine>)
+        } else {
+            threads
+        };
+        ArrayFile { array, id, devices, durable_len: DurableLen::new(len), routed }
     }
 
     /// The GC table's number for the device page `page` lies on (`device_number`).
@@ -138,11 +149,11 @@ impl ArrayFile {
         device_number(&self.array, self.array.layout.locate(page).0)
     }
 
-    /// The engine the backing files' I/O goes through where no ring is used: the simulated
-    /// devices' routing, else one syscall after another.
+    /// The engine the backing files' I/O goes through where no ring is used: its routing
+    /// (`routed`), else one syscall after another.
     fn io(&self) -> &dyn IoEngine {
-        match &self.simulated {
-            Some(engine) => engine,
+        match &self.routed {
+            Some(engine) => &**engine,
             None => &PsyncEngine,
         }
     }
@@ -185,9 +196,11 @@ impl ArrayFile {
         self.devices[dev].file().as_raw_fd()
     }
 
-    /// Whether its devices are simulated (their I/O books time on them, `io/engine/sim.rs`).
-    pub(crate) fn simulated(&self) -> bool {
-        self.simulated.is_some()
+    /// Whether its I/O goes through an engine of its own (per-device I/O threads, simulated
+    /// devices that book time on it), not a ring or the descriptors: loads and write-backs
+    /// go through [`Self::load`] and [`Self::write_devices`].
+    pub(crate) fn routed(&self) -> bool {
+        self.routed.is_some()
     }
 
     /// Whether device `dev`'s backing file is written past the kernel's page cache.
@@ -201,15 +214,9 @@ impl ArrayFile {
         self.devices[dev].is_direct() || self.devices[dev].sim().is_some()
     }
 
-    /// Whether a device of the array is a simulated SSD: its I/O goes through
-    /// [`Self::write_devices`] and the loads' engine, not the descriptors.
-    pub(crate) fn is_simulated(&self) -> bool {
-        self.simulated.is_some()
-    }
-
-    /// Runs `writes` (device, byte offset, pages) through [`Self::io`]: a batch on simulated
-    /// devices is booked on every device before the last is waited for, as a batch of real
-    /// writes overlaps.
+    /// Runs `writes` (device, byte offset, pages) through [`Self::io`] as one batch: each
+    /// device's thread takes its own at once; on simulated devices, booked on every device
+    /// before the last is waited for, as a batch of real writes overlaps.
     pub(crate) fn write_devices(&self, writes: &[(usize, u64, &[IoSlice<'_>])]) -> Vec<std::io::Result<()>> {
         let mut reqs: Vec<IoReq<'_, '_>> = writes
             .iter()
@@ -229,12 +236,12 @@ impl ArrayFile {
         bundled: bool,
     ) -> std::io::Result<()> {
         let runs = self.device_runs(first, pages.len(), bundled);
-        let ring = ring.filter(|_| self.simulated.is_none() && runs.len() > 1);
+        let ring = ring.filter(|_| self.routed.is_none() && runs.len() > 1);
         let results: Vec<std::io::Result<usize>> = if let Some(ring) = ring {
             self.read_bounced(&runs, pages, ring)
         } else {
             let mut bufs = run_slices(&runs, pages);
-            if let Some(engine) = &self.simulated {
+            if let Some(engine) = &self.routed {
                 let mut reqs: Vec<IoReq<'_, '_>> = runs
                     .iter()
                     .zip(bufs.iter_mut())

@@ -190,6 +190,11 @@ pub struct SharedConfig {
     /// set-associative index or NUMA partitions, whose misses take their set's or node's
     /// frames.
     pub alloc: AllocKind,
+    /// Make every frame's bytes resident as the cache is made (as
+    /// [`Config::with_prefault`](crate::Config::with_prefault)): allocated in the segment (in
+    /// their NUMA nodes) and mapped by its maker, so that no miss pays the first touch of its
+    /// frame. Off, a frame's chunk is allocated and mapped at its first use.
+    pub prefault: bool,
 }
 
 /// The fewest frames a shared cache has (64 KiB of 4 KiB pages).
@@ -235,6 +240,7 @@ impl Default for SharedConfig {
             hot_index: true,
             page_size: PageSize::DEFAULT.bytes(),
             alloc: AllocKind::Global,
+            prefault: false,
         }
     }
 }
@@ -686,6 +692,7 @@ impl View {
             (config.policy == PolicyKind::Sieve, technique::SIEVE),
             (config.policy == PolicyKind::S3Fifo, technique::S3FIFO),
             (config.alloc == AllocKind::TwoLayer, technique::TWO_LAYER),
+            (config.prefault, technique::PREFAULT),
         ];
         let bits = techniques.iter().filter(|(on, _)| *on).fold(0, |b, (_, bit)| b | bit);
         header.techniques.store(bits, Ordering::Relaxed);
@@ -715,6 +722,9 @@ impl View {
                 })?;
             }
             (0..view.chunk_parts[0]).for_each(|c| view.chunk(c).set_allocated());
+        }
+        if config.prefault {
+            view.prefault()?;
         }
         let forest = view.forest();
         forest.leaves.init();
@@ -1107,6 +1117,28 @@ impl View {
     /// nothing: the hand records it in use as it reaches it.
     pub fn map_ahead(&self, f: usize) {
         self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
+    }
+
+    /// Makes every frame's bytes resident (`SharedConfig::prefault`), after their NUMA
+    /// binding: each chunk allocated, mapped in this process and populated, recording none in
+    /// use (the hand does as it reaches them).
+    fn prefault(&self) -> Result<()> {
+        let (page, chunk) = (self.page_size.bytes(), self.page_size.chunk_frames());
+        for f in (0..self.n_frames).step_by(chunk) {
+            if !self.reserve(f) {
+                return Err(Error::new(
+                    ErrorKind::NoSpace,
+                    format!("cannot allocate the cache's frames to prefault them (frame {f})"),
+                ));
+            }
+            self.map_ahead(f);
+            let len = chunk.min(self.n_frames - f) * page;
+            // SAFETY: the chunk lies inside the frames' bytes, mapped for the view's life; no
+            // frame is handed out before the segment is published.
+            unsafe { crate::frame::arena::populate(self.pages.as_ptr().add(f * page), len) }
+                .map_err(|e| Error::io("make the cache's frames resident (prefault)", e))?;
+        }
+        Ok(())
     }
 
     /// Maps frame `f`'s chunk as one huge page if the service made it one (`chunk.rs`) since

@@ -104,14 +104,7 @@ mod tests {
     use super::super::chunk::CHUNK_FRAMES;
     use super::super::frame::PAGE;
     use super::*;
-
-    /// Resident pages of `len` bytes at `p`, as this process maps them.
-    fn resident(p: *mut u8, len: usize) -> usize {
-        let mut v = vec![0u8; len / PAGE];
-        // SAFETY: `p` is a page-aligned mapping of `len` bytes; mincore writes `len / PAGE` bytes.
-        assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
-        v.iter().filter(|b| **b & 1 != 0).count()
-    }
+    use crate::frame::arena::resident_pages;
 
     #[test]
     fn a_frame_maps_its_whole_chunk_once() {
@@ -131,18 +124,44 @@ mod tests {
         assert_ne!(p, libc::MAP_FAILED);
         let p = p.cast::<u8>();
         let m = Mapped::new(n, PageSize::DEFAULT);
-        assert_eq!(resident(p, len), 0);
+        assert_eq!(resident_pages(p, len), 0);
         m.map(p, n, CHUNK_FRAMES + 3);
         assert!(m.has(CHUNK_FRAMES + 511) && !m.has(0));
         let supported = crate::shm::huge::kernel_at_least(5, 14);
         if supported {
-            assert_eq!(resident(p, len), CHUNK_FRAMES, "the second chunk, whole");
+            assert_eq!(resident_pages(p, len), CHUNK_FRAMES, "the second chunk, whole");
         }
         m.map(p, n, 2 * CHUNK_FRAMES + 9);
         if supported {
-            assert_eq!(resident(p, len), CHUNK_FRAMES + 10, "the last chunk is short");
+            assert_eq!(resident_pages(p, len), CHUNK_FRAMES + 10, "the last chunk is short");
         }
         // SAFETY: mapped above, no reference into it remains.
         unsafe { libc::munmap(p.cast(), len) };
+    }
+
+    /// `SharedConfig::prefault` makes every frame resident as the cache is made, its own or
+    /// one on a segment others map; without it a new cache's frames are not.
+    #[test]
+    fn prefault_makes_every_frame_of_a_new_cache_resident() {
+        use super::super::{SharedCache, SharedConfig};
+        let memory = (3 * CHUNK_FRAMES + 7) as u64 * PAGE as u64;
+        for private in [true, false] {
+            for prefault in [false, true] {
+                let config = SharedConfig { memory, prefault, huge_pages: false, ..SharedConfig::default() };
+                let cache = if private {
+                    SharedCache::create_private(&config).unwrap()
+                } else {
+                    SharedCache::create(&config).unwrap()
+                };
+                let view = &cache.inner.view;
+                let got = resident_pages(view.pages.as_ptr(), view.n_frames * PAGE);
+                assert_eq!(cache.config().prefault, prefault);
+                if prefault {
+                    assert_eq!(got, view.n_frames, "private {private}: every frame");
+                } else {
+                    assert!(got < view.n_frames / 2, "private {private}: {got} resident unasked");
+                }
+            }
+        }
     }
 }

@@ -1117,6 +1117,7 @@ impl Inner {
             } else {
                 crate::alloc::AllocKind::Global
             },
+            prefault: self.techniques & layout::technique::PREFAULT != 0,
             flush: if self.dflush() {
                 crate::config::FlushKind::Direct
             } else {

@@ -504,8 +504,9 @@ impl SharedQueue {
                 let direct = if inner.direct_loads() { h.direct_read() } else { None };
                 Some((direct.map_or(h.as_raw_fd(), |d| d.as_raw_fd()), at, 0, direct.is_some()))
             }
-            // Simulated devices book their time in the request; not on a ring.
-            Backing::Array(a) if past_end || a.simulated() => None,
+            // Per-device I/O threads take their device's reads, simulated devices book their
+            // time in the request: not on a ring.
+            Backing::Array(a) if past_end || a.routed() => None,
             Backing::Array(a) => {
                 let (dev, dev_at) = a.array.layout.locate(first);
                 Some((a.fd(dev), dev_at, dev, false))
@@ -519,7 +520,7 @@ impl SharedQueue {
         self.in_kernel += 1;
         let queued = Instant::now();
         let Some((fd, dev_at, dev, os_direct)) = target else {
-            // Past the end (zeros, no read) or a simulated array: filled here (a blocking
+            // Past the end (zeros, no read) or a routed array: filled here (a blocking
             // read, into the frames), ended once this attempt is over (`end_filled_loads`).
             let r = inner.fill_run(&frames, file.slot, first, &file.fd);
             let load = Load { request: slot, first, frames, dev: 0, bounce: None, os_direct: false, queued };
@@ -853,6 +854,8 @@ mod tests {
             stripe_unit: 4 * page as u64,
             kind: LayoutKind::Stripe,
             sims: &[],
+            allow_buffered: false,
+            io_threads: crate::io::engine::SubmitKind::Caller,
         };
         let config = SharedConfig { memory: 16 * page as u64, page_size: page, ..small() };
         let cache = SharedCache::create_private(&config).unwrap();

@@ -705,6 +705,7 @@ fn status_fields(cache: &SharedCache) -> Vec<(&'static str, String, String)> {
         ("huge_pages", switch(c.huge_pages)),
         ("hot_index", switch(c.hot_index)),
         ("alloc", name(c.alloc.name())),
+        ("prefault", switch(c.prefault)),
         ("reclaimed", count(st.reclaimed)),
         ("huge_chunks", pair(chunks.0.to_string(), chunks.1.to_string())),
         ("chunks", count(chunks.2)),

@@ -37,3 +37,5 @@ pub const SIEVE: u64 = 1 << 18;
 pub const S3FIFO: u64 = 1 << 19;
 /// `SharedConfig::alloc` two-layer (`pool.rs`); off, one stack of emptied frames (`free.rs`).
 pub const TWO_LAYER: u64 = 1 << 20;
+/// `SharedConfig::prefault`: every frame was made resident as the cache was made.
+pub const PREFAULT: u64 = 1 << 21;

@@ -294,10 +294,11 @@ impl Inner {
 
     /// Writes every piece through its descriptor: at once through io_uring if
     /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
-    /// another; an array's with simulated devices, through them (booked at once).
+    /// another; an array's routed through an engine of its own (per-device I/O threads,
+    /// simulated devices), through it, at once.
     fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool, to: Target<'_>) -> Vec<std::io::Result<()>> {
         if let Target::Array(a) = to {
-            if a.is_simulated() {
+            if a.routed() {
                 let writes: Vec<_> = pieces.iter().map(|p| (p.dev, p.at, &p.bufs[..])).collect();
                 return a.write_devices(&writes);
             }
