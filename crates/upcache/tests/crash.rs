@@ -381,6 +381,7 @@ fn shared_array(root: &Path) -> upcache::shared::SharedArray {
         sims: &[],
         allow_buffered: false,
         io_threads: upcache::SubmitKind::Caller,
+        engine: None,
     };
     SharedArray::open(&cache, spec).unwrap()
 }

@@ -437,3 +437,200 @@ fn open_or_create_opens_what_exists_and_creates_only_where_nothing_is() {
     // Markers left without a catalog: an interrupted create, not a place to make a new one.
     assert_eq!(Cache::open_or_create(cfg).err().unwrap().kind(), ErrorKind::AlreadyExists);
 }
+
+/// The same device faults under the shared engine: an array of a private shared cache whose
+/// backing files' I/O goes through the faulty engine (`ArraySpec::engine`).
+mod shared_engine {
+    use super::*;
+    use upcache::shared::{ArraySpec, SharedArray, SharedCache, SharedConfig};
+
+    /// A private cache of `frames` 4 KiB frames, with dirty ratios `ratios`.
+    fn cache(frames: u64, ratios: (f64, f64)) -> SharedCache {
+        let config = SharedConfig { memory: frames * 4096, dirty_ratios: ratios, ..SharedConfig::default() };
+        SharedCache::create_private(&config).unwrap()
+    }
+
+    /// The array of two devices under `root` on `cache`, made if `create`, its I/O through `e`.
+    fn array(
+        root: &std::path::Path,
+        cache: &SharedCache,
+        e: &Arc<FaultyEngine>,
+        create: bool,
+    ) -> SharedArray {
+        let dirs = [root.join("d0"), root.join("d1")];
+        let engine: Arc<dyn IoEngine> = e.clone();
+        let spec = ArraySpec {
+            dirs: &dirs,
+            meta_dir: None,
+            page_size: 4096,
+            stripe_unit: 4 * 4096,
+            kind: upcache::LayoutKind::Stripe,
+            sims: &[],
+            allow_buffered: false,
+            io_threads: upcache::SubmitKind::Caller,
+            engine: Some(&engine),
+        };
+        if create {
+            SharedArray::create(cache, spec).unwrap()
+        } else {
+            SharedArray::open(cache, spec).unwrap()
+        }
+    }
+
+    #[test]
+    fn failed_sync_keeps_pages_dirty_and_a_retry_succeeds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = Arc::new(FaultyEngine::default());
+        let data = common::pattern(3, 5 * 4096 + 100);
+        {
+            let c = cache(64, (0.5, 0.75));
+            let a = array(tmp.path(), &c, &e, true);
+            assert_eq!(a.io_engine(), "faulty");
+            let f = a.create_file("f").unwrap();
+            f.write_all_at(&data, 0).unwrap();
+            e.fail_writes.store(true, Ordering::SeqCst);
+            let err = f.sync_data().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+            assert_eq!(err.raw_os_error(), Some(libc_eio()));
+            let dirty = c.status().stats.dirty_pages;
+            assert!(dirty >= 6, "pages must stay dirty: {dirty}");
+            let mut back = vec![0u8; data.len()];
+            f.read_exact_at(&mut back, 0).unwrap();
+            assert!(back == data, "dirty data must still be readable");
+            e.fail_writes.store(false, Ordering::SeqCst);
+            f.sync_data().unwrap();
+            assert_eq!(c.status().stats.dirty_pages, 0);
+            f.close().unwrap();
+        }
+        let c = cache(64, (0.5, 0.75));
+        let a = array(tmp.path(), &c, &e, false);
+        let f = a.open_file("f", false).unwrap();
+        let mut back = vec![0u8; data.len()];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data);
+    }
+
+    #[test]
+    fn enospc_is_reported_as_no_space() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = Arc::new(FaultyEngine::default());
+        let c = cache(64, (0.5, 0.75));
+        let a = array(tmp.path(), &c, &e, true);
+        let f = a.create_file("f").unwrap();
+        f.write_all_at(&[1u8; 8192], 0).unwrap();
+        e.errno.store(ENOSPC, Ordering::SeqCst);
+        e.fail_writes.store(true, Ordering::SeqCst);
+        assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::NoSpace);
+        e.fail_writes.store(false, Ordering::SeqCst);
+        f.sync_data().unwrap();
+    }
+
+    #[test]
+    fn write_back_failure_under_pressure_is_reported_and_nothing_is_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = Arc::new(FaultyEngine::default());
+        let mut written = 0u64;
+        {
+            let c = cache(16, (0.1, 0.2));
+            let a = array(tmp.path(), &c, &e, true);
+            let f = a.create_file("f").unwrap();
+            e.fail_writes.store(true, Ordering::SeqCst);
+            // Dirty pages until the cache cannot take more: the flusher, dflush and eviction
+            // all fail, so a write must finally fail instead of dropping data.
+            let err = loop {
+                match f.write_all_at(&common::pattern(written, 4096), written * 4096) {
+                    Ok(()) => written += 1,
+                    Err(err) => break err,
+                }
+                assert!(written <= 16, "more pages dirty than frames");
+            };
+            assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+            assert_eq!(err.raw_os_error(), Some(libc_eio()), "{err}");
+            assert!(written > 0);
+            e.fail_writes.store(false, Ordering::SeqCst);
+            // The failure met by write-back no sync asked for is reported once, though this
+            // sync's own write-back succeeds...
+            assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::Io);
+            // ...and then not again.
+            f.sync_data().unwrap();
+            // The cache works again.
+            f.write_all_at(&common::pattern(written, 4096), written * 4096).unwrap();
+            written += 1;
+            f.close().unwrap();
+        }
+        let c = cache(16, (0.1, 0.2));
+        let a = array(tmp.path(), &c, &e, false);
+        let f = a.open_file("f", false).unwrap();
+        assert_eq!(f.len(), written * 4096);
+        for p in 0..written {
+            let mut back = vec![0u8; 4096];
+            f.read_exact_at(&mut back, p * 4096).unwrap();
+            assert!(back == common::pattern(p, 4096), "page {p} lost");
+        }
+    }
+
+    #[test]
+    fn read_and_sync_failures_are_clean_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = Arc::new(FaultyEngine::default());
+        let c = cache(16, (0.5, 0.75));
+        let a = array(tmp.path(), &c, &e, true);
+        let f = a.create_file("f").unwrap();
+        f.write_all_at(&common::pattern(9, 40 * 4096), 0).unwrap(); // more than the cache holds
+        e.fail_reads.store(true, Ordering::SeqCst);
+        let mut buf = vec![0u8; 40 * 4096];
+        let err = f.read_exact_at(&mut buf, 0).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io);
+        e.fail_reads.store(false, Ordering::SeqCst);
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf == common::pattern(9, 40 * 4096));
+        e.fail_syncs.store(true, Ordering::SeqCst);
+        assert_eq!(f.sync_data().unwrap_err().kind(), ErrorKind::Io);
+        e.fail_syncs.store(false, Ordering::SeqCst);
+        f.sync_data().unwrap();
+    }
+
+    /// A write-back error reaches each open description once (`SharedFile::reopen` makes
+    /// one, as `File::reopen`), those opened after it was reported never.
+    #[test]
+    fn a_write_back_error_reaches_each_open_description_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = Arc::new(FaultyEngine::default());
+        let c = cache(64, (0.5, 0.75));
+        let arr = array(tmp.path(), &c, &e, true);
+        let a = arr.create_file("f").unwrap();
+        let b = a.reopen().unwrap();
+        a.write_all_at(&[1u8; 8192], 0).unwrap();
+        e.fail_writes.store(true, Ordering::SeqCst);
+        assert!(a.sync_data().is_err(), "the sync that met the failure");
+        e.fail_writes.store(false, Ordering::SeqCst);
+        assert_eq!(b.sync_data().unwrap_err().raw_os_error(), Some(libc_eio()), "another open");
+        a.sync_data().unwrap();
+        b.sync_data().unwrap();
+        let late = a.reopen().unwrap();
+        late.sync_data().unwrap(); // opened after the error was reported
+
+        // An error nobody has reported: found by a write-back that no sync asked for.
+        a.write_all_at(&[2u8; 4096], 0).unwrap();
+        e.fail_writes.store(true, Ordering::SeqCst);
+        assert!(a.write_back().is_err());
+        e.fail_writes.store(false, Ordering::SeqCst);
+        let c2 = arr.open_file("f", true).unwrap();
+        for (name, f) in [("b", &b), ("c2, opened before anyone reported it", &c2), ("late", &late)] {
+            assert!(f.sync_data().is_err(), "{name}: the error once");
+            f.sync_data().unwrap_or_else(|e| panic!("{name}: reported twice: {e}"));
+        }
+        // Its reopens write as it does, and close as opens do.
+        b.write_all_at(b"through a reopen", 100).unwrap();
+        for f in [b, late, c2] {
+            f.close().unwrap();
+        }
+        let mut back = [0u8; 16];
+        a.read_exact_at(&mut back, 100).unwrap();
+        assert_eq!(&back, b"through a reopen");
+        a.sync_data().unwrap_err(); // the second error, which a's write-back did not report
+        a.sync_data().unwrap();
+        a.close().unwrap();
+        assert!(arr.remove_file("f").is_ok(), "every open closed: the file is no one's");
+    }
+}

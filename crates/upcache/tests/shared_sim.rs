@@ -59,6 +59,7 @@ fn spec<'a>(dirs: &'a [PathBuf], sims: &'a [(usize, Arc<SimDevice>)]) -> ArraySp
         sims,
         allow_buffered: false,
         io_threads: upcache::SubmitKind::Caller,
+        engine: None,
     }
 }
 

@@ -813,6 +813,7 @@ impl SharedEngine {
             sims: &by_device,
             allow_buffered: shape.allow_buffered,
             io_threads: shape.io_threads,
+            engine: None,
         };
         if create {
             SharedArray::create(cache, spec)

@@ -49,6 +49,7 @@ fn spec_of(config: &Config) -> ArraySpec<'_> {
         sims: &config.sim_devices,
         allow_buffered: config.allow_buffered,
         io_threads: config.submit,
+        engine: config.engine.as_ref(),
     }
 }
 

@@ -19,6 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::sim::SimDevice;
 use crate::io::device::BackingFile;
 use crate::io::durable_len::DurableLen;
+use crate::io::engine::IoEngine;
 use crate::io::layout::{LayoutKind, StripeLayout};
 use crate::sync::{self, AtomicBool, Mutex, Ordering};
 
@@ -37,8 +38,8 @@ pub(crate) enum LenSync {
 }
 
 /// What an array is asked to be: its device directories (device 0 first), where its log goes
-/// if not in the first, and its layout.
-#[derive(Debug, Clone, Copy)]
+/// if not in the first, and its layout; and how its backing files are reached.
+#[derive(Clone, Copy)]
 pub struct ArraySpec<'a> {
     /// One directory per device, in device order.
     pub dirs: &'a [PathBuf],
@@ -59,6 +60,25 @@ pub struct ArraySpec<'a> {
     /// Who submits the backing files' I/O: the thread that needs it, or one thread per
     /// device (SAFS §3.1, `Config::with_io_threads`).
     pub io_threads: crate::io::engine::SubmitKind,
+    /// The caller's engine for the backing files' I/O, in place of the cache's and of
+    /// `io_threads` (`Config::with_io_engine`): to inject faults in tests, or to try another.
+    pub engine: Option<&'a Arc<dyn IoEngine>>,
+}
+
+impl std::fmt::Debug for ArraySpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArraySpec")
+            .field("dirs", &self.dirs)
+            .field("meta_dir", &self.meta_dir)
+            .field("page_size", &self.page_size)
+            .field("stripe_unit", &self.stripe_unit)
+            .field("kind", &self.kind)
+            .field("sims", &self.sims.len())
+            .field("allow_buffered", &self.allow_buffered)
+            .field("io_threads", &self.io_threads)
+            .field("engine", &self.engine.map(|e| e.name()))
+            .finish()
+    }
 }
 
 /// An open array's metadata (module docs). Its lock is held for its life.
@@ -484,6 +504,7 @@ mod tests {
             sims: &[],
             allow_buffered: false,
             io_threads: crate::io::engine::SubmitKind::Caller,
+            engine: None,
         };
         let meta = ArrayMeta::create(spec).unwrap();
         let open = |id| Ok(vec![crate::io::device::open_backing(&dirs[0], 0, id, true, true, None)?]);

@@ -44,6 +44,7 @@ use crate::meta::array::{ArrayMeta, ArraySpec};
 ///     sims: &[],
 ///     allow_buffered: false,
 ///     io_threads,
+///     engine: None,
 /// };
 /// let array = SharedArray::create(&cache, spec)?;
 /// let f = array.create_file("log")?;
@@ -59,8 +60,8 @@ pub struct SharedArray {
     meta: Arc<ArrayMeta>,
     /// Its backing files may be buffered where `O_DIRECT` is refused (`ArraySpec`).
     allow_buffered: bool,
-    /// Its per-device I/O threads, if asked for (`ArraySpec::io_threads`), which its files'
-    /// I/O goes through.
+    /// The engine its files' I/O goes through, if not the descriptors: the caller's
+    /// (`ArraySpec::engine`), or its per-device I/O threads (`ArraySpec::io_threads`).
     threads: Option<Arc<dyn IoEngine>>,
     /// Files opened since the array was: the first open of each cuts its backing files to its
     /// logged length, which a crash may have left pages past.
@@ -90,10 +91,15 @@ impl SharedArray {
     }
 
     fn over(cache: &SharedCache, meta: ArrayMeta, spec: &ArraySpec<'_>) -> Result<SharedArray> {
-        let threads = (spec.io_threads == SubmitKind::PerDevice).then(|| {
-            let io =
-                if cache.inner.techniques & technique::URING != 0 { IoKind::Uring } else { IoKind::Psync };
-            io.build(None, meta.dirs.len(), SubmitKind::PerDevice)
+        let threads = spec.engine.cloned().or_else(|| {
+            (spec.io_threads == SubmitKind::PerDevice).then(|| {
+                let io = if cache.inner.techniques & technique::URING != 0 {
+                    IoKind::Uring
+                } else {
+                    IoKind::Psync
+                };
+                io.build(None, meta.dirs.len(), SubmitKind::PerDevice)
+            })
         });
         Ok(SharedArray {
             inner: cache.inner.clone(),
@@ -106,7 +112,7 @@ impl SharedArray {
 
     /// The engine its files' I/O goes through, as [`Cache::io_engine`](crate::Cache::io_engine)
     /// names it: "uring" (runs of several reads, and write-back's, through io_uring), "psync",
-    /// or, with per-device I/O threads, "uring+threads" or "psync+threads".
+    /// with per-device I/O threads "uring+threads" or "psync+threads", or the caller's.
     pub fn io_engine(&self) -> &'static str {
         match &self.threads {
             Some(t) => t.name(),
@@ -314,6 +320,7 @@ mod tests {
             sims: &[],
             allow_buffered: false,
             io_threads: SubmitKind::Caller,
+            engine: None,
         }
     }
 

@@ -188,28 +188,7 @@ impl SharedFile {
                 "the shared cache's file table is full of open or dirty files",
             ));
         };
-        // Holds first: a kill between them leaves the totals short, and repair recounts them.
-        // Relaxed (all): under the table's lock.
-        view.holds(inner.me)[slot as usize].fetch_add(1 | (write as u32) << 16, Ordering::Relaxed);
-        let e = &view.files()[slot as usize];
-        e.opens.fetch_add(1, Ordering::Relaxed);
-        e.writers.fetch_add(write as u32, Ordering::Relaxed);
-        // Under the table's lock too, so a slot another thread of ours just closed and another
-        // file took never finds the old file's descriptor here.
-        let fd = {
-            let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
-            let e = fds.entry(slot).or_insert_with(|| OpenFd { fd: fd.clone(), writable: write, opens: 0 });
-            if write && !e.writable {
-                // An array file's backing is open for writing already, and stays one for all
-                // of this process's opens: its zero windows and logged length are theirs.
-                if e.fd.array().is_none() {
-                    e.fd = fd;
-                }
-                e.writable = true;
-            }
-            e.opens += 1;
-            e.fd.clone()
-        };
+        let fd = Self::count_open(&inner, slot, fd, write);
         table.unlock(inner.me);
         let largest = match fd.os() {
             Some(os) => crate::io::device::largest_file(
@@ -245,6 +224,65 @@ impl SharedFile {
         // without the cache meanwhile.
         file.look_at(md)?;
         Ok(file)
+    }
+
+    /// Counts an open of `slot`'s file (for writing if `write`) through `fd`, with the file
+    /// table's lock held: the descriptor this process's opens of it share.
+    fn count_open(inner: &Inner, slot: u32, fd: Arc<Backing>, write: bool) -> Arc<Backing> {
+        let view = &inner.view;
+        // Holds first: a kill between them leaves the totals short, and repair recounts them.
+        // Relaxed (all): under the table's lock.
+        view.holds(inner.me)[slot as usize].fetch_add(1 | (write as u32) << 16, Ordering::Relaxed);
+        let e = &view.files()[slot as usize];
+        e.opens.fetch_add(1, Ordering::Relaxed);
+        e.writers.fetch_add(write as u32, Ordering::Relaxed);
+        // Under the table's lock too, so a slot another thread of ours just closed and another
+        // file took never finds the old file's descriptor here.
+        let mut fds = inner.fds.lock().unwrap_or_else(|p| p.into_inner());
+        let e = fds.entry(slot).or_insert_with(|| OpenFd { fd: fd.clone(), writable: write, opens: 0 });
+        if write && !e.writable {
+            // An array file's backing is open for writing already, and stays one for all of
+            // this process's opens: its zero windows and logged length are theirs.
+            if e.fd.array().is_none() {
+                e.fd = fd;
+            }
+            e.writable = true;
+        }
+        e.opens += 1;
+        e.fd.clone()
+    }
+
+    /// A new open description of the same file, for writing if this one is (as another
+    /// `open(2)` of it, `File::reopen`): its own streams, and its own report of write-back
+    /// errors, from now on (and one that no open has reported yet).
+    pub fn reopen(&self) -> Result<SharedFile> {
+        let inner = &self.inner;
+        inner.check_service()?;
+        let table = &inner.view.header().files_lock;
+        table.lock(inner.me, |h| inner.alive(h));
+        // This open keeps the slot the file's: no other file takes it meanwhile.
+        let fd = Self::count_open(inner, self.slot, self.fd.clone(), self.writable);
+        table.unlock(inner.me);
+        if let (true, Some(os)) = (self.writable, fd.os()) {
+            inner.lend_fd(self.slot, os);
+        }
+        let seen = std::sync::atomic::AtomicU64::new(inner.view.files()[self.slot as usize].errors_sample());
+        Ok(SharedFile {
+            inner: inner.clone(),
+            slot: self.slot,
+            fd,
+            writable: self.writable,
+            closed: false,
+            name: self.name.clone(),
+            max_len: self.max_len,
+            seen,
+            streams: Streams::default(),
+            write_streams: Streams::unstarted(),
+            // Relaxed: a unique number, nothing ordered by it.
+            id: OPENS.fetch_add(1, Ordering::Relaxed),
+            dflush_from: std::sync::atomic::AtomicU64::new(0),
+            kept: false,
+        })
     }
 
     /// Whether this open found the file kept in the cache after its last close (open nowhere,

@@ -81,6 +81,9 @@ thread_local! {
     static PENDING_HOT_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// As `PENDING_HITS`, for the hits of optimistic copies (`SharedFile::read_page`).
     static PENDING_LOCK_FREE_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The last error of this thread's write-backs of victims (`write_back_victim`) since its
+    /// claim began its rounds (`claim`).
+    static VICTIM_ERROR: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Counts a hit of attachment `at` into its `counter`, `HIT_BATCH` at a time (`pending`:
@@ -409,8 +412,15 @@ impl Inner {
         let deadline = std::time::Instant::now() + CLAIM_PATIENCE.max(passes);
         let mut pause = std::time::Duration::from_millis(1);
         loop {
+            VICTIM_ERROR.with(|e| e.take());
             if let Some(f) = self.try_claim_rounds(k, 2) {
                 return Ok(f);
+            }
+            // Two rounds found no frame, and a dirty one of ours could not be written back:
+            // the writer learns why now, as the in-process engine's do, rather than waiting
+            // for a write-back that fails (the error stays on the file for its next sync).
+            if let Some(e) = VICTIM_ERROR.with(|e| e.take()) {
+                return Err(e);
             }
             self.ask_for_set_of(k);
             if std::time::Instant::now() >= deadline {
@@ -674,8 +684,11 @@ impl Inner {
         }
         if m.key() == k && m.flags() & DIRTY != 0 {
             let _own = self.own_change(key_slot(k), fd.os());
-            // An error is kept on the file for its next sync.
-            let _ = self.write_back_locked(f, &fd);
+            // An error is kept on the file for its next sync, and for a claim that finds no
+            // frame (`claim`).
+            if let Err(e) = self.write_back_locked(f, &fd) {
+                VICTIM_ERROR.with(|v| *v.borrow_mut() = Some(e));
+            }
         }
         m.unlock(self.me, false);
     }

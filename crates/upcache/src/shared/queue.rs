@@ -856,6 +856,7 @@ mod tests {
             sims: &[],
             allow_buffered: false,
             io_threads: crate::io::engine::SubmitKind::Caller,
+            engine: None,
         };
         let config = SharedConfig { memory: 16 * page as u64, page_size: page, ..small() };
         let cache = SharedCache::create_private(&config).unwrap();
