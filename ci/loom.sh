@@ -9,7 +9,8 @@
 # (shared/pin_ledger.rs), the range slots' claims with no lock against each other and the
 # file lock's taker (shared/ranges.rs), and of the shared segment's ccXArray (shared/tree/loom_models.rs: root
 # creation, a leaf's death against an insert into it, expansion against the old root's
-# emptying, a stale remove against a clear and the reuse of its nodes). Exhaustive up to the
+# emptying, a stale remove against a clear and the reuse of its nodes), and of the shared
+# dirty map's bits and counts against a scan (shared/dirty_map.rs). Exhaustive up to the
 # preemption bound; seconds on 2 cores once built.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -77,11 +77,12 @@ mod readahead;
 mod service;
 #[cfg(not(loom))]
 pub mod shared;
-/// Under loom, of the shared cache only the frame word, the pin ledgers, the range slots and
-/// the page tree, which have models: the rest maps memory and runs processes, and asserts the
+/// Under loom, of the shared cache only the frame word, the pin ledgers, the range slots, the
+/// page tree and the dirty map, which have models: the rest maps memory and runs processes, and asserts the
 /// sizes of records that hold lock words, which loom's atomics do not have.
 #[cfg(loom)]
 pub mod shared {
+    pub(crate) mod dirty_map;
     pub(crate) mod frame;
     pub(crate) mod pin_ledger;
     pub(crate) mod ranges;

@@ -226,12 +226,19 @@ impl Index<'_> {
         }
     }
 
-    /// The frames the tree has for pages `from..to` of generation `gen` of file `slot`, with
-    /// their keys; None for the hash and the sets, which cannot list a file's pages.
-    pub fn pages(&self, slot: u32, gen: u32, from: u64, to: u64) -> Option<Vec<(u32, u64)>> {
+    /// The frames the tree has for pages `from..to` of generation `gen` of file `slot` that
+    /// `keep` takes, with their keys; None for the hash and the sets, which cannot list a
+    /// file's pages.
+    pub fn pages(
+        &self,
+        slot: u32,
+        gen: u32,
+        (from, to): (u64, u64),
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Option<Vec<(u32, u64)>> {
         match self {
             Index::Radix(t, _) => Some(
-                t.range(slot, gen, from, to)
+                t.range_where(slot, gen, from, to, keep)
                     .into_iter()
                     .map(|(f, page)| (f, super::frame::key(slot, gen, page)))
                     .collect(),

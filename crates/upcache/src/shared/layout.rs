@@ -22,7 +22,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1e");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1f");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -50,6 +50,8 @@ mod kind {
     pub const GHOSTS: u32 = 20;
     /// Every process's latency histograms (`latency.rs`).
     pub const LATENCIES: u32 = 21;
+    /// The frames that hold dirty pages (`dirty_map.rs`).
+    pub const DIRTY_MAP: u32 = 22;
 }
 
 /// Words of a file entry's path: a length, then up to `8 * (PATH_WORDS - 1)` bytes.
@@ -550,6 +552,7 @@ pub(crate) struct View {
     policy: NonNull<super::policy::PolicyFrame>,
     ghosts: NonNull<AtomicU64>,
     latencies: NonNull<super::latency::LatencyTable>,
+    dirty_map: NonNull<AtomicU64>,
     /// `SharedConfig::set_ways`, and the sets they make of the frames.
     set_ways: usize,
     n_sets: usize,
@@ -592,7 +595,7 @@ impl View {
         clients: usize,
         buckets: usize,
         ways: usize,
-    ) -> [RegionSpec; 21] {
+    ) -> [RegionSpec; 22] {
         use std::mem::size_of;
         let (leaves, inners) = Self::pools(frames, files);
         [
@@ -621,6 +624,7 @@ impl View {
             RegionSpec { kind: kind::POLICY, len: frames * size_of::<super::policy::PolicyFrame>() },
             RegionSpec { kind: kind::GHOSTS, len: super::policy::ghost::slots(frames) * 8 },
             RegionSpec { kind: kind::LATENCIES, len: size_of::<super::latency::LatencyTable>() },
+            RegionSpec { kind: kind::DIRTY_MAP, len: super::dirty_map::words(frames) * 8 },
         ]
     }
 
@@ -776,7 +780,7 @@ impl View {
             return Err(bad("bad index pool sizes in the header"));
         }
         let (n_leaves, n_inners) = Self::pools(frames, files);
-        let mut regions = [(NonNull::dangling(), 0usize); 21];
+        let mut regions = [(NonNull::dangling(), 0usize); 22];
         for (i, s) in specs.iter().enumerate() {
             let (p, len) = seg.region(s.kind).ok_or_else(|| bad(format!("no region {}", s.kind)))?;
             if len < s.len {
@@ -806,6 +810,7 @@ impl View {
             policy: regions[18].0.cast(),
             ghosts: regions[19].0.cast(),
             latencies: regions[20].0.cast(),
+            dirty_map: regions[21].0.cast(),
             n_leaves,
             n_inners,
             n_frames: frames,
@@ -921,6 +926,14 @@ impl View {
         // SAFETY: the region is large enough (checked at attach), aligned (regions start on
         // 2 MiB) and holds atomics only, all zeros valid.
         unsafe { self.latencies.as_ref() }
+    }
+
+    /// The frames that hold dirty pages (`dirty_map.rs`).
+    pub fn dirty_map(&self) -> super::dirty_map::DirtyMap<'_> {
+        let words = super::dirty_map::words(self.n_frames);
+        // SAFETY: `dirty_map::words(n_frames)` words (checked at attach), atomics only.
+        let region = unsafe { std::slice::from_raw_parts(self.dirty_map.as_ptr(), words) };
+        super::dirty_map::DirtyMap::new(region, self.n_frames)
     }
 
     /// S3-FIFO's ghost entries (`policy/ghost.rs`).

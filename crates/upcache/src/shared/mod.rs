@@ -32,6 +32,7 @@ mod backing;
 mod bounce;
 mod bypass;
 mod chunk;
+mod dirty_map;
 mod file;
 mod files;
 mod frame;

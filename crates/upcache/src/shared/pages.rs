@@ -385,6 +385,7 @@ impl Inner {
         if m.flags() & DIRTY != 0 && k != 0 {
             // Release: the flag goes before the counts shrink, so they never fall below it.
             m.flags.fetch_and(!DIRTY, Ordering::Release);
+            self.view.dirty_map().clear(f);
             self.view.files()[key_slot(k) as usize].dirty.fetch_sub(1, Ordering::Release);
             self.view.header().dirty.fetch_sub(1, Ordering::Relaxed);
         }
@@ -705,12 +706,28 @@ impl Inner {
         fds.get(&slot).filter(|o| o.writable).map(|o| o.fd.clone())
     }
 
-    /// The cached pages of file `slot` in its dirty range (`FileEntry::dirty_pages`): every
-    /// page dirtied before the call, and those others that lie among them.
+    /// The cached pages of file `slot` in its dirty range (`FileEntry::dirty_pages`) whose
+    /// frames are dirty: every page dirtied before the call, and some dirtied since. Where the
+    /// range holds more pages than the cache has dirty frames, from the dirty map
+    /// (`dirty_map.rs`), else from the index.
     pub(crate) fn dirty_candidates(&self, slot: u32) -> Vec<(u32, u64)> {
         let (gen, end) = self.file_extent(slot);
         let dirty = self.view.files()[slot as usize].dirty_pages();
-        self.candidates_of(slot, gen, dirty.start.min(end), dirty.end.min(end))
+        let (from, to) = (dirty.start.min(end), dirty.end.min(end));
+        let frames = self.view.frames();
+        // A hint (write-back looks again under the frame's lock): the pages dirty as listed.
+        let dirty_now = |f: u32| frames[f as usize].flags() & DIRTY != 0;
+        // Relaxed: a hint of which way is shorter.
+        if to.saturating_sub(from) <= self.view.header().dirty.load(Ordering::Relaxed) {
+            return self.candidates_where(slot, gen, (from, to), &dirty_now);
+        }
+        let ours = |k: u64| k != 0 && k == key(slot, gen, key_page(k)) && (from..to).contains(&key_page(k));
+        let map = self.view.dirty_map().scan();
+        map.into_iter()
+            .filter(|&f| dirty_now(f))
+            .map(|f| (f, frames[f as usize].key()))
+            .filter(|&(_, k)| ours(k))
+            .collect()
     }
 
     /// File `slot`'s generation and the end of its pages below its length: read under the
@@ -734,8 +751,19 @@ impl Inner {
 
     /// `candidates` of generation `gen` of file `slot`.
     pub(crate) fn candidates_of(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
+        self.candidates_where(slot, gen, (from, to), &|_| true)
+    }
+
+    /// `candidates_of` pages `from..to`, only those whose frames `keep` takes.
+    fn candidates_where(
+        &self,
+        slot: u32,
+        gen: u32,
+        (from, to): (u64, u64),
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Vec<(u32, u64)> {
         let index = self.index();
-        if let Some(pages) = index.pages(slot, gen, from, to) {
+        if let Some(pages) = index.pages(slot, gen, (from, to), keep) {
             return pages;
         }
         if to.saturating_sub(from) > (self.view.n_frames / 64) as u64 {
@@ -747,14 +775,14 @@ impl Inner {
                 .filter_map(|(f, m)| {
                     let k = m.key();
                     let ours = k != 0 && key_slot(k) == slot && k == key(slot, gen, key_page(k));
-                    (ours && (from..to).contains(&key_page(k))).then_some((f as u32, k))
+                    (ours && (from..to).contains(&key_page(k)) && keep(f as u32)).then_some((f as u32, k))
                 })
                 .collect();
         }
         (from..to)
             .filter_map(|page| {
                 let k = key(slot, gen, page);
-                index.find(k, self.me, &|h| self.alive(h)).map(|f| (f, k))
+                index.find(k, self.me, &|h| self.alive(h)).filter(|&f| keep(f)).map(|f| (f, k))
             })
             .collect()
     }
@@ -776,6 +804,7 @@ impl Inner {
         e.widen_dirty(key_page(m.key()));
         // Release: a sync that sees the flag sees the count.
         m.flags.fetch_or(DIRTY, Ordering::Release);
+        self.view.dirty_map().set(f);
     }
 
     /// The frame holding page `page` of file `slot`, locked for us. If no frame holds it, one is

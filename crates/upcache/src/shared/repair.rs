@@ -60,6 +60,10 @@ impl Inner {
                 // SAFETY: we hold the frame's lock (taken from the dead); `from < page`.
                 unsafe { std::ptr::write_bytes(self.view.page(f).add(from), 0, page - from) };
             }
+            // Killed between marking it dirty and its bit in the map (`dirty_map.rs`).
+            if m.flags() & super::frame::DIRTY != 0 {
+                self.view.dirty_map().set(f);
+            }
             m.bump();
         }
     }

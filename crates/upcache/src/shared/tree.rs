@@ -759,18 +759,40 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         }
     }
 
-    /// The frames file `slot`'s tree of generation `gen` has for pages `from..to`, with their
-    /// pages: hints, each to be checked under the frame's lock.
+    /// Every frame [`Self::range_where`] would list.
+    #[cfg(test)]
     pub fn range(&self, slot: u32, gen: u32, from: u64, to: u64) -> Vec<(u32, u64)> {
+        self.range_where(slot, gen, from, to, &|_| true)
+    }
+
+    /// The frames file `slot`'s tree of generation `gen` has for pages `from..to` that `keep`
+    /// takes (a sync's: the dirty ones, so a large file's pages are never all listed to find
+    /// a few), with their pages: hints, each to be checked under the frame's lock.
+    pub fn range_where(
+        &self,
+        slot: u32,
+        gen: u32,
+        from: u64,
+        to: u64,
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         let (g, height, top) = root_parts(self.root(slot).load(Ordering::Acquire));
         if let Some((top, _)) = top.filter(|_| g == gen & 0xff && from < to) {
-            self.walk(height - 1, top, 0, from, to, &mut out);
+            self.walk(height - 1, top, 0, (from, to), keep, &mut out);
         }
         out
     }
 
-    fn walk(&self, level: u32, idx: u32, base: u64, from: u64, to: u64, out: &mut Vec<(u32, u64)>) {
+    fn walk(
+        &self,
+        level: u32,
+        idx: u32,
+        base: u64,
+        (from, to): (u64, u64),
+        keep: &dyn Fn(u32) -> bool,
+        out: &mut Vec<(u32, u64)>,
+    ) {
         let step = 1u64 << (BITS * level);
         for i in 0..FANOUT as u64 {
             let first = base + i * step;
@@ -781,13 +803,15 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
                 let Some(leaf) = self.leaves.nodes.get(idx as usize) else { return };
                 // Acquire: as in `get`.
                 if let Some(f) = leaf.slots[i as usize].load(Ordering::Acquire).checked_sub(1) {
-                    out.push((f, first));
+                    if keep(f) {
+                        out.push((f, first));
+                    }
                 }
             } else {
                 let Some(node) = self.inners.nodes.get(idx as usize) else { return };
                 let c = node.slots[i as usize].load(Ordering::Acquire);
                 if c != 0 {
-                    self.walk(level - 1, unptr(c).0, first, from, to, out);
+                    self.walk(level - 1, unptr(c).0, first, (from, to), keep, out);
                 }
             }
         }

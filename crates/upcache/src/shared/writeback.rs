@@ -275,10 +275,12 @@ impl Inner {
                 first = first.and(Err(Error::io("write back pages of a shared file", err)));
                 continue;
             }
+            let map = self.view.dirty_map();
             for &f in run {
                 // Release: the clean flag goes after the write; counts after the flag (never
                 // below).
                 frames[f as usize].flags.fetch_and(!DIRTY, Ordering::Release);
+                map.clear(f);
             }
             let n = run.len() as u64;
             e.dirty.fetch_sub(n, Ordering::Release);
@@ -704,6 +706,27 @@ mod tests {
         f.write_all_at(&[2u8; 10], 500 * 4096 + 7).unwrap();
         assert_eq!(cache.inner.dirty_candidates(f.slot()).len(), 1);
         f.sync_data().unwrap();
+        // Two pages far apart: a range of 1000 pages, two dirty frames in the cache, so the
+        // dirty map lists them (`dirty_map.rs`), and the sync writes both back.
+        f.write_all_at(&[4u8; 10], 7).unwrap();
+        f.write_all_at(&[5u8; 10], 999 * 4096 + 7).unwrap();
+        let listed: Vec<u64> = cache
+            .inner
+            .dirty_candidates(f.slot())
+            .iter()
+            .map(|&(_, k)| super::super::frame::key_page(k))
+            .collect();
+        assert_eq!(listed, [0, 999]);
+        f.sync_data().unwrap();
+        assert!(cache.inner.dirty_candidates(f.slot()).is_empty(), "clean again");
+        let mut got = [0u8; 10];
+        std::os::unix::fs::FileExt::read_exact_at(
+            &std::fs::File::open(&p).unwrap(),
+            &mut got,
+            999 * 4096 + 7,
+        )
+        .unwrap();
+        assert_eq!(got, [5u8; 10]);
         let os = std::fs::File::open(&p).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {

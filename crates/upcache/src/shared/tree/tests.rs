@@ -21,6 +21,7 @@ fn pages_near_and_far_go_in_and_out_and_give_their_nodes_back() {
     assert_eq!(t.get(1, 0, 5), None);
     assert_eq!(t.insert(1, 0, 5, 20), Insert::Placed);
     assert_eq!(t.range(0, 0, 0, u64::MAX >> 20), vec![(10, 5), (12, 1 << 20)]);
+    assert_eq!(t.range_where(0, 0, 0, u64::MAX >> 20, &|f| f == 12), vec![(12, 1 << 20)], "kept only");
     // Taking the far page out deletes its leaf and inner nodes; the root stays.
     assert!(t.remove(0, 0, 1 << 20, 12));
     assert!(!t.remove(0, 0, 1 << 20, 12));
