@@ -165,6 +165,9 @@ typedef struct upcache_shared_settings {
   // Every frame made resident as the cache is made, so that no miss pays the first touch
   // of its frame (false: a frame's memory is taken at its first use).
   bool prefault;
+  // With `lock_free_index`, each file's tree changed under one lock (the kernel's XArray,
+  // the lock-free tree's baseline; lookups take none).
+  bool locked_index;
 } upcache_shared_settings;
 
 // A snapshot of a cache's counters (`upcache_get_stats`); the fields are those of the Rust

@@ -217,6 +217,9 @@ pub struct upcache_shared_settings {
     /// Every frame made resident as the cache is made, so that no miss pays the first touch
     /// of its frame (false: a frame's memory is taken at its first use).
     pub prefault: bool,
+    /// With `lock_free_index`, each file's tree changed under one lock (the kernel's XArray,
+    /// the lock-free tree's baseline; lookups take none).
+    pub locked_index: bool,
 }
 
 /// `name` NUL-terminated in a settings' text field (`numa`, `policy`); None if it does not fit.
@@ -250,7 +253,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             run_merging: c.run_merging,
             bundling: c.bundling,
             readahead: c.readahead,
-            lock_free_index: c.index == upcache::IndexKind::Radix,
+            lock_free_index: matches!(c.index, upcache::IndexKind::Radix | upcache::IndexKind::Locked),
             flushers: c.flushers,
             direct_write_back: c.direct_write_back,
             policy: text_field(c.policy.name()).expect("policy names are short"),
@@ -269,6 +272,7 @@ impl From<&SharedConfig> for upcache_shared_settings {
             page_size: c.page_size.min(u32::MAX as usize) as u32,
             two_layer_alloc: c.alloc == upcache::AllocKind::TwoLayer,
             prefault: c.prefault,
+            locked_index: c.index == upcache::IndexKind::Locked,
         }
     }
 }
@@ -295,6 +299,7 @@ impl upcache_shared_settings {
             bundling: s.bundling,
             readahead: s.readahead,
             index: match (s.set_ways, s.lock_free_index) {
+                (0, true) if s.locked_index => upcache::IndexKind::Locked,
                 (0, true) => upcache::IndexKind::Radix,
                 (0, false) => upcache::IndexKind::Sharded,
                 _ => upcache::IndexKind::SetAssoc,

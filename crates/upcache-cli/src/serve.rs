@@ -63,11 +63,12 @@ pub struct ServeArgs {
     /// threads at once (as UPCACHE_FLUSHERS)
     #[arg(long, default_value_t = 2)]
     flushers: u32,
-    /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file; sharded,
-    /// hash chains under 1024 partition locks; or setassoc, SAFS's set-associative cache (a
+    /// The page index: radix, ScaleCache's ccXArray, a lock-free tree per file; locked, the
+    /// same trees with each file's inserts and removes under one lock (the kernel's XArray,
+    /// its baseline); sharded, hash chains under 1024 partition locks; or setassoc, SAFS's set-associative cache (a
     /// page lives in the one set of --set-ways frames its key hashes to, and a miss evicts
     /// from that set with its own clock hand) (as UPCACHE_INDEX)
-    #[arg(long, value_name = "radix|sharded|setassoc", default_value = "radix")]
+    #[arg(long, value_name = "radix|locked|sharded|setassoc", default_value = "radix")]
     index: upcache::IndexKind,
     /// The frames partitioned per NUMA node: machine (the machine's nodes; one partition where
     /// it has one), off, or a described topology, each node's CPUs as Linux lists them and

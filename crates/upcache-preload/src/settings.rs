@@ -23,7 +23,7 @@ pub(crate) struct Settings {
     pub idle: std::time::Duration,
     /// UPCACHE_DIRTY_RATIOS (`BG,FG`), UPCACHE_DIRTY_EXPIRE and UPCACHE_FLUSH_INTERVAL
     /// (durations), UPCACHE_RANGE_LOCK, UPCACHE_RUN_MERGING and UPCACHE_BUNDLING (on|off),
-    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|sharded|setassoc), UPCACHE_SET_WAYS
+    /// UPCACHE_READAHEAD (a size), UPCACHE_INDEX (radix|locked|sharded|setassoc), UPCACHE_SET_WAYS
     /// (frames per set, 1 to 64), UPCACHE_NUMA (machine|off|a described topology, as
     /// `upcache serve --numa`; the shared cache's only), UPCACHE_FLUSHERS (a count),
     /// UPCACHE_DIRECT_WRITE_BACK and UPCACHE_DIRECT_LOADS (on|off; the shared cache's only), UPCACHE_POLICY

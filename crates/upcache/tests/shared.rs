@@ -573,8 +573,9 @@ fn the_technique_switches_change_the_cache_s_requests_and_nothing_else() {
     // SAFS's sets: no tree, the same requests (the placement itself: `shared/pages.rs`).
     let sets = SharedConfig { index: upcache::IndexKind::SetAssoc, ..on.clone() };
     assert_eq!(run(sets), (1, 80, (2, 1), 64, false), "the set-associative index");
-    let locked = SharedConfig { index: upcache::IndexKind::Locked, ..small() };
-    assert_eq!(SharedCache::create(&locked).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
+    // The kernel's XArray: the same trees, changed under a lock per file.
+    let locked = SharedConfig { index: upcache::IndexKind::Locked, ..on.clone() };
+    assert_eq!(run(locked), (1, 80, (2, 1), 64, true), "the locked tree");
     for set_ways in [0, 65] {
         let sets = SharedConfig { index: upcache::IndexKind::SetAssoc, set_ways, ..small() };
         assert_eq!(SharedCache::create(&sets).err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));

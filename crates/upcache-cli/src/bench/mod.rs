@@ -190,7 +190,11 @@ fn run_engine<E: Engine>(kind: EngineKind, p: &Plan, base: &Path, run: usize) ->
             },
             bs: p.bs,
             threads: p.threads,
-            devices: if kind == EngineKind::Upcache { p.upcache.devices } else { 1 },
+            devices: if matches!(kind, EngineKind::Upcache | EngineKind::Shared) {
+                p.upcache.devices
+            } else {
+                1
+            },
             files: p.shape.files,
             size: p.size,
             warm,

@@ -514,7 +514,7 @@ mod tests {
     }
 
     /// Each of the in-process engine's flags reaches the shared cache too (issue 34): a set
-    /// policy replaces pages in its sets, prefault its config; those of an array's I/O are
+    /// policy replaces pages in its sets, the locked index and prefault its config; those of an array's I/O are
     /// refused for plain OS files, which would run without them.
     #[test]
     fn the_shared_engine_takes_every_technique_flag() {
@@ -524,6 +524,8 @@ mod tests {
         assert_eq!(p.upcache.shared.policy, SharedConfig::default().policy);
         let err = plan(&["--engine", "shared", "--set-policy", "lfu"]).unwrap_err().to_string();
         assert!(err.contains("--set-policy"), "{err}");
+        let p = plan(&["--engine", "shared", "--index", "locked"]).unwrap();
+        assert_eq!(p.upcache.shared.index, upcache::IndexKind::Locked);
         assert!(plan(&["--engine", "shared", "--prefault"]).unwrap().upcache.shared.prefault);
         assert!(!plan(&["--engine", "shared"]).unwrap().upcache.shared.prefault);
         for flags in [&["--io-threads", "per-device"][..], &["--allow-buffered"]] {

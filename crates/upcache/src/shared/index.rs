@@ -43,8 +43,10 @@ use crate::shm::{Acquired, OwnerLock};
 
 /// The page index of one shared cache, as one process sees it.
 pub(crate) enum Index<'a> {
-    /// Per-file lock-free trees, and the frames whose `home`s they hold.
-    Radix(Forest<'a, [FileEntry]>, &'a [FrameMeta]),
+    /// Per-file trees, and the frames whose `home`s they hold: lock-free (ccXArray), or, with
+    /// locks (`SharedConfig::index` locked, the kernel's XArray), each file's inserts and
+    /// removes under one lock (its slot's partition lock), lookups free as ever.
+    Radix(Forest<'a, [FileEntry]>, &'a [FrameMeta], Option<&'a [OwnerLock]>),
     /// Hash chains under partition locks.
     Hash(PageMap<'a>),
     /// Sets of frames, each page in its key's set.
@@ -71,7 +73,7 @@ impl Index<'_> {
     /// `home`.
     pub fn hint(&self, key: u64) -> Option<u32> {
         match self {
-            Index::Radix(t, _) => t.get(key_slot(key), key_gen(key), key_page(key)),
+            Index::Radix(t, ..) => t.get(key_slot(key), key_gen(key), key_page(key)),
             Index::Hash(m) => m.find_hint(key),
             Index::Sets(m) => m.find(key),
         }
@@ -80,7 +82,7 @@ impl Index<'_> {
     /// Starts fetching what a lookup of `key` reads last (the tree's leaf slot), for a caller
     /// that looks it up after some other work. A hint; the hash and the sets do nothing.
     pub fn prefetch(&self, key: u64) {
-        if let Index::Radix(t, _) = self {
+        if let Index::Radix(t, ..) = self {
             t.prefetch(key_slot(key), key_gen(key), key_page(key));
         }
     }
@@ -121,7 +123,12 @@ impl Index<'_> {
         give_up: &dyn Fn(u32) -> bool,
     ) -> Placed {
         match self {
-            Index::Radix(t, frames) => {
+            Index::Radix(t, frames, locks) => {
+                let lock = locks.map(|l| &l[key_slot(key) as usize % PARTITIONS]);
+                if lock.is_some_and(|l| l.lock_unless(me, alive, give_up).is_none()) {
+                    return Placed::No;
+                }
+                let _unlock = lock.map(|l| Unlock(l, me));
                 let m = &frames[f as usize];
                 // Release: `home` goes before the slot, so a frame in the tree always has it
                 // (a process killed between leaves a `home` the frame's repair clears).
@@ -158,10 +165,15 @@ impl Index<'_> {
         give_up: &dyn Fn(u32) -> bool,
     ) -> bool {
         match self {
-            Index::Radix(t, frames) => {
+            Index::Radix(t, frames, locks) => {
                 let m = &frames[f as usize];
                 let home = m.home();
                 if home != 0 {
+                    let lock = locks.map(|l| &l[key_slot(home) as usize % PARTITIONS]);
+                    if lock.is_some_and(|l| l.lock_unless(me, alive, give_up).is_none()) {
+                        return false;
+                    }
+                    let _unlock = lock.map(|l| Unlock(l, me));
                     t.remove(key_slot(home), key_gen(home), key_page(home), f);
                     // Release: after the slot no longer leads to the frame.
                     m.home.store(0, Ordering::Release);
@@ -188,7 +200,7 @@ impl Index<'_> {
     /// there although its `home` is not `key` (only a tree left broken could): else every
     /// lookup of `key` would find `f`, fail to confirm it, and look again.
     pub fn drop_stale(&self, key: u64, f: u32) {
-        if let Index::Radix(t, frames) = self {
+        if let Index::Radix(t, frames, _) = self {
             if frames[f as usize].home() != key && t.remove(key_slot(key), key_gen(key), key_page(key), f) {
                 log::warn!("shared cache: frame {f} was in the page tree under a page it is not; taken out");
             }
@@ -199,7 +211,7 @@ impl Index<'_> {
     /// holder died between storing `home` and placing it, or taking it out and clearing it).
     pub fn holds_home(&self, f: u32) -> bool {
         match self {
-            Index::Radix(_, frames) => {
+            Index::Radix(_, frames, _) => {
                 let home = frames[f as usize].home();
                 home != 0 && self.hint(home) == Some(f)
             }
@@ -209,10 +221,12 @@ impl Index<'_> {
         }
     }
 
-    /// The client holding `key`'s partition lock (the hash's or its set's; a tree has none).
+    /// The client holding `key`'s partition lock (the hash's, its set's, or its file's in a
+    /// locked tree; a lock-free tree has none).
     pub fn holder(&self, key: u64) -> Option<u32> {
         match self {
-            Index::Radix(..) => None,
+            Index::Radix(_, _, None) => None,
+            Index::Radix(_, _, Some(locks)) => locks[key_slot(key) as usize % PARTITIONS].holder(),
             Index::Hash(m) => m.holder(key),
             Index::Sets(m) => m.locks[m.set_of(key) % PARTITIONS].holder(),
         }
@@ -237,7 +251,7 @@ impl Index<'_> {
         keep: &dyn Fn(u32) -> bool,
     ) -> Option<Vec<(u32, u64)>> {
         match self {
-            Index::Radix(t, _) => Some(
+            Index::Radix(t, ..) => Some(
                 t.range_where(slot, gen, from, to, keep)
                     .into_iter()
                     .map(|(f, page)| (f, super::frame::key(slot, gen, page)))
@@ -245,6 +259,15 @@ impl Index<'_> {
             ),
             Index::Hash(_) | Index::Sets(_) => None,
         }
+    }
+}
+
+/// Unlocks a lock of ours when dropped.
+struct Unlock<'a>(&'a OwnerLock, u32);
+
+impl Drop for Unlock<'_> {
+    fn drop(&mut self) {
+        self.0.unlock(self.1);
     }
 }
 

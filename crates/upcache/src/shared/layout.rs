@@ -123,14 +123,15 @@ pub struct SharedConfig {
     /// `DONTNEED`'s, write-behind) go one run at a time either way (bench/RESULTS.md).
     pub io: IoKind,
     /// The page index: [`IndexKind::Radix`], ScaleCache's ccXArray, a lock-free tree per
-    /// file (`tree.rs`; the default), [`IndexKind::Sharded`], hash chains under 1024
+    /// file (`tree.rs`; the default), [`IndexKind::Locked`], the same trees with each file's
+    /// inserts and removes under one lock (the kernel's XArray, the ccXArray's baseline, seed
+    /// 000 §2.2; lookups take none), [`IndexKind::Sharded`], hash chains under 1024
     /// partition locks (`index.rs`), or [`IndexKind::SetAssoc`], SAFS's set-associative cache
     /// (seed 002 §4): a page lives only in the set of `set_ways` frames its key hashes to, a
     /// lookup reads that set's frames, and a miss evicts from it with the set's own clock hand
     /// (`policy` and `clean_first` within the set). A set is small: if all its frames are
     /// pinned or held for writing, a miss of one of its pages fails with `CacheFull` after the
-    /// claim's patience (10 s), however free the rest of the cache. The other kinds are the
-    /// private engine's alone.
+    /// claim's patience (10 s), however free the rest of the cache.
     pub index: IndexKind,
     /// Frames per set of the set-associative index, 1 to 64 (SAFS's 12 by default).
     pub set_ways: u32,
@@ -295,12 +296,7 @@ impl SharedConfig {
                 self.flushers
             ));
         }
-        if !matches!(self.index, IndexKind::Radix | IndexKind::Sharded | IndexKind::SetAssoc) {
-            return invalid(format!(
-                "the shared cache's index is radix, sharded or setassoc, not {} (the private engine's alone)",
-                self.index.name()
-            ));
-        }
+
         if !(1..=crate::index::setassoc::MAX_WAYS as u32).contains(&self.set_ways) {
             return invalid(format!(
                 "shared cache set ways {} must be 1 to {}",
@@ -678,7 +674,8 @@ impl View {
             (config.range_lock, technique::RANGE_LOCK),
             (config.run_merging, technique::RUN_MERGING),
             (config.bundling, technique::BUNDLING),
-            (config.index == IndexKind::Radix, technique::RADIX_INDEX),
+            (matches!(config.index, IndexKind::Radix | IndexKind::Locked), technique::RADIX_INDEX),
+            (config.index == IndexKind::Locked, technique::LOCKED_INDEX),
             (config.direct_write_back, technique::DIRECT_WRITE_BACK),
             (config.policy == PolicyKind::GClock, technique::GCLOCK),
             (config.clean_first == CleanFirst::Always, technique::CLEAN_FIRST),
@@ -1051,7 +1048,8 @@ impl View {
     /// else the hash).
     pub fn index(&self, techniques: u64) -> Index<'_> {
         if techniques & technique::RADIX_INDEX != 0 {
-            Index::Radix(self.forest(), self.frames())
+            let locks = (techniques & technique::LOCKED_INDEX != 0).then(|| self.map().locks);
+            Index::Radix(self.forest(), self.frames(), locks)
         } else if techniques & technique::SET_ASSOC != 0 {
             Index::Sets(self.sets())
         } else {

@@ -580,7 +580,7 @@ impl SharedCache {
         // Relaxed (all): nobody changes the cache (the caller's word).
         let mut gens: Vec<u32> =
             inner.view.files().iter().map(|e| e.gen.load(Ordering::Relaxed) & 0xff).collect();
-        if let index::Index::Radix(forest, _) = &index {
+        if let index::Index::Radix(forest, ..) = &index {
             for slot in 0..inner.view.n_files as u32 {
                 let (gen, entries) = forest.check(slot, false)?;
                 if gen != gens[slot as usize] {
@@ -1097,7 +1097,9 @@ impl Inner {
             } else {
                 crate::io::engine::IoKind::Psync
             },
-            index: if h.has(layout::technique::RADIX_INDEX) {
+            index: if h.has(layout::technique::LOCKED_INDEX) {
+                crate::index::IndexKind::Locked
+            } else if h.has(layout::technique::RADIX_INDEX) {
                 crate::index::IndexKind::Radix
             } else if h.has(layout::technique::SET_ASSOC) {
                 crate::index::IndexKind::SetAssoc
@@ -1551,6 +1553,48 @@ mod tests {
         vec.iter().map(|b| b & 1 == 1).collect()
     }
 
+    /// The locked tree (`SharedConfig::index` locked, the kernel's XArray) changes a file's
+    /// tree only under the file's lock: a placement by another client waits for its holder
+    /// (here it gives up at once), where the lock-free tree's never waits; lookups take no
+    /// lock in either.
+    #[test]
+    fn the_locked_tree_changes_a_file_only_under_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![5u8; 2 * 4096]).unwrap();
+        for (index, locked) in
+            [(crate::index::IndexKind::Radix, false), (crate::index::IndexKind::Locked, true)]
+        {
+            let cache = SharedCache::create(&SharedConfig { index, ..small() }).unwrap();
+            assert_eq!(cache.config().index, index);
+            let f = cache.open_path(&p, true).unwrap();
+            f.read_at(&mut [0u8; 4096], 0).unwrap();
+            let inner = &cache.inner;
+            let (cached, k) = (inner.key(f.slot(), 0), inner.key(f.slot(), 100));
+            let lock = &inner.view.map().locks[f.slot() as usize % index::PARTITIONS];
+            lock.lock(inner.me, |_| true);
+            assert_eq!(inner.index().holder(k), locked.then_some(inner.me), "{}", index.name());
+            assert!(inner.index().hint(cached).is_some(), "{}: a lookup under the lock", index.name());
+            let spare = (inner.view.n_frames - 1) as u32;
+            let other = inner.me + 1;
+            let placed = inner.index().place(k, spare, other, &|_| true, &|_| true);
+            if locked {
+                assert_eq!(placed, index::Placed::No, "the locked tree waits for the file's lock");
+            } else {
+                assert_eq!(placed, index::Placed::Yes);
+                assert!(inner.index().unplace(spare, other, &|_| true, &|_| true));
+            }
+            lock.unlock(inner.me);
+            if locked {
+                assert_eq!(inner.index().place(k, spare, other, &|_| true, &|_| true), index::Placed::Yes);
+                assert!(inner.index().unplace(spare, other, &|_| true, &|_| true));
+            }
+            let mut got = vec![0u8; 2 * 4096];
+            f.read_exact_at(&mut got, 0).unwrap();
+            assert!(got.iter().all(|&b| b == 5), "{}", index.name());
+        }
+    }
+
     /// `check_index` finds a tree entry whose frame is not at home there, and a frame at home
     /// that its index does not find, with each index (a set's frame away from its set).
     #[test]
@@ -1558,6 +1602,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for index in [
             crate::index::IndexKind::Radix,
+            crate::index::IndexKind::Locked,
             crate::index::IndexKind::Sharded,
             crate::index::IndexKind::SetAssoc,
         ] {

@@ -39,3 +39,6 @@ pub const S3FIFO: u64 = 1 << 19;
 pub const TWO_LAYER: u64 = 1 << 20;
 /// `SharedConfig::prefault`: every frame was made resident as the cache was made.
 pub const PREFAULT: u64 = 1 << 21;
+/// With `RADIX_INDEX`, the trees' inserts and removes under a lock per file
+/// (`SharedConfig::index` locked).
+pub const LOCKED_INDEX: u64 = 1 << 22;
