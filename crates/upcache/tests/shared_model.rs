@@ -445,6 +445,13 @@ fn processes_sharing_a_cache_with_the_hash_index_match_the_oracle() {
     run(seed(), 3000, config(IndexKind::Sharded));
 }
 
+/// The same with the locked tree (each file's tree changed under its lock, the kernel's
+/// XArray) on a cache whose frames were made resident at its making.
+#[test]
+fn processes_sharing_a_cache_with_the_locked_tree_match_the_oracle() {
+    run(seed(), 3000, SharedConfig { prefault: true, ..config(IndexKind::Locked) });
+}
+
 /// The same with the set-associative index, small sets.
 #[test]
 fn processes_sharing_a_set_associative_cache_match_the_oracle() {
