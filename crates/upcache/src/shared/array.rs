@@ -18,11 +18,11 @@ use super::backing::{ArrayFile, Backing};
 use super::file::SharedFile;
 #[cfg(test)]
 use super::frame::PAGE;
-use super::{files, technique, Inner, SharedCache};
+use super::{files, Inner, SharedCache};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::validate_name;
 use crate::io::device;
-use crate::io::engine::{IoEngine, IoKind, SubmitKind};
+use crate::io::engine::{IoEngine, SubmitKind};
 use crate::meta::array::{ArrayMeta, ArraySpec};
 
 /// An array opened on a private [`SharedCache`]: its files are read and written through the
@@ -62,7 +62,7 @@ pub struct SharedArray {
     allow_buffered: bool,
     /// The engine its files' I/O goes through, if not the descriptors: the caller's
     /// (`ArraySpec::engine`), or its per-device I/O threads (`ArraySpec::io_threads`).
-    threads: Option<Arc<dyn IoEngine>>,
+    engine: Option<Arc<dyn IoEngine>>,
     /// Files opened since the array was: the first open of each cuts its backing files to its
     /// logged length, which a crash may have left pages past.
     recovered: Mutex<HashSet<u64>>,
@@ -91,21 +91,15 @@ impl SharedArray {
     }
 
     fn over(cache: &SharedCache, meta: ArrayMeta, spec: &ArraySpec<'_>) -> Result<SharedArray> {
-        let threads = spec.engine.cloned().or_else(|| {
-            (spec.io_threads == SubmitKind::PerDevice).then(|| {
-                let io = if cache.inner.techniques & technique::URING != 0 {
-                    IoKind::Uring
-                } else {
-                    IoKind::Psync
-                };
-                io.build(None, meta.dirs.len(), SubmitKind::PerDevice)
-            })
+        let engine = spec.engine.cloned().or_else(|| {
+            (spec.io_threads == SubmitKind::PerDevice)
+                .then(|| cache.inner.io_kind().build(None, meta.dirs.len(), SubmitKind::PerDevice))
         });
         Ok(SharedArray {
             inner: cache.inner.clone(),
             meta: Arc::new(meta),
             allow_buffered: spec.allow_buffered,
-            threads,
+            engine,
             recovered: Mutex::new(HashSet::new()),
         })
     }
@@ -114,10 +108,9 @@ impl SharedArray {
     /// names it: "uring" (runs of several reads, and write-back's, through io_uring), "psync",
     /// with per-device I/O threads "uring+threads" or "psync+threads", or the caller's.
     pub fn io_engine(&self) -> &'static str {
-        match &self.threads {
-            Some(t) => t.name(),
-            None if self.inner.techniques & technique::URING != 0 => "uring",
-            None => "psync",
+        match &self.engine {
+            Some(e) => e.name(),
+            None => self.inner.io_kind().name(),
         }
     }
 
@@ -131,7 +124,7 @@ impl SharedArray {
         self.lock_recovered().insert(id);
         // Under the namespace's lock, as `open_file`.
         let created =
-            self.adopt(ArrayFile::new(meta.clone(), id, devices, 0, self.threads.clone()), name, true);
+            self.adopt(ArrayFile::new(meta.clone(), id, devices, 0, self.engine.clone()), name, true);
         drop(ns);
         created
     }
@@ -144,7 +137,7 @@ impl SharedArray {
         let ns = crate::sync::lock(&self.meta.namespace);
         let e = ns.entry(name)?;
         let devices = self.backing_files(e.id, false)?;
-        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.threads.clone());
+        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.engine.clone());
         if self.lock_recovered().insert(e.id) {
             if let Err(err) = file.recover(e.len) {
                 self.lock_recovered().remove(&e.id);
@@ -301,6 +294,7 @@ mod tests {
     use super::super::tests::small;
     use super::super::{SharedCache, SharedConfig};
     use super::*;
+    use crate::io::engine::IoKind;
     use crate::io::layout::LayoutKind;
     use std::path::PathBuf;
 

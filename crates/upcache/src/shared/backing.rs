@@ -127,19 +127,20 @@ impl Backing {
 
 impl ArrayFile {
     /// Array file `id` of `array`, over its backing files `devices`, at length `len` as
-    /// logged; its I/O through `threads`, the array's per-device I/O threads, if it has them.
+    /// logged; its I/O through `engine`, the array's (the caller's, or its per-device I/O
+    /// threads), if it has one.
     pub(crate) fn new(
         array: Arc<ArrayMeta>,
         id: u64,
         devices: Vec<BackingFile>,
         len: u64,
-        threads: Option<Arc<dyn IoEngine>>,
+        engine: Option<Arc<dyn IoEngine>>,
     ) -> ArrayFile {
         let routed = if devices.iter().any(|b| b.sim().is_some()) {
-            let under = threads.unwrap_or_else(|| Arc::new(PsyncEngine));
+            let under = engine.unwrap_or_else(|| Arc::new(PsyncEngine));
             Some(Arc::new(SimRouted::new(under)) as Arc<dyn IoEngine>)
         } else {
-            threads
+            engine
         };
         ArrayFile { array, id, devices, durable_len: DurableLen::new(len), routed }
     }

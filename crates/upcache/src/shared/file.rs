@@ -200,26 +200,7 @@ impl SharedFile {
             None => crate::file::MAX_FILE_SIZE,
         };
         let max_len = largest.min(super::frame::MAX_PAGES * inner.view.page_size.bytes() as u64);
-        if let (true, Some(os)) = (write, fd.os()) {
-            inner.lend_fd(slot, os);
-        }
-        let seen = std::sync::atomic::AtomicU64::new(view.files()[slot as usize].errors_sample());
-        let file = SharedFile {
-            inner,
-            slot,
-            fd,
-            writable: write,
-            closed: false,
-            name,
-            max_len,
-            seen,
-            streams: Streams::default(),
-            write_streams: Streams::unstarted(),
-            // Relaxed: a unique number, nothing ordered by it.
-            id: OPENS.fetch_add(1, Ordering::Relaxed),
-            dflush_from: std::sync::atomic::AtomicU64::new(0),
-            kept,
-        };
+        let file = SharedFile::counted(inner, slot, fd, write, name, max_len, kept);
         // Open elsewhere or dirty, the entry was taken as it is: the OS file may have changed
         // without the cache meanwhile.
         file.look_at(md)?;
@@ -263,26 +244,49 @@ impl SharedFile {
         // This open keeps the slot the file's: no other file takes it meanwhile.
         let fd = Self::count_open(inner, self.slot, self.fd.clone(), self.writable);
         table.unlock(inner.me);
-        if let (true, Some(os)) = (self.writable, fd.os()) {
-            inner.lend_fd(self.slot, os);
-        }
-        let seen = std::sync::atomic::AtomicU64::new(inner.view.files()[self.slot as usize].errors_sample());
-        Ok(SharedFile {
-            inner: inner.clone(),
-            slot: self.slot,
+        Ok(SharedFile::counted(
+            inner.clone(),
+            self.slot,
             fd,
-            writable: self.writable,
+            self.writable,
+            self.name.clone(),
+            self.max_len,
+            false,
+        ))
+    }
+
+    /// The open of `slot`'s file just counted (`count_open`) through `fd`, for writing if
+    /// `write` (its descriptor lent to the service then), reporting write-back errors from
+    /// now on; `kept` as [`Self::kept`].
+    fn counted(
+        inner: Arc<Inner>,
+        slot: u32,
+        fd: Arc<Backing>,
+        write: bool,
+        name: String,
+        max_len: u64,
+        kept: bool,
+    ) -> SharedFile {
+        if let (true, Some(os)) = (write, fd.os()) {
+            inner.lend_fd(slot, os);
+        }
+        let seen = std::sync::atomic::AtomicU64::new(inner.view.files()[slot as usize].errors_sample());
+        SharedFile {
+            inner,
+            slot,
+            fd,
+            writable: write,
             closed: false,
-            name: self.name.clone(),
-            max_len: self.max_len,
+            name,
+            max_len,
             seen,
             streams: Streams::default(),
             write_streams: Streams::unstarted(),
             // Relaxed: a unique number, nothing ordered by it.
             id: OPENS.fetch_add(1, Ordering::Relaxed),
             dflush_from: std::sync::atomic::AtomicU64::new(0),
-            kept: false,
-        })
+            kept,
+        }
     }
 
     /// Whether this open found the file kept in the cache after its last close (open nowhere,

@@ -124,11 +124,7 @@ impl Index<'_> {
     ) -> Placed {
         match self {
             Index::Radix(t, frames, locks) => {
-                let lock = locks.map(|l| &l[key_slot(key) as usize % PARTITIONS]);
-                if lock.is_some_and(|l| l.lock_unless(me, alive, give_up).is_none()) {
-                    return Placed::No;
-                }
-                let _unlock = lock.map(|l| Unlock(l, me));
+                let Some(_locked) = tree_lock(*locks, key, me, alive, give_up) else { return Placed::No };
                 let m = &frames[f as usize];
                 // Release: `home` goes before the slot, so a frame in the tree always has it
                 // (a process killed between leaves a `home` the frame's repair clears).
@@ -169,11 +165,7 @@ impl Index<'_> {
                 let m = &frames[f as usize];
                 let home = m.home();
                 if home != 0 {
-                    let lock = locks.map(|l| &l[key_slot(home) as usize % PARTITIONS]);
-                    if lock.is_some_and(|l| l.lock_unless(me, alive, give_up).is_none()) {
-                        return false;
-                    }
-                    let _unlock = lock.map(|l| Unlock(l, me));
+                    let Some(_locked) = tree_lock(*locks, home, me, alive, give_up) else { return false };
                     t.remove(key_slot(home), key_gen(home), key_page(home), f);
                     // Release: after the slot no longer leads to the frame.
                     m.home.store(0, Ordering::Release);
@@ -260,6 +252,23 @@ impl Index<'_> {
             Index::Hash(_) | Index::Sets(_) => None,
         }
     }
+}
+
+/// In a locked tree (`locks`), the lock of `key`'s file taken for `me`, let go when the guard
+/// drops (Some(None) in a lock-free tree); None once a wait is over and `give_up` says so of
+/// its holder. Nothing to repair after a dead holder: a tree change is whole or undone by
+/// the tree's own protocol.
+fn tree_lock<'l>(
+    locks: Option<&'l [OwnerLock]>,
+    key: u64,
+    me: u32,
+    alive: &dyn Fn(u32) -> bool,
+    give_up: &dyn Fn(u32) -> bool,
+) -> Option<Option<Unlock<'l>>> {
+    let Some(locks) = locks else { return Some(None) };
+    let lock = &locks[key_slot(key) as usize % PARTITIONS];
+    lock.lock_unless(me, alive, give_up)?;
+    Some(Some(Unlock(lock, me)))
 }
 
 /// Unlocks a lock of ours when dropped.

@@ -1114,7 +1114,8 @@ impl View {
     #[cold]
     fn map_chunk_of(&self, f: usize) {
         self.entered(f / self.page_size.chunk_frames());
-        self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
+        // A failure leaves the pages to fault in one by one.
+        let _ = self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
     }
 
     /// Records chunk `c` in use (`chunk.rs`): a process touches it, or the hand has reached it.
@@ -1127,7 +1128,8 @@ impl View {
     /// Maps frame `f`'s chunk in this process before any use of it (`prepare.rs`), recording
     /// nothing: the hand records it in use as it reaches it.
     pub fn map_ahead(&self, f: usize) {
-        self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
+        // A failure leaves the pages to fault in one by one.
+        let _ = self.mapped.map(self.pages.as_ptr(), self.n_frames, f);
     }
 
     /// Makes every frame's bytes resident (`SharedConfig::prefault`), after their NUMA
@@ -1142,12 +1144,17 @@ impl View {
                     format!("cannot allocate the cache's frames to prefault them (frame {f})"),
                 ));
             }
-            self.map_ahead(f);
-            let len = chunk.min(self.n_frames - f) * page;
-            // SAFETY: the chunk lies inside the frames' bytes, mapped for the view's life; no
-            // frame is handed out before the segment is published.
-            unsafe { crate::frame::arena::populate(self.pages.as_ptr().add(f * page), len) }
-                .map_err(|e| Error::io("make the cache's frames resident (prefault)", e))?;
+            let mapped = match self.mapped.map(self.pages.as_ptr(), self.n_frames, f) {
+                // A kernel before MADV_POPULATE_WRITE (Linux 5.14): a write to each page.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let len = chunk.min(self.n_frames - f) * page;
+                    // SAFETY: the chunk lies inside the frames' bytes, mapped for the view's
+                    // life; no frame is handed out before the segment is published.
+                    unsafe { crate::frame::arena::populate(self.pages.as_ptr().add(f * page), len) }
+                }
+                other => other,
+            };
+            mapped.map_err(|e| Error::io("make the cache's frames resident (prefault)", e))?;
         }
         Ok(())
     }

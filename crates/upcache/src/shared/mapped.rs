@@ -79,23 +79,26 @@ impl Mapped {
     }
 
     /// Maps frame `f`'s chunk of `pages` (the first frame's bytes; `n_frames` frames) if no
-    /// thread of this process has yet.
+    /// thread of this process has yet; the advice's error, if this thread gave it and it
+    /// failed (which only leaves the pages to fault in one by one).
     #[cold]
-    pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) {
+    pub fn map(&self, pages: *mut u8, n_frames: usize, f: usize) -> std::io::Result<()> {
         let c = self.chunk_of(f);
         // The first thread to mark the chunk maps it; the others go on (a page they touch first
         // faults in, as without this): threads that start together and take frames of one
         // chunk would otherwise all map it at once, each page contended by all.
         if !self.bits.mark(c) {
-            return;
+            return Ok(());
         }
         let (chunk, page) = (self.page.chunk_frames(), self.page.bytes());
         let first = c * chunk;
         let len = (n_frames - first).min(chunk) * page;
         // SAFETY: the chunk lies inside the frames' bytes, mapped for as long as the view
         // lives; the advice maps its pages (as a write to each would) and changes no byte.
-        // A failure only leaves the pages to fault in one by one.
-        unsafe { libc::madvise(pages.add(first * page).cast(), len, MADV_POPULATE_WRITE) };
+        match unsafe { libc::madvise(pages.add(first * page).cast(), len, MADV_POPULATE_WRITE) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
     }
 }
 
@@ -125,14 +128,16 @@ mod tests {
         let p = p.cast::<u8>();
         let m = Mapped::new(n, PageSize::DEFAULT);
         assert_eq!(resident_pages(p, len), 0);
-        m.map(p, n, CHUNK_FRAMES + 3);
+        let mapped = m.map(p, n, CHUNK_FRAMES + 3);
         assert!(m.has(CHUNK_FRAMES + 511) && !m.has(0));
         let supported = crate::shm::huge::kernel_at_least(5, 14);
         if supported {
+            mapped.unwrap();
             assert_eq!(resident_pages(p, len), CHUNK_FRAMES, "the second chunk, whole");
         }
-        m.map(p, n, 2 * CHUNK_FRAMES + 9);
+        let mapped = m.map(p, n, 2 * CHUNK_FRAMES + 9);
         if supported {
+            mapped.unwrap();
             assert_eq!(resident_pages(p, len), CHUNK_FRAMES + 10, "the last chunk is short");
         }
         // SAFETY: mapped above, no reference into it remains.

@@ -1092,11 +1092,7 @@ impl Inner {
             flushers: h.flushers(),
             direct_write_back: self.direct_write_back(),
             direct_loads: self.direct_loads(),
-            io: if self.techniques & layout::technique::URING != 0 {
-                crate::io::engine::IoKind::Uring
-            } else {
-                crate::io::engine::IoKind::Psync
-            },
+            io: self.io_kind(),
             index: if h.has(layout::technique::LOCKED_INDEX) {
                 crate::index::IndexKind::Locked
             } else if h.has(layout::technique::RADIX_INDEX) {
@@ -1173,6 +1169,15 @@ impl Inner {
     /// Whether pages a sequential stream reads once are no reference (`SharedConfig::streams`).
     pub(crate) fn streams(&self) -> bool {
         self.techniques & layout::technique::STREAMS != 0
+    }
+
+    /// How write-back and batched loads reach the kernel (`SharedConfig::io`).
+    pub(crate) fn io_kind(&self) -> crate::io::engine::IoKind {
+        if self.techniques & layout::technique::URING != 0 {
+            crate::io::engine::IoKind::Uring
+        } else {
+            crate::io::engine::IoKind::Psync
+        }
     }
 
     /// Whether misses take frames from the two-layer allocator's lists (`pool.rs`).

@@ -721,12 +721,26 @@ impl Inner {
         if to.saturating_sub(from) <= self.view.header().dirty.load(Ordering::Relaxed) {
             return self.candidates_where(slot, gen, (from, to), &dirty_now);
         }
-        let ours = |k: u64| k != 0 && k == key(slot, gen, key_page(k)) && (from..to).contains(&key_page(k));
-        let map = self.view.dirty_map().scan();
-        map.into_iter()
-            .filter(|&f| dirty_now(f))
-            .map(|f| (f, frames[f as usize].key()))
-            .filter(|&(_, k)| ours(k))
+        self.holding(slot, gen, (from, to), self.view.dirty_map().scan().into_iter(), &dirty_now)
+    }
+
+    /// Of `frames`, those that hold a page `from..to` of generation `gen` of file `slot` and
+    /// that `keep` takes, with their keys.
+    fn holding(
+        &self,
+        slot: u32,
+        gen: u32,
+        (from, to): (u64, u64),
+        frames: impl Iterator<Item = u32>,
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Vec<(u32, u64)> {
+        let metas = self.view.frames();
+        frames
+            .filter_map(|f| {
+                let k = metas[f as usize].key();
+                let ours = k != 0 && key_slot(k) == slot && k == key(slot, gen, key_page(k));
+                (ours && (from..to).contains(&key_page(k)) && keep(f)).then_some((f, k))
+            })
             .collect()
     }
 
@@ -767,17 +781,7 @@ impl Inner {
             return pages;
         }
         if to.saturating_sub(from) > (self.view.n_frames / 64) as u64 {
-            return self
-                .view
-                .frames()
-                .iter()
-                .enumerate()
-                .filter_map(|(f, m)| {
-                    let k = m.key();
-                    let ours = k != 0 && key_slot(k) == slot && k == key(slot, gen, key_page(k));
-                    (ours && (from..to).contains(&key_page(k)) && keep(f as u32)).then_some((f as u32, k))
-                })
-                .collect();
+            return self.holding(slot, gen, (from, to), 0..self.view.n_frames as u32, keep);
         }
         (from..to)
             .filter_map(|page| {
