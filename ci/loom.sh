@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # loom models of the frame state word (pin vs eviction, wake-ups, release, write-back lock,
 # borrowed readers vs content writers), of
-# the ccXArray radix tree (tests/loom.rs), of the file write sequence that validates
-# lock-free reads (file/write_seq.rs), of the cross-process lock words: the one wait loop
+# the benchmarks' ccXArray radix tree (tests/loom.rs), of the cross-process lock words: the one wait loop
 # (shm/lock_word.rs) through OwnerLock (exclusion and wake-ups, take-over from a dead holder,
 # giving up on a stopped one: shm/owner_lock.rs) and the shared frame's version as a seqlock
 # (shared/frame.rs), the shared pin ledgers' handshake with a frame's changers

@@ -299,15 +299,13 @@ int32_t upcache_sync(struct upcache_cache *cache);
 // `upcache_create_private`): `bytes` rounded down to whole pages, between 16 pages and the
 // memory it was made with; shrinking writes back and drops the pages past the new size, and
 // fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
-// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array (`upcache_create`, `upcache_open`): only with the set-associative
-// index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
+// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array
+// (`upcache_create`, `upcache_open`) resizes the same way.
 //
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`/`upcache_create_private`;
 // `in_use` is NULL or writable.
-int32_t upcache_resize(struct upcache_cache *cache,
-                       uint64_t bytes,
-                       uint64_t *in_use);
+int32_t upcache_resize(struct upcache_cache *cache, uint64_t bytes, uint64_t *in_use);
 
 // Removes file `name` (its handles must be closed).
 //
@@ -316,14 +314,14 @@ int32_t upcache_resize(struct upcache_cache *cache,
 int32_t upcache_remove(struct upcache_cache *cache, const char *name);
 
 // Stores the cache's counters in `*out`. For an attachment to the shared cache, the shared
-// cache's counts, of every process attached since it was made: hits (each thread adds its
-// own 32 at a time), misses, evictions, read_ios and read_bytes (requests that loaded pages,
+// cache's counts, of every process attached since it was made: hits, misses, evictions, read_ios and read_bytes (requests that loaded pages,
 // and their bytes), writeback_ios and writeback_bytes (requests that wrote pages back, and
 // their bytes), dirty_pages and frames; the fields it does not keep are 0.
 //
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`; `out` is writable.
-int32_t upcache_get_stats(const struct upcache_cache *cache, struct upcache_stats *out);
+int32_t upcache_get_stats(const struct upcache_cache *cache,
+                          struct upcache_stats *out);
 
 // A configuration over `ndirs` device directories (one per SSD) with `memory_bytes` of page
 // frames; NULL on a bad argument (see `upcache_last_error`). Settings are checked when the
@@ -422,8 +420,9 @@ int32_t upcache_file_open_path(struct upcache_cache *cache,
                                struct upcache_file **out);
 
 // Stops caching the OS file at `path` (opened with `upcache_file_open_path`): writes its
-// dirty pages back and makes its size exact (no fsync, as close(2)); its handles then fail
-// with `UPCACHE_ENOENT` (close them). `UPCACHE_ENOENT` if it is not cached.
+// dirty pages back and makes its size exact (no fsync, as close(2)), and drops its cached
+// pages: its handles then read what the OS file holds. `UPCACHE_ENOENT` if no handle has it
+// open.
 //
 // # Safety
 // `cache` is from `upcache_create`/`upcache_open`; `path` is NUL-terminated.

@@ -19,29 +19,9 @@ pub struct upcache_cache {
 pub(crate) struct CacheHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    pub(crate) cache: Backend,
+    pub(crate) cache: Cache,
     /// File handles open on it: the cache cannot be closed under them.
     pub(crate) open_files: Arc<AtomicUsize>,
-}
-
-/// The cache a handle holds.
-pub(crate) enum Backend {
-    /// An array of this process (`upcache_create`, `upcache_open`).
-    Private(Cache),
-    /// The shared cache every process attaches to (`upcache_attach`): OS files only.
-    Shared(SharedCache),
-}
-
-impl Backend {
-    /// The array, or `UPCACHE_EINVAL` for a shared cache.
-    pub(crate) fn array(&self) -> Result<&Cache, Fail> {
-        match self {
-            Backend::Private(c) => Ok(c),
-            Backend::Shared(_) => {
-                Err(Fail::invalid("a shared cache holds OS files only: use upcache_file_open_path"))
-            }
-        }
-    }
 }
 
 const CACHE_TAG: u64 = 0x7563_6361_6368_6521; // "uccache!"
@@ -69,7 +49,7 @@ unsafe fn start(config: *const upcache_config, out: *mut *mut upcache_cache, cre
         let c = unsafe { config_ref(config) }?;
         let cache = if create { Cache::create(c.config.clone()) } else { Cache::open(c.config.clone()) }?;
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { hand_out(Backend::Private(cache), out) };
+        unsafe { hand_out(cache, out) };
         Ok(())
     })
 }
@@ -78,7 +58,7 @@ unsafe fn start(config: *const upcache_config, out: *mut *mut upcache_cache, cre
 ///
 /// # Safety
 /// `out` is non-null and writable.
-unsafe fn hand_out(cache: Backend, out: *mut *mut upcache_cache) {
+unsafe fn hand_out(cache: Cache, out: *mut *mut upcache_cache) {
     let handle = Box::new(CacheHandle { tag: CACHE_TAG, cache, open_files: Arc::default() });
     // SAFETY: the function's contract.
     unsafe { *out = Box::into_raw(handle).cast::<upcache_cache>() };
@@ -129,7 +109,7 @@ unsafe fn attach(
     };
     let cache = serve::connect_or_start(&socket, config, std::time::Duration::from_secs(60))?;
     // SAFETY: the caller's contract.
-    unsafe { hand_out(Backend::Shared(cache), out) };
+    unsafe { hand_out(Cache::over(cache), out) };
     Ok(())
 }
 
@@ -393,7 +373,7 @@ pub unsafe extern "C" fn upcache_create_private(
         // SAFETY: the function's contract: NULL or readable.
         let cache = SharedCache::create_private(&unsafe { config_of(settings) }?)?;
         // SAFETY: the function's contract; `out` is non-null (checked).
-        unsafe { hand_out(Backend::Shared(cache), out) };
+        unsafe { hand_out(Cache::over(cache), out) };
         Ok(())
     })
 }
@@ -414,10 +394,10 @@ pub unsafe extern "C" fn upcache_shared_settings_of(
         }
         // SAFETY: the function's contract.
         let handle = unsafe { cache_ref(cache) }?;
-        let Backend::Shared(shared) = &handle.cache else {
+        if handle.cache.has_array() {
             return Err(Fail::invalid("not an attachment to the shared cache"));
-        };
-        let config = shared.config();
+        }
+        let config = handle.cache.engine().config();
         if text_field::<256>(&config.numa.name()).is_none() {
             return Err(Fail::invalid("its NUMA topology is too long for the settings' 255 bytes"));
         }
@@ -468,8 +448,8 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
                 msg: format!("{open} file or queue handle(s) still open"),
             });
         }
-        if let Backend::Private(cache) = &c.cache {
-            cache.sync()?;
+        if c.cache.has_array() {
+            c.cache.sync()?;
         }
         // SAFETY: allocated by `Box::into_raw` in `hand_out`, freed only here.
         let mut handle = unsafe { Box::from_raw(cache.cast::<CacheHandle>()) };
@@ -488,11 +468,7 @@ pub unsafe extern "C" fn upcache_close(cache: *mut upcache_cache) -> i32 {
 pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
     status(|| {
         // SAFETY: the function's contract.
-        match &unsafe { cache_ref(cache) }?.cache {
-            Backend::Private(c) => c.sync()?,
-            Backend::Shared(c) => c.sync_open_files()?,
-        }
-        Ok(())
+        Ok(unsafe { cache_ref(cache) }?.cache.sync()?)
     })
 }
 
@@ -501,8 +477,8 @@ pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
 /// `upcache_create_private`): `bytes` rounded down to whole pages, between 16 pages and the
 /// memory it was made with; shrinking writes back and drops the pages past the new size, and
 /// fails with `UPCACHE_EBUSY` (the size unchanged) while pinned pages stay there; with page
-/// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array (`upcache_create`, `upcache_open`): only with the set-associative
-/// index (`UPCACHE_EUNSUPPORTED` otherwise), rounded to whole page sets.
+/// sets, in whole ways of every set; with NUMA partitions, each node keeps its share. An array
+/// (`upcache_create`, `upcache_open`) resizes the same way.
 ///
 /// # Safety
 /// `cache` is from `upcache_create`/`upcache_open`/`upcache_attach`/`upcache_create_private`;
@@ -511,10 +487,7 @@ pub unsafe extern "C" fn upcache_sync(cache: *mut upcache_cache) -> i32 {
 pub unsafe extern "C" fn upcache_resize(cache: *mut upcache_cache, bytes: u64, in_use: *mut u64) -> i32 {
     status(|| {
         // SAFETY: the function's contract.
-        let now = match &unsafe { cache_ref(cache) }?.cache {
-            Backend::Private(c) => c.resize(bytes)?,
-            Backend::Shared(c) => c.resize(bytes)?,
-        };
+        let now = unsafe { cache_ref(cache) }?.cache.resize(bytes)?;
         if !in_use.is_null() {
             // SAFETY: non-null, so writable (the function's contract).
             unsafe { *in_use = now };
@@ -533,7 +506,7 @@ pub unsafe extern "C" fn upcache_remove(cache: *mut upcache_cache, name: *const 
         // SAFETY: the function's contract.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
-        Ok(c.cache.array()?.remove_file(unsafe { text(name, "name") }?)?)
+        Ok(c.cache.remove_file(unsafe { text(name, "name") }?)?)
     })
 }
 
@@ -630,8 +603,7 @@ impl From<upcache::Stats> for upcache_stats {
 }
 
 /// Stores the cache's counters in `*out`. For an attachment to the shared cache, the shared
-/// cache's counts, of every process attached since it was made: hits (each thread adds its
-/// own 32 at a time), misses, evictions, read_ios and read_bytes (requests that loaded pages,
+/// cache's counts, of every process attached since it was made: hits, misses, evictions, read_ios and read_bytes (requests that loaded pages,
 /// and their bytes), writeback_ios and writeback_bytes (requests that wrote pages back, and
 /// their bytes), dirty_pages and frames; the fields it does not keep are 0.
 ///
@@ -644,10 +616,7 @@ pub unsafe extern "C" fn upcache_get_stats(cache: *const upcache_cache, out: *mu
             return Err(Fail::invalid("out is null"));
         }
         // SAFETY: the function's contract.
-        let stats = match unsafe { &cache_ref(cache)?.cache } {
-            Backend::Private(c) => c.stats().into(),
-            Backend::Shared(c) => upcache_stats::from(c.status().stats),
-        };
+        let stats = upcache_stats::from(unsafe { &cache_ref(cache)?.cache }.stats());
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { *out = stats };
         Ok(())

@@ -1,12 +1,11 @@
 //! `upcache_file`: an open file; reads, writes, syncs, truncation and size.
 
-use crate::cache::{cache_ref, upcache_cache, Backend, CacheHandle};
+use crate::cache::{cache_ref, upcache_cache, CacheHandle};
 use crate::config::text;
 use crate::error::{guard, status, Fail, UPCACHE_OK};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use upcache::shared::SharedFile;
 use upcache::File;
 
 /// An opaque open file.
@@ -19,75 +18,11 @@ pub struct upcache_file {
 pub(crate) struct FileHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    pub(crate) file: AnyFile,
+    pub(crate) file: File,
     /// The cache handle's count of open files.
     open_files: Arc<AtomicUsize>,
     /// Pins of the file out (`upcache_pin`): it does not close while there are any.
     pub(crate) pins: Arc<AtomicUsize>,
-}
-
-/// A file of either kind of cache (the shared one's shared with the queues that read it).
-pub(crate) enum AnyFile {
-    Private(File),
-    Shared(Arc<SharedFile>),
-}
-
-macro_rules! either {
-    ($f:expr, $x:ident => $e:expr) => {
-        match $f {
-            AnyFile::Private($x) => $e,
-            AnyFile::Shared($x) => $e,
-        }
-    };
-}
-
-impl AnyFile {
-    /// Pins the page that holds byte `offset`.
-    pub(crate) fn pin(&self, offset: u64) -> upcache::Result<Box<dyn Pinned + '_>> {
-        either!(self, f => f.pin(offset).map(|p| Box::new(p) as Box<dyn Pinned>))
-    }
-    fn read_at(&self, buf: &mut [u8], at: u64) -> upcache::Result<usize> {
-        either!(self, f => f.read_at(buf, at))
-    }
-    fn write_at(&self, buf: &[u8], at: u64) -> upcache::Result<usize> {
-        either!(self, f => f.write_at(buf, at))
-    }
-    fn sync_all(&self) -> upcache::Result<()> {
-        either!(self, f => f.sync_all())
-    }
-    fn sync_data(&self) -> upcache::Result<()> {
-        either!(self, f => f.sync_data())
-    }
-    fn set_len(&self, len: u64) -> upcache::Result<()> {
-        either!(self, f => f.set_len(len))
-    }
-    fn len(&self) -> u64 {
-        either!(self, f => f.len())
-    }
-}
-
-/// A pin of a cache's page: its bytes, and the file offset of the first.
-pub(crate) trait Pinned {
-    fn bytes(&self) -> &[u8];
-    fn start(&self) -> u64;
-}
-
-impl Pinned for upcache::PageRef<'_> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-    fn start(&self) -> u64 {
-        self.offset()
-    }
-}
-
-impl Pinned for upcache::shared::SharedPageRef<'_> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-    fn start(&self) -> u64 {
-        self.offset()
-    }
 }
 
 const FILE_TAG: u64 = 0x7563_6669_6c65_2121; // "ucfile!!"
@@ -118,10 +53,9 @@ unsafe fn open(
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the caller's contract.
         let name = unsafe { text(name, "name") }?;
-        let array = c.cache.array()?;
-        let file = if create { array.create_file(name) } else { array.open_file(name) }?;
+        let file = if create { c.cache.create_file(name) } else { c.cache.open_file(name) }?;
         // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { hand_out(c, AnyFile::Private(file), out) };
+        unsafe { hand_out(c, file, out) };
         Ok(())
     })
 }
@@ -130,7 +64,7 @@ unsafe fn open(
 ///
 /// # Safety
 /// `out` is non-null and writable.
-unsafe fn hand_out(c: &CacheHandle, file: AnyFile, out: *mut *mut upcache_file) {
+unsafe fn hand_out(c: &CacheHandle, file: File, out: *mut *mut upcache_file) {
     // SeqCst: see `upcache_close`.
     c.open_files.fetch_add(1, Ordering::SeqCst);
     let handle =
@@ -191,24 +125,7 @@ pub unsafe extern "C" fn upcache_file_open_path(
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
         let path = unsafe { text(path, "path") }?;
-        let file = match &c.cache {
-            Backend::Private(cache) => AnyFile::Private(cache.open_path(path, create)?),
-            Backend::Shared(cache) => {
-                if create {
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .open(path)
-                        .map_err(|e| upcache::Error::io(format!("create {path}"), e))?;
-                }
-                let p = std::path::Path::new(path);
-                AnyFile::Shared(Arc::new(match cache.open_path(p, true) {
-                    Err(e) if e.kind() == upcache::ErrorKind::PermissionDenied => cache.open_path(p, false),
-                    r => r,
-                }?))
-            }
-        };
+        let file = c.cache.open_path(path, create)?;
         // SAFETY: `out` is non-null and writable (checked, and the function's contract).
         unsafe { hand_out(c, file, out) };
         Ok(())
@@ -216,8 +133,9 @@ pub unsafe extern "C" fn upcache_file_open_path(
 }
 
 /// Stops caching the OS file at `path` (opened with `upcache_file_open_path`): writes its
-/// dirty pages back and makes its size exact (no fsync, as close(2)); its handles then fail
-/// with `UPCACHE_ENOENT` (close them). `UPCACHE_ENOENT` if it is not cached.
+/// dirty pages back and makes its size exact (no fsync, as close(2)), and drops its cached
+/// pages: its handles then read what the OS file holds. `UPCACHE_ENOENT` if no handle has it
+/// open.
 ///
 /// # Safety
 /// `cache` is from `upcache_create`/`upcache_open`; `path` is NUL-terminated.
@@ -227,7 +145,7 @@ pub unsafe extern "C" fn upcache_close_path(cache: *mut upcache_cache, path: *co
         // SAFETY: the function's contract.
         let c = unsafe { cache_ref(cache) }?;
         // SAFETY: the function's contract.
-        Ok(c.cache.array()?.close_path(unsafe { text(path, "path") }?)?)
+        Ok(c.cache.close_path(unsafe { text(path, "path") }?)?)
     })
 }
 

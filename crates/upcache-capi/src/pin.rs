@@ -1,8 +1,8 @@
 //! `upcache_page`: a page of a file pinned in the cache, its bytes read in place (no copy):
-//! `File::pin` and `SharedFile::pin` for C.
+//! `File::pin` for C.
 
 use crate::error::{status, Fail};
-use crate::file::{file_ref, upcache_file, Pinned};
+use crate::file::{file_ref, upcache_file};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ struct PageHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
     /// Dropped before `pins` goes down (field order), while the file it borrows is open.
-    page: Box<dyn Pinned>,
+    page: upcache::PageRef<'static>,
     /// The file handle's count of pins out, which keeps it from closing.
     pins: Arc<AtomicUsize>,
 }
@@ -58,16 +58,16 @@ pub unsafe extern "C" fn upcache_pin(
         // `upcache_file_close` frees it; that refuses while `pins` (counted below, before
         // the handle goes out) is not zero, and the page is dropped before its count goes
         // down (`upcache_unpin`). So the borrow outlives no file.
-        let page: Box<dyn Pinned + 'static> = unsafe { std::mem::transmute(page) };
+        let page: upcache::PageRef<'static> = unsafe { std::mem::transmute(page) };
         // SeqCst: against `upcache_file_close`'s check, as the cache's count of open files.
         f.pins.fetch_add(1, Ordering::SeqCst);
-        let bytes = page.bytes();
+        let bytes: &[u8] = &page;
         // SAFETY: the pointers are non-null (checked) and writable (the contract).
         unsafe {
             *data = bytes.as_ptr().cast();
             *len = bytes.len();
             if !start.is_null() {
-                *start = page.start();
+                *start = page.offset();
             }
         }
         let handle = Box::new(PageHandle { tag: PAGE_TAG, page, pins: f.pins.clone() });

@@ -2,9 +2,9 @@
 //! (`Cache::queue`'s `IoQueue` on an array, `SharedCache::queue`'s `SharedQueue` on a shared
 //! cache). A queue is used by one thread at a time.
 
-use crate::cache::{cache_ref, upcache_cache, Backend};
+use crate::cache::{cache_ref, upcache_cache};
 use crate::error::{guard, status, Fail};
-use crate::file::{file_ref, upcache_file, AnyFile};
+use crate::file::{file_ref, upcache_file};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,34 +24,12 @@ pub struct upcache_completion {
     pub result: i64,
 }
 
-/// Either engine's queue.
-enum AnyQueue {
-    Private(upcache::IoQueue),
-    Shared(upcache::shared::SharedQueue),
-}
-
-impl AnyQueue {
-    fn in_flight(&self) -> usize {
-        match self {
-            AnyQueue::Private(q) => q.in_flight(),
-            AnyQueue::Shared(q) => q.in_flight(),
-        }
-    }
-
-    fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> usize {
-        match self {
-            AnyQueue::Private(q) => q.wait(min, out),
-            AnyQueue::Shared(q) => q.wait(min, out),
-        }
-    }
-}
-
 /// What an `upcache_queue` points to.
 #[repr(C)]
 struct QueueHandle {
     /// First, at the same offset in every handle kind, read before anything else.
     tag: u64,
-    queue: AnyQueue,
+    queue: upcache::IoQueue,
     depth: usize,
     /// Every request in flight by its tag (unique among them), with a read's buffer of the
     /// caller's: the queue reads into a buffer of its own, copied there at the completion.
@@ -93,10 +71,7 @@ pub unsafe extern "C" fn upcache_queue_new(
         }
         // SAFETY: the function's contract.
         let c = unsafe { cache_ref(cache) }?;
-        let queue = match &c.cache {
-            Backend::Private(cache) => AnyQueue::Private(cache.queue(depth as usize)?),
-            Backend::Shared(cache) => AnyQueue::Shared(cache.queue(depth as usize)?),
-        };
+        let queue = c.cache.queue(depth as usize)?;
         // SeqCst: see `upcache_close`.
         c.open_files.fetch_add(1, Ordering::SeqCst);
         let handle = Box::new(QueueHandle {
@@ -117,7 +92,7 @@ pub unsafe extern "C" fn upcache_queue_new(
 /// (the caller's buffer, `len` bytes), or a write of `bytes`.
 fn submit(
     q: &mut QueueHandle,
-    file: &AnyFile,
+    file: &upcache::File,
     offset: u64,
     request: Request<'_>,
     tag: u64,
@@ -143,13 +118,7 @@ fn submit(
         }
         Request::Write(bytes) => (bytes.to_vec(), true, None),
     };
-    let r = match (&mut q.queue, file) {
-        (AnyQueue::Private(q), AnyFile::Private(f)) if write => q.write(f, offset, buf, tag),
-        (AnyQueue::Private(q), AnyFile::Private(f)) => q.read(f, offset, buf, tag),
-        (AnyQueue::Shared(q), AnyFile::Shared(f)) if write => q.write(f, offset, buf, tag),
-        (AnyQueue::Shared(q), AnyFile::Shared(f)) => q.read(f, offset, buf, tag),
-        _ => return Err(Fail::invalid("the file is not of the queue's cache")),
-    };
+    let r = if write { q.queue.write(file, offset, buf, tag) } else { q.queue.read(file, offset, buf, tag) };
     r?;
     q.tags.insert(tag, read_into);
     Ok(())

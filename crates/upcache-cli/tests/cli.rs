@@ -773,7 +773,7 @@ fn the_shared_engine_takes_the_technique_flags_of_its_cache() {
         assert_eq!(off["config"][flag], "off", "{}", off["config"]);
     }
     // Pages of 16 KiB: a page per request is a quarter as many requests.
-    let large = read(&["--bundling", "off", "--page-size", "16k"]);
+    let large = read(&["--run-merging", "off", "--page-size", "16k"]);
     assert_eq!(
         (&large["read_bytes"], &large["read_ios"], &large["config"]["page-size"]),
         (&serde_json::json!(8 << 20), &serde_json::json!(512), &serde_json::json!(16384)),

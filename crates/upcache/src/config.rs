@@ -19,10 +19,9 @@ pub const MIN_PAGE_SIZE: usize = 4096;
 pub const MAX_PAGE_SIZE: usize = 64 * 1024;
 /// Most device directories in one array.
 pub const MAX_DEVICES: usize = 64;
-/// Default largest readahead window: 16 MiB, four requests of the largest size a common
-/// NVMe or virtio disk takes (`max_sectors_kb` 4096) in flight at once; at most an eighth
-/// of the cache is used (bench/RESULTS.md compares 4 and 16 MiB on sequential reads).
-pub const DEFAULT_READAHEAD: u64 = 16 << 20;
+/// Default readahead: 1 MiB, a run of the engine (one request), the most it loads
+/// synchronously; the loader threads read windows past it (`shared/ahead.rs`).
+pub const DEFAULT_READAHEAD: u64 = 1 << 20;
 /// Fewest frames a cache may have: enough for a handful of threads to each pin a page and
 /// for write-back to make progress.
 pub const MIN_FRAMES: usize = 16;
@@ -235,8 +234,8 @@ impl Config {
         self
     }
 
-    /// Number of background flusher threads (1 to 64). Default 2 (seed 003's K reclaim
-    /// threads).
+    /// Number of background flusher threads (1 to 64; more than 8 run as 8). Default 2 (seed
+    /// 003's K reclaim threads).
     pub fn with_flusher_threads(mut self, n: usize) -> Self {
         self.flusher_threads = n;
         self
@@ -266,11 +265,6 @@ impl Config {
         self.sim_devices.retain(|(d, _)| *d != index);
         self.sim_devices.push((index, sim));
         self
-    }
-
-    /// The simulated device at `index`, if it is one.
-    pub(crate) fn sim_device(&self, index: usize) -> Option<Arc<SimDevice>> {
-        self.sim_devices.iter().find(|(d, _)| *d == index).map(|(_, s)| s.clone())
     }
 
     /// When the policy passes over dirty pages for clean ones: always (the default), only
@@ -366,10 +360,10 @@ impl Config {
         self
     }
 
-    /// The largest readahead window in bytes (0 turns readahead off). A file read
-    /// sequentially has pages ahead of the reader loaded in the background, in a window
-    /// that starts at twice the read size (at least 128 KiB) and doubles up to this, and
-    /// never more than an eighth of the cache. Default [`DEFAULT_READAHEAD`].
+    /// Readahead in bytes (0 turns it off): a miss of a read that continues a sequential
+    /// stream loads up to this much from its page on in one run (at most 1 MiB: more is taken
+    /// as 1 MiB), and the process's loader threads read windows of up to a 32nd of the cache
+    /// past it. Default [`DEFAULT_READAHEAD`].
     pub fn with_readahead(mut self, bytes: u64) -> Self {
         self.readahead = bytes;
         self

@@ -90,16 +90,6 @@ impl Error {
     pub fn raw_os_error(&self) -> Option<i32> {
         self.source.as_ref().and_then(|e| e.raw_os_error())
     }
-
-    /// A copy that keeps the kind, context and errno (io::Error is not Clone); used for
-    /// sticky write-back errors that are reported to a later caller.
-    pub(crate) fn duplicate(&self) -> Error {
-        let source = self.source.as_ref().map(|e| match e.raw_os_error() {
-            Some(code) => io::Error::from_raw_os_error(code),
-            None => io::Error::new(e.kind(), e.to_string()),
-        });
-        Error { kind: self.kind, context: self.context.clone(), source }
-    }
 }
 
 impl fmt::Display for Error {

@@ -65,16 +65,15 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 // Under loom most of `shared` is left out (below), and what only it uses goes unused.
-#![cfg_attr(loom, allow(dead_code))]
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+// The facade over the engine, left out of loom builds with the engine's most.
+#[cfg(not(loom))]
 mod api;
-mod cache;
 mod choice;
 mod config;
 mod error;
 mod metrics;
-mod readahead;
-mod service;
 #[cfg(not(loom))]
 pub mod shared;
 /// Under loom, of the shared cache only the frame word, the pin ledgers, the range slots, the
@@ -96,6 +95,7 @@ pub mod internals;
 use internals::{alloc, file, frame, index, io, meta, policy, shm};
 
 pub use alloc::AllocKind;
+#[cfg(not(loom))]
 pub use api::{
     AioEngine, AsyncIo, Cache, Completion, File, FileCursor, InProcess, IoFuture, IoQueue, OnShared, PageMut,
     PageRef, Positioned, StatsReader, SyncFuture,

@@ -60,15 +60,6 @@ pub(crate) fn wait_timeout<'a, T>(
     }
 }
 
-/// Lets other threads run while we wait for a short, bounded state change (a racing evictor
-/// finishing its detach, a stale pin being dropped).
-pub(crate) fn yield_now() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
-}
-
 /// Says that we spin on a word another thread will change (under loom, a yield: a spinning
 /// thread lets the others run, and the model stays finite).
 #[inline]

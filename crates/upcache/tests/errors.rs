@@ -356,7 +356,7 @@ fn a_write_back_error_reaches_each_open_description_once() {
     let (e, cfg) = faulty(tmp.path(), 64);
     let cache = Cache::create(cfg).unwrap();
     let a = cache.create_file("f").unwrap();
-    let b = a.reopen();
+    let b = a.reopen().unwrap();
     let a2 = a.clone();
     a.write_all_at(&[1u8; 8192], 0).unwrap();
     e.fail_writes.store(true, Ordering::SeqCst);
@@ -366,7 +366,7 @@ fn a_write_back_error_reaches_each_open_description_once() {
     a.sync_data().unwrap();
     a2.sync_data().unwrap(); // a clone: the same description, which has reported it
     b.sync_data().unwrap();
-    let late = a.reopen();
+    let late = a.reopen().unwrap();
     late.sync_data().unwrap(); // opened after the error was reported
 
     // An error nobody has reported: found by a write-back that no sync asked for.

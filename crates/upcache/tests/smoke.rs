@@ -192,8 +192,9 @@ fn resize_shrinks_and_grows_a_set_associative_cache_and_keeps_data() {
     for p in 0..80u64 {
         f.write_all_at(&common::pattern(p, 4096), p * 4096).unwrap();
     }
-    // Down to one set (dirty pages of merged sets are written back, clean ones evicted)...
-    assert_eq!(cache.resize(1).unwrap(), 12 * 4096);
+    // Down to the least the cache runs on, 16 frames: two ways of each of the 8 sets (the
+    // dirty pages of the ways given up are written back, clean ones evicted)...
+    assert_eq!(cache.resize(1).unwrap(), 16 * 4096);
     assert!(cache.stats().writeback_bytes > 0);
     // ...and up to the budget again, or past it (clamped).
     assert_eq!(cache.resize(u64::MAX).unwrap(), full);
@@ -204,11 +205,26 @@ fn resize_shrinks_and_grows_a_set_associative_cache_and_keeps_data() {
     }
 }
 
+/// Every placement resizes online (SAFS's was the set-associative cache's only): down to
+/// what is asked (16 frames at least) and back up to the budget, keeping every byte written.
 #[test]
-fn resize_needs_the_set_associative_index() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cache = Cache::create(common::config(tmp.path(), 1, 4096, 32)).unwrap();
-    assert_eq!(cache.resize(16 * 4096).unwrap_err().kind(), ErrorKind::Unsupported);
+fn resize_shrinks_and_grows_every_placement_and_keeps_data() {
+    for index in [upcache::IndexKind::Radix, upcache::IndexKind::Locked, upcache::IndexKind::Sharded] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::create(common::config(tmp.path(), 1, 4096, 64).with_index(index)).unwrap();
+        let f = cache.create_file("f").unwrap();
+        for p in 0..48u64 {
+            f.write_all_at(&common::pattern(p, 4096), p * 4096).unwrap();
+        }
+        assert_eq!(cache.resize(20 * 4096).unwrap(), 20 * 4096, "{index:?}");
+        assert_eq!(cache.resize(1).unwrap(), 16 * 4096, "{index:?}: the least");
+        assert_eq!(cache.resize(u64::MAX).unwrap(), 64 * 4096, "{index:?}: the budget");
+        let mut buf = vec![0u8; 4096];
+        for p in 0..48u64 {
+            f.read_exact_at(&mut buf, p * 4096).unwrap();
+            assert!(buf == common::pattern(p, 4096), "{index:?}: page {p} changed across resizes");
+        }
+    }
 }
 
 /// A multi-page read in a set-associative cache shrunk to one set: the batch must not claim

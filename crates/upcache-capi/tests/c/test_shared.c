@@ -128,16 +128,13 @@ int main(int argc, char **argv) {
      * its hits 32 at a time); the bytes of its metadata. */
     for (int i = 0; i < 32; i++)
         CHECK(upcache_pread(f, buf, 15, 5000) == 15);
-    /* A pin of the shared cache's page (of 8 KiB): the bytes in place; no close while it is out. */
+    /* No pins without the range lock (off in this service): a pin held while its thread
+     * writes the file could wait for ever for a writer that holds the whole file. */
     const void *pdata = NULL;
     size_t plen = 0;
     uint64_t pstart = 0;
     struct upcache_page *pg = NULL;
-    CHECK(upcache_pin(f, 5000, &pdata, &plen, &pstart, &pg) == UPCACHE_OK);
-    CHECK(pstart == 0 && plen == 5015);
-    CHECK(memcmp((const char *)pdata + (5000 - pstart), "from the parent", 15) == 0);
-    CHECK(upcache_file_close(f) == UPCACHE_EBUSY);
-    CHECK(upcache_unpin(pg) == UPCACHE_OK);
+    CHECK(upcache_pin(f, 5000, &pdata, &plen, &pstart, &pg) == UPCACHE_EUNSUPPORTED && pg == NULL);
     struct upcache_stats st;
     CHECK(upcache_get_stats(cache, &st) == UPCACHE_OK);
     CHECK(st.frames == 512 && st.misses >= 1 && st.hits >= 32 && st.dirty_pages >= 1);

@@ -63,14 +63,6 @@ pub struct FileFrames {
     list: Mutex<Vec<FrameId>>,
 }
 
-impl FileFrames {
-    /// Frames in this cache now.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.list).len()
-    }
-}
-
 /// The pool and the bookkeeping of the per-file caches.
 pub struct TwoLayer {
     regions: Box<[Region]>,

@@ -110,13 +110,7 @@ mod sealed {
         type File = File;
         type Queue = IoQueue;
         fn check(cache: usize, file: &File, offset: u64, len: usize) -> Result<()> {
-            if crate::sync::Arc::as_ptr(file.cache()) as usize != cache {
-                return Err(Error::new(
-                    crate::error::ErrorKind::InvalidInput,
-                    format!("{file:?} belongs to another cache"),
-                ));
-            }
-            super::super::file::end_of(offset, len).map(|_| ())
+            file.engine_file().check_queued(cache, offset, len)
         }
         forward_to_queue!(IoQueue, File);
     }
@@ -374,6 +368,13 @@ impl AsyncIo<OnShared> {
     /// [`SharedQueue`] (`SharedCache::queue`) of the driver thread's.
     pub fn on_shared(cache: &SharedCache, depth: usize) -> Result<Self> {
         AsyncIo::start(cache.address(), cache.queue(depth)?)
+    }
+}
+
+impl AsyncIo<InProcess> {
+    /// [`crate::Cache::async_io`]: the Future API over a queue of `engine`'s.
+    pub(crate) fn on(engine: &SharedCache, depth: usize) -> Result<Self> {
+        AsyncIo::start(engine.address(), IoQueue::new(engine.queue(depth)?))
     }
 }
 

@@ -1,41 +1,36 @@
-//! [`Cache`]: the user's handle on an array. It creates or opens the array (catalog, markers,
-//! metadata-log replay), builds the cache core and starts its threads, and names files.
+//! [`Cache`]: the user's handle on an array. It is the one engine (`shared/`) on a segment no
+//! other process maps: a private [`SharedCache`] and the [`SharedArray`] opened on it
+//! (catalog, markers, metadata-log replay), with the config's techniques.
 
 use std::path::Path;
 
 use super::aio::AsyncIo;
 use super::file::File;
 use super::queue::IoQueue;
-use crate::cache::CacheInner;
+use crate::alloc::AllocKind;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::file::{validate_name, FileInner, Placement};
-use crate::frame::FrameId;
-use crate::meta::array::{ArrayMeta, ArraySpec};
+use crate::index::setassoc::SetPolicy;
+use crate::index::IndexKind;
+use crate::meta::array::ArraySpec;
 use crate::metrics::latency::Latencies;
 use crate::metrics::Stats;
-use crate::service::flusher::Flushers;
-use crate::service::loader::Loader;
-use crate::sync::{self, Arc, Ordering};
+use crate::policy::PolicyKind;
+use crate::shared::{
+    SharedArray, SharedCache, SharedConfig, SharedStats, MAX_SHARED_FLUSHERS, MAX_SHARED_READAHEAD,
+};
 
 /// A user-space page cache over an array of device directories.
 ///
-/// Dropping it stops the flusher threads and writes every dirty page back; [`Cache::close`]
-/// does the same and returns the error if the write-back fails, which a drop can only log.
+/// Dropping it writes every dirty page back and stops its threads; [`Cache::close`] does the
+/// same and returns the error if the write-back fails, which a drop can only log.
 pub struct Cache {
-    inner: Arc<CacheInner>,
-    flushers: Flushers<CacheInner>,
-    loader: Loader<CacheInner>,
+    // Dropped in this order: the array (its checkpoint) before the engine it caches through.
+    /// None for a cache of OS files only ([`Cache::over`]).
+    array: Option<SharedArray>,
+    engine: SharedCache,
     /// Shut down by `close` already: the drop has nothing left to do.
     closed: bool,
-}
-
-impl Cache {
-    /// The cache core, for the crate's own tests.
-    #[cfg(test)]
-    pub(crate) fn inner(&self) -> &Arc<CacheInner> {
-        &self.inner
-    }
 }
 
 /// The array `config` asks for.
@@ -50,6 +45,51 @@ fn spec_of(config: &Config) -> ArraySpec<'_> {
         allow_buffered: config.allow_buffered,
         io_threads: config.submit,
         engine: config.engine.as_ref(),
+    }
+}
+
+/// The policy that replaces pages inside a set as `p` says (the engine's sets take
+/// `SharedConfig::policy`).
+fn set_policy_kind(p: SetPolicy) -> PolicyKind {
+    match p {
+        SetPolicy::GClock => PolicyKind::GClock,
+        SetPolicy::Clock => PolicyKind::Clock,
+        SetPolicy::Lru => PolicyKind::Lru,
+        SetPolicy::Lfu => PolicyKind::Lfu,
+    }
+}
+
+/// The engine's settings for `config`. Two of its ranges are narrower than the config's:
+/// readahead (at most a run, [`MAX_SHARED_READAHEAD`], a read past it goes to the loaders in
+/// windows) and flushers (at most [`MAX_SHARED_FLUSHERS`]); the two-layer allocator pools the
+/// whole cache's frames, so with page sets a miss takes its set's (`AllocKind::Global`).
+pub(crate) fn engine_config(config: &Config) -> SharedConfig {
+    let sets = config.index == IndexKind::SetAssoc;
+    SharedConfig {
+        memory: config.frame_count() as u64 * config.page_size as u64,
+        page_size: config.page_size,
+        dirty_ratios: (config.dirty_background_ratio, config.dirty_foreground_ratio),
+        dirty_expire: config.dirty_expire,
+        flushers: config.flusher_threads.min(MAX_SHARED_FLUSHERS as usize) as u32,
+        flush: config.flush,
+        streams: config.streams,
+        direct_loads: config.plain_direct,
+        direct_write_back: config.plain_direct,
+        index: config.index,
+        set_ways: config.set_ways as u32,
+        policy: if sets { set_policy_kind(config.set_policy) } else { config.policy },
+        clean_first: config.clean_first,
+        alloc: if sets { AllocKind::Global } else { config.alloc },
+        io: config.io,
+        readahead: config.readahead.min(MAX_SHARED_READAHEAD),
+        prefault: config.prefault,
+        range_lock: config.range_lock,
+        hot_index: config.hot_index,
+        run_merging: config.run_merging,
+        bundling: config.bundling,
+        // One process: a handful of client slots (its own, and none else attach).
+        clients: 4,
+        ..SharedConfig::default()
     }
 }
 
@@ -68,35 +108,44 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create(config: Config) -> Result<Cache> {
-        config.validate()?;
-        let array = ArrayMeta::create(spec_of(&config))?;
-        Cache::start(config, array)
+        Cache::start(&config, SharedArray::create)
     }
 
     /// Opens the array in the config's device directories, or makes a new one there if the
     /// first directory holds none (missing or without an array's catalog): what a program
     /// that keeps its data in one array calls at every start. Errors as `open` and `create`.
     pub fn open_or_create(config: Config) -> Result<Cache> {
-        config.validate()?;
-        let array = ArrayMeta::open_or_create(spec_of(&config))?;
-        Cache::start(config, array)
+        Cache::start(&config, SharedArray::open_or_create)
     }
 
     /// Opens an existing array. Fails with `NotAnArray` if a directory is not part of an
     /// array (or is in the wrong position) and `LayoutMismatch` if the stored layout differs
     /// from the config.
     pub fn open(config: Config) -> Result<Cache> {
-        config.validate()?;
-        let array = ArrayMeta::open(spec_of(&config))?;
-        Cache::start(config, array)
+        Cache::start(&config, SharedArray::open)
     }
 
-    /// Starts a cache over the array `array` (just opened and checkpointed).
-    fn start(config: Config, array: ArrayMeta) -> Result<Cache> {
-        let inner = Arc::new(CacheInner::new(config, array)?);
-        let flushers = Flushers::start(&inner)?;
-        let loader = Loader::start(&inner)?;
-        Ok(Cache { inner, flushers, loader, closed: false })
+    /// Makes the engine for `config` and opens the array on it with `open`.
+    fn start(config: &Config, open: fn(&SharedCache, ArraySpec<'_>) -> Result<SharedArray>) -> Result<Cache> {
+        config.validate()?;
+        let engine = SharedCache::create_private(&engine_config(config))?;
+        let array = open(&engine, spec_of(config))?;
+        Ok(Cache { array: Some(array), engine, closed: false })
+    }
+
+    /// A cache of OS files only ([`Cache::open_path`]) on `engine`: an attachment to the
+    /// machine's shared cache (`upcache::shared::serve::connect_or_start`), or a private one
+    /// (`SharedCache::create_private`). The array's calls (`create_file`, `open_file`, ...)
+    /// fail with `InvalidInput`.
+    pub fn over(engine: SharedCache) -> Cache {
+        Cache { array: None, engine, closed: false }
+    }
+
+    /// The array, or `InvalidInput` for a cache of OS files only.
+    fn array(&self) -> Result<&SharedArray> {
+        self.array.as_ref().ok_or_else(|| {
+            Error::new(ErrorKind::InvalidInput, "this cache holds OS files only (open them with open_path)")
+        })
     }
 
     /// Creates an empty file. Fails with `AlreadyExists` if the name is taken.
@@ -112,114 +161,47 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create_file(&self, name: &str) -> Result<File> {
-        validate_name(name)?;
-        let inner = &self.inner;
-        let mut ns = sync::lock(&inner.array.namespace);
-        let (id, backing) = inner.array.create_file(&mut ns, name, |id| inner.open_backing(id, true))?;
-        let file = Arc::new(FileInner::new(
-            id,
-            name.to_owned(),
-            0,
-            inner.new_index(id),
-            backing,
-            Placement { layout: inner.layout, plain: false },
-            inner.writeback.tracks_streams(),
-        ));
-        sync::write(&inner.files).insert(id, file.clone());
-        Ok(File::new(file, inner.clone()))
+        Ok(File::new(self.array()?.create_file(name)?))
     }
 
     /// Opens an existing file. Fails with `NotFound` if there is none by that name.
     pub fn open_file(&self, name: &str) -> Result<File> {
-        validate_name(name)?;
-        let inner = &self.inner;
-        let ns = sync::lock(&inner.array.namespace);
-        let e = ns.entry(name)?;
-        if let Some(f) = sync::read(&inner.files).get(&e.id) {
-            return Ok(File::new(f.clone(), inner.clone()));
-        }
-        let backing = inner.open_backing(e.id, false)?;
-        let file = Arc::new(FileInner::new(
-            e.id,
-            name.to_owned(),
-            e.len,
-            inner.new_index(e.id),
-            backing,
-            Placement { layout: inner.layout, plain: false },
-            inner.writeback.tracks_streams(),
-        ));
-        // Registered before its first page is cached, so that eviction can always find the
-        // file to detach that page from its index.
-        sync::write(&inner.files).insert(e.id, file.clone());
-        if let Err(err) = inner.recover_tail(&file) {
-            let _all = file.range.write(0, u64::MAX);
-            inner.forget_file(&file);
-            return Err(err);
-        }
-        Ok(File::new(file, inner.clone()))
+        Ok(File::new(self.array()?.open_file(name, true)?))
     }
 
-    /// Removes a file: waits for operations in flight on it, drops its cached pages (dirty ones
-    /// included), logs its removal and deletes its backing files. Open handles then
-    /// fail with `NotFound`.
+    /// Removes a file: logs its removal and deletes its backing files. Fails with `Busy`
+    /// while it is open, or has pages that could not be written back.
     pub fn remove_file(&self, name: &str) -> Result<()> {
-        validate_name(name)?;
-        let inner = &self.inner;
-        let mut ns = sync::lock(&inner.array.namespace);
-        let e = ns.entry(name)?;
-        let open = sync::read(&inner.files).get(&e.id).cloned();
-        let all = open.as_ref().map(|f| f.range.write(0, u64::MAX));
-        // Lock-free reads and pins (which take no range) fail their validation from here on and
-        // wait on the range, then find the file removed; they do not start on a dying file.
-        let _change = open.as_ref().map(|f| f.writes.begin());
-        // The log first: if it cannot be written, the file stays whole and usable.
-        inner.array.commit_remove(&mut ns, name, e)?;
-        if let Some(f) = &open {
-            // Release: handles that see `removed` also see everything before it.
-            f.removed.store(true, Ordering::Release);
-            inner.forget_file(f);
-        }
-        drop(all);
-        inner.array.delete_backing_files(e.id);
-        Ok(())
+        self.array()?.remove_file(name)
     }
 
     /// Whether a file of that name exists.
     pub fn exists(&self, name: &str) -> Result<bool> {
-        validate_name(name)?;
-        Ok(sync::lock(&self.inner.array.namespace).names.contains_key(name))
+        self.array()?.exists(name)
     }
 
-    /// The length of file `name` (as `File::len` gives it if the file is open), without
-    /// opening it. Fails with `NotFound` if there is no such file.
+    /// The length of file `name` (as `File::len` gives it if the file is open). Fails with
+    /// `NotFound` if there is no such file.
     pub fn file_len(&self, name: &str) -> Result<u64> {
-        validate_name(name)?;
-        let ns = sync::lock(&self.inner.array.namespace);
-        let e = ns.entry(name)?;
-        Ok(match sync::read(&self.inner.files).get(&e.id) {
-            // Acquire: as File::len.
-            Some(f) => f.len.load(Ordering::Acquire),
-            None => e.len,
-        })
+        self.array()?.file_len(name)
     }
 
-    /// Every file name, sorted.
+    /// Every file name of the array, sorted (none for a cache of OS files only).
     pub fn list(&self) -> Vec<String> {
-        sync::lock(&self.inner.array.namespace).names.keys().cloned().collect()
+        self.array.as_ref().map_or_else(Vec::new, |a| a.list())
     }
 
-    /// Writes back every dirty page of every file, syncs the backing files and logs every
-    /// changed length. Reports, once, any panic of a background thread (`ErrorKind::Internal`).
+    /// Writes back every dirty page of every file this process has open, syncs the backing
+    /// files and logs every changed length.
     pub fn sync(&self) -> Result<()> {
-        self.inner.background.after(self.inner.sync_everything())
+        self.engine.sync_open_files()
     }
 
     /// Which devices, in device order, the cache takes to be collecting garbage now, as the
     /// GC-aware eviction rule ([`crate::CleanFirst::WhileGc`]) sees them: inferred from each
-    /// device's write-back latency against its own baseline (a write-back in flight far past
-    /// its pages' usual time, or just ended so), since real devices do not say.
+    /// device's write-back latency against its own baseline, since real devices do not say.
     pub fn devices_collecting(&self) -> Vec<bool> {
-        (0..self.inner.config.device_dirs.len()).map(|d| self.inner.gc.collecting(d)).collect()
+        self.array.as_ref().map_or_else(Vec::new, |a| a.devices_collecting())
     }
 
     /// Counters and gauges.
@@ -236,7 +218,7 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> Stats {
-        self.inner.stats()
+        self.engine.status().stats
     }
 
     /// Latency histograms: per operation (reads and writes sampled one in
@@ -256,20 +238,19 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn latencies(&self) -> Latencies {
-        self.inner.latencies()
+        self.engine.latencies()
     }
 
     /// A handle that reads this cache's counters and histograms from any thread, for a
-    /// metrics exporter. It keeps the cache's memory and the array's lock (not its threads)
-    /// until dropped, as an open [`File`] does: drop it before opening the array again.
+    /// metrics exporter. It keeps the cache's memory until dropped.
     pub fn stats_reader(&self) -> StatsReader {
-        StatsReader { inner: self.inner.clone() }
+        StatsReader { stats: self.engine.stats_handle() }
     }
 
     /// Bytes written back so far (`Stats::writeback_bytes`), alone: a few atomic loads, no
     /// lock and no allocation, so a signal handler may watch write-back progress with it.
     pub fn written_back_bytes(&self) -> u64 {
-        self.inner.metrics.writeback_bytes.get()
+        self.engine.written_back_bytes()
     }
 
     /// A queue for asynchronous reads and writes with up to `depth` requests in flight (1 to
@@ -293,77 +274,75 @@ impl Cache {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn queue(&self, depth: usize) -> Result<IoQueue> {
-        self.inner.check_range_lock("queue")?;
-        IoQueue::new(self.inner.clone(), depth)
+        Ok(IoQueue::new(self.engine.queue(depth)?))
     }
 
     /// Reads, writes and syncs as `Future`s any executor can poll, with up to `depth` reads
     /// and writes in flight (1 to 4096): see [`AsyncIo`]. One driver thread per `AsyncIo`
     /// (and one for its syncs), shared by its clones; make one and clone it.
     pub fn async_io(&self, depth: usize) -> Result<AsyncIo> {
-        self.inner.check_range_lock("async_io")?;
-        AsyncIo::start(
-            crate::sync::Arc::as_ptr(&self.inner) as usize,
-            IoQueue::new(self.inner.clone(), depth)?,
-        )
+        AsyncIo::on(&self.engine, depth)
     }
 
     /// Frames pinned right now, by any thread, queue or readahead in flight. Scans every
-    /// frame: for tests and diagnostics (with no I/O running, readahead included, it must be
-    /// 0, or a pin leaked).
+    /// frame: for tests and diagnostics (with no I/O running, it must be 0, or a pin leaked).
     pub fn pinned_frames(&self) -> usize {
-        let f = &self.inner.frames;
-        (0..f.len()).filter(|&i| crate::frame::state::pins(f.state(i as FrameId).load()) > 0).count()
+        self.engine.pinned_frames()
     }
 
-    /// The name of the I/O engine in use ("uring", "psync", or a custom engine's): io_uring
-    /// falls back to psync where the kernel refuses it.
+    /// The name of the I/O engine in use ("uring", "psync", with per-device threads
+    /// "uring+threads" or "psync+threads", or a custom engine's).
     pub fn io_engine(&self) -> &'static str {
-        self.inner.engine.name()
+        match &self.array {
+            Some(a) => a.io_engine(),
+            None => self.engine.io_engine(),
+        }
     }
 
-    /// Changes how much of the memory budget the cache uses, while I/O runs (SAFS §4.1,
-    /// linear hashing). `bytes` is rounded down to whole page sets and kept between one set
-    /// and the configured budget. Only the set-associative cache ([`crate::IndexKind::SetAssoc`])
-    /// resizes; other kinds fail with `Unsupported`. Shrinking evicts clean pages (writing
-    /// dirty ones back first) from the sets it merges and gives the freed frames' memory back
-    /// to the kernel; it fails with `Busy` if pinned pages keep a merge from completing.
-    /// Returns the bytes of frames now in use.
+    /// Changes how much of the memory budget the cache uses, while I/O runs: `bytes` rounded
+    /// down to whole pages (with page sets, whole sets) and kept between the least the cache
+    /// runs on and the configured budget. Shrinking writes dirty pages of the frames it gives
+    /// up back, evicts them and gives their memory back to the kernel; it fails with `Busy`
+    /// if pinned pages keep it from completing. Returns the bytes of frames now in use.
     pub fn resize(&self, bytes: u64) -> Result<u64> {
-        self.inner.resize(bytes)
+        self.engine.resize(bytes)
     }
 
     /// Page size of the array.
     pub fn page_size(&self) -> usize {
-        self.inner.config.page_size
+        self.engine.page_size()
     }
 
     /// Number of page frames.
     pub fn frame_count(&self) -> usize {
-        self.inner.frames.len()
+        (self.engine.config().memory / self.engine.page_size() as u64) as usize
+    }
+
+    /// Whether it caches an array (else OS files only, [`Cache::over`]).
+    pub fn has_array(&self) -> bool {
+        self.array.is_some()
+    }
+
+    /// The engine, for the crate's own layers (the C ABI's attach, the shim's).
+    pub fn engine(&self) -> &SharedCache {
+        &self.engine
     }
 }
 
 impl Cache {
-    /// Stops the cache's threads, writes every dirty page back and syncs it, and checkpoints
-    /// the metadata log (so the next open replays nothing), as a drop does, but reports the
-    /// first failure. After an error, pages that could not be written back are lost with the
-    /// cache, as after a failed `close(2)` of a file whose write-back failed; to keep them,
-    /// call [`Cache::sync`] first, which leaves them dirty on failure, and retry or save them.
-    /// Open [`File`]s keep the cache's memory and the array's lock until they are dropped;
-    /// drop them first.
+    /// Writes every dirty page back and syncs it, and checkpoints the metadata log (so the
+    /// next open replays nothing), as a drop does, but reports the first failure. Open
+    /// [`File`]s keep the array's lock until they are dropped; drop them first.
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
         self.shut_down()
     }
 
     fn shut_down(&mut self) -> Result<()> {
-        self.loader.stop();
-        self.flushers.stop();
-        let synced = self.inner.sync_everything();
+        let synced = self.engine.sync_open_files();
         // Even after a failed write-back: the namespace (names, lengths) is still worth
         // checkpointing.
-        let checkpointed = self.inner.array.checkpoint();
+        let checkpointed = self.array.as_ref().map_or(Ok(()), |a| a.checkpoint());
         synced?;
         checkpointed
     }
@@ -384,8 +363,6 @@ impl Cache {
     /// Caches the OS file at `path` (created, empty, with mode 0666 less the umask, if
     /// `create` and it does not exist). The returned handle reads, writes, syncs and resizes
     /// the OS file through the cache; other handles of the same file share its pages.
-    /// O_DIRECT is used where the file system allows it, else the buffered fallback if the
-    /// config allows buffered backing files; buffered always with `Config::with_plain_direct(false)`.
     ///
     /// ```
     /// # let tmp = tempfile::tempdir()?;
@@ -405,37 +382,54 @@ impl Cache {
     /// [`Cache::open_path`], with `name` as the file's name in errors and messages (for a
     /// path that says little, such as `/proc/self/fd/3`).
     pub fn open_path_as(&self, path: impl AsRef<Path>, create: bool, name: &str) -> Result<File> {
-        let file = self.inner.open_plain(path.as_ref(), create, name)?;
-        Ok(File::new(file, self.inner.clone()))
+        let path = path.as_ref();
+        if path.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidInput, format!("{name} is a directory")));
+        }
+        if create {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| Error::io(format!("create {name}"), e))?;
+        }
+        // A file this user may only read is cached for reading (its writes fail).
+        let file = match self.engine.open_path_as(path, true, name) {
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => self.engine.open_path_as(path, false, name),
+            r => r,
+        }?;
+        Ok(File::new(file))
     }
 
     /// Stops caching the OS file at `path` (see [`Cache::close_plain`]). `NotFound` if it is
     /// not cached (or was renamed or unlinked since: close it by its handle then).
     pub fn close_path(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.inner.close_path(path.as_ref())
+        self.engine.close_path(path.as_ref())
     }
+
     /// Stops caching the plain file `file` was opened on: writes its dirty pages back, makes
-    /// the OS file's size its length, drops its pages and closes it (no fsync: as close(2)).
-    /// Its handles then fail with `NotFound`; an open of it meanwhile waits for the close. On
-    /// a write-back error nothing is dropped and the error is returned. `InvalidInput` for a
+    /// the OS file's size its length and drops its pages (no fsync: as close(2)). On a
+    /// write-back error nothing is dropped and the error is returned. `InvalidInput` for a
     /// file of the array.
     pub fn close_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, true, file.seen())
+        plain(file)?.forget(true)
     }
 
     /// Stops caching the plain file `file` was opened on without any I/O: its pages, dirty
     /// ones too, are dropped, and the OS file is left as it is. For a copy known to be stale
     /// (the OS file changed behind the cache) or already written back. `InvalidInput` for a
-    /// file of the array; `NotFound` if it was closed.
+    /// file of the array.
     pub fn discard_plain(&self, file: &File) -> Result<()> {
-        self.inner.close_plain(plain_inner(file)?, false, file.seen())
+        plain(file)?.forget(false)
     }
 }
 
-/// The file behind `file` if it is a plain one; `InvalidInput` for a file of the array.
-fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
-    match file.inner() {
-        f if f.plain => Ok(f),
+/// The engine's file behind `file` if it is a plain one; `InvalidInput` for a file of the
+/// array.
+fn plain(file: &File) -> Result<&crate::shared::SharedFile> {
+    match file.engine_file() {
+        f if !f.is_array() => Ok(f),
         _ => Err(Error::new(ErrorKind::InvalidInput, format!("{:?} is not a plain file", file.name()))),
     }
 }
@@ -443,7 +437,7 @@ fn plain_inner(file: &File) -> Result<&Arc<FileInner>> {
 /// Reads a cache's [`Stats`] and [`Latencies`] from anywhere ([`Cache::stats_reader`]).
 #[derive(Clone)]
 pub struct StatsReader {
-    inner: Arc<CacheInner>,
+    stats: SharedStats,
 }
 
 impl std::fmt::Debug for StatsReader {
@@ -455,11 +449,11 @@ impl std::fmt::Debug for StatsReader {
 impl StatsReader {
     /// As [`Cache::stats`].
     pub fn stats(&self) -> Stats {
-        self.inner.stats()
+        self.stats.stats()
     }
 
     /// As [`Cache::latencies`].
     pub fn latencies(&self) -> Latencies {
-        self.inner.latencies()
+        self.stats.latencies()
     }
 }

@@ -1,5 +1,6 @@
-//! The public surface: [`Cache`], [`File`], pin guards and [`IoQueue`]. Each call here takes
-//! the file's range lock and calls into the cache core (`cache/`); nothing below imports this.
+//! The public surface: [`Cache`], [`File`], pin guards and [`IoQueue`], a thin facade over the
+//! engine (`shared/`): the per-page loops, locks and I/O are the engine's; nothing below
+//! imports this.
 
 mod aio;
 mod cache;

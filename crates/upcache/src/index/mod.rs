@@ -69,15 +69,6 @@ impl IndexKind {
     }
 }
 
-/// Keeps the calling thread's epoch (the radix tree's reclamation) pinned while the guard
-/// lives, so that each index operation under it pins by a counter increment instead of a
-/// locked instruction: a cached write makes three lookups, an asynchronous miss five. A
-/// pinned thread delays the freeing of retired nodes (never their safety), so hold it for
-/// one request's work at most.
-pub(crate) fn hold_epoch() -> radix::reclaim::Guard {
-    radix::reclaim::pin()
-}
-
 /// A per-file map from page number to frame.
 pub trait PageIndex: Send + Sync {
     /// The frame recorded for `page`, if any. A lookup for a hit: kinds with their own

@@ -115,33 +115,6 @@ impl LatencyHistogram {
     }
 }
 
-/// The histograms of one cache (`Default`: no devices).
-#[derive(Default)]
-pub(crate) struct Latency {
-    pub(crate) read: Histogram,
-    pub(crate) write: Histogram,
-    pub(crate) sync: Histogram,
-    pub(crate) device_read: Vec<Histogram>,
-    pub(crate) device_write: Vec<Histogram>,
-}
-
-impl Latency {
-    pub(crate) fn new(devices: usize) -> Self {
-        let per_device = || (0..devices).map(|_| Histogram::default()).collect();
-        Latency {
-            read: Histogram::default(),
-            write: Histogram::default(),
-            sync: Histogram::default(),
-            device_read: per_device(),
-            device_write: per_device(),
-        }
-    }
-
-    pub(crate) fn snapshot(&self) -> Latencies {
-        Latencies::of([&self.read, &self.write, &self.sync], &self.device_read, &self.device_write)
-    }
-}
-
 /// A snapshot of a cache's latency histograms ([`crate::Cache::latencies`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -1,90 +1,8 @@
-//! Counters and latency histograms (`latency.rs`), and nothing else: no logic reads them to
-//! make decisions.
-//!
-//! Counters are striped over cache-line-padded slots picked per thread, so that threads
-//! counting hits on different cores do not fight over one cache line.
-
-// Counters are statistics outside the concurrency model, so they use std atomics even under
-// loom (whose atomics cannot live in statics).
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+//! The counters' snapshot ([`Stats`]) and latency histograms (`latency.rs`), and nothing
+//! else: no logic reads them to make decisions. The counters themselves live in the
+//! engine's segment (`shared/layout.rs`).
 
 pub(crate) mod latency;
-
-const SLOTS: usize = 16;
-
-#[repr(align(64))]
-#[derive(Default)]
-struct Slot(AtomicU64);
-
-/// A striped event counter.
-pub struct Counter {
-    slots: [Slot; SLOTS],
-}
-
-impl Default for Counter {
-    fn default() -> Self {
-        Counter { slots: std::array::from_fn(|_| Slot::default()) }
-    }
-}
-
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    // Relaxed: only spreads threads over slots.
-    static MY_SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS;
-}
-
-/// This thread's stripe number, for any structure striped per thread like the counters.
-pub(crate) fn thread_slot() -> usize {
-    MY_SLOT.with(|s| *s)
-}
-
-impl Counter {
-    /// Adds `n`.
-    pub fn add(&self, n: u64) {
-        let i = MY_SLOT.with(|s| *s);
-        // Relaxed: a statistic; readers tolerate a slightly stale sum.
-        self.slots[i].0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Adds `n` with a plain load and store on the thread's stripe, no locked instruction: for
-    /// a count on a path where one costs measurably (the hot index's hits: 6% of a pin of a
-    /// 1 MiB data set, bench/RESULTS.md). Threads that share a stripe (more than 16) may lose
-    /// each other's adds, so the count may fall short under many threads.
-    pub fn add_unlocked(&self, n: u64) {
-        let i = thread_slot();
-        // Relaxed (both): a statistic, as in `add`.
-        let s = &self.slots[i].0;
-        s.store(s.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-
-    /// The current total.
-    pub fn get(&self) -> u64 {
-        // Relaxed: a statistic (see `add`).
-        self.slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
-    }
-}
-
-/// Cache-wide counters.
-#[derive(Default)]
-pub struct Metrics {
-    pub(crate) latency: latency::Latency,
-    pub(crate) hits: Counter,
-    pub(crate) lock_free_hits: Counter,
-    pub(crate) misses: Counter,
-    pub(crate) evictions: Counter,
-    pub(crate) reclaimed: Counter,
-    pub(crate) stream_evictions: Counter,
-    pub(crate) readahead_pages: Counter,
-    pub(crate) readahead_windows: Counter,
-    pub(crate) hot_hits: Counter,
-    pub(crate) read_ios: Counter,
-    pub(crate) read_bytes: Counter,
-    pub(crate) writeback_ios: Counter,
-    pub(crate) writeback_bytes: Counter,
-    pub(crate) writeback_errors: Counter,
-    pub(crate) dflush_pages: Counter,
-}
 
 /// A snapshot of the counters ([`crate::Cache::stats`]). `Display` prints a short summary
 /// (hit ratio, I/O, dirty memory); with the `serde` feature (on by default) it serializes
@@ -196,40 +114,6 @@ impl std::fmt::Display for Stats {
             mib(self.metadata_bytes),
             mib(self.index_bytes),
         )
-    }
-}
-
-impl Metrics {
-    /// Counters at zero and latency histograms for `devices` devices.
-    pub fn new(devices: usize) -> Self {
-        Metrics { latency: latency::Latency::new(devices), ..Metrics::default() }
-    }
-
-    /// Snapshot, with the gauges filled in by the caller (`frames`, `metadata_bytes`,
-    /// `index_bytes`).
-    pub fn snapshot(&self, dirty_pages: u64, gauges: [u64; 3]) -> Stats {
-        let [frames, metadata_bytes, index_bytes] = gauges;
-        Stats {
-            hits: self.hits.get() + self.lock_free_hits.get(),
-            lock_free_hits: self.lock_free_hits.get(),
-            misses: self.misses.get(),
-            evictions: self.evictions.get(),
-            reclaimed: self.reclaimed.get(),
-            stream_evictions: self.stream_evictions.get(),
-            readahead_pages: self.readahead_pages.get(),
-            readahead_windows: self.readahead_windows.get(),
-            hot_hits: self.hot_hits.get(),
-            read_ios: self.read_ios.get(),
-            read_bytes: self.read_bytes.get(),
-            writeback_ios: self.writeback_ios.get(),
-            writeback_bytes: self.writeback_bytes.get(),
-            writeback_errors: self.writeback_errors.get(),
-            dflush_pages: self.dflush_pages.get(),
-            dirty_pages,
-            frames,
-            metadata_bytes,
-            index_bytes,
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Arrays on the shared engine: files striped over a device array (SAFS §3.3), cached in a
-//! private cache's frames like any other file, with the same on-disk format as the
-//! in-process engine's arrays (`meta/`: catalog, device markers, metadata log, `f<id>.data`
-//! backing files), so either engine opens what the other wrote.
+//! private cache's frames like any other file, in the arrays' on-disk format (`meta/`:
+//! catalog, device markers, metadata log, `f<id>.data` backing files). `api::Cache` is one
+//! of these on a private cache.
 //!
 //! Only a private cache takes arrays for now: a service writes back what a killed writer
 //! left through the descriptor it lent, one per file, and an array file has one per device.
@@ -135,7 +135,18 @@ impl SharedArray {
         validate_name(name)?;
         // Held to the end: a remove meanwhile would delete the backing files being opened.
         let ns = crate::sync::lock(&self.meta.namespace);
-        let e = ns.entry(name)?;
+        let opened = self.open_entry(ns.entry(name)?, name, write);
+        drop(ns);
+        opened
+    }
+
+    /// Opens file `e`, named `name`, with the namespace's lock held.
+    fn open_entry(
+        &self,
+        e: crate::meta::namespace::NameEntry,
+        name: &str,
+        write: bool,
+    ) -> Result<SharedFile> {
         let devices = self.backing_files(e.id, false)?;
         let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.engine.clone());
         if self.lock_recovered().insert(e.id) {
@@ -144,26 +155,47 @@ impl SharedArray {
                 return Err(Error::io(format!("cut {name} to its logged length"), err));
             }
         }
-        let opened = self.adopt(file, name, write);
-        drop(ns);
-        opened
+        self.adopt(file, name, write)
     }
 
-    /// Removes a file: logs its removal and deletes its backing files. Fails with `Busy` while
-    /// it is open, or has pages that could not be written back.
+    /// Removes a file: logs its removal, drops its cached pages (dirty ones too) and deletes
+    /// its backing files. Its open handles, here or in other threads, then fail with
+    /// `NotFound` (close them); a handle's pins and reads under way end first.
     pub fn remove_file(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let meta = &self.meta;
         let mut ns = crate::sync::lock(&meta.namespace);
         let e = ns.entry(name)?;
         let first = device::backing_path(&meta.dirs[0], e.id);
-        if let Ok(md) = std::fs::metadata(&first) {
-            self.inner.forget_closed(&files::OsFile::of(&md), name)?;
-        }
+        let os = std::fs::metadata(&first).ok().map(|md| files::OsFile::of(&md));
+        // Open: an open of ours to drop its pages with, once the removal is logged.
+        let open = match &os {
+            Some(os) if self.inner.is_open(os) => Some(self.open_entry(e, name, false)?),
+            Some(os) => {
+                self.inner.forget_closed(os, name)?;
+                None
+            }
+            None => None,
+        };
+        // The log first: if it cannot be written, the file stays whole and usable.
         meta.commit_remove(&mut ns, name, e)?;
         self.lock_recovered().remove(&e.id);
+        if let Some(f) = open {
+            f.remove_cached();
+            f.close()?;
+        }
         meta.delete_backing_files(e.id);
         Ok(())
+    }
+
+    /// The length of file `name`: its cached length if it is open, else its logged one.
+    pub fn file_len(&self, name: &str) -> Result<u64> {
+        validate_name(name)?;
+        let ns = crate::sync::lock(&self.meta.namespace);
+        let e = ns.entry(name)?;
+        let first = device::backing_path(&self.meta.dirs[0], e.id);
+        let open = std::fs::metadata(&first).ok().and_then(|md| self.inner.open_len(&files::OsFile::of(&md)));
+        Ok(open.unwrap_or(e.len))
     }
 
     /// Whether a file of that name exists.
@@ -263,6 +295,26 @@ fn check(cache: &SharedCache, spec: &ArraySpec<'_>) -> Result<()> {
 }
 
 impl Inner {
+    /// Whether a process has the file `os` names open.
+    pub(crate) fn is_open(&self, os: &files::OsFile) -> bool {
+        self.open_len(os).is_some()
+    }
+
+    /// The cached length of the file `os` names, if a process has it open.
+    pub(crate) fn open_len(&self, os: &files::OsFile) -> Option<u64> {
+        let table = &self.view.header().files_lock;
+        table.lock(self.me, |h| self.alive(h));
+        // Relaxed (opens): under the table's lock. Acquire (len): as `SharedFile::len`.
+        let len = self
+            .view
+            .files()
+            .iter()
+            .find(|e| e.names(os.dev, os.ino) && e.opens.load(Ordering::Relaxed) > 0)
+            .map(|e| e.len.load(Ordering::Acquire));
+        table.unlock(self.me);
+        len
+    }
+
     /// Forgets the file `os` names, if the table has it (closed, its pages kept): its pages
     /// match no lookup from now on, and its entry no open (its inode may name another file
     /// once the file is deleted). `Busy` if it is open, or dirty (pages that could not be
@@ -569,7 +621,8 @@ mod tests {
     }
 
     /// Names: a file made is listed and found, a second of the same name refused; an open file
-    /// is not removed; a removed one's name is free again, its bytes gone with it.
+    /// removed fails from then on, its cached pages dropped; a removed one's name is free
+    /// again, its bytes gone with it.
     #[test]
     fn files_are_made_listed_and_removed() {
         let root = tempfile::tempdir().unwrap();
@@ -581,14 +634,17 @@ mod tests {
         assert_eq!(array.create_file("x").err().map(|e| e.kind()), Some(ErrorKind::AlreadyExists));
         assert_eq!(array.list(), ["x"]);
         assert_eq!(array.open_file("y", false).err().map(|e| e.kind()), Some(ErrorKind::NotFound));
-        assert_eq!(array.remove_file("x").err().map(|e| e.kind()), Some(ErrorKind::Busy));
-        f.close().unwrap();
         array.remove_file("x").unwrap();
+        let mut buf = [1u8; 5];
+        assert_eq!(f.read_at(&mut buf, 0).err().map(|e| e.kind()), Some(ErrorKind::NotFound));
+        assert_eq!(f.write_at(b"x", 0).err().map(|e| e.kind()), Some(ErrorKind::NotFound));
+        assert_eq!(f.sync_data().err().map(|e| e.kind()), Some(ErrorKind::NotFound));
+        assert_eq!(cache.status().cached, 0, "its pages dropped");
+        f.close().unwrap();
         assert!(!array.exists("x").unwrap());
         assert!(!device::backing_path(&dirs[0], 1).exists());
         let again = array.create_file("x").unwrap();
         assert_eq!(again.len(), 0);
-        let mut buf = [1u8; 5];
         assert_eq!(again.read_at(&mut buf, 0).unwrap(), 0);
     }
 

@@ -94,12 +94,15 @@ impl Backing {
     }
 
     /// The program's OS file, for what only an OS file has (a bypass, its metadata); an
-    /// array file refuses `what`.
+    /// array file refuses `what` (`NotFound`: see below).
     pub(crate) fn os_file(&self, what: &str) -> Result<&std::fs::File> {
         match self {
             Backing::File(h) => Ok(h),
+            // An array file is read past the cache only once it was removed while open
+            // (`SharedFile::remove_cached`): its opens fail from then on, as the in-process
+            // handles of a removed file did.
             Backing::Array(_) => {
-                Err(Error::new(ErrorKind::Unsupported, format!("an array file has no {what}")))
+                Err(Error::new(ErrorKind::NotFound, format!("{what}: the file was removed")))
             }
         }
     }
@@ -218,26 +221,35 @@ impl ArrayFile {
     /// Runs `writes` (device, byte offset, pages) through [`Self::io`] as one batch: each
     /// device's thread takes its own at once; on simulated devices, booked on every device
     /// before the last is waited for, as a batch of real writes overlaps.
-    pub(crate) fn write_devices(&self, writes: &[(usize, u64, &[IoSlice<'_>])]) -> Vec<std::io::Result<()>> {
+    pub(crate) fn write_devices(
+        &self,
+        writes: &[(usize, u64, &[IoSlice<'_>])],
+        bundled: bool,
+    ) -> Vec<std::io::Result<()>> {
         let mut reqs: Vec<IoReq<'_, '_>> = writes
             .iter()
             .map(|&(dev, at, bufs)| IoReq::Write { file: &self.devices[dev], offset: at, bufs })
             .collect();
-        self.io().run_batch(&mut reqs).into_iter().map(|r| r.map(|_| ())).collect()
+        let done = match bundled {
+            true => self.io().run_batch(&mut reqs),
+            false => reqs.chunks_mut(1).flat_map(|one| self.io().run_batch(one)).collect(),
+        };
+        done.into_iter().map(|r| r.map(|_| ())).collect()
     }
 
     /// Fills `pages` (whole frames) with pages `first..` of the file: a read per device run
-    /// (per page without `bundled`), all at once through `ring` if given; a device file that
-    /// ends before a page (a hole) gives zeros.
+    /// (per page without `merged`, `SharedConfig::run_merging`), all at once through `ring`
+    /// if given (one after another without `bundled`, `SharedConfig::bundling`); a device
+    /// file that ends before a page (a hole) gives zeros. The reads made.
     pub(crate) fn load(
         &self,
         first: u64,
         pages: &mut [&mut [u8]],
         ring: Option<&UringEngine>,
-        bundled: bool,
-    ) -> std::io::Result<()> {
-        let runs = self.device_runs(first, pages.len(), bundled);
-        let ring = ring.filter(|_| self.routed.is_none() && runs.len() > 1);
+        (merged, bundled): (bool, bool),
+    ) -> std::io::Result<usize> {
+        let runs = self.device_runs(first, pages.len(), merged);
+        let ring = ring.filter(|_| bundled && self.routed.is_none() && runs.len() > 1);
         let results: Vec<std::io::Result<usize>> = if let Some(ring) = ring {
             self.read_bounced(&runs, pages, ring)
         } else {
@@ -248,7 +260,10 @@ impl ArrayFile {
                     .zip(bufs.iter_mut())
                     .map(|(r, b)| IoReq::Read { file: &self.devices[r.dev], offset: r.at, bufs: &mut b[..] })
                     .collect();
-                engine.run_batch(&mut reqs)
+                match bundled {
+                    true => engine.run_batch(&mut reqs),
+                    false => reqs.chunks_mut(1).flat_map(|one| engine.run_batch(one)).collect(),
+                }
             } else {
                 let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> = runs
                     .iter()
@@ -267,7 +282,7 @@ impl ArrayFile {
                 p[got.saturating_sub(i * page).min(page)..].fill(0);
             }
         }
-        Ok(())
+        Ok(runs.len())
     }
 
     /// `runs` (of `pages`) read by `ring`'s batch (which may end after a kill: `bounce.rs`)
@@ -299,10 +314,18 @@ impl ArrayFile {
     /// The writes of a run of whole frames `bufs` holding pages `first..` of the file: one
     /// per device run, its descriptor, offset and pages.
     pub(crate) fn writes<'a>(&self, first: u64, bufs: &[IoSlice<'a>]) -> Vec<(usize, u64, Vec<IoSlice<'a>>)> {
-        self.device_runs(first, bufs.len(), true)
-            .into_iter()
-            .map(|r| (r.dev, r.at, bufs[r.pages].to_vec()))
-            .collect()
+        let page = self.page_size().bytes() as u64;
+        let mut out: Vec<(usize, u64, Vec<IoSlice<'a>>)> = Vec::new();
+        // A device's stripe units of the run lie back to back on it: one write each device.
+        for r in self.device_runs(first, bufs.len(), true) {
+            let next =
+                out.iter_mut().find(|(dev, at, b)| *dev == r.dev && at + b.len() as u64 * page == r.at);
+            match next {
+                Some((_, _, b)) => b.extend_from_slice(&bufs[r.pages]),
+                None => out.push((r.dev, r.at, bufs[r.pages].to_vec())),
+            }
+        }
+        out
     }
 
     /// Cuts the file's backing files to `len`: each device's to its stripe units' pages below
@@ -355,6 +378,22 @@ impl ArrayFile {
         self.devices[dev].zeros().after_write(start, end);
     }
 
+    /// Sets space aside on every device for the file's bytes `from..to` (`io/reserve.rs`),
+    /// so that a write that cannot be stored fails at once, not at its write-back; a
+    /// simulated device decides itself (`SimDevice::reserve`).
+    pub(crate) fn set_aside(&self, from: u64, to: u64) -> std::io::Result<()> {
+        let layout = &self.array.layout;
+        let page = layout.page_size();
+        self.devices.iter().enumerate().try_for_each(|(dev, b)| {
+            let (dev_from, dev_to) =
+                (layout.device_len(dev, from.div_ceil(page)), layout.device_len(dev, to.div_ceil(page)));
+            match b.sim() {
+                Some(sim) => sim.reserve(dev_to),
+                None => crate::io::reserve::set_aside(b.file(), dev_from, dev_to),
+            }
+        })
+    }
+
     /// A sync found the file `len` bytes long: the devices whose backing files are being
     /// appended to and near the end of their windows of zeros, to extend ahead
     /// ([`Self::zero_ahead`]).
@@ -392,8 +431,7 @@ impl ArrayFile {
 
     /// Makes what was written back durable, and the length `len()` (logged unless the file's
     /// latest record carries it: `ArrayMeta::len_to_sync`); with `all`, everything logged
-    /// before too (F2FS's fsync, seed 001 §3.4, as the in-process engine's
-    /// `cache/mod.rs::sync_file`): a backing file whose writes since its last `fdatasync`
+    /// before too (F2FS's fsync, seed 001 §3.4): a backing file whose writes since its last `fdatasync`
     /// changed no metadata (all inside its window of zeros) and that may leave its flush to
     /// the log is not synced on its own when a length is logged: the log's commit flushes its
     /// device. An append + sync is then one data write, one record write and one flush.

@@ -314,6 +314,13 @@ impl SharedFile {
         Some(change())
     }
 
+    /// Runs `f` with the file's lock held as a change (readers in every process retry or
+    /// wait meanwhile), waiting for it.
+    pub(super) fn with_change_lock<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _locked = FileLock::take(self, true);
+        f()
+    }
+
     /// Runs `f` with the file's lock held and no range writer at work, if both are free now
     /// (it never waits: a sync by a thread that holds a pin of the file must not); None if not.
     pub(super) fn with_lock_if_free<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
@@ -778,7 +785,7 @@ impl SharedFile {
         &self,
         buf: &[u8],
         positional: Option<u64>,
-        at: impl FnOnce(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
+        at: impl FnMut(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
     ) -> Result<(usize, u64)> {
         let t = crate::metrics::latency::sample();
         let r = self.write_untimed(buf, positional, at);
@@ -790,7 +797,7 @@ impl SharedFile {
         &self,
         buf: &[u8],
         positional: Option<u64>,
-        at: impl FnOnce(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
+        mut at: impl FnMut(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
     ) -> Result<(usize, u64)> {
         if !self.writable {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
@@ -803,18 +810,35 @@ impl SharedFile {
                 return Ok((n, offset));
             }
         }
-        let locked = FileLock::take_for_write(self);
         #[cfg(test)]
         tests::LOCKED_WRITES.with(|c| c.set(c.get() + 1));
+        loop {
+            let locked = FileLock::take_for_write(self);
+            if let Some(done) = self.write_under(buf, locked, &mut at)? {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// [`Self::write_locked`] with the file's lock `locked`: None if a range writer of the
+    /// same pages was at work, after waiting for it with the lock let go (so that writers of
+    /// other pages are not held up behind the wait: one of them may hold a pin the range
+    /// writer waits for); the caller takes the lock again and tries again.
+    fn write_under(
+        &self,
+        buf: &[u8],
+        locked: FileLock<'_>,
+        at: &mut impl FnMut(&Self, &FileLock<'_>) -> Result<(u64, usize)>,
+    ) -> Result<Option<(usize, u64)>> {
         let (offset, allowed) = at(self, &locked)?;
         let buf = &buf[..allowed.min(buf.len())];
         if buf.is_empty() {
-            return Ok((0, offset));
+            return Ok(Some((0, offset)));
         }
         if self.bypassed() {
             // Under the lock still: appends of processes using the cache stay atomic. (A
             // bypass waits for every range writer before it sets the flag.)
-            return bypass::write(&self.fd, buf, offset, &self.name).map(|n| (n, offset));
+            return bypass::write(&self.fd, buf, offset, &self.name).map(|n| Some((n, offset)));
         }
         // Past what an off_t can say: a bad argument (the kernel's EINVAL), not a large file.
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
@@ -838,7 +862,12 @@ impl SharedFile {
         // Within the length: the pages only, beside writers of other parts of the file; past it
         // the length moves, so the whole file.
         let (first, last) = pages_of(offset, end, self.page_size());
-        let _hold = locked.hold(first, last, end <= len);
+        // Past the length, the pages from the one holding the end on are the write's (it
+        // zeros that page's tail): range writers below go on.
+        let from = first.min(self.page_size().page_of(len));
+        let Some(_hold) = locked.hold(first, last, (end <= len).then_some(()).ok_or(from)) else {
+            return Ok(None);
+        };
         if self.page_size().page_of(offset) > self.page_size().page_of(len) {
             self.settle_end_page(len);
         }
@@ -846,7 +875,7 @@ impl SharedFile {
         // The file's lock (or the range slot) goes before the hand-over.
         drop(_hold);
         self.write_behind(offset, n);
-        Ok((n, offset))
+        Ok(Some((n, offset)))
     }
 
     /// [`Self::write_locked`]'s write with a range slot taken alone: None (nothing written) if
@@ -950,27 +979,35 @@ impl SharedFile {
             return Err(Error::new(ErrorKind::InvalidInput, "the file is not open for writing"));
         }
         self.inner.check_service()?;
+        self.inner.check_range_lock("pin_mut")?;
         self.look_outside_if_due();
         self.throttle(self.page_size().bytes());
-        let locked = FileLock::take_for_write(self);
-        if self.bypassed() {
-            return Err(Error::new(ErrorKind::Unsupported, format!("{} is no longer cached", self.name)));
-        }
-        let len = self.cached_len();
-        if offset >= len {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("pin_mut at {offset} of {}: at or past its end ({len})", self.name),
-            ));
-        }
+        let (hold, start, bytes) = loop {
+            let locked = FileLock::take_for_write(self);
+            if self.bypassed() {
+                self.check_live()?;
+                return Err(Error::new(ErrorKind::Unsupported, format!("{} is no longer cached", self.name)));
+            }
+            let len = self.cached_len();
+            if offset >= len {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("pin_mut at {offset} of {}: at or past its end ({len})", self.name),
+                ));
+            }
+            let page = self.page_size().page_of(offset);
+            let start = self.page_size().start(page);
+            let bytes = (len - start).min(self.page_size().bytes() as u64) as usize;
+            // Space for the page on the file system (a hole's write-back would find none).
+            if self.reserve(start, bytes)? < bytes {
+                return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
+            }
+            // None: a writer of the page was waited for with the lock let go; again.
+            if let Some(hold) = locked.hold(page, page + 1, Ok(())) {
+                break (hold, start, bytes);
+            }
+        };
         let page = self.page_size().page_of(offset);
-        let start = self.page_size().start(page);
-        let bytes = (len - start).min(self.page_size().bytes() as u64) as usize;
-        // Space for the page on the file system (a hole's write-back would find none).
-        if self.reserve(start, bytes)? < bytes {
-            return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
-        }
-        let hold = locked.hold(page, page + 1, true);
         let f = self.inner.lock_page(self.slot, page, &self.fd, Fill::Read)?;
         self.inner.wait_unpinned(f);
         self.inner.mark_dirty(f);
@@ -1006,10 +1043,10 @@ impl SharedFile {
             self.max_len,
             |from, to| {
                 let _own = self.inner.own_change(self.slot, self.fd.os());
-                match self.fd.os() {
-                    Some(os) => reserve::set_aside(os, from, to),
-                    // An array file's space is its devices': taken as its pages are written back.
-                    None => Ok(()),
+                match (&*self.fd, self.fd.os()) {
+                    (_, Some(os)) => reserve::set_aside(os, from, to),
+                    (Backing::Array(a), None) => a.set_aside(from, to),
+                    (Backing::File(_), None) => Ok(()),
                 }
             },
         )
@@ -1130,6 +1167,7 @@ impl SharedFile {
         }
         let _locked = FileLock::take(self, true);
         if self.bypassed() {
+            self.check_live()?;
             return self.fd.set_len(new).map_err(|err| Error::io(format!("truncate {}", self.name), err));
         }
         self.set_len_locked(new)
@@ -1154,8 +1192,9 @@ impl SharedFile {
             e.raise_len(new);
             return Ok(());
         }
-        // Release: the intent is seen by whoever takes the lock if we die from here on.
-        e.cut.store(new + 1, Ordering::Release);
+        // SeqCst: the intent is seen by whoever takes the lock if we die from here on, and by
+        // a pin's guard (`SharedFile::guard`) that comes after our look at its frame.
+        e.cut.store(new + 1, Ordering::SeqCst);
         self.cut_to(new)
     }
 
@@ -1164,6 +1203,19 @@ impl SharedFile {
     /// clears the intent. A failure leaves the intent, for the next taker of the lock.
     fn cut_to(&self, new: u64) -> Result<()> {
         let e = self.entry();
+        // The pins of the pages the cut reaches go first, each waited for under its frame's
+        // lock (the pins' handshake): a guard never reaches past the end. A pin taken after
+        // sees the intent stored before (`SharedFile::guard`).
+        let size = self.page_size();
+        for (f, k) in self.inner.candidates(self.slot, size.page_of(new), e.page_end(size)) {
+            let m = &self.inner.view.frames()[f as usize];
+            self.inner.lock_frame(f);
+            if m.key() == k {
+                self.inner.wait_unpinned(f);
+            }
+            // Changed: `wait_unpinned` may have cleared `PINNED`, which a version bump goes with.
+            m.unlock(self.inner.me, true);
+        }
         // SeqCst: see `Inner::fill`, which pairs with the fence in `drop_pages`.
         e.len.fetch_min(new, Ordering::SeqCst);
         // The cut frees what was reserved past it. Relaxed: under the file's lock.
@@ -1272,6 +1324,7 @@ impl SharedFile {
     /// the open description whose count is `seen` (from [`Self::errors_sample`]): for several
     /// descriptions that share this open, as the shim's descriptors of one file do.
     pub fn sync_as(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
+        let _span = tracing::debug_span!("upcache.sync", file = %self.name, all).entered();
         let t = std::time::Instant::now();
         let r = self.sync_untimed(all, seen);
         self.inner.view.latencies().sync.record(t.elapsed());
@@ -1280,6 +1333,7 @@ impl SharedFile {
 
     fn sync_untimed(&self, all: bool, seen: &std::sync::atomic::AtomicU64) -> Result<()> {
         self.inner.check_service()?;
+        self.check_live()?;
         // Acquire (the count): pairs with `mark_dirty`'s.
         let wrote = if self.writable {
             self.write_back()
@@ -1344,7 +1398,7 @@ impl SharedFile {
         // close makes what it wrote durable and logs the length (`backing.rs`). Each one's,
         // not the last's: two closing at once could each take the other for the last.
         let synced = match self.fd.array() {
-            Some(_) if self.writable => self.sync_data(),
+            Some(_) if self.writable && !self.bypassed() => self.sync_data(),
             _ => Ok(()),
         };
         let table = &view.header().files_lock;
@@ -1359,6 +1413,14 @@ impl SharedFile {
         if last {
             let os = match &*self.fd {
                 Backing::File(h) => h.metadata().ok().map(|md| OsFile::of(&md)),
+                // A removed one's entry names no file from now on: its inode may name another
+                // file next (a record that no open matches, its pages of an old generation).
+                Backing::Array(a) if self.bypassed() => {
+                    inner.next_generation(self.slot);
+                    // Relaxed: under the table's lock.
+                    e.bypass.store(0, Ordering::Relaxed);
+                    a.first().metadata().ok().map(|md| OsFile { size: u64::MAX, ..OsFile::of(&md) })
+                }
                 // Its device 0's file, at its logged length: as the next open will see it.
                 Backing::Array(a) => {
                     a.first().metadata().ok().map(|md| OsFile { size: a.logged_len(), ..OsFile::of(&md) })
@@ -1389,6 +1451,33 @@ impl SharedFile {
     /// The name the file was opened by.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `NotFound` for an array file removed while open ([`Self::remove_cached`]).
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.fd.array().is_some() && self.bypassed() {
+            return Err(Error::new(ErrorKind::NotFound, format!("{} was removed", self.name)));
+        }
+        Ok(())
+    }
+
+    /// Makes this array file, open and being removed from its array, stop being cached:
+    /// every page dropped, dirty ones too (their bytes go with the file), and from then on
+    /// every open of it fails with `NotFound` (`Backing::os_file`, `check_live`). Its entry
+    /// is forgotten at its last close.
+    pub(crate) fn remove_cached(&self) {
+        let _locked = FileLock::take(self, true);
+        let e = self.entry();
+        // Release: see `bypassed`; before the pages go, within the change, so a reader whose
+        // copy overlapped it retries and sees it.
+        e.bypass.store(1, Ordering::Release);
+        self.inner.drop_pages(self.slot, 0, e.page_end(self.page_size()));
+        e.empty_dirty_range_if_clean();
+    }
+
+    /// Whether it is a file of an array (else an OS file, `SharedCache::open_path`).
+    pub fn is_array(&self) -> bool {
+        self.fd.array().is_some()
     }
 
     /// Whether this open may write.
@@ -1674,22 +1763,40 @@ impl<'a> FileLock<'a> {
 
     /// What a write of pages `first..end` holds while it copies: if `within` the length and
     /// the range lock is on, a range slot for them, the file's lock let go (with every slot
-    /// taken, the first to be freed); else the file's lock, every range writer done and the
-    /// change begun.
-    fn hold(self, first: u64, end: u64, within: bool) -> WriteHold<'a> {
-        if within && self.inner.techniques & technique::RANGE_LOCK != 0 {
+    /// taken, the first to be freed); else the file's lock and the change begun, every range
+    /// writer done (past the length, `within` is `Err(from)`: every range writer of a page
+    /// from `from` on, so writers of other pages go on beside an extension, as with F2FS's
+    /// range lock).
+    fn hold(self, first: u64, end: u64, within: std::result::Result<(), u64>) -> Option<WriteHold<'a>> {
+        let ranges = self.inner.techniques & technique::RANGE_LOCK != 0;
+        if within.is_ok() && ranges {
             loop {
+                // A writer of the same pages at work: waited for with our lock let go, so
+                // that writers of other pages go on meanwhile (one of them may hold a pin the
+                // writer waits for); None, for the caller to start again.
+                if let Some(r) = self.e.ranges.iter().find(|r| r.lock.held() && r.covers(first, end)) {
+                    let inner = self.inner;
+                    drop(self);
+                    if r.lock.lock_unless(inner.me, |h| inner.alive(h), |_| false).is_some() {
+                        r.lock.unlock(inner.me);
+                    }
+                    return None;
+                }
                 if let Some(range) = self.claim_range(first, end) {
-                    return WriteHold(Held::Range(range));
+                    return Some(WriteHold(Held::Range(range)));
                 }
                 // Not every range writer: one stalled on its device (a page's write-back in a
                 // garbage collection) would hold up every writer queued on the file's lock.
                 self.wait_for_a_slot();
             }
         }
-        self.quiesce(0, u64::MAX, &|_| false);
+        let from = match within {
+            Err(from) if ranges => from,
+            _ => 0,
+        };
+        self.quiesce(from, u64::MAX, &|_| false);
         self.changing();
-        WriteHold(Held::File(self))
+        Some(WriteHold(Held::File(self)))
     }
 
     /// Begins a change (the write sequence odd) that ends when the lock is released.

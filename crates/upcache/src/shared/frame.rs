@@ -237,6 +237,16 @@ impl FrameMeta {
         self.flags.load(Ordering::Acquire)
     }
 
+    /// Notes the page as a sequential write stream's, written back behind it
+    /// (`Inner::write_behind`): unless read since, `STREAMED`, so it goes before pages read
+    /// at random, as a scan's pages read once do (StreamCache's stream eviction).
+    pub fn note_streamed(&self) {
+        if self.flags() & (STREAMED | REFERENCED) == 0 {
+            // Relaxed: a hint for the clock hand.
+            self.flags.fetch_or(STREAMED, Ordering::Relaxed);
+        }
+    }
+
     /// Notes a read of the page, whose `flags` were read before it: `REFERENCED` for CLOCK;
     /// where the policy counts hits (`count`: GClock, LFU, S3-FIFO), a hit counted too if it
     /// was set already, up to 3. A read that

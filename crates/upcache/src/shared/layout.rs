@@ -22,7 +22,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x1f");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x20");
 
 mod kind {
     pub const HEADER: u32 = 1;
@@ -90,11 +90,14 @@ pub struct SharedConfig {
     /// F2FS's range lock: a write within the length holds only its pages, beside writers of
     /// other parts of the file. Off, every write holds the whole file.
     pub range_lock: bool,
-    /// Write back a file's adjacent dirty pages with one `pwritev` of up to 256. Off, one
-    /// `pwrite` per page.
+    /// Merge the pages that lie back to back on a device into one request (SAFS §4.2's
+    /// multi-page loads, merged write-back runs): a read's missing pages and its readahead
+    /// load with one `preadv` per device run, adjacent dirty pages go back with one `pwritev`
+    /// of up to a run (1 MiB). Off, every load and write-back request moves one page.
     pub run_merging: bool,
-    /// Load a read's missing pages, and its readahead, with one `preadv` (ScalaCache's
-    /// batched I/O). Off, one `pread` per page.
+    /// Hand the kernel (or an array's I/O engine) the requests of a load or a write-back
+    /// together, one submission for all (ScalaCache's bundled submissions, through io_uring).
+    /// Off, one request at a time, each waited for before the next.
     pub bundling: bool,
     /// Bytes a read that continues a sequential stream loads ahead of its first page, whole
     /// pages, at most [`MAX_SHARED_READAHEAD`]; 0 turns readahead off.
@@ -484,22 +487,41 @@ impl Header {
     }
 }
 
-/// A client slot's counters, on a cache line of their own: each process adds only to its
-/// slot's, so hits of different processes never contend; a report sums every slot (kept
-/// across tenures, so the sum never falls when a process leaves).
+/// A client slot's counters, on cache lines of their own: each process adds only to its
+/// slot's, so hits of different processes never contend, and each of its threads to its own
+/// stripe of the hits (`pages::count_hit`); a report sums every slot (kept across tenures, so
+/// the sum never falls when a process leaves).
 #[repr(C, align(64))]
 pub(crate) struct ClientCounters {
-    /// Page lookups that found the page cached (`pages::count_hit`).
-    pub hits: AtomicU64,
     /// This slot's share of the header's `misses`, for the process's own report.
     pub misses: AtomicU64,
     /// The process's page-tree operations under way (`Inner::tree_op`): a process that died
     /// with none left no node taken and not linked, so its reaping sweeps no tree.
     pub tree_ops: AtomicU64,
-    /// Pins the process's threads' hot indexes served (`pin.rs`).
+    /// The hits, per stripe of the process's threads.
+    pub stripes: [HitStripe; HIT_STRIPES],
+}
+
+/// Stripes of a client's hit counts: a thread adds to one (`pages::thread_stripe`).
+pub(crate) const HIT_STRIPES: usize = 8;
+
+/// One stripe of a client's hits, on a cache line of its own.
+#[repr(C, align(64))]
+pub(crate) struct HitStripe {
+    /// Page lookups that found the page cached.
+    pub hits: AtomicU64,
+    /// Pins the thread's hot index served (`pin.rs`).
     pub hot_hits: AtomicU64,
-    /// Of `hits`, pages copied by an optimistic read: no lock, no pin (`pages::count_hit`).
+    /// Of `hits`, pages copied by an optimistic read: no lock, no pin.
     pub lock_free_hits: AtomicU64,
+}
+
+impl ClientCounters {
+    /// The sum of one hit count (`count`) over the stripes.
+    pub fn sum(&self, count: fn(&HitStripe) -> &AtomicU64) -> u64 {
+        // Relaxed: statistics.
+        self.stripes.iter().map(|s| count(s).load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// One process's mapping of a shared cache and typed views of its regions.

@@ -1,9 +1,10 @@
 //! Loading missing pages in runs: a read that misses claims frames for its page and for the
 //! pages after it that it (or its readahead) wants and that are missing too, puts them in the
-//! index, and fills them all with one `preadv` (ScalaCache's batched I/O, as the private
-//! engine's `cache/batch.rs`), instead of a system call per page.
+//! index, and fills them all with one `preadv` per device run (SAFS's multi-page loads),
+//! instead of a system call per page.
 //!
-//! With `SharedConfig::bundling` off, a run is read with a `pread` per page.
+//! With `SharedConfig::run_merging` off, a run is read with a `pread` per page; with
+//! `bundling` off, an array's device runs are read one after another.
 //!
 //! Only the run's first frame may wait to be claimed (`claim`); the others are taken only if
 //! one is free now (`try_claim_holding`: no repair of dead clients, which waits for locks), so
@@ -251,17 +252,25 @@ impl Inner {
         // a read. Acquire: pairs with the length's Release stores (read again after the fence
         // below, as for a run read).
         let past_end = at >= self.view.files()[slot as usize].len.load(Ordering::Acquire);
+        // A page's own load (a miss), or a run's (a miss and the pages after it, readahead).
+        let _span = match run.len() {
+            1 => tracing::debug_span!("upcache.miss", slot, page = first),
+            n => tracing::debug_span!("upcache.load", slot, first, pages = n),
+        }
+        .entered();
         let t = std::time::Instant::now();
         let (got, was_direct) = match fd {
             Backing::File(_) if past_end => (0, true),
             Backing::File(h) => self.read_os_run(&mut pages, at, h)?,
             Backing::Array(a) => {
                 if !past_end {
-                    // Relaxed: a counter.
-                    self.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
+                    let merged = self.techniques & technique::RUN_MERGING != 0;
                     let bundled = self.techniques & technique::BUNDLING != 0;
-                    a.load(first, &mut pages, self.ring(), bundled)
+                    let requests = a
+                        .load(first, &mut pages, self.ring(), (merged, bundled))
                         .map_err(|e| Error::io("read pages of an array file", e))?;
+                    // Relaxed: a counter, of the devices' requests.
+                    self.view.header().load_requests.fetch_add(requests as u64, Ordering::Relaxed);
                 }
                 let direct = (0..run.len() as u64).all(|i| a.is_direct(a.array.layout.locate(first + i).0));
                 (if past_end { 0 } else { run.len() * page }, direct)
@@ -292,7 +301,7 @@ impl Inner {
     }
 
     /// Reads pages from byte `at` of OS file `fd` into `pages` (one `preadv`, or one `pread`
-    /// per page without `SharedConfig::bundling`), through `O_DIRECT` where
+    /// per page without `SharedConfig::run_merging`), through `O_DIRECT` where
     /// `SharedConfig::direct_loads` says and the file system lets it; the bytes read (up to the
     /// end of the OS file), and whether they all came through `O_DIRECT`.
     fn read_os_run(&self, pages: &mut [&mut [u8]], at: u64, fd: &HeldFd) -> Result<(usize, bool)> {
@@ -321,7 +330,7 @@ impl Inner {
             r.unwrap_or_else(|| crate::io::sys::preadv_all(fd.as_raw_fd(), at, bufs))
                 .map_err(|e| Error::io("read pages of a shared file", e))
         };
-        let got = if self.techniques & technique::BUNDLING != 0 {
+        let got = if self.techniques & technique::RUN_MERGING != 0 {
             let mut bufs: Vec<IoSliceMut<'_>> = pages.iter_mut().map(|p| IoSliceMut::new(p)).collect();
             read(at, &mut bufs)?
         } else {

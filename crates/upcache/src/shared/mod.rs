@@ -117,9 +117,6 @@ const THROTTLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1)
 /// (`Inner::kick_write_back`), in milliseconds.
 const KICK_EVERY_MS: u64 = 10;
 
-/// Attachments made by this process: each one's number (`Inner::attachment`).
-static ATTACHMENTS: AtomicU64 = AtomicU64::new(0);
-
 /// Where the service's background write-back stops: the background limit less a sixteenth,
 /// so that a writer past it does not wake the service at every page it dirties.
 fn background_low_water(background: u64) -> u64 {
@@ -135,9 +132,6 @@ pub(crate) struct Inner {
     view: Arc<View>,
     /// This process's client id.
     me: u32,
-    /// This attachment's number in the process, never reused (`ATTACHMENTS`): what a
-    /// thread's pending hits name (`pages.rs`).
-    attachment: u64,
     /// Descriptors of the files this process has open, by slot, with how many of its
     /// `SharedFile`s share each, so the clock hand can write back their dirty pages.
     fds: Mutex<HashMap<u32, OpenFd>>,
@@ -298,7 +292,7 @@ impl SharedCache {
         let view_clients = view.clients().capacity();
         let c = view.counters_of(me);
         // Relaxed: statistics; the slot's counts of the clients that held it before.
-        let before = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
+        let before = (c.sum(|s| &s.hits), c.misses.load(Ordering::Relaxed));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
         let dirty_ratios = view.header().dirty_ratios();
         let inner = Arc::new(Inner {
@@ -318,7 +312,6 @@ impl SharedCache {
             dirty_ratios,
             kicked: AtomicU64::new(0),
             // Relaxed: a unique number.
-            attachment: ATTACHMENTS.fetch_add(1, Ordering::Relaxed) + 1,
             resume: Mutex::new(HashMap::new()),
             unanswered_until: AtomicU64::new(0),
             ahead: Arc::default(),
@@ -712,23 +705,49 @@ impl SharedCache {
         self.inner.view.latencies().snapshot()
     }
 
+    /// The engine write-back goes through, as [`crate::Cache::io_engine`] names it.
+    pub fn io_engine(&self) -> &'static str {
+        self.inner.io_kind().name()
+    }
+
+    /// A handle that reads the cache's counters and histograms from any thread.
+    pub fn stats_handle(&self) -> SharedStats {
+        SharedStats { inner: self.inner.clone() }
+    }
+
+    /// Frames pinned right now by a live process. Scans every frame: for tests and
+    /// diagnostics.
+    pub fn pinned_frames(&self) -> usize {
+        (0..self.inner.view.n_frames as u32).filter(|&f| self.inner.pinned(f)).count()
+    }
+
+    /// Stops caching the OS file at `path` for every open of it: its dirty pages written back
+    /// and every page dropped (`SharedFile::forget`). `NotFound` if no process has it open.
+    pub fn close_path(&self, path: &Path) -> Result<()> {
+        let md = std::fs::metadata(path)
+            .map_err(|e| crate::error::Error::io(format!("stat {}", path.display()), e))?;
+        if !self.inner.is_open(&files::OsFile::of(&md)) {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::NotFound,
+                format!("{} is not cached", path.display()),
+            ));
+        }
+        let f = self.open_path(path, true)?;
+        f.forget(true)?;
+        f.close()
+    }
+
     /// Counts for a status report.
     pub fn status(&self) -> SharedStatus {
-        self.inner.flush_pending_hits(); // the calling thread's own are in, as `own_counts` has them
         self.inner.status()
     }
 
-    /// This process's own page lookups since it attached: (hits, misses), the calling
-    /// thread's pending hits included (other threads' last few may not be in yet).
+    /// This process's own page lookups since it attached: (hits, misses).
     pub fn own_counts(&self) -> (u64, u64) {
-        self.inner.flush_pending_hits();
         let c = self.inner.view.counters_of(self.inner.me);
         let (hits, misses) = self.inner.before;
         // Relaxed: statistics.
-        (
-            c.hits.load(Ordering::Relaxed).saturating_sub(hits),
-            c.misses.load(Ordering::Relaxed).saturating_sub(misses),
-        )
+        (c.sum(|s| &s.hits).saturating_sub(hits), c.misses.load(Ordering::Relaxed).saturating_sub(misses))
     }
 
     /// The bytes of page frames the cache uses (its size, whatever this process asked for;
@@ -886,13 +905,30 @@ impl Inner {
     }
 }
 
+/// Reads a cache's counters and histograms from any thread ([`SharedCache::stats_handle`]).
+#[derive(Clone)]
+pub struct SharedStats {
+    inner: Arc<Inner>,
+}
+
+impl SharedStats {
+    /// The counters, as [`SharedCache::status`] has them.
+    pub fn stats(&self) -> crate::metrics::Stats {
+        self.inner.status().stats
+    }
+
+    /// As [`SharedCache::latencies`].
+    pub fn latencies(&self) -> crate::metrics::latency::Latencies {
+        self.inner.view.latencies().snapshot()
+    }
+}
+
 /// What a shared cache holds now: its counts as every cache reports them ([`crate::Stats`], the
 /// one counter type that `upcache bench`, the C ABI's `upcache_get_stats`, Prometheus, the
 /// shim's `UPCACHE_STATS` and `upcache serve --status` read), and what only a shared cache has.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SharedStatus {
-    /// The counts of every process since the cache was made. Hits are added by each thread 32
-    /// at a time, so up to 31 a thread are not in yet. Among `misses` are a read's pages that
+    /// The counts of every process since the cache was made. Among `misses` are a read's pages that
     /// a miss of it loaded and whole-page writes; pages loaded past a read (by its miss's run
     /// or the loaders) are `readahead_pages`. `read_ios` are the reads of the OS files that
     /// loaded pages (one per run, or per page with `SharedConfig::bundling` off),
@@ -1145,6 +1181,20 @@ impl Inner {
         self.readahead_pages.min(self.view.n_frames as u64 / 32)
     }
 
+    /// `Unsupported` for `what` (a pin) without the range lock: with every write holding the
+    /// whole file, a pin held while its thread writes the file could wait for ever for a
+    /// writer that waits for it. (A queue takes no range lock, and never sleeps while it holds
+    /// loads: it works either way.)
+    pub(crate) fn check_range_lock(&self, what: &str) -> crate::error::Result<()> {
+        if self.techniques & layout::technique::RANGE_LOCK == 0 {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Unsupported,
+                format!("{what} needs the range lock (SharedConfig::range_lock)"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether misses load through `O_DIRECT` (`SharedConfig::direct_loads`).
     pub(crate) fn direct_loads(&self) -> bool {
         self.techniques & layout::technique::DIRECT_LOADS != 0
@@ -1316,28 +1366,6 @@ mod tests {
     /// Huge pages (`chunk.rs`): chunks written are in use on small pages until the service's
     /// pass collapses them; then they are huge, every byte as written. Off, no chunk is
     /// recorded (on a memfd, where nothing else gives huge pages).
-    /// A thread's hits pending for a cache it dropped are never added through the old
-    /// counter's address: a cache made next may map the same addresses (and a status of it
-    /// counted them as its own, or wrote into unmapped memory).
-    #[test]
-    fn hits_pending_for_a_dropped_cache_go_nowhere() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, vec![1u8; 4096]).unwrap();
-        for _ in 0..4 {
-            let a = SharedCache::create_private(&small()).unwrap();
-            let f = a.open_path(&p, false).unwrap();
-            let mut page = vec![0u8; 4096];
-            for _ in 0..5 {
-                f.read_at(&mut page, 0).unwrap();
-            }
-            drop((f, a));
-            let b = SharedCache::create_private(&small()).unwrap();
-            assert_eq!(b.status().stats.hits, 0, "a dropped cache's pending hits counted in another");
-            assert_eq!(b.own_counts(), (0, 0));
-        }
-    }
-
     #[test]
     fn chunks_in_use_are_collapsed_into_huge_pages_with_their_bytes() {
         let dir = tempfile::tempdir().unwrap();

@@ -242,6 +242,38 @@ impl SharedFile {
     }
 }
 
+impl SharedFile {
+    /// Drops every cached page of the file, for every open of it in every process: after
+    /// writing the dirty ones back if `write_back` (the first error, nothing dropped), else
+    /// dirty ones too, the length then the OS file's (a copy the caller knows is stale). The
+    /// next reads load what the OS file holds.
+    pub fn forget(&self, write_back: bool) -> Result<()> {
+        if write_back {
+            self.write_back()?;
+        }
+        self.with_change_lock(|| {
+            let e = self.entry();
+            let size = self.inner.view.page_size;
+            let end = e.page_end(size).max(size.pages_in(self.cached_len()));
+            if write_back {
+                self.inner.drop_clean_pages(self.slot(), 0, end);
+                return Ok(());
+            }
+            self.inner.drop_pages(self.slot(), 0, end);
+            e.empty_dirty_range_if_clean();
+            let md = self.os_metadata()?;
+            let os = md.len().min(self.max_len());
+            // SeqCst: as in `take_in_locked`.
+            e.len.store(os, Ordering::SeqCst);
+            e.high.store(os, Ordering::Release);
+            // Relaxed: under the file's lock.
+            e.reserved.store(os, Ordering::Relaxed);
+            OsFile::of(&md).record(e);
+            Ok(())
+        })
+    }
+}
+
 impl Inner {
     /// Drops the clean cached pages of file `slot` in `from..to`, waiting for locked ones;
     /// dirty ones stay.

@@ -1,11 +1,10 @@
 //! Pages in frames: claiming a frame by the clock hand, loading a page, locking the frame that
 //! holds a page, writing a dirty frame back, dropping a file's pages.
 
-use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, VALID};
-use super::layout::technique;
+use super::layout::{technique, HIT_STRIPES};
 use super::pool;
 use super::Inner;
 use crate::alloc::two_layer::Marks;
@@ -69,61 +68,18 @@ pub(crate) enum Fill {
     Overwrite,
 }
 
-/// Hits go to the process's counter this many at a time per thread: one counter bumped on
-/// every hit would bounce its cache line between the process's threads at every hit.
-const HIT_BATCH: u64 = 32;
-
 thread_local! {
-    /// The attachment (`Inner::attachment`) this thread counts hits for and its hits not yet
-    /// added to its counter.
-    static PENDING_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    /// As `PENDING_HITS`, for the hot index's hits (`pin.rs`).
-    static PENDING_HOT_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    /// As `PENDING_HITS`, for the hits of optimistic copies (`SharedFile::read_page`).
-    static PENDING_LOCK_FREE_HITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// This thread's stripe of its clients' hit counters (`ClientCounters::stripes`).
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % HIT_STRIPES;
     /// The last error of this thread's write-backs of victims (`write_back_victim`) since its
     /// claim began its rounds (`claim`).
     static VICTIM_ERROR: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Counts a hit of attachment `at` into its `counter`, `HIT_BATCH` at a time (`pending`:
-/// this thread's pending count for that kind of hit). A thread's last hits (fewer than a
-/// batch) are left out, as are those pending when it moves to another attachment.
-fn count_hit(pending: &'static std::thread::LocalKey<Cell<(u64, u64)>>, counter: &AtomicU64, at: u64) {
-    pending.with(|p| {
-        let (last, n) = p.get();
-        let n = if last == at { n + 1 } else { 1 };
-        if n == HIT_BATCH {
-            // Relaxed: a statistic.
-            counter.fetch_add(HIT_BATCH, Ordering::Relaxed);
-            p.set((at, 0));
-        } else {
-            p.set((at, n));
-        }
-    });
-}
+/// The stripe the next thread takes. Relaxed: it only spreads threads over stripes.
+static NEXT_STRIPE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Inner {
-    /// Adds this thread's pending hits of this attachment to its counters. Pending hits of
-    /// another attachment are left pending: they are known by the attachment's number, not
-    /// by a counter's address, which a cache dropped and another made may share.
-    pub(crate) fn flush_pending_hits(&self) {
-        let c = self.view.counters_of(self.me);
-        for (pending, counter) in [
-            (&PENDING_HITS, &c.hits),
-            (&PENDING_HOT_HITS, &c.hot_hits),
-            (&PENDING_LOCK_FREE_HITS, &c.lock_free_hits),
-        ] {
-            pending.with(|p| {
-                let (at, n) = p.get();
-                if at == self.attachment && n > 0 {
-                    counter.fetch_add(n, Ordering::Relaxed); // Relaxed: a statistic
-                    p.set((at, 0));
-                }
-            });
-        }
-    }
-
     /// The page index, as the cache was made with (`SharedConfig::index`).
     pub(crate) fn index(&self) -> super::index::Index<'_> {
         self.view.index(self.techniques)
@@ -131,18 +87,26 @@ impl Inner {
 
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
-        count_hit(&PENDING_HITS, &self.view.counters_of(self.me).hits, self.attachment);
+        // Relaxed: a statistic.
+        self.stripe().hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This thread's stripe of this process's hit counters.
+    fn stripe(&self) -> &super::layout::HitStripe {
+        &self.view.counters_of(self.me).stripes[STRIPE.with(|s| *s)]
     }
 
     /// Counts a lookup whose page an optimistic copy read (no lock, no pin), among the hits
     /// (`count_hit` counts it too).
     pub(crate) fn count_lock_free_hit(&self) {
-        count_hit(&PENDING_LOCK_FREE_HITS, &self.view.counters_of(self.me).lock_free_hits, self.attachment);
+        // Relaxed: a statistic.
+        self.stripe().lock_free_hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a pin the thread's hot index served (`pin.rs`).
     pub(crate) fn count_hot_hit(&self) {
-        count_hit(&PENDING_HOT_HITS, &self.view.counters_of(self.me).hot_hits, self.attachment);
+        // Relaxed: a statistic.
+        self.stripe().hot_hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The key of page `page` of file `slot` in its entry's current generation (stable while

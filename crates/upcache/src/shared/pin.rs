@@ -8,7 +8,7 @@
 //! lock: the handshake of `pin_ledger.rs` against the frame's word, as an optimistic read
 //! validates. A process killed while it holds pins holds nothing: its reaper clears its ledger.
 //!
-//! As with the private engine's `PageRef`, a process that holds a guard must not write the
+//! A process that holds a guard must not write the
 //! page, nor truncate or extend the file: it would wait for itself, or for a writer of the
 //! page (in any process) that waits for the guard while holding a part of the file an
 //! extending write or a truncation waits for. Take the pins after such changes, or pin the
@@ -207,14 +207,20 @@ impl SharedFile {
     pub fn pin(&self, offset: u64) -> Result<SharedPageRef<'_>> {
         let inner = &*self.inner;
         inner.check_service()?;
+        inner.check_range_lock("pin")?;
         self.look_outside_if_due();
         if self.bypassed() {
+            self.check_live()?;
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 format!("pin {}: the file is read and written without the cache now", self.name),
             ));
         }
         let (view, ledger) = (&inner.view, inner.own_ledger());
+        // Before the key: an offset past any file has no page key.
+        if offset >= self.cached_len() {
+            return Err(self.past_end(offset));
+        }
         let page = view.page_size.page_of(offset);
         let k = inner.key(self.slot, page);
         // The hot index's tags: this attachment's pages, and the key without its page.
@@ -273,10 +279,20 @@ impl SharedFile {
     }
 
     /// The guard of the pin of frame `f` in ledger slot `slot`, if `offset` is still inside
-    /// the file: its length is read after the pin stands (a shrink lowers it before it drops
-    /// or zeros the pages past it, which waits for the pin).
+    /// the file, up to its end: the length and a shrink's intent are read after the pin
+    /// stands. A shrink states its intent, then waits for the pins of the pages it cuts, and
+    /// only then lowers the length (`SharedFile::cut_to`): so a guard never reaches past the
+    /// end while it lives, whichever of the two the other saw.
     fn guard(&self, slot: usize, frame: u32, offset: u64) -> Result<SharedPageRef<'_>> {
-        let len = self.cached_len();
+        // Acquire: a shrink that stored its intent before it looked at our frame (under its
+        // lock, which our pin's stores precede or wait for) is seen.
+        let cut = self.entry().cut.load(Ordering::Acquire);
+        // Removed meanwhile (an array file): its pages are no longer the file's.
+        if let Err(e) = self.check_live() {
+            self.inner.own_ledger().free(slot);
+            return Err(e);
+        }
+        let len = self.cached_len().min(cut.wrapping_sub(1));
         if offset >= len {
             self.inner.own_ledger().free(slot);
             return Err(self.past_end(offset));

@@ -1,6 +1,6 @@
 //! Asynchronous reads and writes of shared files from plain threads: submit many, reap
-//! completions, with a queue depth (seed 002 §3.1's asynchronous interface), as
-//! `api/queue.rs` is for the in-process engine.
+//! completions, with a queue depth (seed 002 §3.1's asynchronous interface); `api/queue.rs`
+//! is its facade.
 //!
 //! # A read
 //! Submitting copies the range at once if every page of it is cached and no writer is at work
@@ -427,7 +427,7 @@ impl SharedQueue {
         let inner = self.inner.clone();
         let inner = &*inner;
         let index = inner.index();
-        let bundled = inner.techniques & technique::BUNDLING != 0;
+        let merged = inner.techniques & technique::RUN_MERGING != 0;
         let size = inner.view.page_size;
         let (first, last) = (size.page_of(offset), size.pages_in(end));
         let mut started = 0;
@@ -437,7 +437,7 @@ impl SharedQueue {
             let k = inner.key(file.slot, page);
             // A run is pages in a row, read back to back: a page skipped ends it.
             let joins = page == run_first + run.len() as u64
-                && bundled
+                && merged
                 && run.len() < size.run_pages()
                 && continues(&file.fd, run_first, page);
             if !joins && !run.is_empty() {

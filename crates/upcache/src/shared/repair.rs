@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::frame::{key_page, key_slot, DIRTY, VALID};
-use super::layout::ClientCounters;
+use super::layout::HitStripe;
 use super::{tree, Inner, SharedStatus};
 use crate::metrics::Stats;
 use crate::shm::Acquired;
@@ -278,9 +278,8 @@ impl Inner {
         let forest = self.view.forest();
         let index_nodes = (forest.leaves.live() as u64, forest.inners.live() as u64);
         // Relaxed (all): a report.
-        let sum = |count: fn(&ClientCounters) -> &AtomicU64| {
-            self.view.counters().iter().map(|c| count(c).load(Ordering::Relaxed)).sum()
-        };
+        let sum =
+            |count: fn(&HitStripe) -> &AtomicU64| self.view.counters().iter().map(|c| c.sum(count)).sum();
         let stats = Stats {
             hits: sum(|c| &c.hits),
             lock_free_hits: sum(|c| &c.lock_free_hits),

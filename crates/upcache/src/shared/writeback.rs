@@ -1,7 +1,7 @@
 //! Writing dirty frames back to their files, in runs: the dirty pages of a file that follow
 //! each other are locked together and written with one `pwritev` of up to a run (1 MiB,
-//! `PageSize::run_pages`; the merged write-back runs of ScalaCache's batched I/O and the
-//! private engine's `io/`), instead of a system call per page.
+//! `PageSize::run_pages`; SAFS's merged write-back runs), instead of a system call per page,
+//! the runs of a batch in one submission (ScalaCache's bundling).
 //!
 //! With `SharedConfig::run_merging` off, each page is a run of its own.
 //!
@@ -160,11 +160,13 @@ impl Inner {
             if bufs.is_empty() {
                 continue;
             }
-            // Relaxed: a counter.
-            self.view.header().write_back_requests.fetch_add(1, Ordering::Relaxed);
             let first = size.page_of(at);
+            // Relaxed (both): a counter of the requests made, an OS file's one per run, an
+            // array's one per device the run reaches.
+            let requests = &self.view.header().write_back_requests;
             match to {
                 Target::Os { fd, direct } => {
+                    requests.fetch_add(1, Ordering::Relaxed);
                     // The whole pages through `direct`: frames are page-aligned in memory and
                     // runs start at a page of the file, aligned as O_DIRECT wants on block
                     // sizes up to a page. The last page, cut by the length, the buffered way.
@@ -200,6 +202,7 @@ impl Inner {
                 }
                 Target::Array(a) => {
                     for (dev, at, bufs) in a.writes(first, &bufs) {
+                        requests.fetch_add(1, Ordering::Relaxed);
                         let (fd, direct) = (a.fd(dev), a.reaches_device(dev));
                         pieces.push(Piece { run: r, dev, fd, direct, fallback: None, at, bufs });
                     }
@@ -233,7 +236,10 @@ impl Inner {
         }
         let t0 = super::gc::now_ns();
         let gc_slots: Vec<_> = gc.iter().map(|(g, _, pages)| g.begin_at(*pages, t0)).collect();
+        let span =
+            tracing::debug_span!("upcache.write_back", runs = runs.len(), requests = pieces.len()).entered();
         let mut results = self.write_pieces(&pieces, runs.len() > 1, to);
+        drop(span);
         for &f in runs.iter().flat_map(|r| r.as_ref()) {
             frames[f as usize].end_write_back();
         }
@@ -295,17 +301,19 @@ impl Inner {
     }
 
     /// Writes every piece through its descriptor: at once through io_uring if
-    /// they are of several runs and `SharedConfig::io` says so, else one `pwritev` after
-    /// another; an array's routed through an engine of its own (per-device I/O threads,
+    /// they are of several runs and `SharedConfig::io` and `bundling` say so, else one
+    /// `pwritev` after another; an array's routed through an engine of its own (per-device I/O threads,
     /// simulated devices), through it, at once.
     fn write_pieces(&self, pieces: &[Piece<'_>], runs: bool, to: Target<'_>) -> Vec<std::io::Result<()>> {
+        // Without bundling, each write is waited for before the next is handed over.
+        let bundled = self.techniques & technique::BUNDLING != 0;
         if let Target::Array(a) = to {
             if a.routed() {
                 let writes: Vec<_> = pieces.iter().map(|p| (p.dev, p.at, &p.bufs[..])).collect();
-                return a.write_devices(&writes);
+                return a.write_devices(&writes, bundled);
             }
         }
-        if runs && pieces.len() > 1 {
+        if runs && bundled && pieces.len() > 1 {
             if let Some(ring) = self.ring() {
                 // Relaxed: a counter.
                 self.view.header().write_back_batches.fetch_add(1, Ordering::Relaxed);
@@ -377,6 +385,12 @@ impl Inner {
         // Relaxed: a statistic.
         self.view.header().behind_pages.fetch_add(dirty as u64, Ordering::Relaxed);
         let _ = self.write_back_listed(&listed, self.target(fd), false, None);
+        for &(f, k) in &listed {
+            let m = &frames[f as usize];
+            if m.key() == k {
+                m.note_streamed();
+            }
+        }
     }
 
     /// Writes back every dirty page of file `slot` through `fd` (open for writing); the first

@@ -11,7 +11,7 @@
 //! one taken where a dirty one would have done).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Write-backs in flight tracked per device; more run untracked.
 const SLOTS: usize = 8;
@@ -92,56 +92,6 @@ impl GcDevice {
     }
 }
 
-/// The GC state of every device of a cache, as its write-backs show it.
-pub(crate) struct GcWatch {
-    devices: Box<[GcDevice]>,
-    epoch: Instant,
-}
-
-/// A write-back's place in [`GcWatch`], from [`GcWatch::begin`] to [`GcWatch::end`].
-pub(crate) struct Tracked {
-    dev: usize,
-    slot: Option<GcSlot>,
-    pages: u64,
-}
-
-impl GcWatch {
-    pub(crate) fn new(devices: usize) -> Self {
-        GcWatch { devices: (0..devices).map(|_| GcDevice::default()).collect(), epoch: Instant::now() }
-    }
-
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    /// A write-back of `pages` pages to device `dev` begins.
-    pub(crate) fn begin(&self, dev: usize, pages: usize) -> Tracked {
-        self.begin_at(dev, pages.max(1) as u64, self.now())
-    }
-
-    fn begin_at(&self, dev: usize, pages: u64, now: u64) -> Tracked {
-        Tracked { dev, slot: self.devices[dev].begin_at(pages, now), pages }
-    }
-
-    /// The write-back `t` ended after `took`; `alone`: it was the only device of its batch.
-    pub(crate) fn end(&self, t: Tracked, took: Duration, alone: bool) {
-        self.end_at(t, took.as_nanos() as u64, alone, self.now());
-    }
-
-    fn end_at(&self, t: Tracked, took: u64, alone: bool, now: u64) {
-        self.devices[t.dev].end_at(t.slot, t.pages, took, alone, now);
-    }
-
-    /// Whether device `dev` is taken to be collecting now.
-    pub(crate) fn collecting(&self, dev: usize) -> bool {
-        self.collecting_at(dev, self.now())
-    }
-
-    fn collecting_at(&self, dev: usize, now: u64) -> bool {
-        self.devices[dev].collecting_at(now)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,49 +104,49 @@ mod tests {
     /// a slow one left no mark on the baseline; batches over several devices teach nothing.
     #[test]
     fn a_write_back_far_slower_than_the_baseline_is_a_collection() {
-        let w = GcWatch::new(2);
+        let w = [GcDevice::default(), GcDevice::default()];
         let mut now = MS;
         for _ in 0..20 {
-            let t = w.begin_at(0, 4, now);
+            let t = w[0].begin_at(4, now);
             now += 400 * US;
-            w.end_at(t, 400 * US, true, now);
+            w[0].end_at(t, 4, 400 * US, true, now);
         }
-        assert!(!w.collecting_at(0, now));
-        let base = w.devices[0].per_page_ns.load(Ordering::Relaxed);
+        assert!(!w[0].collecting_at(now));
+        let base = w[0].per_page_ns.load(Ordering::Relaxed);
         assert!((90 * US..=110 * US).contains(&base), "{base}");
         // 4 pages expected to take 400 us: not stalled at 3 ms, stalled past 3.2 ms.
-        let t = w.begin_at(0, 4, now);
-        assert!(!w.collecting_at(0, now + 3 * MS));
-        assert!(w.collecting_at(0, now + 4 * MS));
-        assert!(!w.collecting_at(1, now + 4 * MS), "another device");
+        let t = w[0].begin_at(4, now);
+        assert!(!w[0].collecting_at(now + 3 * MS));
+        assert!(w[0].collecting_at(now + 4 * MS));
+        assert!(!w[1].collecting_at(now + 4 * MS), "another device");
         now += 100 * MS;
-        w.end_at(t, 100 * MS, true, now);
-        assert!(w.collecting_at(0, now + 49 * MS), "for half its time after");
-        assert!(!w.collecting_at(0, now + 51 * MS));
-        assert_eq!(w.devices[0].per_page_ns.load(Ordering::Relaxed), base, "kept out of the baseline");
+        w[0].end_at(t, 4, 100 * MS, true, now);
+        assert!(w[0].collecting_at(now + 49 * MS), "for half its time after");
+        assert!(!w[0].collecting_at(now + 51 * MS));
+        assert_eq!(w[0].per_page_ns.load(Ordering::Relaxed), base, "kept out of the baseline");
         // A batch over both devices: its time is the slowest's.
-        let t = w.begin_at(1, 1, now);
-        w.end_at(t, 100 * MS, false, now + 100 * MS);
-        assert_eq!(w.devices[1].per_page_ns.load(Ordering::Relaxed), 0);
-        assert!(!w.collecting_at(1, now + 101 * MS));
+        let t = w[1].begin_at(1, now);
+        w[1].end_at(t, 1, 100 * MS, false, now + 100 * MS);
+        assert_eq!(w[1].per_page_ns.load(Ordering::Relaxed), 0);
+        assert!(!w[1].collecting_at(now + 101 * MS));
     }
 
     /// Before any baseline, a write-back in flight past the floor is a collection; more
     /// write-backs in flight than slots are not tracked, and cost nothing.
     #[test]
     fn without_a_baseline_the_floor_decides() {
-        let w = GcWatch::new(1);
-        let t = w.begin_at(0, 1, 0);
-        assert!(!w.collecting_at(0, FLOOR.as_nanos() as u64));
-        assert!(w.collecting_at(0, FLOOR.as_nanos() as u64 + 1));
-        w.end_at(t, 10 * MS, true, 10 * MS);
-        assert!(!w.collecting_at(0, 10 * MS), "the first sample is the baseline, not a collection");
-        let all: Vec<_> = (0..SLOTS + 2).map(|_| w.begin_at(0, 1, 20 * MS)).collect();
-        assert_eq!(all.iter().filter(|t| t.slot.is_none()).count(), 2);
+        let w = GcDevice::default();
+        let t = w.begin_at(1, 0);
+        assert!(!w.collecting_at(FLOOR.as_nanos() as u64));
+        assert!(w.collecting_at(FLOOR.as_nanos() as u64 + 1));
+        w.end_at(t, 1, 10 * MS, true, 10 * MS);
+        assert!(!w.collecting_at(10 * MS), "the first sample is the baseline, not a collection");
+        let all: Vec<_> = (0..SLOTS + 2).map(|_| w.begin_at(1, 20 * MS)).collect();
+        assert_eq!(all.iter().filter(|t| t.is_none()).count(), 2);
         for t in all {
-            w.end_at(t, 10 * MS, true, 30 * MS);
+            w.end_at(t, 1, 10 * MS, true, 30 * MS);
         }
-        assert!(!w.collecting_at(0, 30 * MS));
+        assert!(!w.collecting_at(30 * MS));
     }
 
     /// A write-back never ended (its process died, in a shared cache) says the device
