@@ -180,6 +180,10 @@ impl SharedArray {
         // The log first: if it cannot be written, the file stays whole and usable.
         meta.commit_remove(&mut ns, name, e)?;
         self.lock_recovered().remove(&e.id);
+        // The name is gone: no open can reach the file from here on. The namespace's lock goes
+        // before the waits for the file's writers and pins, whose holders may need it (a sync
+        // or an open of another file of the array).
+        drop(ns);
         if let Some(f) = open {
             f.remove_cached();
             f.close()?;
@@ -646,6 +650,34 @@ mod tests {
         let again = array.create_file("x").unwrap();
         assert_eq!(again.len(), 0);
         assert_eq!(again.read_at(&mut buf, 0).unwrap(), 0);
+    }
+
+    /// A removal of an open file waits for its pins with the namespace's lock let go: the pin's
+    /// holder may sync (or open) another file of the array meanwhile, which needs that lock
+    /// (found in review: the removal held it, and the two waited for each other for ever).
+    #[test]
+    fn a_removal_waiting_for_a_pin_lets_the_pins_holder_sync_another_file() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = dirs(root.path(), 2);
+        let cache = tiny();
+        let array = SharedArray::create(&cache, spec(&dirs, LayoutKind::Stripe)).unwrap();
+        let a = array.create_file("a").unwrap();
+        let b = array.create_file("b").unwrap();
+        a.write_all_at(&[3u8; PAGE], 0).unwrap();
+        b.write_all_at(&[4u8; PAGE], 0).unwrap();
+        let pin = a.pin(0).unwrap();
+        std::thread::scope(|s| {
+            let remover = s.spawn(|| array.remove_file("a"));
+            // The name goes first; then the removal waits for our pin.
+            while array.exists("a").unwrap() {
+                std::thread::yield_now();
+            }
+            b.sync_data().unwrap();
+            assert!(pin.iter().all(|&x| x == 3), "a pinned page changed under its guard");
+            drop(pin);
+            remover.join().unwrap().unwrap();
+        });
+        assert_eq!(a.read_at(&mut [0u8; 8], 0).err().map(|e| e.kind()), Some(ErrorKind::NotFound));
     }
 
     /// A cache attached to others refuses arrays; pages of another size are refused too.

@@ -1207,6 +1207,9 @@ impl SharedFile {
         // lock (the pins' handshake): a guard never reaches past the end. A pin taken after
         // sees the intent stored before (`SharedFile::guard`).
         let size = self.page_size();
+        // SeqCst: the intent's store comes before the index's loads of the scan (as in
+        // `drop_pages`): a page placed after the scan is pinned by one that sees the intent.
+        fence(Ordering::SeqCst);
         for (f, k) in self.inner.candidates(self.slot, size.page_of(new), e.page_end(size)) {
             let m = &self.inner.view.frames()[f as usize];
             self.inner.lock_frame(f);
@@ -1473,6 +1476,9 @@ impl SharedFile {
         e.bypass.store(1, Ordering::Release);
         self.inner.drop_pages(self.slot, 0, e.page_end(self.page_size()));
         e.empty_dirty_range_if_clean();
+        // A truncate left unfinished has nothing left to cut: the file's bytes go with it.
+        // Release: as its other stores, for the next taker of the lock.
+        e.cut.store(0, Ordering::Release);
     }
 
     /// Whether it is a file of an array (else an OS file, `SharedCache::open_path`).
