@@ -123,8 +123,11 @@ impl SharedArray {
         let (id, devices) = meta.create_file(&mut ns, name, |id| self.backing_files(id, true))?;
         self.lock_recovered().insert(id);
         // Under the namespace's lock, as `open_file`.
-        let created =
-            self.adopt(ArrayFile::new(meta.clone(), id, devices, 0, self.engine.clone()), name, true);
+        let created = self.adopt(
+            ArrayFile::new(meta.clone(), id, devices, 0, self.engine.clone(), self.bundled()),
+            name,
+            true,
+        );
         drop(ns);
         created
     }
@@ -148,7 +151,8 @@ impl SharedArray {
         write: bool,
     ) -> Result<SharedFile> {
         let devices = self.backing_files(e.id, false)?;
-        let file = ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.engine.clone());
+        let file =
+            ArrayFile::new(self.meta.clone(), e.id, devices, e.len, self.engine.clone(), self.bundled());
         if self.lock_recovered().insert(e.id) {
             if let Err(err) = file.recover(e.len) {
                 self.lock_recovered().remove(&e.id);
@@ -226,6 +230,11 @@ impl SharedArray {
     /// starts empty), as closing the array does.
     pub fn checkpoint(&self) -> Result<()> {
         self.meta.checkpoint()
+    }
+
+    /// Whether its files' requests go over in batches (`SharedConfig::bundling`).
+    fn bundled(&self) -> bool {
+        self.inner.techniques & super::technique::BUNDLING != 0
     }
 
     fn lock_recovered(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {

@@ -20,6 +20,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::device::{self, BackingFile};
 use crate::io::durable_len::DurableLen;
 use crate::io::engine::sim::SimRouted;
+use crate::io::engine::unbundled::Unbundled;
 use crate::io::engine::{IoEngine, IoReq, PsyncEngine, UringEngine};
 use crate::meta::array::{ArrayMeta, LenSync};
 
@@ -138,6 +139,7 @@ impl ArrayFile {
         devices: Vec<BackingFile>,
         len: u64,
         engine: Option<Arc<dyn IoEngine>>,
+        bundled: bool,
     ) -> ArrayFile {
         let routed = if devices.iter().any(|b| b.sim().is_some()) {
             let under = engine.unwrap_or_else(|| Arc::new(PsyncEngine));
@@ -145,6 +147,11 @@ impl ArrayFile {
         } else {
             engine
         };
+        // Without bundling (`SharedConfig::bundling`), its requests one at a time.
+        let routed = routed.map(|r| match bundled {
+            true => r,
+            false => Arc::new(Unbundled::new(r)) as Arc<dyn IoEngine>,
+        });
         ArrayFile { array, id, devices, durable_len: DurableLen::new(len), routed }
     }
 
@@ -221,20 +228,12 @@ impl ArrayFile {
     /// Runs `writes` (device, byte offset, pages) through [`Self::io`] as one batch: each
     /// device's thread takes its own at once; on simulated devices, booked on every device
     /// before the last is waited for, as a batch of real writes overlaps.
-    pub(crate) fn write_devices(
-        &self,
-        writes: &[(usize, u64, &[IoSlice<'_>])],
-        bundled: bool,
-    ) -> Vec<std::io::Result<()>> {
+    pub(crate) fn write_devices(&self, writes: &[(usize, u64, &[IoSlice<'_>])]) -> Vec<std::io::Result<()>> {
         let mut reqs: Vec<IoReq<'_, '_>> = writes
             .iter()
             .map(|&(dev, at, bufs)| IoReq::Write { file: &self.devices[dev], offset: at, bufs })
             .collect();
-        let done = match bundled {
-            true => self.io().run_batch(&mut reqs),
-            false => reqs.chunks_mut(1).flat_map(|one| self.io().run_batch(one)).collect(),
-        };
-        done.into_iter().map(|r| r.map(|_| ())).collect()
+        self.io().run_batch(&mut reqs).into_iter().map(|r| r.map(|_| ())).collect()
     }
 
     /// Fills `pages` (whole frames) with pages `first..` of the file: a read per device run
@@ -260,10 +259,7 @@ impl ArrayFile {
                     .zip(bufs.iter_mut())
                     .map(|(r, b)| IoReq::Read { file: &self.devices[r.dev], offset: r.at, bufs: &mut b[..] })
                     .collect();
-                match bundled {
-                    true => engine.run_batch(&mut reqs),
-                    false => reqs.chunks_mut(1).flat_map(|one| engine.run_batch(one)).collect(),
-                }
+                engine.run_batch(&mut reqs)
             } else {
                 let mut reads: Vec<(RawFd, u64, &mut [IoSliceMut<'_>])> = runs
                     .iter()

@@ -862,12 +862,7 @@ impl SharedFile {
         // Within the length: the pages only, beside writers of other parts of the file; past it
         // the length moves, so the whole file.
         let (first, last) = pages_of(offset, end, self.page_size());
-        // Past the length, the pages from the one holding the end on are the write's (it
-        // zeros that page's tail): range writers below go on.
-        let from = first.min(self.page_size().page_of(len));
-        let Some(_hold) = locked.hold(first, last, (end <= len).then_some(()).ok_or(from)) else {
-            return Ok(None);
-        };
+        let Some(_hold) = locked.hold(first, last, end <= len) else { return Ok(None) };
         if self.page_size().page_of(offset) > self.page_size().page_of(len) {
             self.settle_end_page(len);
         }
@@ -1003,7 +998,7 @@ impl SharedFile {
                 return Err(Error::new(ErrorKind::NoSpace, format!("no space for a page of {}", self.name)));
             }
             // None: a writer of the page was waited for with the lock let go; again.
-            if let Some(hold) = locked.hold(page, page + 1, Ok(())) {
+            if let Some(hold) = locked.hold(page, page + 1, true) {
                 break (hold, start, bytes);
             }
         };
@@ -1770,12 +1765,12 @@ impl<'a> FileLock<'a> {
     /// What a write of pages `first..end` holds while it copies: if `within` the length and
     /// the range lock is on, a range slot for them, the file's lock let go (with every slot
     /// taken, the first to be freed); else the file's lock and the change begun, every range
-    /// writer done (past the length, `within` is `Err(from)`: every range writer of a page
-    /// from `from` on, so writers of other pages go on beside an extension, as with F2FS's
-    /// range lock).
-    fn hold(self, first: u64, end: u64, within: std::result::Result<(), u64>) -> Option<WriteHold<'a>> {
+    /// writer done (with the range lock, those of the pages from the one holding the end on,
+    /// which a write past the length changes: writers of other pages go on beside an
+    /// extension, as with F2FS's range lock).
+    fn hold(self, first: u64, end: u64, within: bool) -> Option<WriteHold<'a>> {
         let ranges = self.inner.techniques & technique::RANGE_LOCK != 0;
-        if within.is_ok() && ranges {
+        if within && ranges {
             loop {
                 // A writer of the same pages at work: waited for with our lock let go, so
                 // that writers of other pages go on meanwhile (one of them may hold a pin the
@@ -1796,10 +1791,9 @@ impl<'a> FileLock<'a> {
                 self.wait_for_a_slot();
             }
         }
-        let from = match within {
-            Err(from) if ranges => from,
-            _ => 0,
-        };
+        // Relaxed: changed only under the file's lock, which we hold.
+        let len = self.e.len.load(Ordering::Relaxed);
+        let from = if ranges && !within { first.min(self.inner.view.page_size.page_of(len)) } else { 0 };
         self.quiesce(from, u64::MAX, &|_| false);
         self.changing();
         Some(WriteHold(Held::File(self)))

@@ -310,7 +310,7 @@ impl Inner {
         if let Target::Array(a) = to {
             if a.routed() {
                 let writes: Vec<_> = pieces.iter().map(|p| (p.dev, p.at, &p.bufs[..])).collect();
-                return a.write_devices(&writes, bundled);
+                return a.write_devices(&writes);
             }
         }
         if runs && bundled && pieces.len() > 1 {
