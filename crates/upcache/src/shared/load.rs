@@ -245,8 +245,16 @@ impl Inner {
         let (size, page) = (self.view.page_size, self.view.page_size.bytes());
         // SAFETY: we hold each frame's lock, so its page's bytes are ours to write; the frames
         // are distinct, so the slices do not overlap.
-        let mut pages: Vec<&mut [u8]> =
-            run.iter().map(|&f| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), page) }).collect();
+        let frame = |f: u32| unsafe { std::slice::from_raw_parts_mut(self.view.page(f), page) };
+        // A miss's one page without an allocation.
+        let (mut one, mut many);
+        let pages: &mut [&mut [u8]] = if let [f] = run {
+            one = [frame(*f)];
+            &mut one
+        } else {
+            many = run.iter().map(|&f| frame(f)).collect::<Vec<_>>();
+            &mut many
+        };
         let at = size.start(first);
         // A run past the end (a new file's first pages, partly written) reads as zeros without
         // a read. Acquire: pairs with the length's Release stores (read again after the fence
@@ -261,13 +269,13 @@ impl Inner {
         let t = std::time::Instant::now();
         let (got, was_direct) = match fd {
             Backing::File(_) if past_end => (0, true),
-            Backing::File(h) => self.read_os_run(&mut pages, at, h)?,
+            Backing::File(h) => self.read_os_run(pages, at, h)?,
             Backing::Array(a) => {
                 if !past_end {
                     let merged = self.techniques & technique::RUN_MERGING != 0;
                     let bundled = self.techniques & technique::BUNDLING != 0;
                     let requests = a
-                        .load(first, &mut pages, self.ring(), (merged, bundled))
+                        .load(first, pages, self.ring(), (merged, bundled))
                         .map_err(|e| Error::io("read pages of an array file", e))?;
                     // Relaxed: a counter, of the devices' requests.
                     self.view.header().load_requests.fetch_add(requests as u64, Ordering::Relaxed);
@@ -280,7 +288,7 @@ impl Inner {
             let dev = fd.array().map_or(0, |a| a.array.layout.locate(first).0);
             self.view.latencies().device(dev).0.record(t.elapsed());
         }
-        self.zero_past(&mut pages, slot, at, got);
+        self.zero_past(pages, slot, at, got);
         Ok(was_direct)
     }
 

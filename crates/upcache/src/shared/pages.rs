@@ -374,7 +374,8 @@ impl Inner {
         // descriptors writers lent it, so the claim waits for that, as the kernel's
         // allocations wait for its flushers, before it gives up.
         let passes = self.view.header().flush_interval() * 10;
-        let deadline = std::time::Instant::now() + CLAIM_PATIENCE.max(passes);
+        // Set at the first wait only: a clock read is a tenth of a claim's time.
+        let mut deadline = None;
         let mut pause = std::time::Duration::from_millis(1);
         loop {
             VICTIM_ERROR.with(|e| e.take());
@@ -388,6 +389,8 @@ impl Inner {
                 return Err(e);
             }
             self.ask_for_set_of(k);
+            let deadline =
+                *deadline.get_or_insert_with(|| std::time::Instant::now() + CLAIM_PATIENCE.max(passes));
             if std::time::Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::CacheFull,
