@@ -22,7 +22,7 @@ use crate::policy::{CleanFirst, PolicyKind};
 use crate::shm::{Clients, OwnerLock, RegionSpec, Segment};
 
 /// "UPCSHARE" with the format's number in the last byte.
-const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x20");
+const MAGIC: u64 = u64::from_le_bytes(*b"UPCSHR\x00\x21");
 
 mod kind {
     pub const HEADER: u32 = 1;
