@@ -145,6 +145,50 @@ fn power_cuts_keep_every_synced_byte() {
     }
 }
 
+/// A truncate the devices refuse leaves the file at its new length in the cache, the cut
+/// pending. A write past it then fails with the devices' error: landing there, it would
+/// make the pages between show what the devices still hold past the cut, and finishing the
+/// cut later would cut the write away. Once the devices take the cut, the write goes in and
+/// the pages between read as zeros, in the cache and from the devices.
+#[test]
+fn a_write_past_a_truncate_the_devices_refused_waits_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = common::dirs(tmp.path(), 4);
+    let sims = first(&[fast(0, 11), fast(0, 12), fast(0, 13), fast(0, 14)]);
+    let cache = cache(128);
+    let array = SharedArray::create(&cache, spec(&dirs, &sims)).unwrap();
+    let f = array.create_file("f").unwrap();
+    f.write_all_at(&common::pattern(9, 16 * PAGE), 0).unwrap();
+    f.sync_data().unwrap();
+    for (_, s) in &sims {
+        s.inject(Fault::EioAfter { op: FaultOp::Write, n: 1 });
+    }
+    assert_eq!(f.set_len(PAGE as u64).unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(f.len(), PAGE as u64, "the cache is at the new length");
+    let page = [7u8; PAGE];
+    let err = f.write_all_at(&page, 12 * PAGE as u64).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_eq!(f.len(), PAGE as u64, "the refused write did not extend the file");
+    f.write_all_at(&page[..100], 0).unwrap(); // within the length: goes in
+    for (_, s) in &sims {
+        s.clear_faults();
+    }
+    f.write_all_at(&page, 12 * PAGE as u64).unwrap();
+    let mut want = common::pattern(9, PAGE);
+    want[..100].fill(7);
+    want.resize(12 * PAGE, 0);
+    want.extend_from_slice(&page);
+    let mut back = vec![1u8; want.len()];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), want.len());
+    assert!(back == want, "zeros between the cut and the write");
+    f.sync_data().unwrap();
+    drop(f);
+    drop(array);
+    let cache = self::cache(128);
+    let array = SharedArray::open(&cache, spec(&dirs, &sims)).unwrap();
+    assert!(read_back(&array, "f", want.len()) == want, "and from the devices");
+}
+
 /// Write errors, a full device and a failing flush fail syncs cleanly and keep the pages
 /// dirty: once the faults clear, a sync writes them and a new cache reads them back. A read
 /// fault fails the read of a page not cached, and the page reads once it clears.

@@ -856,6 +856,9 @@ impl SharedFile {
         }
         // Up to the largest file, as the kernel writes.
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
+        if offset + buf.len() as u64 > self.cached_len() {
+            self.settle_cut_before(offset + buf.len() as u64)?;
+        }
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let len = self.cached_len();
         let end = offset + buf.len() as u64;
@@ -1173,6 +1176,7 @@ impl SharedFile {
         let old = self.cached_len();
         if new >= old {
             if new > old {
+                self.settle_cut_before(new)?;
                 self.settle_end_page(old);
             }
             let own = self.inner.own_change(self.slot, self.fd.os());
@@ -1259,14 +1263,29 @@ impl SharedFile {
     }
 
     /// Finishes a truncate that a dead holder of the lock (or a failed cut) left, if any.
-    fn finish_cut(&self) {
+    fn finish_cut(&self) -> Result<()> {
         // Acquire: pairs with the Release store of the intent.
         let cut = self.entry().cut.load(Ordering::Acquire);
         if cut != 0 {
-            if let Err(e) = self.cut_to(cut - 1) {
+            self.cut_to(cut - 1).inspect_err(|e| {
                 log::warn!("shared cache: {}: finishing a truncate: {e}", self.name);
-            }
+            })?;
         }
+        Ok(())
+    }
+
+    /// For a holder of the file's lock about to make the file `end` bytes long or longer: a
+    /// truncate the OS file has not taken yet must be finished first, else the error that
+    /// keeps it from being. Past its length the OS file still holds what the truncate cut,
+    /// which pages loaded between that length and `end` would show, and finishing it later
+    /// would cut the new bytes away.
+    fn settle_cut_before(&self, end: u64) -> Result<()> {
+        // Acquire: pairs with the Release store of the intent.
+        let cut = self.entry().cut.load(Ordering::Acquire);
+        if cut == 0 || end < cut {
+            return Ok(());
+        }
+        self.finish_cut()
     }
 
     /// Writes every dirty page of the file back to it (no flush); the first error.
@@ -1680,7 +1699,8 @@ impl<'a> FileLock<'a> {
                 return None; // the cut, if any, is finished by the next taker
             }
             l.changing();
-            file.finish_cut();
+            // Failed: left for the next taker; writes past it refuse (`settle_cut_before`).
+            let _ = file.finish_cut();
         }
         Some(l)
     }
