@@ -344,15 +344,10 @@ pub(crate) struct Header {
     pub clock: AtomicU64,
     /// Dirty frames (never below the truth).
     pub dirty: AtomicU64,
-    pub loads: AtomicU64,
     pub written_back: AtomicU64,
     /// Locks taken over from dead holders, and what they guarded repaired.
     pub repairs: AtomicU64,
-    /// Page lookups that found no frame and claimed one (loads and whole-page writes).
-    pub misses: AtomicU64,
-    /// Frames that held a page when the clock hand claimed them.
-    pub evictions: AtomicU64,
-    /// Of those, frames holding a page a sequential stream read once (`STREAMED`).
+    /// Of the evictions, frames holding a page a sequential stream read once (`STREAMED`).
     pub stream_evictions: AtomicU64,
     /// Taken to find, take or free a file-table entry, and to change `opens` and `holds`.
     pub files_lock: OwnerLock,
@@ -365,8 +360,6 @@ pub(crate) struct Header {
     techniques: AtomicU64,
     /// `SharedConfig::readahead`, in pages (as above).
     readahead_pages: AtomicU64,
-    /// `preadv`s and `pread`s that loaded pages (one per load run, or per page unbundled).
-    pub load_requests: AtomicU64,
     /// `pwritev`s and `pwrite`s that wrote pages back (one per run, or per page unmerged).
     pub write_back_requests: AtomicU64,
     /// Write-backs that had several writes in the kernel's hands at once (io_uring).
@@ -488,37 +481,45 @@ impl Header {
 }
 
 /// A client slot's counters, on cache lines of their own: each process adds only to its
-/// slot's, so hits of different processes never contend, and each of its threads to its own
-/// stripe of the hits (`pages::count_hit`); a report sums every slot (kept across tenures, so
-/// the sum never falls when a process leaves).
+/// slot's, and each of its threads to its own stripe (`pages::STRIPE`), so counts of
+/// different threads never contend (a miss's four counts in the header, one line that
+/// every thread and the config's readers shared, were a sixth of a miss's time); a report
+/// sums every slot (kept across tenures, so the sum never falls when a process leaves).
 #[repr(C, align(64))]
 pub(crate) struct ClientCounters {
-    /// This slot's share of the header's `misses`, for the process's own report.
-    pub misses: AtomicU64,
     /// The process's page-tree operations under way (`Inner::tree_op`): a process that died
     /// with none left no node taken and not linked, so its reaping sweeps no tree.
     pub tree_ops: AtomicU64,
-    /// The hits, per stripe of the process's threads.
-    pub stripes: [HitStripe; HIT_STRIPES],
+    /// The counts, per stripe of the process's threads.
+    pub stripes: [CountStripe; COUNT_STRIPES],
 }
 
-/// Stripes of a client's hit counts: a thread adds to one (`pages::thread_stripe`).
-pub(crate) const HIT_STRIPES: usize = 8;
+/// Stripes of a client's counts: a thread adds to one (`pages::STRIPE`).
+pub(crate) const COUNT_STRIPES: usize = 8;
 
-/// One stripe of a client's hits, on a cache line of its own.
+/// One stripe of a client's counts, on a cache line of its own.
 #[repr(C, align(64))]
-pub(crate) struct HitStripe {
+pub(crate) struct CountStripe {
     /// Page lookups that found the page cached.
     pub hits: AtomicU64,
     /// Pins the thread's hot index served (`pin.rs`).
     pub hot_hits: AtomicU64,
     /// Of `hits`, pages copied by an optimistic read: no lock, no pin.
     pub lock_free_hits: AtomicU64,
+    /// Page lookups that found no frame and claimed one (loads and whole-page writes).
+    pub misses: AtomicU64,
+    /// Pages loaded (a miss's, and those read ahead with it).
+    pub loads: AtomicU64,
+    /// `preadv`s and `pread`s that loaded pages (one per load run and device, or per page
+    /// unbundled).
+    pub load_requests: AtomicU64,
+    /// Frames that held a page when a clock hand claimed them.
+    pub evictions: AtomicU64,
 }
 
 impl ClientCounters {
-    /// The sum of one hit count (`count`) over the stripes.
-    pub fn sum(&self, count: fn(&HitStripe) -> &AtomicU64) -> u64 {
+    /// The sum of one count (`count`) over the stripes.
+    pub fn sum(&self, count: fn(&CountStripe) -> &AtomicU64) -> u64 {
         // Relaxed: statistics.
         self.stripes.iter().map(|s| count(s).load(Ordering::Relaxed)).sum()
     }

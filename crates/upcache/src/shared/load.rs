@@ -165,8 +165,7 @@ impl Inner {
     pub(crate) fn count_loading(&self, own: usize, ahead: usize) {
         // Relaxed: statistics.
         if own > 0 {
-            self.view.header().misses.fetch_add(own as u64, Ordering::Relaxed);
-            self.view.counters_of(self.me).misses.fetch_add(own as u64, Ordering::Relaxed);
+            self.count(|s| &s.misses, own as u64);
         }
         if ahead > 0 {
             self.view.header().ahead_pages.fetch_add(ahead as u64, Ordering::Relaxed);
@@ -184,8 +183,7 @@ impl Inner {
             // Release: published with the bytes by the unlock.
             frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
         }
-        // Relaxed: a statistic.
-        self.view.header().loads.fetch_add(run.len() as u64, Ordering::Relaxed);
+        self.count(|s| &s.loads, run.len() as u64);
     }
 
     /// Gives frame `f` (claimed, locked by us) page key `k` and puts it in the index: false if
@@ -277,8 +275,7 @@ impl Inner {
                     let requests = a
                         .load(first, pages, self.ring(), (merged, bundled))
                         .map_err(|e| Error::io("read pages of an array file", e))?;
-                    // Relaxed: a counter, of the devices' requests.
-                    self.view.header().load_requests.fetch_add(requests as u64, Ordering::Relaxed);
+                    self.count(|s| &s.load_requests, requests as u64);
                 }
                 let direct = (0..run.len() as u64).all(|i| a.is_direct(a.array.layout.locate(first + i).0));
                 (if past_end { 0 } else { run.len() * page }, direct)
@@ -313,11 +310,9 @@ impl Inner {
     /// `SharedConfig::direct_loads` says and the file system lets it; the bytes read (up to the
     /// end of the OS file), and whether they all came through `O_DIRECT`.
     fn read_os_run(&self, pages: &mut [&mut [u8]], at: u64, fd: &HeldFd) -> Result<(usize, bool)> {
-        let header = self.view.header();
         let was_direct = std::cell::Cell::new(true);
         let read = |at: u64, bufs: &mut [IoSliceMut<'_>]| {
-            // Relaxed: a counter.
-            header.load_requests.fetch_add(1, Ordering::Relaxed);
+            self.count(|s| &s.load_requests, 1);
             // Asked for each read: a refusal (below) holds for the run's next pages too.
             let direct = if self.direct_loads() { fd.direct_read() } else { None };
             was_direct.set(was_direct.get() && direct.is_some());

@@ -292,7 +292,7 @@ impl SharedCache {
         let view_clients = view.clients().capacity();
         let c = view.counters_of(me);
         // Relaxed: statistics; the slot's counts of the clients that held it before.
-        let before = (c.sum(|s| &s.hits), c.misses.load(Ordering::Relaxed));
+        let before = (c.sum(|s| &s.hits), c.sum(|s| &s.misses));
         let (techniques, readahead_pages) = (view.header().techniques(), view.header().readahead_pages());
         let dirty_ratios = view.header().dirty_ratios();
         let inner = Arc::new(Inner {
@@ -747,7 +747,7 @@ impl SharedCache {
         let c = self.inner.view.counters_of(self.inner.me);
         let (hits, misses) = self.inner.before;
         // Relaxed: statistics.
-        (c.sum(|s| &s.hits).saturating_sub(hits), c.misses.load(Ordering::Relaxed).saturating_sub(misses))
+        (c.sum(|s| &s.hits).saturating_sub(hits), c.sum(|s| &s.misses).saturating_sub(misses))
     }
 
     /// The bytes of page frames the cache uses (its size, whatever this process asked for;

@@ -4,7 +4,7 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::frame::{key, key_page, key_slot, DIRTY, HITS, REFERENCED, STREAMED, VALID};
-use super::layout::{technique, HIT_STRIPES};
+use super::layout::{technique, CountStripe, COUNT_STRIPES};
 use super::pool;
 use super::Inner;
 use crate::alloc::two_layer::Marks;
@@ -69,8 +69,8 @@ pub(crate) enum Fill {
 }
 
 thread_local! {
-    /// This thread's stripe of its clients' hit counters (`ClientCounters::stripes`).
-    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % HIT_STRIPES;
+    /// This thread's stripe of its clients' counters (`ClientCounters::stripes`).
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % COUNT_STRIPES;
     /// The last error of this thread's write-backs of victims (`write_back_victim`) since its
     /// claim began its rounds (`claim`).
     static VICTIM_ERROR: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
@@ -87,12 +87,17 @@ impl Inner {
 
     /// Counts a lookup that found its page cached.
     pub(crate) fn count_hit(&self) {
-        // Relaxed: a statistic.
-        self.stripe().hits.fetch_add(1, Ordering::Relaxed);
+        self.count(|s| &s.hits, 1);
     }
 
-    /// This thread's stripe of this process's hit counters.
-    fn stripe(&self) -> &super::layout::HitStripe {
+    /// Adds `n` to this thread's stripe of count `which`.
+    pub(crate) fn count(&self, which: fn(&CountStripe) -> &AtomicU64, n: u64) {
+        // Relaxed: a statistic.
+        which(self.stripe()).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// This thread's stripe of this process's counters.
+    fn stripe(&self) -> &CountStripe {
         &self.view.counters_of(self.me).stripes[STRIPE.with(|s| *s)]
     }
 
@@ -626,11 +631,10 @@ impl Inner {
                 m.unlock(self.me, false);
                 return None;
             }
-            let header = self.view.header();
-            // Relaxed (both): statistics.
-            header.evictions.fetch_add(1, Ordering::Relaxed);
+            self.count(|s| &s.evictions, 1);
             if m.flags() & STREAMED != 0 {
-                header.stream_evictions.fetch_add(1, Ordering::Relaxed);
+                // Relaxed: a statistic.
+                self.view.header().stream_evictions.fetch_add(1, Ordering::Relaxed);
             }
         }
         // The new page's bytes will differ: bumped now, so that a reader of the old page fails
@@ -841,9 +845,7 @@ impl Inner {
                     return Ok(None);
                 }
             }
-            // Relaxed: statistics.
-            self.view.header().misses.fetch_add(1, Ordering::Relaxed);
-            self.view.counters_of(self.me).misses.fetch_add(1, Ordering::Relaxed);
+            self.count(|s| &s.misses, 1);
             if fill == Fill::Read {
                 match self.fill_run(&[f], slot, page, fd) {
                     Ok(direct) if !direct => frames[f as usize].loaded(),
@@ -855,7 +857,7 @@ impl Inner {
                 }
                 // Release: published with the bytes by the unlock.
                 frames[f as usize].flags.fetch_or(VALID, Ordering::Release);
-                self.view.header().loads.fetch_add(1, Ordering::Relaxed);
+                self.count(|s| &s.loads, 1);
             }
             return Ok(Some(f));
         }

@@ -528,8 +528,7 @@ impl SharedQueue {
             self.filled.push((tag, r));
             return;
         };
-        // Relaxed: a counter.
-        inner.view.header().load_requests.fetch_add(1, Ordering::Relaxed);
+        inner.count(|s| &s.load_requests, 1);
         let bounce = self.bounce(frames.len());
         let ptrs: Vec<*mut u8> = (0..frames.len()).map(|i| bounce.page(i)).collect();
         self.loads[tag] =

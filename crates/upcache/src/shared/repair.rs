@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::frame::{key_page, key_slot, DIRTY, VALID};
-use super::layout::HitStripe;
+use super::layout::CountStripe;
 use super::{tree, Inner, SharedStatus};
 use crate::metrics::Stats;
 use crate::shm::Acquired;
@@ -279,19 +279,19 @@ impl Inner {
         let index_nodes = (forest.leaves.live() as u64, forest.inners.live() as u64);
         // Relaxed (all): a report.
         let sum =
-            |count: fn(&HitStripe) -> &AtomicU64| self.view.counters().iter().map(|c| c.sum(count)).sum();
+            |count: fn(&CountStripe) -> &AtomicU64| self.view.counters().iter().map(|c| c.sum(count)).sum();
         let stats = Stats {
             hits: sum(|c| &c.hits),
             lock_free_hits: sum(|c| &c.lock_free_hits),
             hot_hits: sum(|c| &c.hot_hits),
-            misses: h.misses.load(Ordering::Relaxed),
-            evictions: h.evictions.load(Ordering::Relaxed),
+            misses: sum(|c| &c.misses),
+            evictions: sum(|c| &c.evictions),
             reclaimed: h.reclaimed.load(Ordering::Relaxed),
             stream_evictions: h.stream_evictions.load(Ordering::Relaxed),
             readahead_pages: h.ahead_pages.load(Ordering::Relaxed),
             readahead_windows: h.ahead_windows.load(Ordering::Relaxed),
-            read_ios: h.load_requests.load(Ordering::Relaxed),
-            read_bytes: page_bytes(h.loads.load(Ordering::Relaxed)),
+            read_ios: sum(|c| &c.load_requests),
+            read_bytes: page_bytes(sum(|c| &c.loads)),
             writeback_ios: h.write_back_requests.load(Ordering::Relaxed),
             writeback_bytes: page_bytes(h.written_back.load(Ordering::Relaxed)),
             writeback_errors: h.write_back_errors.load(Ordering::Relaxed),

@@ -217,8 +217,7 @@ impl Inner {
             return false;
         }
         if m.key() != 0 {
-            // Relaxed: statistics.
-            self.view.header().evictions.fetch_add(1, Ordering::Relaxed);
+            self.count(|s| &s.evictions, 1);
         }
         self.empty_frame(f);
         m.unlock(self.me, true);
