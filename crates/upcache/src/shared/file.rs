@@ -409,6 +409,10 @@ impl SharedFile {
         if self.bypassed() {
             return Ok(());
         }
+        // A truncate the OS file has not taken yet: past it the OS file still holds what it
+        // cut, which reads past the cache would show, and its later finish would cut what they
+        // write. Finished now, or the bypass waits for it.
+        self.finish_cut()?;
         let e = self.entry();
         // Acquire (the count): pairs with `mark_dirty`'s. Writers need our lock: none is added.
         if self.writable {

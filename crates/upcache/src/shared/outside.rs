@@ -262,7 +262,10 @@ impl SharedFile {
             self.inner.drop_pages(self.slot(), 0, end);
             e.empty_dirty_range_if_clean();
             let md = self.os_metadata()?;
-            let os = md.len().min(self.max_len());
+            // Acquire: pairs with the intent's Release store: as in `take_in_locked`, the OS
+            // file may still hold what a truncate not finished cuts.
+            let cut = e.cut.load(Ordering::Acquire);
+            let os = md.len().min(self.max_len()).min(cut.wrapping_sub(1));
             // SeqCst: as in `take_in_locked`.
             e.len.store(os, Ordering::SeqCst);
             e.high.store(os, Ordering::Release);
@@ -308,6 +311,33 @@ mod tests {
         let got = f.read_at(&mut buf, at).unwrap();
         buf.truncate(got);
         buf
+    }
+
+    /// A truncate the OS file did not take (its intent left, as after a failed `ftruncate`),
+    /// seen by a reader, which cannot finish it: `forget` takes the OS file's length in only
+    /// up to the intent, so the bytes the truncate cut stay cut, and a bypass is refused
+    /// until the truncate is finished (its reads would show them); a writer's is not.
+    #[test]
+    fn a_truncate_not_finished_stays_cut_through_forget_and_bypass() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![b'.'; 3 * PAGE]).unwrap();
+        let c = cache();
+        let r = c.open_path(&p, false).unwrap();
+        let e = r.entry();
+        // The cache's side of a truncate to one page, the OS file's refused.
+        e.cut.store(PAGE as u64 + 1, Ordering::SeqCst);
+        e.len.store(PAGE as u64, Ordering::SeqCst);
+        r.forget(false).unwrap();
+        assert_eq!(r.len(), PAGE as u64, "the cut bytes stay cut");
+        assert_eq!(read(&r, 0, 3 * PAGE).len(), PAGE);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 3 * PAGE as u64, "a reader cannot finish it");
+        assert!(r.bypass().is_err(), "a bypass would show the cut bytes");
+        assert!(!r.bypassed());
+        let w = c.open_path(&p, true).unwrap();
+        w.bypass().unwrap();
+        assert_eq!(e.cut.load(Ordering::Acquire), 0, "finished");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), PAGE as u64);
     }
 
     /// A program without the cache writes in place, truncates and appends while the file is

@@ -533,11 +533,16 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
 
     /// An insert into a leaf that is there already, the common case: the walk down as `get`'s
     /// (no reservation on the way: two contended CASes a level cost a miss 5% of its time),
-    /// then the leaf reserved through the pointer we read. The reservation lands only on the
-    /// incarnation that pointer named, live, not dead and `whose` ours; such a leaf is linked
-    /// (a node is unlinked only after it is marked dead) and so are its ancestors (each counts
-    /// its linked child), so it is the page's leaf of the tree as `insert` would find it. None
-    /// if a node is missing, dead or moved on: the full insert makes or replaces it.
+    /// then the leaf reserved through the pointer read from its parent. The parent is checked
+    /// around that read: live, of the incarnation its own pointer named, not dead, and ours
+    /// (`whose` names the file, generation, level and pages), so the pointer is one its slot
+    /// held while linked, not a word of a node given back and reused at another level (whose
+    /// pointers are inner nodes') that happens to name a leaf of ours popped and not linked.
+    /// The leaf's reservation then lands only on that incarnation, live and not dead: such a
+    /// leaf is linked (a node is unlinked only after it is marked dead) and so are its
+    /// ancestors (each counts its linked child), so it is the page's leaf of the tree as
+    /// `insert` would find it. None if a node is missing, dead or moved on: the full insert
+    /// makes or replaces it.
     fn insert_in_leaf(&self, slot: u32, gen: u32, page: u64, f: u32) -> Option<Insert> {
         let root = self.root(slot);
         // Acquire (root and inner slots): a node reached comes with what its maker stored.
@@ -547,13 +552,28 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         if g != gen & 0xff || page >> span(height.checked_sub(1)?) != 0 {
             return None;
         }
-        let mut inc = match height {
-            1 => self.root_of(root, r)?.1,
-            _ => 0,
-        };
+        // The root's whole incarnation, if the leaf or the leaf's parent is the root.
+        let mut inc = if height <= 2 { self.root_of(root, r)?.1 } else { 0 };
         for level in (1..height).rev() {
-            let c = self.inners.nodes.get(idx as usize)?.slots[slot_of(level, page)].load(Ordering::Acquire);
-            if c == 0 {
+            let node = self.inners.nodes.get(idx as usize)?;
+            let parent = (level == 1).then(|| self.inners.meta.get(idx as usize)).flatten();
+            let ours = |m: &NodeMeta| {
+                // Acquire: the node's slots as its maker and linkers left them. Relaxed
+                // (`whose`): set before the node went live; a reuse since moves the state.
+                let s = m.state.load(Ordering::Acquire);
+                s & (LIVE | DEAD) == LIVE && (s >> 32) as u32 == inc
+            };
+            if level == 1 {
+                let m = parent?;
+                // Relaxed (`whose`): set before the node went live, which `ours` saw.
+                if !ours(m) || m.whose.load(Ordering::Relaxed) != whose(slot, gen, 1, page) {
+                    return None;
+                }
+            }
+            let c = node.slots[slot_of(level, page)].load(Ordering::Acquire);
+            // Still that incarnation after the read (the slot's Acquire load orders this one
+            // after it): the word was its slot's.
+            if c == 0 || parent.is_some_and(|m| !ours(m)) {
                 return None;
             }
             (idx, inc) = unptr(c);
