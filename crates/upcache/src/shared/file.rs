@@ -688,6 +688,10 @@ impl SharedFile {
         let k = self.inner.key(self.slot, page);
         let Some(f) = self.inner.index().hint(k) else { return false };
         let m = &view.frames()[f as usize];
+        // The bytes' first line is fetched while the frame's word is: a random hit's two
+        // misses overlap instead of following each other.
+        let src = view.page(f).wrapping_add(in_page);
+        crate::frame::prefetch(src);
         // A page being written back is read too.
         let Some(w) = m.readable() else { return false };
         let flags = m.flags();
@@ -698,7 +702,7 @@ impl SharedFile {
         // written or reused may change under the copy, a data race by the letter of the
         // memory model, as in every seqlock; the bytes are plain integers, land only in `dst`,
         // and are kept only if `unchanged` holds.
-        unsafe { std::ptr::copy_nonoverlapping(view.page(f).add(in_page), dst.as_mut_ptr(), dst.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         if !m.unchanged(w) {
             return false;
         }
