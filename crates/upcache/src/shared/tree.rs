@@ -586,16 +586,23 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
             }
             Reserved::Dead | Reserved::Gone => return None,
         }
+        Some(self.insert_into_leaf(page, f, idx, inc))
+    }
+
+    /// Puts frame `f` in page `page`'s slot of leaf `idx` (incarnation `inc`), which we hold
+    /// reserved, unless another frame is there (our reservation then given back).
+    fn insert_into_leaf(&self, page: u64, f: u32, idx: u32, inc: u32) -> Insert {
         let s = &self.leaves.nodes[idx as usize].slots[slot_of(0, page)];
-        // AcqRel: as in `insert_below`.
-        Some(match s.compare_exchange(0, f + 1, Ordering::AcqRel, Ordering::Acquire) {
+        // AcqRel: the frame's key and `home` (stored before) go with the entry; a loser sees
+        // the winner's.
+        match s.compare_exchange(0, f + 1, Ordering::AcqRel, Ordering::Acquire) {
             // Our reservation on the leaf is now its count of the entry.
             Ok(_) => Insert::Placed,
             Err(g) => {
                 self.release(0, idx, inc);
                 Insert::Taken(g - 1)
             }
-        })
+        }
     }
 
     /// Puts a new root above root `top` (incarnation `inc`) of root word `r`.
@@ -687,17 +694,7 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
                 }
             }
         }
-        let s = &self.leaves.nodes[idx as usize].slots[slot_of(0, page)];
-        // AcqRel: the frame's key and `home` (stored before) go with the entry; a loser sees
-        // the winner's.
-        Some(match s.compare_exchange(0, f + 1, Ordering::AcqRel, Ordering::Acquire) {
-            // Our reservation on the leaf is now its count of the entry.
-            Ok(_) => Insert::Placed,
-            Err(g) => {
-                self.release(0, idx, inc);
-                Insert::Taken(g - 1)
-            }
-        })
+        Some(self.insert_into_leaf(page, f, idx, inc))
     }
     /// Takes frame `f` out of page `page`'s slot in file `slot`'s tree, if it is there and the
     /// tree is of generation `gen`. The caller holds `f`'s lock, so `f` is in no other slot.
