@@ -864,9 +864,7 @@ impl SharedFile {
         }
         // Up to the largest file, as the kernel writes.
         let buf = &buf[..buf.len().min((max - offset.min(max)) as usize)];
-        if offset + buf.len() as u64 > self.cached_len() {
-            self.settle_cut_before(offset + buf.len() as u64)?;
-        }
+        self.settle_cut_before(offset + buf.len() as u64)?;
         let buf = &buf[..self.reserve(offset, buf.len())?];
         let len = self.cached_len();
         let end = offset + buf.len() as u64;
@@ -1282,9 +1280,9 @@ impl SharedFile {
         Ok(())
     }
 
-    /// For a holder of the file's lock about to make the file `end` bytes long or longer: a
-    /// truncate the OS file has not taken yet must be finished first, else the error that
-    /// keeps it from being. Past its length the OS file still holds what the truncate cut,
+    /// For a holder of the file's lock about to write up to `end` (or make the file that
+    /// long): a truncate the OS file has not taken yet, if `end` reaches it, must be finished
+    /// first, else the error that keeps it from being (below it, within the length, nothing). Past its length the OS file still holds what the truncate cut,
     /// which pages loaded between that length and `end` would show, and finishing it later
     /// would cut the new bytes away.
     fn settle_cut_before(&self, end: u64) -> Result<()> {

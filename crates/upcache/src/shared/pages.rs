@@ -104,14 +104,12 @@ impl Inner {
     /// Counts a lookup whose page an optimistic copy read (no lock, no pin), among the hits
     /// (`count_hit` counts it too).
     pub(crate) fn count_lock_free_hit(&self) {
-        // Relaxed: a statistic.
-        self.stripe().lock_free_hits.fetch_add(1, Ordering::Relaxed);
+        self.count(|s| &s.lock_free_hits, 1);
     }
 
     /// Counts a pin the thread's hot index served (`pin.rs`).
     pub(crate) fn count_hot_hit(&self) {
-        // Relaxed: a statistic.
-        self.stripe().hot_hits.fetch_add(1, Ordering::Relaxed);
+        self.count(|s| &s.hot_hits, 1);
     }
 
     /// The key of page `page` of file `slot` in its entry's current generation (stable while

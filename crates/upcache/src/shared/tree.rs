@@ -554,26 +554,29 @@ impl<E: Entries + ?Sized> Forest<'_, E> {
         }
         // The root's whole incarnation, if the leaf or the leaf's parent is the root.
         let mut inc = if height <= 2 { self.root_of(root, r)?.1 } else { 0 };
-        for level in (1..height).rev() {
-            let node = self.inners.nodes.get(idx as usize)?;
-            let parent = (level == 1).then(|| self.inners.meta.get(idx as usize)).flatten();
-            let ours = |m: &NodeMeta| {
-                // Acquire: the node's slots as its maker and linkers left them. Relaxed
-                // (`whose`): set before the node went live; a reuse since moves the state.
+        for level in (2..height).rev() {
+            let c = self.inners.nodes.get(idx as usize)?.slots[slot_of(level, page)].load(Ordering::Acquire);
+            if c == 0 {
+                return None;
+            }
+            (idx, inc) = unptr(c);
+        }
+        if height >= 2 {
+            // The leaf's parent, checked before and after the read of its slot.
+            let (node, m) = (self.inners.nodes.get(idx as usize)?, self.inners.meta.get(idx as usize)?);
+            let ours = || {
+                // Acquire: the node's slots as its maker and linkers left them.
                 let s = m.state.load(Ordering::Acquire);
                 s & (LIVE | DEAD) == LIVE && (s >> 32) as u32 == inc
             };
-            if level == 1 {
-                let m = parent?;
-                // Relaxed (`whose`): set before the node went live, which `ours` saw.
-                if !ours(m) || m.whose.load(Ordering::Relaxed) != whose(slot, gen, 1, page) {
-                    return None;
-                }
+            // Relaxed (`whose`): set before the node went live, which `ours` saw.
+            if !ours() || m.whose.load(Ordering::Relaxed) != whose(slot, gen, 1, page) {
+                return None;
             }
-            let c = node.slots[slot_of(level, page)].load(Ordering::Acquire);
+            let c = node.slots[slot_of(1, page)].load(Ordering::Acquire);
             // Still that incarnation after the read (the slot's Acquire load orders this one
             // after it): the word was its slot's.
-            if c == 0 || parent.is_some_and(|m| !ours(m)) {
+            if c == 0 || !ours() {
                 return None;
             }
             (idx, inc) = unptr(c);
